@@ -1,0 +1,10 @@
+//! Sans-IO core of xferlab: everything here is plain, deterministic code
+//! with no sockets, files or clocks of its own, so it is unit-tested with
+//! virtual time and fuzzable. The `xferlab` crate wraps it in thin drivers.
+
+pub mod counters;
+pub mod interval;
+pub mod proto;
+pub mod result;
+pub mod spec;
+pub mod units;

@@ -1,0 +1,213 @@
+//! Client side of the control connection.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
+use super::wire::{decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
+use super::{ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT};
+use crate::result::{SideReport, Software};
+use crate::spec::TestSpec;
+
+#[derive(Debug)]
+pub enum ClientEvent {
+    /// The server accepted the test: attach the data connections.
+    Welcome(Box<Welcome>),
+    /// All flows attached: start the clock and the flows.
+    Started,
+    /// The server's measurements; answer with
+    /// [`ClientControl::send_results`].
+    PeerResults(Box<SideReport>),
+    Failed(ProtoError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitPreamble,
+    AwaitWelcome,
+    AwaitStart,
+    Running,
+    AwaitResults,
+    HaveResults,
+    Done,
+    Failed,
+}
+
+#[derive(Debug)]
+pub struct ClientControl {
+    state: State,
+    preamble: Vec<u8>,
+    decoder: FrameDecoder,
+    out: Vec<u8>,
+    events: VecDeque<ClientEvent>,
+    deadline: Option<(Instant, &'static str)>,
+}
+
+impl ClientControl {
+    /// Starts the handshake on a freshly connected control connection.
+    pub fn new(now: Instant, software: Software, spec: TestSpec) -> Self {
+        let mut c = ClientControl {
+            state: State::AwaitPreamble,
+            preamble: Vec::with_capacity(PREAMBLE_LEN),
+            decoder: FrameDecoder::new(MAX_SMALL_FRAME),
+            out: Preamble::new(ConnKind::Control).encode().to_vec(),
+            events: VecDeque::new(),
+            deadline: Some((now + HANDSHAKE_TIMEOUT, "waiting for the server to accept the test")),
+        };
+        c.queue(&ClientMsg::Hello { software, spec });
+        c
+    }
+
+    pub fn handle_input(&mut self, now: Instant, mut data: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        if self.state == State::AwaitPreamble {
+            let take = (PREAMBLE_LEN - self.preamble.len()).min(data.len());
+            self.preamble.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.preamble.len() < PREAMBLE_LEN {
+                return;
+            }
+            let mut raw = [0u8; PREAMBLE_LEN];
+            raw.copy_from_slice(&self.preamble);
+            match Preamble::decode(&raw) {
+                Ok(p) if p.version != VERSION => {
+                    return self.fail(ProtoError::VersionMismatch { ours: VERSION, theirs: p.version }, false)
+                }
+                Ok(_) => self.state = State::AwaitWelcome,
+                Err(e) => return self.fail(e, false),
+            }
+        }
+        self.decoder.push(data);
+        while !self.is_closed() {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if let Err(e) = self.handle_frame(now, &frame) {
+                        self.fail(e, true);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => self.fail(e, true),
+            }
+        }
+    }
+
+    fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
+        let msg: ServerMsg = decode_json(frame)?;
+        match (self.state, msg) {
+            (_, ServerMsg::Error { code, message }) => self.fail(ProtoError::Peer { code, message }, false),
+            (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
+                self.state = State::AwaitStart;
+                self.deadline = Some((now + HANDSHAKE_TIMEOUT, "waiting for the server to start the test"));
+                self.events.push_back(ClientEvent::Welcome(Box::new(w)));
+            }
+            (State::AwaitStart, ServerMsg::Start) => {
+                self.state = State::Running;
+                self.deadline = None;
+                self.events.push_back(ClientEvent::Started);
+            }
+            (State::AwaitResults, ServerMsg::Results { report }) => {
+                self.state = State::HaveResults;
+                self.deadline = None;
+                self.events.push_back(ClientEvent::PeerResults(report));
+            }
+            (_, msg) => {
+                return Err(ProtoError::Malformed(format!(
+                    "unexpected {} message from the server",
+                    match msg {
+                        ServerMsg::Welcome(_) => "welcome",
+                        ServerMsg::Start => "start",
+                        ServerMsg::Results { .. } => "results",
+                        ServerMsg::Error { .. } => "error",
+                    }
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    pub fn handle_eof(&mut self) {
+        let when = match self.state {
+            State::Done | State::Failed => return,
+            State::AwaitPreamble | State::AwaitWelcome => "before accepting the test",
+            State::AwaitResults | State::HaveResults => "before sending its results",
+            _ => "in the middle of the test",
+        };
+        self.fail(ProtoError::Closed(when), false);
+    }
+
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some((at, what)) = self.deadline {
+            if now >= at {
+                self.fail(ProtoError::Timeout(what), true);
+            }
+        }
+    }
+
+    /// End the test (time is up, every local flow finished, or the user
+    /// interrupted). Valid once started; before that it aborts.
+    pub fn stop(&mut self, now: Instant) {
+        match self.state {
+            State::Running => {
+                self.queue(&ClientMsg::Stop);
+                self.state = State::AwaitResults;
+                self.decoder.set_max_len(MAX_RESULTS_FRAME);
+                self.deadline = Some((now + RESULTS_TIMEOUT, "waiting for the server's results"));
+            }
+            State::Done | State::Failed | State::AwaitResults | State::HaveResults => {}
+            _ => self.abort(ErrorCode::Aborted, "the client stopped before the test started"),
+        }
+    }
+
+    /// Sends our measurements after the server's arrived; the exchange is
+    /// then complete.
+    pub fn send_results(&mut self, report: &SideReport) {
+        if self.state == State::HaveResults {
+            self.queue(&ClientMsg::Results { report: Box::new(report.clone()) });
+            self.state = State::Done;
+        }
+    }
+
+    /// Gives up, telling the server why.
+    pub fn abort(&mut self, code: ErrorCode, message: &str) {
+        if self.is_closed() {
+            return;
+        }
+        self.queue(&ClientMsg::Error { code, message: message.to_string() });
+        self.state = State::Failed;
+        self.deadline = None;
+    }
+
+    fn fail(&mut self, e: ProtoError, tell_peer: bool) {
+        if self.is_closed() {
+            return;
+        }
+        if tell_peer {
+            self.queue(&ClientMsg::Error { code: e.code(), message: e.to_string() });
+        }
+        self.state = State::Failed;
+        self.deadline = None;
+        self.events.push_back(ClientEvent::Failed(e));
+    }
+
+    fn queue(&mut self, msg: &ClientMsg) {
+        self.out.extend_from_slice(&encode_frame(msg));
+    }
+
+    pub fn poll_event(&mut self) -> Option<ClientEvent> {
+        self.events.pop_front()
+    }
+
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
+    }
+
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.deadline.map(|d| d.0)
+    }
+
+    pub fn is_closed(&self) -> bool {
+        matches!(self.state, State::Done | State::Failed)
+    }
+}

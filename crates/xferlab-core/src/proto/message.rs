@@ -1,0 +1,69 @@
+//! Control messages: JSON objects tagged by `type`. Unknown fields are
+//! ignored so a newer minor revision can add fields.
+
+use serde::{Deserialize, Serialize};
+
+use crate::result::{HostInfo, SideReport, Software};
+use crate::spec::TestSpec;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    VersionMismatch,
+    BadMessage,
+    InvalidSpec,
+    Busy,
+    Timeout,
+    Aborted,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::VersionMismatch => "version_mismatch",
+            ErrorCode::BadMessage => "bad_message",
+            ErrorCode::InvalidSpec => "invalid_spec",
+            ErrorCode::Busy => "busy",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Aborted => "aborted",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// Client -> server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ClientMsg {
+    /// First message: what to run.
+    Hello { software: Software, spec: TestSpec },
+    /// End the test: stop sending, drain, then send results.
+    Stop,
+    /// The client's own measurements, sent after the server's arrived.
+    Results { report: Box<SideReport> },
+    Error { code: ErrorCode, message: String },
+}
+
+/// The server's answer to an acceptable `Hello`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// 32 hex digits; the data connections present it to join this test.
+    pub session: String,
+    pub software: Software,
+    pub host: HostInfo,
+    /// Longest test this server runs.
+    pub max_duration_s: f64,
+}
+
+/// Server -> client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ServerMsg {
+    Welcome(Welcome),
+    /// All data connections are attached: the test starts now.
+    Start,
+    /// The server's measurements, sent once its flows have drained.
+    Results { report: Box<SideReport> },
+    Error { code: ErrorCode, message: String },
+}

@@ -1,0 +1,86 @@
+//! xferlab's control protocol as sans-IO state machines (docs/protocol.md).
+//!
+//! [`ClientControl`] and [`ServerControl`] never touch a socket or a clock:
+//! the driver feeds them received bytes and the current `Instant`, writes out
+//! what `poll_transmit` returns, sleeps until `poll_timeout`, and acts on the
+//! events from `poll_event`. Every wait has a deadline, so a silent or
+//! half-open peer always ends in an event rather than a hang.
+
+mod client;
+mod message;
+mod server;
+pub mod wire;
+
+use std::fmt;
+
+pub use client::{ClientControl, ClientEvent};
+pub use message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
+pub use server::{ServerControl, ServerEvent, ServerPolicy};
+
+use std::time::Duration;
+
+/// Largest frame accepted during the handshake and while running.
+pub const MAX_SMALL_FRAME: u32 = 64 * 1024;
+/// Largest results frame (a side's full report with every interval).
+pub const MAX_RESULTS_FRAME: u32 = 64 * 1024 * 1024;
+/// How long each handshake step may take.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long, after stopping, a side may take to drain its flows and send
+/// its results.
+pub const RESULTS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Slack a running duration test gets past its planned end before the
+/// server gives up on the client.
+pub const RUNNING_GRACE: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtoError {
+    /// The first bytes are not xferlab's magic.
+    NotXferlab,
+    /// The peer speaks another protocol version.
+    VersionMismatch { ours: u16, theirs: u16 },
+    /// A frame or message that does not parse or is not allowed now.
+    Malformed(String),
+    /// A frame longer than the current limit.
+    TooLarge { len: u32, max: u32 },
+    /// The peer closed the connection at a point where it must not.
+    Closed(&'static str),
+    /// A step took longer than its deadline.
+    Timeout(&'static str),
+    /// The peer sent an error message.
+    Peer { code: ErrorCode, message: String },
+}
+
+impl fmt::Display for ProtoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProtoError::NotXferlab => write!(f, "the peer does not speak the xferlab protocol"),
+            ProtoError::VersionMismatch { ours, theirs } => write!(
+                f,
+                "protocol version mismatch: this side speaks v{ours}, the peer v{theirs}; run the same xferlab release on both ends"
+            ),
+            ProtoError::Malformed(m) => write!(f, "malformed control message: {m}"),
+            ProtoError::TooLarge { len, max } => {
+                write!(f, "control message of {len} bytes exceeds the limit of {max} bytes")
+            }
+            ProtoError::Closed(when) => write!(f, "the peer closed the control connection {when}"),
+            ProtoError::Timeout(what) => write!(f, "timed out {what}"),
+            ProtoError::Peer { code, message } => write!(f, "peer reported {}: {message}", code.as_str()),
+        }
+    }
+}
+
+impl std::error::Error for ProtoError {}
+
+impl ProtoError {
+    /// The code sent to the peer when this side fails for this reason.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ProtoError::VersionMismatch { .. } => ErrorCode::VersionMismatch,
+            ProtoError::NotXferlab | ProtoError::Malformed(_) | ProtoError::TooLarge { .. } => {
+                ErrorCode::BadMessage
+            }
+            ProtoError::Timeout(_) => ErrorCode::Timeout,
+            ProtoError::Closed(_) | ProtoError::Peer { .. } => ErrorCode::Aborted,
+        }
+    }
+}

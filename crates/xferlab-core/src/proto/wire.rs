@@ -1,0 +1,209 @@
+//! Bytes on the wire: the connection preamble, the data-connection
+//! attach record and length-prefixed JSON frames (docs/protocol.md).
+
+use serde::{de::DeserializeOwned, Serialize};
+
+use super::ProtoError;
+
+/// Control-protocol version this build speaks.
+pub const VERSION: u16 = 1;
+/// First four bytes of every xferlab connection. Upper case, so it can never
+/// be mistaken for an iperf3 cookie (lower case and digits).
+pub const MAGIC: [u8; 4] = *b"XFRL";
+pub const PREAMBLE_LEN: usize = 8;
+/// Token + flow id after a data preamble.
+pub const ATTACH_LEN: usize = 20;
+pub const TOKEN_LEN: usize = 16;
+
+/// What a connection is for, from its preamble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnKind {
+    Control = 1,
+    Data = 2,
+}
+
+/// `MAGIC, u16 BE version, u8 kind, u8 reserved (0)`. Frozen across
+/// versions so that two different versions can still tell each other so.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preamble {
+    pub version: u16,
+    pub kind: ConnKind,
+}
+
+impl Preamble {
+    pub fn new(kind: ConnKind) -> Self {
+        Preamble { version: VERSION, kind }
+    }
+
+    pub fn encode(&self) -> [u8; PREAMBLE_LEN] {
+        let v = self.version.to_be_bytes();
+        [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], v[0], v[1], self.kind as u8, 0]
+    }
+
+    /// Parses a preamble. The version is *not* checked here: the caller
+    /// answers a mismatch with an error frame that names both versions.
+    pub fn decode(b: &[u8; PREAMBLE_LEN]) -> Result<Self, ProtoError> {
+        if b[..4] != MAGIC {
+            return Err(ProtoError::NotXferlab);
+        }
+        let version = u16::from_be_bytes([b[4], b[5]]);
+        let kind = match b[6] {
+            1 => ConnKind::Control,
+            2 => ConnKind::Data,
+            k => return Err(ProtoError::Malformed(format!("unknown connection kind {k}"))),
+        };
+        Ok(Preamble { version, kind })
+    }
+}
+
+/// Sent by the client on a new data connection right after the preamble.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attach {
+    pub token: [u8; TOKEN_LEN],
+    pub flow: u32,
+}
+
+impl Attach {
+    pub fn encode(&self) -> [u8; ATTACH_LEN] {
+        let mut out = [0u8; ATTACH_LEN];
+        out[..TOKEN_LEN].copy_from_slice(&self.token);
+        out[TOKEN_LEN..].copy_from_slice(&self.flow.to_be_bytes());
+        out
+    }
+    pub fn decode(b: &[u8; ATTACH_LEN]) -> Self {
+        let mut token = [0u8; TOKEN_LEN];
+        token.copy_from_slice(&b[..TOKEN_LEN]);
+        Attach { token, flow: u32::from_be_bytes([b[16], b[17], b[18], b[19]]) }
+    }
+}
+
+/// The server's one-byte answer to an [`Attach`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachReply {
+    Ok = 0,
+    UnknownSession = 1,
+    BadFlow = 2,
+    VersionMismatch = 3,
+}
+
+impl AttachReply {
+    pub fn from_byte(b: u8) -> Option<Self> {
+        Some(match b {
+            0 => AttachReply::Ok,
+            1 => AttachReply::UnknownSession,
+            2 => AttachReply::BadFlow,
+            3 => AttachReply::VersionMismatch,
+            _ => return None,
+        })
+    }
+    pub fn describe(self) -> &'static str {
+        match self {
+            AttachReply::Ok => "accepted",
+            AttachReply::UnknownSession => "the server does not know this test (it ended or timed out)",
+            AttachReply::BadFlow => "the server rejected the flow number",
+            AttachReply::VersionMismatch => "the server speaks another protocol version",
+        }
+    }
+}
+
+pub fn token_hex(token: &[u8; TOKEN_LEN]) -> String {
+    token.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A frame is `u32 BE length` followed by that many bytes of UTF-8 JSON.
+pub fn encode_frame<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut out = vec![0u8; 4];
+    serde_json::to_writer(&mut out, msg).expect("messages always serialize");
+    let len = (out.len() - 4) as u32;
+    out[..4].copy_from_slice(&len.to_be_bytes());
+    out
+}
+
+/// Splits a byte stream into frames, refusing any frame longer than the
+/// current limit before buffering it.
+#[derive(Debug)]
+pub struct FrameDecoder {
+    buf: Vec<u8>,
+    max_len: u32,
+}
+
+impl FrameDecoder {
+    pub fn new(max_len: u32) -> Self {
+        FrameDecoder { buf: Vec::new(), max_len }
+    }
+
+    pub fn set_max_len(&mut self, max_len: u32) {
+        self.max_len = max_len;
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// Bytes received but not yet part of a complete frame.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The next complete frame's payload, if one is buffered.
+    pub fn next_frame(&mut self) -> Result<Option<Vec<u8>>, ProtoError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
+        if len > self.max_len {
+            return Err(ProtoError::TooLarge { len, max: self.max_len });
+        }
+        let end = 4 + len as usize;
+        if self.buf.len() < end {
+            return Ok(None);
+        }
+        let payload = self.buf[4..end].to_vec();
+        self.buf.drain(..end);
+        Ok(Some(payload))
+    }
+}
+
+pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtoError> {
+    serde_json::from_slice(payload).map_err(|e| {
+        let mut msg = e.to_string();
+        msg.truncate(200);
+        ProtoError::Malformed(msg)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn preamble_round_trip_and_garbage() {
+        let p = Preamble::new(ConnKind::Data);
+        assert_eq!(Preamble::decode(&p.encode()).unwrap(), p);
+        assert_eq!(Preamble::decode(b"GET / HT"), Err(ProtoError::NotXferlab));
+        // An iperf3 cookie starts with lower-case letters or digits 2-7.
+        assert_eq!(Preamble::decode(b"abcdefgh"), Err(ProtoError::NotXferlab));
+        assert!(matches!(Preamble::decode(b"XFRL\0\x01\x09\0"), Err(ProtoError::Malformed(_))));
+    }
+
+    #[test]
+    fn frames_split_across_reads_and_oversized_frames_are_refused_early() {
+        let frame = encode_frame(&serde_json::json!({"type": "stop"}));
+        let mut d = FrameDecoder::new(1024);
+        for b in &frame[..frame.len() - 1] {
+            d.push(std::slice::from_ref(b));
+            assert_eq!(d.next_frame().unwrap(), None);
+        }
+        d.push(&frame[frame.len() - 1..]);
+        assert_eq!(d.next_frame().unwrap().unwrap(), br#"{"type":"stop"}"#.to_vec());
+        let mut d = FrameDecoder::new(1024);
+        d.push(&0x8000_0000u32.to_be_bytes());
+        assert_eq!(d.next_frame(), Err(ProtoError::TooLarge { len: 0x8000_0000, max: 1024 }));
+    }
+
+    #[test]
+    fn attach_round_trip() {
+        let a = Attach { token: [7; 16], flow: 300 };
+        assert_eq!(Attach::decode(&a.encode()), a);
+    }
+}

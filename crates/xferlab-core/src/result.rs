@@ -1,0 +1,505 @@
+//! The one result type every pattern and transport reports through.
+//!
+//! Layout (documented in docs/result-schema.md, checked by
+//! docs/result-schema.json): a [`TestResult`] holds the [`TestSpec`], one
+//! [`SideReport`] per endpoint (each side measures only what it can see
+//! itself: its flows, its CPU, its kernel counters) and a [`Summary`] derived
+//! from both. Later patterns add optional fields; the `schema` string
+//! changes its major number only when a field changes meaning or goes away.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{FlowDirection, RecvMode, TestSpec};
+
+/// Identifies the JSON layout; bump the number on incompatible changes.
+pub const SCHEMA: &str = "xferlab.result/1";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Endpoint {
+    Client,
+    Server,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowRole {
+    Sender,
+    Receiver,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// Everything ran and both sides reported.
+    Ok,
+    /// The test was cut short or one side's report is missing; what was
+    /// measured is still here.
+    Partial,
+    /// Nothing useful was measured.
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Software {
+    pub name: String,
+    pub version: String,
+    /// Control-protocol version spoken.
+    pub protocol: u16,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HostInfo {
+    pub hostname: String,
+    /// `uname -sr`.
+    pub kernel: String,
+    pub cpus: u32,
+}
+
+/// CPU time used by one side of one test, from getrusage.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct CpuUsage {
+    pub user_s: f64,
+    pub system_s: f64,
+    /// Wall-clock seconds the usage was measured over.
+    pub wall_s: f64,
+    /// (user + system) / wall, in percent of one core (200 = two cores busy).
+    pub percent: f64,
+}
+
+impl CpuUsage {
+    pub fn new(user_s: f64, system_s: f64, wall_s: f64) -> Self {
+        let percent = if wall_s > 0.0 { 100.0 * (user_s + system_s) / wall_s } else { 0.0 };
+        CpuUsage { user_s, system_s, wall_s, percent }
+    }
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+/// Kernel counters of one host: after minus before the test.
+///
+/// Keys are `Group.Name` as in /proc/net/snmp and /proc/net/netstat
+/// (`Tcp.RetransSegs`, `TcpExt.TCPSACKRecovery`, `IpExt.InCEPkts`) and
+/// `dev.<field>` for the interface's /proc/net/dev line (`dev.rx_bytes`).
+/// Only counters that changed are listed. They are host- (namespace-) wide:
+/// other traffic during the test shows up too.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct KernelCounters {
+    /// The interface the test's traffic used (`lo` on loopback).
+    pub interface: Option<String>,
+    pub deltas: BTreeMap<String, i64>,
+}
+
+/// TCP_INFO of one socket over one interval.
+///
+/// Gauges (rtt, cwnd, rates) are the value at the end of the interval;
+/// fields named as counts or times are deltas over the interval.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TcpSample {
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub min_rtt_us: u32,
+    /// snd_cwnd x snd_mss.
+    pub cwnd_bytes: u64,
+    pub snd_mss: u32,
+    /// Segments retransmitted during the interval.
+    pub retransmits: u64,
+    /// Kernel's delivery-rate estimate, bit/s.
+    pub delivery_rate_bps: f64,
+    /// Kernel's pacing rate, bit/s.
+    pub pacing_rate_bps: f64,
+    /// Microseconds in the interval the socket had data in flight, and of
+    /// those, limited by the receiver's window or by the send buffer: the
+    /// first answer to "why is it slow".
+    pub busy_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+    /// Segments marked CE delivered to this sender's peer (ECN), delta.
+    pub delivered_ce: u64,
+}
+
+/// Cumulative TCP_INFO fields as read from the kernel; [`TcpCounters::sample`]
+/// turns two of them into a [`TcpSample`].
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TcpCounters {
+    pub rtt_us: u32,
+    pub rttvar_us: u32,
+    pub min_rtt_us: u32,
+    pub snd_cwnd: u32,
+    pub snd_mss: u32,
+    pub total_retrans: u32,
+    /// bytes/s as the kernel reports them.
+    pub delivery_rate: u64,
+    pub pacing_rate: u64,
+    pub busy_time_us: u64,
+    pub rwnd_limited_us: u64,
+    pub sndbuf_limited_us: u64,
+    pub delivered_ce: u32,
+}
+
+impl TcpCounters {
+    /// The interval from `prev` to `self`.
+    pub fn sample(&self, prev: &TcpCounters) -> TcpSample {
+        TcpSample {
+            rtt_us: self.rtt_us,
+            rttvar_us: self.rttvar_us,
+            min_rtt_us: self.min_rtt_us,
+            cwnd_bytes: u64::from(self.snd_cwnd) * u64::from(self.snd_mss),
+            snd_mss: self.snd_mss,
+            retransmits: u64::from(self.total_retrans.wrapping_sub(prev.total_retrans)),
+            delivery_rate_bps: self.delivery_rate as f64 * 8.0,
+            pacing_rate_bps: if self.pacing_rate == u64::MAX { 0.0 } else { self.pacing_rate as f64 * 8.0 },
+            busy_us: self.busy_time_us.saturating_sub(prev.busy_time_us),
+            rwnd_limited_us: self.rwnd_limited_us.saturating_sub(prev.rwnd_limited_us),
+            sndbuf_limited_us: self.sndbuf_limited_us.saturating_sub(prev.sndbuf_limited_us),
+            delivered_ce: u64::from(self.delivered_ce.wrapping_sub(prev.delivered_ce)),
+        }
+    }
+}
+
+/// One flow over one reporting interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowInterval {
+    /// Seconds since this side started the test (warm-up included).
+    pub start_s: f64,
+    pub end_s: f64,
+    /// Inside the warm-up (`-O`): shown, but not part of the totals.
+    pub omitted: bool,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpSample>,
+}
+
+/// TCP figures of one flow over the measured window.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct TcpTotals {
+    pub retransmits: u64,
+    pub rtt_min_us: u32,
+    pub rtt_mean_us: u32,
+    pub rtt_max_us: u32,
+    /// Share of the busy time limited by the receive window / send buffer.
+    pub rwnd_limited_fraction: f64,
+    pub sndbuf_limited_fraction: f64,
+    pub delivered_ce: u64,
+}
+
+/// One flow over the measured window (after the warm-up).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowTotal {
+    pub start_s: f64,
+    pub end_s: f64,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    /// Every byte this side moved, warm-up included: sender and receiver of
+    /// a flow that ended normally agree on this number exactly.
+    pub bytes_all: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp: Option<TcpTotals>,
+}
+
+/// Socket settings as read back from the kernel after they were applied.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SocketSettings {
+    pub sndbuf: u64,
+    pub rcvbuf: u64,
+    pub congestion: Option<String>,
+    pub mss: Option<u32>,
+    pub nodelay: bool,
+    pub tos: Option<u8>,
+    pub max_pacing_rate: Option<u64>,
+    pub recv_mode: RecvMode,
+}
+
+/// How a flow ended on this side.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
+pub enum FlowEnd {
+    /// Sender: quota or time reached and the write side shut down.
+    /// Receiver: end of stream read.
+    Completed,
+    /// Cut short (peer vanished, reset, drain timeout).
+    Aborted(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowReport {
+    pub id: u32,
+    pub direction: FlowDirection,
+    pub role: FlowRole,
+    pub local: String,
+    pub remote: String,
+    pub socket: SocketSettings,
+    pub intervals: Vec<FlowInterval>,
+    pub total: FlowTotal,
+    pub end: FlowEnd,
+}
+
+/// The flows of one direction summed, per interval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SumInterval {
+    pub direction: FlowDirection,
+    pub role: FlowRole,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub omitted: bool,
+    pub bytes: u64,
+    pub bits_per_second: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+}
+
+/// Everything one endpoint measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SideReport {
+    pub endpoint: Endpoint,
+    pub host: HostInfo,
+    /// The server ran inside the client's process (no server named).
+    #[serde(default)]
+    pub embedded: bool,
+    /// Wall-clock seconds from this side's start to its last flow ending.
+    pub duration_s: f64,
+    pub flows: Vec<FlowReport>,
+    pub sums: Vec<SumInterval>,
+    /// CPU of the threads serving this test on this side (per-thread
+    /// rusage, so concurrent tests on one server do not mix).
+    pub cpu: CpuUsage,
+    pub counters: KernelCounters,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// Bytes and rate of one side of one direction.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Throughput {
+    pub bytes: u64,
+    pub seconds: f64,
+    pub bits_per_second: f64,
+}
+
+impl Throughput {
+    pub fn new(bytes: u64, seconds: f64) -> Self {
+        let bits_per_second = if seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 };
+        Throughput { bytes, seconds, bits_per_second }
+    }
+}
+
+/// One direction of the test, both ends' view.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectionSummary {
+    pub direction: FlowDirection,
+    pub flows: u32,
+    pub sender: Throughput,
+    /// None when the receiving side's report is missing.
+    pub receiver: Option<Throughput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retransmits: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub directions: Vec<DirectionSummary>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestResult {
+    pub schema: String,
+    /// Session id shared by both sides' logs.
+    pub id: String,
+    /// RFC 3339 UTC time the test started.
+    pub started_at: String,
+    pub software: Software,
+    pub spec: TestSpec,
+    /// The server as the client named it (`127.0.0.1:5290`).
+    pub server_address: String,
+    pub client: SideReport,
+    /// Missing when the server's report never arrived.
+    pub server: Option<SideReport>,
+    pub summary: Summary,
+    pub status: Status,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl SideReport {
+    fn flows_of(&self, direction: FlowDirection, role: FlowRole) -> impl Iterator<Item = &FlowReport> {
+        self.flows.iter().filter(move |f| f.direction == direction && f.role == role)
+    }
+}
+
+/// Sums the flows of one direction and role over the measured window.
+fn side_throughput<'a>(flows: impl Iterator<Item = &'a FlowReport>) -> (Throughput, Option<u64>, u32) {
+    let (mut bytes, mut start, mut end, mut n) = (0u64, f64::INFINITY, 0f64, 0u32);
+    let mut retrans: Option<u64> = None;
+    for f in flows {
+        n += 1;
+        bytes += f.total.bytes;
+        start = start.min(f.total.start_s);
+        end = end.max(f.total.end_s);
+        if let Some(t) = f.total.tcp {
+            *retrans.get_or_insert(0) += t.retransmits;
+        }
+    }
+    let seconds = if n > 0 { (end - start).max(0.0) } else { 0.0 };
+    (Throughput::new(bytes, seconds), retrans, n)
+}
+
+impl Summary {
+    /// Combines what each side saw: sender figures from the sending side,
+    /// receiver figures from the receiving side.
+    pub fn from_sides(client: &SideReport, server: Option<&SideReport>) -> Summary {
+        let mut directions = Vec::new();
+        for dir in [FlowDirection::C2s, FlowDirection::S2c] {
+            let (sender_side, receiver_side) = match dir {
+                FlowDirection::C2s => (Some(client), server),
+                FlowDirection::S2c => (server, Some(client)),
+            };
+            let sent = sender_side.map(|s| side_throughput(s.flows_of(dir, FlowRole::Sender)));
+            let recv = receiver_side.map(|s| side_throughput(s.flows_of(dir, FlowRole::Receiver)));
+            let flows = sent.map(|s| s.2).max(recv.map(|r| r.2)).unwrap_or(0);
+            if flows == 0 {
+                continue;
+            }
+            directions.push(DirectionSummary {
+                direction: dir,
+                flows,
+                sender: sent.map(|s| s.0).unwrap_or_default(),
+                receiver: recv.filter(|r| r.2 > 0).map(|r| r.0),
+                retransmits: sent.and_then(|s| s.1),
+            });
+        }
+        Summary { directions }
+    }
+}
+
+/// Sums per-flow intervals into one series per (direction, role). Flows of
+/// one side share interval boundaries, so intervals are matched by index.
+pub fn sum_intervals(flows: &[FlowReport]) -> Vec<SumInterval> {
+    let mut groups: BTreeMap<(FlowDirection, u8), Vec<&FlowReport>> = BTreeMap::new();
+    for f in flows {
+        groups.entry((f.direction, f.role as u8)).or_default().push(f);
+    }
+    let mut out = Vec::new();
+    for ((direction, _), members) in groups {
+        let role = members[0].role;
+        let n = members.iter().map(|f| f.intervals.len()).max().unwrap_or(0);
+        for i in 0..n {
+            let mut sum: Option<SumInterval> = None;
+            for f in &members {
+                let Some(iv) = f.intervals.get(i) else { continue };
+                let s = sum.get_or_insert(SumInterval {
+                    direction,
+                    role,
+                    start_s: iv.start_s,
+                    end_s: iv.end_s,
+                    omitted: iv.omitted,
+                    bytes: 0,
+                    bits_per_second: 0.0,
+                    retransmits: None,
+                });
+                s.end_s = s.end_s.max(iv.end_s);
+                s.bytes += iv.bytes;
+                if let Some(t) = iv.tcp {
+                    if role == FlowRole::Sender {
+                        *s.retransmits.get_or_insert(0) += t.retransmits;
+                    }
+                }
+            }
+            if let Some(mut s) = sum {
+                s.bits_per_second = Throughput::new(s.bytes, s.end_s - s.start_s).bits_per_second;
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(id: u32, direction: FlowDirection, role: FlowRole, bytes: &[u64]) -> FlowReport {
+        let intervals: Vec<FlowInterval> = bytes
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| FlowInterval {
+                start_s: i as f64,
+                end_s: i as f64 + 1.0,
+                omitted: false,
+                bytes: b,
+                bits_per_second: b as f64 * 8.0,
+                tcp: None,
+            })
+            .collect();
+        let total: u64 = bytes.iter().sum();
+        FlowReport {
+            id,
+            direction,
+            role,
+            local: String::new(),
+            remote: String::new(),
+            socket: SocketSettings::default(),
+            total: FlowTotal {
+                start_s: 0.0,
+                end_s: bytes.len() as f64,
+                bytes: total,
+                bits_per_second: total as f64 * 8.0 / bytes.len() as f64,
+                bytes_all: total,
+                tcp: None,
+            },
+            intervals,
+            end: FlowEnd::Completed,
+        }
+    }
+
+    fn side(endpoint: Endpoint, flows: Vec<FlowReport>) -> SideReport {
+        SideReport {
+            endpoint,
+            host: HostInfo::default(),
+            embedded: false,
+            duration_s: 2.0,
+            sums: sum_intervals(&flows),
+            flows,
+            cpu: CpuUsage::default(),
+            counters: KernelCounters::default(),
+            warnings: vec![],
+        }
+    }
+
+    #[test]
+    fn sums_match_flows_and_summary_takes_each_role_from_its_side() {
+        let c = side(
+            Endpoint::Client,
+            vec![
+                flow(0, FlowDirection::C2s, FlowRole::Sender, &[10, 20]),
+                flow(1, FlowDirection::C2s, FlowRole::Sender, &[1, 2]),
+            ],
+        );
+        assert_eq!(c.sums.iter().map(|s| s.bytes).collect::<Vec<_>>(), vec![11, 22]);
+        let s = side(
+            Endpoint::Server,
+            vec![
+                flow(0, FlowDirection::C2s, FlowRole::Receiver, &[10, 19]),
+                flow(1, FlowDirection::C2s, FlowRole::Receiver, &[1, 2]),
+            ],
+        );
+        let sum = Summary::from_sides(&c, Some(&s));
+        assert_eq!(sum.directions.len(), 1);
+        assert_eq!(sum.directions[0].flows, 2);
+        assert_eq!(sum.directions[0].sender.bytes, 33);
+        assert_eq!(sum.directions[0].receiver.unwrap().bytes, 32);
+        let partial = Summary::from_sides(&c, None);
+        assert_eq!(partial.directions[0].receiver, None);
+    }
+
+    #[test]
+    fn tcp_sample_takes_deltas_of_counters_and_ends_of_gauges() {
+        let a = TcpCounters { total_retrans: 5, busy_time_us: 100, snd_cwnd: 10, snd_mss: 1000, ..Default::default() };
+        let b = TcpCounters { total_retrans: 7, busy_time_us: 350, snd_cwnd: 20, snd_mss: 1000, rtt_us: 42, ..Default::default() };
+        let s = b.sample(&a);
+        assert_eq!((s.retransmits, s.busy_us, s.cwnd_bytes, s.rtt_us), (2, 250, 20_000, 42));
+    }
+}

@@ -1,0 +1,323 @@
+//! What a test asks for: pattern x transport x knobs (see DESIGN.md).
+//!
+//! A [`TestSpec`] is built by the client from its command line, sent to the
+//! server in the control protocol's `Hello`, validated by both sides with
+//! [`TestSpec::validate`], and copied verbatim into the result so a result
+//! file says exactly what was measured.
+
+use serde::{Deserialize, Serialize};
+
+/// Upper bounds that keep a test (and a server serving strangers) sane.
+pub mod limits {
+    /// Parallel flows per direction (`-P`).
+    pub const MAX_PARALLEL: u32 = 128;
+    /// Bytes per write/read call (`-l`).
+    pub const MAX_WRITE_SIZE: u64 = 64 << 20;
+    /// Socket buffer request (`-w`).
+    pub const MAX_SOCKET_BUFFER: u64 = 1 << 30;
+    /// Test duration a client may ask for (`-t`); servers may lower it.
+    pub const MAX_DURATION_S: f64 = 86_400.0;
+    /// Warm-up (`-O`).
+    pub const MAX_OMIT_S: f64 = 600.0;
+    /// Reporting interval (`-i`), when not 0 (= no intervals).
+    pub const MIN_INTERVAL_S: f64 = 0.05;
+    pub const MAX_INTERVAL_S: f64 = 3600.0;
+    /// Congestion-control names are at most TCP_CA_NAME_MAX-1 bytes.
+    pub const MAX_CC_NAME: usize = 15;
+    pub const MAX_TITLE: usize = 256;
+}
+
+/// What the application does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pattern {
+    /// Move as much as possible, one way, reverse or both ways.
+    Stream,
+}
+
+/// What carries the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    Tcp,
+}
+
+/// Which way data flows, seen from the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Client sends, server receives (the default).
+    Forward,
+    /// Server sends, client receives (`-R`).
+    Reverse,
+    /// Both at once, `parallel` flows each way (`--bidir`).
+    Bidir,
+}
+
+/// Direction of one flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FlowDirection {
+    /// client -> server
+    C2s,
+    /// server -> client
+    S2c,
+}
+
+impl FlowDirection {
+    pub fn label(self) -> &'static str {
+        match self {
+            FlowDirection::C2s => "c2s",
+            FlowDirection::S2c => "s2c",
+        }
+    }
+}
+
+/// How the receiving side consumes data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecvMode {
+    /// read() into a user buffer: what applications do (the default).
+    #[default]
+    Copy,
+    /// recv(MSG_TRUNC): the kernel discards the data without copying it to
+    /// user space. Measures the transport without the final copy.
+    Discard,
+}
+
+/// When a test ends.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// Measured seconds, after the warm-up (`-t`).
+    Duration { seconds: f64 },
+    /// Bytes per direction, split evenly over the parallel flows (`-n`).
+    Bytes { bytes: u64 },
+}
+
+/// The knobs shared by every transport (DESIGN.md), as far as TCP uses them.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Knobs {
+    /// Bytes per write() / read() call.
+    pub size: u64,
+    /// SO_SNDBUF and SO_RCVBUF request on every data socket, both ends.
+    pub buffer: Option<u64>,
+    /// TCP_CONGESTION for every data socket, both ends.
+    pub congestion: Option<String>,
+    /// TCP_NODELAY on every data socket.
+    pub nodelay: bool,
+    /// TCP_MAXSEG set on the client's sockets before connect (so both
+    /// directions use it).
+    pub mss: Option<u32>,
+    /// IP_TOS / IPV6_TCLASS byte (DSCP << 2 | ECN).
+    pub tos: Option<u8>,
+    /// SO_MAX_PACING_RATE, bytes per second, on sending sockets.
+    pub max_pacing_rate: Option<u64>,
+    /// How receivers consume data.
+    pub recv_mode: RecvMode,
+}
+
+/// A complete test request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TestSpec {
+    pub pattern: Pattern,
+    pub transport: Transport,
+    pub direction: Direction,
+    /// Flows per direction.
+    pub parallel: u32,
+    pub limit: Limit,
+    /// Warm-up seconds excluded from totals.
+    pub omit_s: f64,
+    /// Reporting interval in seconds; 0 = no interval reports.
+    pub interval_s: f64,
+    pub knobs: Knobs,
+    /// Free text carried into the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+}
+
+/// One flow of a test, as both sides number it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowPlan {
+    /// 0-based flow id, stable across both sides.
+    pub id: u32,
+    pub direction: FlowDirection,
+    /// Byte quota for `Limit::Bytes`; None for duration tests.
+    pub quota: Option<u64>,
+}
+
+impl TestSpec {
+    /// A spec with iperf3-like defaults: TCP stream, forward, 1 flow, 10 s,
+    /// 128 KiB writes, 1 s intervals.
+    pub fn default_stream() -> Self {
+        TestSpec {
+            pattern: Pattern::Stream,
+            transport: Transport::Tcp,
+            direction: Direction::Forward,
+            parallel: 1,
+            limit: Limit::Duration { seconds: 10.0 },
+            omit_s: 0.0,
+            interval_s: 1.0,
+            knobs: Knobs { size: 128 * 1024, ..Knobs::default() },
+            title: None,
+        }
+    }
+
+    /// Checks every field against [`limits`]. The message names the flag and
+    /// the accepted range, so both the CLI and a server answering a remote
+    /// client can pass it on as is.
+    pub fn validate(&self) -> Result<(), String> {
+        use limits::*;
+        if self.parallel == 0 || self.parallel > MAX_PARALLEL {
+            return Err(format!(
+                "-P/--parallel must be between 1 and {MAX_PARALLEL} (got {})",
+                self.parallel
+            ));
+        }
+        match self.limit {
+            Limit::Duration { seconds } => {
+                if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_DURATION_S) {
+                    return Err(format!(
+                        "-t/--time must be a positive number of seconds up to {MAX_DURATION_S} (got {seconds})"
+                    ));
+                }
+            }
+            Limit::Bytes { bytes } => {
+                if bytes == 0 {
+                    return Err("-n/--bytes must be greater than 0".into());
+                }
+            }
+        }
+        if !(self.omit_s.is_finite() && self.omit_s >= 0.0 && self.omit_s <= MAX_OMIT_S) {
+            return Err(format!(
+                "-O/--omit must be between 0 and {MAX_OMIT_S} seconds (got {})",
+                self.omit_s
+            ));
+        }
+        if !(self.interval_s == 0.0
+            || (self.interval_s.is_finite()
+                && (MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&self.interval_s)))
+        {
+            return Err(format!(
+                "-i/--interval must be 0 (off) or between {MIN_INTERVAL_S} and {MAX_INTERVAL_S} seconds (got {})",
+                self.interval_s
+            ));
+        }
+        let k = &self.knobs;
+        if k.size == 0 || k.size > MAX_WRITE_SIZE {
+            return Err(format!(
+                "-l/--length must be between 1 byte and {} MiB (got {})",
+                MAX_WRITE_SIZE >> 20,
+                k.size
+            ));
+        }
+        if let Some(b) = k.buffer {
+            if b == 0 || b > MAX_SOCKET_BUFFER {
+                return Err(format!(
+                    "-w/--window must be between 1 byte and {} MiB (got {b})",
+                    MAX_SOCKET_BUFFER >> 20
+                ));
+            }
+        }
+        if let Some(cc) = &k.congestion {
+            let ok = !cc.is_empty()
+                && cc.len() <= MAX_CC_NAME
+                && cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            if !ok {
+                return Err(format!(
+                    "-C/--congestion: '{cc}' is not a congestion-control name (letters, digits, '_' or '-', at most {MAX_CC_NAME})"
+                ));
+            }
+        }
+        if let Some(mss) = k.mss {
+            if !(88..=65_495).contains(&mss) {
+                return Err(format!("-M/--set-mss must be between 88 and 65495 bytes (got {mss})"));
+            }
+        }
+        if k.max_pacing_rate == Some(0) {
+            return Err("--fq-rate must be greater than 0".into());
+        }
+        if let Some(t) = &self.title {
+            if t.len() > MAX_TITLE {
+                return Err(format!("-T/--title is limited to {MAX_TITLE} bytes"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The flows of this test, numbered the same way on both sides:
+    /// forward flows first, then reverse flows.
+    pub fn flows(&self) -> Vec<FlowPlan> {
+        let dirs: &[FlowDirection] = match self.direction {
+            Direction::Forward => &[FlowDirection::C2s],
+            Direction::Reverse => &[FlowDirection::S2c],
+            Direction::Bidir => &[FlowDirection::C2s, FlowDirection::S2c],
+        };
+        let p = self.parallel as u64;
+        let mut out = Vec::new();
+        for &direction in dirs {
+            for i in 0..p {
+                let quota = match self.limit {
+                    // Split evenly; the first flows take the remainder.
+                    Limit::Bytes { bytes } => Some(bytes / p + u64::from(i < bytes % p)),
+                    Limit::Duration { .. } => None,
+                };
+                out.push(FlowPlan { id: out.len() as u32, direction, quota });
+            }
+        }
+        out
+    }
+
+    /// Seconds from start to the planned end of a duration test, warm-up
+    /// included; None for byte-limited tests.
+    pub fn planned_seconds(&self) -> Option<f64> {
+        match self.limit {
+            Limit::Duration { seconds } => Some(self.omit_s + seconds),
+            Limit::Bytes { .. } => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_valid() {
+        TestSpec::default_stream().validate().unwrap();
+    }
+
+    #[test]
+    fn byte_quota_is_split_exactly() {
+        let mut s = TestSpec::default_stream();
+        s.parallel = 3;
+        s.direction = Direction::Bidir;
+        s.limit = Limit::Bytes { bytes: 10 };
+        let flows = s.flows();
+        assert_eq!(flows.len(), 6);
+        let c2s: u64 = flows.iter().filter(|f| f.direction == FlowDirection::C2s).map(|f| f.quota.unwrap()).sum();
+        let s2c: u64 = flows.iter().filter(|f| f.direction == FlowDirection::S2c).map(|f| f.quota.unwrap()).sum();
+        assert_eq!((c2s, s2c), (10, 10));
+        assert_eq!(flows.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(flows[0].quota, Some(4));
+    }
+
+    #[test]
+    fn rejects_nonsense_with_the_flag_name() {
+        let mut s = TestSpec::default_stream();
+        s.parallel = 100_000;
+        assert!(s.validate().unwrap_err().contains("-P"));
+        let mut s = TestSpec::default_stream();
+        s.limit = Limit::Duration { seconds: -1.0 };
+        assert!(s.validate().unwrap_err().contains("-t"));
+        let mut s = TestSpec::default_stream();
+        s.knobs.size = 0;
+        assert!(s.validate().unwrap_err().contains("-l"));
+        let mut s = TestSpec::default_stream();
+        s.knobs.congestion = Some("cubic; rm -rf".into());
+        assert!(s.validate().unwrap_err().contains("-C"));
+        let mut s = TestSpec::default_stream();
+        s.interval_s = f64::NAN;
+        assert!(s.validate().unwrap_err().contains("-i"));
+    }
+}
