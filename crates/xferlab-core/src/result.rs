@@ -71,8 +71,17 @@ pub struct CpuUsage {
 
 impl CpuUsage {
     pub fn new(user_s: f64, system_s: f64, wall_s: f64) -> Self {
-        let percent = if wall_s > 0.0 { 100.0 * (user_s + system_s) / wall_s } else { 0.0 };
-        CpuUsage { user_s, system_s, wall_s, percent }
+        let percent = if wall_s > 0.0 {
+            100.0 * (user_s + system_s) / wall_s
+        } else {
+            0.0
+        };
+        CpuUsage {
+            user_s,
+            system_s,
+            wall_s,
+            percent,
+        }
     }
     pub fn total_s(&self) -> f64 {
         self.user_s + self.system_s
@@ -151,10 +160,16 @@ impl TcpCounters {
             snd_mss: self.snd_mss,
             retransmits: u64::from(self.total_retrans.wrapping_sub(prev.total_retrans)),
             delivery_rate_bps: self.delivery_rate as f64 * 8.0,
-            pacing_rate_bps: if self.pacing_rate == u64::MAX { 0.0 } else { self.pacing_rate as f64 * 8.0 },
+            pacing_rate_bps: if self.pacing_rate == u64::MAX {
+                0.0
+            } else {
+                self.pacing_rate as f64 * 8.0
+            },
             busy_us: self.busy_time_us.saturating_sub(prev.busy_time_us),
             rwnd_limited_us: self.rwnd_limited_us.saturating_sub(prev.rwnd_limited_us),
-            sndbuf_limited_us: self.sndbuf_limited_us.saturating_sub(prev.sndbuf_limited_us),
+            sndbuf_limited_us: self
+                .sndbuf_limited_us
+                .saturating_sub(prev.sndbuf_limited_us),
             delivered_ce: u64::from(self.delivered_ce.wrapping_sub(prev.delivered_ce)),
         }
     }
@@ -282,8 +297,16 @@ pub struct Throughput {
 
 impl Throughput {
     pub fn new(bytes: u64, seconds: f64) -> Self {
-        let bits_per_second = if seconds > 0.0 { bytes as f64 * 8.0 / seconds } else { 0.0 };
-        Throughput { bytes, seconds, bits_per_second }
+        let bits_per_second = if seconds > 0.0 {
+            bytes as f64 * 8.0 / seconds
+        } else {
+            0.0
+        };
+        Throughput {
+            bytes,
+            seconds,
+            bits_per_second,
+        }
     }
 }
 
@@ -325,13 +348,21 @@ pub struct TestResult {
 }
 
 impl SideReport {
-    fn flows_of(&self, direction: FlowDirection, role: FlowRole) -> impl Iterator<Item = &FlowReport> {
-        self.flows.iter().filter(move |f| f.direction == direction && f.role == role)
+    fn flows_of(
+        &self,
+        direction: FlowDirection,
+        role: FlowRole,
+    ) -> impl Iterator<Item = &FlowReport> {
+        self.flows
+            .iter()
+            .filter(move |f| f.direction == direction && f.role == role)
     }
 }
 
 /// Sums the flows of one direction and role over the measured window.
-fn side_throughput<'a>(flows: impl Iterator<Item = &'a FlowReport>) -> (Throughput, Option<u64>, u32) {
+fn side_throughput<'a>(
+    flows: impl Iterator<Item = &'a FlowReport>,
+) -> (Throughput, Option<u64>, u32) {
     let (mut bytes, mut start, mut end, mut n) = (0u64, f64::INFINITY, 0f64, 0u32);
     let mut retrans: Option<u64> = None;
     for f in flows {
@@ -380,7 +411,10 @@ impl Summary {
 pub fn sum_intervals(flows: &[FlowReport]) -> Vec<SumInterval> {
     let mut groups: BTreeMap<(FlowDirection, u8), Vec<&FlowReport>> = BTreeMap::new();
     for f in flows {
-        groups.entry((f.direction, f.role as u8)).or_default().push(f);
+        groups
+            .entry((f.direction, f.role as u8))
+            .or_default()
+            .push(f);
     }
     let mut out = Vec::new();
     for ((direction, _), members) in groups {
@@ -389,7 +423,9 @@ pub fn sum_intervals(flows: &[FlowReport]) -> Vec<SumInterval> {
         for i in 0..n {
             let mut sum: Option<SumInterval> = None;
             for f in &members {
-                let Some(iv) = f.intervals.get(i) else { continue };
+                let Some(iv) = f.intervals.get(i) else {
+                    continue;
+                };
                 let s = sum.get_or_insert(SumInterval {
                     direction,
                     role,
@@ -478,7 +514,10 @@ mod tests {
                 flow(1, FlowDirection::C2s, FlowRole::Sender, &[1, 2]),
             ],
         );
-        assert_eq!(c.sums.iter().map(|s| s.bytes).collect::<Vec<_>>(), vec![11, 22]);
+        assert_eq!(
+            c.sums.iter().map(|s| s.bytes).collect::<Vec<_>>(),
+            vec![11, 22]
+        );
         let s = side(
             Endpoint::Server,
             vec![
@@ -497,9 +536,25 @@ mod tests {
 
     #[test]
     fn tcp_sample_takes_deltas_of_counters_and_ends_of_gauges() {
-        let a = TcpCounters { total_retrans: 5, busy_time_us: 100, snd_cwnd: 10, snd_mss: 1000, ..Default::default() };
-        let b = TcpCounters { total_retrans: 7, busy_time_us: 350, snd_cwnd: 20, snd_mss: 1000, rtt_us: 42, ..Default::default() };
+        let a = TcpCounters {
+            total_retrans: 5,
+            busy_time_us: 100,
+            snd_cwnd: 10,
+            snd_mss: 1000,
+            ..Default::default()
+        };
+        let b = TcpCounters {
+            total_retrans: 7,
+            busy_time_us: 350,
+            snd_cwnd: 20,
+            snd_mss: 1000,
+            rtt_us: 42,
+            ..Default::default()
+        };
         let s = b.sample(&a);
-        assert_eq!((s.retransmits, s.busy_us, s.cwnd_bytes, s.rtt_us), (2, 250, 20_000, 42));
+        assert_eq!(
+            (s.retransmits, s.busy_us, s.cwnd_bytes, s.rtt_us),
+            (2, 250, 20_000, 42)
+        );
     }
 }

@@ -158,7 +158,10 @@ impl TestSpec {
             limit: Limit::Duration { seconds: 10.0 },
             omit_s: 0.0,
             interval_s: 1.0,
-            knobs: Knobs { size: 128 * 1024, ..Knobs::default() },
+            knobs: Knobs {
+                size: 128 * 1024,
+                ..Knobs::default()
+            },
             title: None,
         }
     }
@@ -222,7 +225,9 @@ impl TestSpec {
         if let Some(cc) = &k.congestion {
             let ok = !cc.is_empty()
                 && cc.len() <= MAX_CC_NAME
-                && cc.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                && cc
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !ok {
                 return Err(format!(
                     "-C/--congestion: '{cc}' is not a congestion-control name (letters, digits, '_' or '-', at most {MAX_CC_NAME})"
@@ -231,7 +236,9 @@ impl TestSpec {
         }
         if let Some(mss) = k.mss {
             if !(88..=65_495).contains(&mss) {
-                return Err(format!("-M/--set-mss must be between 88 and 65495 bytes (got {mss})"));
+                return Err(format!(
+                    "-M/--set-mss must be between 88 and 65495 bytes (got {mss})"
+                ));
             }
         }
         if k.max_pacing_rate == Some(0) {
@@ -262,7 +269,11 @@ impl TestSpec {
                     Limit::Bytes { bytes } => Some(bytes / p + u64::from(i < bytes % p)),
                     Limit::Duration { .. } => None,
                 };
-                out.push(FlowPlan { id: out.len() as u32, direction, quota });
+                out.push(FlowPlan {
+                    id: out.len() as u32,
+                    direction,
+                    quota,
+                });
             }
         }
         out
@@ -295,10 +306,21 @@ mod tests {
         s.limit = Limit::Bytes { bytes: 10 };
         let flows = s.flows();
         assert_eq!(flows.len(), 6);
-        let c2s: u64 = flows.iter().filter(|f| f.direction == FlowDirection::C2s).map(|f| f.quota.unwrap()).sum();
-        let s2c: u64 = flows.iter().filter(|f| f.direction == FlowDirection::S2c).map(|f| f.quota.unwrap()).sum();
+        let c2s: u64 = flows
+            .iter()
+            .filter(|f| f.direction == FlowDirection::C2s)
+            .map(|f| f.quota.unwrap())
+            .sum();
+        let s2c: u64 = flows
+            .iter()
+            .filter(|f| f.direction == FlowDirection::S2c)
+            .map(|f| f.quota.unwrap())
+            .sum();
         assert_eq!((c2s, s2c), (10, 10));
-        assert_eq!(flows.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4, 5]);
+        assert_eq!(
+            flows.iter().map(|f| f.id).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4, 5]
+        );
         assert_eq!(flows[0].quota, Some(4));
     }
 

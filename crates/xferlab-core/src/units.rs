@@ -24,7 +24,9 @@ fn size_help(s: &str) -> String {
 
 /// Parses a rate in bit/s: `100M`, `2.5G`, `800k` (k/M/G/T = 10^3/10^6/10^9/10^12).
 pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let help = || format!("'{s}' is not a rate: use bits per second with an optional k, M, G or T suffix (decimal: 100M = 100000000)");
+    let help = || {
+        format!("'{s}' is not a rate: use bits per second with an optional k, M, G or T suffix (decimal: 100M = 100000000)")
+    };
     let (num, mult) = split_suffix(s, 1000.0).ok_or_else(help)?;
     let v = num * mult;
     if !(v.is_finite() && v >= 0.0 && v < 1.8e19) {
@@ -50,14 +52,22 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     };
     match num.trim().parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v * mult),
-        _ => Err(format!("'{s}' is not a duration: use seconds (10, 2.5) or a unit (500ms, 3s, 2m, 1h)")),
+        _ => Err(format!(
+            "'{s}' is not a duration: use seconds (10, 2.5) or a unit (500ms, 3s, 2m, 1h)"
+        )),
     }
 }
 
 fn split_suffix(s: &str, base: f64) -> Option<(f64, f64)> {
     let t = s.trim();
-    let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
-    let t = t.strip_suffix("bit").or_else(|| t.strip_suffix("bps")).unwrap_or(t);
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let t = t
+        .strip_suffix("bit")
+        .or_else(|| t.strip_suffix("bps"))
+        .unwrap_or(t);
     let (digits, mult) = match t.chars().last()? {
         'k' | 'K' => (&t[..t.len() - 1], base),
         'm' | 'M' => (&t[..t.len() - 1], base.powi(2)),
@@ -77,7 +87,10 @@ pub enum RateUnit {
     AutoBits,
     /// bytes/s, scaled to KB/MB/GB (binary, as iperf3).
     AutoBytes,
-    Fixed { bytes: bool, prefix: char },
+    Fixed {
+        bytes: bool,
+        prefix: char,
+    },
 }
 
 impl RateUnit {
@@ -97,8 +110,14 @@ impl RateUnit {
         match self {
             RateUnit::AutoBits => scaled(bits_per_second, 1000.0, None, "bits/sec"),
             RateUnit::AutoBytes => scaled(bits_per_second / 8.0, 1024.0, None, "Bytes/sec"),
-            RateUnit::Fixed { bytes: false, prefix } => scaled(bits_per_second, 1000.0, Some(prefix), "bits/sec"),
-            RateUnit::Fixed { bytes: true, prefix } => scaled(bits_per_second / 8.0, 1024.0, Some(prefix), "Bytes/sec"),
+            RateUnit::Fixed {
+                bytes: false,
+                prefix,
+            } => scaled(bits_per_second, 1000.0, Some(prefix), "bits/sec"),
+            RateUnit::Fixed {
+                bytes: true,
+                prefix,
+            } => scaled(bits_per_second / 8.0, 1024.0, Some(prefix), "Bytes/sec"),
         }
     }
 }
@@ -123,7 +142,13 @@ fn scaled(v: f64, base: f64, fixed: Option<char>, unit: &str) -> String {
         }
     };
     let x = v / base.powi(exp as i32);
-    let digits = if x.abs() >= 100.0 { 0 } else if x.abs() >= 10.0 { 1 } else { 2 };
+    let digits = if x.abs() >= 100.0 {
+        0
+    } else if x.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
     format!("{x:.digits$} {}{unit}", PREFIXES[exp])
 }
 
@@ -173,8 +198,16 @@ mod tests {
     fn formatting_reads_like_iperf3() {
         assert_eq!(RateUnit::AutoBits.format_rate(20.9e9), "20.9 Gbits/sec");
         assert_eq!(RateUnit::AutoBits.format_rate(941.0e6), "941 Mbits/sec");
-        assert_eq!(RateUnit::AutoBytes.format_rate(8.0 * 1024.0 * 1024.0 * 5.5), "5.50 MBytes/sec");
-        assert_eq!(RateUnit::parse("M").unwrap().format_rate(8.0 * 1024.0 * 1024.0 * 2048.0), "2048 MBytes/sec");
+        assert_eq!(
+            RateUnit::AutoBytes.format_rate(8.0 * 1024.0 * 1024.0 * 5.5),
+            "5.50 MBytes/sec"
+        );
+        assert_eq!(
+            RateUnit::parse("M")
+                .unwrap()
+                .format_rate(8.0 * 1024.0 * 1024.0 * 2048.0),
+            "2048 MBytes/sec"
+        );
         assert_eq!(format_bytes(3 * (1 << 30)), "3.00 GBytes");
         assert_eq!(format_bytes(512), "512 Bytes");
         assert!(RateUnit::parse("x").is_err());

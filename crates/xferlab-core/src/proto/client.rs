@@ -4,7 +4,9 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
+use super::wire::{
+    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION,
+};
 use super::{ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT};
 use crate::result::{SideReport, Software};
 use crate::spec::TestSpec;
@@ -52,7 +54,10 @@ impl ClientControl {
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
             out: Preamble::new(ConnKind::Control).encode().to_vec(),
             events: VecDeque::new(),
-            deadline: Some((now + HANDSHAKE_TIMEOUT, "waiting for the server to accept the test")),
+            deadline: Some((
+                now + HANDSHAKE_TIMEOUT,
+                "waiting for the server to accept the test",
+            )),
         };
         c.queue(&ClientMsg::Hello { software, spec });
         c
@@ -73,7 +78,13 @@ impl ClientControl {
             raw.copy_from_slice(&self.preamble);
             match Preamble::decode(&raw) {
                 Ok(p) if p.version != VERSION => {
-                    return self.fail(ProtoError::VersionMismatch { ours: VERSION, theirs: p.version }, false)
+                    return self.fail(
+                        ProtoError::VersionMismatch {
+                            ours: VERSION,
+                            theirs: p.version,
+                        },
+                        false,
+                    )
                 }
                 Ok(_) => self.state = State::AwaitWelcome,
                 Err(e) => return self.fail(e, false),
@@ -96,10 +107,15 @@ impl ClientControl {
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
         let msg: ServerMsg = decode_json(frame)?;
         match (self.state, msg) {
-            (_, ServerMsg::Error { code, message }) => self.fail(ProtoError::Peer { code, message }, false),
+            (_, ServerMsg::Error { code, message }) => {
+                self.fail(ProtoError::Peer { code, message }, false)
+            }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
                 self.state = State::AwaitStart;
-                self.deadline = Some((now + HANDSHAKE_TIMEOUT, "waiting for the server to start the test"));
+                self.deadline = Some((
+                    now + HANDSHAKE_TIMEOUT,
+                    "waiting for the server to start the test",
+                ));
                 self.events.push_back(ClientEvent::Welcome(Box::new(w)));
             }
             (State::AwaitStart, ServerMsg::Start) => {
@@ -156,7 +172,10 @@ impl ClientControl {
                 self.deadline = Some((now + RESULTS_TIMEOUT, "waiting for the server's results"));
             }
             State::Done | State::Failed | State::AwaitResults | State::HaveResults => {}
-            _ => self.abort(ErrorCode::Aborted, "the client stopped before the test started"),
+            _ => self.abort(
+                ErrorCode::Aborted,
+                "the client stopped before the test started",
+            ),
         }
     }
 
@@ -164,7 +183,9 @@ impl ClientControl {
     /// then complete.
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
-            self.queue(&ClientMsg::Results { report: Box::new(report.clone()) });
+            self.queue(&ClientMsg::Results {
+                report: Box::new(report.clone()),
+            });
             self.state = State::Done;
         }
     }
@@ -174,7 +195,10 @@ impl ClientControl {
         if self.is_closed() {
             return;
         }
-        self.queue(&ClientMsg::Error { code, message: message.to_string() });
+        self.queue(&ClientMsg::Error {
+            code,
+            message: message.to_string(),
+        });
         self.state = State::Failed;
         self.deadline = None;
     }
@@ -184,7 +208,10 @@ impl ClientControl {
             return;
         }
         if tell_peer {
-            self.queue(&ClientMsg::Error { code: e.code(), message: e.to_string() });
+            self.queue(&ClientMsg::Error {
+                code: e.code(),
+                message: e.to_string(),
+            });
         }
         self.state = State::Failed;
         self.deadline = None;

@@ -37,12 +37,20 @@ impl ErrorCode {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ClientMsg {
     /// First message: what to run.
-    Hello { software: Software, spec: TestSpec },
+    Hello {
+        software: Software,
+        spec: TestSpec,
+    },
     /// End the test: stop sending, drain, then send results.
     Stop,
     /// The client's own measurements, sent after the server's arrived.
-    Results { report: Box<SideReport> },
-    Error { code: ErrorCode, message: String },
+    Results {
+        report: Box<SideReport>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 /// The server's answer to an acceptable `Hello`.
@@ -64,6 +72,11 @@ pub enum ServerMsg {
     /// All data connections are attached: the test starts now.
     Start,
     /// The server's measurements, sent once its flows have drained.
-    Results { report: Box<SideReport> },
-    Error { code: ErrorCode, message: String },
+    Results {
+        report: Box<SideReport>,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }

@@ -84,3 +84,6 @@ impl ProtoError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

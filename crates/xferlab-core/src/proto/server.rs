@@ -5,7 +5,10 @@ use std::time::{Duration, Instant};
 
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, VERSION};
-use super::{ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT, RUNNING_GRACE};
+use super::{
+    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
+    RUNNING_GRACE,
+};
 use crate::result::SideReport;
 use crate::spec::TestSpec;
 
@@ -82,7 +85,13 @@ impl ServerControl {
             deadline: Some((now + HANDSHAKE_TIMEOUT, "waiting for the client's hello")),
         };
         if peer_version != VERSION {
-            s.fail(ProtoError::VersionMismatch { ours: VERSION, theirs: peer_version }, true);
+            s.fail(
+                ProtoError::VersionMismatch {
+                    ours: VERSION,
+                    theirs: peer_version,
+                },
+                true,
+            );
         }
         s
     }
@@ -117,11 +126,13 @@ impl ServerControl {
             (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
                 if let Err(why) = self.policy.check(&spec) {
                     self.reject(ErrorCode::InvalidSpec, &why);
-                    self.events.push_back(ServerEvent::Failed(ProtoError::Malformed(why)));
+                    self.events
+                        .push_back(ServerEvent::Failed(ProtoError::Malformed(why)));
                 } else {
                     self.state = State::Deciding;
                     self.deadline = None;
-                    self.events.push_back(ServerEvent::TestRequested(Box::new(spec)));
+                    self.events
+                        .push_back(ServerEvent::TestRequested(Box::new(spec)));
                 }
             }
             (State::AwaitFlows | State::Running, ClientMsg::Stop) => {
@@ -142,7 +153,12 @@ impl ServerControl {
                 )))
             }
         }
-        self.decoder.set_max_len(if self.state == State::AwaitResults { MAX_RESULTS_FRAME } else { MAX_SMALL_FRAME });
+        self.decoder
+            .set_max_len(if self.state == State::AwaitResults {
+                MAX_RESULTS_FRAME
+            } else {
+                MAX_SMALL_FRAME
+            });
         Ok(())
     }
 
@@ -172,7 +188,10 @@ impl ServerControl {
         }
         self.queue(&ServerMsg::Welcome(welcome));
         self.state = State::AwaitFlows;
-        self.deadline = Some((now + HANDSHAKE_TIMEOUT, "waiting for the client's data connections"));
+        self.deadline = Some((
+            now + HANDSHAKE_TIMEOUT,
+            "waiting for the client's data connections",
+        ));
     }
 
     /// Refuse the request (or abort the session) with a reason for the peer.
@@ -180,7 +199,10 @@ impl ServerControl {
         if self.is_closed() {
             return;
         }
-        self.queue(&ServerMsg::Error { code, message: message.to_string() });
+        self.queue(&ServerMsg::Error {
+            code,
+            message: message.to_string(),
+        });
         self.state = State::Failed;
         self.deadline = None;
     }
@@ -193,8 +215,13 @@ impl ServerControl {
         }
         self.queue(&ServerMsg::Start);
         self.state = State::Running;
-        let limit = planned.map_or(self.policy.max_duration, |p| p.min(self.policy.max_duration));
-        self.deadline = Some((now + limit + RUNNING_GRACE, "waiting for the client to end the test"));
+        let limit = planned.map_or(self.policy.max_duration, |p| {
+            p.min(self.policy.max_duration)
+        });
+        self.deadline = Some((
+            now + limit + RUNNING_GRACE,
+            "waiting for the client to end the test",
+        ));
     }
 
     /// Our flows have drained: send our measurements.
@@ -202,7 +229,9 @@ impl ServerControl {
         if self.state != State::Stopping {
             return;
         }
-        self.queue(&ServerMsg::Results { report: Box::new(report.clone()) });
+        self.queue(&ServerMsg::Results {
+            report: Box::new(report.clone()),
+        });
         self.state = State::AwaitResults;
         self.decoder.set_max_len(MAX_RESULTS_FRAME);
         self.deadline = Some((now + RESULTS_TIMEOUT, "waiting for the client's results"));
@@ -213,7 +242,10 @@ impl ServerControl {
             return;
         }
         if tell_peer {
-            self.queue(&ServerMsg::Error { code: e.code(), message: e.to_string() });
+            self.queue(&ServerMsg::Error {
+                code: e.code(),
+                message: e.to_string(),
+            });
         }
         self.state = State::Failed;
         self.deadline = None;

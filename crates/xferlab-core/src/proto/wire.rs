@@ -32,12 +32,24 @@ pub struct Preamble {
 
 impl Preamble {
     pub fn new(kind: ConnKind) -> Self {
-        Preamble { version: VERSION, kind }
+        Preamble {
+            version: VERSION,
+            kind,
+        }
     }
 
     pub fn encode(&self) -> [u8; PREAMBLE_LEN] {
         let v = self.version.to_be_bytes();
-        [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], v[0], v[1], self.kind as u8, 0]
+        [
+            MAGIC[0],
+            MAGIC[1],
+            MAGIC[2],
+            MAGIC[3],
+            v[0],
+            v[1],
+            self.kind as u8,
+            0,
+        ]
     }
 
     /// Parses a preamble. The version is *not* checked here: the caller
@@ -50,7 +62,11 @@ impl Preamble {
         let kind = match b[6] {
             1 => ConnKind::Control,
             2 => ConnKind::Data,
-            k => return Err(ProtoError::Malformed(format!("unknown connection kind {k}"))),
+            k => {
+                return Err(ProtoError::Malformed(format!(
+                    "unknown connection kind {k}"
+                )))
+            }
         };
         Ok(Preamble { version, kind })
     }
@@ -73,7 +89,10 @@ impl Attach {
     pub fn decode(b: &[u8; ATTACH_LEN]) -> Self {
         let mut token = [0u8; TOKEN_LEN];
         token.copy_from_slice(&b[..TOKEN_LEN]);
-        Attach { token, flow: u32::from_be_bytes([b[16], b[17], b[18], b[19]]) }
+        Attach {
+            token,
+            flow: u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
+        }
     }
 }
 
@@ -99,7 +118,9 @@ impl AttachReply {
     pub fn describe(self) -> &'static str {
         match self {
             AttachReply::Ok => "accepted",
-            AttachReply::UnknownSession => "the server does not know this test (it ended or timed out)",
+            AttachReply::UnknownSession => {
+                "the server does not know this test (it ended or timed out)"
+            }
             AttachReply::BadFlow => "the server rejected the flow number",
             AttachReply::VersionMismatch => "the server speaks another protocol version",
         }
@@ -129,7 +150,10 @@ pub struct FrameDecoder {
 
 impl FrameDecoder {
     pub fn new(max_len: u32) -> Self {
-        FrameDecoder { buf: Vec::new(), max_len }
+        FrameDecoder {
+            buf: Vec::new(),
+            max_len,
+        }
     }
 
     pub fn set_max_len(&mut self, max_len: u32) {
@@ -152,7 +176,10 @@ impl FrameDecoder {
         }
         let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]);
         if len > self.max_len {
-            return Err(ProtoError::TooLarge { len, max: self.max_len });
+            return Err(ProtoError::TooLarge {
+                len,
+                max: self.max_len,
+            });
         }
         let end = 4 + len as usize;
         if self.buf.len() < end {
@@ -183,7 +210,10 @@ mod tests {
         assert_eq!(Preamble::decode(b"GET / HT"), Err(ProtoError::NotXferlab));
         // An iperf3 cookie starts with lower-case letters or digits 2-7.
         assert_eq!(Preamble::decode(b"abcdefgh"), Err(ProtoError::NotXferlab));
-        assert!(matches!(Preamble::decode(b"XFRL\0\x01\x09\0"), Err(ProtoError::Malformed(_))));
+        assert!(matches!(
+            Preamble::decode(b"XFRL\0\x01\x09\0"),
+            Err(ProtoError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -195,15 +225,27 @@ mod tests {
             assert_eq!(d.next_frame().unwrap(), None);
         }
         d.push(&frame[frame.len() - 1..]);
-        assert_eq!(d.next_frame().unwrap().unwrap(), br#"{"type":"stop"}"#.to_vec());
+        assert_eq!(
+            d.next_frame().unwrap().unwrap(),
+            br#"{"type":"stop"}"#.to_vec()
+        );
         let mut d = FrameDecoder::new(1024);
         d.push(&0x8000_0000u32.to_be_bytes());
-        assert_eq!(d.next_frame(), Err(ProtoError::TooLarge { len: 0x8000_0000, max: 1024 }));
+        assert_eq!(
+            d.next_frame(),
+            Err(ProtoError::TooLarge {
+                len: 0x8000_0000,
+                max: 1024
+            })
+        );
     }
 
     #[test]
     fn attach_round_trip() {
-        let a = Attach { token: [7; 16], flow: 300 };
+        let a = Attach {
+            token: [7; 16],
+            flow: 300,
+        };
         assert_eq!(Attach::decode(&a.encode()), a);
     }
 }

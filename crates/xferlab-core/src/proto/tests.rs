@@ -1,0 +1,258 @@
+//! The two state machines talking to each other in memory, on virtual time.
+
+use std::time::{Duration, Instant};
+
+use super::wire::{encode_frame, ConnKind, Preamble, PREAMBLE_LEN, VERSION};
+use super::*;
+use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
+use crate::spec::TestSpec;
+
+fn software() -> Software {
+    Software {
+        name: "xferlab".into(),
+        version: "test".into(),
+        protocol: VERSION,
+    }
+}
+
+fn policy() -> ServerPolicy {
+    ServerPolicy {
+        max_duration: Duration::from_secs(60),
+    }
+}
+
+fn report(endpoint: Endpoint) -> SideReport {
+    SideReport {
+        endpoint,
+        host: HostInfo::default(),
+        embedded: false,
+        duration_s: 1.0,
+        flows: vec![],
+        sums: vec![],
+        cpu: CpuUsage::default(),
+        counters: KernelCounters::default(),
+        warnings: vec![],
+    }
+}
+
+fn welcome() -> Welcome {
+    Welcome {
+        session: "00".repeat(16),
+        software: software(),
+        host: HostInfo::default(),
+        max_duration_s: 60.0,
+    }
+}
+
+/// A server that has read the client's preamble, as the dispatcher does.
+fn server_for(client: &mut ClientControl, t0: Instant) -> ServerControl {
+    let bytes = client.poll_transmit().unwrap();
+    let mut pre = [0u8; PREAMBLE_LEN];
+    pre.copy_from_slice(&bytes[..PREAMBLE_LEN]);
+    let p = Preamble::decode(&pre).unwrap();
+    assert_eq!(p.kind, ConnKind::Control);
+    let mut server = ServerControl::new(t0, p.version, policy());
+    server.handle_input(t0, &bytes[PREAMBLE_LEN..]);
+    server
+}
+
+fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Instant) {
+    for _ in 0..4 {
+        if let Some(b) = client.poll_transmit() {
+            server.handle_input(now, &b);
+        }
+        if let Some(b) = server.poll_transmit() {
+            client.handle_input(now, &b);
+        }
+    }
+}
+
+#[test]
+fn a_whole_test_exchanges_results_both_ways() {
+    let t0 = Instant::now();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
+        panic!("no request")
+    };
+    assert_eq!(*spec, TestSpec::default_stream());
+    s.accept(t0, welcome());
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(c.poll_event(), Some(ClientEvent::Welcome(_))));
+    s.flows_attached(t0, Some(Duration::from_secs(10)));
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(c.poll_event(), Some(ClientEvent::Started)));
+    assert!(s.is_running());
+    let t1 = t0 + Duration::from_secs(10);
+    c.stop(t1);
+    pump(&mut c, &mut s, t1);
+    assert!(matches!(s.poll_event(), Some(ServerEvent::StopRequested)));
+    s.send_results(t1, &report(Endpoint::Server));
+    pump(&mut c, &mut s, t1);
+    let Some(ClientEvent::PeerResults(r)) = c.poll_event() else {
+        panic!("no server results")
+    };
+    assert_eq!(r.endpoint, Endpoint::Server);
+    c.send_results(&report(Endpoint::Client));
+    pump(&mut c, &mut s, t1);
+    let Some(ServerEvent::PeerResults(r)) = s.poll_event() else {
+        panic!("no client results")
+    };
+    assert_eq!(r.endpoint, Endpoint::Client);
+    assert!(c.is_closed() && s.is_closed());
+    assert!(c.poll_event().is_none() && s.poll_event().is_none());
+}
+
+#[test]
+fn version_mismatch_is_reported_on_both_sides() {
+    let t0 = Instant::now();
+    let mut s = ServerControl::new(t0, VERSION + 1, policy());
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::VersionMismatch { theirs, .. })) if theirs == VERSION + 1
+    ));
+    // A client meeting a newer server.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut newer = Preamble::new(ConnKind::Control);
+    newer.version = VERSION + 1;
+    c.handle_input(t0, &newer.encode());
+    let Some(ClientEvent::Failed(e)) = c.poll_event() else {
+        panic!()
+    };
+    assert!(e.to_string().contains("same xferlab release"), "{e}");
+}
+
+#[test]
+fn the_server_answers_garbage_with_an_error_and_closes() {
+    let t0 = Instant::now();
+    let mut s = ServerControl::new(t0, VERSION, policy());
+    let mut junk = 7u32.to_be_bytes().to_vec();
+    junk.extend_from_slice(b"{not js");
+    s.handle_input(t0, &junk);
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Malformed(_)))
+    ));
+    assert!(s.is_closed());
+    let out = s.poll_transmit().unwrap();
+    // preamble, then an error frame the client can print
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    c.handle_input(t0, &out);
+    let Some(ClientEvent::Failed(ProtoError::Peer { code, .. })) = c.poll_event() else {
+        panic!()
+    };
+    assert_eq!(code, ErrorCode::BadMessage);
+}
+
+#[test]
+fn oversized_and_out_of_order_messages_are_refused() {
+    let t0 = Instant::now();
+    let mut s = ServerControl::new(t0, VERSION, policy());
+    s.handle_input(t0, &(2u32 << 30).to_be_bytes());
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::TooLarge { .. }))
+    ));
+
+    let mut s = ServerControl::new(t0, VERSION, policy());
+    s.handle_input(t0, &encode_frame(&ClientMsg::Stop));
+    let Some(ServerEvent::Failed(ProtoError::Malformed(m))) = s.poll_event() else {
+        panic!()
+    };
+    assert!(m.contains("unexpected stop"), "{m}");
+}
+
+#[test]
+fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
+    let t0 = Instant::now();
+    let mut spec = TestSpec::default_stream();
+    spec.limit = crate::spec::Limit::Duration { seconds: 120.0 };
+    let mut c = ClientControl::new(t0, software(), spec);
+    let mut s = server_for(&mut c, t0);
+    assert!(matches!(s.poll_event(), Some(ServerEvent::Failed(_))));
+    pump(&mut c, &mut s, t0);
+    let Some(ClientEvent::Failed(e)) = c.poll_event() else {
+        panic!()
+    };
+    assert!(e.to_string().contains("--max-duration"), "{e}");
+}
+
+#[test]
+fn every_wait_has_a_deadline() {
+    let t0 = Instant::now();
+    // Silent client after connecting.
+    let mut s = ServerControl::new(t0, VERSION, policy());
+    let at = s.poll_timeout().unwrap();
+    s.handle_timeout(at - Duration::from_millis(1));
+    assert!(!s.is_closed());
+    s.handle_timeout(at);
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Timeout(_)))
+    ));
+
+    // A client that never stops a 10 s test: the watchdog fires after
+    // the planned time plus the grace.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.accept(t0, welcome());
+    s.flows_attached(t0, Some(Duration::from_secs(10)));
+    assert_eq!(
+        s.poll_timeout(),
+        Some(t0 + Duration::from_secs(10) + RUNNING_GRACE)
+    );
+
+    // A server that never answers.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    c.handle_timeout(t0 + HANDSHAKE_TIMEOUT);
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Failed(ProtoError::Timeout(_)))
+    ));
+}
+
+#[test]
+fn a_vanished_client_fails_the_session_at_once() {
+    let t0 = Instant::now();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.accept(t0, welcome());
+    s.flows_attached(t0, None);
+    s.handle_eof();
+    let Some(ServerEvent::Failed(ProtoError::Closed(when))) = s.poll_event() else {
+        panic!()
+    };
+    assert_eq!(when, "in the middle of the test");
+}
+
+#[test]
+fn random_bytes_never_panic_the_server() {
+    // A small deterministic xorshift fuzz: arbitrary input must end in a
+    // closed session or a pending state, never a panic.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let t0 = Instant::now();
+    for round in 0..2000 {
+        let mut s = ServerControl::new(t0, VERSION, policy());
+        let len = (round % 64) + 1;
+        let mut buf = Vec::with_capacity(len);
+        for _ in 0..len {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            buf.push(x as u8);
+        }
+        if round % 3 == 0 {
+            // plausible length prefix, random body
+            let body = buf.len() as u32;
+            let mut framed = body.to_be_bytes().to_vec();
+            framed.extend_from_slice(&buf);
+            buf = framed;
+        }
+        s.handle_input(t0, &buf);
+        while s.poll_event().is_some() {}
+        s.handle_eof();
+        assert!(s.is_closed());
+    }
+}

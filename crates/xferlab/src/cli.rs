@@ -1,0 +1,324 @@
+//! The command line. Verbs are the patterns of DESIGN.md; flags follow
+//! iperf3's names where the concept is the same.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use xferlab_core::spec::{Direction, Knobs, Limit, RecvMode, TestSpec};
+use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
+
+use crate::net::{Family, DEFAULT_PORT};
+use crate::output::Format;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xferlab",
+    version,
+    about = "Measure how fast data really moves through a transport, and why.",
+    long_about = "Measure how fast data really moves through a transport, and why.\n\n\
+        Every test is pattern x transport x knobs -> measurements. With no server named, \
+        a test runs against an in-process server on loopback.",
+    after_help = "Exit status: 0 test ok; 1 test failed or incomplete (partial results are still written); \
+        2 bad usage; 130 interrupted (results so far are written)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve tests from xferlab clients, several at once.
+    Server(ServerArgs),
+    /// Bulk transfer over TCP: as much data as possible, one way, reverse
+    /// or both ways, in one or more parallel flows.
+    Stream(Box<StreamArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    /// Port to listen on.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// Listen on this address only (default: every IPv6 and IPv4 address).
+    #[arg(short = 'B', long = "bind", value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// Longest test accepted, warm-up included (seconds or 10m, 1h).
+    #[arg(long, default_value = "1h", value_parser = parse_seconds, value_name = "DURATION")]
+    pub max_duration: f64,
+    /// Tests served at the same time; more are refused as busy.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub max_sessions: usize,
+    /// Exit after serving one test.
+    #[arg(short = '1', long)]
+    pub one_off: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StreamArgs {
+    /// Server: HOST, HOST:PORT, IPv6 or [IPv6]:PORT. Without it, an
+    /// in-process server on loopback is used.
+    pub host: Option<String>,
+    /// Server port, when HOST does not name one.
+    #[arg(short, long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+
+    /// Measured seconds, after the warm-up (or 500ms, 2m).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION", conflicts_with = "bytes")]
+    pub time: Option<f64>,
+    /// Bytes to move per direction instead of a duration (K/M/G suffixes),
+    /// split evenly over the parallel flows.
+    #[arg(short = 'n', long = "bytes", value_parser = parse_size, value_name = "SIZE")]
+    pub bytes: Option<u64>,
+    /// Warm-up seconds: reported, but excluded from the totals.
+    #[arg(short = 'O', long = "omit", value_parser = parse_seconds, allow_negative_numbers = true, default_value = "0", value_name = "DURATION")]
+    pub omit: f64,
+    /// Seconds between interval reports; 0 turns them off.
+    #[arg(short = 'i', long = "interval", value_parser = parse_seconds, allow_negative_numbers = true, default_value = "1", value_name = "DURATION")]
+    pub interval: f64,
+    /// Parallel flows (per direction with --bidir).
+    #[arg(
+        short = 'P',
+        long = "parallel",
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_name = "N"
+    )]
+    pub parallel: i64,
+    /// Reverse: the server sends, the client receives.
+    #[arg(short = 'R', long, conflicts_with = "bidir")]
+    pub reverse: bool,
+    /// Both directions at once.
+    #[arg(long)]
+    pub bidir: bool,
+
+    /// Bytes per write (and read) call.
+    #[arg(short = 'l', long = "length", value_parser = parse_size, default_value = "128K", value_name = "SIZE")]
+    pub length: u64,
+    /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
+    /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
+    /// kernel doubles the value; the result shows what was applied.
+    #[arg(short = 'w', long = "window", value_parser = parse_size, value_name = "SIZE")]
+    pub window: Option<u64>,
+    /// Congestion control for every data socket, both ends (per socket).
+    #[arg(short = 'C', long = "congestion", value_name = "ALGO")]
+    pub congestion: Option<String>,
+    /// Set TCP_NODELAY (disable Nagle).
+    #[arg(short = 'N', long = "no-delay")]
+    pub no_delay: bool,
+    /// TCP maximum segment size, set before connecting.
+    #[arg(short = 'M', long = "set-mss", value_name = "BYTES")]
+    pub mss: Option<u32>,
+    /// IP type-of-service byte (decimal or 0x hex).
+    #[arg(short = 'S', long = "tos", value_parser = parse_tos, value_name = "TOS", conflicts_with = "dscp")]
+    pub tos: Option<u8>,
+    /// DSCP codepoint: 0-63 or a name (EF, AF41, CS1, LE ...).
+    #[arg(long = "dscp", value_parser = parse_dscp, value_name = "DSCP")]
+    pub dscp: Option<u8>,
+    /// Cap each sending socket's pacing rate (SO_MAX_PACING_RATE), bit/s
+    /// with k/M/G suffixes.
+    #[arg(long = "fq-rate", value_parser = parse_rate, value_name = "RATE")]
+    pub fq_rate: Option<u64>,
+    /// Receive with recv(MSG_TRUNC): the kernel discards the data without
+    /// copying it to user space (labelled in results).
+    #[arg(long = "skip-rx-copy")]
+    pub skip_rx_copy: bool,
+
+    /// Use IPv4 only.
+    #[arg(short = '4', long = "version4", conflicts_with = "v6")]
+    pub v4: bool,
+    /// Use IPv6 only.
+    #[arg(short = '6', long = "version6")]
+    pub v6: bool,
+    /// Seconds to wait for each connection.
+    #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "DURATION")]
+    pub connect_timeout: f64,
+    /// Free text stored with the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
+
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// Shorthand for --format json.
+    #[arg(short = 'J', long = "json", conflicts_with = "format")]
+    pub json: bool,
+    /// Rate units in human output: k m g t (bit/s), K M G T (bytes/s),
+    /// b (auto bits), B (auto bytes, e.g. MB/s).
+    #[arg(short = 'f', long = "units", value_parser = RateUnit::parse, default_value = "b", value_name = "UNIT")]
+    pub units: RateUnit,
+    /// Write the output to this file instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+impl StreamArgs {
+    pub fn family(&self) -> Family {
+        match (self.v4, self.v6) {
+            (true, _) => Family::V4,
+            (_, true) => Family::V6,
+            _ => Family::Any,
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        if self.json {
+            Format::Json
+        } else {
+            self.format
+        }
+    }
+
+    /// The test this command line asks for, validated.
+    pub fn spec(&self) -> Result<TestSpec, String> {
+        let parallel = u32::try_from(self.parallel).map_err(|_| {
+            format!(
+                "-P/--parallel must be between 1 and 128 (got {})",
+                self.parallel
+            )
+        })?;
+        let limit = match (self.bytes, self.time) {
+            (Some(bytes), _) => Limit::Bytes { bytes },
+            (None, t) => Limit::Duration {
+                seconds: t.unwrap_or(10.0),
+            },
+        };
+        let direction = if self.bidir {
+            Direction::Bidir
+        } else if self.reverse {
+            Direction::Reverse
+        } else {
+            Direction::Forward
+        };
+        let spec = TestSpec {
+            direction,
+            parallel,
+            limit,
+            omit_s: self.omit,
+            interval_s: self.interval,
+            knobs: Knobs {
+                size: self.length,
+                buffer: self.window,
+                congestion: self.congestion.clone(),
+                nodelay: self.no_delay,
+                mss: self.mss,
+                tos: self.tos.or(self.dscp.map(|d| d << 2)),
+                max_pacing_rate: self.fq_rate.map(|bits| (bits / 8).max(1)),
+                recv_mode: if self.skip_rx_copy {
+                    RecvMode::Discard
+                } else {
+                    RecvMode::Copy
+                },
+            },
+            title: self.title.clone(),
+            ..TestSpec::default_stream()
+        };
+        spec.validate()?;
+        if !(self.connect_timeout.is_finite() && self.connect_timeout > 0.0) {
+            return Err(format!(
+                "--connect-timeout must be a positive duration (got {})",
+                self.connect_timeout
+            ));
+        }
+        Ok(spec)
+    }
+}
+
+fn parse_tos(s: &str) -> Result<u8, String> {
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u8::from_str_radix(hex, 16),
+        None => s.parse::<u8>(),
+    };
+    v.map_err(|_| format!("'{s}' is not a TOS byte: use 0-255 or 0x00-0xff"))
+}
+
+/// DSCP names from RFC 2474/2597/3246/5865/8622.
+fn parse_dscp(s: &str) -> Result<u8, String> {
+    let help = || format!("'{s}' is not a DSCP: use 0-63 or a name like EF, AF41, CS1, VA, LE");
+    let up = s.to_ascii_uppercase();
+    let v = if let Ok(n) = s.parse::<u8>() {
+        n
+    } else if let Some(n) = up.strip_prefix("CS") {
+        n.parse::<u8>()
+            .ok()
+            .filter(|&c| c <= 7)
+            .map(|c| c * 8)
+            .ok_or_else(help)?
+    } else if let Some(n) = up.strip_prefix("AF") {
+        let d: Vec<u8> = n.bytes().map(|b| b.wrapping_sub(b'0')).collect();
+        match d[..] {
+            [class @ 1..=4, drop @ 1..=3] => class * 8 + drop * 2,
+            _ => return Err(help()),
+        }
+    } else {
+        match up.as_str() {
+            "EF" => 46,
+            "VA" | "VOICE-ADMIT" => 44,
+            "LE" => 1,
+            "BE" | "DF" => 0,
+            _ => return Err(help()),
+        }
+    };
+    if v > 63 {
+        return Err(help());
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<TestSpec, String> {
+        let mut all = vec!["xferlab", "stream"];
+        all.extend_from_slice(args);
+        let cli = Cli::try_parse_from(all).map_err(|e| e.to_string())?;
+        let Command::Stream(s) = cli.command else {
+            unreachable!()
+        };
+        s.spec()
+    }
+
+    #[test]
+    fn iperf3_flags_build_the_spec() {
+        let s = parse(&[
+            "-t", "3", "-P", "4", "-R", "-l", "64K", "-w", "256K", "-C", "reno", "-N", "--dscp",
+            "EF",
+        ])
+        .unwrap();
+        assert_eq!(
+            (s.parallel, s.direction, s.knobs.size, s.knobs.buffer),
+            (4, Direction::Reverse, 65536, Some(262144))
+        );
+        assert_eq!(s.knobs.tos, Some(46 << 2));
+        assert_eq!(s.limit, Limit::Duration { seconds: 3.0 });
+        let s = parse(&["-n", "1G", "--bidir", "--skip-rx-copy", "--fq-rate", "100M"]).unwrap();
+        assert_eq!(s.limit, Limit::Bytes { bytes: 1 << 30 });
+        assert_eq!(s.knobs.recv_mode, RecvMode::Discard);
+        assert_eq!(s.knobs.max_pacing_rate, Some(12_500_000));
+    }
+
+    #[test]
+    fn nonsense_values_name_the_flag() {
+        assert!(parse(&["-t", "-1"]).unwrap_err().contains("-t/--time"));
+        assert!(parse(&["-l", "0"]).unwrap_err().contains("-l/--length"));
+        assert!(parse(&["-P", "100000"])
+            .unwrap_err()
+            .contains("-P/--parallel"));
+        assert!(parse(&["-P", "-3"]).unwrap_err().contains("-P/--parallel"));
+        assert!(parse(&["-O", "-2"]).unwrap_err().contains("-O/--omit"));
+        assert!(parse(&["-t", "3", "-n", "1M"]).is_err());
+        assert!(parse(&["-R", "--bidir"]).is_err());
+    }
+
+    #[test]
+    fn dscp_names() {
+        assert_eq!(parse_dscp("AF41"), Ok(34));
+        assert_eq!(parse_dscp("cs1"), Ok(8));
+        assert_eq!(parse_dscp("ef"), Ok(46));
+        assert!(parse_dscp("AF51").is_err());
+        assert!(parse_dscp("64").is_err());
+        assert_eq!(parse_tos("0x10"), Ok(16));
+    }
+}

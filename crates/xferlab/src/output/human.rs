@@ -1,0 +1,810 @@
+//! The live table a person watches, in the spirit of iperf3's.
+//!
+//! Layout: what is being tested and the flows at start; one line per flow
+//! per interval (plus `[SUM]` lines when a direction has several flows);
+//! then the totals, sender line from the sending side's report and
+//! receiver line from the receiving side's, and a short block with the
+//! figures that explain a number (RTT, retransmits, limits, CPU, kernel
+//! counters), warnings, errors and the status.
+//!
+//! Flow ids are printed 1-based (`[  1]`, as iperf3 users expect); ids in
+//! JSON and CSV stay 0-based. [`Label`] is the one place that converts.
+
+use std::fmt;
+use std::io::{self, Write};
+
+use xferlab_core::result::{
+    CpuUsage, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport, Status,
+    SumInterval, TestResult, Throughput,
+};
+use xferlab_core::spec::{
+    Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
+};
+use xferlab_core::units::{format_bytes, Micros, RateUnit};
+
+use super::{LiveFlow, Reporter, StartInfo};
+
+const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
+
+/// Writes the human-readable table; see the module documentation.
+pub struct HumanReporter {
+    out: Box<dyn Write + Send>,
+    unit: RateUnit,
+    /// Interval reports printed so far: the column header goes before the
+    /// first, separators between later ones.
+    intervals_shown: u64,
+}
+
+impl HumanReporter {
+    pub fn new(out: Box<dyn Write + Send>, unit: RateUnit) -> Self {
+        HumanReporter {
+            out,
+            unit,
+            intervals_shown: 0,
+        }
+    }
+
+    /// Per flow, the sender line and then the receiver line, each from the
+    /// side that played that role; then `[SUM]` lines when a direction has
+    /// several flows.
+    fn write_totals(&mut self, r: &TestResult, table: &Table) -> io::Result<()> {
+        writeln!(self.out, "{}", table.header("Retr"))?;
+        for dir in directions(r) {
+            let sending = sending_side(r, dir);
+            let receiving = receiving_side(r, dir);
+            let mut ids: Vec<u32> = [sending, receiving]
+                .into_iter()
+                .flatten()
+                .flat_map(|s| s.flows.iter().filter(|f| f.direction == dir).map(|f| f.id))
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            for &id in &ids {
+                for (side, role) in [(sending, FlowRole::Sender), (receiving, FlowRole::Receiver)] {
+                    if let Some(f) =
+                        side.and_then(|s| s.flows.iter().find(|f| f.id == id && f.role == role))
+                    {
+                        writeln!(self.out, "{}", table.total_row(f))?;
+                    }
+                }
+            }
+            if ids.len() > 1 {
+                let summary = r.summary.directions.iter().find(|d| d.direction == dir);
+                let sent = summary.map(|d| (d.sender, d.retransmits));
+                let received = summary.and_then(|d| d.receiver).map(|tp| (tp, None));
+                for (side, role, figures) in [
+                    (sending, FlowRole::Sender, sent),
+                    (receiving, FlowRole::Receiver, received),
+                ] {
+                    let span = side.and_then(|s| span(s, dir, role));
+                    if let (Some(span), Some((tp, retr))) = (span, figures) {
+                        writeln!(
+                            self.out,
+                            "{}",
+                            table.sum_total_row(dir, role, span, &tp, retr)
+                        )?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per direction: both ends' rates, then what the senders' TCP saw.
+    fn write_directions(&mut self, r: &TestResult) -> io::Result<()> {
+        let rate = |tp: &Throughput| self.unit.format_rate(tp.bits_per_second);
+        for d in &r.summary.directions {
+            let dir = d.direction.label();
+            let sender = match sending_side(r, d.direction) {
+                Some(_) => rate(&d.sender),
+                None => "n/a".into(),
+            };
+            let receiver = d.receiver.as_ref().map_or_else(|| "n/a".into(), rate);
+            let flows = plural(d.flows, "flow");
+            writeln!(
+                self.out,
+                "{dir}: sender {sender}, receiver {receiver} ({flows})"
+            )?;
+            if let Some(tcp) =
+                sending_side(r, d.direction).and_then(|s| TcpSummary::of(s, d.direction))
+            {
+                writeln!(self.out, "{dir} TCP: {tcp}")?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_cpu(&mut self, r: &TestResult) -> io::Result<()> {
+        let server = r
+            .server
+            .as_ref()
+            .map_or_else(|| "n/a".into(), |s| cpu(&s.cpu));
+        writeln!(
+            self.out,
+            "CPU client {}  server {server}",
+            cpu(&r.client.cpu)
+        )
+    }
+
+    fn write_counters(&mut self, side: &SideReport) -> io::Result<()> {
+        let shown: Vec<String> = notable_counters(&side.counters)
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        if shown.is_empty() {
+            return Ok(());
+        }
+        let iface = side
+            .counters
+            .interface
+            .as_deref()
+            .map(|i| format!(" ({i})"))
+            .unwrap_or_default();
+        writeln!(
+            self.out,
+            "Counters {}{iface}: {}",
+            endpoint_name(side.endpoint),
+            shown.join(", ")
+        )
+    }
+}
+
+impl Reporter for HumanReporter {
+    fn start(&mut self, info: &StartInfo<'_>) -> io::Result<()> {
+        let embedded = if info.embedded {
+            " (in-process server on loopback)"
+        } else {
+            ""
+        };
+        writeln!(
+            self.out,
+            "Server {}{embedded}, session {}",
+            info.server, info.session
+        )?;
+        if let Some(title) = &info.spec.title {
+            writeln!(self.out, "Title: {title}")?;
+        }
+        writeln!(self.out, "Test: {}", describe_test(info.spec))?;
+        if let Some(sockets) = describe_socket_knobs(&info.spec.knobs, self.unit) {
+            writeln!(self.out, "Sockets: {sockets}")?;
+        }
+        for f in info.flows {
+            writeln!(
+                self.out,
+                "{} {} {:<8}  local {} -> remote {}",
+                Label::Flow(f.id),
+                f.direction.label(),
+                role_name(f.role),
+                f.local,
+                f.remote
+            )?;
+        }
+        self.out.flush()
+    }
+
+    fn interval(&mut self, flows: &[LiveFlow]) -> io::Result<()> {
+        if flows.is_empty() {
+            return Ok(());
+        }
+        let table = Table::new(self.unit, flows.iter().map(|f| f.direction));
+        if self.intervals_shown == 0 {
+            let tail = format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd");
+            writeln!(self.out, "{}", table.header(&tail))?;
+        } else if flows.len() > 1 {
+            writeln!(self.out, "{SEPARATOR}")?;
+        }
+        for f in flows {
+            let iv = &f.interval;
+            let lead = table.lead(
+                Label::Flow(f.id),
+                f.direction,
+                iv.start_s,
+                iv.end_s,
+                iv.bytes,
+                iv.bits_per_second,
+            );
+            let tail = iv.tcp.map(|t| {
+                format!(
+                    "  {:>RETR_W$}  {:>CWND_W$}  {:>RTT_W$}",
+                    t.retransmits,
+                    format_bytes(t.cwnd_bytes),
+                    Micros(u64::from(t.rtt_us)).to_string()
+                )
+            });
+            writeln!(
+                self.out,
+                "{lead}{}{}",
+                tail.unwrap_or_default(),
+                omitted(iv.omitted)
+            )?;
+        }
+        for s in live_sums(flows) {
+            let lead = table.lead(
+                Label::Sum,
+                s.direction,
+                s.start_s,
+                s.end_s,
+                s.bytes,
+                s.bits_per_second,
+            );
+            let retr = s
+                .retransmits
+                .map(|r| format!("  {r:>RETR_W$}"))
+                .unwrap_or_default();
+            writeln!(self.out, "{lead}{retr}{}", omitted(s.omitted))?;
+        }
+        self.intervals_shown += 1;
+        self.out.flush()
+    }
+
+    fn finish(&mut self, r: &TestResult) -> io::Result<()> {
+        writeln!(self.out, "{SEPARATOR}")?;
+        if r.server.is_none() {
+            writeln!(self.out, "The server's report is missing: its figures (c2s receiver, s2c sender) are not shown.")?;
+        }
+        let all_flows = r
+            .client
+            .flows
+            .iter()
+            .chain(r.server.iter().flat_map(|s| &s.flows));
+        let table = Table::new(self.unit, all_flows.map(|f| f.direction));
+        self.write_totals(r, &table)?;
+        writeln!(self.out)?;
+        self.write_directions(r)?;
+        self.write_cpu(r)?;
+        for side in std::iter::once(&r.client).chain(&r.server) {
+            self.write_counters(side)?;
+        }
+        for side in std::iter::once(&r.client).chain(&r.server) {
+            for w in &side.warnings {
+                writeln!(self.out, "Warning ({}): {w}", endpoint_name(side.endpoint))?;
+            }
+        }
+        for e in &r.errors {
+            writeln!(self.out, "Error: {e}")?;
+        }
+        writeln!(self.out, "Status: {}", status_name(r.status))?;
+        self.out.flush()
+    }
+}
+
+// Column widths, shared by headers and rows so they line up. Titles are
+// left-aligned at the column start, numbers right-aligned, as in iperf3.
+const INTERVAL_W: usize = 17; // "  0.00-1.00   sec"
+const TRANSFER_W: usize = 11; // "2.31 GBytes"
+const RATE_W: usize = 15; // "5.50 MBytes/sec"
+const RETR_W: usize = 4;
+const CWND_W: usize = 11;
+const RTT_W: usize = 8; // "123.4 ms"
+
+/// Row label: a flow (printed 1-based) or the sum of a direction's flows.
+#[derive(Clone, Copy)]
+enum Label {
+    Flow(u32),
+    Sum,
+}
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Label::Flow(id) => write!(f, "[{:>3}]", u64::from(*id) + 1),
+            Label::Sum => f.write_str("[SUM]"),
+        }
+    }
+}
+
+/// The common columns of interval and total rows: label, (direction),
+/// interval, transfer, bitrate. The direction column appears only when
+/// the rows cover both directions, so one-way tests look like iperf3.
+struct Table {
+    unit: RateUnit,
+    with_direction: bool,
+}
+
+impl Table {
+    fn new(unit: RateUnit, mut directions: impl Iterator<Item = FlowDirection>) -> Self {
+        let first = directions.next();
+        let with_direction = directions.any(|d| Some(d) != first);
+        Table {
+            unit,
+            with_direction,
+        }
+    }
+
+    fn header(&self, tail: &str) -> String {
+        let dir = if self.with_direction { " Dir" } else { "" };
+        format!(
+            "[ ID]{dir} {:<INTERVAL_W$}  {:<TRANSFER_W$}  {:<RATE_W$}  {tail}",
+            "Interval", "Transfer", "Bitrate"
+        )
+    }
+
+    fn lead(
+        &self,
+        label: Label,
+        dir: FlowDirection,
+        start_s: f64,
+        end_s: f64,
+        bytes: u64,
+        bps: f64,
+    ) -> String {
+        let dir = if self.with_direction {
+            format!(" {}", dir.label())
+        } else {
+            String::new()
+        };
+        format!(
+            "{label}{dir} {:<INTERVAL_W$}  {:>TRANSFER_W$}  {:>RATE_W$}",
+            format!("{start_s:6.2}-{end_s:<6.2} sec"),
+            format_bytes(bytes),
+            self.unit.format_rate(bps)
+        )
+    }
+
+    /// One flow's total as seen by the side that reported it.
+    fn total_row(&self, f: &FlowReport) -> String {
+        let t = &f.total;
+        let lead = self.lead(
+            Label::Flow(f.id),
+            f.direction,
+            t.start_s,
+            t.end_s,
+            t.bytes,
+            t.bits_per_second,
+        );
+        let retr = t
+            .tcp
+            .map(|tcp| tcp.retransmits.to_string())
+            .unwrap_or_default();
+        let end = match &f.end {
+            FlowEnd::Completed => String::new(),
+            FlowEnd::Aborted(reason) => format!("  aborted: {reason}"),
+        };
+        format!("{lead}  {retr:>RETR_W$}  {}{end}", role_name(f.role))
+    }
+
+    /// A direction's sum as the summary has it, over the span of its flows.
+    fn sum_total_row(
+        &self,
+        dir: FlowDirection,
+        role: FlowRole,
+        (start, end): (f64, f64),
+        tp: &Throughput,
+        retr: Option<u64>,
+    ) -> String {
+        let lead = self.lead(Label::Sum, dir, start, end, tp.bytes, tp.bits_per_second);
+        let retr = retr.map(|r| r.to_string()).unwrap_or_default();
+        format!("{lead}  {retr:>RETR_W$}  {}", role_name(role))
+    }
+}
+
+/// Sums the flows of each (direction, role) that has more than one flow,
+/// in order of first appearance.
+fn live_sums(flows: &[LiveFlow]) -> Vec<SumInterval> {
+    let mut sums: Vec<(usize, SumInterval)> = Vec::new();
+    for f in flows {
+        let iv = &f.interval;
+        let i = match sums
+            .iter()
+            .position(|(_, s)| s.direction == f.direction && s.role == f.role)
+        {
+            Some(i) => i,
+            None => {
+                sums.push((
+                    0,
+                    SumInterval {
+                        direction: f.direction,
+                        role: f.role,
+                        start_s: iv.start_s,
+                        end_s: iv.end_s,
+                        omitted: false,
+                        bytes: 0,
+                        bits_per_second: 0.0,
+                        retransmits: None,
+                    },
+                ));
+                sums.len() - 1
+            }
+        };
+        let (n, s) = &mut sums[i];
+        *n += 1;
+        s.start_s = s.start_s.min(iv.start_s);
+        s.end_s = s.end_s.max(iv.end_s);
+        s.omitted |= iv.omitted;
+        s.bytes += iv.bytes;
+        if let Some(t) = iv.tcp {
+            *s.retransmits.get_or_insert(0) += t.retransmits;
+        }
+    }
+    sums.into_iter()
+        .filter(|(n, _)| *n > 1)
+        .map(|(_, mut s)| {
+            s.bits_per_second = Throughput::new(s.bytes, s.end_s - s.start_s).bits_per_second;
+            s
+        })
+        .collect()
+}
+
+/// The senders' TCP figures of one direction, combined over its flows.
+///
+/// Flows of one side sample at the same boundaries, so the mean of the
+/// per-flow RTT means is the mean over all samples, and the mean of the
+/// per-flow limited fractions weighs flows equally (their busy times are
+/// close, since all of them ran for the whole test).
+struct TcpSummary {
+    rtt_min_us: u32,
+    rtt_mean_us: u64,
+    rtt_max_us: u32,
+    retransmits: u64,
+    rwnd_limited: f64,
+    sndbuf_limited: f64,
+    delivered_ce: u64,
+}
+
+impl TcpSummary {
+    fn of(side: &SideReport, dir: FlowDirection) -> Option<TcpSummary> {
+        let totals: Vec<_> = side
+            .flows
+            .iter()
+            .filter(|f| f.direction == dir && f.role == FlowRole::Sender)
+            .filter_map(|f| f.total.tcp)
+            .collect();
+        let n = totals.len();
+        if n == 0 {
+            return None;
+        }
+        Some(TcpSummary {
+            rtt_min_us: totals.iter().map(|t| t.rtt_min_us).min().unwrap_or(0),
+            rtt_mean_us: totals.iter().map(|t| u64::from(t.rtt_mean_us)).sum::<u64>() / n as u64,
+            rtt_max_us: totals.iter().map(|t| t.rtt_max_us).max().unwrap_or(0),
+            retransmits: totals.iter().map(|t| t.retransmits).sum(),
+            rwnd_limited: totals.iter().map(|t| t.rwnd_limited_fraction).sum::<f64>() / n as f64,
+            sndbuf_limited: totals
+                .iter()
+                .map(|t| t.sndbuf_limited_fraction)
+                .sum::<f64>()
+                / n as f64,
+            delivered_ce: totals.iter().map(|t| t.delivered_ce).sum(),
+        })
+    }
+}
+
+impl fmt::Display for TcpSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rtt min/mean/max {} / {} / {}, retransmits {}",
+            Micros(u64::from(self.rtt_min_us)),
+            Micros(self.rtt_mean_us),
+            Micros(u64::from(self.rtt_max_us)),
+            self.retransmits
+        )?;
+        if self.rwnd_limited > 0.0 {
+            write!(
+                f,
+                ", receive-window limited {:.1}% of busy time",
+                100.0 * self.rwnd_limited
+            )?;
+        }
+        if self.sndbuf_limited > 0.0 {
+            write!(
+                f,
+                ", send-buffer limited {:.1}% of busy time",
+                100.0 * self.sndbuf_limited
+            )?;
+        }
+        if self.delivered_ce > 0 {
+            write!(f, ", CE-marked segments {}", self.delivered_ce)?;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel counters worth a look after a stream test: retransmissions,
+/// SACK/DSACK activity (loss and reordering), ECN marks and interface
+/// drops. The full list is in the JSON result.
+fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
+    c.deltas
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .filter(|(k, _)| {
+            *k == "Tcp.RetransSegs"
+                || k.strip_prefix("TcpExt.")
+                    .is_some_and(|n| n.contains("ECN") || n.contains("SACK") || n.contains("Sack"))
+                || k.ends_with(".InCEPkts")
+                || *k == "dev.rx_drop"
+                || *k == "dev.tx_drop"
+        })
+}
+
+/// The test in one line: what, which way, how many flows, how long, how
+/// big the writes are and how receivers consume data.
+fn describe_test(spec: &TestSpec) -> String {
+    let pattern = match spec.pattern {
+        Pattern::Stream => "stream",
+    };
+    let transport = match spec.transport {
+        Transport::Tcp => "TCP",
+    };
+    let direction = match spec.direction {
+        Direction::Forward => "forward (client sends)",
+        Direction::Reverse => "reverse (server sends)",
+        Direction::Bidir => "bidir (both send at once)",
+    };
+    let flows = plural(spec.parallel, "flow");
+    let limit = match spec.limit {
+        Limit::Duration { seconds } => format!("{seconds} s"),
+        Limit::Bytes { bytes } => format!("{} per direction", format_bytes(bytes)),
+    };
+    let omit = if spec.omit_s > 0.0 {
+        format!(" after a {} s warm-up (omitted)", spec.omit_s)
+    } else {
+        String::new()
+    };
+    let receive = match spec.knobs.recv_mode {
+        RecvMode::Copy => "read() into user space",
+        RecvMode::Discard => "kernel discard (MSG_TRUNC), no copy to user space",
+    };
+    format!(
+        "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} per write, receive: {receive}",
+        format_bytes(spec.knobs.size)
+    )
+}
+
+/// The socket options the test asked for, or None when it left all of them
+/// at the kernel's defaults.
+fn describe_socket_knobs(k: &Knobs, unit: RateUnit) -> Option<String> {
+    let mut parts = Vec::new();
+    if let Some(b) = k.buffer {
+        parts.push(format!("buffer {}", format_bytes(b)));
+    }
+    if let Some(cc) = &k.congestion {
+        parts.push(format!("congestion {cc}"));
+    }
+    if k.nodelay {
+        parts.push("nodelay".into());
+    }
+    if let Some(mss) = k.mss {
+        parts.push(format!("MSS {mss}"));
+    }
+    if let Some(tos) = k.tos {
+        parts.push(format!("TOS 0x{tos:02x}"));
+    }
+    if let Some(rate) = k.max_pacing_rate {
+        parts.push(format!(
+            "pacing limit {}",
+            unit.format_rate(rate as f64 * 8.0)
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// Directions that have flows on either side, c2s first.
+fn directions(r: &TestResult) -> Vec<FlowDirection> {
+    [FlowDirection::C2s, FlowDirection::S2c]
+        .into_iter()
+        .filter(|&d| {
+            std::iter::once(&r.client)
+                .chain(&r.server)
+                .any(|s| s.flows.iter().any(|f| f.direction == d))
+        })
+        .collect()
+}
+
+fn sending_side(r: &TestResult, dir: FlowDirection) -> Option<&SideReport> {
+    match dir {
+        FlowDirection::C2s => Some(&r.client),
+        FlowDirection::S2c => r.server.as_ref(),
+    }
+}
+
+fn receiving_side(r: &TestResult, dir: FlowDirection) -> Option<&SideReport> {
+    match dir {
+        FlowDirection::C2s => r.server.as_ref(),
+        FlowDirection::S2c => Some(&r.client),
+    }
+}
+
+/// Earliest start and latest end of the measured windows of one side's
+/// flows of a direction and role; None when the side has no such flow.
+fn span(side: &SideReport, dir: FlowDirection, role: FlowRole) -> Option<(f64, f64)> {
+    side.flows
+        .iter()
+        .filter(|f| f.direction == dir && f.role == role)
+        .map(|f| (f.total.start_s, f.total.end_s))
+        .reduce(|(s, e), (fs, fe)| (s.min(fs), e.max(fe)))
+}
+
+fn cpu(c: &CpuUsage) -> String {
+    format!(
+        "{:.1}% (user {:.2} s, sys {:.2} s)",
+        c.percent, c.user_s, c.system_s
+    )
+}
+
+fn omitted(yes: bool) -> &'static str {
+    if yes {
+        "  (omitted)"
+    } else {
+        ""
+    }
+}
+
+fn plural(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+fn role_name(r: FlowRole) -> &'static str {
+    match r {
+        FlowRole::Sender => "sender",
+        FlowRole::Receiver => "receiver",
+    }
+}
+
+fn endpoint_name(e: Endpoint) -> &'static str {
+    match e {
+        Endpoint::Client => "client",
+        Endpoint::Server => "server",
+    }
+}
+
+fn status_name(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "ok",
+        Status::Partial => "partial",
+        Status::Failed => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use xferlab_core::result::Summary;
+
+    use super::super::sample::{bidir_result, flow_starts, live_interval, SharedBuf};
+    use super::super::{Reporter, StartInfo};
+    use super::*;
+
+    /// Runs a whole test through the reporter as the client's driver would.
+    fn render(r: &TestResult, embedded: bool) -> String {
+        let buf = SharedBuf::default();
+        let mut rep = HumanReporter::new(buf.writer(), RateUnit::AutoBits);
+        let flows = flow_starts(&r.client);
+        let info = StartInfo {
+            spec: &r.spec,
+            server: &r.server_address,
+            embedded,
+            session: &r.id,
+            flows: &flows,
+        };
+        rep.start(&info).unwrap();
+        for i in 0..r.client.flows[0].intervals.len() {
+            rep.interval(&live_interval(&r.client, i)).unwrap();
+        }
+        rep.finish(r).unwrap();
+        buf.text()
+    }
+
+    fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
+        text.lines().filter(|l| l.contains(needle)).collect()
+    }
+
+    #[test]
+    fn bidir_table_has_flows_sums_omitted_and_totals() {
+        let text = render(&bidir_result(), true);
+        assert!(text.starts_with(
+            "Server 127.0.0.1:5290 (in-process server on loopback), session 7f3a9c2e41d05b68\n"
+        ));
+        assert!(text.contains("kernel discard (MSG_TRUNC), no copy to user space"));
+        assert!(
+            text.contains("[  1] c2s sender    local 127.0.0.1:41234 -> remote 127.0.0.1:5290\n")
+        );
+        assert!(
+            text.contains("[  4] s2c receiver  local 127.0.0.1:41237 -> remote 127.0.0.1:5290\n")
+        );
+        // Ids are 1-based everywhere in human output.
+        assert!(!text.contains("[  0]"));
+
+        assert_eq!(
+            lines_with(&text, "[ ID]").len(),
+            2,
+            "one live header, one totals header"
+        );
+        assert!(text.contains("[ ID] Dir Interval"));
+        assert!(text.contains(
+            "[  1] c2s   0.00-1.00   sec  1.12 GBytes   9.60 Gbits/sec     0  3.12 MBytes     40 us  (omitted)\n"
+        ));
+        assert!(
+            text.contains("[  3] s2c   1.00-2.00   sec  1.18 GBytes   10.2 Gbits/sec\n"),
+            "receivers have no TCP columns"
+        );
+        // Four flows and two sums in the warm-up interval, nowhere else.
+        let omitted: Vec<_> = lines_with(&text, "(omitted)")
+            .into_iter()
+            .filter(|l| l.starts_with('['))
+            .collect();
+        assert_eq!(omitted.len(), 6);
+        assert!(omitted.iter().all(|l| l.contains("  0.00-1.00 ")));
+        // Live: a sum per direction per interval; totals: sender and receiver.
+        assert_eq!(lines_with(&text, "[SUM] c2s").len(), 4 + 2);
+        assert_eq!(lines_with(&text, "[SUM] s2c").len(), 4 + 2);
+        assert!(text.contains("[SUM] c2s   1.00-2.00   sec  2.34 GBytes   20.1 Gbits/sec     2\n"));
+        assert!(text.contains("[SUM] s2c   1.00-2.00   sec  2.37 GBytes   20.4 Gbits/sec\n"));
+
+        // Totals: sender line from the sender's side, receiver line from the receiver's.
+        assert!(text
+            .contains("[  1] c2s   1.00-4.00   sec  3.49 GBytes   10.0 Gbits/sec     6  sender\n"));
+        assert!(text.contains(
+            "[  1] c2s   1.00-4.00   sec  3.50 GBytes   10.0 Gbits/sec        receiver\n"
+        ));
+        assert!(text
+            .contains("[SUM] c2s   1.00-4.00   sec  7.01 GBytes   20.1 Gbits/sec    12  sender\n"));
+        assert!(text.contains(
+            "[SUM] s2c   1.00-4.00   sec  7.13 GBytes   20.4 Gbits/sec        receiver\n"
+        ));
+
+        assert!(text.contains("c2s TCP: rtt min/mean/max 45 us / 50 us / 55 us, retransmits 12, receive-window limited 2.0% of busy time\n"));
+        assert!(
+            !text.contains("send-buffer limited"),
+            "zero shares are left out"
+        );
+        assert!(text.contains("CPU client 112.8% (user 0.31 s, sys 4.20 s)  server 137.5% (user 0.40 s, sys 5.10 s)\n"));
+        let counters = lines_with(&text, "Counters client (lo): ");
+        assert_eq!(counters, vec!["Counters client (lo): Tcp.RetransSegs 12, TcpExt.TCPDSACKRecv 1, TcpExt.TCPSackRecovery 2"]);
+        assert!(text.ends_with("Status: ok\n"));
+    }
+
+    #[test]
+    fn missing_server_report_is_said_and_its_figures_left_out() {
+        let mut r = bidir_result();
+        r.server = None;
+        r.summary = Summary::from_sides(&r.client, None);
+        r.status = Status::Partial;
+        r.errors
+            .push("server report did not arrive within 5 s".into());
+        r.client.warnings.push("flow 2 ended early".into());
+        let text = render(&r, false);
+        assert!(text.starts_with("Server 127.0.0.1:5290, session"));
+        assert!(text.contains("The server's report is missing"));
+        assert!(text.contains("server n/a"));
+        assert!(text.contains("c2s: sender 20.1 Gbits/sec, receiver n/a (2 flows)\n"));
+        assert!(text.contains("s2c: sender n/a, receiver 20.4 Gbits/sec (2 flows)\n"));
+        assert!(
+            !text.contains("s2c TCP"),
+            "the s2c senders' TCP figures were in the server's report"
+        );
+        let s2c_rows = lines_with(&text, "] s2c   1.00-4.00");
+        assert!(
+            s2c_rows.len() == 3 && s2c_rows.iter().all(|l| l.ends_with("receiver")),
+            "{s2c_rows:?}"
+        );
+        assert!(text.contains("Warning (client): flow 2 ended early\n"));
+        assert!(text.contains("Error: server report did not arrive within 5 s\n"));
+        assert!(text.ends_with("Status: partial\n"));
+    }
+
+    #[test]
+    fn one_flow_one_way_reads_like_iperf3() {
+        let mut r = bidir_result();
+        for side in std::iter::once(&mut r.client).chain(r.server.as_mut()) {
+            side.flows.retain(|f| f.id == 0);
+            side.flows[0].end = FlowEnd::Aborted("connection reset by peer".into());
+            side.sums = xferlab_core::result::sum_intervals(&side.flows);
+        }
+        r.summary = Summary::from_sides(&r.client, r.server.as_ref());
+        let text = render(&r, false);
+        assert!(
+            text.contains("\n[ ID] Interval           "),
+            "no direction column for one-way tests"
+        );
+        assert!(!text.contains("[SUM]"));
+        assert_eq!(
+            lines_with(&text, SEPARATOR).len(),
+            1,
+            "only before the totals when there is one flow"
+        );
+        assert!(text.contains("[  1]   1.00-4.00   sec  3.49 GBytes   10.0 Gbits/sec     6  sender  aborted: connection reset by peer\n"));
+    }
+}

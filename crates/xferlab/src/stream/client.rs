@@ -1,0 +1,360 @@
+//! The client of a stream test: a thin event loop that feeds the sans-IO
+//! [`ClientControl`] and drives this side's flows.
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble, TOKEN_LEN};
+use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome, HANDSHAKE_TIMEOUT};
+use xferlab_core::result::{Endpoint, FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
+use xferlab_core::spec::TestSpec;
+
+use super::side::{ConnectedFlow, Side};
+use crate::control::{ControlIo, Wake};
+use crate::net::{self, sockopt};
+use crate::output::{Reporter, StartInfo};
+use crate::sys::cpu::CpuTally;
+
+/// What to run against which server.
+pub struct ClientConfig {
+    pub spec: TestSpec,
+    /// The server as the user named it.
+    pub server: String,
+    pub addrs: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    /// The server runs in this process (no server named).
+    pub embedded: bool,
+}
+
+/// A test that ran, completely or in part.
+pub struct Outcome {
+    pub result: TestResult,
+    /// Set when the test did not end normally; the result still holds what
+    /// was measured.
+    pub error: Option<String>,
+    pub interrupted: bool,
+}
+
+/// Ctrl-C presses seen so far (set from the signal handler).
+pub type Interrupts = AtomicU32;
+
+/// How often the loop looks at the Ctrl-C counter while idle.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+
+/// Runs one test. `Err` means nothing was measured (could not connect,
+/// the server refused); once flows have started, problems end up in
+/// [`Outcome::error`] next to the partial result.
+pub fn run(
+    cfg: &ClientConfig,
+    reporter: &mut dyn Reporter,
+    interrupts: &Interrupts,
+) -> Result<Outcome, String> {
+    if let Some(cc) = &cfg.spec.knobs.congestion {
+        sockopt::check_congestion(cc)?;
+    }
+    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
+    let server_addr = stream.peer_addr().map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel();
+    let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
+    let tally = Arc::new(CpuTally::default());
+    let cpu_guard = tally.track();
+    let wall_start = SystemTime::now();
+    let mut ctl = ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone());
+
+    let mut session = String::new();
+    let mut side: Option<Side> = None;
+    let mut test_end: Option<Instant> = None;
+    let mut stop_sent = false;
+    let mut server_report: Option<Box<SideReport>> = None;
+    let mut error: Option<String> = None;
+    let mut interrupted = false;
+
+    'run: loop {
+        let now = Instant::now();
+        ctl.handle_timeout(now);
+        if let Some(s) = side.as_mut() {
+            let live = s.tick(now);
+            if !live.is_empty() {
+                reporter.interval(&live).ok();
+            }
+            let presses = interrupts.load(Ordering::Relaxed);
+            if presses >= 2 {
+                error = Some("interrupted twice: aborted without the server's results".into());
+                s.abort("aborted by the user");
+                ctl.abort(ErrorCode::Aborted, "the user aborted the client");
+            }
+            let time_up = test_end.is_some_and(|t| now >= t);
+            if !stop_sent && (time_up || presses == 1 || (test_end.is_none() && s.all_done())) {
+                if presses == 1 && !time_up {
+                    interrupted = true;
+                }
+                s.stop(now);
+                ctl.stop(now);
+                stop_sent = true;
+            }
+            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
+                s.abort("no end of stream within 10 s after the test stopped: flows cut");
+            }
+            if server_report.is_some() && s.all_done() {
+                break 'run;
+            }
+        } else if interrupts.load(Ordering::Relaxed) > 0 {
+            ctl.abort(
+                ErrorCode::Aborted,
+                "the user interrupted the client before the test started",
+            );
+            error = Some("interrupted before the test started".into());
+        }
+        while let Some(ev) = ctl.poll_event() {
+            match ev {
+                ClientEvent::Welcome(w) => {
+                    session = w.session.clone();
+                    match connect_flows(cfg, server_addr, &w) {
+                        Ok(flows) => {
+                            let done_tx = tx.clone();
+                            let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |id| {
+                                done_tx.send(Wake::FlowDone(id)).ok();
+                            });
+                            side = Some(Side::prepare(
+                                Endpoint::Client,
+                                cfg.embedded,
+                                &cfg.spec,
+                                flows,
+                                tally.clone(),
+                                notify,
+                            ));
+                        }
+                        Err(e) => {
+                            ctl.abort(ErrorCode::Aborted, &e);
+                            error = Some(e);
+                        }
+                    }
+                }
+                ClientEvent::Started => {
+                    if let Some(s) = side.as_mut() {
+                        if let Err(e) = s.start() {
+                            ctl.abort(ErrorCode::Internal, &e);
+                            error = Some(e);
+                            continue;
+                        }
+                        let flows = s.flow_starts();
+                        reporter
+                            .start(&StartInfo {
+                                spec: &cfg.spec,
+                                server: &cfg.server,
+                                embedded: cfg.embedded,
+                                session: &session,
+                                flows: &flows,
+                            })
+                            .ok();
+                        test_end = cfg
+                            .spec
+                            .planned_seconds()
+                            .map(|t| s.started_at() + Duration::from_secs_f64(t));
+                    }
+                }
+                ClientEvent::PeerResults(r) => server_report = Some(r),
+                ClientEvent::Failed(e) => {
+                    error.get_or_insert(e.to_string());
+                }
+            }
+        }
+        if let Some(bytes) = ctl.poll_transmit() {
+            if let Err(e) = io.send(&bytes) {
+                error.get_or_insert(format!("lost the control connection to {server_addr}: {e}"));
+                break 'run;
+            }
+        }
+        if error.is_some() {
+            break 'run;
+        }
+        let wait = [
+            side.as_ref().and_then(Side::next_tick),
+            test_end.filter(|_| !stop_sent),
+            ctl.poll_timeout(),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(side.as_ref().and_then(Side::drain_deadline))
+        .min()
+        .map_or(INTERRUPT_POLL, |t| {
+            t.saturating_duration_since(Instant::now())
+                .min(INTERRUPT_POLL)
+        });
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
+            Ok(Wake::ControlClosed) => ctl.handle_eof(),
+            Ok(Wake::FlowDone(_)) => {
+                if let Some(s) = side.as_mut() {
+                    s.reap();
+                }
+            }
+            Ok(Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
+        }
+    }
+
+    let Some(mut side) = side.filter(Side::was_started) else {
+        return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
+    };
+    if error.is_some() {
+        side.abort("the test ended early");
+    }
+    drop(cpu_guard);
+    let client = side.finish();
+    if error.is_none() {
+        ctl.send_results(&client);
+        if let Some(bytes) = ctl.poll_transmit() {
+            if let Err(e) = io.send(&bytes) {
+                error = Some(format!("could not send results to the server: {e}"));
+            }
+        }
+    }
+    drop(io);
+    if interrupted && error.is_none() {
+        error = Some(format!(
+            "interrupted by the user after {:.1} s",
+            client.duration_s
+        ));
+    }
+    let result = assemble(
+        cfg,
+        session,
+        wall_start,
+        client,
+        server_report.map(|b| *b),
+        error.clone(),
+    );
+    Ok(Outcome {
+        result,
+        error,
+        interrupted,
+    })
+}
+
+/// Opens every data connection, presents the session token and waits for
+/// the server to accept each one.
+fn connect_flows(
+    cfg: &ClientConfig,
+    server: SocketAddr,
+    w: &Welcome,
+) -> Result<Vec<ConnectedFlow>, String> {
+    let token = parse_token(&w.session)?;
+    let mut out = Vec::new();
+    for plan in cfg.spec.flows() {
+        let (mut stream, _sock) = net::connect_data(server, &cfg.spec.knobs, cfg.connect_timeout)?;
+        stream.set_nodelay(true).ok();
+        let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
+        hello.extend_from_slice(
+            &Attach {
+                token,
+                flow: plan.id,
+            }
+            .encode(),
+        );
+        stream
+            .write_all(&hello)
+            .map_err(|e| format!("cannot attach flow {}: {e}", plan.id + 1))?;
+        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+        let mut reply = [0u8; 1];
+        stream
+            .read_exact(&mut reply)
+            .map_err(|e| format!("the server did not accept flow {}: {e}", plan.id + 1))?;
+        match AttachReply::from_byte(reply[0]) {
+            Some(AttachReply::Ok) => {}
+            Some(r) => {
+                return Err(format!(
+                    "the server refused flow {}: {}",
+                    plan.id + 1,
+                    r.describe()
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "the server answered flow {} with unknown code {}",
+                    plan.id + 1,
+                    reply[0]
+                ))
+            }
+        }
+        stream.set_read_timeout(None).ok();
+        stream.set_nodelay(cfg.spec.knobs.nodelay).ok();
+        out.push(ConnectedFlow::new(
+            plan,
+            stream,
+            Endpoint::Client,
+            &cfg.spec,
+        )?);
+    }
+    Ok(out)
+}
+
+fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
+    let bad = || format!("the server sent a malformed session id '{hex}'");
+    if hex.len() != 2 * TOKEN_LEN {
+        return Err(bad());
+    }
+    let mut t = [0u8; TOKEN_LEN];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+    }
+    Ok(t)
+}
+
+fn assemble(
+    cfg: &ClientConfig,
+    session: String,
+    wall_start: SystemTime,
+    client: SideReport,
+    server: Option<SideReport>,
+    error: Option<String>,
+) -> TestResult {
+    let summary = Summary::from_sides(&client, server.as_ref());
+    let all_completed = client
+        .flows
+        .iter()
+        .chain(server.iter().flat_map(|s| s.flows.iter()))
+        .all(|f| f.end == FlowEnd::Completed);
+    let moved = client.flows.iter().any(|f| f.total.bytes_all > 0);
+    let status = if error.is_none() && server.is_some() && all_completed {
+        Status::Ok
+    } else if moved {
+        Status::Partial
+    } else {
+        Status::Failed
+    };
+    TestResult {
+        schema: SCHEMA.into(),
+        id: session,
+        started_at: humantime::format_rfc3339_millis(wall_start).to_string(),
+        software: crate::software(),
+        spec: cfg.spec.clone(),
+        server_address: cfg.server.clone(),
+        client,
+        server,
+        summary,
+        status,
+        errors: error.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_bad_ones_are_refused() {
+        let t = [0xab; TOKEN_LEN];
+        assert_eq!(
+            parse_token(&xferlab_core::proto::wire::token_hex(&t)),
+            Ok(t)
+        );
+        assert!(parse_token("zz").is_err());
+        assert!(parse_token(&"g".repeat(32)).is_err());
+        assert!(parse_token(&"é".repeat(16)).is_err());
+    }
+}

@@ -1,0 +1,186 @@
+//! The data path: one thread per flow moving bytes as fast as the socket
+//! takes them. Per call it does one syscall, one relaxed atomic store and
+//! one relaxed atomic load — no allocation, locking, formatting or clock
+//! reads. Sampling (TCP_INFO, intervals) happens on the side's control
+//! thread, which reads the shared counter.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xferlab_core::result::FlowEnd;
+use xferlab_core::spec::RecvMode;
+
+/// How often a blocked send/recv comes back to look at the stop and abort
+/// flags. Only matters when the peer stalls; a busy flow never waits.
+pub const POLL_FLAGS: Duration = Duration::from_millis(100);
+
+/// Bytes asked of the kernel per discard-mode recv: nothing is copied, so
+/// a large request just means fewer syscalls.
+const DISCARD_CHUNK: usize = 4 << 20;
+
+/// What the data thread and the sampler share. The byte counter has its
+/// own cache line so sampling does not slow the writer.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+pub struct FlowShared {
+    pub bytes: AtomicU64,
+}
+
+/// Flags for all flows of one side.
+#[derive(Debug, Default)]
+pub struct SideFlags {
+    /// Senders finish their current write, shut down and end.
+    pub stop: AtomicBool,
+    /// Everyone leaves at once (peer gone, drain timeout).
+    pub abort: AtomicBool,
+}
+
+/// How a flow thread ended.
+#[derive(Debug)]
+pub struct FlowOutcome {
+    pub end: FlowEnd,
+    pub at: Instant,
+    pub bytes: u64,
+}
+
+/// Sends until stopped or `quota` bytes are written, then shuts down the
+/// write side so the receiver sees end of stream after the last byte.
+pub fn send(
+    mut sock: &TcpStream,
+    write_size: usize,
+    quota: Option<u64>,
+    shared: &FlowShared,
+    flags: &SideFlags,
+) -> FlowOutcome {
+    sock.set_write_timeout(Some(POLL_FLAGS)).ok();
+    // A repeating pattern rather than zeros, so compressing links or
+    // zero-page tricks do not flatter the result.
+    let buf: Vec<u8> = (0..write_size).map(|i| (i % 251) as u8).collect();
+    let mut sent: u64 = 0;
+    let end = loop {
+        if flags.stop.load(Ordering::Relaxed) || flags.abort.load(Ordering::Relaxed) {
+            break if flags.abort.load(Ordering::Relaxed) {
+                aborted()
+            } else {
+                FlowEnd::Completed
+            };
+        }
+        let want = match quota {
+            Some(q) if q - sent < write_size as u64 => (q - sent) as usize,
+            _ => write_size,
+        };
+        if want == 0 {
+            break FlowEnd::Completed;
+        }
+        match sock.write(&buf[..want]) {
+            Ok(0) => break FlowEnd::Aborted("the connection accepted no more data".into()),
+            Ok(n) => {
+                sent += n as u64;
+                shared.bytes.store(sent, Ordering::Relaxed);
+            }
+            Err(e) if retry(&e) => continue,
+            Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
+        }
+    };
+    let at = Instant::now();
+    if end == FlowEnd::Completed {
+        sock.shutdown(Shutdown::Write).ok();
+    }
+    FlowOutcome {
+        end,
+        at,
+        bytes: sent,
+    }
+}
+
+/// Receives until end of stream. `Copy` reads into a user buffer as an
+/// application would; `Discard` uses recv(MSG_TRUNC), which for TCP drops
+/// the data in the kernel without copying it out.
+pub fn receive(
+    mut sock: &TcpStream,
+    read_size: usize,
+    mode: RecvMode,
+    shared: &FlowShared,
+    flags: &SideFlags,
+) -> FlowOutcome {
+    sock.set_read_timeout(Some(POLL_FLAGS)).ok();
+    let mut buf = vec![0u8; if mode == RecvMode::Copy { read_size } else { 1 }];
+    let fd = sock.as_raw_fd();
+    let mut got: u64 = 0;
+    let end = loop {
+        let r = match mode {
+            RecvMode::Copy => sock.read(&mut buf),
+            RecvMode::Discard => {
+                // SAFETY: with MSG_TRUNC the kernel writes nothing to the
+                // buffer for TCP; the pointer is valid for its 1 byte anyway.
+                let n = unsafe {
+                    libc::recv(fd, buf.as_mut_ptr().cast(), DISCARD_CHUNK, libc::MSG_TRUNC)
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            }
+        };
+        match r {
+            Ok(0) => break FlowEnd::Completed,
+            Ok(n) => {
+                got += n as u64;
+                shared.bytes.store(got, Ordering::Relaxed);
+            }
+            Err(e) if retry(&e) => {
+                if flags.abort.load(Ordering::Relaxed) {
+                    break aborted();
+                }
+            }
+            Err(e) => break FlowEnd::Aborted(describe(&e, "receiving")),
+        }
+    };
+    FlowOutcome {
+        end,
+        at: Instant::now(),
+        bytes: got,
+    }
+}
+
+fn retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+fn aborted() -> FlowEnd {
+    FlowEnd::Aborted("the test was aborted".into())
+}
+
+fn describe(e: &io::Error, what: &str) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset => format!("connection reset by the peer while {what}"),
+        io::ErrorKind::BrokenPipe => format!("the peer closed the connection while {what}"),
+        _ => format!("error while {what}: {e}"),
+    }
+}
+
+/// Runs a flow thread's body; used so both roles share one spawn path.
+pub fn spawn(
+    name: String,
+    body: impl FnOnce() -> FlowOutcome + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<FlowOutcome>> {
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(256 * 1024)
+        .spawn(body)
+}
+
+/// Keeps the flow's socket and counter alive for the sampler.
+#[derive(Debug, Clone)]
+pub struct FlowIo {
+    pub sock: Arc<TcpStream>,
+    pub shared: Arc<FlowShared>,
+}

@@ -1,0 +1,6 @@
+//! The stream pattern over TCP: bulk transfer one way, reverse or both.
+
+pub mod client;
+mod flow;
+pub mod session;
+mod side;

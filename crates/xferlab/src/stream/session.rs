@@ -1,0 +1,322 @@
+//! The server's side of one test: a thin event loop around the sans-IO
+//! [`ServerControl`], owning this test's flows and nothing else.
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+use xferlab_core::proto::wire::{token_hex, AttachReply, TOKEN_LEN};
+use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
+use xferlab_core::spec::{Direction, Limit, TestSpec};
+use xferlab_core::units::RateUnit;
+
+use super::side::{ConnectedFlow, Side};
+use crate::control::{ControlIo, Wake};
+use crate::net::sockopt::{self, SocketEnd};
+use crate::server::Shared;
+use crate::sys::cpu::CpuTally;
+
+/// Removes the session's token and its count when the session ends,
+/// whichever way it ends.
+struct Registration<'a> {
+    shared: &'a Shared,
+    token: Option<[u8; TOKEN_LEN]>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.token {
+            self.shared
+                .registry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&t);
+        }
+        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Serves one control connection until its test is over.
+pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Shared) {
+    stream.set_read_timeout(None).ok();
+    stream.set_nodelay(true).ok();
+    crate::net::keepalive(&stream);
+    let policy = ServerPolicy {
+        max_duration: shared.cfg.max_duration,
+    };
+    let (tx, rx) = mpsc::channel();
+    let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
+        return;
+    };
+    let mut ctl = ServerControl::new(Instant::now(), peer_version, policy);
+    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
+    let mut reg = Registration {
+        shared,
+        token: None,
+    };
+    if running >= shared.cfg.max_sessions {
+        ctl.reject(
+            ErrorCode::Busy,
+            &format!(
+                "server busy: {running} tests running (its --max-sessions limit); try again later"
+            ),
+        );
+    }
+    let tally = Arc::new(CpuTally::default());
+    let cpu_guard = tally.track();
+    let mut spec: Option<TestSpec> = None;
+    let mut pending: Vec<Option<ConnectedFlow>> = Vec::new();
+    let mut side: Option<Side> = None;
+    let mut report: Option<SideReport> = None;
+    let mut label = String::from("--------");
+    let mut failure: Option<String> = None;
+
+    loop {
+        let now = Instant::now();
+        ctl.handle_timeout(now);
+        if let Some(s) = side.as_mut() {
+            s.tick(now);
+            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
+                s.abort("no end of stream within 10 s after the client stopped: flows cut");
+            }
+            if s.drain_deadline().is_some() && s.all_done() {
+                let done = side.take().expect("checked");
+                let r = done.finish();
+                ctl.send_results(Instant::now(), &r);
+                report = Some(r);
+            }
+        }
+        let mut finished = false;
+        while let Some(ev) = ctl.poll_event() {
+            match ev {
+                ServerEvent::TestRequested(s) => {
+                    match accept_test(&mut ctl, &mut reg, &tx, &s, shared) {
+                        Ok(token) => {
+                            label = token_hex(&token)[..8].to_string();
+                            shared.log(format_args!("{label} {peer}: accepted {}", describe(&s)));
+                            pending = (0..s.flows().len()).map(|_| None).collect();
+                        }
+                        Err(why) => {
+                            shared.log(format_args!("{peer}: refused: {why}"));
+                            failure = Some(why);
+                        }
+                    }
+                    spec = Some(*s);
+                }
+                ServerEvent::StopRequested => {
+                    if let Some(s) = side.as_mut() {
+                        s.stop(Instant::now());
+                    } else {
+                        // Stopped before all flows arrived: nothing to run.
+                        ctl.reject(ErrorCode::Aborted, "stopped before the test started");
+                    }
+                }
+                ServerEvent::PeerResults(client) => {
+                    shared.log(format_args!(
+                        "{label} {peer}: done: {}",
+                        outcome_line(report.as_ref(), &client)
+                    ));
+                    finished = true;
+                }
+                ServerEvent::Failed(e) => {
+                    failure.get_or_insert(e.to_string());
+                    finished = true;
+                }
+            }
+        }
+        if let Some(bytes) = ctl.poll_transmit() {
+            if io.send(&bytes).is_err() {
+                failure.get_or_insert_with(|| "control connection lost".into());
+                break;
+            }
+        }
+        if finished || ctl.is_closed() {
+            break;
+        }
+        let wait = side
+            .as_ref()
+            .and_then(Side::next_tick)
+            .into_iter()
+            .chain(ctl.poll_timeout())
+            .chain(side.as_ref().and_then(Side::drain_deadline))
+            .min()
+            .map_or(Duration::from_secs(1), |t| {
+                t.saturating_duration_since(Instant::now())
+            });
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
+            Ok(Wake::ControlClosed) => ctl.handle_eof(),
+            Ok(Wake::FlowDone(_)) => {
+                if let Some(s) = side.as_mut() {
+                    s.reap();
+                }
+            }
+            Ok(Wake::Attach(flow, stream)) => {
+                let Some(sp) = spec.as_ref() else { continue };
+                if let Err(why) = attach_flow(&mut pending, flow, stream, sp) {
+                    shared.log(format_args!("{label} {peer}: {why}"));
+                    continue;
+                }
+                if !pending.is_empty() && pending.iter().all(Option::is_some) {
+                    let flows = pending.drain(..).flatten().collect();
+                    let done_tx = tx.clone();
+                    let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |id| {
+                        done_tx.send(Wake::FlowDone(id)).ok();
+                    });
+                    let mut s = Side::prepare(
+                        Endpoint::Server,
+                        shared.cfg.embedded,
+                        sp,
+                        flows,
+                        tally.clone(),
+                        notify,
+                    );
+                    match s.start() {
+                        Ok(()) => {
+                            let planned = sp.planned_seconds().map(Duration::from_secs_f64);
+                            ctl.flows_attached(s.started_at(), planned);
+                            side = Some(s);
+                        }
+                        Err(e) => ctl.reject(ErrorCode::Internal, &e),
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
+        }
+    }
+    drop(cpu_guard);
+    if let Some(mut s) = side.take() {
+        s.abort(failure.as_deref().unwrap_or("session ended"));
+    }
+    if let Some(why) = failure {
+        shared.log(format_args!("{label} {peer}: ended: {why}"));
+    }
+}
+
+/// Checks what only the server can check, registers the session's token
+/// and welcomes the client.
+fn accept_test(
+    ctl: &mut ServerControl,
+    reg: &mut Registration<'_>,
+    tx: &mpsc::Sender<Wake>,
+    spec: &TestSpec,
+    shared: &Shared,
+) -> Result<[u8; TOKEN_LEN], String> {
+    if let Some(cc) = &spec.knobs.congestion {
+        if let Err(why) = sockopt::check_congestion(cc) {
+            let why = format!("on the server: {why}");
+            ctl.reject(ErrorCode::InvalidSpec, &why);
+            return Err(why);
+        }
+    }
+    let mut token = [0u8; TOKEN_LEN];
+    if let Err(e) = getrandom::fill(&mut token) {
+        let why = format!("no randomness for a session token: {e}");
+        ctl.reject(ErrorCode::Internal, &why);
+        return Err(why);
+    }
+    shared
+        .registry
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(token, tx.clone());
+    reg.token = Some(token);
+    ctl.accept(
+        Instant::now(),
+        Welcome {
+            session: token_hex(&token),
+            software: crate::software(),
+            host: crate::sys::host::host_info(),
+            max_duration_s: shared.cfg.max_duration.as_secs_f64(),
+        },
+    );
+    Ok(token)
+}
+
+/// Takes a data connection that presented our token: answers it and keeps
+/// it until every flow is here.
+fn attach_flow(
+    pending: &mut [Option<ConnectedFlow>],
+    flow: u32,
+    mut stream: TcpStream,
+    spec: &TestSpec,
+) -> Result<(), String> {
+    let plans = spec.flows();
+    let slot = pending.get_mut(flow as usize).filter(|s| s.is_none());
+    let Some(slot) = slot else {
+        stream.write_all(&[AttachReply::BadFlow as u8]).ok();
+        return Err(format!(
+            "rejected data connection for flow {flow} (unknown or duplicate)"
+        ));
+    };
+    let prepared = sockopt::apply(&SockRef::from(&stream), &spec.knobs, SocketEnd::Accepted)
+        .and_then(|()| {
+            ConnectedFlow::new(
+                plans[flow as usize],
+                stream.try_clone().map_err(|e| e.to_string())?,
+                Endpoint::Server,
+                spec,
+            )
+        });
+    match prepared {
+        Ok(c) => {
+            stream
+                .write_all(&[AttachReply::Ok as u8])
+                .map_err(|e| format!("flow {flow}: {e}"))?;
+            *slot = Some(c);
+            Ok(())
+        }
+        Err(why) => {
+            stream.write_all(&[AttachReply::BadFlow as u8]).ok();
+            Err(format!("flow {flow}: {why}"))
+        }
+    }
+}
+
+fn describe(s: &TestSpec) -> String {
+    let dir = match s.direction {
+        Direction::Forward => "forward",
+        Direction::Reverse => "reverse",
+        Direction::Bidir => "bidir",
+    };
+    let limit = match s.limit {
+        Limit::Duration { seconds } => format!("{seconds} s"),
+        Limit::Bytes { bytes } => format!("{bytes} bytes"),
+    };
+    format!("tcp stream {dir} x{} {limit}", s.parallel)
+}
+
+/// One line of what this server received and sent.
+fn outcome_line(ours: Option<&SideReport>, _client: &SideReport) -> String {
+    let Some(r) = ours else {
+        return "no local report".into();
+    };
+    let mut parts = Vec::new();
+    for role in [FlowRole::Receiver, FlowRole::Sender] {
+        let flows: Vec<_> = r.flows.iter().filter(|f| f.role == role).collect();
+        if flows.is_empty() {
+            continue;
+        }
+        let bytes: u64 = flows.iter().map(|f| f.total.bytes).sum();
+        let secs = flows
+            .iter()
+            .map(|f| f.total.end_s - f.total.start_s)
+            .fold(0.0, f64::max);
+        let rate = RateUnit::AutoBits.format_rate(Throughput::new(bytes, secs).bits_per_second);
+        parts.push(format!(
+            "{} {rate}",
+            if role == FlowRole::Receiver {
+                "received"
+            } else {
+                "sent"
+            }
+        ));
+    }
+    parts.push(format!("cpu {:.0}%", r.cpu.percent));
+    parts.join(", ")
+}

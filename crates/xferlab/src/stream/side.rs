@@ -1,0 +1,420 @@
+//! One endpoint's half of a stream test, the same code on client and
+//! server: start the flow threads, sample them at interval boundaries, stop
+//! or abort them, and fold everything into a [`SideReport`].
+
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use socket2::Socket;
+use xferlab_core::interval::{FlowMeter, IntervalClock};
+use xferlab_core::result::{
+    sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
+    SocketSettings,
+};
+use xferlab_core::spec::{FlowDirection, FlowPlan, RecvMode, TestSpec};
+
+use super::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::net::sockopt;
+use crate::output::{FlowStart, LiveFlow};
+use crate::sys::{self, cpu::CpuTally};
+
+/// How long receivers may take to see end of stream after the test was
+/// stopped before their flows are cut.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Which flows a side sends on.
+pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
+    match (endpoint, direction) {
+        (Endpoint::Client, FlowDirection::C2s) | (Endpoint::Server, FlowDirection::S2c) => {
+            FlowRole::Sender
+        }
+        _ => FlowRole::Receiver,
+    }
+}
+
+/// A connected data socket waiting for the start.
+pub struct ConnectedFlow {
+    pub plan: FlowPlan,
+    pub stream: TcpStream,
+    pub settings: SocketSettings,
+}
+
+impl ConnectedFlow {
+    /// Reads back the socket's settings and, for senders, applies the
+    /// pacing cap (only meaningful on the sending socket).
+    pub fn new(
+        plan: FlowPlan,
+        stream: TcpStream,
+        endpoint: Endpoint,
+        spec: &TestSpec,
+    ) -> Result<Self, String> {
+        let role = role_of(endpoint, plan.direction);
+        if role == FlowRole::Sender {
+            if let Some(rate) = spec.knobs.max_pacing_rate {
+                sockopt::set_max_pacing_rate(stream.as_raw_fd(), rate)?;
+            }
+        }
+        let sock = Socket::from(stream.try_clone().map_err(|e| e.to_string())?);
+        let settings = sockopt::read_back(&sock, &spec.knobs, role);
+        Ok(ConnectedFlow {
+            plan,
+            stream,
+            settings,
+        })
+    }
+
+    pub fn start_info(&self, endpoint: Endpoint) -> FlowStart {
+        FlowStart {
+            id: self.plan.id,
+            direction: self.plan.direction,
+            role: role_of(endpoint, self.plan.direction),
+            local: addr(self.stream.local_addr()),
+            remote: addr(self.stream.peer_addr()),
+        }
+    }
+}
+
+fn addr(a: std::io::Result<std::net::SocketAddr>) -> String {
+    a.map(|a| a.to_string()).unwrap_or_default()
+}
+
+struct RunningFlow {
+    plan: FlowPlan,
+    role: FlowRole,
+    info: FlowStart,
+    settings: SocketSettings,
+    stream: Arc<TcpStream>,
+    shared: Arc<FlowShared>,
+    meter: Option<FlowMeter>,
+    thread: Option<JoinHandle<FlowOutcome>>,
+    outcome: Option<FlowOutcome>,
+}
+
+impl RunningFlow {
+    fn tcp(&self) -> Option<xferlab_core::result::TcpCounters> {
+        if self.role == FlowRole::Sender {
+            sys::tcp_info::read(self.stream.as_raw_fd()).ok()
+        } else {
+            None
+        }
+    }
+}
+
+/// One side of a running test.
+pub struct Side {
+    endpoint: Endpoint,
+    embedded: bool,
+    start: Instant,
+    clock: IntervalClock,
+    next_boundary: Option<f64>,
+    flows: Vec<RunningFlow>,
+    flags: Arc<SideFlags>,
+    tally: Arc<CpuTally>,
+    write_size: usize,
+    recv_mode: RecvMode,
+    done: Arc<dyn Fn(u32) + Send + Sync>,
+    counters_before: xferlab_core::counters::CounterSnapshot,
+    interface: Option<String>,
+    warnings: Vec<String>,
+    started: bool,
+    stopped_at: Option<Instant>,
+}
+
+impl Side {
+    /// Holds the connected flows until [`Side::start`]. `done` is called
+    /// with a flow id whenever a flow thread ends, so the caller's event
+    /// loop wakes up.
+    pub fn prepare(
+        endpoint: Endpoint,
+        embedded: bool,
+        spec: &TestSpec,
+        connected: Vec<ConnectedFlow>,
+        tally: Arc<CpuTally>,
+        done: Arc<dyn Fn(u32) + Send + Sync>,
+    ) -> Side {
+        let interface = connected
+            .first()
+            .and_then(|f| f.stream.local_addr().ok())
+            .and_then(|a| sys::counters::interface_for(a.ip()));
+        let flows = connected
+            .into_iter()
+            .map(|c| RunningFlow {
+                plan: c.plan,
+                role: role_of(endpoint, c.plan.direction),
+                info: c.start_info(endpoint),
+                settings: c.settings,
+                stream: Arc::new(c.stream),
+                shared: Arc::new(FlowShared::default()),
+                meter: None,
+                thread: None,
+                outcome: None,
+            })
+            .collect();
+        Side {
+            endpoint,
+            embedded,
+            start: Instant::now(),
+            clock: IntervalClock::new(spec.interval_s, spec.omit_s),
+            next_boundary: None,
+            write_size: spec.knobs.size as usize,
+            recv_mode: spec.knobs.recv_mode,
+            flows,
+            flags: Arc::new(SideFlags::default()),
+            tally,
+            done,
+            counters_before: Default::default(),
+            interface,
+            warnings: Vec::new(),
+            started: false,
+            stopped_at: None,
+        }
+    }
+
+    /// Takes the "before" counters and starts every flow thread now.
+    pub fn start(&mut self) -> Result<(), String> {
+        let (before, warnings) = sys::counters::snapshot(self.interface.as_deref());
+        self.counters_before = before;
+        self.warnings.extend(warnings);
+        self.start = Instant::now();
+        self.started = true;
+        self.next_boundary = self.clock.next_boundary(0.0);
+        for i in 0..self.flows.len() {
+            let tcp = self.flows[i].tcp();
+            let f = &mut self.flows[i];
+            f.meter = Some(FlowMeter::new(self.clock, tcp));
+            let (stream, shared, flags, tally, done) = (
+                f.stream.clone(),
+                f.shared.clone(),
+                self.flags.clone(),
+                self.tally.clone(),
+                self.done.clone(),
+            );
+            let (role, quota, id, size, mode) = (
+                f.role,
+                f.plan.quota,
+                f.plan.id,
+                self.write_size,
+                self.recv_mode,
+            );
+            let name = format!(
+                "xfer-{}-{}",
+                if role == FlowRole::Sender { "tx" } else { "rx" },
+                id
+            );
+            let thread = flow::spawn(name, move || {
+                let _cpu = tally.track();
+                let out = match role {
+                    FlowRole::Sender => flow::send(&stream, size, quota, &shared, &flags),
+                    FlowRole::Receiver => flow::receive(&stream, size, mode, &shared, &flags),
+                };
+                done(id);
+                out
+            });
+            match thread {
+                Ok(t) => f.thread = Some(t),
+                Err(e) => {
+                    let why = format!("cannot start a flow thread: {e}");
+                    self.abort(&why);
+                    return Err(why);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`Side::start`] ran (a side that never started has nothing
+    /// to report).
+    pub fn was_started(&self) -> bool {
+        self.started
+    }
+
+    pub fn started_at(&self) -> Instant {
+        self.start
+    }
+
+    pub fn flow_starts(&self) -> Vec<FlowStart> {
+        self.flows.iter().map(|f| f.info.clone()).collect()
+    }
+
+    /// When the next interval boundary falls.
+    pub fn next_tick(&self) -> Option<Instant> {
+        self.next_boundary
+            .map(|b| self.start + Duration::from_secs_f64(b))
+    }
+
+    /// Samples every flow still running if a boundary has passed; returns
+    /// the finished intervals for live output (empty when no boundary).
+    pub fn tick(&mut self, now: Instant) -> Vec<LiveFlow> {
+        let Some(boundary) = self.next_boundary else {
+            return Vec::new();
+        };
+        let t = now.saturating_duration_since(self.start).as_secs_f64();
+        if t < boundary {
+            return Vec::new();
+        }
+        self.next_boundary = self.clock.next_boundary(boundary);
+        let mut live = Vec::new();
+        for f in &mut self.flows {
+            if f.outcome.is_some() {
+                continue;
+            }
+            let bytes = f.shared.bytes.load(Ordering::Relaxed);
+            let tcp = f.tcp();
+            let Some(meter) = f.meter.as_mut() else {
+                continue;
+            };
+            let before = meter.interval_count();
+            meter.sample(t, boundary, bytes, tcp);
+            if let Some(iv) = meter
+                .last_interval()
+                .filter(|_| meter.interval_count() > before)
+            {
+                live.push(LiveFlow {
+                    id: f.plan.id,
+                    direction: f.plan.direction,
+                    role: f.role,
+                    interval: iv.clone(),
+                });
+            }
+        }
+        live
+    }
+
+    /// Collects threads that have ended (after a `done` notification).
+    pub fn reap(&mut self) {
+        for f in &mut self.flows {
+            if f.outcome.is_none() && f.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                let out = f
+                    .thread
+                    .take()
+                    .expect("checked")
+                    .join()
+                    .unwrap_or_else(|_| FlowOutcome {
+                        end: FlowEnd::Aborted("flow thread panicked".into()),
+                        at: Instant::now(),
+                        bytes: f.shared.bytes.load(Ordering::Relaxed),
+                    });
+                f.outcome = Some(out);
+            }
+        }
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.flows.iter().all(|f| f.outcome.is_some())
+    }
+
+    /// Every sender of this side has finished (quota reached).
+    pub fn senders_done(&self) -> bool {
+        self.flows
+            .iter()
+            .filter(|f| f.role == FlowRole::Sender)
+            .all(|f| f.outcome.is_some())
+    }
+
+    /// Asks senders to finish; receivers keep reading to end of stream.
+    pub fn stop(&mut self, now: Instant) {
+        if self.stopped_at.is_none() {
+            self.stopped_at = Some(now);
+            self.flags.stop.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The moment after which a stopped side's receivers are cut.
+    pub fn drain_deadline(&self) -> Option<Instant> {
+        self.stopped_at.map(|t| t + DRAIN_TIMEOUT)
+    }
+
+    /// Ends every flow now: flags for the threads, shutdown() to wake any
+    /// that sit in a syscall.
+    pub fn abort(&mut self, why: &str) {
+        if self.flags.abort.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        self.warnings.push(why.to_string());
+        for f in &self.flows {
+            if f.outcome.is_none() {
+                f.stream.shutdown(Shutdown::Both).ok();
+            }
+        }
+    }
+
+    /// Waits for the threads and builds this side's report.
+    pub fn finish(mut self) -> SideReport {
+        if !self.all_done() && !self.flags.abort.load(Ordering::Relaxed) {
+            self.abort("flows were still running at the end of the test");
+        }
+        for f in &mut self.flows {
+            if let Some(t) = f.thread.take() {
+                f.outcome = t.join().ok();
+            }
+        }
+        let now = Instant::now();
+        let mut flows = Vec::with_capacity(self.flows.len());
+        for mut f in std::mem::take(&mut self.flows) {
+            let tcp = f.tcp();
+            let outcome = f.outcome.take().unwrap_or(FlowOutcome {
+                end: FlowEnd::Aborted("flow thread panicked".into()),
+                at: now,
+                bytes: f.shared.bytes.load(Ordering::Relaxed),
+            });
+            let t = outcome
+                .at
+                .saturating_duration_since(self.start)
+                .as_secs_f64();
+            let meter = f
+                .meter
+                .take()
+                .unwrap_or_else(|| FlowMeter::new(self.clock, None));
+            let (intervals, total) = meter.finish(t, outcome.bytes, tcp);
+            flows.push(FlowReport {
+                id: f.plan.id,
+                direction: f.plan.direction,
+                role: f.role,
+                local: f.info.local,
+                remote: f.info.remote,
+                socket: f.settings,
+                intervals,
+                total,
+                end: outcome.end,
+            });
+        }
+        let wall = now.saturating_duration_since(self.start).as_secs_f64();
+        let (after, more) = sys::counters::snapshot(self.interface.as_deref());
+        self.warnings.extend(more);
+        let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
+        SideReport {
+            endpoint: self.endpoint,
+            host: sys::host::host_info(),
+            embedded: self.embedded,
+            duration_s,
+            sums: sum_intervals(&flows),
+            flows,
+            cpu: self.tally.usage(wall),
+            counters: KernelCounters {
+                interface: self.interface.clone(),
+                deltas: after.delta(&self.counters_before),
+            },
+            warnings: std::mem::take(&mut self.warnings),
+        }
+    }
+}
+
+impl Drop for Side {
+    fn drop(&mut self) {
+        // A side dropped without finish() (error path): never leave flow
+        // threads running.
+        if self.flows.iter().any(|f| f.thread.is_some()) {
+            self.flags.abort.store(true, Ordering::Relaxed);
+            for f in &mut self.flows {
+                f.stream.shutdown(Shutdown::Both).ok();
+                if let Some(t) = f.thread.take() {
+                    t.join().ok();
+                }
+            }
+        }
+    }
+}

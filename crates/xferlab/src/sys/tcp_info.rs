@@ -1,0 +1,243 @@
+//! TCP_INFO of one socket: the kernel's own view of a connection (RTT,
+//! congestion window, delivery rate, and why the sender was limited).
+//!
+//! Called once per interval per flow from the sampler thread, so it reads
+//! into a stack buffer and never allocates.
+
+use std::io;
+use std::mem::{offset_of, size_of, size_of_val};
+use std::os::fd::RawFd;
+
+use xferlab_core::result::TcpCounters;
+
+/// Mirror of `struct tcp_info` from linux/tcp.h up to `tcpi_rcv_wnd`
+/// (Linux 6.2). Later kernels append fields; earlier ones return a shorter
+/// prefix, which is why [`counters_from`] checks every field against the
+/// length the kernel actually wrote. Fields xferlab does not report stay
+/// because they fix the offsets of the ones it does.
+#[repr(C)]
+#[allow(dead_code)]
+#[derive(Debug, Default, Clone, Copy)]
+struct TcpInfo {
+    tcpi_state: u8,
+    tcpi_ca_state: u8,
+    tcpi_retransmits: u8,
+    tcpi_probes: u8,
+    tcpi_backoff: u8,
+    tcpi_options: u8,
+    /// C bitfields `tcpi_snd_wscale:4, tcpi_rcv_wscale:4`.
+    tcpi_wscale: u8,
+    /// C bitfields `tcpi_delivery_rate_app_limited:1,
+    /// tcpi_fastopen_client_fail:2`.
+    tcpi_app_limited_fastopen: u8,
+
+    tcpi_rto: u32,
+    tcpi_ato: u32,
+    tcpi_snd_mss: u32,
+    tcpi_rcv_mss: u32,
+
+    tcpi_unacked: u32,
+    tcpi_sacked: u32,
+    tcpi_lost: u32,
+    tcpi_retrans: u32,
+    tcpi_fackets: u32,
+
+    tcpi_last_data_sent: u32,
+    tcpi_last_ack_sent: u32,
+    tcpi_last_data_recv: u32,
+    tcpi_last_ack_recv: u32,
+
+    tcpi_pmtu: u32,
+    tcpi_rcv_ssthresh: u32,
+    tcpi_rtt: u32,
+    tcpi_rttvar: u32,
+    tcpi_snd_ssthresh: u32,
+    tcpi_snd_cwnd: u32,
+    tcpi_advmss: u32,
+    tcpi_reordering: u32,
+
+    tcpi_rcv_rtt: u32,
+    tcpi_rcv_space: u32,
+
+    tcpi_total_retrans: u32,
+
+    tcpi_pacing_rate: u64,
+    tcpi_max_pacing_rate: u64,
+    tcpi_bytes_acked: u64,
+    tcpi_bytes_received: u64,
+    tcpi_segs_out: u32,
+    tcpi_segs_in: u32,
+
+    tcpi_notsent_bytes: u32,
+    tcpi_min_rtt: u32,
+    tcpi_data_segs_in: u32,
+    tcpi_data_segs_out: u32,
+
+    tcpi_delivery_rate: u64,
+
+    tcpi_busy_time: u64,
+    tcpi_rwnd_limited: u64,
+    tcpi_sndbuf_limited: u64,
+
+    tcpi_delivered: u32,
+    tcpi_delivered_ce: u32,
+
+    tcpi_bytes_sent: u64,
+    tcpi_bytes_retrans: u64,
+    tcpi_dsack_dups: u32,
+    tcpi_reord_seen: u32,
+
+    tcpi_rcv_ooopack: u32,
+
+    tcpi_snd_wnd: u32,
+    tcpi_rcv_wnd: u32,
+}
+
+/// Reads TCP_INFO of the TCP socket `fd`.
+///
+/// Fields the running kernel does not provide read as 0 (busy/limited
+/// times need Linux >= 4.10, `delivered_ce` >= 4.18).
+pub fn read(fd: RawFd) -> io::Result<TcpCounters> {
+    let mut info = TcpInfo::default();
+    let mut len = size_of::<TcpInfo>() as libc::socklen_t;
+    // SAFETY: `info` is a plain repr(C) struct of integers, valid for
+    // writes of `len` bytes; the kernel writes at most `len` bytes and
+    // stores the count it wrote back into `len`.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut TcpInfo).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(counters_from(&info, len as usize))
+}
+
+/// Maps the fields xferlab reports, treating any field that does not lie
+/// entirely within the `len` bytes the kernel wrote as 0.
+fn counters_from(info: &TcpInfo, len: usize) -> TcpCounters {
+    macro_rules! field {
+        ($name:ident) => {{
+            let end = offset_of!(TcpInfo, $name) + size_of_val(&info.$name);
+            if end <= len {
+                info.$name
+            } else {
+                0
+            }
+        }};
+    }
+    TcpCounters {
+        rtt_us: field!(tcpi_rtt),
+        rttvar_us: field!(tcpi_rttvar),
+        min_rtt_us: field!(tcpi_min_rtt),
+        snd_cwnd: field!(tcpi_snd_cwnd),
+        snd_mss: field!(tcpi_snd_mss),
+        total_retrans: field!(tcpi_total_retrans),
+        delivery_rate: field!(tcpi_delivery_rate),
+        pacing_rate: field!(tcpi_pacing_rate),
+        busy_time_us: field!(tcpi_busy_time),
+        rwnd_limited_us: field!(tcpi_rwnd_limited),
+        sndbuf_limited_us: field!(tcpi_sndbuf_limited),
+        delivered_ce: field!(tcpi_delivered_ce),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream, UdpSocket};
+    use std::os::fd::AsRawFd;
+    use std::time::Duration;
+
+    #[test]
+    fn layout_matches_linux_tcp_h() {
+        // Offsets printed by a C program including Debian 12's
+        // linux/tcp.h (offsetof); rcv_wnd follows snd_wnd in Linux >= 6.2.
+        assert_eq!(offset_of!(TcpInfo, tcpi_rto), 8);
+        assert_eq!(offset_of!(TcpInfo, tcpi_snd_mss), 16);
+        assert_eq!(offset_of!(TcpInfo, tcpi_rtt), 68);
+        assert_eq!(offset_of!(TcpInfo, tcpi_snd_cwnd), 80);
+        assert_eq!(offset_of!(TcpInfo, tcpi_total_retrans), 100);
+        assert_eq!(offset_of!(TcpInfo, tcpi_pacing_rate), 104);
+        assert_eq!(offset_of!(TcpInfo, tcpi_min_rtt), 148);
+        assert_eq!(offset_of!(TcpInfo, tcpi_delivery_rate), 160);
+        assert_eq!(offset_of!(TcpInfo, tcpi_busy_time), 168);
+        assert_eq!(offset_of!(TcpInfo, tcpi_sndbuf_limited), 184);
+        assert_eq!(offset_of!(TcpInfo, tcpi_delivered_ce), 196);
+        assert_eq!(offset_of!(TcpInfo, tcpi_bytes_retrans), 208);
+        assert_eq!(offset_of!(TcpInfo, tcpi_snd_wnd), 228);
+        assert_eq!(offset_of!(TcpInfo, tcpi_rcv_wnd), 232);
+        assert_eq!(size_of::<TcpInfo>(), 240);
+    }
+
+    #[test]
+    fn fields_beyond_the_returned_length_read_as_zero() {
+        let info = TcpInfo {
+            tcpi_snd_mss: 1448,
+            tcpi_rtt: 30,
+            tcpi_total_retrans: 4,
+            tcpi_pacing_rate: 1000,
+            tcpi_min_rtt: 20,
+            tcpi_delivery_rate: 500,
+            tcpi_busy_time: 9,
+            tcpi_delivered_ce: 3,
+            ..Default::default()
+        };
+        // A kernel older than 4.9 (no delivery_rate) stops before it.
+        let old = counters_from(&info, offset_of!(TcpInfo, tcpi_delivery_rate));
+        assert_eq!((old.snd_mss, old.rtt_us, old.min_rtt_us), (1448, 30, 20));
+        assert_eq!(
+            (old.delivery_rate, old.busy_time_us, old.delivered_ce),
+            (0, 0, 0)
+        );
+        // A length cutting through a field must not expose half of it.
+        let cut = counters_from(&info, offset_of!(TcpInfo, tcpi_pacing_rate) + 4);
+        assert_eq!((cut.total_retrans, cut.pacing_rate), (4, 0));
+        let full = counters_from(&info, size_of::<TcpInfo>());
+        assert_eq!(
+            (full.delivery_rate, full.busy_time_us, full.delivered_ce),
+            (500, 9, 3)
+        );
+    }
+
+    #[test]
+    fn sender_of_a_loopback_transfer_reports_rtt_mss_and_busy_time() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        // A small receive buffer (inherited by the accepted socket) plus a
+        // receiver that starts late keeps the sender limited for tens of
+        // milliseconds: busy_time is counted in jiffies, so a transfer that
+        // finishes within one tick would legitimately report 0.
+        socket2::SockRef::from(&listener)
+            .set_recv_buffer_size(16 * 1024)
+            .unwrap();
+        let mut sender = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut receiver, _) = listener.accept().unwrap();
+        const TOTAL: usize = 1 << 20;
+        let drain = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut buf = vec![0u8; TOTAL];
+            receiver.read_exact(&mut buf).unwrap();
+        });
+        sender.write_all(&vec![7u8; TOTAL]).unwrap();
+        drain.join().unwrap();
+
+        let c = read(sender.as_raw_fd()).unwrap();
+        assert!(c.snd_mss > 0, "{c:?}");
+        assert!(c.rtt_us > 0, "{c:?}");
+        assert!(c.busy_time_us > 0, "{c:?}");
+        assert!(c.delivery_rate > 0, "{c:?}");
+    }
+
+    #[test]
+    fn non_tcp_or_invalid_descriptors_are_errors() {
+        let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(read(udp.as_raw_fd()).is_err());
+        assert_eq!(read(-1).unwrap_err().raw_os_error(), Some(libc::EBADF));
+    }
+}
