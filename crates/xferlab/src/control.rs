@@ -16,7 +16,7 @@ pub enum Wake {
     /// The control connection ended (EOF or error).
     ControlClosed,
     /// A flow thread ended.
-    FlowDone(u32),
+    FlowDone,
     /// A data connection presented this session's token (server only).
     Attach(u32, TcpStream),
 }
@@ -86,13 +86,6 @@ impl ControlIo {
 
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)
-    }
-
-    pub fn peer(&self) -> String {
-        self.stream
-            .peer_addr()
-            .map(|a| a.to_string())
-            .unwrap_or_else(|_| "?".into())
     }
 }
 

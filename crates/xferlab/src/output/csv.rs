@@ -181,3 +181,89 @@ impl Reporter for CsvReporter {
         self.out.flush()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::sample::{bidir_result, SharedBuf};
+    use super::*;
+
+    fn render(r: &TestResult) -> String {
+        let buf = SharedBuf::default();
+        CsvReporter::new(buf.writer()).finish(r).unwrap();
+        buf.text()
+    }
+
+    #[test]
+    fn header_matches_the_row_fields() {
+        let r = bidir_result();
+        let row = side_rows(&r.id, &r.client).next().unwrap();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(row).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next(), Some(HEADER.join(",").as_str()));
+    }
+
+    #[test]
+    fn one_row_per_flow_interval_plus_totals_and_sums() {
+        let r = bidir_result();
+        let text = render(&r);
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        assert_eq!(
+            rd.headers().unwrap(),
+            &csv::StringRecord::from(HEADER.to_vec())
+        );
+        let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        // Per side: 4 flows x (4 intervals + 1 total) + 2 directions x 4 sums.
+        assert_eq!(rows.len(), 2 * (4 * (4 + 1) + 2 * 4));
+        let col = |name: &str| HEADER.iter().position(|h| *h == name).unwrap();
+        let count = |kind: &str| rows.iter().filter(|r| &r[col("kind")] == kind).count();
+        assert_eq!(
+            (count("interval"), count("total"), count("sum")),
+            (32, 8, 16)
+        );
+
+        let first = &rows[0];
+        assert_eq!(
+            first.iter().collect::<Vec<_>>(),
+            [
+                "7f3a9c2e41d05b68",
+                "client",
+                "0",
+                "c2s",
+                "sender",
+                "interval",
+                "0.0",
+                "1.0",
+                "true",
+                "1200000000",
+                "9600000000.0",
+                "0",
+                "40",
+                "10",
+                "3276800",
+                "9800000000.0"
+            ]
+        );
+        // Receivers have no TCP_INFO figures: empty cells, not zeros.
+        let receiver = rows
+            .iter()
+            .find(|r| &r[col("role")] == "receiver" && &r[col("kind")] == "interval")
+            .unwrap();
+        assert_eq!(
+            receiver.iter().skip(col("retransmits")).collect::<Vec<_>>(),
+            ["", "", "", "", ""]
+        );
+        let sum = rows.iter().find(|r| &r[col("kind")] == "sum").unwrap();
+        assert_eq!(&sum[col("flow")], "");
+        assert!(rows.iter().any(|r| &r[col("endpoint")] == "server"));
+    }
+
+    #[test]
+    fn header_is_written_without_rows() {
+        let mut r = bidir_result();
+        r.server = None;
+        r.client.flows.clear();
+        r.client.sums.clear();
+        assert_eq!(render(&r), format!("{}\n", HEADER.join(",")));
+    }
+}

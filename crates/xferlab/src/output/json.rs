@@ -144,3 +144,209 @@ impl Reporter for JsonLinesReporter {
         self.emit(&Event::Result { result })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{json, Value};
+    use xferlab_core::result::{FlowEnd, Status, Summary};
+
+    use super::super::sample::{bidir_result, flow_starts, live_interval, SharedBuf};
+    use super::*;
+
+    const SCHEMA_TEXT: &str = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/result-schema.json"
+    ));
+
+    fn validator() -> jsonschema::Validator {
+        let schema: Value = serde_json::from_str(SCHEMA_TEXT).expect("schema file is JSON");
+        jsonschema::validator_for(&schema).expect("schema compiles")
+    }
+
+    /// Panics with every validation error, so a failing test says what drifted.
+    fn assert_valid(v: &jsonschema::Validator, doc: &Value) {
+        let errors: Vec<String> = v
+            .iter_errors(doc)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            errors.is_empty(),
+            "result does not match docs/result-schema.json:\n{}",
+            errors.join("\n")
+        );
+    }
+
+    fn result_json(r: &TestResult) -> Value {
+        let buf = SharedBuf::default();
+        JsonReporter::new(buf.writer()).finish(r).unwrap();
+        let text = buf.text();
+        assert!(text.ends_with("}\n"));
+        serde_json::from_str(&text).expect("one JSON document")
+    }
+
+    #[test]
+    fn schema_is_a_valid_draft_2020_12_schema() {
+        let schema: Value = serde_json::from_str(SCHEMA_TEXT).unwrap();
+        assert_eq!(
+            schema["$schema"],
+            "https://json-schema.org/draft/2020-12/schema"
+        );
+        assert!(jsonschema::meta::is_valid(&schema));
+        assert_eq!(
+            schema["properties"]["schema"]["const"],
+            xferlab_core::result::SCHEMA
+        );
+    }
+
+    #[test]
+    fn json_result_validates_and_round_trips() {
+        let r = bidir_result();
+        let doc = result_json(&r);
+        assert_valid(&validator(), &doc);
+        let back: TestResult = serde_json::from_value(doc).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn every_optional_and_nullable_branch_validates() {
+        let mut r = bidir_result();
+        r.server = None;
+        r.summary = Summary::from_sides(&r.client, None);
+        r.status = Status::Partial;
+        r.errors.push("server report missing".into());
+        r.client
+            .warnings
+            .push("rcvbuf capped by net.core.rmem_max".into());
+        r.client.flows[0].end = FlowEnd::Aborted("connection reset by peer".into());
+        r.client.counters.interface = None;
+        r.spec.title = None;
+        r.spec.limit = xferlab_core::spec::Limit::Bytes { bytes: 1 << 30 };
+        r.spec.knobs.buffer = Some(4 << 20);
+        r.spec.knobs.tos = Some(0x10);
+        let doc = result_json(&r);
+        assert_eq!(doc["server"], Value::Null);
+        assert_eq!(
+            doc["client"]["flows"][0]["end"],
+            json!({"kind": "aborted", "reason": "connection reset by peer"})
+        );
+        assert_eq!(
+            doc["client"]["flows"][1]["end"],
+            json!({"kind": "completed"})
+        );
+        assert_eq!(
+            doc["spec"]["limit"],
+            json!({"bytes": {"bytes": 1u64 << 30}})
+        );
+        assert_valid(&validator(), &doc);
+    }
+
+    #[test]
+    fn broken_documents_do_not_validate() {
+        let v = validator();
+        let good = result_json(&bidir_result());
+        let broken = |f: &dyn Fn(&mut Value)| {
+            let mut doc = good.clone();
+            f(&mut doc);
+            doc
+        };
+        let cases = [
+            (
+                "missing summary",
+                broken(&|d| drop(d.as_object_mut().unwrap().remove("summary"))),
+            ),
+            (
+                "negative bytes",
+                broken(&|d| d["client"]["flows"][0]["intervals"][1]["bytes"] = json!(-1)),
+            ),
+            (
+                "fractional bytes",
+                broken(&|d| d["client"]["flows"][0]["total"]["bytes"] = json!(1.5)),
+            ),
+            (
+                "NaN rate (serde writes null)",
+                broken(&|d| {
+                    d["summary"]["directions"][0]["sender"]["bits_per_second"] = Value::Null
+                }),
+            ),
+            (
+                "unknown field",
+                broken(&|d| d["client"]["cpu"]["steal_s"] = json!(0.0)),
+            ),
+            (
+                "other schema version",
+                broken(&|d| d["schema"] = json!("xferlab.result/2")),
+            ),
+            (
+                "unknown enum value",
+                broken(&|d| d["client"]["flows"][0]["direction"] = json!("sideways")),
+            ),
+            (
+                "completed with a reason",
+                broken(&|d| d["client"]["flows"][0]["end"]["reason"] = json!("x")),
+            ),
+            (
+                "counter that is not an integer",
+                broken(&|d| d["server"]["counters"]["deltas"]["Tcp.RetransSegs"] = json!("12")),
+            ),
+        ];
+        for (what, doc) in cases {
+            assert!(!v.is_valid(&doc), "{what}: should not validate");
+        }
+    }
+
+    #[test]
+    fn jsonl_writes_one_object_per_event_line() {
+        let r = bidir_result();
+        let buf = SharedBuf::default();
+        let mut rep = JsonLinesReporter::new(buf.writer());
+        let flows = flow_starts(&r.client);
+        let info = StartInfo {
+            spec: &r.spec,
+            server: &r.server_address,
+            embedded: false,
+            session: &r.id,
+            flows: &flows,
+        };
+        rep.start(&info).unwrap();
+        for i in 0..4 {
+            rep.interval(&live_interval(&r.client, i)).unwrap();
+        }
+        rep.finish(&r).unwrap();
+
+        let text = buf.text();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let events: Vec<&str> = lines.iter().map(|l| l["event"].as_str().unwrap()).collect();
+        assert_eq!(
+            events,
+            ["start", "interval", "interval", "interval", "interval", "result"]
+        );
+
+        let start = &lines[0];
+        assert_eq!(start["session"], r.id.as_str());
+        assert_eq!(start["server"], "127.0.0.1:5290");
+        assert_eq!(start["spec"]["direction"], "bidir");
+        assert_eq!(
+            start["flows"][3],
+            json!({"id": 3, "direction": "s2c", "role": "receiver", "local": "127.0.0.1:41237", "remote": "127.0.0.1:5290"})
+        );
+
+        let first = &lines[1]["flows"];
+        assert_eq!(first.as_array().unwrap().len(), 4);
+        assert_eq!(
+            (first[0]["id"].as_u64(), first[0]["role"].as_str()),
+            (Some(0), Some("sender"))
+        );
+        assert_eq!(first[0]["omitted"], true);
+        assert_eq!(first[0]["bytes"], 1_200_000_000u64);
+        assert!(first[0]["tcp"]["rtt_us"].is_u64());
+        assert!(
+            first[2].get("tcp").is_none(),
+            "receivers carry no TCP sample"
+        );
+
+        assert_valid(&validator(), &lines[5]["result"]);
+    }
+}

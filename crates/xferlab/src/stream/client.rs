@@ -115,8 +115,8 @@ pub fn run(
                     match connect_flows(cfg, server_addr, &w) {
                         Ok(flows) => {
                             let done_tx = tx.clone();
-                            let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |id| {
-                                done_tx.send(Wake::FlowDone(id)).ok();
+                            let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_flow| {
+                                done_tx.send(Wake::FlowDone).ok();
                             });
                             side = Some(Side::prepare(
                                 Endpoint::Client,
@@ -187,7 +187,7 @@ pub fn run(
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
             Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone(_)) => {
+            Ok(Wake::FlowDone) => {
                 if let Some(s) = side.as_mut() {
                     s.reap();
                 }

@@ -8,7 +8,6 @@ use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xferlab_core::result::FlowEnd;
@@ -176,11 +175,4 @@ pub fn spawn(
         .name(name)
         .stack_size(256 * 1024)
         .spawn(body)
-}
-
-/// Keeps the flow's socket and counter alive for the sampler.
-#[derive(Debug, Clone)]
-pub struct FlowIo {
-    pub sock: Arc<TcpStream>,
-    pub shared: Arc<FlowShared>,
 }

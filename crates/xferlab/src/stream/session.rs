@@ -150,7 +150,7 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
             Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone(_)) => {
+            Ok(Wake::FlowDone) => {
                 if let Some(s) = side.as_mut() {
                     s.reap();
                 }
@@ -164,8 +164,8 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
                 if !pending.is_empty() && pending.iter().all(Option::is_some) {
                     let flows = pending.drain(..).flatten().collect();
                     let done_tx = tx.clone();
-                    let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |id| {
-                        done_tx.send(Wake::FlowDone(id)).ok();
+                    let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_flow| {
+                        done_tx.send(Wake::FlowDone).ok();
                     });
                     let mut s = Side::prepare(
                         Endpoint::Server,

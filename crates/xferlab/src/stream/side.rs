@@ -307,14 +307,6 @@ impl Side {
         self.flows.iter().all(|f| f.outcome.is_some())
     }
 
-    /// Every sender of this side has finished (quota reached).
-    pub fn senders_done(&self) -> bool {
-        self.flows
-            .iter()
-            .filter(|f| f.role == FlowRole::Sender)
-            .all(|f| f.outcome.is_some())
-    }
-
     /// Asks senders to finish; receivers keep reading to end of stream.
     pub fn stop(&mut self, now: Instant) {
         if self.stopped_at.is_none() {

@@ -33,6 +33,7 @@ pub fn thread_times() -> (f64, f64) {
 }
 
 /// User and system CPU seconds used so far by the whole process.
+#[cfg(test)]
 pub fn process_times() -> (f64, f64) {
     rusage_times(libc::RUSAGE_SELF)
 }
