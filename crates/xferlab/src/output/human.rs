@@ -126,7 +126,8 @@ impl HumanReporter {
         )
     }
 
-    fn write_counters(&mut self, side: &SideReport) -> io::Result<()> {
+    /// One line of [`notable_counters`] for `side`, labelled `who`.
+    fn write_counters(&mut self, side: &SideReport, who: &str) -> io::Result<()> {
         let shown: Vec<String> = notable_counters(&side.counters)
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
@@ -139,12 +140,7 @@ impl HumanReporter {
             .as_deref()
             .map(|i| format!(" ({i})"))
             .unwrap_or_default();
-        writeln!(
-            self.out,
-            "Counters {}{iface}: {}",
-            endpoint_name(side.endpoint),
-            shown.join(", ")
-        )
+        writeln!(self.out, "Counters {who}{iface}: {}", shown.join(", "))
     }
 }
 
@@ -251,8 +247,12 @@ impl Reporter for HumanReporter {
         writeln!(self.out)?;
         self.write_directions(r)?;
         self.write_cpu(r)?;
-        for side in std::iter::once(&r.client).chain(&r.server) {
-            self.write_counters(side)?;
+        // An in-process server reads the same host counters as the client:
+        // show them once.
+        let shared = r.client.embedded && r.server.is_some();
+        self.write_counters(&r.client, if shared { "client+server" } else { "client" })?;
+        if let Some(server) = r.server.as_ref().filter(|_| !shared) {
+            self.write_counters(server, "server")?;
         }
         for side in std::iter::once(&r.client).chain(&r.server) {
             for w in &side.warnings {
@@ -753,7 +753,18 @@ mod tests {
         assert!(text.contains("CPU client 112.8% (user 0.31 s, sys 4.20 s)  server 137.5% (user 0.40 s, sys 5.10 s)\n"));
         let counters = lines_with(&text, "Counters client (lo): ");
         assert_eq!(counters, vec!["Counters client (lo): Tcp.RetransSegs 12, TcpExt.TCPDSACKRecv 1, TcpExt.TCPSackRecovery 2"]);
+        assert_eq!(lines_with(&text, "Counters server (lo): ").len(), 1);
         assert!(text.ends_with("Status: ok\n"));
+
+        let mut embedded = bidir_result();
+        embedded.client.embedded = true;
+        let text = render(&embedded, true);
+        assert_eq!(
+            lines_with(&text, "Counters ").len(),
+            1,
+            "same host counters shown once"
+        );
+        assert!(text.contains("Counters client+server (lo): Tcp.RetransSegs 12,"));
     }
 
     #[test]
