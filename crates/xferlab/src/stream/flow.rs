@@ -166,11 +166,12 @@ fn describe(e: &io::Error, what: &str) -> String {
     }
 }
 
-/// Runs a flow thread's body; used so both roles share one spawn path.
+/// Starts a flow thread with a small stack (flows keep their buffer on
+/// the heap), so many flows cost little memory.
 pub fn spawn(
     name: String,
-    body: impl FnOnce() -> FlowOutcome + Send + 'static,
-) -> io::Result<std::thread::JoinHandle<FlowOutcome>> {
+    body: impl FnOnce() + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name)
         .stack_size(256 * 1024)

@@ -5,7 +5,7 @@
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -90,7 +90,10 @@ struct RunningFlow {
     stream: Arc<TcpStream>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
-    thread: Option<JoinHandle<FlowOutcome>>,
+    thread: Option<JoinHandle<()>>,
+    /// Filled by the flow thread just before it notifies the event loop,
+    /// so the loop never races the thread's exit.
+    slot: Arc<Mutex<Option<FlowOutcome>>>,
     outcome: Option<FlowOutcome>,
 }
 
@@ -151,6 +154,7 @@ impl Side {
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
                 thread: None,
+                slot: Arc::default(),
                 outcome: None,
             })
             .collect();
@@ -186,12 +190,13 @@ impl Side {
             let tcp = self.flows[i].tcp();
             let f = &mut self.flows[i];
             f.meter = Some(FlowMeter::new(self.clock, tcp));
-            let (stream, shared, flags, tally, done) = (
+            let (stream, shared, flags, tally, done, slot) = (
                 f.stream.clone(),
                 f.shared.clone(),
                 self.flags.clone(),
                 self.tally.clone(),
                 self.done.clone(),
+                f.slot.clone(),
             );
             let (role, quota, id, size, mode) = (
                 f.role,
@@ -206,13 +211,14 @@ impl Side {
                 id
             );
             let thread = flow::spawn(name, move || {
-                let _cpu = tally.track();
+                let cpu = tally.track();
                 let out = match role {
                     FlowRole::Sender => flow::send(&stream, size, quota, &shared, &flags),
                     FlowRole::Receiver => flow::receive(&stream, size, mode, &shared, &flags),
                 };
+                drop(cpu);
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
                 done(id);
-                out
             });
             match thread {
                 Ok(t) => f.thread = Some(t),
@@ -284,21 +290,23 @@ impl Side {
         live
     }
 
-    /// Collects threads that have ended (after a `done` notification).
+    /// Collects the outcomes of flows that have ended (after a `done`
+    /// notification, or whenever the loop wakes).
     pub fn reap(&mut self) {
         for f in &mut self.flows {
-            if f.outcome.is_none() && f.thread.as_ref().is_some_and(|t| t.is_finished()) {
-                let out = f
-                    .thread
-                    .take()
-                    .expect("checked")
-                    .join()
-                    .unwrap_or_else(|_| FlowOutcome {
-                        end: FlowEnd::Aborted("flow thread panicked".into()),
-                        at: Instant::now(),
-                        bytes: f.shared.bytes.load(Ordering::Relaxed),
-                    });
-                f.outcome = Some(out);
+            if f.outcome.is_some() {
+                continue;
+            }
+            // Look at the thread first: a thread that had finished before
+            // the slot was read and left it empty has panicked.
+            let finished = f.thread.as_ref().is_some_and(|t| t.is_finished());
+            f.outcome = f.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if f.outcome.is_none() && finished {
+                f.outcome = Some(FlowOutcome {
+                    end: FlowEnd::Aborted("flow thread panicked".into()),
+                    at: Instant::now(),
+                    bytes: f.shared.bytes.load(Ordering::Relaxed),
+                });
             }
         }
     }
@@ -341,9 +349,10 @@ impl Side {
         }
         for f in &mut self.flows {
             if let Some(t) = f.thread.take() {
-                f.outcome = t.join().ok();
+                t.join().ok();
             }
         }
+        self.reap();
         let now = Instant::now();
         let mut flows = Vec::with_capacity(self.flows.len());
         for mut f in std::mem::take(&mut self.flows) {
