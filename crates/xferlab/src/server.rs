@@ -145,7 +145,7 @@ impl Server {
                 continue;
             }
             let (stream, peer) = match self.listener.accept() {
-                Ok(x) => x,
+                Ok((s, peer)) => (s, crate::net::canonical(peer)),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
                     self.shared.log(format_args!("accept failed: {e}"));

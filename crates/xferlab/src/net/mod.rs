@@ -23,6 +23,18 @@ pub enum Family {
     V6,
 }
 
+/// IPv4 peers of the dual-stack listener appear as `::ffff:a.b.c.d`;
+/// logs and results show them as the IPv4 addresses they are.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
+}
+
 /// Resolves `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
 pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<SocketAddr>, String> {
     let with_port = if let Ok(ip) = host.parse::<IpAddr>() {
@@ -129,5 +141,13 @@ mod tests {
             vec!["[::1]:7".parse().unwrap()]
         );
         assert!(resolve("::1", 9, Family::V4).is_err());
+    }
+
+    #[test]
+    fn mapped_ipv4_is_shown_as_ipv4() {
+        let a: SocketAddr = "[::ffff:127.0.0.1]:5".parse().unwrap();
+        assert_eq!(canonical(a).to_string(), "127.0.0.1:5");
+        let b: SocketAddr = "[::1]:5".parse().unwrap();
+        assert_eq!(canonical(b), b);
     }
 }

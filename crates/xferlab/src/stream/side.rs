@@ -79,7 +79,8 @@ impl ConnectedFlow {
 }
 
 fn addr(a: std::io::Result<std::net::SocketAddr>) -> String {
-    a.map(|a| a.to_string()).unwrap_or_default()
+    a.map(|a| crate::net::canonical(a).to_string())
+        .unwrap_or_default()
 }
 
 struct RunningFlow {
