@@ -146,6 +146,15 @@ impl Proc {
         self.try_status().is_none()
     }
 
+    /// Sends a signal (e.g. `libc::SIGINT`) without waiting.
+    pub fn signal(&mut self, sig: libc::c_int) {
+        if self.try_status().is_none() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
+            assert_eq!(rc, 0, "kill({}, {sig})", self.child.id());
+        }
+    }
+
     /// SIGKILL (std's `Child::kill` on Unix) and reap.
     pub fn kill(&mut self) {
         if self.try_status().is_none() {
@@ -402,7 +411,7 @@ impl Server {
         let mut all = vec!["-J"];
         all.extend_from_slice(args);
         let out = self.client(&all, deadline_for(seconds));
-        if !(out.code == Some(0) && !out.timed_out) {
+        if out.code != Some(0) || out.timed_out {
             panic!(
                 "client failed\n{}\n--- server log ---\n{}",
                 out.describe(),
@@ -571,9 +580,7 @@ pub fn assert_ok(v: &Value) {
         v["errors"]
     );
     assert!(
-        v.get("errors")
-            .and_then(Value::as_array)
-            .map_or(true, |e| e.is_empty()),
+        v["errors"].as_array().into_iter().all(|e| e.is_empty()),
         "errors on an ok result: {}",
         v["errors"]
     );
@@ -619,7 +626,11 @@ pub fn flow_by_id<'a>(v: &'a Value, side: &str, id: u64) -> &'a Value {
 pub fn assert_flows_agree(v: &Value) {
     let c = flows(v, "client");
     let s = flows(v, "server");
-    assert_eq!(c.len(), s.len(), "client and server report different flow counts");
+    assert_eq!(
+        c.len(),
+        s.len(),
+        "client and server report different flow counts"
+    );
     for cf in c {
         let id = cf["id"].as_u64().expect("flow id");
         let sf = flow_by_id(v, "server", id);
