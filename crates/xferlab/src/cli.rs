@@ -93,8 +93,10 @@ pub struct StreamArgs {
     #[arg(long)]
     pub bidir: bool,
 
-    /// Bytes per write (and read) call.
-    #[arg(short = 'l', long = "length", value_parser = parse_size, default_value = "128K", value_name = "SIZE")]
+    /// Bytes per write() call (iperf3 uses 128K; a larger default keeps the
+    /// sending application from being the bottleneck). Receivers read at
+    /// least 512K per call.
+    #[arg(short = 'l', long = "length", value_parser = parse_size, default_value = "1M", value_name = "SIZE")]
     pub length: u64,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the

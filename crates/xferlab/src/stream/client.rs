@@ -75,39 +75,6 @@ pub fn run(
     'run: loop {
         let now = Instant::now();
         ctl.handle_timeout(now);
-        if let Some(s) = side.as_mut() {
-            let live = s.tick(now);
-            if !live.is_empty() {
-                reporter.interval(&live).ok();
-            }
-            let presses = interrupts.load(Ordering::Relaxed);
-            if presses >= 2 {
-                error = Some("interrupted twice: aborted without the server's results".into());
-                s.abort("aborted by the user");
-                ctl.abort(ErrorCode::Aborted, "the user aborted the client");
-            }
-            let time_up = test_end.is_some_and(|t| now >= t);
-            if !stop_sent && (time_up || presses == 1 || (test_end.is_none() && s.all_done())) {
-                if presses == 1 && !time_up {
-                    interrupted = true;
-                }
-                s.stop(now);
-                ctl.stop(now);
-                stop_sent = true;
-            }
-            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
-                s.abort("no end of stream within 10 s after the test stopped: flows cut");
-            }
-            if server_report.is_some() && s.all_done() {
-                break 'run;
-            }
-        } else if interrupts.load(Ordering::Relaxed) > 0 {
-            ctl.abort(
-                ErrorCode::Aborted,
-                "the user interrupted the client before the test started",
-            );
-            error = Some("interrupted before the test started".into());
-        }
         while let Some(ev) = ctl.poll_event() {
             match ev {
                 ClientEvent::Welcome(w) => {
@@ -162,6 +129,42 @@ pub fn run(
                 }
             }
         }
+        // After the events, so conditions they change (results arrived, a
+        // flow ended) are acted on at once rather than at the next wake.
+        if let Some(s) = side.as_mut().filter(|s| s.was_started()) {
+            s.reap();
+            let live = s.tick(now);
+            if !live.is_empty() {
+                reporter.interval(&live).ok();
+            }
+            let presses = interrupts.load(Ordering::Relaxed);
+            if presses >= 2 {
+                error = Some("interrupted twice: aborted without the server's results".into());
+                s.abort("aborted by the user");
+                ctl.abort(ErrorCode::Aborted, "the user aborted the client");
+            }
+            let time_up = test_end.is_some_and(|t| now >= t);
+            if !stop_sent && (time_up || presses == 1 || (test_end.is_none() && s.all_done())) {
+                if presses == 1 && !time_up {
+                    interrupted = true;
+                }
+                s.stop(now);
+                ctl.stop(now);
+                stop_sent = true;
+            }
+            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
+                s.abort("no end of stream within 10 s after the test stopped: flows cut");
+            }
+            if server_report.is_some() && s.all_done() {
+                break 'run;
+            }
+        } else if interrupts.load(Ordering::Relaxed) > 0 && error.is_none() {
+            ctl.abort(
+                ErrorCode::Aborted,
+                "the user interrupted the client before the test started",
+            );
+            error = Some("interrupted before the test started".into());
+        }
         if let Some(bytes) = ctl.poll_transmit() {
             if let Err(e) = io.send(&bytes) {
                 error.get_or_insert(format!("lost the control connection to {server_addr}: {e}"));
@@ -187,12 +190,8 @@ pub fn run(
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
             Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone) => {
-                if let Some(s) = side.as_mut() {
-                    s.reap();
-                }
-            }
-            Ok(Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            // The loop reaps and re-checks on every wake.
+            Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
         }
     }

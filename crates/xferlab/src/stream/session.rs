@@ -78,18 +78,6 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
     loop {
         let now = Instant::now();
         ctl.handle_timeout(now);
-        if let Some(s) = side.as_mut() {
-            s.tick(now);
-            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
-                s.abort("no end of stream within 10 s after the client stopped: flows cut");
-            }
-            if s.drain_deadline().is_some() && s.all_done() {
-                let done = side.take().expect("checked");
-                let r = done.finish();
-                ctl.send_results(Instant::now(), &r);
-                report = Some(r);
-            }
-        }
         let mut finished = false;
         while let Some(ev) = ctl.poll_event() {
             match ev {
@@ -115,10 +103,10 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
                         ctl.reject(ErrorCode::Aborted, "stopped before the test started");
                     }
                 }
-                ServerEvent::PeerResults(client) => {
+                ServerEvent::PeerResults(_) => {
                     shared.log(format_args!(
                         "{label} {peer}: done: {}",
-                        outcome_line(report.as_ref(), &client)
+                        outcome_line(report.as_ref())
                     ));
                     finished = true;
                 }
@@ -126,6 +114,21 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
                     failure.get_or_insert(e.to_string());
                     finished = true;
                 }
+            }
+        }
+        // After the events, so a stop that arrives when every flow has
+        // already ended is answered at once rather than at the next wake.
+        if let Some(s) = side.as_mut().filter(|_| !finished) {
+            s.reap();
+            s.tick(now);
+            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
+                s.abort("no end of stream within 10 s after the client stopped: flows cut");
+            }
+            if s.drain_deadline().is_some() && s.all_done() {
+                let done = side.take().expect("checked");
+                let r = done.finish();
+                ctl.send_results(Instant::now(), &r);
+                report = Some(r);
             }
         }
         if let Some(bytes) = ctl.poll_transmit() {
@@ -150,11 +153,8 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
             Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone) => {
-                if let Some(s) = side.as_mut() {
-                    s.reap();
-                }
-            }
+            // The loop reaps and re-checks on every wake.
+            Ok(Wake::FlowDone) => {}
             Ok(Wake::Attach(flow, stream)) => {
                 let Some(sp) = spec.as_ref() else { continue };
                 if let Err(why) = attach_flow(&mut pending, flow, stream, sp) {
@@ -292,7 +292,7 @@ fn describe(s: &TestSpec) -> String {
 }
 
 /// One line of what this server received and sent.
-fn outcome_line(ours: Option<&SideReport>, _client: &SideReport) -> String {
+fn outcome_line(ours: Option<&SideReport>) -> String {
     let Some(r) = ours else {
         return "no local report".into();
     };
