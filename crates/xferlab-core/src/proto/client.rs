@@ -1,12 +1,10 @@
 //! Client side of the control connection.
 
-use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{
-    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION,
-};
+use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
 use super::{ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT};
 use crate::result::{SideReport, Software};
 use crate::spec::TestSpec;
@@ -40,9 +38,7 @@ pub struct ClientControl {
     state: State,
     preamble: Vec<u8>,
     decoder: FrameDecoder,
-    out: Vec<u8>,
-    events: VecDeque<ClientEvent>,
-    deadline: Option<(Instant, &'static str)>,
+    ch: Channel<ClientEvent>,
 }
 
 impl ClientControl {
@@ -52,14 +48,13 @@ impl ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
-            out: Preamble::new(ConnKind::Control).encode().to_vec(),
-            events: VecDeque::new(),
-            deadline: Some((
-                now + HANDSHAKE_TIMEOUT,
-                "waiting for the server to accept the test",
-            )),
+            ch: Channel::new(&Preamble::new(ConnKind::Control).encode()),
         };
-        c.queue(&ClientMsg::Hello { software, spec });
+        c.ch.wait_until(
+            now + HANDSHAKE_TIMEOUT,
+            "waiting for the server to accept the test",
+        );
+        c.ch.queue(&ClientMsg::Hello { software, spec });
         c
     }
 
@@ -112,21 +107,21 @@ impl ClientControl {
             }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
                 self.state = State::AwaitStart;
-                self.deadline = Some((
+                self.ch.wait_until(
                     now + HANDSHAKE_TIMEOUT,
                     "waiting for the server to start the test",
-                ));
-                self.events.push_back(ClientEvent::Welcome(Box::new(w)));
+                );
+                self.ch.emit(ClientEvent::Welcome(Box::new(w)));
             }
             (State::AwaitStart, ServerMsg::Start) => {
                 self.state = State::Running;
-                self.deadline = None;
-                self.events.push_back(ClientEvent::Started);
+                self.ch.no_deadline();
+                self.ch.emit(ClientEvent::Started);
             }
             (State::AwaitResults, ServerMsg::Results { report }) => {
                 self.state = State::HaveResults;
-                self.deadline = None;
-                self.events.push_back(ClientEvent::PeerResults(report));
+                self.ch.no_deadline();
+                self.ch.emit(ClientEvent::PeerResults(report));
             }
             (_, msg) => {
                 return Err(ProtoError::Malformed(format!(
@@ -154,10 +149,8 @@ impl ClientControl {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some((at, what)) = self.deadline {
-            if now >= at {
-                self.fail(ProtoError::Timeout(what), true);
-            }
+        if let Some(what) = self.ch.expired(now) {
+            self.fail(ProtoError::Timeout(what), true);
         }
     }
 
@@ -166,10 +159,11 @@ impl ClientControl {
     pub fn stop(&mut self, now: Instant) {
         match self.state {
             State::Running => {
-                self.queue(&ClientMsg::Stop);
+                self.ch.queue(&ClientMsg::Stop);
                 self.state = State::AwaitResults;
                 self.decoder.set_max_len(MAX_RESULTS_FRAME);
-                self.deadline = Some((now + RESULTS_TIMEOUT, "waiting for the server's results"));
+                self.ch
+                    .wait_until(now + RESULTS_TIMEOUT, "waiting for the server's results");
             }
             State::Done | State::Failed | State::AwaitResults | State::HaveResults => {}
             _ => self.abort(
@@ -183,7 +177,7 @@ impl ClientControl {
     /// then complete.
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
-            self.queue(&ClientMsg::Results {
+            self.ch.queue(&ClientMsg::Results {
                 report: Box::new(report.clone()),
             });
             self.state = State::Done;
@@ -195,12 +189,12 @@ impl ClientControl {
         if self.is_closed() {
             return;
         }
-        self.queue(&ClientMsg::Error {
+        self.ch.queue(&ClientMsg::Error {
             code,
             message: message.to_string(),
         });
         self.state = State::Failed;
-        self.deadline = None;
+        self.ch.no_deadline();
     }
 
     fn fail(&mut self, e: ProtoError, tell_peer: bool) {
@@ -208,30 +202,26 @@ impl ClientControl {
             return;
         }
         if tell_peer {
-            self.queue(&ClientMsg::Error {
+            self.ch.queue(&ClientMsg::Error {
                 code: e.code(),
                 message: e.to_string(),
             });
         }
         self.state = State::Failed;
-        self.deadline = None;
-        self.events.push_back(ClientEvent::Failed(e));
-    }
-
-    fn queue(&mut self, msg: &ClientMsg) {
-        self.out.extend_from_slice(&encode_frame(msg));
+        self.ch.no_deadline();
+        self.ch.emit(ClientEvent::Failed(e));
     }
 
     pub fn poll_event(&mut self) -> Option<ClientEvent> {
-        self.events.pop_front()
+        self.ch.poll_event()
     }
 
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
+        self.ch.poll_transmit()
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.map(|d| d.0)
+        self.ch.poll_timeout()
     }
 
     pub fn is_closed(&self) -> bool {

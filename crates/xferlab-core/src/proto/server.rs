@@ -1,10 +1,10 @@
 //! Server side of one control connection.
 
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, VERSION};
+use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
     ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
     RUNNING_GRACE,
@@ -68,9 +68,7 @@ pub struct ServerControl {
     state: State,
     policy: ServerPolicy,
     decoder: FrameDecoder,
-    out: Vec<u8>,
-    events: VecDeque<ServerEvent>,
-    deadline: Option<(Instant, &'static str)>,
+    ch: Channel<ServerEvent>,
 }
 
 impl ServerControl {
@@ -80,10 +78,9 @@ impl ServerControl {
             state: State::AwaitHello,
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
-            out: Preamble::new(ConnKind::Control).encode().to_vec(),
-            events: VecDeque::new(),
-            deadline: Some((now + HANDSHAKE_TIMEOUT, "waiting for the client's hello")),
+            ch: Channel::new(&Preamble::new(ConnKind::Control).encode()),
         };
+        s.ch.wait_until(now + HANDSHAKE_TIMEOUT, "waiting for the client's hello");
         if peer_version != VERSION {
             s.fail(
                 ProtoError::VersionMismatch {
@@ -126,24 +123,24 @@ impl ServerControl {
             (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
                 if let Err(why) = self.policy.check(&spec) {
                     self.reject(ErrorCode::InvalidSpec, &why);
-                    self.events
-                        .push_back(ServerEvent::Failed(ProtoError::Malformed(why)));
+                    self.ch
+                        .emit(ServerEvent::Failed(ProtoError::Malformed(why)));
                 } else {
                     self.state = State::Deciding;
-                    self.deadline = None;
-                    self.events
-                        .push_back(ServerEvent::TestRequested(Box::new(spec)));
+                    self.ch.no_deadline();
+                    self.ch.emit(ServerEvent::TestRequested(Box::new(spec)));
                 }
             }
             (State::AwaitFlows | State::Running, ClientMsg::Stop) => {
                 self.state = State::Stopping;
-                self.deadline = Some((now + RESULTS_TIMEOUT, "draining flows after stop"));
-                self.events.push_back(ServerEvent::StopRequested);
+                self.ch
+                    .wait_until(now + RESULTS_TIMEOUT, "draining flows after stop");
+                self.ch.emit(ServerEvent::StopRequested);
             }
             (State::AwaitResults, ClientMsg::Results { report }) => {
                 self.state = State::Done;
-                self.deadline = None;
-                self.events.push_back(ServerEvent::PeerResults(report));
+                self.ch.no_deadline();
+                self.ch.emit(ServerEvent::PeerResults(report));
             }
             (state, msg) => {
                 return Err(ProtoError::Malformed(format!(
@@ -174,10 +171,8 @@ impl ServerControl {
     }
 
     pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some((at, what)) = self.deadline {
-            if now >= at {
-                self.fail(ProtoError::Timeout(what), true);
-            }
+        if let Some(what) = self.ch.expired(now) {
+            self.fail(ProtoError::Timeout(what), true);
         }
     }
 
@@ -186,12 +181,12 @@ impl ServerControl {
         if self.state != State::Deciding {
             return;
         }
-        self.queue(&ServerMsg::Welcome(welcome));
+        self.ch.queue(&ServerMsg::Welcome(welcome));
         self.state = State::AwaitFlows;
-        self.deadline = Some((
+        self.ch.wait_until(
             now + HANDSHAKE_TIMEOUT,
             "waiting for the client's data connections",
-        ));
+        );
     }
 
     /// Refuse the request (or abort the session) with a reason for the peer.
@@ -199,12 +194,12 @@ impl ServerControl {
         if self.is_closed() {
             return;
         }
-        self.queue(&ServerMsg::Error {
+        self.ch.queue(&ServerMsg::Error {
             code,
             message: message.to_string(),
         });
         self.state = State::Failed;
-        self.deadline = None;
+        self.ch.no_deadline();
     }
 
     /// Every data connection is attached: tell the client to start.
@@ -213,15 +208,15 @@ impl ServerControl {
         if self.state != State::AwaitFlows {
             return;
         }
-        self.queue(&ServerMsg::Start);
+        self.ch.queue(&ServerMsg::Start);
         self.state = State::Running;
         let limit = planned.map_or(self.policy.max_duration, |p| {
             p.min(self.policy.max_duration)
         });
-        self.deadline = Some((
+        self.ch.wait_until(
             now + limit + RUNNING_GRACE,
             "waiting for the client to end the test",
-        ));
+        );
     }
 
     /// Our flows have drained: send our measurements.
@@ -229,12 +224,13 @@ impl ServerControl {
         if self.state != State::Stopping {
             return;
         }
-        self.queue(&ServerMsg::Results {
+        self.ch.queue(&ServerMsg::Results {
             report: Box::new(report.clone()),
         });
         self.state = State::AwaitResults;
         self.decoder.set_max_len(MAX_RESULTS_FRAME);
-        self.deadline = Some((now + RESULTS_TIMEOUT, "waiting for the client's results"));
+        self.ch
+            .wait_until(now + RESULTS_TIMEOUT, "waiting for the client's results");
     }
 
     fn fail(&mut self, e: ProtoError, tell_peer: bool) {
@@ -242,31 +238,27 @@ impl ServerControl {
             return;
         }
         if tell_peer {
-            self.queue(&ServerMsg::Error {
+            self.ch.queue(&ServerMsg::Error {
                 code: e.code(),
                 message: e.to_string(),
             });
         }
         self.state = State::Failed;
-        self.deadline = None;
-        self.events.push_back(ServerEvent::Failed(e));
-    }
-
-    fn queue(&mut self, msg: &ServerMsg) {
-        self.out.extend_from_slice(&encode_frame(msg));
+        self.ch.no_deadline();
+        self.ch.emit(ServerEvent::Failed(e));
     }
 
     pub fn poll_event(&mut self) -> Option<ServerEvent> {
-        self.events.pop_front()
+        self.ch.poll_event()
     }
 
     /// Bytes to write to the peer, if any.
     pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
+        self.ch.poll_transmit()
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.map(|d| d.0)
+        self.ch.poll_timeout()
     }
 
     /// Done or failed: nothing more will be read; flush and close.
