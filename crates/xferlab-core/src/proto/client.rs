@@ -5,7 +5,10 @@ use std::time::Instant;
 use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
-use super::{ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT};
+use super::{
+    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
+    RESULTS_TIMEOUT,
+};
 use crate::result::{SideReport, Software};
 use crate::spec::TestSpec;
 
@@ -178,7 +181,7 @@ impl ClientControl {
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
             self.ch.queue(&ClientMsg::Results {
-                report: Box::new(report.clone()),
+                report: super::fit_report(report, RESULTS_LIMIT),
             });
             self.state = State::Done;
         }

@@ -20,10 +20,14 @@ pub use server::{ServerControl, ServerEvent, ServerPolicy};
 
 use std::time::Duration;
 
+use crate::result::SideReport;
+
 /// Largest frame accepted during the handshake and while running.
 pub const MAX_SMALL_FRAME: u32 = 64 * 1024;
 /// Largest results frame (a side's full report with every interval).
 pub const MAX_RESULTS_FRAME: u32 = 64 * 1024 * 1024;
+/// Reports are trimmed to fit below this (room left for the framing).
+const RESULTS_LIMIT: usize = MAX_RESULTS_FRAME as usize - 4096;
 /// How long each handshake step may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, after stopping, a side may take to drain its flows and send
@@ -32,6 +36,25 @@ pub const RESULTS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Slack a running duration test gets past its planned end before the
 /// server gives up on the client.
 pub const RUNNING_GRACE: Duration = Duration::from_secs(15);
+
+/// A side's report as it goes on the wire: whole when it fits in `limit`
+/// bytes of JSON, else without per-flow intervals (per-direction sums and
+/// totals stay) and with a warning saying so. A long `-P 128` test with
+/// fine intervals can outgrow a results frame; the test's totals must not
+/// be lost for it.
+fn fit_report(report: &SideReport, limit: usize) -> Box<SideReport> {
+    let size = serde_json::to_vec(report).map_or(usize::MAX, |v| v.len());
+    let mut r = Box::new(report.clone());
+    if size > limit {
+        for f in &mut r.flows {
+            f.intervals.clear();
+        }
+        r.warnings.push(format!(
+            "per-flow intervals left out of this side's report: {size} bytes of JSON exceed the {limit}-byte results limit (per-direction sums are kept)"
+        ));
+    }
+    r
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProtoError {

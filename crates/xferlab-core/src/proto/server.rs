@@ -6,8 +6,8 @@ use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
-    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
-    RUNNING_GRACE,
+    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
+    RESULTS_TIMEOUT, RUNNING_GRACE,
 };
 use crate::result::SideReport;
 use crate::spec::TestSpec;
@@ -225,7 +225,7 @@ impl ServerControl {
             return;
         }
         self.ch.queue(&ServerMsg::Results {
-            report: Box::new(report.clone()),
+            report: super::fit_report(report, RESULTS_LIMIT),
         });
         self.state = State::AwaitResults;
         self.decoder.set_max_len(MAX_RESULTS_FRAME);

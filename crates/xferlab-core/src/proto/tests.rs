@@ -256,3 +256,47 @@ fn random_bytes_never_panic_the_server() {
         assert!(s.is_closed());
     }
 }
+
+#[test]
+fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
+    use crate::result::{FlowEnd, FlowInterval, FlowReport, FlowRole, FlowTotal, SocketSettings};
+    use crate::spec::FlowDirection;
+    let iv = FlowInterval {
+        start_s: 0.0,
+        end_s: 1.0,
+        omitted: false,
+        bytes: 1,
+        bits_per_second: 8.0,
+        tcp: None,
+    };
+    let mut r = report(Endpoint::Server);
+    r.flows.push(FlowReport {
+        id: 0,
+        direction: FlowDirection::C2s,
+        role: FlowRole::Receiver,
+        local: String::new(),
+        remote: String::new(),
+        socket: SocketSettings::default(),
+        intervals: vec![iv; 1000],
+        total: FlowTotal {
+            start_s: 0.0,
+            end_s: 1000.0,
+            bytes: 1000,
+            bits_per_second: 8.0,
+            bytes_all: 1000,
+            tcp: None,
+        },
+        end: FlowEnd::Completed,
+    });
+    let whole = fit_report(&r, 1 << 20);
+    assert_eq!(*whole, r);
+    let small = fit_report(&r, 10_000);
+    assert!(small.flows[0].intervals.is_empty());
+    assert_eq!(small.flows[0].total, r.flows[0].total);
+    assert!(
+        small.warnings[0].contains("per-flow intervals left out"),
+        "{:?}",
+        small.warnings
+    );
+    assert!(serde_json::to_vec(&*small).unwrap().len() < 10_000);
+}
