@@ -6,7 +6,10 @@
 //! warm-up, then exactly at the end of the warm-up, then every `interval`
 //! seconds after it, so measured intervals line up with the measured window.
 
-use crate::result::{FlowInterval, FlowTotal, TcpCounters, TcpSample, TcpTotals, Throughput};
+use crate::result::{
+    FlowInterval, FlowTotal, TcpCounters, TcpSample, TcpTotals, Throughput, UdpCounters, UdpSample,
+    UdpTotal,
+};
 
 /// Intervals shorter than this share of the interval at the very end are
 /// folded into the previous one instead of printing a sliver.
@@ -45,19 +48,62 @@ impl IntervalClock {
     }
 }
 
+/// What the driver reads from a flow at a boundary: its byte counter and,
+/// where the transport has them, TCP_INFO or the datagram counters.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Reading {
+    pub bytes: u64,
+    pub tcp: Option<TcpCounters>,
+    pub udp: Option<UdpCounters>,
+}
+
+impl Reading {
+    pub fn bytes(bytes: u64) -> Self {
+        Reading {
+            bytes,
+            ..Reading::default()
+        }
+    }
+
+    /// The interval from `prev` to `self`, TCP and datagram parts where
+    /// both readings have them.
+    fn delta(&self, prev: &Reading) -> (u64, Option<TcpSample>, Option<UdpSample>) {
+        let tcp = match (self.tcp, prev.tcp) {
+            (Some(now), Some(before)) => Some(now.sample(&before)),
+            _ => None,
+        };
+        let udp = match (self.udp, prev.udp) {
+            (Some(now), Some(before)) => Some(now.sample(&before)),
+            _ => None,
+        };
+        (self.bytes.saturating_sub(prev.bytes), tcp, udp)
+    }
+
+    /// Keeps the last known TCP and datagram parts when this reading lacks
+    /// them (a socket that could not be read at the very end).
+    fn or(self, older: &Reading) -> Reading {
+        Reading {
+            bytes: self.bytes,
+            tcp: self.tcp.or(older.tcp),
+            udp: self.udp.or(older.udp),
+        }
+    }
+}
+
 /// Accumulates one flow's samples.
 #[derive(Debug, Clone)]
 pub struct FlowMeter {
     clock: IntervalClock,
     last_t: f64,
-    last_bytes: u64,
-    last_tcp: Option<TcpCounters>,
-    /// Counters at the start of the newest recorded interval (to re-derive it
-    /// when a final sliver is folded in).
-    newest_start: (u64, Option<TcpCounters>),
-    omit_mark: (u64, Option<TcpCounters>),
+    last: Reading,
+    /// The reading at the start of the newest recorded interval (to
+    /// re-derive it when a final sliver is folded in).
+    newest_start: Reading,
+    omit_mark: Reading,
     intervals: Vec<FlowInterval>,
     rtt: RttStats,
+    /// Windowed maxima of the datagram counters over the measured window.
+    udp_max: (u64, u64),
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -89,43 +135,52 @@ fn rate(bytes: u64, seconds: f64) -> f64 {
 }
 
 impl FlowMeter {
-    /// `tcp` is the flow's TCP_INFO at the start, when it is sampled at all
-    /// (senders); None keeps TCP fields out of this flow's intervals.
-    pub fn new(clock: IntervalClock, tcp: Option<TcpCounters>) -> Self {
+    /// `start` is the flow's reading at the start; its TCP and datagram
+    /// parts decide which of those fields this flow's intervals carry.
+    pub fn new(clock: IntervalClock, start: Reading) -> Self {
         FlowMeter {
             clock,
             last_t: 0.0,
-            last_bytes: 0,
-            last_tcp: tcp,
-            newest_start: (0, tcp),
-            omit_mark: (0, tcp),
+            last: start,
+            newest_start: start,
+            omit_mark: start,
             intervals: Vec::new(),
             rtt: RttStats::default(),
+            udp_max: (0, 0),
         }
     }
 
-    /// Records the counters read at time `t` for the clock's `boundary`
+    /// Records the reading taken at time `t` for the clock's `boundary`
     /// (the driver wakes a little after the boundary; rates use the real
     /// time `t`, classification uses the boundary it woke for).
-    pub fn sample(&mut self, t: f64, boundary: f64, bytes: u64, tcp: Option<TcpCounters>) {
+    pub fn sample(&mut self, t: f64, boundary: f64, now: Reading) {
         if t <= self.last_t {
             return;
         }
+        let now = now.or(&self.last);
         let omitted = boundary <= self.clock.omit_s + EPS;
         if self.clock.interval_s > 0.0 {
-            self.push_interval(t, bytes, tcp, omitted);
+            self.push_interval(t, &now, omitted);
         }
         if omitted && (boundary - self.clock.omit_s).abs() < EPS {
-            self.omit_mark = (bytes, tcp);
+            self.omit_mark = now;
         }
         if !omitted {
-            if let Some(c) = tcp {
-                self.rtt.add(c.rtt_us);
-            }
+            self.measure(&now);
         }
         self.last_t = t;
-        self.last_bytes = bytes;
-        self.last_tcp = tcp.or(self.last_tcp);
+        self.last = now;
+    }
+
+    /// Folds a measured-window reading into the running extremes.
+    fn measure(&mut self, r: &Reading) {
+        if let Some(c) = r.tcp {
+            self.rtt.add(c.rtt_us);
+        }
+        if let Some(u) = r.udp {
+            self.udp_max.0 = self.udp_max.0.max(u.owd_excess_max_ns);
+            self.udp_max.1 = self.udp_max.1.max(u.lateness_max_ns);
+        }
     }
 
     pub fn interval_count(&self) -> usize {
@@ -136,35 +191,28 @@ impl FlowMeter {
         self.intervals.last()
     }
 
-    fn push_interval(&mut self, t: f64, bytes: u64, tcp: Option<TcpCounters>, omitted: bool) {
-        let delta = bytes - self.last_bytes;
-        let sample = match (tcp, self.last_tcp) {
-            (Some(now), Some(prev)) => Some(now.sample(&prev)),
-            _ => None,
-        };
-        self.newest_start = (self.last_bytes, self.last_tcp);
+    fn push_interval(&mut self, t: f64, now: &Reading, omitted: bool) {
+        let (bytes, tcp, udp) = now.delta(&self.last);
+        self.newest_start = self.last;
         self.intervals.push(FlowInterval {
             start_s: self.last_t,
             end_s: t,
             omitted,
-            bytes: delta,
-            bits_per_second: rate(delta, t - self.last_t),
-            tcp: sample,
+            bytes,
+            bits_per_second: rate(bytes, t - self.last_t),
+            tcp,
+            udp,
         });
     }
 
     /// Closes the flow at `t` (its last byte, or its end of stream) and
     /// returns its intervals and its total over the measured window.
-    pub fn finish(
-        mut self,
-        t: f64,
-        bytes: u64,
-        tcp: Option<TcpCounters>,
-    ) -> (Vec<FlowInterval>, FlowTotal) {
+    pub fn finish(mut self, t: f64, end: Reading) -> (Vec<FlowInterval>, FlowTotal) {
+        let end = end.or(&self.last);
         let t = t.max(self.last_t);
         let tail = t - self.last_t;
         let ends_in_warmup = t <= self.clock.omit_s + EPS;
-        if t > self.last_t || bytes > self.last_bytes {
+        if t > self.last_t || end.bytes > self.last.bytes {
             let fold = self.clock.interval_s > 0.0
                 && tail < SLIVER * self.clock.interval_s
                 && self
@@ -172,40 +220,42 @@ impl FlowMeter {
                     .last()
                     .is_some_and(|iv| !iv.omitted || ends_in_warmup);
             if fold {
-                let (start_bytes, start_tcp) = self.newest_start;
+                let (bytes, tcp, udp) = end.delta(&self.newest_start);
                 let iv = self.intervals.last_mut().expect("checked above");
                 iv.end_s = t;
-                iv.bytes = bytes - start_bytes;
-                iv.bits_per_second = rate(iv.bytes, iv.end_s - iv.start_s);
-                if let (Some(now), Some(prev)) = (tcp, start_tcp) {
-                    iv.tcp = Some(now.sample(&prev));
-                }
+                iv.bytes = bytes;
+                iv.bits_per_second = rate(bytes, iv.end_s - iv.start_s);
+                iv.tcp = tcp.or(iv.tcp);
+                iv.udp = udp.or(iv.udp);
             } else if self.clock.interval_s > 0.0 {
-                self.push_interval(t, bytes, tcp, ends_in_warmup);
+                self.push_interval(t, &end, ends_in_warmup);
             }
             if !ends_in_warmup {
-                if let Some(c) = tcp {
-                    self.rtt.add(c.rtt_us);
-                }
+                self.measure(&end);
             }
         }
         if ends_in_warmup {
             // Nothing was measured: the window is empty.
-            self.omit_mark = (bytes, tcp.or(self.last_tcp));
+            self.omit_mark = end;
         }
         let start_s = self.clock.omit_s.min(t);
-        let measured = bytes - self.omit_mark.0;
-        let tcp_totals = match (tcp.or(self.last_tcp), self.omit_mark.1) {
-            (Some(end), Some(start)) => Some(self.tcp_totals(end.sample(&start))),
-            _ => None,
-        };
+        let (measured, tcp, udp) = end.delta(&self.omit_mark);
         let total = FlowTotal {
             start_s,
             end_s: t,
             bytes: measured,
             bits_per_second: rate(measured, t - start_s),
-            bytes_all: bytes,
-            tcp: tcp_totals,
+            bytes_all: end.bytes,
+            tcp: tcp.map(|whole| self.tcp_totals(whole)),
+            udp: udp.zip(end.udp).map(|(mut window, all)| {
+                window.owd_var_max_us = self.udp_max.0 as f64 / 1e3;
+                window.max_lateness_us = self.udp_max.1 as f64 / 1e3;
+                UdpTotal {
+                    window,
+                    packets_all: all.packets,
+                    host_drops_all: all.host_drops,
+                }
+            }),
         };
         (self.intervals, total)
     }
@@ -237,6 +287,14 @@ impl FlowMeter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tcp(bytes: u64, c: TcpCounters) -> Reading {
+        Reading {
+            bytes,
+            tcp: Some(c),
+            udp: None,
+        }
+    }
 
     fn boundaries(clock: IntervalClock, until: f64) -> Vec<f64> {
         let mut out = vec![];
@@ -270,10 +328,10 @@ mod tests {
 
     #[test]
     fn warmup_bytes_are_excluded_from_the_total() {
-        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), None);
-        m.sample(1.0, 1.0, 500, None);
-        m.sample(2.0, 2.0, 1500, None);
-        let (ivs, total) = m.finish(3.0, 2500, None);
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), Reading::default());
+        m.sample(1.0, 1.0, Reading::bytes(500));
+        m.sample(2.0, 2.0, Reading::bytes(1500));
+        let (ivs, total) = m.finish(3.0, Reading::bytes(2500));
         assert_eq!(ivs.len(), 3);
         assert!(ivs[0].omitted && !ivs[1].omitted && !ivs[2].omitted);
         assert_eq!(
@@ -285,19 +343,19 @@ mod tests {
 
     #[test]
     fn a_late_wakeup_at_the_end_of_the_warmup_still_marks_it() {
-        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), None);
-        m.sample(1.0004, 1.0, 700, None);
-        let (ivs, total) = m.finish(2.0, 1700, None);
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), Reading::default());
+        m.sample(1.0004, 1.0, Reading::bytes(700));
+        let (ivs, total) = m.finish(2.0, Reading::bytes(1700));
         assert!(ivs[0].omitted && !ivs[1].omitted);
         assert_eq!(total.bytes, 1000);
     }
 
     #[test]
     fn a_final_sliver_is_folded_into_the_previous_interval() {
-        let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), None);
-        m.sample(1.0, 1.0, 100, None);
-        m.sample(2.0, 2.0, 200, None);
-        let (ivs, total) = m.finish(2.05, 210, None);
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), Reading::default());
+        m.sample(1.0, 1.0, Reading::bytes(100));
+        m.sample(2.0, 2.0, Reading::bytes(200));
+        let (ivs, total) = m.finish(2.05, Reading::bytes(210));
         assert_eq!(ivs.len(), 2);
         assert_eq!(
             (ivs[1].start_s, ivs[1].end_s, ivs[1].bytes),
@@ -308,9 +366,9 @@ mod tests {
 
     #[test]
     fn a_longer_tail_gets_its_own_interval() {
-        let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), None);
-        m.sample(1.0, 1.0, 100, None);
-        let (ivs, _) = m.finish(1.5, 150, None);
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), Reading::default());
+        m.sample(1.0, 1.0, Reading::bytes(100));
+        let (ivs, _) = m.finish(1.5, Reading::bytes(150));
         assert_eq!(ivs.len(), 2);
         assert_eq!((ivs[1].start_s, ivs[1].end_s, ivs[1].bytes), (1.0, 1.5, 50));
     }
@@ -322,10 +380,10 @@ mod tests {
             rtt_us: rtt,
             ..Default::default()
         };
-        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), Some(c(0, 0)));
-        m.sample(1.0, 1.0, 10, Some(c(3, 900)));
-        m.sample(2.0, 2.0, 20, Some(c(4, 100)));
-        let (ivs, total) = m.finish(3.0, 30, Some(c(9, 300)));
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), tcp(0, c(0, 0)));
+        m.sample(1.0, 1.0, tcp(10, c(3, 900)));
+        m.sample(2.0, 2.0, tcp(20, c(4, 100)));
+        let (ivs, total) = m.finish(3.0, tcp(30, c(9, 300)));
         assert_eq!(ivs[0].tcp.unwrap().retransmits, 3);
         let t = total.tcp.unwrap();
         assert_eq!(
@@ -336,11 +394,42 @@ mod tests {
 
     #[test]
     fn a_flow_ending_inside_the_warmup_measures_nothing() {
-        let m = FlowMeter::new(IntervalClock::new(1.0, 5.0), None);
-        let (_, total) = m.finish(0.5, 99, None);
+        let m = FlowMeter::new(IntervalClock::new(1.0, 5.0), Reading::default());
+        let (_, total) = m.finish(0.5, Reading::bytes(99));
         assert_eq!(
             (total.bytes, total.bytes_all, total.bits_per_second),
             (0, 99, 0.0)
         );
+    }
+
+    #[test]
+    fn datagram_totals_exclude_the_warmup_but_keep_whole_run_counts() {
+        let u = |packets, host_drops, owd_max| Reading {
+            bytes: packets * 100,
+            tcp: None,
+            udp: Some(UdpCounters {
+                packets,
+                host_drops,
+                owd_excess_max_ns: owd_max,
+                ..Default::default()
+            }),
+        };
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), u(0, 0, 0));
+        m.sample(1.0, 1.0, u(10, 1, 9_000_000)); // warm-up: its max does not count
+        m.sample(2.0, 2.0, u(30, 1, 2_000));
+        let (ivs, total) = m.finish(3.0, u(50, 4, 5_000));
+        assert_eq!(ivs[0].udp.unwrap().packets, 10);
+        assert_eq!(ivs[1].udp.unwrap().packets, 20);
+        let t = total.udp.unwrap();
+        assert_eq!(
+            (
+                t.window.packets,
+                t.window.host_drops,
+                t.packets_all,
+                t.host_drops_all
+            ),
+            (40, 3, 50, 4)
+        );
+        assert_eq!(t.window.owd_var_max_us, 5.0);
     }
 }

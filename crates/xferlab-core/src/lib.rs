@@ -3,6 +3,7 @@
 //! virtual time and fuzzable. The `xferlab` crate wraps it in thin drivers.
 
 pub mod counters;
+pub mod datagram;
 pub mod interval;
 pub mod proto;
 pub mod result;

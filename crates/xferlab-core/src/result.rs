@@ -175,6 +175,85 @@ impl TcpCounters {
     }
 }
 
+/// Datagram figures of one flow: over one interval, or over the measured
+/// window in a total. Counts are deltas; `jitter_us` is the RFC 3550
+/// estimate at the end.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpSample {
+    /// Sender: datagrams sent. Receiver: distinct datagrams received.
+    pub packets: u64,
+    /// Receiver: sequence numbers skipped (net of late arrivals).
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Receiver: datagrams the receiving socket dropped for lack of
+    /// buffer space (SO_RXQ_OVFL): loss at the receiving host, part of
+    /// `lost` but not the network's doing.
+    pub host_drops: u64,
+    pub jitter_us: f64,
+    /// Receiver: one-way delay above its minimum so far (no clock sync
+    /// needed), mean and max.
+    pub owd_var_mean_us: f64,
+    pub owd_var_max_us: f64,
+    /// Sender: datagrams sent later than the slack after their scheduled
+    /// time (an underrun for a constant-rate stream), and the worst delay.
+    pub late: u64,
+    pub max_lateness_us: f64,
+}
+
+/// Cumulative datagram counters as a flow thread publishes them;
+/// [`UdpCounters::sample`] turns two into a [`UdpSample`]. The `*_max_*`
+/// fields are maxima since the previous reading (the reader resets them).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct UdpCounters {
+    pub packets: u64,
+    pub lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    pub host_drops: u64,
+    pub jitter_ns: f64,
+    pub owd_excess_sum_ns: u128,
+    pub owd_excess_max_ns: u64,
+    pub late: u64,
+    pub lateness_max_ns: u64,
+}
+
+impl UdpCounters {
+    pub fn sample(&self, prev: &UdpCounters) -> UdpSample {
+        let packets = self.packets.saturating_sub(prev.packets);
+        let excess = self
+            .owd_excess_sum_ns
+            .saturating_sub(prev.owd_excess_sum_ns);
+        UdpSample {
+            packets,
+            lost: self.lost.saturating_sub(prev.lost),
+            out_of_order: self.out_of_order.saturating_sub(prev.out_of_order),
+            duplicates: self.duplicates.saturating_sub(prev.duplicates),
+            host_drops: self.host_drops.saturating_sub(prev.host_drops),
+            jitter_us: self.jitter_ns / 1e3,
+            owd_var_mean_us: if packets > 0 {
+                excess as f64 / packets as f64 / 1e3
+            } else {
+                0.0
+            },
+            owd_var_max_us: self.owd_excess_max_ns as f64 / 1e3,
+            late: self.late.saturating_sub(prev.late),
+            max_lateness_us: self.lateness_max_ns as f64 / 1e3,
+        }
+    }
+}
+
+/// A flow's datagram figures over the measured window, plus the whole-run
+/// counts the loss summary compares across the two ends.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpTotal {
+    #[serde(flatten)]
+    pub window: UdpSample,
+    /// Every datagram of the run, warm-up included.
+    pub packets_all: u64,
+    pub host_drops_all: u64,
+}
+
 /// One flow over one reporting interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlowInterval {
@@ -187,6 +266,8 @@ pub struct FlowInterval {
     pub bits_per_second: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpSample>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSample>,
 }
 
 /// TCP figures of one flow over the measured window.
@@ -214,6 +295,8 @@ pub struct FlowTotal {
     pub bytes_all: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<TcpTotals>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpTotal>,
 }
 
 /// Socket settings as read back from the kernel after they were applied.
@@ -310,6 +393,28 @@ impl Throughput {
     }
 }
 
+/// Datagram loss of one direction over the whole run: the sender's count
+/// against the receiver's, so datagrams lost after the last one received
+/// count too.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct UdpSummary {
+    pub sent: u64,
+    pub received: u64,
+    /// sent - received (never negative).
+    pub lost: u64,
+    pub loss_fraction: f64,
+    /// Dropped by the receiving host's socket buffer (SO_RXQ_OVFL).
+    pub host_drops: u64,
+    /// lost - host_drops: what the path lost.
+    pub network_lost: u64,
+    pub out_of_order: u64,
+    pub duplicates: u64,
+    /// Largest RFC 3550 jitter of the receiving flows at the end.
+    pub jitter_us: f64,
+    /// Sender datagrams later than the slack (underruns).
+    pub late: u64,
+}
+
 /// One direction of the test, both ends' view.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DirectionSummary {
@@ -320,6 +425,8 @@ pub struct DirectionSummary {
     pub receiver: Option<Throughput>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp: Option<UdpSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -378,6 +485,39 @@ fn side_throughput<'a>(
     (Throughput::new(bytes, seconds), retrans, n)
 }
 
+/// Whole-run datagram loss of one direction; None for stream transports
+/// or when the sending side's report is missing.
+fn udp_summary<'a>(
+    senders: Option<impl Iterator<Item = &'a FlowReport>>,
+    receivers: Option<impl Iterator<Item = &'a FlowReport>>,
+) -> Option<UdpSummary> {
+    let mut out = UdpSummary::default();
+    let mut any = false;
+    for t in senders?.filter_map(|f| f.total.udp) {
+        any = true;
+        out.sent += t.packets_all;
+        out.late += t.window.late;
+    }
+    if !any {
+        return None;
+    }
+    for t in receivers.into_iter().flatten().filter_map(|f| f.total.udp) {
+        out.received += t.packets_all;
+        out.host_drops += t.host_drops_all;
+        out.out_of_order += t.window.out_of_order;
+        out.duplicates += t.window.duplicates;
+        out.jitter_us = out.jitter_us.max(t.window.jitter_us);
+    }
+    out.lost = out.sent.saturating_sub(out.received);
+    out.loss_fraction = if out.sent > 0 {
+        out.lost as f64 / out.sent as f64
+    } else {
+        0.0
+    };
+    out.network_lost = out.lost.saturating_sub(out.host_drops);
+    Some(out)
+}
+
 impl Summary {
     /// Combines what each side saw: sender figures from the sending side,
     /// receiver figures from the receiving side.
@@ -400,6 +540,10 @@ impl Summary {
                 sender: sent.map(|s| s.0).unwrap_or_default(),
                 receiver: recv.filter(|r| r.2 > 0).map(|r| r.0),
                 retransmits: sent.and_then(|s| s.1),
+                udp: udp_summary(
+                    sender_side.map(|s| s.flows_of(dir, FlowRole::Sender)),
+                    receiver_side.map(|s| s.flows_of(dir, FlowRole::Receiver)),
+                ),
             });
         }
         Summary { directions }
@@ -468,6 +612,7 @@ mod tests {
                 bytes: b,
                 bits_per_second: b as f64 * 8.0,
                 tcp: None,
+                udp: None,
             })
             .collect();
         let total: u64 = bytes.iter().sum();
@@ -485,6 +630,7 @@ mod tests {
                 bits_per_second: total as f64 * 8.0 / bytes.len() as f64,
                 bytes_all: total,
                 tcp: None,
+                udp: None,
             },
             intervals,
             end: FlowEnd::Completed,

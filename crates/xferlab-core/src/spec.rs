@@ -25,6 +25,14 @@ pub mod limits {
     /// Congestion-control names are at most TCP_CA_NAME_MAX-1 bytes.
     pub const MAX_CC_NAME: usize = 15;
     pub const MAX_TITLE: usize = 256;
+    /// Largest UDP payload over IPv4 (65535 - 20 - 8).
+    pub const MAX_DATAGRAM: u64 = 65_507;
+    /// Every datagram starts with a 16-byte header (sequence, send time).
+    pub const MIN_DATAGRAM: u64 = 16;
+    /// Datagrams per system call (`--batch`).
+    pub const MAX_BATCH: u32 = 1024;
+    /// Segments the kernel accepts in one UDP_SEGMENT send.
+    pub const MAX_GSO_SEGMENTS: u32 = 64;
 }
 
 /// What the application does.
@@ -40,6 +48,17 @@ pub enum Pattern {
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     Tcp,
+    /// Datagrams, each carrying a sequence number and a send time.
+    Udp,
+}
+
+impl Transport {
+    pub fn label(self) -> &'static str {
+        match self {
+            Transport::Tcp => "TCP",
+            Transport::Udp => "UDP",
+        }
+    }
 }
 
 /// Which way data flows, seen from the client.
@@ -95,8 +114,8 @@ pub enum Limit {
     Bytes { bytes: u64 },
 }
 
-/// The knobs shared by every transport (DESIGN.md), as far as TCP uses them.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// The knobs shared by every transport (DESIGN.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Knobs {
     /// Bytes per write() / read() call.
     pub size: u64,
@@ -115,6 +134,46 @@ pub struct Knobs {
     pub max_pacing_rate: Option<u64>,
     /// How receivers consume data.
     pub recv_mode: RecvMode,
+    /// Target rate per flow, bit/s (`-b`); None = as fast as possible.
+    /// UDP only for now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<u64>,
+    /// Datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
+    /// buffer with `gso` (`--batch`). UDP only.
+    #[serde(default = "one")]
+    pub batch: u32,
+    /// Coalesce datagrams into one buffer: UDP_SEGMENT on send, UDP_GRO
+    /// on receive (`--gso`).
+    #[serde(default)]
+    pub gso: bool,
+    /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).
+    #[serde(default)]
+    pub dont_fragment: bool,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Knobs {
+    /// Nothing set, one datagram per call, 128 KiB units; callers set
+    /// `size` for their pattern and transport.
+    fn default() -> Self {
+        Knobs {
+            size: 128 * 1024,
+            buffer: None,
+            congestion: None,
+            nodelay: false,
+            mss: None,
+            tos: None,
+            max_pacing_rate: None,
+            recv_mode: RecvMode::Copy,
+            rate: None,
+            batch: 1,
+            gso: false,
+            dont_fragment: false,
+        }
+    }
 }
 
 /// A complete test request.
@@ -242,6 +301,36 @@ impl TestSpec {
                 return Err(format!(
                     "-M/--set-mss must be between 88 and 65495 bytes (got {mss})"
                 ));
+            }
+        }
+        if self.transport == Transport::Udp {
+            if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&k.size) {
+                return Err(format!(
+                    "-l/--length: a UDP datagram must be between {MIN_DATAGRAM} and {MAX_DATAGRAM} bytes (got {})",
+                    k.size
+                ));
+            }
+            if k.batch == 0 || k.batch > MAX_BATCH {
+                return Err(format!(
+                    "--batch must be between 1 and {MAX_BATCH} datagrams (got {})",
+                    k.batch
+                ));
+            }
+            if k.recv_mode == RecvMode::Discard {
+                return Err(
+                    "--skip-rx-copy is for TCP: every UDP datagram's header is read".into(),
+                );
+            }
+            if k.congestion.is_some() || k.mss.is_some() || k.nodelay || k.max_pacing_rate.is_some()
+            {
+                return Err("-C, -M, -N and --fq-rate are TCP options; pace UDP with -b".into());
+            }
+        } else {
+            if k.rate.is_some() {
+                return Err("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate".into());
+            }
+            if k.gso || k.batch != 1 || k.dont_fragment {
+                return Err("--gso, --batch and --dont-fragment apply to UDP (-u)".into());
             }
         }
         if k.max_pacing_rate == Some(0) {

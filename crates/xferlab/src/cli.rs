@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use xferlab_core::spec::{Direction, Knobs, Limit, RecvMode, TestSpec};
+use xferlab_core::spec::{Direction, Knobs, Limit, RecvMode, TestSpec, Transport};
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
 
 use crate::net::{Family, DEFAULT_PORT};
@@ -31,9 +31,100 @@ pub struct Cli {
 pub enum Command {
     /// Serve tests from xferlab clients, several at once.
     Server(ServerArgs),
-    /// Bulk transfer over TCP: as much data as possible, one way, reverse
-    /// or both ways, in one or more parallel flows.
+    /// Bulk transfer: as much data as possible (TCP), or datagrams at a
+    /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
     Stream(Box<StreamArgs>),
+    /// Constant rate over UDP with a pass/fail verdict: was rate R
+    /// sustained without loss, receive-buffer overruns or late sends? With
+    /// --ladder or --search, the highest sustained rate (max and median of
+    /// --repeat runs).
+    Cbr(Box<CbrArgs>),
+    /// UDPmon-style sweep over UDP: throughput and loss versus datagram
+    /// size (--size) or versus the spacing between datagrams (--spacing).
+    Sweep(Box<SweepArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct CbrArgs {
+    #[command(flatten)]
+    pub stream: StreamArgs,
+    /// Rates to try in ascending order, comma separated (e.g.
+    /// 128M,146.4M,170.4M); the series stops at the first one not
+    /// sustained.
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate, value_name = "RATES", conflicts_with = "search")]
+    pub ladder: Vec<u64>,
+    /// Bisect between LOW:HIGH[:RESOLUTION] (bit/s, k/M/G suffixes;
+    /// default resolution 1 % of HIGH).
+    #[arg(long, value_name = "LOW:HIGH[:RES]")]
+    pub search: Option<String>,
+    /// Runs of the whole ladder or search; max and median are reported.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
+    /// Largest datagram loss, in percent, still counted as sustained.
+    #[arg(long, default_value_t = 0.0, value_name = "PERCENT")]
+    pub max_loss: f64,
+    /// Largest number of receive-buffer overruns (host drops) allowed.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_host_drops: u64,
+    /// Largest share, in percent, of datagrams sent more than 1 ms late
+    /// (sender underruns) allowed.
+    #[arg(long, default_value_t = 0.0, value_name = "PERCENT")]
+    pub max_late: f64,
+}
+
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub stream: StreamArgs,
+    /// Datagram sizes FROM:TO:STEP in bytes, at the -b rate.
+    #[arg(
+        long = "size",
+        value_name = "FROM:TO:STEP",
+        conflicts_with = "spacing",
+        required_unless_present = "spacing"
+    )]
+    pub sizes: Option<String>,
+    /// Microseconds between datagrams FROM:TO:STEP (0 = back to back), at
+    /// the -l size.
+    #[arg(long, value_name = "FROM:TO:STEP")]
+    pub spacing: Option<String>,
+}
+
+/// Parses `FROM:TO:STEP` into the values from FROM up to TO inclusive.
+pub fn parse_steps(
+    flag: &str,
+    s: &str,
+    parse: impl Fn(&str) -> Result<f64, String>,
+) -> Result<Vec<f64>, String> {
+    let help = || format!("{flag} takes FROM:TO:STEP with FROM <= TO and STEP > 0 (got '{s}')");
+    let parts: Vec<&str> = s.split(':').collect();
+    let [from, to, step] = parts[..] else {
+        return Err(help());
+    };
+    let (from, to, step) = (parse(from)?, parse(to)?, parse(step)?);
+    if !(from <= to && step > 0.0 && from >= 0.0) {
+        return Err(help());
+    }
+    let n = ((to - from) / step + 1e-9).floor() as usize + 1;
+    if n > 1000 {
+        return Err(format!("{flag}: {n} points is too many (at most 1000)"));
+    }
+    Ok((0..n).map(|i| from + i as f64 * step).collect())
+}
+
+/// Parses `LOW:HIGH[:RES]` rates for `--search`.
+pub fn parse_search(s: &str) -> Result<(u64, u64, u64), String> {
+    let help = || format!("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{s}')");
+    let parts: Vec<&str> = s.split(':').collect();
+    let (low, high, res) = match parts[..] {
+        [l, h] => (parse_rate(l)?, parse_rate(h)?, None),
+        [l, h, r] => (parse_rate(l)?, parse_rate(h)?, Some(parse_rate(r)?)),
+        _ => return Err(help()),
+    };
+    if low >= high {
+        return Err(help());
+    }
+    Ok((low, high, res.unwrap_or((high / 100).max(1))))
 }
 
 #[derive(Debug, Args)]
@@ -93,11 +184,32 @@ pub struct StreamArgs {
     #[arg(long)]
     pub bidir: bool,
 
-    /// Bytes per write() call (iperf3 uses 128K; a larger default keeps the
-    /// sending application from being the bottleneck). Receivers read at
-    /// least 512K per call.
-    #[arg(short = 'l', long = "length", value_parser = parse_size, default_value = "1M", value_name = "SIZE")]
-    pub length: u64,
+    /// TCP: bytes per write() call (default 1M; iperf3 uses 128K, and a
+    /// larger default keeps the sending application from being the
+    /// bottleneck; receivers read at least 512K per call). UDP: datagram
+    /// size, header included (default 1400).
+    #[arg(short = 'l', long = "length", value_parser = parse_size, value_name = "SIZE")]
+    pub length: Option<u64>,
+
+    /// UDP instead of TCP: every datagram carries a sequence number and a
+    /// send time; loss, reordering, duplicates and jitter are measured.
+    #[arg(short = 'u', long)]
+    pub udp: bool,
+    /// UDP target rate per flow in bit/s (k/M/G suffixes); 0 = unlimited.
+    /// Default 1M, as iperf3.
+    #[arg(short = 'b', long = "bitrate", value_parser = parse_rate, value_name = "RATE")]
+    pub bitrate: Option<u64>,
+    /// UDP datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
+    /// buffer with --gso (default 32).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub batch: Option<i64>,
+    /// UDP: coalesce datagrams into one buffer per call (UDP_SEGMENT on
+    /// send, UDP_GRO on receive).
+    #[arg(long)]
+    pub gso: bool,
+    /// UDP: set don't-fragment; too-large datagrams fail instead.
+    #[arg(long)]
+    pub dont_fragment: bool,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -174,16 +286,37 @@ impl StreamArgs {
 
     /// The test this command line asks for, validated.
     pub fn spec(&self) -> Result<TestSpec, String> {
+        self.spec_with(false, 10.0)
+    }
+
+    /// As [`StreamArgs::spec`], for patterns that are UDP whatever `-u`
+    /// says and whose tests default to another length.
+    pub fn spec_with(&self, force_udp: bool, default_seconds: f64) -> Result<TestSpec, String> {
         let parallel = u32::try_from(self.parallel).map_err(|_| {
             format!(
                 "-P/--parallel must be between 1 and 128 (got {})",
                 self.parallel
             )
         })?;
+        let transport = if self.udp || force_udp {
+            Transport::Udp
+        } else {
+            Transport::Tcp
+        };
+        let udp = transport == Transport::Udp;
+        let batch = match self.batch {
+            Some(b) => u32::try_from(b)
+                .map_err(|_| format!("--batch must be between 1 and 1024 datagrams (got {b})"))?,
+            None if udp => DEFAULT_UDP_BATCH,
+            None => 1,
+        };
+        if !udp && self.bitrate.is_some() {
+            return Err("-b/--bitrate paces UDP (-u); for TCP cap the rate with --fq-rate".into());
+        }
         let limit = match (self.bytes, self.time) {
             (Some(bytes), _) => Limit::Bytes { bytes },
             (None, t) => Limit::Duration {
-                seconds: t.unwrap_or(10.0),
+                seconds: t.unwrap_or(default_seconds),
             },
         };
         let direction = if self.bidir {
@@ -199,8 +332,13 @@ impl StreamArgs {
             limit,
             omit_s: self.omit,
             interval_s: self.interval,
+            transport,
             knobs: Knobs {
-                size: self.length,
+                size: self.length.unwrap_or(if udp {
+                    DEFAULT_UDP_SIZE
+                } else {
+                    DEFAULT_TCP_SIZE
+                }),
                 buffer: self.window,
                 congestion: self.congestion.clone(),
                 nodelay: self.no_delay,
@@ -212,6 +350,14 @@ impl StreamArgs {
                 } else {
                     RecvMode::Copy
                 },
+                rate: if udp {
+                    Some(self.bitrate.unwrap_or(DEFAULT_UDP_RATE)).filter(|&r| r > 0)
+                } else {
+                    None
+                },
+                batch,
+                gso: self.gso,
+                dont_fragment: self.dont_fragment,
             },
             title: self.title.clone(),
             ..TestSpec::default_stream()
@@ -226,6 +372,18 @@ impl StreamArgs {
         Ok(spec)
     }
 }
+
+/// TCP bytes per write (see `-l`).
+const DEFAULT_TCP_SIZE: u64 = 1 << 20;
+/// UDP datagram size: fits an Ethernet MTU over IPv4 and IPv6 with room
+/// for a tunnel header.
+const DEFAULT_UDP_SIZE: u64 = 1400;
+/// UDP rate per flow when `-b` is not given, as iperf3.
+const DEFAULT_UDP_RATE: u64 = 1_000_000;
+/// Datagrams per call: batching costs nothing at low rates (a paced
+/// sender gathers at most ~50 us of datagrams) and is what lets a host
+/// reach high packet rates.
+const DEFAULT_UDP_BATCH: u32 = 32;
 
 fn parse_tos(s: &str) -> Result<u8, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
@@ -312,6 +470,37 @@ mod tests {
         assert!(parse(&["-O", "-2"]).unwrap_err().contains("-O/--omit"));
         assert!(parse(&["-t", "3", "-n", "1M"]).is_err());
         assert!(parse(&["-R", "--bidir"]).is_err());
+    }
+
+    #[test]
+    fn udp_flags_and_their_errors() {
+        let s = parse(&["-u", "-b", "100M", "-l", "64", "--batch", "8", "--gso"]).unwrap();
+        assert_eq!(
+            (
+                s.transport,
+                s.knobs.rate,
+                s.knobs.size,
+                s.knobs.batch,
+                s.knobs.gso
+            ),
+            (Transport::Udp, Some(100_000_000), 64, 8, true)
+        );
+        let s = parse(&["-u"]).unwrap();
+        assert_eq!(
+            (s.knobs.rate, s.knobs.size, s.knobs.batch),
+            (Some(1_000_000), 1400, 32)
+        );
+        assert_eq!(parse(&["-u", "-b", "0"]).unwrap().knobs.rate, None);
+        assert!(parse(&["-u", "-b", "10X"])
+            .unwrap_err()
+            .contains("not a rate"));
+        assert!(parse(&["-u", "-l", "65508"]).unwrap_err().contains("65507"));
+        assert!(parse(&["-u", "--batch", "0"])
+            .unwrap_err()
+            .contains("--batch"));
+        assert!(parse(&["-b", "10M"]).unwrap_err().contains("-u"));
+        assert!(parse(&["--gso"]).unwrap_err().contains("UDP"));
+        assert_eq!(parse(&[]).unwrap().knobs.size, 1 << 20);
     }
 
     #[test]

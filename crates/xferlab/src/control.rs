@@ -17,8 +17,9 @@ pub enum Wake {
     ControlClosed,
     /// A flow thread ended.
     FlowDone,
-    /// A data connection presented this session's token (server only).
-    Attach(u32, TcpStream),
+    /// A data connection or UDP flow socket presented this session's
+    /// token (server only).
+    Attach(u32, crate::stream::FlowSocket),
 }
 
 /// Writes to a control connection and owns its reader thread.

@@ -4,22 +4,27 @@ mod cli;
 mod control;
 mod net;
 mod output;
+mod series;
 mod server;
 mod stream;
 mod sys;
 
 use std::io::{self, Write};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use xferlab_core::datagram::{Criterion, Plan};
 use xferlab_core::proto::wire::VERSION;
 use xferlab_core::result::Software;
+use xferlab_core::spec::TestSpec;
+use xferlab_core::units;
 
-use cli::{Cli, Command, ServerArgs, StreamArgs};
-use server::{Server, ServerConfig};
+use cli::{CbrArgs, Cli, Command, ServerArgs, StreamArgs, SweepArgs};
+use series::{CbrPlan, SweepAxis};
+use server::{Server, ServerConfig, ServerHandle};
 use stream::client::{self, ClientConfig};
 
 /// Ctrl-C presses, counted by the signal handler.
@@ -41,6 +46,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Server(a) => run_server(&a),
         Command::Stream(a) => run_stream(&a),
+        Command::Cbr(a) => run_cbr(&a),
+        Command::Sweep(a) => run_sweep(&a),
     }
 }
 
@@ -117,62 +124,98 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Where a client command's tests go: the named server, or an in-process
+/// server on loopback (kept up for a whole series of tests when
+/// `series` is set), and the handle that keeps that server alive.
+struct Target {
+    label: String,
+    addrs: Vec<SocketAddr>,
+    embedded: bool,
+    _server: Option<ServerHandle>,
+}
+
+fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
+    if let Some(host) = &a.host {
+        let addrs = net::resolve(host, a.port, a.family())?;
+        return Ok(Target {
+            label: host.clone(),
+            addrs,
+            embedded: false,
+            _server: None,
+        });
+    }
+    let loopback = if a.family() == net::Family::V6 {
+        IpAddr::V6(Ipv6Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    };
+    let cfg = ServerConfig {
+        bind: Some(loopback),
+        port: 0,
+        max_duration: Duration::from_secs(86_400),
+        max_sessions: 1,
+        one_off: !series,
+        embedded: true,
+        log: false,
+    };
+    let server =
+        Server::bind(cfg).map_err(|e| format!("cannot start the in-process server: {e}"))?;
+    let addr = server
+        .local_addr()
+        .map_err(|e| format!("cannot start the in-process server: {e}"))?;
+    let handle = server
+        .spawn()
+        .map_err(|e| format!("cannot start the in-process server: {e}"))?;
+    Ok(Target {
+        label: addr.to_string(),
+        addrs: vec![addr],
+        embedded: true,
+        _server: Some(handle),
+    })
+}
+
+fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, String> {
+    match &a.output {
+        Some(path) => std::fs::File::create(path)
+            .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
+            .map_err(|e| format!("cannot write {}: {e}", path.display())),
+        None => Ok(Box::new(io::stdout())),
+    }
+}
+
+fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> ClientConfig {
+    ClientConfig {
+        spec,
+        server: t.label.clone(),
+        addrs: t.addrs.clone(),
+        connect_timeout: Duration::from_secs_f64(a.connect_timeout),
+        embedded: t.embedded,
+    }
+}
+
+fn interrupted_or(code: u8) -> u8 {
+    if INTERRUPTS.load(Ordering::Relaxed) > 0 {
+        130
+    } else {
+        code
+    }
+}
+
 fn run_stream(a: &StreamArgs) -> ExitCode {
     let spec = match a.spec() {
         Ok(s) => s,
         Err(e) => return fail(&e, 2),
     };
-    let out: Box<dyn Write + Send> = match &a.output {
-        Some(path) => match std::fs::File::create(path) {
-            Ok(f) => Box::new(io::BufWriter::new(f)),
-            Err(e) => return fail(&format!("cannot write {}: {e}", path.display()), 2),
-        },
-        None => Box::new(io::stdout()),
+    let out = match open_output(a) {
+        Ok(o) => o,
+        Err(e) => return fail(&e, 2),
     };
-    // No server named: serve ourselves on loopback, in this process.
-    let mut _embedded = None;
-    let (server_label, addrs, embedded) = match &a.host {
-        Some(host) => match net::resolve(host, a.port, a.family()) {
-            Ok(addrs) => (host.clone(), addrs, false),
-            Err(e) => return fail(&e, 1),
-        },
-        None => {
-            let loopback = if a.family() == net::Family::V6 {
-                IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1])
-            } else {
-                IpAddr::V4(Ipv4Addr::LOCALHOST)
-            };
-            let cfg = ServerConfig {
-                bind: Some(loopback),
-                port: 0,
-                max_duration: Duration::from_secs(86_400),
-                max_sessions: 1,
-                one_off: true,
-                embedded: true,
-                log: false,
-            };
-            let started = Server::bind(cfg).and_then(|s| {
-                let addr = s.local_addr().map_err(|e| e.to_string())?;
-                let handle = s.spawn().map_err(|e| e.to_string())?;
-                Ok((addr, handle))
-            });
-            match started {
-                Ok((addr, handle)) => {
-                    _embedded = Some(handle);
-                    (addr.to_string(), vec![addr], true)
-                }
-                Err(e) => return fail(&format!("cannot start the in-process server: {e}"), 1),
-            }
-        }
+    let t = match target(a, false) {
+        Ok(t) => t,
+        Err(e) => return fail(&e, 1),
     };
     install_interrupt_handler();
-    let cfg = ClientConfig {
-        spec,
-        server: server_label,
-        addrs,
-        connect_timeout: Duration::from_secs_f64(a.connect_timeout),
-        embedded,
-    };
+    let cfg = client_config(a, spec, &t);
     let mut reporter = output::reporter(a.format(), a.units, out);
     match client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
@@ -185,14 +228,104 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
                 (Some(e), false) => fail(e, 1),
             }
         }
-        Err(e) => fail(
-            &e,
-            if INTERRUPTS.load(Ordering::Relaxed) > 0 {
-                130
-            } else {
-                1
-            },
-        ),
+        Err(e) => fail(&e, interrupted_or(1)),
+    }
+}
+
+fn run_cbr(a: &CbrArgs) -> ExitCode {
+    let spec = match a.stream.spec_with(true, 5.0) {
+        Ok(s) => s,
+        Err(e) => return fail(&e, 2),
+    };
+    let search = match (&a.search, a.ladder.is_empty()) {
+        (Some(s), _) => match cli::parse_search(s) {
+            Ok((low, high, resolution)) => Some(Plan::Bisect {
+                low,
+                high,
+                resolution,
+            }),
+            Err(e) => return fail(&e, 2),
+        },
+        (None, false) => Some(Plan::Ladder(a.ladder.clone())),
+        (None, true) => None,
+    };
+    if search.is_none() && spec.knobs.rate.is_none() {
+        return fail("cbr needs a rate: -b RATE, --ladder or --search", 2);
+    }
+    for (flag, pct) in [("--max-loss", a.max_loss), ("--max-late", a.max_late)] {
+        if !(0.0..=100.0).contains(&pct) {
+            return fail(
+                &format!("{flag} is a percentage between 0 and 100 (got {pct})"),
+                2,
+            );
+        }
+    }
+    if a.repeat == 0 || a.repeat > 1000 {
+        return fail(
+            &format!("--repeat must be between 1 and 1000 (got {})", a.repeat),
+            2,
+        );
+    }
+    let plan = CbrPlan {
+        search,
+        repeat: a.repeat,
+        criterion: Criterion {
+            max_loss_fraction: a.max_loss / 100.0,
+            max_host_drops: a.max_host_drops,
+            max_late_fraction: a.max_late / 100.0,
+        },
+    };
+    let mut out = match open_output(&a.stream) {
+        Ok(o) => o,
+        Err(e) => return fail(&e, 2),
+    };
+    let t = match target(&a.stream, true) {
+        Ok(t) => t,
+        Err(e) => return fail(&e, 1),
+    };
+    install_interrupt_handler();
+    let cfg = client_config(&a.stream, spec, &t);
+    let json = a.stream.format() == output::Format::Json;
+    match series::run_cbr(&cfg, &plan, json, &mut out, &INTERRUPTS) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => fail(&e, interrupted_or(1)),
+    }
+}
+
+fn run_sweep(a: &SweepArgs) -> ExitCode {
+    let spec = match a.stream.spec_with(true, 1.0) {
+        Ok(s) => s,
+        Err(e) => return fail(&e, 2),
+    };
+    let axis = match (&a.sizes, &a.spacing) {
+        (Some(s), _) => cli::parse_steps("--size", s, |v| units::parse_size(v).map(|b| b as f64))
+            .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
+        (None, Some(s)) => cli::parse_steps("--spacing", s, |v| {
+            v.parse::<f64>()
+                .map_err(|_| format!("'{v}' is not a number of microseconds"))
+        })
+        .map(SweepAxis::Spacing),
+        (None, None) => Err("sweep needs --size or --spacing".into()),
+    };
+    let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
+        Ok(x) => x,
+        Err(e) => return fail(&e, 2),
+    };
+    let mut out = match open_output(&a.stream) {
+        Ok(o) => o,
+        Err(e) => return fail(&e, 2),
+    };
+    let t = match target(&a.stream, true) {
+        Ok(t) => t,
+        Err(e) => return fail(&e, 1),
+    };
+    install_interrupt_handler();
+    let cfg = client_config(&a.stream, spec, &t);
+    let json = a.stream.format() == output::Format::Json;
+    match series::run_sweep(&cfg, specs, json, &mut out, &INTERRUPTS) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e, interrupted_or(1)),
     }
 }
 

@@ -23,7 +23,7 @@ use xferlab_core::proto::wire::{
 use xferlab_core::proto::ProtoError;
 
 use crate::control::Wake;
-use crate::stream::session;
+use crate::stream::{session, FlowSocket};
 
 /// How long a new connection may take to say what it is.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -280,9 +280,8 @@ fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
     stream.set_read_timeout(None).ok();
     match tx {
         Some(tx) => {
-            if let Err(mpsc::SendError(Wake::Attach(_, mut s))) =
-                tx.send(Wake::Attach(a.flow, stream))
-            {
+            let refused = tx.send(Wake::Attach(a.flow, FlowSocket::Tcp(stream)));
+            if let Err(mpsc::SendError(Wake::Attach(_, FlowSocket::Tcp(mut s)))) = refused {
                 s.write_all(&[AttachReply::UnknownSession as u8]).ok();
             }
         }

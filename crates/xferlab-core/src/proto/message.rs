@@ -62,6 +62,11 @@ pub struct Welcome {
     pub host: HostInfo,
     /// Longest test this server runs.
     pub max_duration_s: f64,
+    /// UDP tests: the server's socket port for each flow, in flow order.
+    /// The client sends each one an attach datagram (preamble + token +
+    /// flow id) until it is acknowledged with one byte.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub udp_ports: Vec<u16>,
 }
 
 /// Server -> client.

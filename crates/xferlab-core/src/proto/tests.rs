@@ -41,6 +41,7 @@ fn welcome() -> Welcome {
         software: software(),
         host: HostInfo::default(),
         max_duration_s: 60.0,
+        udp_ports: vec![],
     }
 }
 
@@ -268,6 +269,7 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
         bytes: 1,
         bits_per_second: 8.0,
         tcp: None,
+        udp: None,
     };
     let mut r = report(Endpoint::Server);
     r.flows.push(FlowReport {
@@ -285,6 +287,7 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
             bits_per_second: 8.0,
             bytes_all: 1000,
             tcp: None,
+            udp: None,
         },
         end: FlowEnd::Completed,
     });

@@ -78,6 +78,20 @@ pub fn connect_data(
     Ok((TcpStream::from(dup), sock))
 }
 
+/// A UDP socket bound to `bind` with the knobs applied (buffers, TOS,
+/// don't-fragment).
+pub fn udp_socket(bind: SocketAddr, knobs: &Knobs) -> Result<std::net::UdpSocket, String> {
+    let sock =
+        Socket::new(Domain::for_address(bind), Type::DGRAM, None).map_err(|e| e.to_string())?;
+    sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
+    if knobs.dont_fragment {
+        sockopt::forbid_fragmentation(&sock, bind.is_ipv6())?;
+    }
+    sock.bind(&bind.into())
+        .map_err(|e| format!("cannot bind a UDP socket to {bind}: {e}"))?;
+    Ok(sock.into())
+}
+
 /// Connects the control connection, trying each resolved address.
 pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream, String> {
     let mut last = String::new();

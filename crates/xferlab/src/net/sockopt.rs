@@ -49,6 +49,41 @@ pub fn apply(sock: &Socket, knobs: &Knobs, end: SocketEnd) -> Result<(), String>
     Ok(())
 }
 
+/// Sets don't-fragment on a UDP socket: datagrams larger than the path MTU
+/// fail with EMSGSIZE instead of being fragmented.
+pub fn forbid_fragmentation(sock: &Socket, ipv6: bool) -> Result<(), String> {
+    let (level, opt, val) = if ipv6 {
+        (
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU_DISCOVER,
+            libc::IPV6_PMTUDISC_DO,
+        )
+    } else {
+        (
+            libc::IPPROTO_IP,
+            libc::IP_MTU_DISCOVER,
+            libc::IP_PMTUDISC_DO,
+        )
+    };
+    // SAFETY: plain int option on an open socket.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            level,
+            opt,
+            (&val as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(format!(
+            "cannot set don't-fragment (--dont-fragment): {}",
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// Sets SO_MAX_PACING_RATE (bytes/s) on a sending socket.
 pub fn set_max_pacing_rate(fd: RawFd, bytes_per_second: u64) -> Result<(), String> {
     let v: u64 = bytes_per_second;

@@ -522,9 +522,7 @@ fn describe_test(spec: &TestSpec) -> String {
     let pattern = match spec.pattern {
         Pattern::Stream => "stream",
     };
-    let transport = match spec.transport {
-        Transport::Tcp => "TCP",
-    };
+    let transport = spec.transport.label();
     let direction = match spec.direction {
         Direction::Forward => "forward (client sends)",
         Direction::Reverse => "reverse (server sends)",
@@ -540,6 +538,21 @@ fn describe_test(spec: &TestSpec) -> String {
     } else {
         String::new()
     };
+    if spec.transport == Transport::Udp {
+        let k = &spec.knobs;
+        let rate = k.rate.map_or("unlimited".to_string(), |r| {
+            RateUnit::AutoBits.format_rate(r as f64)
+        });
+        let calls = if k.gso {
+            format!("GSO/GRO, up to {} per buffer", k.batch)
+        } else {
+            format!("{} per sendmmsg/recvmmsg", k.batch)
+        };
+        return format!(
+            "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} datagrams at {rate} per flow, {calls}",
+            k.size
+        );
+    }
     let receive = match spec.knobs.recv_mode {
         RecvMode::Copy => "read() into user space",
         RecvMode::Discard => "kernel discard (MSG_TRUNC), no copy to user space",

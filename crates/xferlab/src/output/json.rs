@@ -150,7 +150,7 @@ mod tests {
     use serde_json::{json, Value};
     use xferlab_core::result::{FlowEnd, Status, Summary};
 
-    use super::super::sample::{bidir_result, flow_starts, live_interval, SharedBuf};
+    use super::super::sample::{bidir_result, flow_starts, live_interval, udp_result, SharedBuf};
     use super::*;
 
     const SCHEMA_TEXT: &str = include_str!(concat!(
@@ -198,13 +198,66 @@ mod tests {
         );
     }
 
+    /// `good` with one change applied, for the cases that must not validate.
+    fn broken(good: &Value, f: impl Fn(&mut Value)) -> Value {
+        let mut doc = good.clone();
+        f(&mut doc);
+        doc
+    }
+
     #[test]
     fn json_result_validates_and_round_trips() {
-        let r = bidir_result();
-        let doc = result_json(&r);
-        assert_valid(&validator(), &doc);
-        let back: TestResult = serde_json::from_value(doc).unwrap();
-        assert_eq!(back, r);
+        let v = validator();
+        for r in [bidir_result(), udp_result()] {
+            let doc = result_json(&r);
+            assert_valid(&v, &doc);
+            let back: TestResult = serde_json::from_value(doc).unwrap();
+            assert_eq!(back, r);
+        }
+    }
+
+    /// The UDP figures sit where docs/result-schema.md says, `UdpTotal`'s
+    /// sample flattened next to its whole-run counts.
+    #[test]
+    fn udp_figures_are_where_the_schema_says() {
+        let doc = result_json(&udp_result());
+        assert_eq!(doc["spec"]["transport"], "udp");
+        let knobs = &doc["spec"]["knobs"];
+        assert_eq!(
+            (
+                &knobs["rate"],
+                &knobs["batch"],
+                &knobs["gso"],
+                &knobs["dont_fragment"]
+            ),
+            (
+                &json!(100_000_000),
+                &json!(32),
+                &json!(false),
+                &json!(false)
+            )
+        );
+        let receiver = &doc["server"]["flows"][1];
+        assert_eq!(receiver["role"], "receiver");
+        assert_eq!(receiver["intervals"][1]["udp"]["host_drops"], 10);
+        let total = &receiver["total"]["udp"];
+        assert_eq!(
+            (&total["lost"], &total["host_drops_all"]),
+            (&json!(15), &json!(10))
+        );
+        assert!(total.get("window").is_none(), "flattened");
+        assert_eq!(
+            doc["summary"]["directions"][0]["udp"]["network_lost"],
+            json!(7),
+            "17 lost, tail included, 10 of them at the receiving host"
+        );
+        assert!(doc["client"]["flows"][0].get("tcp").is_none());
+        let tcp = result_json(&bidir_result());
+        assert!(
+            tcp["spec"]["knobs"].get("rate").is_none(),
+            "None is left out"
+        );
+        assert!(tcp["summary"]["directions"][0].get("udp").is_none());
     }
 
     #[test]
@@ -238,17 +291,26 @@ mod tests {
             json!({"bytes": {"bytes": 1u64 << 30}})
         );
         assert_valid(&validator(), &doc);
+
+        // UDP without a rate (`-b 0`), with GSO and don't-fragment, and
+        // without the receiving side's report.
+        let mut r = udp_result();
+        r.spec.knobs.rate = None;
+        r.spec.knobs.gso = true;
+        r.spec.knobs.dont_fragment = true;
+        r.server = None;
+        r.summary = Summary::from_sides(&r.client, None);
+        r.status = Status::Partial;
+        let doc = result_json(&r);
+        assert!(doc["spec"]["knobs"].get("rate").is_none());
+        assert_valid(&validator(), &doc);
     }
 
     #[test]
     fn broken_documents_do_not_validate() {
         let v = validator();
         let good = result_json(&bidir_result());
-        let broken = |f: &dyn Fn(&mut Value)| {
-            let mut doc = good.clone();
-            f(&mut doc);
-            doc
-        };
+        let broken = |f: &dyn Fn(&mut Value)| broken(&good, f);
         let cases = [
             (
                 "missing summary",
@@ -287,6 +349,87 @@ mod tests {
             (
                 "counter that is not an integer",
                 broken(&|d| d["server"]["counters"]["deltas"]["Tcp.RetransSegs"] = json!("12")),
+            ),
+        ];
+        for (what, doc) in cases {
+            assert!(!v.is_valid(&doc), "{what}: should not validate");
+        }
+    }
+
+    #[test]
+    fn broken_udp_documents_do_not_validate() {
+        let v = validator();
+        let good = result_json(&udp_result());
+        assert_valid(&v, &good);
+        let broken = |f: &dyn Fn(&mut Value)| broken(&good, f);
+        fn interval(d: &mut Value) -> &mut Value {
+            &mut d["server"]["flows"][1]["intervals"][1]["udp"]
+        }
+        fn total(d: &mut Value) -> &mut Value {
+            &mut d["server"]["flows"][1]["total"]["udp"]
+        }
+        fn summary(d: &mut Value) -> &mut Value {
+            &mut d["summary"]["directions"][0]["udp"]
+        }
+        let cases = [
+            (
+                "negative lost",
+                broken(&|d| interval(d)["lost"] = json!(-1)),
+            ),
+            (
+                "unknown field in an interval's udp",
+                broken(&|d| interval(d)["reordered"] = json!(0)),
+            ),
+            (
+                "whole-run count in an interval (only totals have it)",
+                broken(&|d| interval(d)["packets_all"] = json!(1)),
+            ),
+            (
+                "unknown field in a total's udp",
+                broken(&|d| total(d)["bogus"] = json!(0)),
+            ),
+            (
+                "total without its whole-run count",
+                broken(&|d| drop(total(d).as_object_mut().unwrap().remove("packets_all"))),
+            ),
+            (
+                "total without a flattened sample field",
+                broken(&|d| drop(total(d).as_object_mut().unwrap().remove("jitter_us"))),
+            ),
+            (
+                "sample nested instead of flattened",
+                broken(&|d| {
+                    let t = total(d);
+                    *t = json!({"window": t.clone(), "packets_all": 1, "host_drops_all": 0})
+                }),
+            ),
+            (
+                "unknown field in the summary's udp",
+                broken(&|d| summary(d)["reordering"] = json!(0)),
+            ),
+            (
+                "loss fraction above 1",
+                broken(&|d| summary(d)["loss_fraction"] = json!(1.5)),
+            ),
+            (
+                "negative jitter",
+                broken(&|d| summary(d)["jitter_us"] = json!(-0.5)),
+            ),
+            (
+                "zero rate (absent means unlimited)",
+                broken(&|d| d["spec"]["knobs"]["rate"] = json!(0)),
+            ),
+            (
+                "zero batch",
+                broken(&|d| d["spec"]["knobs"]["batch"] = json!(0)),
+            ),
+            (
+                "missing always-written knob",
+                broken(&|d| drop(d["spec"]["knobs"].as_object_mut().unwrap().remove("gso"))),
+            ),
+            (
+                "unknown transport",
+                broken(&|d| d["spec"]["transport"] = json!("quic")),
             ),
         ];
         for (what, doc) in cases {
@@ -348,5 +491,22 @@ mod tests {
         );
 
         assert_valid(&validator(), &lines[5]["result"]);
+    }
+
+    #[test]
+    fn jsonl_intervals_carry_the_udp_sample() {
+        let r = udp_result();
+        let buf = SharedBuf::default();
+        let mut rep = JsonLinesReporter::new(buf.writer());
+        let server = r.server.as_ref().unwrap();
+        rep.interval(&live_interval(server, 1)).unwrap();
+        let line: Value = serde_json::from_str(buf.text().trim_end()).unwrap();
+        let flow = &line["flows"][1];
+        assert_eq!(
+            (flow["id"].as_u64(), flow["role"].as_str()),
+            (Some(1), Some("receiver"))
+        );
+        assert_eq!(flow["udp"]["lost"], 12);
+        assert_eq!(flow["udp"]["host_drops"], 10);
     }
 }

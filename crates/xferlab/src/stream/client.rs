@@ -2,7 +2,7 @@
 //! [`ClientControl`] and drives this side's flows.
 
 use std::io::{Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
@@ -10,15 +10,16 @@ use std::time::{Duration, Instant, SystemTime};
 use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble, TOKEN_LEN};
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome, HANDSHAKE_TIMEOUT};
 use xferlab_core::result::{Endpoint, FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
-use xferlab_core::spec::TestSpec;
+use xferlab_core::spec::{TestSpec, Transport};
 
-use super::side::{ConnectedFlow, Side};
+use super::side::{ConnectedFlow, FlowSocket, Side};
 use crate::control::{ControlIo, Wake};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::sys::cpu::CpuTally;
 
 /// What to run against which server.
+#[derive(Clone)]
 pub struct ClientConfig {
     pub spec: TestSpec,
     /// The server as the user named it.
@@ -234,7 +235,7 @@ pub fn run(
     })
 }
 
-/// Opens every data connection, presents the session token and waits for
+/// Opens every flow's socket, presents the session token and waits for
 /// the server to accept each one.
 fn connect_flows(
     cfg: &ClientConfig,
@@ -242,10 +243,16 @@ fn connect_flows(
     w: &Welcome,
 ) -> Result<Vec<ConnectedFlow>, String> {
     let token = parse_token(&w.session)?;
-    let mut out = Vec::new();
-    for plan in cfg.spec.flows() {
-        let (mut stream, _sock) = net::connect_data(server, &cfg.spec.knobs, cfg.connect_timeout)?;
-        stream.set_nodelay(true).ok();
+    let plans = cfg.spec.flows();
+    if cfg.spec.transport == Transport::Udp && w.udp_ports.len() != plans.len() {
+        return Err(format!(
+            "the server offered {} UDP ports for {} flows",
+            w.udp_ports.len(),
+            plans.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(plans.len());
+    for (i, plan) in plans.into_iter().enumerate() {
         let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
         hello.extend_from_slice(
             &Attach {
@@ -254,41 +261,105 @@ fn connect_flows(
             }
             .encode(),
         );
-        stream
-            .write_all(&hello)
-            .map_err(|e| format!("cannot attach flow {}: {e}", plan.id + 1))?;
-        stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
-        let mut reply = [0u8; 1];
-        stream
-            .read_exact(&mut reply)
-            .map_err(|e| format!("the server did not accept flow {}: {e}", plan.id + 1))?;
-        match AttachReply::from_byte(reply[0]) {
-            Some(AttachReply::Ok) => {}
-            Some(r) => {
-                return Err(format!(
-                    "the server refused flow {}: {}",
-                    plan.id + 1,
-                    r.describe()
-                ))
+        let socket = match cfg.spec.transport {
+            Transport::Tcp => FlowSocket::Tcp(attach_tcp(cfg, server, &hello, plan.id)?),
+            Transport::Udp => {
+                let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
+                FlowSocket::Udp(attach_udp(cfg, to, &hello, plan.id)?)
             }
-            None => {
-                return Err(format!(
-                    "the server answered flow {} with unknown code {}",
-                    plan.id + 1,
-                    reply[0]
-                ))
-            }
-        }
-        stream.set_read_timeout(None).ok();
-        stream.set_nodelay(cfg.spec.knobs.nodelay).ok();
+        };
         out.push(ConnectedFlow::new(
             plan,
-            stream,
+            socket,
             Endpoint::Client,
             &cfg.spec,
         )?);
     }
     Ok(out)
+}
+
+fn attach_tcp(
+    cfg: &ClientConfig,
+    server: SocketAddr,
+    hello: &[u8],
+    flow: u32,
+) -> Result<TcpStream, String> {
+    let (mut stream, _sock) = net::connect_data(server, &cfg.spec.knobs, cfg.connect_timeout)?;
+    stream.set_nodelay(true).ok();
+    stream
+        .write_all(hello)
+        .map_err(|e| format!("cannot attach flow {}: {e}", flow + 1))?;
+    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+    let mut reply = [0u8; 1];
+    stream
+        .read_exact(&mut reply)
+        .map_err(|e| format!("the server did not accept flow {}: {e}", flow + 1))?;
+    check_reply(reply[0], flow)?;
+    stream.set_read_timeout(None).ok();
+    stream.set_nodelay(cfg.spec.knobs.nodelay).ok();
+    Ok(stream)
+}
+
+/// How often, and how many times, a UDP attach datagram is sent before
+/// the server must have answered.
+const UDP_ATTACH_RETRY: Duration = Duration::from_millis(100);
+const UDP_ATTACH_TRIES: u32 = 30;
+
+fn attach_udp(
+    cfg: &ClientConfig,
+    to: SocketAddr,
+    hello: &[u8],
+    flow: u32,
+) -> Result<UdpSocket, String> {
+    let any = if to.is_ipv6() {
+        IpAddr::from([0u16; 8])
+    } else {
+        IpAddr::from([0u8; 4])
+    };
+    let sock = net::udp_socket(SocketAddr::new(any, 0), &cfg.spec.knobs)?;
+    sock.connect(to)
+        .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
+    sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();
+    let mut reply = [0u8; 1];
+    for _ in 0..UDP_ATTACH_TRIES {
+        sock.send(hello)
+            .map_err(|e| format!("cannot send to {to} over UDP: {e}"))?;
+        match sock.recv(&mut reply) {
+            Ok(1) => {
+                check_reply(reply[0], flow)?;
+                sock.set_read_timeout(None).ok();
+                return Ok(sock);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                return Err(format!(
+                    "the server's UDP port {} for flow {} is closed",
+                    to.port(),
+                    flow + 1
+                ));
+            }
+            _ => {}
+        }
+    }
+    Err(format!(
+        "no answer to flow {}'s UDP attach at {to} within {:.0} s: is UDP to that port blocked by a firewall?",
+        flow + 1,
+        (UDP_ATTACH_RETRY * UDP_ATTACH_TRIES).as_secs_f64()
+    ))
+}
+
+fn check_reply(code: u8, flow: u32) -> Result<(), String> {
+    match AttachReply::from_byte(code) {
+        Some(AttachReply::Ok) => Ok(()),
+        Some(r) => Err(format!(
+            "the server refused flow {}: {}",
+            flow + 1,
+            r.describe()
+        )),
+        None => Err(format!(
+            "the server answered flow {} with unknown code {code}",
+            flow + 1
+        )),
+    }
 }
 
 fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {

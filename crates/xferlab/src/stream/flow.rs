@@ -40,6 +40,43 @@ const RETUNE_EVERY: u32 = 32;
 #[repr(align(128))]
 pub struct FlowShared {
     pub bytes: AtomicU64,
+    /// Datagram counters (UDP flows only).
+    pub udp: UdpShared,
+}
+
+/// What a datagram flow thread publishes after each call. The `*_max_*`
+/// fields are maxima since the sampler last read them (it resets them).
+#[derive(Debug, Default)]
+pub struct UdpShared {
+    pub packets: AtomicU64,
+    pub lost: AtomicU64,
+    pub out_of_order: AtomicU64,
+    pub duplicates: AtomicU64,
+    pub host_drops: AtomicU64,
+    /// f64 bits.
+    pub jitter_ns: AtomicU64,
+    pub owd_excess_sum_ns: AtomicU64,
+    pub owd_excess_max_ns: AtomicU64,
+    pub late: AtomicU64,
+    pub lateness_max_ns: AtomicU64,
+}
+
+impl UdpShared {
+    /// The counters now; resets the windowed maxima.
+    pub fn read(&self) -> xferlab_core::result::UdpCounters {
+        xferlab_core::result::UdpCounters {
+            packets: self.packets.load(Ordering::Relaxed),
+            lost: self.lost.load(Ordering::Relaxed),
+            out_of_order: self.out_of_order.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            host_drops: self.host_drops.load(Ordering::Relaxed),
+            jitter_ns: f64::from_bits(self.jitter_ns.load(Ordering::Relaxed)),
+            owd_excess_sum_ns: u128::from(self.owd_excess_sum_ns.load(Ordering::Relaxed)),
+            owd_excess_max_ns: self.owd_excess_max_ns.swap(0, Ordering::Relaxed),
+            late: self.late.load(Ordering::Relaxed),
+            lateness_max_ns: self.lateness_max_ns.swap(0, Ordering::Relaxed),
+        }
+    }
 }
 
 /// Flags for all flows of one side.

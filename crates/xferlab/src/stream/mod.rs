@@ -1,6 +1,9 @@
 //! The stream pattern over TCP: bulk transfer one way, reverse or both.
 
 pub mod client;
+mod datagram;
 mod flow;
 pub mod session;
 mod side;
+
+pub use side::FlowSocket;

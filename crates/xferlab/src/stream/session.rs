@@ -2,21 +2,29 @@
 //! [`ServerControl`], owning this test's flows and nothing else.
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
-use xferlab_core::proto::wire::{token_hex, AttachReply, TOKEN_LEN};
-use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use xferlab_core::proto::wire::{
+    token_hex, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN,
+    VERSION,
+};
+use xferlab_core::proto::{
+    ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome, HANDSHAKE_TIMEOUT,
+};
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
-use xferlab_core::spec::{Direction, Limit, TestSpec};
+use xferlab_core::spec::{Direction, Limit, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 
-use super::side::{ConnectedFlow, Side};
+use super::side::{ConnectedFlow, FlowSocket, Side};
 use crate::control::{ControlIo, Wake};
-use crate::net::sockopt::{self, SocketEnd};
+use crate::net::{
+    self,
+    sockopt::{self, SocketEnd},
+};
 use crate::server::Shared;
 use crate::sys::cpu::CpuTally;
 
@@ -44,6 +52,10 @@ impl Drop for Registration<'_> {
 pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Shared) {
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(true).ok();
+    // UDP flow sockets bind to the address the client reached us on.
+    let local_ip = stream
+        .local_addr()
+        .map_or(IpAddr::from([0u8, 0, 0, 0]), |a| net::canonical(a).ip());
     crate::net::keepalive(&stream);
     let policy = ServerPolicy {
         max_duration: shared.cfg.max_duration,
@@ -82,7 +94,7 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         while let Some(ev) = ctl.poll_event() {
             match ev {
                 ServerEvent::TestRequested(s) => {
-                    match accept_test(&mut ctl, &mut reg, &tx, &s, shared) {
+                    match accept_test(&mut ctl, &mut reg, &tx, &s, local_ip, shared) {
                         Ok(token) => {
                             label = token_hex(&token)[..8].to_string();
                             shared.log(format_args!("{label} {peer}: accepted {}", describe(&s)));
@@ -205,20 +217,48 @@ fn accept_test(
     reg: &mut Registration<'_>,
     tx: &mpsc::Sender<Wake>,
     spec: &TestSpec,
+    local_ip: IpAddr,
     shared: &Shared,
 ) -> Result<[u8; TOKEN_LEN], String> {
+    let refuse = |ctl: &mut ServerControl, code, why: String| {
+        ctl.reject(code, &why);
+        Err(why)
+    };
     if let Some(cc) = &spec.knobs.congestion {
         if let Err(why) = sockopt::check_congestion(cc) {
-            let why = format!("on the server: {why}");
-            ctl.reject(ErrorCode::InvalidSpec, &why);
-            return Err(why);
+            return refuse(ctl, ErrorCode::InvalidSpec, format!("on the server: {why}"));
         }
     }
     let mut token = [0u8; TOKEN_LEN];
     if let Err(e) = getrandom::fill(&mut token) {
-        let why = format!("no randomness for a session token: {e}");
-        ctl.reject(ErrorCode::Internal, &why);
-        return Err(why);
+        return refuse(
+            ctl,
+            ErrorCode::Internal,
+            format!("no randomness for a session token: {e}"),
+        );
+    }
+    let mut udp_ports = Vec::new();
+    if spec.transport == Transport::Udp {
+        for plan in spec.flows() {
+            let sock = match net::udp_socket(SocketAddr::new(local_ip, 0), &spec.knobs) {
+                Ok(s) => s,
+                Err(why) => {
+                    return refuse(ctl, ErrorCode::Internal, format!("on the server: {why}"))
+                }
+            };
+            udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
+            let tx = tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name("xfer-udp-attach".into())
+                .spawn(move || await_udp_attach(sock, plan.id, token, &tx));
+            if let Err(e) = spawned {
+                return refuse(
+                    ctl,
+                    ErrorCode::Internal,
+                    format!("cannot start a thread: {e}"),
+                );
+            }
+        }
     }
     shared
         .registry
@@ -233,49 +273,85 @@ fn accept_test(
             software: crate::software(),
             host: crate::sys::host::host_info(),
             max_duration_s: shared.cfg.max_duration.as_secs_f64(),
+            udp_ports,
         },
     );
     Ok(token)
 }
 
-/// Takes a data connection that presented our token: answers it and keeps
-/// it until every flow is here.
+/// Waits on one UDP flow socket for the client's attach datagram, then
+/// connects the socket to the sender, acknowledges, and hands the socket
+/// to the session. Datagrams with another token or flow are ignored; the
+/// wait ends at the handshake deadline (or when the session is gone).
+fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mpsc::Sender<Wake>) {
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    sock.set_read_timeout(Some(Duration::from_millis(200))).ok();
+    let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
+    while Instant::now() < deadline {
+        let Ok((n, peer)) = sock.recv_from(&mut buf) else {
+            continue;
+        };
+        if n != PREAMBLE_LEN + ATTACH_LEN {
+            continue;
+        }
+        let mut pre = [0u8; PREAMBLE_LEN];
+        pre.copy_from_slice(&buf[..PREAMBLE_LEN]);
+        let mut raw = [0u8; ATTACH_LEN];
+        raw.copy_from_slice(&buf[PREAMBLE_LEN..n]);
+        let attach = Attach::decode(&raw);
+        let ours = matches!(Preamble::decode(&pre), Ok(p) if p.kind == ConnKind::Data && p.version == VERSION);
+        if !ours || attach.token != token || attach.flow != flow || sock.connect(peer).is_err() {
+            continue;
+        }
+        sock.send(&[AttachReply::Ok as u8]).ok();
+        sock.set_read_timeout(None).ok();
+        tx.send(Wake::Attach(flow, FlowSocket::Udp(sock))).ok();
+        return;
+    }
+}
+
+/// Takes a flow socket that presented our token (a TCP data connection,
+/// answered here, or a UDP socket already acknowledged) and keeps it until
+/// every flow is here.
 fn attach_flow(
     pending: &mut [Option<ConnectedFlow>],
     flow: u32,
-    mut stream: TcpStream,
+    socket: FlowSocket,
     spec: &TestSpec,
 ) -> Result<(), String> {
+    let answer = |socket: &FlowSocket, reply: AttachReply| {
+        if let FlowSocket::Tcp(s) = socket {
+            let mut w: &TcpStream = s;
+            w.write_all(&[reply as u8])
+                .map_err(|e| format!("flow {flow}: {e}"))
+        } else {
+            Ok(())
+        }
+    };
     let plans = spec.flows();
-    let slot = pending.get_mut(flow as usize).filter(|s| s.is_none());
-    let Some(slot) = slot else {
-        stream.write_all(&[AttachReply::BadFlow as u8]).ok();
+    let Some(slot) = pending.get_mut(flow as usize).filter(|s| s.is_none()) else {
+        answer(&socket, AttachReply::BadFlow).ok();
         return Err(format!(
             "rejected data connection for flow {flow} (unknown or duplicate)"
         ));
     };
-    let prepared = sockopt::apply(&SockRef::from(&stream), &spec.knobs, SocketEnd::Accepted)
-        .and_then(|()| {
-            ConnectedFlow::new(
-                plans[flow as usize],
-                stream.try_clone().map_err(|e| e.to_string())?,
-                Endpoint::Server,
-                spec,
-            )
-        });
-    match prepared {
-        Ok(c) => {
-            stream
-                .write_all(&[AttachReply::Ok as u8])
-                .map_err(|e| format!("flow {flow}: {e}"))?;
-            *slot = Some(c);
-            Ok(())
-        }
-        Err(why) => {
-            stream.write_all(&[AttachReply::BadFlow as u8]).ok();
-            Err(format!("flow {flow}: {why}"))
-        }
+    let applied = match &socket {
+        FlowSocket::Tcp(s) => sockopt::apply(&SockRef::from(s), &spec.knobs, SocketEnd::Accepted),
+        // Options were applied when the socket was made.
+        FlowSocket::Udp(_) => Ok(()),
+    };
+    if let Err(why) = applied {
+        answer(&socket, AttachReply::BadFlow).ok();
+        return Err(format!("flow {flow}: {why}"));
     }
+    answer(&socket, AttachReply::Ok)?;
+    *slot = Some(ConnectedFlow::new(
+        plans[flow as usize],
+        socket,
+        Endpoint::Server,
+        spec,
+    )?);
+    Ok(())
 }
 
 fn describe(s: &TestSpec) -> String {
@@ -288,7 +364,11 @@ fn describe(s: &TestSpec) -> String {
         Limit::Duration { seconds } => format!("{seconds} s"),
         Limit::Bytes { bytes } => format!("{bytes} bytes"),
     };
-    format!("tcp stream {dir} x{} {limit}", s.parallel)
+    format!(
+        "{} stream {dir} x{} {limit}",
+        s.transport.label(),
+        s.parallel
+    )
 }
 
 /// One line of what this server received and sent.

@@ -2,21 +2,22 @@
 //! server: start the flow threads, sample them at interval boundaries, stop
 //! or abort them, and fold everything into a [`SideReport`].
 
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::AsRawFd;
+use std::net::{Shutdown, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use socket2::Socket;
-use xferlab_core::interval::{FlowMeter, IntervalClock};
+use socket2::SockRef;
+use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{
     sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
     SocketSettings,
 };
-use xferlab_core::spec::{FlowDirection, FlowPlan, RecvMode, TestSpec};
+use xferlab_core::spec::{FlowDirection, FlowPlan, Knobs, TestSpec};
 
+use super::datagram;
 use super::flow::{self, FlowOutcome, FlowShared, SideFlags};
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
@@ -36,10 +37,50 @@ pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
     }
 }
 
+/// A flow's socket: a TCP connection, or a UDP socket connected to the
+/// peer's flow socket.
+pub enum FlowSocket {
+    Tcp(TcpStream),
+    Udp(UdpSocket),
+}
+
+impl AsFd for FlowSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            FlowSocket::Tcp(s) => s.as_fd(),
+            FlowSocket::Udp(s) => s.as_fd(),
+        }
+    }
+}
+
+impl FlowSocket {
+    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        match self {
+            FlowSocket::Tcp(s) => s.local_addr(),
+            FlowSocket::Udp(s) => s.local_addr(),
+        }
+    }
+
+    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        match self {
+            FlowSocket::Tcp(s) => s.peer_addr(),
+            FlowSocket::Udp(s) => s.peer_addr(),
+        }
+    }
+
+    /// Wakes a thread blocked on this socket at once. UDP has nothing to
+    /// shut down; its threads see the abort flag within one poll.
+    fn interrupt(&self) {
+        if let FlowSocket::Tcp(s) = self {
+            s.shutdown(Shutdown::Both).ok();
+        }
+    }
+}
+
 /// A connected data socket waiting for the start.
 pub struct ConnectedFlow {
     pub plan: FlowPlan,
-    pub stream: TcpStream,
+    pub socket: FlowSocket,
     pub settings: SocketSettings,
 }
 
@@ -48,21 +89,20 @@ impl ConnectedFlow {
     /// pacing cap (only meaningful on the sending socket).
     pub fn new(
         plan: FlowPlan,
-        stream: TcpStream,
+        socket: FlowSocket,
         endpoint: Endpoint,
         spec: &TestSpec,
     ) -> Result<Self, String> {
         let role = role_of(endpoint, plan.direction);
         if role == FlowRole::Sender {
             if let Some(rate) = spec.knobs.max_pacing_rate {
-                sockopt::set_max_pacing_rate(stream.as_raw_fd(), rate)?;
+                sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
-        let sock = Socket::from(stream.try_clone().map_err(|e| e.to_string())?);
-        let settings = sockopt::read_back(&sock, &spec.knobs, role);
+        let settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
         Ok(ConnectedFlow {
             plan,
-            stream,
+            socket,
             settings,
         })
     }
@@ -72,8 +112,8 @@ impl ConnectedFlow {
             id: self.plan.id,
             direction: self.plan.direction,
             role: role_of(endpoint, self.plan.direction),
-            local: addr(self.stream.local_addr()),
-            remote: addr(self.stream.peer_addr()),
+            local: addr(self.socket.local_addr()),
+            remote: addr(self.socket.peer_addr()),
         }
     }
 }
@@ -88,7 +128,7 @@ struct RunningFlow {
     role: FlowRole,
     info: FlowStart,
     settings: SocketSettings,
-    stream: Arc<TcpStream>,
+    socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
     thread: Option<JoinHandle<()>>,
@@ -99,11 +139,23 @@ struct RunningFlow {
 }
 
 impl RunningFlow {
-    fn tcp(&self) -> Option<xferlab_core::result::TcpCounters> {
-        if self.role == FlowRole::Sender {
-            sys::tcp_info::read(self.stream.as_raw_fd()).ok()
-        } else {
-            None
+    /// The flow's counters now: bytes, plus TCP_INFO for TCP senders or
+    /// the datagram counters for UDP flows.
+    fn reading(&self) -> Reading {
+        let bytes = self.shared.bytes.load(Ordering::Relaxed);
+        match &*self.socket {
+            FlowSocket::Tcp(s) => Reading {
+                bytes,
+                tcp: (self.role == FlowRole::Sender)
+                    .then(|| sys::tcp_info::read(s.as_raw_fd()).ok())
+                    .flatten(),
+                udp: None,
+            },
+            FlowSocket::Udp(_) => Reading {
+                bytes,
+                tcp: None,
+                udp: Some(self.shared.udp.read()),
+            },
         }
     }
 }
@@ -118,8 +170,7 @@ pub struct Side {
     flows: Vec<RunningFlow>,
     flags: Arc<SideFlags>,
     tally: Arc<CpuTally>,
-    write_size: usize,
-    recv_mode: RecvMode,
+    knobs: Arc<Knobs>,
     done: Arc<dyn Fn(u32) + Send + Sync>,
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
@@ -142,7 +193,7 @@ impl Side {
     ) -> Side {
         let interface = connected
             .first()
-            .and_then(|f| f.stream.local_addr().ok())
+            .and_then(|f| f.socket.local_addr().ok())
             .and_then(|a| sys::counters::interface_for(a.ip()));
         let flows = connected
             .into_iter()
@@ -151,7 +202,7 @@ impl Side {
                 role: role_of(endpoint, c.plan.direction),
                 info: c.start_info(endpoint),
                 settings: c.settings,
-                stream: Arc::new(c.stream),
+                socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
                 thread: None,
@@ -165,8 +216,7 @@ impl Side {
             start: Instant::now(),
             clock: IntervalClock::new(spec.interval_s, spec.omit_s),
             next_boundary: None,
-            write_size: spec.knobs.size as usize,
-            recv_mode: spec.knobs.recv_mode,
+            knobs: Arc::new(spec.knobs.clone()),
             flows,
             flags: Arc::new(SideFlags::default()),
             tally,
@@ -188,24 +238,19 @@ impl Side {
         self.started = true;
         self.next_boundary = self.clock.next_boundary(0.0);
         for i in 0..self.flows.len() {
-            let tcp = self.flows[i].tcp();
+            let start = self.flows[i].reading();
             let f = &mut self.flows[i];
-            f.meter = Some(FlowMeter::new(self.clock, tcp));
-            let (stream, shared, flags, tally, done, slot) = (
-                f.stream.clone(),
+            f.meter = Some(FlowMeter::new(self.clock, start));
+            let (socket, shared, flags, tally, done, slot, knobs) = (
+                f.socket.clone(),
                 f.shared.clone(),
                 self.flags.clone(),
                 self.tally.clone(),
                 self.done.clone(),
                 f.slot.clone(),
+                self.knobs.clone(),
             );
-            let (role, quota, id, size, mode) = (
-                f.role,
-                f.plan.quota,
-                f.plan.id,
-                self.write_size,
-                self.recv_mode,
-            );
+            let (role, quota, id) = (f.role, f.plan.quota, f.plan.id);
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -213,9 +258,20 @@ impl Side {
             );
             let thread = flow::spawn(name, move || {
                 let cpu = tally.track();
-                let out = match role {
-                    FlowRole::Sender => flow::send(&stream, size, quota, &shared, &flags),
-                    FlowRole::Receiver => flow::receive(&stream, size, mode, &shared, &flags),
+                let size = knobs.size as usize;
+                let out = match (&*socket, role) {
+                    (FlowSocket::Tcp(s), FlowRole::Sender) => {
+                        flow::send(s, size, quota, &shared, &flags)
+                    }
+                    (FlowSocket::Tcp(s), FlowRole::Receiver) => {
+                        flow::receive(s, size, knobs.recv_mode, &shared, &flags)
+                    }
+                    (FlowSocket::Udp(s), FlowRole::Sender) => {
+                        datagram::send(s, &knobs, quota, &shared, &flags)
+                    }
+                    (FlowSocket::Udp(s), FlowRole::Receiver) => {
+                        datagram::receive(s, &knobs, &shared, &flags)
+                    }
                 };
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
@@ -269,13 +325,12 @@ impl Side {
             if f.outcome.is_some() {
                 continue;
             }
-            let bytes = f.shared.bytes.load(Ordering::Relaxed);
-            let tcp = f.tcp();
+            let reading = f.reading();
             let Some(meter) = f.meter.as_mut() else {
                 continue;
             };
             let before = meter.interval_count();
-            meter.sample(t, boundary, bytes, tcp);
+            meter.sample(t, boundary, reading);
             if let Some(iv) = meter
                 .last_interval()
                 .filter(|_| meter.interval_count() > before)
@@ -338,7 +393,7 @@ impl Side {
         self.warnings.push(why.to_string());
         for f in &self.flows {
             if f.outcome.is_none() {
-                f.stream.shutdown(Shutdown::Both).ok();
+                f.socket.interrupt();
             }
         }
     }
@@ -357,7 +412,7 @@ impl Side {
         let now = Instant::now();
         let mut flows = Vec::with_capacity(self.flows.len());
         for mut f in std::mem::take(&mut self.flows) {
-            let tcp = f.tcp();
+            let mut end = f.reading();
             let outcome = f.outcome.take().unwrap_or(FlowOutcome {
                 end: FlowEnd::Aborted("flow thread panicked".into()),
                 at: now,
@@ -370,8 +425,9 @@ impl Side {
             let meter = f
                 .meter
                 .take()
-                .unwrap_or_else(|| FlowMeter::new(self.clock, None));
-            let (intervals, total) = meter.finish(t, outcome.bytes, tcp);
+                .unwrap_or_else(|| FlowMeter::new(self.clock, Reading::default()));
+            end.bytes = outcome.bytes;
+            let (intervals, total) = meter.finish(t, end);
             flows.push(FlowReport {
                 id: f.plan.id,
                 direction: f.plan.direction,
@@ -412,7 +468,7 @@ impl Drop for Side {
         if self.flows.iter().any(|f| f.thread.is_some()) {
             self.flags.abort.store(true, Ordering::Relaxed);
             for f in &mut self.flows {
-                f.stream.shutdown(Shutdown::Both).ok();
+                f.socket.interrupt();
                 if let Some(t) = f.thread.take() {
                     t.join().ok();
                 }

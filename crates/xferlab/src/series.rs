@@ -1,0 +1,399 @@
+//! Patterns made of a series of tests against one server.
+//!
+//! * `cbr`: can this path/host sustain rate R? One run is judged against an
+//!   explicit [`Criterion`]; a ladder or a bisection finds the highest
+//!   sustained rate, repeated N times (max and median reported), the
+//!   method behind "max sustained rate per transfer size and buffer size"
+//!   tables.
+//! * `sweep`: UDPmon-style throughput and loss versus datagram size or
+//!   versus the spacing between datagrams.
+//!
+//! The search itself is the sans-IO [`RateSearch`]; this module only runs
+//! the tests it asks for and prints what happened.
+
+use std::io::{self, Write};
+use std::sync::atomic::Ordering;
+
+use serde::Serialize;
+use xferlab_core::datagram::{
+    repeat_summary, Criterion, Plan, RateSearch, RepeatSummary, TrialOutcome, Verdict,
+};
+use xferlab_core::result::{Status, TestResult};
+use xferlab_core::spec::TestSpec;
+use xferlab_core::units::RateUnit;
+
+use crate::output::{LiveFlow, Reporter, StartInfo};
+use crate::stream::client::{self, ClientConfig, Interrupts};
+
+/// What one test of a series measured, both directions summed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Offered rate per flow, bit/s; None = unlimited.
+    pub rate_bps: Option<u64>,
+    pub size: u64,
+    /// Microseconds between datagrams of one flow (sweeps by spacing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spacing_us: Option<f64>,
+    pub sent: u64,
+    pub received: u64,
+    pub loss_fraction: f64,
+    pub host_drops: u64,
+    pub network_lost: u64,
+    pub late: u64,
+    pub sender_bps: f64,
+    pub receiver_bps: f64,
+    pub jitter_us: f64,
+    /// The test itself did not complete (its error).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Point {
+    fn from_result(spec: &TestSpec, r: &TestResult, spacing_us: Option<f64>) -> Point {
+        let mut p = Point {
+            rate_bps: spec.knobs.rate,
+            size: spec.knobs.size,
+            spacing_us,
+            sent: 0,
+            received: 0,
+            loss_fraction: 0.0,
+            host_drops: 0,
+            network_lost: 0,
+            late: 0,
+            sender_bps: 0.0,
+            receiver_bps: 0.0,
+            jitter_us: 0.0,
+            error: (r.status != Status::Ok)
+                .then(|| r.errors.join("; "))
+                .filter(|e| !e.is_empty()),
+        };
+        for d in &r.summary.directions {
+            p.sender_bps += d.sender.bits_per_second;
+            p.receiver_bps += d.receiver.map_or(0.0, |t| t.bits_per_second);
+            if let Some(u) = d.udp {
+                p.sent += u.sent;
+                p.received += u.received;
+                p.host_drops += u.host_drops;
+                p.network_lost += u.network_lost;
+                p.late += u.late;
+                p.jitter_us = p.jitter_us.max(u.jitter_us);
+            }
+        }
+        p.loss_fraction = if p.sent > 0 {
+            p.sent.saturating_sub(p.received) as f64 / p.sent as f64
+        } else {
+            0.0
+        };
+        p
+    }
+
+    fn outcome(&self) -> TrialOutcome {
+        TrialOutcome {
+            sent: self.sent,
+            received: self.received,
+            host_drops: self.host_drops,
+            late: self.late,
+        }
+    }
+}
+
+/// Trials print their own lines; the per-interval table of each test would
+/// drown them.
+struct Quiet;
+
+impl Reporter for Quiet {
+    fn start(&mut self, _: &StartInfo<'_>) -> io::Result<()> {
+        Ok(())
+    }
+    fn interval(&mut self, _: &[LiveFlow]) -> io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs one test of the series; a test that could not start at all ends
+/// the series (the server is unreachable or refuses).
+fn run_point(
+    base: &ClientConfig,
+    spec: TestSpec,
+    spacing_us: Option<f64>,
+    interrupts: &Interrupts,
+) -> Result<Point, String> {
+    let cfg = ClientConfig {
+        spec,
+        ..base.clone()
+    };
+    let outcome = client::run(&cfg, &mut Quiet, interrupts)?;
+    let mut p = Point::from_result(&cfg.spec, &outcome.result, spacing_us);
+    if p.error.is_none() {
+        p.error = outcome.error;
+    }
+    Ok(p)
+}
+
+/// How `cbr` chooses its rates.
+pub struct CbrPlan {
+    /// None: one run at the spec's rate.
+    pub search: Option<Plan>,
+    pub repeat: u32,
+    pub criterion: Criterion,
+}
+
+#[derive(Serialize)]
+struct CbrTrial {
+    #[serde(flatten)]
+    point: Point,
+    sustained: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+#[derive(Serialize)]
+struct CbrRun {
+    trials: Vec<CbrTrial>,
+    best_bps: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct CbrReport<'a> {
+    schema: &'static str,
+    spec: &'a TestSpec,
+    server_address: &'a str,
+    criterion: Criterion,
+    runs: Vec<CbrRun>,
+    summary: RepeatSummary,
+}
+
+/// Runs `cbr`; returns whether a rate was sustained (the one rate asked
+/// for, or at least one rate of the search in every run).
+pub fn run_cbr(
+    base: &ClientConfig,
+    plan: &CbrPlan,
+    json: bool,
+    out: &mut dyn Write,
+    interrupts: &Interrupts,
+) -> Result<bool, String> {
+    let unit = RateUnit::AutoBits;
+    let single = plan.search.is_none();
+    let mut runs = Vec::new();
+    for run in 1..=plan.repeat.max(1) {
+        let search_plan = plan
+            .search
+            .clone()
+            .unwrap_or_else(|| Plan::Ladder(base.spec.knobs.rate.into_iter().collect()));
+        let mut search = RateSearch::new(search_plan, plan.criterion);
+        let mut trials = Vec::new();
+        while let Some(rate) = search.next_rate() {
+            if interrupts.load(Ordering::Relaxed) > 0 {
+                return Err("interrupted".into());
+            }
+            let mut spec = base.spec.clone();
+            spec.knobs.rate = Some(rate);
+            let point = run_point(base, spec, None, interrupts)?;
+            let verdict = match &point.error {
+                Some(e) => {
+                    search.record(rate, &TrialOutcome::default());
+                    Verdict::Failed(format!("the test failed: {e}"))
+                }
+                None => search.record(rate, &point.outcome()),
+            };
+            if !json {
+                let shown = match &verdict {
+                    Verdict::Sustained => "sustained".to_string(),
+                    Verdict::Failed(why) => format!("FAILED: {why}"),
+                };
+                writeln!(
+                    out,
+                    "run {run}  {:>16}  sent {:>9}  received {:>9}  loss {:>7.3} %  host drops {:>6}  late {:>6}  -> {shown}",
+                    unit.format_rate(rate as f64),
+                    point.sent,
+                    point.received,
+                    point.loss_fraction * 100.0,
+                    point.host_drops,
+                    point.late
+                )
+                .map_err(|e| e.to_string())?;
+                out.flush().ok();
+            }
+            let reason = match verdict {
+                Verdict::Sustained => None,
+                Verdict::Failed(why) => Some(why),
+            };
+            trials.push(CbrTrial {
+                sustained: reason.is_none(),
+                reason,
+                point,
+            });
+        }
+        runs.push(CbrRun {
+            best_bps: search.best(),
+            trials,
+        });
+    }
+    let bests: Vec<Option<u64>> = runs.iter().map(|r| r.best_bps).collect();
+    let summary = repeat_summary(&bests);
+    let ok = if single {
+        runs.iter().all(|r| r.best_bps.is_some())
+    } else {
+        summary.runs_without_a_sustained_rate == 0
+    };
+    if json {
+        let report = CbrReport {
+            schema: "xferlab.cbr/1",
+            spec: &base.spec,
+            server_address: &base.server,
+            criterion: plan.criterion,
+            runs,
+            summary,
+        };
+        serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| e.to_string())?;
+        writeln!(out).map_err(|e| e.to_string())?;
+    } else if single {
+        writeln!(
+            out,
+            "{}",
+            if ok {
+                "constant rate sustained"
+            } else {
+                "constant rate NOT sustained"
+            }
+        )
+        .map_err(|e| e.to_string())?;
+    } else {
+        let show = |r: Option<u64>| r.map_or("none".to_string(), |r| unit.format_rate(r as f64));
+        writeln!(
+            out,
+            "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
+            summary.runs,
+            show(summary.max),
+            show(summary.median),
+            show(summary.min),
+            if summary.runs_without_a_sustained_rate > 0 {
+                format!(
+                    " ({} run(s) sustained no rate)",
+                    summary.runs_without_a_sustained_rate
+                )
+            } else {
+                String::new()
+            }
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(ok)
+}
+
+/// What a sweep varies.
+pub enum SweepAxis {
+    /// Datagram sizes, at the spec's rate.
+    Size(Vec<u64>),
+    /// Microseconds between datagrams of a flow, at the spec's size
+    /// (0 = back to back).
+    Spacing(Vec<f64>),
+}
+
+#[derive(Serialize)]
+struct SweepReport<'a> {
+    schema: &'static str,
+    spec: &'a TestSpec,
+    server_address: &'a str,
+    points: Vec<Point>,
+}
+
+/// The tests of a sweep, each validated, before any of them runs.
+pub fn sweep_specs(
+    base: &TestSpec,
+    axis: &SweepAxis,
+) -> Result<Vec<(TestSpec, Option<f64>)>, String> {
+    let specs: Vec<(TestSpec, Option<f64>)> = match axis {
+        SweepAxis::Size(sizes) => sizes
+            .iter()
+            .map(|&size| {
+                let mut s = base.clone();
+                s.knobs.size = size;
+                (s, None)
+            })
+            .collect(),
+        SweepAxis::Spacing(gaps) => gaps
+            .iter()
+            .map(|&us| {
+                let mut s = base.clone();
+                s.knobs.rate =
+                    (us > 0.0).then(|| (s.knobs.size as f64 * 8.0 / (us * 1e-6)).round() as u64);
+                (s, Some(us))
+            })
+            .collect(),
+    };
+    for (s, _) in &specs {
+        s.validate()?;
+    }
+    Ok(specs)
+}
+
+/// Runs a sweep and prints one line per point (or the JSON report).
+pub fn run_sweep(
+    base: &ClientConfig,
+    specs: Vec<(TestSpec, Option<f64>)>,
+    json: bool,
+    out: &mut dyn Write,
+    interrupts: &Interrupts,
+) -> Result<(), String> {
+    if !json {
+        writeln!(
+            out,
+            "{:>6} {:>10} {:>16} {:>10} {:>10} {:>8} {:>10} {:>16} {:>10}",
+            "size",
+            "spacing us",
+            "offered",
+            "sent",
+            "received",
+            "loss %",
+            "host drop",
+            "received rate",
+            "jitter us"
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let unit = RateUnit::AutoBits;
+    let mut points = Vec::new();
+    for (spec, spacing) in specs {
+        if interrupts.load(Ordering::Relaxed) > 0 {
+            return Err("interrupted".into());
+        }
+        let p = run_point(base, spec, spacing, interrupts)?;
+        if !json {
+            writeln!(
+                out,
+                "{:>6} {:>10} {:>16} {:>10} {:>10} {:>8.3} {:>10} {:>16} {:>10.1}{}",
+                p.size,
+                p.spacing_us.map_or("-".to_string(), |s| format!("{s}")),
+                p.rate_bps
+                    .map_or("unlimited".to_string(), |r| unit.format_rate(r as f64)),
+                p.sent,
+                p.received,
+                p.loss_fraction * 100.0,
+                p.host_drops,
+                unit.format_rate(p.receiver_bps),
+                p.jitter_us,
+                p.error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!("  (failed: {e})"))
+            )
+            .map_err(|e| e.to_string())?;
+            out.flush().ok();
+        }
+        points.push(p);
+    }
+    if json {
+        let report = SweepReport {
+            schema: "xferlab.sweep/1",
+            spec: &base.spec,
+            server_address: &base.server,
+            points,
+        };
+        serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| e.to_string())?;
+        writeln!(out).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,543 @@
+//! `xferlab stream -u` end to end: the real binary against a real `xferlab
+//! server` (or its embedded server) over loopback. What is checked is what
+//! the result documents for datagrams (`UdpSample`, `UdpTotal`,
+//! `UdpSummary` in crates/xferlab-core/src/result.rs) and what the UDP
+//! flags document (crates/xferlab/src/cli.rs).
+//!
+//! The timing-sensitive tests (exact counts, pacing, forced host drops)
+//! run one at a time ([`one_at_a_time`]): on 2 vCPUs a neighbouring
+//! unlimited-rate test would starve a paced sender or a receiver and turn
+//! a counting check into a scheduling lottery.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+
+/// Serialises the tests that measure rates or need a quiet receiver.
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `stream 127.0.0.1 -p PORT -J ARGS` and returns its `status: ok`
+/// result. The schema is checked by [`udp_results_validate_against_the_schema`]
+/// alone, so that the other checks still run while the schema lags.
+fn udp_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
+    let mut all = vec!["-J"];
+    all.extend_from_slice(args);
+    let out = srv.client(&all, deadline_for(seconds));
+    if out.code != Some(0) || out.timed_out {
+        panic!(
+            "client failed\n{}\n--- server log ---\n{}",
+            out.describe(),
+            srv.log()
+        );
+    }
+    out.assert_success();
+    let v = parse_json(&out);
+    assert_ok(&v);
+    assert_eq!(v["spec"]["transport"], "udp", "not a UDP result");
+    v
+}
+
+/// `summary.directions[dir].udp`.
+fn udp_summary<'a>(v: &'a Value, dir: &str) -> &'a Value {
+    let u = &summary_dir(v, dir)["udp"];
+    assert!(
+        u.is_object(),
+        "summary {dir} has no udp part: {}",
+        v["summary"]
+    );
+    u
+}
+
+/// The kernel reported receive-buffer drops somewhere in this run.
+fn any_host_drops(v: &Value) -> bool {
+    v["summary"]["directions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|d| d["udp"]["host_drops"].as_u64().unwrap_or(0) > 0)
+}
+
+/// Runs a test that should lose nothing. A run in which the receiving
+/// socket overflowed (the kernel says so: SO_RXQ_OVFL, reported as
+/// `host_drops`) did not meet that premise, typically because the VM
+/// descheduled the receiver for ~10 ms; it is run once more. Any other
+/// loss is returned as is, for the caller's checks to fail on.
+fn lossless_run(srv: &Server, args: &[&str], seconds: f64) -> Value {
+    let v = udp_json(srv, args, seconds);
+    if !any_host_drops(&v) {
+        return v;
+    }
+    eprintln!(
+        "note: receiver host drops at {args:?} ({}); running once more",
+        v["summary"]
+    );
+    udp_json(srv, args, seconds)
+}
+
+/// Datagram size of a result.
+fn size_of(v: &Value) -> u64 {
+    u64_at(v, "/spec/knobs/size")
+}
+
+/// Every flow appears on both sides; both ends completed; the sender's
+/// whole-run datagram count equals the receiver's exactly; bytes are whole
+/// datagrams; intervals add up to the totals on each side; and the summary
+/// of each direction is the sum of its flows. For runs that lost nothing.
+fn assert_udp_flows_agree(v: &Value) {
+    let size = size_of(v);
+    let c = flows(v, "client");
+    assert_eq!(
+        c.len(),
+        flows(v, "server").len(),
+        "client and server report different flow counts"
+    );
+    for cf in c {
+        let id = cf["id"].as_u64().expect("flow id");
+        let sf = flow_by_id(v, "server", id);
+        assert_eq!(cf["direction"], sf["direction"], "flow {id} direction");
+        assert_ne!(cf["role"], sf["role"], "flow {id}: both ends have one role");
+        let (snd, rcv) = if cf["role"] == "sender" {
+            (cf, sf)
+        } else {
+            (sf, cf)
+        };
+        for (what, f) in [("sender", snd), ("receiver", rcv)] {
+            assert_eq!(
+                f["end"]["kind"], "completed",
+                "flow {id} {what} end: {}",
+                f["end"]
+            );
+            let t = &f["total"];
+            assert!(t["udp"].is_object(), "flow {id} {what}: no total.udp");
+            assert_eq!(
+                u64_at(t, "/bytes_all"),
+                u64_at(t, "/udp/packets_all") * size,
+                "flow {id} {what}: bytes_all is not packets_all x {size}"
+            );
+            let ivs = f["intervals"].as_array().unwrap();
+            assert!(!ivs.is_empty(), "flow {id} {what}: no intervals");
+            let pkts: u64 = ivs.iter().map(|i| u64_at(i, "/udp/packets")).sum();
+            assert_eq!(
+                pkts,
+                u64_at(t, "/udp/packets_all"),
+                "flow {id} {what}: interval udp.packets do not add up to packets_all"
+            );
+        }
+        let sent = u64_at(snd, "/total/udp/packets_all");
+        let got = u64_at(rcv, "/total/udp/packets_all");
+        assert!(sent > 0, "flow {id} sent nothing");
+        assert_eq!(
+            sent, got,
+            "flow {id}: sender packets_all {sent} != receiver packets_all {got}"
+        );
+        let r = &rcv["total"]["udp"];
+        for field in ["lost", "host_drops", "duplicates", "out_of_order"] {
+            assert_eq!(r[field], 0, "flow {id} receiver total.udp.{field}: {r}");
+        }
+        assert_eq!(r["host_drops_all"], 0, "flow {id} receiver: {r}");
+    }
+    for d in v["summary"]["directions"].as_array().unwrap() {
+        let dir = d["direction"].as_str().unwrap();
+        let (snd_side, rcv_side) = if dir == "c2s" {
+            ("client", "server")
+        } else {
+            ("server", "client")
+        };
+        let sum_of = |side: &str, role: &str| -> u64 {
+            flows(v, side)
+                .iter()
+                .filter(|f| f["direction"] == dir && f["role"] == role)
+                .map(|f| u64_at(f, "/total/udp/packets_all"))
+                .sum()
+        };
+        let u = udp_summary(v, dir);
+        assert_eq!(u64_at(u, "/sent"), sum_of(snd_side, "sender"), "{dir} sent");
+        assert_eq!(
+            u64_at(u, "/received"),
+            sum_of(rcv_side, "receiver"),
+            "{dir} received"
+        );
+    }
+}
+
+/// `summary.directions[dir].udp` of a run that lost nothing.
+fn assert_no_loss(v: &Value, dir: &str) {
+    let u = udp_summary(v, dir);
+    let sent = u64_at(u, "/sent");
+    assert!(sent > 0, "{dir}: nothing sent");
+    assert_eq!(
+        sent,
+        u64_at(u, "/received"),
+        "{dir}: sent != received with no loss forced: {u}"
+    );
+    for field in ["lost", "host_drops", "network_lost", "duplicates"] {
+        assert_eq!(u[field], 0, "{dir}: udp.{field} with no loss forced: {u}");
+    }
+    assert_eq!(f64_at(u, "/loss_fraction"), 0.0, "{dir}: {u}");
+}
+
+// ---------------------------------------------------------------- counts
+
+#[test]
+fn forward_counts_match_exactly() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let v = lossless_run(&srv, &["-u", "-b", "100M", "-t", "1"], 1.0);
+    assert_eq!(v["spec"]["direction"], "forward");
+    assert_eq!(v["spec"]["knobs"]["rate"], 100_000_000u64);
+    assert_eq!(size_of(&v), 1400, "default datagram size");
+    assert_eq!(v["summary"]["directions"].as_array().unwrap().len(), 1);
+    assert_eq!(flows(&v, "client")[0]["role"], "sender");
+    assert_no_loss(&v, "c2s");
+    assert_udp_flows_agree(&v);
+    // Without a warm-up the window is the whole run.
+    let d = summary_dir(&v, "c2s");
+    assert_eq!(
+        u64_at(d, "/sender/bytes"),
+        u64_at(udp_summary(&v, "c2s"), "/sent") * 1400
+    );
+    assert_eq!(u64_at(d, "/sender/bytes"), u64_at(d, "/receiver/bytes"));
+    // Only the receiver measures jitter; the sender counts its late sends.
+    let rcv = flow_by_id(&v, "server", 0);
+    assert!(f64_at(rcv, "/total/udp/jitter_us") >= 0.0);
+    assert!(f64_at(udp_summary(&v, "c2s"), "/jitter_us") >= 0.0);
+}
+
+#[test]
+fn reverse_counts_match_exactly() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let v = lossless_run(&srv, &["-u", "-b", "100M", "-R", "-t", "1"], 1.0);
+    assert_eq!(v["spec"]["direction"], "reverse");
+    assert_eq!(v["summary"]["directions"].as_array().unwrap().len(), 1);
+    for f in flows(&v, "client") {
+        assert_eq!(
+            (&f["direction"], &f["role"]),
+            (&Value::from("s2c"), &Value::from("receiver"))
+        );
+    }
+    assert_no_loss(&v, "s2c");
+    assert_udp_flows_agree(&v);
+}
+
+#[test]
+fn bidir_two_flows_each_way_counts_match_exactly() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let v = lossless_run(
+        &srv,
+        &["-u", "--bidir", "-P", "2", "-b", "50M", "-t", "1"],
+        1.0,
+    );
+    assert_eq!(
+        flows(&v, "client").len(),
+        4,
+        "--bidir -P 2: 2 flows each way"
+    );
+    assert_eq!(v["summary"]["directions"].as_array().unwrap().len(), 2);
+    for dir in ["c2s", "s2c"] {
+        assert_eq!(summary_dir(&v, dir)["flows"], 2, "{dir}");
+        assert_no_loss(&v, dir);
+    }
+    assert_udp_flows_agree(&v);
+}
+
+#[test]
+fn gso_counts_match_exactly() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let v = lossless_run(&srv, &["-u", "-b", "100M", "--gso", "-t", "1"], 1.0);
+    assert_eq!(v["spec"]["knobs"]["gso"], true);
+    assert_no_loss(&v, "c2s");
+    assert_udp_flows_agree(&v);
+}
+
+// ---------------------------------------------------------------- pacing
+
+/// The sender's achieved rate over the measured window is within 5 % of
+/// the target (the real accuracy on an idle host is ~0.1 %; see
+/// bench/README.md). Receiver loss is not judged here.
+fn assert_paced(rate: &str, target: f64) {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let v = udp_json(&srv, &["-u", "-b", rate, "-l", "1400", "-t", "2"], 2.0);
+    assert_eq!(f64_at(&v, "/spec/knobs/rate"), target);
+    let d = summary_dir(&v, "c2s");
+    let got = f64_at(d, "/sender/bits_per_second");
+    let err = (got - target) / target;
+    assert!(
+        err.abs() <= 0.05,
+        "-b {rate}: sender achieved {:.3} Mbit/s, {:+.2} % off target\n{}",
+        got / 1e6,
+        err * 100.0,
+        v["summary"]
+    );
+    let secs = f64_at(d, "/sender/seconds");
+    assert!(
+        (1.9..3.0).contains(&secs),
+        "sender measured {secs} s for -t 2"
+    );
+}
+
+#[test]
+fn pacing_10_mbit() {
+    assert_paced("10M", 10e6);
+}
+
+#[test]
+fn pacing_100_mbit() {
+    assert_paced("100M", 100e6);
+}
+
+#[test]
+fn pacing_1_gbit() {
+    assert_paced("1G", 1e9);
+}
+
+// ---------------------------------------------------------------- loss
+
+/// A receive buffer far too small for an unpaced sender: the receiving
+/// socket overflows, and that loss is the receiving host's, reported as
+/// `host_drops`, not as the network's.
+fn assert_host_drops_attributed(extra: &[&str], dir: &str) {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let mut args = vec!["-u", "-b", "0", "-l", "1400", "-w", "4K", "-t", "1"];
+    args.extend_from_slice(extra);
+    let v = udp_json(&srv, &args, 1.0);
+    let u = udp_summary(&v, dir);
+    let (sent, received, lost) = (
+        u64_at(u, "/sent"),
+        u64_at(u, "/received"),
+        u64_at(u, "/lost"),
+    );
+    let (host, net) = (u64_at(u, "/host_drops"), u64_at(u, "/network_lost"));
+    assert!(host > 0, "{args:?}: no receiver host drops reported: {u}");
+    assert_eq!(lost, sent - received, "udp.lost != sent - received: {u}");
+    assert!(lost >= host, "udp.lost < host_drops: {u}");
+    assert_eq!(net, lost - host, "network_lost != lost - host_drops: {u}");
+    // Loopback itself loses nothing.
+    assert!(
+        net * 100 <= sent,
+        "{args:?}: {net} of {sent} datagrams blamed on the network on loopback: {u}"
+    );
+    if net > 0 {
+        eprintln!("note: {args:?}: network_lost {net} on loopback (want 0): {u}");
+    }
+    let frac = f64_at(u, "/loss_fraction");
+    assert!(
+        (frac - lost as f64 / sent as f64).abs() < 1e-9,
+        "loss_fraction {frac} != lost/sent: {u}"
+    );
+    // The receiving flow's own counters say the same, and the tiny buffer
+    // was really applied there.
+    let rcv_side = if dir == "c2s" { "server" } else { "client" };
+    let rcv = &flows(&v, rcv_side)[0];
+    assert_eq!(rcv["role"], "receiver");
+    assert_eq!(u64_at(rcv, "/total/udp/host_drops_all"), host);
+    assert!(
+        u64_at(rcv, "/socket/rcvbuf") <= 16 << 10,
+        "-w 4K not applied: {}",
+        rcv["socket"]
+    );
+    let ivs = rcv["intervals"].as_array().unwrap();
+    let iv_drops: u64 = ivs.iter().map(|i| u64_at(i, "/udp/host_drops")).sum();
+    assert!(
+        iv_drops <= host && iv_drops > 0,
+        "interval host_drops {iv_drops} vs total {host}"
+    );
+}
+
+#[test]
+fn tiny_receive_buffer_drops_are_host_drops() {
+    assert_host_drops_attributed(&[], "c2s");
+}
+
+#[test]
+fn tiny_receive_buffer_drops_are_host_drops_reverse() {
+    assert_host_drops_attributed(&["-R"], "s2c");
+}
+
+#[test]
+#[ignore = "bug: with --gso the receiver enables UDP_GRO and the kernel's SO_RXQ_OVFL counts \
+            dropped GRO buffers, not datagrams: host_drops is ~1/batch of the real drops and the \
+            rest is reported as network_lost on loopback"]
+fn tiny_receive_buffer_drops_are_host_drops_with_gso() {
+    assert_host_drops_attributed(&["--gso"], "c2s");
+}
+
+// ---------------------------------------------------------------- -n
+
+/// `-n` with datagrams: each flow's quota is rounded up to whole
+/// datagrams, and a paced run well below capacity delivers all of them.
+#[test]
+fn byte_limit_sends_whole_datagrams() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    // (n, size, parallel, datagrams per flow): 100K / 1000 = 102.4 -> 103;
+    // 14000 / 1400 = 10 exactly; 1M over 3 flows: 349526 + 2 x 349525
+    // bytes, each -> 350 datagrams of 1000 B.
+    for (n, size, p, per_flow) in [
+        ("100K", "1000", "1", vec![103u64]),
+        ("14000", "1400", "1", vec![10]),
+        ("1M", "1000", "3", vec![350, 350, 350]),
+    ] {
+        let v = lossless_run(
+            &srv,
+            &["-u", "-b", "50M", "-n", n, "-l", size, "-P", p],
+            1.0,
+        );
+        let what = format!("-n {n} -l {size} -P {p}");
+        let size: u64 = size.parse().unwrap();
+        for (id, want) in per_flow.iter().enumerate() {
+            let f = flow_by_id(&v, "client", id as u64);
+            assert_eq!(f["role"], "sender");
+            assert_eq!(
+                u64_at(f, "/total/udp/packets_all"),
+                *want,
+                "{what}: flow {id} datagrams"
+            );
+            assert_eq!(
+                u64_at(f, "/total/bytes_all"),
+                want * size,
+                "{what}: flow {id}"
+            );
+        }
+        let u = udp_summary(&v, "c2s");
+        assert_eq!(u64_at(u, "/sent"), per_flow.iter().sum::<u64>(), "{what}");
+        assert_no_loss(&v, "c2s");
+        assert_udp_flows_agree(&v);
+    }
+}
+
+// ---------------------------------------------------------------- bad input
+
+#[test]
+fn bad_udp_flags_exit_2_naming_the_flag() {
+    for (args, needles) in [
+        (&["-u", "-b", "10X"][..], &["--bitrate", "10X"][..]),
+        (&["-u", "-l", "65508"], &["-l/--length", "65507"]),
+        (&["-u", "--batch", "0"], &["--batch"]),
+        (&["-b", "10M"], &["-b/--bitrate", "-u"]),
+        (&["--gso"], &["--gso", "-u"]),
+    ] {
+        let mut all = vec!["stream", "-t", "1"];
+        all.extend_from_slice(args);
+        let out = run(&all, Duration::from_secs(10));
+        out.assert_one_line_failure(2, needles);
+        assert!(
+            out.stdout.is_empty(),
+            "bad usage printed on stdout\n{}",
+            out.describe()
+        );
+        assert!(
+            out.elapsed < Duration::from_secs(3),
+            "bad usage was not rejected at once\n{}",
+            out.describe()
+        );
+    }
+}
+
+// ---------------------------------------------------------------- schema
+
+#[test]
+#[ignore = "docs/result-schema.json does not describe UDP yet (spec.transport allows only \
+            \"tcp\"; knobs rate/batch/gso/dont_fragment, flows' total.udp and intervals' udp, \
+            summary udp are unknown); un-ignore once the schema is updated"]
+fn udp_results_validate_against_the_schema() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    let mut errors = Vec::new();
+    for args in [
+        &["-u", "-b", "50M", "-t", "1", "-i", "0.5", "-O", "0.25"][..],
+        &["-u", "-b", "50M", "-R", "-t", "0.5", "--dont-fragment"],
+        &["-u", "--bidir", "-P", "2", "-b", "20M", "-t", "0.5"],
+        &["-u", "-b", "100M", "--gso", "--batch", "8", "-t", "0.5"],
+        &["-u", "-b", "0", "-w", "4K", "-t", "0.5"],
+        &["-u", "-n", "10K", "-l", "64"],
+    ] {
+        let v = udp_json(&srv, args, 1.5);
+        errors.extend(
+            schema_errors(&v)
+                .into_iter()
+                .map(|e| format!("{args:?}: {e}")),
+        );
+    }
+    let v = embedded_json_unvalidated(&["-u", "-b", "10M", "-t", "0.5"]);
+    errors.extend(
+        schema_errors(&v)
+            .into_iter()
+            .map(|e| format!("embedded: {e}")),
+    );
+    assert!(
+        errors.is_empty(),
+        "UDP results do not match docs/result-schema.json:\n{}",
+        errors.join("\n")
+    );
+    // The validator is not vacuous for the UDP parts either.
+    let mut bad = v.clone();
+    bad["summary"]["directions"][0]["udp"]["lost"] = Value::from(-1);
+    assert!(
+        !schema_errors(&bad).is_empty(),
+        "schema accepted udp.lost -1"
+    );
+}
+
+/// An embedded `-J` run, checked for success and `status: ok` only.
+fn embedded_json_unvalidated(args: &[&str]) -> Value {
+    let mut all = vec!["stream", "-J"];
+    all.extend_from_slice(args);
+    let out = run(&all, deadline_for(1.0));
+    out.assert_success();
+    let v = parse_json(&out);
+    assert_ok(&v);
+    v
+}
+
+// ---------------------------------------------------------------- server
+
+#[test]
+fn two_udp_clients_at_once_both_complete() {
+    let _quiet = one_at_a_time();
+    let mut srv = Server::start();
+    let args = ["-J", "-u", "-b", "50M", "-t", "1"];
+    let a = srv.spawn_client(&args);
+    let b = srv.spawn_client(&args);
+    let outs = [a.finish(deadline_for(1.0)), b.finish(deadline_for(1.0))];
+    srv.assert_alive();
+    let mut ids = Vec::new();
+    for out in &outs {
+        if out.code != Some(0) || out.timed_out {
+            panic!(
+                "client failed\n{}\n--- server log ---\n{}",
+                out.describe(),
+                srv.log()
+            );
+        }
+        out.assert_success();
+        let v = parse_json(out);
+        assert_ok(&v);
+        let u = udp_summary(&v, "c2s");
+        let (sent, received) = (u64_at(u, "/sent"), u64_at(u, "/received"));
+        // Each session counts only its own datagrams.
+        assert!(sent > 0 && received > 0, "{u}");
+        assert!(received <= sent, "received more than was sent: {u}");
+        assert_eq!(u64_at(u, "/lost"), sent - received, "{u}");
+        assert_eq!(u["duplicates"], 0, "{u}");
+        for side in ["client", "server"] {
+            for f in flows(&v, side) {
+                assert_eq!(f["end"]["kind"], "completed", "{side} flow {}", f["id"]);
+            }
+        }
+        ids.push(str_at(&v, "/id").to_string());
+    }
+    assert_ne!(ids[0], ids[1], "two tests share a session id");
+    srv.wait_for_log("done", 2, Duration::from_secs(5));
+}
