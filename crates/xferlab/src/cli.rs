@@ -504,6 +504,30 @@ mod tests {
     }
 
     #[test]
+    fn sweep_and_search_ranges() {
+        let num = |v: &str| v.parse::<f64>().map_err(|e| e.to_string());
+        assert_eq!(
+            parse_steps("--spacing", "0:20:10", num),
+            Ok(vec![0.0, 10.0, 20.0])
+        );
+        assert_eq!(parse_steps("--spacing", "5:6:2", num), Ok(vec![5.0]));
+        assert!(parse_steps("--size", "9:1:1", num)
+            .unwrap_err()
+            .contains("FROM <= TO"));
+        assert!(parse_steps("--size", "1:9", num).is_err());
+        assert!(parse_steps("--size", "0:1000000:1", num)
+            .unwrap_err()
+            .contains("too many"));
+        assert_eq!(
+            parse_search("100M:1G"),
+            Ok((100_000_000, 1_000_000_000, 10_000_000))
+        );
+        assert_eq!(parse_search("1M:2M:5k"), Ok((1_000_000, 2_000_000, 5_000)));
+        assert!(parse_search("2G:1G").is_err());
+        assert!(parse_search("1G").is_err());
+    }
+
+    #[test]
     fn dscp_names() {
         assert_eq!(parse_dscp("AF41"), Ok(34));
         assert_eq!(parse_dscp("cs1"), Ok(8));

@@ -4,8 +4,14 @@
 //! per interval (plus `[SUM]` lines when a direction has several flows);
 //! then the totals, sender line from the sending side's report and
 //! receiver line from the receiving side's, and a short block with the
-//! figures that explain a number (RTT, retransmits, limits, CPU, kernel
-//! counters), warnings, errors and the status.
+//! figures that explain a number (RTT, retransmits, limits, datagram loss
+//! and where it happened, CPU, kernel counters), warnings, errors and the
+//! status.
+//!
+//! The columns after the bitrate depend on the transport: TCP rows show
+//! the sender's retransmits, congestion window and RTT; UDP rows show what
+//! each role can see of the datagrams ([`udp_cells`]), the receiver's
+//! jitter and loss, the sender's count and its late sends.
 //!
 //! Flow ids are printed 1-based (`[  1]`, as iperf3 users expect); ids in
 //! JSON and CSV stay 0-based. [`Label`] is the one place that converts.
@@ -14,8 +20,8 @@ use std::fmt;
 use std::io::{self, Write};
 
 use xferlab_core::result::{
-    CpuUsage, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport, Status,
-    SumInterval, TestResult, Throughput,
+    CpuUsage, DirectionSummary, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters,
+    SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample,
 };
 use xferlab_core::spec::{
     Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
@@ -30,6 +36,8 @@ const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
 pub struct HumanReporter {
     out: Box<dyn Write + Send>,
     unit: RateUnit,
+    /// From the spec at start: picks the live table's columns.
+    transport: Transport,
     /// Interval reports printed so far: the column header goes before the
     /// first, separators between later ones.
     intervals_shown: u64,
@@ -40,6 +48,7 @@ impl HumanReporter {
         HumanReporter {
             out,
             unit,
+            transport: Transport::Tcp,
             intervals_shown: 0,
         }
     }
@@ -48,7 +57,11 @@ impl HumanReporter {
     /// side that played that role; then `[SUM]` lines when a direction has
     /// several flows.
     fn write_totals(&mut self, r: &TestResult, table: &Table) -> io::Result<()> {
-        writeln!(self.out, "{}", table.header("Retr"))?;
+        let titles = match r.spec.transport {
+            Transport::Tcp => "Retr".to_string(),
+            Transport::Udp => udp_titles(),
+        };
+        writeln!(self.out, "{}", table.header(&titles))?;
         for dir in directions(r) {
             let sending = sending_side(r, dir);
             let receiving = receiving_side(r, dir);
@@ -76,12 +89,16 @@ impl HumanReporter {
                     (sending, FlowRole::Sender, sent),
                     (receiving, FlowRole::Receiver, received),
                 ] {
-                    let span = side.and_then(|s| span(s, dir, role));
-                    if let (Some(span), Some((tp, retr))) = (span, figures) {
+                    let Some(side) = side else { continue };
+                    if let (Some(span), Some((tp, retr))) = (span(side, dir, role), figures) {
+                        let udp = udp_sum(
+                            flows_of(side, dir, role).filter_map(|f| f.total.udp.map(|u| u.window)),
+                        );
+                        let cells = udp.map_or_else(|| retr_cell(retr), |u| udp_cells(&u, role));
                         writeln!(
                             self.out,
                             "{}",
-                            table.sum_total_row(dir, role, span, &tp, retr)
+                            table.sum_total_row(dir, role, span, &tp, &cells)
                         )?;
                     }
                 }
@@ -90,7 +107,8 @@ impl HumanReporter {
         Ok(())
     }
 
-    /// Per direction: both ends' rates, then what the senders' TCP saw.
+    /// Per direction: both ends' rates, then what the senders' TCP saw or
+    /// what became of the datagrams.
     fn write_directions(&mut self, r: &TestResult) -> io::Result<()> {
         let rate = |tp: &Throughput| self.unit.format_rate(tp.bits_per_second);
         for d in &r.summary.directions {
@@ -109,6 +127,9 @@ impl HumanReporter {
                 sending_side(r, d.direction).and_then(|s| TcpSummary::of(s, d.direction))
             {
                 writeln!(self.out, "{dir} TCP: {tcp}")?;
+            }
+            if let Some(udp) = UdpLine::of(d) {
+                writeln!(self.out, "{dir} UDP: {udp}")?;
             }
         }
         Ok(())
@@ -146,6 +167,7 @@ impl HumanReporter {
 
 impl Reporter for HumanReporter {
     fn start(&mut self, info: &StartInfo<'_>) -> io::Result<()> {
+        self.transport = info.spec.transport;
         let embedded = if info.embedded {
             " (in-process server on loopback)"
         } else {
@@ -183,8 +205,11 @@ impl Reporter for HumanReporter {
         }
         let table = Table::new(self.unit, flows.iter().map(|f| f.direction));
         if self.intervals_shown == 0 {
-            let tail = format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd");
-            writeln!(self.out, "{}", table.header(&tail))?;
+            let titles = match self.transport {
+                Transport::Tcp => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
+                Transport::Udp => udp_titles(),
+            };
+            writeln!(self.out, "{}", table.header(&titles))?;
         } else if flows.len() > 1 {
             writeln!(self.out, "{SEPARATOR}")?;
         }
@@ -198,22 +223,14 @@ impl Reporter for HumanReporter {
                 iv.bytes,
                 iv.bits_per_second,
             );
-            let tail = iv.tcp.map(|t| {
-                format!(
-                    "  {:>RETR_W$}  {:>CWND_W$}  {:>RTT_W$}",
-                    t.retransmits,
-                    format_bytes(t.cwnd_bytes),
-                    Micros(u64::from(t.rtt_us)).to_string()
-                )
-            });
-            writeln!(
-                self.out,
-                "{lead}{}{}",
-                tail.unwrap_or_default(),
-                omitted(iv.omitted)
-            )?;
+            let cells = match (iv.tcp, iv.udp) {
+                (Some(t), _) => tcp_cells(&t),
+                (None, Some(u)) => udp_cells(&u, f.role),
+                (None, None) => String::new(),
+            };
+            writeln!(self.out, "{lead}{cells}{}", omitted(iv.omitted))?;
         }
-        for s in live_sums(flows) {
+        for (s, udp) in live_sums(flows) {
             let lead = table.lead(
                 Label::Sum,
                 s.direction,
@@ -222,11 +239,13 @@ impl Reporter for HumanReporter {
                 s.bytes,
                 s.bits_per_second,
             );
-            let retr = s
-                .retransmits
-                .map(|r| format!("  {r:>RETR_W$}"))
-                .unwrap_or_default();
-            writeln!(self.out, "{lead}{retr}{}", omitted(s.omitted))?;
+            // Live sums keep TCP's short form: retransmits only, or nothing.
+            let cells = match (udp, s.retransmits) {
+                (Some(u), _) => udp_cells(&u, s.role),
+                (None, Some(_)) => retr_cell(s.retransmits),
+                (None, None) => String::new(),
+            };
+            writeln!(self.out, "{lead}{cells}{}", omitted(s.omitted))?;
         }
         self.intervals_shown += 1;
         self.out.flush()
@@ -275,6 +294,7 @@ const RATE_W: usize = 15; // "5.50 MBytes/sec"
 const RETR_W: usize = 4;
 const CWND_W: usize = 11;
 const RTT_W: usize = 8; // "123.4 ms"
+const JITTER_W: usize = 9; // "12.345 ms"
 
 /// Row label: a flow (printed 1-based) or the sum of a direction's flows.
 #[derive(Clone, Copy)]
@@ -351,35 +371,125 @@ impl Table {
             t.bytes,
             t.bits_per_second,
         );
-        let retr = t
-            .tcp
-            .map(|tcp| tcp.retransmits.to_string())
-            .unwrap_or_default();
+        let cells = match t.udp {
+            Some(u) => udp_cells(&u.window, f.role),
+            None => retr_cell(t.tcp.map(|tcp| tcp.retransmits)),
+        };
         let end = match &f.end {
             FlowEnd::Completed => String::new(),
             FlowEnd::Aborted(reason) => format!("  aborted: {reason}"),
         };
-        format!("{lead}  {retr:>RETR_W$}  {}{end}", role_name(f.role))
+        format!("{lead}{cells}  {}{end}", role_name(f.role))
     }
 
-    /// A direction's sum as the summary has it, over the span of its flows.
+    /// A direction's sum as the summary has it, over the span of its flows,
+    /// with the transport's `cells` as [`retr_cell`] or [`udp_cells`] make
+    /// them.
     fn sum_total_row(
         &self,
         dir: FlowDirection,
         role: FlowRole,
         (start, end): (f64, f64),
         tp: &Throughput,
-        retr: Option<u64>,
+        cells: &str,
     ) -> String {
         let lead = self.lead(Label::Sum, dir, start, end, tp.bytes, tp.bits_per_second);
-        let retr = retr.map(|r| r.to_string()).unwrap_or_default();
-        format!("{lead}  {retr:>RETR_W$}  {}", role_name(role))
+        format!("{lead}{cells}  {}", role_name(role))
     }
 }
 
+/// TCP columns of a live row: retransmits, congestion window, RTT.
+fn tcp_cells(t: &TcpSample) -> String {
+    format!(
+        "  {:>RETR_W$}  {:>CWND_W$}  {:>RTT_W$}",
+        t.retransmits,
+        format_bytes(t.cwnd_bytes),
+        Micros(u64::from(t.rtt_us)).to_string()
+    )
+}
+
+/// The retransmits column of TCP total and sum rows; blank for receivers,
+/// which have no TCP_INFO figures.
+fn retr_cell(retransmits: Option<u64>) -> String {
+    let retr = retransmits.map(|r| r.to_string()).unwrap_or_default();
+    format!("  {retr:>RETR_W$}")
+}
+
+/// Titles of the UDP columns, for live and total rows alike.
+fn udp_titles() -> String {
+    format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter")
+}
+
+/// The UDP columns of any row (flow or sum, interval or total), showing
+/// what `role` can see: a receiver its jitter and `lost/expected (pct)`
+/// as iperf3 writes it, then host drops, reordering and duplicates when
+/// there were any; a sender (no jitter) its datagram count and, when
+/// there were any, late sends with the worst delay, which say the stream
+/// was not the constant rate asked for. The counts column has no fixed
+/// width: it is the last one.
+fn udp_cells(u: &UdpSample, role: FlowRole) -> String {
+    let (jitter, count, notes) = match role {
+        FlowRole::Receiver => {
+            let expected = u.packets + u.lost;
+            let count = format!("{}/{expected} ({})", u.lost, percent(u.lost, expected));
+            let notes = [
+                ("host drops", u.host_drops),
+                ("out of order", u.out_of_order),
+                ("duplicates", u.duplicates),
+            ]
+            .into_iter()
+            .filter(|&(_, n)| n > 0)
+            .map(|(what, n)| format!("{what} {n}"))
+            .collect();
+            (millis(u.jitter_us), count, notes)
+        }
+        FlowRole::Sender => {
+            let notes = (u.late > 0)
+                .then(|| format!("late {} (max {})", u.late, micros(u.max_lateness_us)))
+                .into_iter()
+                .collect();
+            (String::new(), format!("{} sent", u.packets), notes)
+        }
+    };
+    let notes: Vec<String> = notes;
+    let notes = if notes.is_empty() {
+        String::new()
+    } else {
+        format!("  {}", notes.join(", "))
+    };
+    format!("  {jitter:>JITTER_W$}  {count}{notes}")
+}
+
+/// The datagram figures of several flows as one: counts add up, jitter and
+/// the maxima take the worst flow, the delay mean weighs flows by their
+/// datagrams. None when no flow has datagram figures (TCP).
+fn udp_sum<'a>(samples: impl IntoIterator<Item = UdpSample>) -> Option<UdpSample> {
+    samples.into_iter().reduce(|a, b| {
+        let packets = a.packets + b.packets;
+        UdpSample {
+            packets,
+            lost: a.lost + b.lost,
+            out_of_order: a.out_of_order + b.out_of_order,
+            duplicates: a.duplicates + b.duplicates,
+            host_drops: a.host_drops + b.host_drops,
+            jitter_us: a.jitter_us.max(b.jitter_us),
+            owd_var_mean_us: if packets > 0 {
+                (a.owd_var_mean_us * a.packets as f64 + b.owd_var_mean_us * b.packets as f64)
+                    / packets as f64
+            } else {
+                0.0
+            },
+            owd_var_max_us: a.owd_var_max_us.max(b.owd_var_max_us),
+            late: a.late + b.late,
+            max_lateness_us: a.max_lateness_us.max(b.max_lateness_us),
+        }
+    })
+}
+
 /// Sums the flows of each (direction, role) that has more than one flow,
-/// in order of first appearance.
-fn live_sums(flows: &[LiveFlow]) -> Vec<SumInterval> {
+/// in order of first appearance, with their datagram figures summed by
+/// [`udp_sum`] (`SumInterval` has no place for them).
+fn live_sums(flows: &[LiveFlow]) -> Vec<(SumInterval, Option<UdpSample>)> {
     let mut sums: Vec<(usize, SumInterval)> = Vec::new();
     for f in flows {
         let iv = &f.interval;
@@ -419,7 +529,13 @@ fn live_sums(flows: &[LiveFlow]) -> Vec<SumInterval> {
         .filter(|(n, _)| *n > 1)
         .map(|(_, mut s)| {
             s.bits_per_second = Throughput::new(s.bytes, s.end_s - s.start_s).bits_per_second;
-            s
+            let udp = udp_sum(
+                flows
+                    .iter()
+                    .filter(|f| f.direction == s.direction && f.role == s.role)
+                    .filter_map(|f| f.interval.udp),
+            );
+            (s, udp)
         })
         .collect()
 }
@@ -442,10 +558,7 @@ struct TcpSummary {
 
 impl TcpSummary {
     fn of(side: &SideReport, dir: FlowDirection) -> Option<TcpSummary> {
-        let totals: Vec<_> = side
-            .flows
-            .iter()
-            .filter(|f| f.direction == dir && f.role == FlowRole::Sender)
+        let totals: Vec<_> = flows_of(side, dir, FlowRole::Sender)
             .filter_map(|f| f.total.tcp)
             .collect();
         let n = totals.len();
@@ -499,9 +612,55 @@ impl fmt::Display for TcpSummary {
     }
 }
 
+/// One direction's datagram fate over the whole run, from
+/// `summary.directions[].udp`: the sender's count against the receiver's,
+/// so datagrams lost after the last one received count too, and the loss
+/// split into the network's and the receiving host's (its socket buffer
+/// overflowing), which call for different fixes.
+struct UdpLine<'a> {
+    udp: &'a xferlab_core::result::UdpSummary,
+    /// The receiving side reported; without it there is nothing to compare
+    /// the sender's count with.
+    received: bool,
+}
+
+impl<'a> UdpLine<'a> {
+    fn of(d: &'a DirectionSummary) -> Option<Self> {
+        d.udp.as_ref().map(|udp| UdpLine {
+            udp,
+            received: d.receiver.is_some(),
+        })
+    }
+}
+
+impl fmt::Display for UdpLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let u = self.udp;
+        write!(f, "sent {}, ", u.sent)?;
+        if self.received {
+            write!(
+                f,
+                "received {}, lost {} ({}): network {}, receiving host {}; out of order {}, duplicates {}; jitter {}; ",
+                u.received,
+                u.lost,
+                percent(u.lost, u.sent),
+                u.network_lost,
+                u.host_drops,
+                u.out_of_order,
+                u.duplicates,
+                millis(u.jitter_us)
+            )?;
+        } else {
+            write!(f, "received n/a; ")?;
+        }
+        write!(f, "late sends {}", u.late)
+    }
+}
+
 /// The kernel counters worth a look after a stream test: retransmissions,
-/// SACK/DSACK activity (loss and reordering), ECN marks and interface
-/// drops. The full list is in the JSON result.
+/// SACK/DSACK activity (loss and reordering), ECN marks, UDP errors (a
+/// full receive buffer shows as `Udp.RcvbufErrors`) and interface drops.
+/// The full list is in the JSON result.
 fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
     c.deltas
         .iter()
@@ -511,6 +670,7 @@ fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
                 || k.strip_prefix("TcpExt.")
                     .is_some_and(|n| n.contains("ECN") || n.contains("SACK") || n.contains("Sack"))
                 || k.ends_with(".InCEPkts")
+                || k.starts_with("Udp") && k.ends_with("Errors")
                 || *k == "dev.rx_drop"
                 || *k == "dev.tx_drop"
         })
@@ -540,16 +700,16 @@ fn describe_test(spec: &TestSpec) -> String {
     };
     if spec.transport == Transport::Udp {
         let k = &spec.knobs;
-        let rate = k.rate.map_or("unlimited".to_string(), |r| {
-            RateUnit::AutoBits.format_rate(r as f64)
+        let rate = k.rate.map_or("as fast as possible".to_string(), |r| {
+            format!("at {} per flow", RateUnit::AutoBits.format_rate(r as f64))
         });
         let calls = if k.gso {
             format!("GSO/GRO, up to {} per buffer", k.batch)
         } else {
-            format!("{} per sendmmsg/recvmmsg", k.batch)
+            format!("{} per sendmmsg/recvmmsg call", k.batch)
         };
         return format!(
-            "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} datagrams at {rate} per flow, {calls}",
+            "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {}-byte datagrams {rate}, {calls}",
             k.size
         );
     }
@@ -581,6 +741,9 @@ fn describe_socket_knobs(k: &Knobs, unit: RateUnit) -> Option<String> {
     }
     if let Some(tos) = k.tos {
         parts.push(format!("TOS 0x{tos:02x}"));
+    }
+    if k.dont_fragment {
+        parts.push("don't fragment".into());
     }
     if let Some(rate) = k.max_pacing_rate {
         parts.push(format!(
@@ -620,11 +783,20 @@ fn receiving_side(r: &TestResult, dir: FlowDirection) -> Option<&SideReport> {
 /// Earliest start and latest end of the measured windows of one side's
 /// flows of a direction and role; None when the side has no such flow.
 fn span(side: &SideReport, dir: FlowDirection, role: FlowRole) -> Option<(f64, f64)> {
-    side.flows
-        .iter()
-        .filter(|f| f.direction == dir && f.role == role)
+    flows_of(side, dir, role)
         .map(|f| (f.total.start_s, f.total.end_s))
         .reduce(|(s, e), (fs, fe)| (s.min(fs), e.max(fe)))
+}
+
+/// One side's flows of a direction and role.
+fn flows_of(
+    side: &SideReport,
+    dir: FlowDirection,
+    role: FlowRole,
+) -> impl Iterator<Item = &FlowReport> {
+    side.flows
+        .iter()
+        .filter(move |f| f.direction == dir && f.role == role)
 }
 
 fn cpu(c: &CpuUsage) -> String {
@@ -632,6 +804,27 @@ fn cpu(c: &CpuUsage) -> String {
         "{:.1}% (user {:.2} s, sys {:.2} s)",
         c.percent, c.user_s, c.system_s
     )
+}
+
+/// `part` of `whole` in percent, to three significant digits so that
+/// small losses stay visible (`0.0238%`), `0%` only for none at all.
+fn percent(part: u64, whole: u64) -> String {
+    if part == 0 || whole == 0 {
+        return "0%".into();
+    }
+    let p = 100.0 * part as f64 / whole as f64;
+    let decimals = (2 - p.log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{p:.decimals$}%")
+}
+
+/// Jitter in milliseconds with microsecond resolution, as iperf3 shows it.
+fn millis(us: f64) -> String {
+    format!("{:.3} ms", us / 1000.0)
+}
+
+/// Fractional microseconds as [`Micros`] writes whole ones.
+fn micros(us: f64) -> String {
+    Micros(us.round() as u64).to_string()
 }
 
 fn omitted(yes: bool) -> &'static str {
