@@ -226,7 +226,16 @@ impl FlowMeter {
                 iv.bytes = bytes;
                 iv.bits_per_second = rate(bytes, iv.end_s - iv.start_s);
                 iv.tcp = tcp.or(iv.tcp);
-                iv.udp = udp.or(iv.udp);
+                // The fold's datagram maxima only cover the tail since the
+                // last reading; the interval keeps the larger of both.
+                iv.udp = match (udp, iv.udp) {
+                    (Some(mut new), Some(old)) => {
+                        new.owd_var_max_us = new.owd_var_max_us.max(old.owd_var_max_us);
+                        new.max_lateness_us = new.max_lateness_us.max(old.max_lateness_us);
+                        Some(new)
+                    }
+                    (new, old) => new.or(old),
+                };
             } else if self.clock.interval_s > 0.0 {
                 self.push_interval(t, &end, ends_in_warmup);
             }
@@ -431,5 +440,25 @@ mod tests {
             (40, 3, 50, 4)
         );
         assert_eq!(t.window.owd_var_max_us, 5.0);
+    }
+
+    #[test]
+    fn folding_a_sliver_keeps_the_intervals_datagram_maxima() {
+        let u = |packets, late_max| Reading {
+            bytes: packets,
+            tcp: None,
+            udp: Some(UdpCounters {
+                packets,
+                lateness_max_ns: late_max,
+                ..Default::default()
+            }),
+        };
+        let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), u(0, 0));
+        m.sample(1.0, 1.0, u(10, 7_000));
+        m.sample(2.0, 2.0, u(20, 9_000));
+        let (ivs, total) = m.finish(2.02, u(21, 0));
+        assert_eq!(ivs.len(), 2);
+        assert_eq!(ivs[1].udp.unwrap().max_lateness_us, 9.0);
+        assert_eq!(total.udp.unwrap().window.max_lateness_us, 9.0);
     }
 }

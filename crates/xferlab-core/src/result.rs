@@ -486,7 +486,7 @@ fn side_throughput<'a>(
 }
 
 /// Whole-run datagram loss of one direction; None for stream transports
-/// or when the sending side's report is missing.
+/// or when either side's report is missing.
 fn udp_summary<'a>(
     senders: Option<impl Iterator<Item = &'a FlowReport>>,
     receivers: Option<impl Iterator<Item = &'a FlowReport>>,
@@ -501,7 +501,12 @@ fn udp_summary<'a>(
     if !any {
         return None;
     }
-    for t in receivers.into_iter().flatten().filter_map(|f| f.total.udp) {
+    // Without the receiving side's report nothing is known about loss.
+    let receivers: Vec<UdpTotal> = receivers?.filter_map(|f| f.total.udp).collect();
+    if receivers.is_empty() {
+        return None;
+    }
+    for t in receivers {
         out.received += t.packets_all;
         out.host_drops += t.host_drops_all;
         out.out_of_order += t.window.out_of_order;

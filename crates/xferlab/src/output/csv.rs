@@ -20,13 +20,25 @@
 //! | `rttvar_us` | RTT variance at the end of the interval (`interval` rows only) |
 //! | `cwnd_bytes` | congestion window × MSS at the end of the interval (`interval` rows only) |
 //! | `delivery_rate_bps` | kernel's delivery-rate estimate at the end of the interval, bit/s (`interval` rows only) |
+//! | `packets` | UDP: datagrams sent (senders) or distinct datagrams received (receivers) |
+//! | `lost` | UDP receivers: sequence numbers missing in the span (gap-based; loss after the last datagram received shows only in the JSON `summary`) |
+//! | `out_of_order` | UDP receivers: datagrams that arrived after a higher sequence number |
+//! | `duplicates` | UDP receivers: datagrams received twice |
+//! | `host_drops` | UDP receivers: datagrams the receiving socket dropped for lack of buffer (SO_RXQ_OVFL), part of `lost` |
+//! | `jitter_us` | UDP receivers: RFC 3550 jitter at the end of the span, µs |
+//! | `owd_var_mean_us`, `owd_var_max_us` | UDP receivers: one-way delay above its minimum so far (queueing), mean and max over the span, µs |
+//! | `late` | UDP senders: datagrams sent more than 1 ms after their scheduled time |
+//! | `max_lateness_us` | UDP senders: the latest of those, µs behind schedule |
 //!
-//! Cells without data (receivers have no TCP_INFO figures) are empty.
+//! Cells without data are empty, not zero: TCP columns on UDP rows and on
+//! TCP receivers (no TCP_INFO), UDP columns on TCP rows and on `sum` rows,
+//! and each UDP figure on the role that does not measure it. Field
+//! meanings in full: docs/result-schema.md.
 
 use std::io::{self, Write};
 
 use serde::Serialize;
-use xferlab_core::result::{Endpoint, FlowRole, SideReport, TestResult};
+use xferlab_core::result::{Endpoint, FlowRole, SideReport, TcpSample, TestResult, UdpSample};
 use xferlab_core::spec::FlowDirection;
 
 use super::{LiveFlow, Reporter, StartInfo};
@@ -43,8 +55,9 @@ impl CsvReporter {
 }
 
 /// The column names, written even when there are no rows so a consumer
-/// always finds the header. Must match [`Row`]'s fields (a test checks).
-const HEADER: [&str; 16] = [
+/// always finds the header. Must match the fields of [`Line`]'s parts (a
+/// test checks).
+const HEADER: [&str; 26] = [
     "session",
     "endpoint",
     "flow",
@@ -61,6 +74,16 @@ const HEADER: [&str; 16] = [
     "rttvar_us",
     "cwnd_bytes",
     "delivery_rate_bps",
+    "packets",
+    "lost",
+    "out_of_order",
+    "duplicates",
+    "host_drops",
+    "jitter_us",
+    "owd_var_mean_us",
+    "owd_var_max_us",
+    "late",
+    "max_lateness_us",
 ];
 
 #[derive(Serialize, Clone, Copy)]
@@ -71,7 +94,12 @@ enum Kind {
     Sum,
 }
 
-/// One CSV line; `None` becomes an empty cell.
+/// One CSV line: the cells every row has, then the TCP and the UDP cells.
+/// The csv crate writes a tuple of structs as their fields in order, which
+/// lets each transport's cells be filled in one place.
+type Line<'a> = (Row<'a>, TcpCells, UdpCells);
+
+/// The cells every row has.
 #[derive(Serialize)]
 struct Row<'a> {
     session: &'a str,
@@ -85,6 +113,11 @@ struct Row<'a> {
     omitted: bool,
     bytes: u64,
     bits_per_second: f64,
+}
+
+/// TCP_INFO figures; `None` becomes an empty cell.
+#[derive(Serialize, Default)]
+struct TcpCells {
     retransmits: Option<u64>,
     rtt_us: Option<u32>,
     rttvar_us: Option<u32>,
@@ -92,31 +125,83 @@ struct Row<'a> {
     delivery_rate_bps: Option<f64>,
 }
 
+impl From<&TcpSample> for TcpCells {
+    /// The sample of one interval: every gauge at its end.
+    fn from(t: &TcpSample) -> Self {
+        TcpCells {
+            retransmits: Some(t.retransmits),
+            rtt_us: Some(t.rtt_us),
+            rttvar_us: Some(t.rttvar_us),
+            cwnd_bytes: Some(t.cwnd_bytes),
+            delivery_rate_bps: Some(t.delivery_rate_bps),
+        }
+    }
+}
+
+/// Datagram figures; `None` becomes an empty cell.
+#[derive(Serialize, Default)]
+struct UdpCells {
+    packets: Option<u64>,
+    lost: Option<u64>,
+    out_of_order: Option<u64>,
+    duplicates: Option<u64>,
+    host_drops: Option<u64>,
+    jitter_us: Option<f64>,
+    owd_var_mean_us: Option<f64>,
+    owd_var_max_us: Option<f64>,
+    late: Option<u64>,
+    max_lateness_us: Option<f64>,
+}
+
+impl UdpCells {
+    /// The figures `role` measures, the others left empty: the sample has
+    /// every field for both roles, but a sender's "0 lost" or a receiver's
+    /// "0 late" would be a claim nobody measured.
+    fn new(u: Option<&UdpSample>, role: FlowRole) -> Self {
+        let Some(u) = u else {
+            return UdpCells::default();
+        };
+        let rx = role == FlowRole::Receiver;
+        let tx = !rx;
+        UdpCells {
+            packets: Some(u.packets),
+            lost: rx.then_some(u.lost),
+            out_of_order: rx.then_some(u.out_of_order),
+            duplicates: rx.then_some(u.duplicates),
+            host_drops: rx.then_some(u.host_drops),
+            jitter_us: rx.then_some(u.jitter_us),
+            owd_var_mean_us: rx.then_some(u.owd_var_mean_us),
+            owd_var_max_us: rx.then_some(u.owd_var_max_us),
+            late: tx.then_some(u.late),
+            max_lateness_us: tx.then_some(u.max_lateness_us),
+        }
+    }
+}
+
 /// Every row of one side: per flow its intervals then its total, then the
 /// side's per-direction sums.
-fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item = Row<'a>> + 'a {
+fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item = Line<'a>> + 'a {
     let endpoint = side.endpoint;
     let flows = side.flows.iter().flat_map(move |f| {
-        let intervals = f.intervals.iter().map(move |iv| Row {
-            session,
-            endpoint,
-            flow: Some(f.id),
-            direction: f.direction,
-            role: f.role,
-            kind: Kind::Interval,
-            start_s: iv.start_s,
-            end_s: iv.end_s,
-            omitted: iv.omitted,
-            bytes: iv.bytes,
-            bits_per_second: iv.bits_per_second,
-            retransmits: iv.tcp.map(|t| t.retransmits),
-            rtt_us: iv.tcp.map(|t| t.rtt_us),
-            rttvar_us: iv.tcp.map(|t| t.rttvar_us),
-            cwnd_bytes: iv.tcp.map(|t| t.cwnd_bytes),
-            delivery_rate_bps: iv.tcp.map(|t| t.delivery_rate_bps),
+        let intervals = f.intervals.iter().map(move |iv| {
+            let row = Row {
+                session,
+                endpoint,
+                flow: Some(f.id),
+                direction: f.direction,
+                role: f.role,
+                kind: Kind::Interval,
+                start_s: iv.start_s,
+                end_s: iv.end_s,
+                omitted: iv.omitted,
+                bytes: iv.bytes,
+                bits_per_second: iv.bits_per_second,
+            };
+            let tcp = iv.tcp.as_ref().map(TcpCells::from).unwrap_or_default();
+            (row, tcp, UdpCells::new(iv.udp.as_ref(), f.role))
         });
         let t = &f.total;
-        let total = Row {
+        let row = Row {
             session,
             endpoint,
             flow: Some(f.id),
@@ -128,31 +213,35 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             omitted: false,
             bytes: t.bytes,
             bits_per_second: t.bits_per_second,
+        };
+        // Totals have no end-of-interval gauges; the RTT is the mean.
+        let tcp = TcpCells {
             retransmits: t.tcp.map(|t| t.retransmits),
             rtt_us: t.tcp.map(|t| t.rtt_mean_us),
-            rttvar_us: None,
-            cwnd_bytes: None,
-            delivery_rate_bps: None,
+            ..TcpCells::default()
         };
-        intervals.chain(std::iter::once(total))
+        let udp = UdpCells::new(t.udp.as_ref().map(|u| &u.window), f.role);
+        intervals.chain(std::iter::once((row, tcp, udp)))
     });
-    let sums = side.sums.iter().map(move |s| Row {
-        session,
-        endpoint,
-        flow: None,
-        direction: s.direction,
-        role: s.role,
-        kind: Kind::Sum,
-        start_s: s.start_s,
-        end_s: s.end_s,
-        omitted: s.omitted,
-        bytes: s.bytes,
-        bits_per_second: s.bits_per_second,
-        retransmits: s.retransmits,
-        rtt_us: None,
-        rttvar_us: None,
-        cwnd_bytes: None,
-        delivery_rate_bps: None,
+    let sums = side.sums.iter().map(move |s| {
+        let row = Row {
+            session,
+            endpoint,
+            flow: None,
+            direction: s.direction,
+            role: s.role,
+            kind: Kind::Sum,
+            start_s: s.start_s,
+            end_s: s.end_s,
+            omitted: s.omitted,
+            bytes: s.bytes,
+            bits_per_second: s.bits_per_second,
+        };
+        let tcp = TcpCells {
+            retransmits: s.retransmits,
+            ..TcpCells::default()
+        };
+        (row, tcp, UdpCells::default())
     });
     flows.chain(sums)
 }
@@ -172,8 +261,8 @@ impl Reporter for CsvReporter {
             .from_writer(&mut self.out);
         w.write_record(HEADER)?;
         for side in std::iter::once(&result.client).chain(&result.server) {
-            for row in side_rows(&result.id, side) {
-                w.serialize(row)?;
+            for line in side_rows(&result.id, side) {
+                w.serialize(line)?;
             }
         }
         w.flush()?;
@@ -184,13 +273,49 @@ impl Reporter for CsvReporter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::sample::{bidir_result, SharedBuf};
+    use super::super::sample::{bidir_result, udp_result, SharedBuf};
     use super::*;
 
     fn render(r: &TestResult) -> String {
         let buf = SharedBuf::default();
         CsvReporter::new(buf.writer()).finish(r).unwrap();
         buf.text()
+    }
+
+    /// The rows of `r`'s CSV, after checking the header.
+    fn rows(r: &TestResult) -> Vec<csv::StringRecord> {
+        let text = render(r);
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        assert_eq!(
+            rd.headers().unwrap(),
+            &csv::StringRecord::from(HEADER.to_vec())
+        );
+        rd.records().map(Result::unwrap).collect()
+    }
+
+    fn col(name: &str) -> usize {
+        HEADER.iter().position(|h| *h == name).unwrap()
+    }
+
+    /// The cells of `row` from column `from` on, `n` of them.
+    fn cells<'a>(row: &'a csv::StringRecord, from: &str, n: usize) -> Vec<&'a str> {
+        row.iter().skip(col(from)).take(n).collect()
+    }
+
+    /// The rows of `endpoint`, flow `flow`, of the given kind, in order.
+    fn select<'a>(
+        rows: &'a [csv::StringRecord],
+        endpoint: &str,
+        flow: &str,
+        kind: &str,
+    ) -> Vec<&'a csv::StringRecord> {
+        rows.iter()
+            .filter(|r| {
+                &r[col("endpoint")] == endpoint
+                    && &r[col("flow")] == flow
+                    && &r[col("kind")] == kind
+            })
+            .collect()
     }
 
     #[test]
@@ -205,17 +330,9 @@ mod tests {
 
     #[test]
     fn one_row_per_flow_interval_plus_totals_and_sums() {
-        let r = bidir_result();
-        let text = render(&r);
-        let mut rd = csv::Reader::from_reader(text.as_bytes());
-        assert_eq!(
-            rd.headers().unwrap(),
-            &csv::StringRecord::from(HEADER.to_vec())
-        );
-        let rows: Vec<csv::StringRecord> = rd.records().map(Result::unwrap).collect();
+        let rows = rows(&bidir_result());
         // Per side: 4 flows x (4 intervals + 1 total) + 2 directions x 4 sums.
         assert_eq!(rows.len(), 2 * (4 * (4 + 1) + 2 * 4));
-        let col = |name: &str| HEADER.iter().position(|h| *h == name).unwrap();
         let count = |kind: &str| rows.iter().filter(|r| &r[col("kind")] == kind).count();
         assert_eq!(
             (count("interval"), count("total"), count("sum")),
@@ -224,7 +341,7 @@ mod tests {
 
         let first = &rows[0];
         assert_eq!(
-            first.iter().collect::<Vec<_>>(),
+            cells(first, "session", col("packets")),
             [
                 "7f3a9c2e41d05b68",
                 "client",
@@ -249,13 +366,44 @@ mod tests {
             .iter()
             .find(|r| &r[col("role")] == "receiver" && &r[col("kind")] == "interval")
             .unwrap();
-        assert_eq!(
-            receiver.iter().skip(col("retransmits")).collect::<Vec<_>>(),
-            ["", "", "", "", ""]
-        );
+        assert_eq!(cells(receiver, "retransmits", 5), [""; 5]);
+        // No datagram figures on any TCP row.
+        assert!(rows
+            .iter()
+            .all(|r| cells(r, "packets", 10).iter().all(|c| c.is_empty())));
         let sum = rows.iter().find(|r| &r[col("kind")] == "sum").unwrap();
         assert_eq!(&sum[col("flow")], "");
         assert!(rows.iter().any(|r| &r[col("endpoint")] == "server"));
+    }
+
+    #[test]
+    fn udp_rows_have_each_role_s_datagram_figures_and_no_tcp_ones() {
+        let rows = rows(&udp_result());
+        // Per side: 2 flows x (4 intervals + 1 total) + 1 direction x 4 sums.
+        assert_eq!(rows.len(), 2 * (2 * (4 + 1) + 4));
+        assert!(rows
+            .iter()
+            .all(|r| cells(r, "retransmits", 5).iter().all(|c| c.is_empty())));
+
+        // Flow 1's first measured interval at the receiver: 12 lost, 10 of
+        // them dropped by the receiving socket. Senders' cells are empty.
+        let received = select(&rows, "server", "1", "interval")[1];
+        assert_eq!(&received[col("start_s")], "1.0");
+        assert_eq!(
+            cells(received, "packets", 10),
+            ["8916", "12", "1", "0", "10", "21.0", "5.5", "610.0", "", ""]
+        );
+        let total = select(&rows, "server", "1", "total")[0];
+        assert_eq!(cells(total, "packets", 3), ["26767", "15", "1"]);
+        assert_eq!(&total[col("host_drops")], "10");
+
+        let sent = select(&rows, "client", "1", "total")[0];
+        assert_eq!(
+            cells(sent, "packets", 10),
+            ["26784", "", "", "", "", "", "", "", "4", "3750.0"]
+        );
+        let sum = rows.iter().find(|r| &r[col("kind")] == "sum").unwrap();
+        assert!(cells(sum, "packets", 10).iter().all(|c| c.is_empty()));
     }
 
     #[test]

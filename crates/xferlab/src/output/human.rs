@@ -21,7 +21,7 @@ use std::io::{self, Write};
 
 use xferlab_core::result::{
     CpuUsage, DirectionSummary, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters,
-    SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample,
+    SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample, UdpSummary,
 };
 use xferlab_core::spec::{
     Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
@@ -57,11 +57,11 @@ impl HumanReporter {
     /// side that played that role; then `[SUM]` lines when a direction has
     /// several flows.
     fn write_totals(&mut self, r: &TestResult, table: &Table) -> io::Result<()> {
-        let titles = match r.spec.transport {
-            Transport::Tcp => "Retr".to_string(),
-            Transport::Udp => udp_titles(),
-        };
-        writeln!(self.out, "{}", table.header(&titles))?;
+        writeln!(
+            self.out,
+            "{}",
+            table.header(&titles(r.spec.transport, false))
+        )?;
         for dir in directions(r) {
             let sending = sending_side(r, dir);
             let receiving = receiving_side(r, dir);
@@ -205,11 +205,7 @@ impl Reporter for HumanReporter {
         }
         let table = Table::new(self.unit, flows.iter().map(|f| f.direction));
         if self.intervals_shown == 0 {
-            let titles = match self.transport {
-                Transport::Tcp => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
-                Transport::Udp => udp_titles(),
-            };
-            writeln!(self.out, "{}", table.header(&titles))?;
+            writeln!(self.out, "{}", table.header(&titles(self.transport, true)))?;
         } else if flows.len() > 1 {
             writeln!(self.out, "{SEPARATOR}")?;
         }
@@ -239,10 +235,11 @@ impl Reporter for HumanReporter {
                 s.bytes,
                 s.bits_per_second,
             );
-            // Live sums keep TCP's short form: retransmits only, or nothing.
+            // TCP sums show only the senders' retransmits (receivers have
+            // no TCP figures); UDP sums the same columns as their flows.
             let cells = match (udp, s.retransmits) {
                 (Some(u), _) => udp_cells(&u, s.role),
-                (None, Some(_)) => retr_cell(s.retransmits),
+                (None, Some(r)) => retr_cell(Some(r)),
                 (None, None) => String::new(),
             };
             writeln!(self.out, "{lead}{cells}{}", omitted(s.omitted))?;
@@ -415,9 +412,15 @@ fn retr_cell(retransmits: Option<u64>) -> String {
     format!("  {retr:>RETR_W$}")
 }
 
-/// Titles of the UDP columns, for live and total rows alike.
-fn udp_titles() -> String {
-    format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter")
+/// Titles of the columns after the bitrate: TCP's live rows show the
+/// gauges of [`tcp_cells`], its totals only [`retr_cell`]; UDP rows show
+/// [`udp_cells`] everywhere.
+fn titles(transport: Transport, live: bool) -> String {
+    match (transport, live) {
+        (Transport::Tcp, true) => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
+        (Transport::Tcp, false) => "Retr".into(),
+        (Transport::Udp, _) => format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter"),
+    }
 }
 
 /// The UDP columns of any row (flow or sum, interval or total), showing
@@ -428,7 +431,7 @@ fn udp_titles() -> String {
 /// was not the constant rate asked for. The counts column has no fixed
 /// width: it is the last one.
 fn udp_cells(u: &UdpSample, role: FlowRole) -> String {
-    let (jitter, count, notes) = match role {
+    let (jitter, count, notes): (String, String, Vec<String>) = match role {
         FlowRole::Receiver => {
             let expected = u.packets + u.lost;
             let count = format!("{}/{expected} ({})", u.lost, percent(u.lost, expected));
@@ -451,7 +454,6 @@ fn udp_cells(u: &UdpSample, role: FlowRole) -> String {
             (String::new(), format!("{} sent", u.packets), notes)
         }
     };
-    let notes: Vec<String> = notes;
     let notes = if notes.is_empty() {
         String::new()
     } else {
@@ -463,7 +465,7 @@ fn udp_cells(u: &UdpSample, role: FlowRole) -> String {
 /// The datagram figures of several flows as one: counts add up, jitter and
 /// the maxima take the worst flow, the delay mean weighs flows by their
 /// datagrams. None when no flow has datagram figures (TCP).
-fn udp_sum<'a>(samples: impl IntoIterator<Item = UdpSample>) -> Option<UdpSample> {
+fn udp_sum(samples: impl IntoIterator<Item = UdpSample>) -> Option<UdpSample> {
     samples.into_iter().reduce(|a, b| {
         let packets = a.packets + b.packets;
         UdpSample {
@@ -618,7 +620,7 @@ impl fmt::Display for TcpSummary {
 /// split into the network's and the receiving host's (its socket buffer
 /// overflowing), which call for different fixes.
 struct UdpLine<'a> {
-    udp: &'a xferlab_core::result::UdpSummary,
+    udp: &'a UdpSummary,
     /// The receiving side reported; without it there is nothing to compare
     /// the sender's count with.
     received: bool,
@@ -807,13 +809,14 @@ fn cpu(c: &CpuUsage) -> String {
 }
 
 /// `part` of `whole` in percent, to three significant digits so that
-/// small losses stay visible (`0.0238%`), `0%` only for none at all.
+/// small losses stay visible (`0.0238%`, never rounded to zero), `0%`
+/// only for none at all.
 fn percent(part: u64, whole: u64) -> String {
     if part == 0 || whole == 0 {
         return "0%".into();
     }
     let p = 100.0 * part as f64 / whole as f64;
-    let decimals = (2 - p.log10().floor() as i32).clamp(0, 6) as usize;
+    let decimals = (2 - p.log10().floor() as i32).max(0) as usize;
     format!("{p:.decimals$}%")
 }
 
@@ -869,15 +872,21 @@ fn status_name(s: Status) -> &'static str {
 mod tests {
     use xferlab_core::result::Summary;
 
-    use super::super::sample::{bidir_result, flow_starts, live_interval, SharedBuf};
+    use super::super::sample::{bidir_result, flow_starts, live_interval, udp_result, SharedBuf};
     use super::super::{Reporter, StartInfo};
     use super::*;
 
     /// Runs a whole test through the reporter as the client's driver would.
     fn render(r: &TestResult, embedded: bool) -> String {
+        render_live(r, embedded, &r.client)
+    }
+
+    /// [`render`] with `live`'s flows in the live table: the server's, to
+    /// see the other role's rows.
+    fn render_live(r: &TestResult, embedded: bool, live: &SideReport) -> String {
         let buf = SharedBuf::default();
         let mut rep = HumanReporter::new(buf.writer(), RateUnit::AutoBits);
-        let flows = flow_starts(&r.client);
+        let flows = flow_starts(live);
         let info = StartInfo {
             spec: &r.spec,
             server: &r.server_address,
@@ -886,8 +895,8 @@ mod tests {
             flows: &flows,
         };
         rep.start(&info).unwrap();
-        for i in 0..r.client.flows[0].intervals.len() {
-            rep.interval(&live_interval(&r.client, i)).unwrap();
+        for i in 0..live.flows[0].intervals.len() {
+            rep.interval(&live_interval(live, i)).unwrap();
         }
         rep.finish(r).unwrap();
         buf.text()
@@ -1023,5 +1032,81 @@ mod tests {
             "only before the totals when there is one flow"
         );
         assert!(text.contains("[  1]   1.00-4.00   sec  3.49 GBytes   10.0 Gbits/sec     6  sender  aborted: connection reset by peer\n"));
+    }
+
+    #[test]
+    fn udp_rows_show_what_each_role_sees_and_the_loss_summary() {
+        let r = udp_result();
+        let text = render(&r, false);
+        assert!(text.contains(
+            ", 1400-byte datagrams at 100 Mbits/sec per flow, 32 per sendmmsg/recvmmsg call\n"
+        ));
+        assert_eq!(
+            lines_with(&text, "[ ID] Interval           Transfer     Bitrate          Jitter     Lost/Total Datagrams").len(),
+            2,
+            "UDP titles on the live table and the totals"
+        );
+        assert!(!text.contains("Retr"), "no TCP columns");
+        // Live rows of the client, a sender: its count and late sends.
+        assert!(text.contains(
+            "[  2]   1.00-2.00   sec  11.9 MBytes  100.0 Mbits/sec             8928 sent  late 3 (max 3750 us)\n"
+        ));
+        assert!(
+            text.contains(
+                "[  1]   2.00-3.00   sec  11.9 MBytes  100.0 Mbits/sec             8928 sent\n"
+            ),
+            "no late note when none were late"
+        );
+        assert!(text.contains("[SUM]   1.00-2.00   sec  23.8 MBytes    200 Mbits/sec             17856 sent  late 5 (max 3750 us)\n"));
+
+        // Totals: the sender's line from the client, the receiver's from
+        // the server, with the loss over the measured window.
+        assert!(text.contains("[  2]   1.00-4.00   sec  35.8 MBytes  100.0 Mbits/sec             26784 sent  late 4 (max 3750 us)  sender\n"));
+        assert!(text.contains("[  2]   1.00-4.00   sec  35.7 MBytes   99.9 Mbits/sec   0.011 ms  15/26782 (0.0560%)  host drops 10, out of order 1  receiver\n"));
+        assert!(text.contains("[  1]   1.00-4.00   sec  35.8 MBytes  100.0 Mbits/sec   0.003 ms  0/26784 (0%)  receiver\n"));
+        assert!(text.contains("[SUM]   1.00-4.00   sec  71.5 MBytes    200 Mbits/sec   0.011 ms  15/53566 (0.0280%)  host drops 10, out of order 1  receiver\n"));
+
+        // The whole run: 2 more lost at the tail than the receiver's gaps
+        // show, 10 of the 17 at the receiving host.
+        assert!(text.contains("c2s UDP: sent 71424, received 71407, lost 17 (0.0238%): network 7, receiving host 10; out of order 1, duplicates 0; jitter 0.011 ms; late sends 6\n"));
+        assert!(!text.contains("c2s TCP"));
+        assert!(text.contains("Counters client (lo): Udp.InErrors 10, Udp.RcvbufErrors 10\n"));
+
+        // Live rows of the server, a receiver: jitter, loss, host drops.
+        let text = render_live(&r, false, r.server.as_ref().unwrap());
+        assert!(text.contains("[  2]   1.00-2.00   sec  11.9 MBytes   99.9 Mbits/sec   0.021 ms  12/8928 (0.134%)  host drops 10, out of order 1\n"));
+        assert!(text.contains("[  1]   0.00-1.00   sec  11.9 MBytes  100.0 Mbits/sec   0.003 ms  0/8928 (0%)  (omitted)\n"));
+        assert!(text.contains(
+            "[SUM]   3.00-4.00   sec  23.8 MBytes    200 Mbits/sec   0.011 ms  3/17854 (0.0168%)\n"
+        ));
+    }
+
+    #[test]
+    fn udp_loss_is_not_claimed_without_the_receiver_s_report() {
+        let mut r = udp_result();
+        r.server = None;
+        r.summary = Summary::from_sides(&r.client, None);
+        r.spec.knobs.rate = None;
+        let text = render(&r, false);
+        assert!(text.contains(", 1400-byte datagrams as fast as possible, "));
+        // Nothing is known about loss without the receiver: no UDP loss
+        // line at all, rather than 100 % loss.
+        assert!(!text.contains("c2s UDP:"));
+        assert!(!text.contains("100%"));
+        assert!(!text.contains("receiver\n"));
+    }
+
+    #[test]
+    fn percentages_keep_three_significant_digits() {
+        assert_eq!(percent(0, 100), "0%");
+        assert_eq!(percent(5, 0), "0%");
+        assert_eq!(percent(100, 100), "100%");
+        assert_eq!(percent(2206, 10_000), "22.1%");
+        assert_eq!(percent(17, 71_424), "0.0238%");
+        assert_eq!(
+            percent(1, 1_000_000_000),
+            "0.000000100%",
+            "never rounded to zero"
+        );
     }
 }

@@ -424,10 +424,6 @@ mod tests {
                 broken(&|d| d["spec"]["knobs"]["batch"] = json!(0)),
             ),
             (
-                "missing always-written knob",
-                broken(&|d| drop(d["spec"]["knobs"].as_object_mut().unwrap().remove("gso"))),
-            ),
-            (
                 "unknown transport",
                 broken(&|d| d["spec"]["transport"] = json!("quic")),
             ),

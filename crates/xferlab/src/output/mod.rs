@@ -254,17 +254,17 @@ pub(crate) mod sample {
         // Per interval: (lost, host drops, out of order, jitter us, late).
         let figures: [(u64, u64, u64, f64, u64); INTERVALS] = if lossy {
             [
-                (0, 0, 0, 9.5, 1),
-                (12, 10, 1, 21.25, 3),
-                (0, 0, 0, 12.5, 0),
-                (3, 0, 0, 11.75, 1),
+                (0, 0, 0, 9.0, 1),
+                (12, 10, 1, 21.0, 3),
+                (0, 0, 0, 12.0, 0),
+                (3, 0, 0, 11.0, 1),
             ]
         } else {
             [
                 (0, 0, 0, 3.0, 0),
-                (0, 0, 0, 2.5, 2),
+                (0, 0, 0, 2.0, 2),
                 (0, 0, 0, 4.0, 0),
-                (0, 0, 0, 3.5, 0),
+                (0, 0, 0, 3.0, 0),
             ]
         };
         let samples: Vec<UdpSample> = figures
