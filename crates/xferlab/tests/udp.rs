@@ -366,9 +366,6 @@ fn tiny_receive_buffer_drops_are_host_drops_reverse() {
 }
 
 #[test]
-#[ignore = "bug: with --gso, host_drops is an estimate (kernel drop count x mean datagrams per \
-            received GRO buffer) that can exceed lost: seen host_drops 2341330 > lost 2280189 \
-            (network_lost then clamps to 0) with `stream -u -b 0 --gso -w 4K -t 1`"]
 fn tiny_receive_buffer_drops_are_host_drops_with_gso() {
     assert_host_drops_attributed(&["--gso"], "c2s");
 }

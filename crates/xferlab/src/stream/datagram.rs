@@ -185,7 +185,12 @@ pub fn receive(
                     }
                 }
                 publish(&mut stats, bytes, shared);
-                let dropped = drops.datagrams_dropped(gro);
+                // An estimate never claims more than the loss actually seen.
+                let dropped = drops.datagrams_dropped(gro).min(if gro {
+                    stats.counters().lost
+                } else {
+                    u64::MAX
+                });
                 shared.udp.host_drops.store(dropped, Ordering::Relaxed);
                 if ended {
                     break FlowEnd::Completed;
