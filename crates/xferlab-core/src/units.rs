@@ -142,9 +142,11 @@ fn scaled(v: f64, base: f64, fixed: Option<char>, unit: &str) -> String {
         }
     };
     let x = v / base.powi(exp as i32);
-    let digits = if x.abs() >= 100.0 {
+    // Decided on the value as it will print, so 99.96 reads "100", not
+    // "100.0" next to a neighbouring "100".
+    let digits = if x.abs() >= 99.95 {
         0
-    } else if x.abs() >= 10.0 {
+    } else if x.abs() >= 9.995 {
         1
     } else {
         2
@@ -198,6 +200,8 @@ mod tests {
     fn formatting_reads_like_iperf3() {
         assert_eq!(RateUnit::AutoBits.format_rate(20.9e9), "20.9 Gbits/sec");
         assert_eq!(RateUnit::AutoBits.format_rate(941.0e6), "941 Mbits/sec");
+        assert_eq!(RateUnit::AutoBits.format_rate(99.96e6), "100 Mbits/sec");
+        assert_eq!(RateUnit::AutoBits.format_rate(9.996e6), "10.0 Mbits/sec");
         assert_eq!(
             RateUnit::AutoBytes.format_rate(8.0 * 1024.0 * 1024.0 * 5.5),
             "5.50 MBytes/sec"

@@ -1049,11 +1049,11 @@ mod tests {
         assert!(!text.contains("Retr"), "no TCP columns");
         // Live rows of the client, a sender: its count and late sends.
         assert!(text.contains(
-            "[  2]   1.00-2.00   sec  11.9 MBytes  100.0 Mbits/sec             8928 sent  late 3 (max 3750 us)\n"
+            "[  2]   1.00-2.00   sec  11.9 MBytes    100 Mbits/sec             8928 sent  late 3 (max 3750 us)\n"
         ));
         assert!(
             text.contains(
-                "[  1]   2.00-3.00   sec  11.9 MBytes  100.0 Mbits/sec             8928 sent\n"
+                "[  1]   2.00-3.00   sec  11.9 MBytes    100 Mbits/sec             8928 sent\n"
             ),
             "no late note when none were late"
         );
@@ -1061,9 +1061,9 @@ mod tests {
 
         // Totals: the sender's line from the client, the receiver's from
         // the server, with the loss over the measured window.
-        assert!(text.contains("[  2]   1.00-4.00   sec  35.8 MBytes  100.0 Mbits/sec             26784 sent  late 4 (max 3750 us)  sender\n"));
+        assert!(text.contains("[  2]   1.00-4.00   sec  35.8 MBytes    100 Mbits/sec             26784 sent  late 4 (max 3750 us)  sender\n"));
         assert!(text.contains("[  2]   1.00-4.00   sec  35.7 MBytes   99.9 Mbits/sec   0.011 ms  15/26782 (0.0560%)  host drops 10, out of order 1  receiver\n"));
-        assert!(text.contains("[  1]   1.00-4.00   sec  35.8 MBytes  100.0 Mbits/sec   0.003 ms  0/26784 (0%)  receiver\n"));
+        assert!(text.contains("[  1]   1.00-4.00   sec  35.8 MBytes    100 Mbits/sec   0.003 ms  0/26784 (0%)  receiver\n"));
         assert!(text.contains("[SUM]   1.00-4.00   sec  71.5 MBytes    200 Mbits/sec   0.011 ms  15/53566 (0.0280%)  host drops 10, out of order 1  receiver\n"));
 
         // The whole run: 2 more lost at the tail than the receiver's gaps
@@ -1075,7 +1075,7 @@ mod tests {
         // Live rows of the server, a receiver: jitter, loss, host drops.
         let text = render_live(&r, false, r.server.as_ref().unwrap());
         assert!(text.contains("[  2]   1.00-2.00   sec  11.9 MBytes   99.9 Mbits/sec   0.021 ms  12/8928 (0.134%)  host drops 10, out of order 1\n"));
-        assert!(text.contains("[  1]   0.00-1.00   sec  11.9 MBytes  100.0 Mbits/sec   0.003 ms  0/8928 (0%)  (omitted)\n"));
+        assert!(text.contains("[  1]   0.00-1.00   sec  11.9 MBytes    100 Mbits/sec   0.003 ms  0/8928 (0%)  (omitted)\n"));
         assert!(text.contains(
             "[SUM]   3.00-4.00   sec  23.8 MBytes    200 Mbits/sec   0.011 ms  3/17854 (0.0168%)\n"
         ));
