@@ -232,6 +232,28 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     }
 }
 
+/// What a series command (`cbr`, `sweep`) needs once its plan is valid:
+/// where output goes, the client configuration, and the target whose
+/// in-process server must stay up for the whole series.
+struct SeriesRun {
+    out: Box<dyn Write + Send>,
+    cfg: ClientConfig,
+    json: bool,
+    _target: Target,
+}
+
+fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode> {
+    let out = open_output(a).map_err(|e| fail(&e, 2))?;
+    let target = target(a, true).map_err(|e| fail(&e, 1))?;
+    install_interrupt_handler();
+    Ok(SeriesRun {
+        out,
+        cfg: client_config(a, spec, &target),
+        json: a.format() == output::Format::Json,
+        _target: target,
+    })
+}
+
 fn run_cbr(a: &CbrArgs) -> ExitCode {
     let spec = match a.stream.spec_with(true, 5.0) {
         Ok(s) => s,
@@ -275,18 +297,11 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
             max_late_fraction: a.max_late / 100.0,
         },
     };
-    let mut out = match open_output(&a.stream) {
-        Ok(o) => o,
-        Err(e) => return fail(&e, 2),
+    let mut run = match prepare_series(&a.stream, spec) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let t = match target(&a.stream, true) {
-        Ok(t) => t,
-        Err(e) => return fail(&e, 1),
-    };
-    install_interrupt_handler();
-    let cfg = client_config(&a.stream, spec, &t);
-    let json = a.stream.format() == output::Format::Json;
-    match series::run_cbr(&cfg, &plan, json, &mut out, &INTERRUPTS) {
+    match series::run_cbr(&run.cfg, &plan, run.json, &mut run.out, &INTERRUPTS) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => fail(&e, interrupted_or(1)),
@@ -312,18 +327,11 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         Ok(x) => x,
         Err(e) => return fail(&e, 2),
     };
-    let mut out = match open_output(&a.stream) {
-        Ok(o) => o,
-        Err(e) => return fail(&e, 2),
+    let mut run = match prepare_series(&a.stream, spec) {
+        Ok(r) => r,
+        Err(code) => return code,
     };
-    let t = match target(&a.stream, true) {
-        Ok(t) => t,
-        Err(e) => return fail(&e, 1),
-    };
-    install_interrupt_handler();
-    let cfg = client_config(&a.stream, spec, &t);
-    let json = a.stream.format() == output::Format::Json;
-    match series::run_sweep(&cfg, specs, json, &mut out, &INTERRUPTS) {
+    match series::run_sweep(&run.cfg, specs, run.json, &mut run.out, &INTERRUPTS) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e, interrupted_or(1)),
     }
