@@ -8,31 +8,42 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
+/// A criterion that tolerates the scheduling hiccups of a shared 2-vCPU
+/// machine, for rates far below what loopback carries.
+const LENIENT: [&str; 6] = [
+    "--max-loss",
+    "1",
+    "--max-late",
+    "10",
+    "--max-host-drops",
+    "1000",
+];
+
+/// `cbr` with `args` and the lenient criterion.
+fn cbr(args: &[&str], timeout: Duration) -> Output {
+    let mut all = vec!["cbr"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&LENIENT);
+    run(&all, timeout)
+}
+
 fn json_of(out: &Output) -> Value {
     serde_json::from_str(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON ({e})\n{}", out.describe()))
 }
 
-/// Rates far below what loopback carries, a criterion that tolerates the
-/// scheduling hiccups of a shared 2-vCPU machine: every repeat must find
-/// the same highest rung, so max == median == min.
+/// Every repeat of a ladder far below loopback's capacity must find the
+/// same highest rung: max == median == min.
 #[test]
 fn the_rate_ladder_gives_a_stable_answer_across_repeats() {
-    let out = run(
+    let out = cbr(
         &[
-            "cbr",
             "--ladder",
-            "5M,10M,20M",
+            "5M, 10M, 20M",
             "--repeat",
             "3",
             "-t",
             "0.4",
-            "--max-loss",
-            "1",
-            "--max-late",
-            "10",
-            "--max-host-drops",
-            "1000",
             "-J",
         ],
         Duration::from_secs(60),
@@ -63,22 +74,7 @@ fn the_rate_ladder_gives_a_stable_answer_across_repeats() {
 
 #[test]
 fn a_single_rate_verdict_sets_the_exit_status() {
-    let out = run(
-        &[
-            "cbr",
-            "-b",
-            "5M",
-            "-t",
-            "0.4",
-            "--max-loss",
-            "1",
-            "--max-late",
-            "10",
-            "--max-host-drops",
-            "1000",
-        ],
-        Duration::from_secs(30),
-    );
+    let out = cbr(&["-b", "5M", "-t", "0.4"], Duration::from_secs(30));
     out.assert_success();
     assert!(
         out.stdout.contains("constant rate sustained"),
@@ -103,21 +99,8 @@ fn a_single_rate_verdict_sets_the_exit_status() {
 
 #[test]
 fn a_bisection_search_stays_inside_its_bounds() {
-    let out = run(
-        &[
-            "cbr",
-            "--search",
-            "2M:8M:2M",
-            "-t",
-            "0.3",
-            "--max-loss",
-            "1",
-            "--max-late",
-            "10",
-            "--max-host-drops",
-            "1000",
-            "-J",
-        ],
+    let out = cbr(
+        &["--search", "2M:8M:2M", "-t", "0.3", "-J"],
         Duration::from_secs(60),
     );
     out.assert_success();

@@ -92,22 +92,7 @@ fn size_of(v: &Value) -> u64 {
 /// of each direction is the sum of its flows. For runs that lost nothing.
 fn assert_udp_flows_agree(v: &Value) {
     let size = size_of(v);
-    let c = flows(v, "client");
-    assert_eq!(
-        c.len(),
-        flows(v, "server").len(),
-        "client and server report different flow counts"
-    );
-    for cf in c {
-        let id = cf["id"].as_u64().expect("flow id");
-        let sf = flow_by_id(v, "server", id);
-        assert_eq!(cf["direction"], sf["direction"], "flow {id} direction");
-        assert_ne!(cf["role"], sf["role"], "flow {id}: both ends have one role");
-        let (snd, rcv) = if cf["role"] == "sender" {
-            (cf, sf)
-        } else {
-            (sf, cf)
-        };
+    for (id, snd, rcv) in flow_pairs(v) {
         for (what, f) in [("sender", snd), ("receiver", rcv)] {
             assert_eq!(
                 f["end"]["kind"], "completed",

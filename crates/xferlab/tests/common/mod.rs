@@ -619,28 +619,37 @@ pub fn flow_by_id<'a>(v: &'a Value, side: &str, id: u64) -> &'a Value {
         .unwrap_or_else(|| panic!("{side} has no flow {id}"))
 }
 
+/// Each flow's (id, sender report, receiver report), after checking that
+/// every flow appears on both sides with the same id and direction and
+/// opposite roles.
+pub fn flow_pairs(v: &Value) -> Vec<(u64, &Value, &Value)> {
+    let c = flows(v, "client");
+    assert_eq!(
+        c.len(),
+        flows(v, "server").len(),
+        "client and server report different flow counts"
+    );
+    c.iter()
+        .map(|cf| {
+            let id = cf["id"].as_u64().expect("flow id");
+            let sf = flow_by_id(v, "server", id);
+            assert_eq!(cf["direction"], sf["direction"], "flow {id} direction");
+            assert_ne!(cf["role"], sf["role"], "flow {id}: both ends have one role");
+            if cf["role"] == "sender" {
+                (id, cf, sf)
+            } else {
+                (id, sf, cf)
+            }
+        })
+        .collect()
+}
+
 /// Every flow appears on both sides with the same id and direction and
 /// opposite roles; both ends completed, and the sender's `bytes_all` equals
 /// the receiver's exactly (the receiver drains to end of stream). Also
 /// checks each side's intervals add up to its `bytes_all`.
 pub fn assert_flows_agree(v: &Value) {
-    let c = flows(v, "client");
-    let s = flows(v, "server");
-    assert_eq!(
-        c.len(),
-        s.len(),
-        "client and server report different flow counts"
-    );
-    for cf in c {
-        let id = cf["id"].as_u64().expect("flow id");
-        let sf = flow_by_id(v, "server", id);
-        assert_eq!(cf["direction"], sf["direction"], "flow {id} direction");
-        assert_ne!(cf["role"], sf["role"], "flow {id}: both ends have one role");
-        let (snd, rcv) = if cf["role"] == "sender" {
-            (cf, sf)
-        } else {
-            (sf, cf)
-        };
+    for (id, snd, rcv) in flow_pairs(v) {
         assert_eq!(
             snd["end"]["kind"], "completed",
             "flow {id} sender end: {}",
@@ -658,7 +667,7 @@ pub fn assert_flows_agree(v: &Value) {
             "flow {id}: sender bytes_all {sent} != receiver bytes_all {got}"
         );
         assert!(sent > 0, "flow {id} moved nothing");
-        for f in [cf, sf] {
+        for f in [snd, rcv] {
             let sum: u64 = f["intervals"]
                 .as_array()
                 .unwrap()
