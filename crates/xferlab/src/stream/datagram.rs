@@ -81,15 +81,20 @@ pub fn send(
         }
         let now = start.elapsed().as_nanos() as u64;
         let mut due = pacer.due(now);
-        if due == 0 || (due < burst && rate > 0) {
+        if due < burst && rate > 0 {
+            // Gather a burst: sleep until `burst` datagrams are due (the
+            // oldest unsent one is due at `next`), then look again, so the
+            // whole burst goes out in one call.
             if let Some(next) = pacer.next_due_ns() {
-                let wake =
-                    next + interval_ns(rate, size) * u64::from(burst.saturating_sub(due.max(1)));
-                pause(start, wake);
+                let wake = next + interval_ns(rate, size) * u64::from(burst - 1);
+                if wake > now {
+                    pause(start, wake);
+                    continue;
+                }
             }
-            if due == 0 {
-                continue;
-            }
+        }
+        if due == 0 {
+            continue;
         }
         if let Some(l) = limit {
             due = due.min((l - seq).min(u64::from(u32::MAX)) as u32);
