@@ -5,6 +5,7 @@
 pub mod counters;
 pub mod datagram;
 pub mod interval;
+pub mod iperf3;
 pub mod proto;
 pub mod result;
 pub mod spec;
