@@ -243,13 +243,20 @@ struct SeriesRun {
 }
 
 fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode> {
+    let format = a.format();
+    if !matches!(format, output::Format::Human | output::Format::Json) {
+        return Err(fail(
+            "cbr and sweep print a table or, with -J, one JSON report; the other --format values are for stream",
+            2,
+        ));
+    }
     let out = open_output(a).map_err(|e| fail(&e, 2))?;
     let target = target(a, true).map_err(|e| fail(&e, 1))?;
     install_interrupt_handler();
     Ok(SeriesRun {
         out,
         cfg: client_config(a, spec, &target),
-        json: a.format() == output::Format::Json,
+        json: format == output::Format::Json,
         _target: target,
     })
 }

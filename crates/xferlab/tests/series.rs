@@ -36,6 +36,7 @@ fn json_of(out: &Output) -> Value {
 /// same highest rung: max == median == min.
 #[test]
 fn the_rate_ladder_gives_a_stable_answer_across_repeats() {
+    let _turn = one_at_a_time();
     let out = cbr(
         &[
             "--ladder",
@@ -74,6 +75,7 @@ fn the_rate_ladder_gives_a_stable_answer_across_repeats() {
 
 #[test]
 fn a_single_rate_verdict_sets_the_exit_status() {
+    let _turn = one_at_a_time();
     let out = cbr(&["-b", "5M", "-t", "0.4"], Duration::from_secs(30));
     out.assert_success();
     assert!(
@@ -99,6 +101,7 @@ fn a_single_rate_verdict_sets_the_exit_status() {
 
 #[test]
 fn a_bisection_search_stays_inside_its_bounds() {
+    let _turn = one_at_a_time();
     let out = cbr(
         &["--search", "2M:8M:2M", "-t", "0.3", "-J"],
         Duration::from_secs(60),
@@ -125,6 +128,7 @@ fn cbr_usage_errors_are_one_line() {
         (vec!["cbr", "--ladder", "1M,2X"], "not a rate"),
         (vec!["cbr", "--max-loss", "150"], "--max-loss"),
         (vec!["cbr", "--repeat", "0"], "--repeat"),
+        (vec!["cbr", "-b", "1M", "--format", "csv"], "--format"),
     ] {
         let out = run(&args, Duration::from_secs(10));
         out.assert_one_line_failure(2, &[needle]);
@@ -133,6 +137,7 @@ fn cbr_usage_errors_are_one_line() {
 
 #[test]
 fn a_size_sweep_reports_every_point() {
+    let _turn = one_at_a_time();
     let out = run(
         &[
             "sweep",
@@ -164,6 +169,7 @@ fn a_size_sweep_reports_every_point() {
 
 #[test]
 fn a_spacing_sweep_turns_gaps_into_rates() {
+    let _turn = one_at_a_time();
     let out = run(
         &[
             "sweep",

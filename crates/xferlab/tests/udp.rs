@@ -11,17 +11,10 @@
 
 mod common;
 
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// Serialises the tests that measure rates or need a quiet receiver.
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Runs `stream 127.0.0.1 -p PORT -J ARGS` and returns its `status: ok`
 /// result, checked against docs/result-schema.json.

@@ -3,6 +3,7 @@
 
 mod csv;
 mod human;
+mod iperf3_json;
 mod json;
 
 use std::io;
@@ -13,6 +14,7 @@ use xferlab_core::units::RateUnit;
 
 pub use self::csv::CsvReporter;
 pub use self::human::HumanReporter;
+pub use self::iperf3_json::Iperf3JsonReporter;
 pub use self::json::{JsonLinesReporter, JsonReporter};
 
 /// One local flow as the test starts.
@@ -68,6 +70,8 @@ pub enum Format {
     Jsonl,
     /// One row per flow and interval, plus total rows.
     Csv,
+    /// One JSON document at the end, shaped like `iperf3 -J` (3.12) output.
+    Iperf3Json,
 }
 
 /// Builds the reporter for a format, writing to `out`.
@@ -81,6 +85,7 @@ pub fn reporter(
         Format::Json => Box::new(JsonReporter::new(out)),
         Format::Jsonl => Box::new(JsonLinesReporter::new(out)),
         Format::Csv => Box::new(CsvReporter::new(out)),
+        Format::Iperf3Json => Box::new(Iperf3JsonReporter::new(out)),
     }
 }
 

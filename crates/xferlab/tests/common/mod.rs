@@ -730,3 +730,10 @@ pub fn in_flight_bound(write_size: u64) -> u64 {
     };
     max_of("/proc/sys/net/ipv4/tcp_wmem") + max_of("/proc/sys/net/ipv4/tcp_rmem") + write_size
 }
+
+/// Tests whose figures depend on timing (pacing, late sends, loss) take
+/// turns: on two cores, parallel UDP tests would measure each other.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
