@@ -2,11 +2,12 @@
 
 use std::time::Instant;
 
-use super::io::{be_i32, Expect, Inbox, Msg, Outbox};
+use super::io::{be_i32, Expect, Inbox, Msg};
 use super::params::Params;
 use super::results::Results;
 use super::wire::{encode_json_frame, is_cookie, Cookie, State, MAX_PARAMS_JSON, MAX_RESULTS_JSON};
 use super::{Iperf3Error, PAUSED_INPUT_LIMIT, RESULTS_TIMEOUT, SETUP_TIMEOUT};
+use crate::outbox::Outbox;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientEvent {
@@ -225,7 +226,7 @@ impl Iperf3Client {
                 }
             }
             (St::AwaitDisplayResults, Some(State::DisplayResults)) => {
-                self.io.send_state(State::IperfDone);
+                self.io.send(&[State::IperfDone.byte()]);
                 self.state = St::Done;
                 self.io.no_deadline();
                 self.inbox.clear();
@@ -322,7 +323,7 @@ impl Iperf3Client {
     pub fn end_test(&mut self, now: Instant) {
         match self.state {
             St::Running => {
-                self.io.send_state(State::TestEnd);
+                self.io.send(&[State::TestEnd.byte()]);
                 self.state = St::AwaitExchangeResults;
                 self.io.wait(
                     now,
@@ -361,7 +362,7 @@ impl Iperf3Client {
         if self.is_closed() {
             return;
         }
-        self.io.send_state(State::ClientTerminate);
+        self.io.send(&[State::ClientTerminate.byte()]);
         self.close();
     }
 
@@ -375,7 +376,7 @@ impl Iperf3Client {
             return;
         }
         if tell_peer {
-            self.io.send_state(State::ClientTerminate);
+            self.io.send(&[State::ClientTerminate.byte()]);
         }
         self.close();
         self.io.emit(ClientEvent::Failed(e));

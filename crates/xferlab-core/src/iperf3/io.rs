@@ -1,9 +1,5 @@
-//! What both state machines keep besides their state: received bytes not
-//! yet consumed, bytes and events waiting to be polled, and the deadline of
-//! the current step.
-
-use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+//! Received bytes not yet consumed, cut into whole iperf3 messages. (What
+//! goes out, the events and the deadline live in the crate's `Outbox`.)
 
 use super::wire::{decode_json_frame, State};
 use super::Iperf3Error;
@@ -117,62 +113,4 @@ fn signal_fits(b: u8, max: u32) -> bool {
 
 pub(super) fn be_i32(b: &[u8]) -> i32 {
     i32::from_be_bytes([b[0], b[1], b[2], b[3]])
-}
-
-/// Bytes and events for the driver, and the current step's deadline.
-#[derive(Debug)]
-pub(super) struct Outbox<E> {
-    out: Vec<u8>,
-    events: VecDeque<E>,
-    deadline: Option<(Instant, &'static str)>,
-}
-
-impl<E> Outbox<E> {
-    pub fn new() -> Self {
-        Outbox {
-            out: Vec::new(),
-            events: VecDeque::new(),
-            deadline: None,
-        }
-    }
-
-    pub fn send(&mut self, bytes: &[u8]) {
-        self.out.extend_from_slice(bytes);
-    }
-
-    pub fn send_state(&mut self, s: State) {
-        self.out.push(s.byte());
-    }
-
-    pub fn emit(&mut self, e: E) {
-        self.events.push_back(e);
-    }
-
-    /// The current step must be over `after` from `now`; `what` names it
-    /// in the timeout error. A deadline past what `Instant` can hold means
-    /// none.
-    pub fn wait(&mut self, now: Instant, after: Duration, what: &'static str) {
-        self.deadline = now.checked_add(after).map(|at| (at, what));
-    }
-
-    pub fn no_deadline(&mut self) {
-        self.deadline = None;
-    }
-
-    /// The step that ran out of time by `now`, if any.
-    pub fn expired(&self, now: Instant) -> Option<&'static str> {
-        self.deadline.filter(|d| now >= d.0).map(|d| d.1)
-    }
-
-    pub fn poll_event(&mut self) -> Option<E> {
-        self.events.pop_front()
-    }
-
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.deadline.map(|d| d.0)
-    }
 }

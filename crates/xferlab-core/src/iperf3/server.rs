@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::i_errno;
-use super::io::{Expect, Inbox, Msg, Outbox};
+use super::io::{Expect, Inbox, Msg};
 use super::params::{Params, StreamInfo};
 use super::results::Results;
 use super::wire::{
@@ -11,6 +11,7 @@ use super::wire::{
     MAX_RESULTS_JSON,
 };
 use super::{Iperf3Error, PAUSED_INPUT_LIMIT, RESULTS_TIMEOUT, SETUP_TIMEOUT};
+use crate::outbox::Outbox;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
@@ -123,7 +124,7 @@ impl Iperf3Server {
         };
         if is_cookie(cookie) {
             s.cookie.copy_from_slice(cookie);
-            s.io.send_state(State::ParamExchange);
+            s.io.send(&[State::ParamExchange.byte()]);
             s.io.wait(now, SETUP_TIMEOUT, "waiting for the client's parameters");
         } else {
             s.fail(Iperf3Error::BadCookie, false);
@@ -182,7 +183,7 @@ impl Iperf3Server {
                 self.io.emit(ServerEvent::Aborted);
             }
             (St::Running, Some(State::TestEnd)) => {
-                self.io.send_state(State::ExchangeResults);
+                self.io.send(&[State::ExchangeResults.byte()]);
                 self.state = St::AwaitClientResults;
                 self.io
                     .wait(now, RESULTS_TIMEOUT, "waiting for the client's results");
@@ -239,7 +240,7 @@ impl Iperf3Server {
 
     fn send_results_frame(&mut self, now: Instant, frame: &[u8]) {
         self.io.send(frame);
-        self.io.send_state(State::DisplayResults);
+        self.io.send(&[State::DisplayResults.byte()]);
         self.state = St::AwaitIperfDone;
         self.io
             .wait(now, SETUP_TIMEOUT, "waiting for the client's IPERF_DONE");
@@ -285,7 +286,7 @@ impl Iperf3Server {
             return;
         }
         self.watchdog = watchdog;
-        self.io.send_state(State::CreateStreams);
+        self.io.send(&[State::CreateStreams.byte()]);
         self.state = St::AwaitStreams;
         if self.expected == 0 {
             self.start(now);
@@ -326,8 +327,8 @@ impl Iperf3Server {
     }
 
     fn start(&mut self, now: Instant) {
-        self.io.send_state(State::TestStart);
-        self.io.send_state(State::TestRunning);
+        self.io.send(&[State::TestStart.byte()]);
+        self.io.send(&[State::TestRunning.byte()]);
         self.state = St::Running;
         self.io
             .wait(now, self.watchdog, "waiting for the client to end the test");
@@ -358,7 +359,7 @@ impl Iperf3Server {
         if self.is_closed() {
             return;
         }
-        self.io.send_state(State::ServerTerminate);
+        self.io.send(&[State::ServerTerminate.byte()]);
         self.close();
     }
 

@@ -2,13 +2,13 @@
 
 use std::time::Instant;
 
-use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
 use super::{
     ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
     RESULTS_TIMEOUT,
 };
+use crate::outbox::Outbox;
 use crate::result::{SideReport, Software};
 use crate::spec::TestSpec;
 
@@ -41,7 +41,7 @@ pub struct ClientControl {
     state: State,
     preamble: Vec<u8>,
     decoder: FrameDecoder,
-    ch: Channel<ClientEvent>,
+    ch: Outbox<ClientEvent>,
 }
 
 impl ClientControl {
@@ -51,13 +51,14 @@ impl ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
-            ch: Channel::new(&Preamble::new(ConnKind::Control).encode()),
+            ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
-        c.ch.wait_until(
-            now + HANDSHAKE_TIMEOUT,
+        c.ch.wait(
+            now,
+            HANDSHAKE_TIMEOUT,
             "waiting for the server to accept the test",
         );
-        c.ch.queue(&ClientMsg::Hello { software, spec });
+        c.ch.queue_frame(&ClientMsg::Hello { software, spec });
         c
     }
 
@@ -110,8 +111,9 @@ impl ClientControl {
             }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
                 self.state = State::AwaitStart;
-                self.ch.wait_until(
-                    now + HANDSHAKE_TIMEOUT,
+                self.ch.wait(
+                    now,
+                    HANDSHAKE_TIMEOUT,
                     "waiting for the server to start the test",
                 );
                 self.ch.emit(ClientEvent::Welcome(Box::new(w)));
@@ -162,11 +164,11 @@ impl ClientControl {
     pub fn stop(&mut self, now: Instant) {
         match self.state {
             State::Running => {
-                self.ch.queue(&ClientMsg::Stop);
+                self.ch.queue_frame(&ClientMsg::Stop);
                 self.state = State::AwaitResults;
                 self.decoder.set_max_len(MAX_RESULTS_FRAME);
                 self.ch
-                    .wait_until(now + RESULTS_TIMEOUT, "waiting for the server's results");
+                    .wait(now, RESULTS_TIMEOUT, "waiting for the server's results");
             }
             State::Done | State::Failed | State::AwaitResults | State::HaveResults => {}
             _ => self.abort(
@@ -180,7 +182,7 @@ impl ClientControl {
     /// then complete.
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
-            self.ch.queue(&ClientMsg::Results {
+            self.ch.queue_frame(&ClientMsg::Results {
                 report: super::fit_report(report, RESULTS_LIMIT),
             });
             self.state = State::Done;
@@ -192,7 +194,7 @@ impl ClientControl {
         if self.is_closed() {
             return;
         }
-        self.ch.queue(&ClientMsg::Error {
+        self.ch.queue_frame(&ClientMsg::Error {
             code,
             message: message.to_string(),
         });
@@ -205,7 +207,7 @@ impl ClientControl {
             return;
         }
         if tell_peer {
-            self.ch.queue(&ClientMsg::Error {
+            self.ch.queue_frame(&ClientMsg::Error {
                 code: e.code(),
                 message: e.to_string(),
             });

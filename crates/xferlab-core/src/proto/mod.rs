@@ -6,7 +6,6 @@
 //! events from `poll_event`. Every wait has a deadline, so a silent or
 //! half-open peer always ends in an event rather than a hang.
 
-mod channel;
 mod client;
 mod message;
 mod server;

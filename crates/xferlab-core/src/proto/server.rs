@@ -2,13 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::channel::Channel;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
     ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
     RESULTS_TIMEOUT, RUNNING_GRACE,
 };
+use crate::outbox::Outbox;
 use crate::result::SideReport;
 use crate::spec::TestSpec;
 
@@ -68,7 +68,7 @@ pub struct ServerControl {
     state: State,
     policy: ServerPolicy,
     decoder: FrameDecoder,
-    ch: Channel<ServerEvent>,
+    ch: Outbox<ServerEvent>,
 }
 
 impl ServerControl {
@@ -78,9 +78,9 @@ impl ServerControl {
             state: State::AwaitHello,
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
-            ch: Channel::new(&Preamble::new(ConnKind::Control).encode()),
+            ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
-        s.ch.wait_until(now + HANDSHAKE_TIMEOUT, "waiting for the client's hello");
+        s.ch.wait(now, HANDSHAKE_TIMEOUT, "waiting for the client's hello");
         if peer_version != VERSION {
             s.fail(
                 ProtoError::VersionMismatch {
@@ -134,7 +134,7 @@ impl ServerControl {
             (State::AwaitFlows | State::Running, ClientMsg::Stop) => {
                 self.state = State::Stopping;
                 self.ch
-                    .wait_until(now + RESULTS_TIMEOUT, "draining flows after stop");
+                    .wait(now, RESULTS_TIMEOUT, "draining flows after stop");
                 self.ch.emit(ServerEvent::StopRequested);
             }
             (State::AwaitResults, ClientMsg::Results { report }) => {
@@ -181,10 +181,11 @@ impl ServerControl {
         if self.state != State::Deciding {
             return;
         }
-        self.ch.queue(&ServerMsg::Welcome(welcome));
+        self.ch.queue_frame(&ServerMsg::Welcome(welcome));
         self.state = State::AwaitFlows;
-        self.ch.wait_until(
-            now + HANDSHAKE_TIMEOUT,
+        self.ch.wait(
+            now,
+            HANDSHAKE_TIMEOUT,
             "waiting for the client's data connections",
         );
     }
@@ -194,7 +195,7 @@ impl ServerControl {
         if self.is_closed() {
             return;
         }
-        self.ch.queue(&ServerMsg::Error {
+        self.ch.queue_frame(&ServerMsg::Error {
             code,
             message: message.to_string(),
         });
@@ -208,13 +209,14 @@ impl ServerControl {
         if self.state != State::AwaitFlows {
             return;
         }
-        self.ch.queue(&ServerMsg::Start);
+        self.ch.queue_frame(&ServerMsg::Start);
         self.state = State::Running;
         let limit = planned.map_or(self.policy.max_duration, |p| {
             p.min(self.policy.max_duration)
         });
-        self.ch.wait_until(
-            now + limit + RUNNING_GRACE,
+        self.ch.wait(
+            now,
+            limit + RUNNING_GRACE,
             "waiting for the client to end the test",
         );
     }
@@ -224,13 +226,13 @@ impl ServerControl {
         if self.state != State::Stopping {
             return;
         }
-        self.ch.queue(&ServerMsg::Results {
+        self.ch.queue_frame(&ServerMsg::Results {
             report: super::fit_report(report, RESULTS_LIMIT),
         });
         self.state = State::AwaitResults;
         self.decoder.set_max_len(MAX_RESULTS_FRAME);
         self.ch
-            .wait_until(now + RESULTS_TIMEOUT, "waiting for the client's results");
+            .wait(now, RESULTS_TIMEOUT, "waiting for the client's results");
     }
 
     fn fail(&mut self, e: ProtoError, tell_peer: bool) {
@@ -238,7 +240,7 @@ impl ServerControl {
             return;
         }
         if tell_peer {
-            self.ch.queue(&ServerMsg::Error {
+            self.ch.queue_frame(&ServerMsg::Error {
                 code: e.code(),
                 message: e.to_string(),
             });
