@@ -452,6 +452,10 @@ pub struct TestResult {
     pub status: Status,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// What a stock iperf3 server printed for this test, when the client
+    /// asked for it (`--get-server-output`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_output: Option<String>,
 }
 
 impl SideReport {

@@ -29,7 +29,7 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve tests from xferlab clients, several at once.
+    /// Serve tests from xferlab and stock iperf3 clients, several at once.
     Server(ServerArgs),
     /// Bulk transfer: as much data as possible (TCP), or datagrams at a
     /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
@@ -132,6 +132,10 @@ pub struct ServerArgs {
     /// Port to listen on.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
     pub port: u16,
+    /// A second port, for stock iperf3 clients, or `off`. Both ports serve
+    /// both protocols (recognised by a connection's first bytes).
+    #[arg(long, default_value = "5201", value_parser = parse_port_or_off, value_name = "PORT|off")]
+    pub iperf3_port: PortOrOff,
     /// Listen on this address only (default: every IPv6 and IPv4 address).
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
@@ -148,12 +152,21 @@ pub struct ServerArgs {
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
-    /// Server: HOST, HOST:PORT, IPv6 or [IPv6]:PORT. Without it, an
-    /// in-process server on loopback is used.
+    /// Server: HOST, HOST:PORT, IPv6 or [IPv6]:PORT; iperf3://HOST[:PORT]
+    /// is a stock iperf3 server (as --iperf3). Without it, an in-process
+    /// server on loopback is used.
     pub host: Option<String>,
-    /// Server port, when HOST does not name one.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
+    /// Server port, when HOST does not name one (default 5290, or 5201
+    /// with --iperf3).
+    #[arg(short, long)]
+    pub port: Option<u16>,
+    /// The server is a stock iperf3 server (3.x): speak iperf3's protocol.
+    /// Intervals come from this side, totals from both.
+    #[arg(long)]
+    pub iperf3: bool,
+    /// With --iperf3: fetch the iperf3 server's own output for the test.
+    #[arg(long, requires = "iperf3")]
+    pub get_server_output: bool,
 
     /// Measured seconds, after the warm-up (or 500ms, 2m).
     #[arg(short = 't', long = "time", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION", conflicts_with = "bytes")]
@@ -162,6 +175,10 @@ pub struct StreamArgs {
     /// split evenly over the parallel flows.
     #[arg(short = 'n', long = "bytes", value_parser = parse_size, value_name = "SIZE")]
     pub bytes: Option<u64>,
+    /// Blocks of -l bytes to move per direction instead of a duration
+    /// (K/M/G suffixes; the same as -n of N x -l).
+    #[arg(short = 'k', long = "blockcount", value_parser = parse_size, value_name = "N", conflicts_with_all = ["bytes", "time"])]
+    pub blocks: Option<u64>,
     /// Warm-up seconds: reported, but excluded from the totals.
     #[arg(short = 'O', long = "omit", value_parser = parse_seconds, allow_negative_numbers = true, default_value = "0", value_name = "DURATION")]
     pub omit: f64,
@@ -268,6 +285,30 @@ pub struct StreamArgs {
 }
 
 impl StreamArgs {
+    /// Whether the server is a stock iperf3 server.
+    pub fn iperf3_mode(&self) -> bool {
+        self.iperf3
+            || self
+                .host
+                .as_deref()
+                .is_some_and(|h| h.starts_with(IPERF3_SCHEME))
+    }
+
+    /// The server as named, without an `iperf3://` prefix.
+    pub fn host_name(&self) -> Option<&str> {
+        self.host
+            .as_deref()
+            .map(|h| h.strip_prefix(IPERF3_SCHEME).unwrap_or(h))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(if self.iperf3_mode() {
+            crate::iperf3::IPERF3_PORT
+        } else {
+            DEFAULT_PORT
+        })
+    }
+
     pub fn family(&self) -> Family {
         match (self.v4, self.v6) {
             (true, _) => Family::V4,
@@ -310,12 +351,31 @@ impl StreamArgs {
             None if udp => DEFAULT_UDP_BATCH,
             None => 1,
         };
-        if !udp && self.bitrate.is_some() {
-            return Err("-b/--bitrate paces UDP (-u); for TCP cap the rate with --fq-rate".into());
-        }
-        let limit = match (self.bytes, self.time) {
-            (Some(bytes), _) => Limit::Bytes { bytes },
-            (None, t) => Limit::Duration {
+        // iperf3 paces TCP to -b too; against an iperf3 server the
+        // kernel's pacing cap does that job (as --fq-rate).
+        let tcp_rate = if !udp && self.bitrate.is_some() {
+            if !self.iperf3_mode() {
+                return Err(
+                    "-b/--bitrate paces UDP (-u); for TCP cap the rate with --fq-rate".into(),
+                );
+            }
+            self.bitrate.filter(|&b| b > 0)
+        } else {
+            None
+        };
+        let size = self.length.unwrap_or(if udp {
+            DEFAULT_UDP_SIZE
+        } else {
+            DEFAULT_TCP_SIZE
+        });
+        let limit = match (self.bytes, self.blocks, self.time) {
+            (Some(bytes), _, _) => Limit::Bytes { bytes },
+            (None, Some(blocks), _) => Limit::Bytes {
+                bytes: blocks.checked_mul(size).ok_or_else(|| {
+                    format!("-k/--blockcount: {blocks} blocks of {size} bytes is too many")
+                })?,
+            },
+            (None, None, t) => Limit::Duration {
                 seconds: t.unwrap_or(default_seconds),
             },
         };
@@ -334,17 +394,13 @@ impl StreamArgs {
             interval_s: self.interval,
             transport,
             knobs: Knobs {
-                size: self.length.unwrap_or(if udp {
-                    DEFAULT_UDP_SIZE
-                } else {
-                    DEFAULT_TCP_SIZE
-                }),
+                size,
                 buffer: self.window,
                 congestion: self.congestion.clone(),
                 nodelay: self.no_delay,
                 mss: self.mss,
                 tos: self.tos.or(self.dscp.map(|d| d << 2)),
-                max_pacing_rate: self.fq_rate.map(|bits| (bits / 8).max(1)),
+                max_pacing_rate: self.fq_rate.or(tcp_rate).map(|bits| (bits / 8).max(1)),
                 recv_mode: if self.skip_rx_copy {
                     RecvMode::Discard
                 } else {
@@ -384,6 +440,22 @@ const DEFAULT_UDP_RATE: u64 = 1_000_000;
 /// sender gathers at most ~50 us of datagrams) and is what lets a host
 /// reach high packet rates.
 const DEFAULT_UDP_BATCH: u32 = 32;
+
+/// `iperf3://HOST[:PORT]` names a stock iperf3 server.
+const IPERF3_SCHEME: &str = "iperf3://";
+
+/// A port, or `off` for none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortOrOff(pub Option<u16>);
+
+fn parse_port_or_off(s: &str) -> Result<PortOrOff, String> {
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(PortOrOff(None));
+    }
+    s.parse::<u16>()
+        .map(|p| PortOrOff(Some(p)))
+        .map_err(|_| format!("'{s}' is not a port: use 0-65535 or off"))
+}
 
 fn parse_tos(s: &str) -> Result<u8, String> {
     let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {

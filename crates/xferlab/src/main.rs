@@ -2,6 +2,7 @@
 
 mod cli;
 mod control;
+mod iperf3;
 mod net;
 mod output;
 mod series;
@@ -104,6 +105,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     let cfg = ServerConfig {
         bind: a.bind,
         port: a.port,
+        iperf3_port: a.iperf3_port.0,
         max_duration: Duration::from_secs_f64(a.max_duration),
         max_sessions: a.max_sessions,
         one_off: a.one_off,
@@ -118,7 +120,12 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    println!("xferlab server listening on {addr} (control protocol v{VERSION})");
+    match server.iperf3_addr() {
+        Some(i) => println!(
+            "xferlab server listening on {addr} (control protocol v{VERSION}) and {i} (iperf3); both ports serve both protocols"
+        ),
+        None => println!("xferlab server listening on {addr} (control protocol v{VERSION})"),
+    }
     io::stdout().flush().ok();
     server.run();
     ExitCode::SUCCESS
@@ -135,10 +142,10 @@ struct Target {
 }
 
 fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
-    if let Some(host) = &a.host {
-        let addrs = net::resolve(host, a.port, a.family())?;
+    if let Some(host) = a.host_name() {
+        let addrs = net::resolve(host, a.port(), a.family())?;
         return Ok(Target {
-            label: host.clone(),
+            label: host.to_string(),
             addrs,
             embedded: false,
             _server: None,
@@ -152,6 +159,7 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
     let cfg = ServerConfig {
         bind: Some(loopback),
         port: 0,
+        iperf3_port: None,
         max_duration: Duration::from_secs(86_400),
         max_sessions: 1,
         one_off: !series,
@@ -217,7 +225,12 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     install_interrupt_handler();
     let cfg = client_config(a, spec, &t);
     let mut reporter = output::reporter(a.format(), a.units, out);
-    match client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
+    let ran = if a.iperf3_mode() {
+        iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
+    } else {
+        client::run(&cfg, reporter.as_mut(), &INTERRUPTS)
+    };
+    match ran {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);
@@ -244,6 +257,12 @@ struct SeriesRun {
 
 fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode> {
     let format = a.format();
+    if a.iperf3_mode() {
+        return Err(fail(
+            "cbr and sweep need an xferlab server (they read per-datagram counters iperf3 does not report); use stream --iperf3 for iperf3 servers",
+            2,
+        ));
+    }
     if !matches!(format, output::Format::Human | output::Format::Json) {
         return Err(fail(
             "cbr and sweep print a table or, with -J, one JSON report; the other --format values are for stream",

@@ -1,13 +1,17 @@
-//! `xferlab server`: one listening port, many tests at once.
+//! `xferlab server`: xferlab's port and iperf3's, many tests at once.
 //!
 //! Every accepted connection gets a short-lived thread that reads its
-//! 8-byte preamble (with a deadline, so a silent connection cannot pin
-//! anything) and then either becomes a test session (control connection)
-//! or is handed to the session whose token it presents (data connection).
-//! Sessions share nothing but the token registry, so one client vanishing
-//! cannot leave another — or the server — "busy".
+//! first bytes (with a deadline, so a silent connection cannot pin
+//! anything) and recognises who is talking: xferlab's 8-byte preamble, or
+//! the 37-byte cookie that opens every iperf3 connection. Both protocols
+//! are served on both ports (xferlab's `-p`, default 5290, and
+//! `--iperf3-port`, default 5201), so a stock iperf3 client can use
+//! either. A connection then becomes a test session (control connection)
+//! or is handed to the session whose token or cookie it presents (data
+//! connection). Sessions share nothing but those registries, so one
+//! client vanishing cannot leave another — or the server — "busy".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -17,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
+use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
     Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
 };
@@ -38,6 +43,9 @@ pub struct ServerConfig {
     /// Address to bind; None = every address, IPv6 and IPv4.
     pub bind: Option<IpAddr>,
     pub port: u16,
+    /// A second port for iperf3 clients (both ports serve both
+    /// protocols); None: xferlab's port only.
+    pub iperf3_port: Option<u16>,
     /// Longest test accepted, warm-up included.
     pub max_duration: Duration,
     /// Tests running at once; more are refused with a "busy" error.
@@ -57,6 +65,12 @@ pub type Registry = Mutex<HashMap<[u8; TOKEN_LEN], mpsc::Sender<Wake>>>;
 pub struct Shared {
     pub cfg: ServerConfig,
     pub registry: Registry,
+    /// Cookie -> the iperf3 session's event channel.
+    pub iperf3: crate::iperf3::Registry,
+    /// Local addresses on which an iperf3 session is waiting for UDP
+    /// streams (one at a time per address: the streams' first datagrams
+    /// carry no cookie).
+    pub udp_setup: Mutex<HashSet<SocketAddr>>,
     pub sessions: AtomicUsize,
     pending: AtomicUsize,
     shutdown: AtomicBool,
@@ -76,7 +90,8 @@ impl Shared {
 }
 
 pub struct Server {
-    listener: TcpListener,
+    /// xferlab's port first, then iperf3's if asked for.
+    listeners: Vec<TcpListener>,
     shared: Arc<Shared>,
 }
 
@@ -98,10 +113,10 @@ impl Drop for ServerHandle {
 
 impl Server {
     pub fn bind(cfg: ServerConfig) -> Result<Server, String> {
-        let listener = listen(cfg.bind, cfg.port).map_err(|e| match e.kind() {
+        let bind_error = |port: u16, flag: &str, e: io::Error| {
+            match e.kind() {
             io::ErrorKind::AddrInUse => format!(
-                "port {} is already in use: stop the other server or pick another port with -p",
-                cfg.port
+                "port {port} is already in use: stop the other server or pick another port with {flag}"
             ),
             io::ErrorKind::AddrNotAvailable => {
                 format!(
@@ -109,42 +124,74 @@ impl Server {
                     cfg.bind.map_or("?".into(), |a| a.to_string())
                 )
             }
-            _ => format!("cannot listen on port {}: {e}", cfg.port),
-        })?;
+            _ => format!("cannot listen on port {port}: {e}"),
+        }
+        };
+        let mut listeners =
+            vec![listen(cfg.bind, cfg.port).map_err(|e| bind_error(cfg.port, "-p", e))?];
+        if let Some(port) = cfg.iperf3_port {
+            listeners.push(listen(cfg.bind, port).map_err(|e| {
+                bind_error(
+                    port,
+                    "--iperf3-port (or turn it off with --iperf3-port off)",
+                    e,
+                )
+            })?);
+        }
         let shared = Arc::new(Shared {
             cfg,
             registry: Mutex::new(HashMap::new()),
+            iperf3: Mutex::new(HashMap::new()),
+            udp_setup: Mutex::new(HashSet::new()),
             sessions: AtomicUsize::new(0),
             pending: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             finished: AtomicUsize::new(0),
         });
-        Ok(Server { listener, shared })
+        Ok(Server { listeners, shared })
     }
 
+    /// xferlab's listening address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.listener.local_addr()
+        self.listeners[0].local_addr()
+    }
+
+    /// The iperf3 port's listening address, if there is one.
+    pub fn iperf3_addr(&self) -> Option<SocketAddr> {
+        self.listeners.get(1).and_then(|l| l.local_addr().ok())
     }
 
     /// Serves until `--one-off` is satisfied or the handle is dropped.
     pub fn run(self) {
-        let fd = self.listener.as_raw_fd();
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
+        let mut pfds: Vec<libc::pollfd> = self
+            .listeners
+            .iter()
+            .map(|l| libc::pollfd {
+                fd: l.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
         let mut conn_threads: Vec<JoinHandle<()>> = Vec::new();
         while !self.shared.shutdown.load(Ordering::Relaxed) {
             if self.shared.cfg.one_off && self.shared.finished.load(Ordering::Relaxed) > 0 {
                 break;
             }
-            // SAFETY: one valid pollfd, bounded timeout.
-            let ready = unsafe { libc::poll(&mut pfd, 1, ACCEPT_POLL_MS) };
+            // SAFETY: valid pollfds, bounded timeout.
+            let ready = unsafe {
+                libc::poll(
+                    pfds.as_mut_ptr(),
+                    pfds.len() as libc::nfds_t,
+                    ACCEPT_POLL_MS,
+                )
+            };
             if ready <= 0 {
                 continue;
             }
-            let (stream, peer) = match self.listener.accept() {
+            let Some(i) = pfds.iter().position(|p| p.revents != 0) else {
+                continue;
+            };
+            let (stream, peer) = match self.listeners[i].accept() {
                 Ok((s, peer)) => (s, crate::net::canonical(peer)),
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -224,7 +271,7 @@ fn listen(bind: Option<IpAddr>, port: u16) -> io::Result<TcpListener> {
     }
 }
 
-/// Reads the preamble and hands the connection to where it belongs.
+/// Reads the first bytes and hands the connection to where it belongs.
 fn classify(
     mut stream: TcpStream,
     peer: SocketAddr,
@@ -234,6 +281,34 @@ fn classify(
     stream.set_read_timeout(Some(PREAMBLE_TIMEOUT)).ok();
     let mut pre = [0u8; PREAMBLE_LEN];
     if stream.read_exact(&mut pre).is_err() {
+        return;
+    }
+    if may_be_cookie(&pre) {
+        let mut cookie: Cookie = [0; COOKIE_LEN];
+        cookie[..PREAMBLE_LEN].copy_from_slice(&pre);
+        if stream.read_exact(&mut cookie[PREAMBLE_LEN..]).is_err() || !is_cookie(&cookie) {
+            shared.log(format_args!("{peer}: malformed iperf3 cookie; closed"));
+            return;
+        }
+        let session = shared
+            .iperf3
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&cookie)
+            .cloned();
+        stream.set_read_timeout(None).ok();
+        match session {
+            // A data stream of a running iperf3 test. If the session has
+            // just ended, the connection is dropped (closed).
+            Some(tx) => {
+                tx.send(Wake::Attach(0, FlowSocket::Tcp(stream))).ok();
+            }
+            None => {
+                drop(pending);
+                crate::iperf3::session::serve(stream, peer, cookie, shared);
+                shared.finished.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         return;
     }
     match Preamble::decode(&pre) {
@@ -251,7 +326,7 @@ fn classify(
         }) => attach(stream, version, shared),
         Err(ProtoError::NotXferlab) => {
             shared.log(format_args!(
-                "{peer}: not an xferlab client (first bytes {:02x?}); closed",
+                "{peer}: neither an xferlab nor an iperf3 client (first bytes {:02x?}); closed",
                 &pre[..4]
             ));
         }

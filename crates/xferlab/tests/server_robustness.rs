@@ -321,7 +321,11 @@ fn stray_connections_are_closed_and_answered() {
     let mut http = raw_connect(srv.addr());
     send(&mut http, b"GET / HTTP/1.0\r\n\r\n");
     assert!(reads_to_eof(&mut http), "HTTP connection left open");
-    srv.wait_for_log("not an xferlab client", 1, Duration::from_secs(3));
+    srv.wait_for_log(
+        "neither an xferlab nor an iperf3 client",
+        1,
+        Duration::from_secs(3),
+    );
 
     // A data connection with a token no session owns: "unknown session".
     let mut data = raw_connect(srv.addr());

@@ -21,6 +21,7 @@
 //! as numbers, nothing written for unset options).
 
 mod client;
+pub mod convert;
 mod io;
 pub mod json;
 mod params;
@@ -35,7 +36,7 @@ pub use client::{ClientEvent, Iperf3Client};
 pub use params::{Direction, Params, Protocol, StreamInfo};
 pub use results::{Omitted, Results, StreamResult};
 pub use server::{Iperf3Server, ServerEvent};
-pub use wire::{is_cookie, make_cookie, Cookie, State, COOKIE_LEN};
+pub use wire::{is_cookie, make_cookie, may_be_cookie, Cookie, State, UdpHeader, COOKIE_LEN};
 
 /// How long each setup step may take (3.15+ times out every control read
 /// after 10 s; we give the peer the same).

@@ -194,3 +194,78 @@ pub fn is_udp_connect_msg(d: &[u8]) -> bool {
         || d == UDP_CONNECT_MSG_LEGACY.to_le_bytes()
         || d == UDP_CONNECT_MSG_LEGACY.to_be_bytes()
 }
+
+/// Layout of the header at the front of every iperf3 UDP datagram:
+/// `[u32 sec][u32 usec][u32 seq]`, or with `udp_counters_64bit`
+/// `[u32 sec][u32 usec][u64 seq]`, all big-endian. Sequence numbers start
+/// at 1; the time is the sender's clock, so only differences mean anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpHeader {
+    pub counters_64bit: bool,
+}
+
+impl UdpHeader {
+    pub const fn size(self) -> usize {
+        if self.counters_64bit {
+            16
+        } else {
+            12
+        }
+    }
+
+    /// Writes datagram `seq` (1-based) sent at `send_ns` into the front of
+    /// `buf`. A 32-bit sequence wraps as iperf3's does.
+    ///
+    /// # Panics
+    /// If `buf` is shorter than [`UdpHeader::len`] (a sizing bug).
+    pub fn write(self, buf: &mut [u8], seq: u64, send_ns: u64) {
+        let sec = (send_ns / 1_000_000_000) as u32;
+        let usec = ((send_ns % 1_000_000_000) / 1000) as u32;
+        buf[..4].copy_from_slice(&sec.to_be_bytes());
+        buf[4..8].copy_from_slice(&usec.to_be_bytes());
+        if self.counters_64bit {
+            buf[8..16].copy_from_slice(&seq.to_be_bytes());
+        } else {
+            buf[8..12].copy_from_slice(&(seq as u32).to_be_bytes());
+        }
+    }
+
+    /// `(seq, send_ns)` of a received datagram; None if too short.
+    pub fn read(self, buf: &[u8]) -> Option<(u64, u64)> {
+        let b = buf.get(..self.size())?;
+        let sec = u64::from(u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+        let usec = u64::from(u32::from_be_bytes([b[4], b[5], b[6], b[7]]));
+        let seq = if self.counters_64bit {
+            u64::from_be_bytes(b[8..16].try_into().ok()?)
+        } else {
+            u64::from(u32::from_be_bytes([b[8], b[9], b[10], b[11]]))
+        };
+        Some((seq, sec * 1_000_000_000 + usec * 1000))
+    }
+}
+
+#[cfg(test)]
+mod udp_header_tests {
+    use super::UdpHeader;
+
+    #[test]
+    fn both_layouts_round_trip_at_microsecond_resolution() {
+        for wide in [false, true] {
+            let h = UdpHeader {
+                counters_64bit: wide,
+            };
+            let mut buf = [0u8; 20];
+            h.write(&mut buf, 7, 3_000_123_456);
+            assert_eq!(&buf[..4], &3u32.to_be_bytes());
+            assert_eq!(&buf[4..8], &123u32.to_be_bytes());
+            assert_eq!(h.read(&buf), Some((7, 3_000_123_000)));
+            assert_eq!(h.read(&buf[..h.size() - 1]), None);
+        }
+        let narrow = UdpHeader {
+            counters_64bit: false,
+        };
+        let mut buf = [0u8; 12];
+        narrow.write(&mut buf, (1u64 << 32) + 5, 0);
+        assert_eq!(narrow.read(&buf), Some((5, 0)));
+    }
+}

@@ -81,8 +81,22 @@ pub fn connect_data(
 /// A UDP socket bound to `bind` with the knobs applied (buffers, TOS,
 /// don't-fragment).
 pub fn udp_socket(bind: SocketAddr, knobs: &Knobs) -> Result<std::net::UdpSocket, String> {
+    udp_socket_with(bind, knobs, false)
+}
+
+/// As [`udp_socket`], with SO_REUSEADDR when `shared_port`: an iperf3
+/// server binds one socket per stream to the same port and connects each
+/// to its client, so the kernel delivers every stream to its own socket.
+pub fn udp_socket_with(
+    bind: SocketAddr,
+    knobs: &Knobs,
+    shared_port: bool,
+) -> Result<std::net::UdpSocket, String> {
     let sock =
         Socket::new(Domain::for_address(bind), Type::DGRAM, None).map_err(|e| e.to_string())?;
+    if shared_port {
+        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+    }
     sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
     if knobs.dont_fragment {
         sockopt::forbid_fragmentation(&sock, bind.is_ipv6())?;

@@ -278,6 +278,9 @@ impl Reporter for HumanReporter {
         for e in &r.errors {
             writeln!(self.out, "Error: {e}")?;
         }
+        if let Some(text) = &r.server_output {
+            writeln!(self.out, "\nServer output:\n{}", text.trim_end())?;
+        }
         writeln!(self.out, "Status: {}", status_name(r.status))?;
         self.out.flush()
     }

@@ -375,7 +375,7 @@ fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
     Ok(t)
 }
 
-fn assemble(
+pub(crate) fn assemble(
     cfg: &ClientConfig,
     session: String,
     wall_start: SystemTime,
@@ -409,6 +409,7 @@ fn assemble(
         summary,
         status,
         errors: error.into_iter().collect(),
+        server_output: None,
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
+use xferlab_core::iperf3::UdpHeader;
 use xferlab_core::proto::wire::{AttachReply, MAGIC};
 use xferlab_core::result::FlowEnd;
 use xferlab_core::spec::{limits::MAX_GSO_SEGMENTS, Knobs};
@@ -43,6 +44,42 @@ const CMSG_SPACE: usize = 128;
 /// Largest buffer the kernel fills with one GRO receive.
 const GRO_BUFFER: usize = 65_536;
 
+/// Which header the datagrams carry: xferlab's own (sequence from 0, send
+/// time in ns, an end marker), or a stock iperf3 peer's (sequence from 1,
+/// seconds + microseconds, no end marker: the control connection ends
+/// the test).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DatagramWire {
+    #[default]
+    Xferlab,
+    Iperf3(UdpHeader),
+}
+
+impl DatagramWire {
+    fn header_len(self) -> usize {
+        match self {
+            DatagramWire::Xferlab => HEADER_LEN,
+            DatagramWire::Iperf3(h) => h.size(),
+        }
+    }
+
+    /// Writes the header of 0-based datagram `seq`.
+    fn write(self, buf: &mut [u8], seq: u64, send_ns: u64) {
+        match self {
+            DatagramWire::Xferlab => write_header(buf, seq, send_ns),
+            DatagramWire::Iperf3(h) => h.write(buf, seq + 1, send_ns),
+        }
+    }
+
+    /// `(0-based seq, send_ns)`; None for datagrams too short to count.
+    fn read(self, buf: &[u8]) -> Option<(u64, u64)> {
+        match self {
+            DatagramWire::Xferlab => read_header(buf),
+            DatagramWire::Iperf3(h) => h.read(buf).map(|(seq, ns)| (seq.saturating_sub(1), ns)),
+        }
+    }
+}
+
 /// Sends `size`-byte datagrams at `knobs.rate` (or unpaced) until stopped
 /// or `quota` bytes (rounded up to whole datagrams) are sent, then sends
 /// the end marker.
@@ -52,6 +89,7 @@ pub fn send(
     quota: Option<u64>,
     shared: &FlowShared,
     flags: &SideFlags,
+    wire: DatagramWire,
 ) -> FlowOutcome {
     sock.set_write_timeout(Some(POLL_FLAGS)).ok();
     set_timer_slack_1ns();
@@ -66,7 +104,7 @@ pub fn send(
     } else {
         knobs.batch
     };
-    let mut out = SendBatch::new(sock.as_raw_fd(), size, per_call as usize, knobs.gso);
+    let mut out = SendBatch::new(sock.as_raw_fd(), size, per_call as usize, knobs.gso, wire);
     let start = Instant::now();
     let rate = knobs.rate.unwrap_or(0);
     let mut pacer = Pacer::new(rate, size, per_call, 0);
@@ -116,7 +154,7 @@ pub fn send(
         }
     };
     let at = Instant::now();
-    if end == FlowEnd::Completed {
+    if end == FlowEnd::Completed && wire == DatagramWire::Xferlab {
         for _ in 0..END_MARKER_COPIES {
             let mut marker = [0u8; HEADER_LEN];
             write_header(&mut marker, END_MARKER, seq);
@@ -130,12 +168,14 @@ pub fn send(
     }
 }
 
-/// Receives until the end marker (or silence after the test stopped).
+/// Receives until the end marker, silence after the test stopped, or the
+/// side cuts its receivers (iperf3 peers send no end marker).
 pub fn receive(
     sock: &UdpSocket,
     knobs: &Knobs,
     shared: &FlowShared,
     flags: &SideFlags,
+    wire: DatagramWire,
 ) -> FlowOutcome {
     sock.set_read_timeout(Some(POLL_FLAGS)).ok();
     let fd = sock.as_raw_fd();
@@ -145,7 +185,7 @@ pub fn receive(
     let buf_len = if gro {
         GRO_BUFFER
     } else {
-        (knobs.size as usize).max(HEADER_LEN)
+        (knobs.size as usize).max(wire.header_len())
     };
     let mut batch = RecvBatch::new(fd, buf_len, knobs.batch as usize);
     let mut stats = RecvStats::new();
@@ -174,13 +214,13 @@ pub fn receive(
                     drops.max_per_buffer =
                         drops.max_per_buffer.max(m.data.len().div_ceil(seg) as u64);
                     for d in m.data.chunks(seg) {
-                        if d.starts_with(&MAGIC) {
+                        if wire == DatagramWire::Xferlab && d.starts_with(&MAGIC) {
                             // A repeated attach whose ack was lost: ack again.
                             sock.send(&[AttachReply::Ok as u8]).ok();
                             continue;
                         }
-                        match read_header(d) {
-                            Some((END_MARKER, _)) => ended = true,
+                        match wire.read(d) {
+                            Some((END_MARKER, _)) if wire == DatagramWire::Xferlab => ended = true,
                             Some((seq, send_ns)) => {
                                 bytes += d.len() as u64;
                                 stats.on_datagram(seq, send_ns, recv_ns);
@@ -197,7 +237,7 @@ pub fn receive(
                     u64::MAX
                 });
                 shared.udp.host_drops.store(dropped, Ordering::Relaxed);
-                if ended {
+                if ended || flags.cut.load(Ordering::Relaxed) {
                     break FlowEnd::Completed;
                 }
             }
@@ -205,7 +245,10 @@ pub fn receive(
                 if flags.abort.load(Ordering::Relaxed) {
                     break FlowEnd::Aborted("the test was aborted".into());
                 }
-                if flags.stop.load(Ordering::Relaxed) && last_heard.elapsed() >= QUIET_AFTER_STOP {
+                if flags.cut.load(Ordering::Relaxed)
+                    || (flags.stop.load(Ordering::Relaxed)
+                        && last_heard.elapsed() >= QUIET_AFTER_STOP)
+                {
                     break FlowEnd::Completed;
                 }
             }
@@ -348,6 +391,7 @@ struct SendBatch {
     fd: RawFd,
     size: usize,
     gso: bool,
+    wire: DatagramWire,
     bufs: Vec<u8>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
@@ -358,7 +402,7 @@ struct SendBatch {
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
-    fn new(fd: RawFd, size: usize, per_call: usize, gso: bool) -> Self {
+    fn new(fd: RawFd, size: usize, per_call: usize, gso: bool, wire: DatagramWire) -> Self {
         if gso {
             set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, size as libc::c_int);
         }
@@ -368,6 +412,7 @@ impl SendBatch {
             fd,
             size,
             gso,
+            wire,
             bufs,
             iovs: Vec::with_capacity(per_call),
             msgs: Vec::with_capacity(per_call),
@@ -393,7 +438,8 @@ impl SendBatch {
     fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
         let n = n.min(self.iovs.len());
         for i in 0..n {
-            write_header(&mut self.bufs[i * self.size..], seq + i as u64, now_ns);
+            self.wire
+                .write(&mut self.bufs[i * self.size..], seq + i as u64, now_ns);
         }
         if self.gso {
             // One buffer; the kernel cuts it into `size`-byte datagrams.

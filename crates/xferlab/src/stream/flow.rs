@@ -86,6 +86,10 @@ pub struct SideFlags {
     pub stop: AtomicBool,
     /// Everyone leaves at once (peer gone, drain timeout).
     pub abort: AtomicBool,
+    /// Receivers stop now and keep what they counted, as a stock iperf3
+    /// server does on TEST_END (its peer never closes the data
+    /// connections first).
+    pub cut: AtomicBool,
 }
 
 /// How a flow thread ended.
@@ -184,11 +188,17 @@ pub fn receive(
                 got += n as u64;
                 shared.bytes.store(got, Ordering::Relaxed);
                 wake.after_read(n, got);
+                if flags.cut.load(Ordering::Relaxed) {
+                    break FlowEnd::Completed;
+                }
             }
             Err(e) if retry(&e) => {
                 wake.reset(got);
                 if flags.abort.load(Ordering::Relaxed) {
                     break aborted();
+                }
+                if flags.cut.load(Ordering::Relaxed) {
+                    break FlowEnd::Completed;
                 }
             }
             Err(e) => break FlowEnd::Aborted(describe(&e, "receiving")),

@@ -1,9 +1,9 @@
 //! The stream pattern over TCP: bulk transfer one way, reverse or both.
 
 pub mod client;
-mod datagram;
+pub mod datagram;
 mod flow;
 pub mod session;
 mod side;
 
-pub use side::FlowSocket;
+pub use side::{ConnectedFlow, FlowSocket, Side};

@@ -354,7 +354,7 @@ fn attach_flow(
     Ok(())
 }
 
-fn describe(s: &TestSpec) -> String {
+pub(crate) fn describe(s: &TestSpec) -> String {
     let dir = match s.direction {
         Direction::Forward => "forward",
         Direction::Reverse => "reverse",
@@ -372,7 +372,7 @@ fn describe(s: &TestSpec) -> String {
 }
 
 /// One line of what this server received and sent.
-fn outcome_line(ours: Option<&SideReport>) -> String {
+pub(crate) fn outcome_line(ours: Option<&SideReport>) -> String {
     let Some(r) = ours else {
         return "no local report".into();
     };

@@ -17,7 +17,7 @@ use xferlab_core::result::{
 };
 use xferlab_core::spec::{FlowDirection, FlowPlan, Knobs, TestSpec};
 
-use super::datagram;
+use super::datagram::{self, DatagramWire};
 use super::flow::{self, FlowOutcome, FlowShared, SideFlags};
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
@@ -171,6 +171,7 @@ pub struct Side {
     flags: Arc<SideFlags>,
     tally: Arc<CpuTally>,
     knobs: Arc<Knobs>,
+    wire: DatagramWire,
     done: Arc<dyn Fn(u32) + Send + Sync>,
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
@@ -217,6 +218,7 @@ impl Side {
             clock: IntervalClock::new(spec.interval_s, spec.omit_s),
             next_boundary: None,
             knobs: Arc::new(spec.knobs.clone()),
+            wire: DatagramWire::Xferlab,
             flows,
             flags: Arc::new(SideFlags::default()),
             tally,
@@ -227,6 +229,11 @@ impl Side {
             started: false,
             stopped_at: None,
         }
+    }
+
+    /// Which header UDP flows put on their datagrams (before the start).
+    pub fn set_datagram_wire(&mut self, wire: DatagramWire) {
+        self.wire = wire;
     }
 
     /// Takes the "before" counters and starts every flow thread now.
@@ -250,7 +257,7 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id) = (f.role, f.plan.quota, f.plan.id);
+            let (role, quota, id, wire) = (f.role, f.plan.quota, f.plan.id, self.wire);
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -267,10 +274,10 @@ impl Side {
                         flow::receive(s, size, knobs.recv_mode, &shared, &flags)
                     }
                     (FlowSocket::Udp(s), FlowRole::Sender) => {
-                        datagram::send(s, &knobs, quota, &shared, &flags)
+                        datagram::send(s, &knobs, quota, &shared, &flags, wire)
                     }
                     (FlowSocket::Udp(s), FlowRole::Receiver) => {
-                        datagram::receive(s, &knobs, &shared, &flags)
+                        datagram::receive(s, &knobs, &shared, &flags, wire)
                     }
                 };
                 drop(cpu);
@@ -371,12 +378,57 @@ impl Side {
         self.flows.iter().all(|f| f.outcome.is_some())
     }
 
+    pub fn any_of_role(&self, role: FlowRole) -> bool {
+        self.flows.iter().any(|f| f.role == role)
+    }
+
+    /// Whether this side has flows in `role` and all of them have ended.
+    pub fn all_of_role_done(&self, role: FlowRole) -> bool {
+        let mut of_role = self.flows.iter().filter(|f| f.role == role).peekable();
+        of_role.peek().is_some() && of_role.all(|f| f.outcome.is_some())
+    }
+
+    /// Bytes this side's TCP senders wrote that the peer has not yet
+    /// acknowledged (SIOCOUTQ): what is still in flight or queued.
+    pub fn unacked_bytes(&self) -> u64 {
+        self.flows
+            .iter()
+            .filter(|f| f.role == FlowRole::Sender)
+            .filter_map(|f| match &*f.socket {
+                FlowSocket::Tcp(s) => {
+                    let mut queued: libc::c_int = 0;
+                    // SAFETY: TIOCOUTQ writes one int.
+                    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+                    (r == 0).then_some(queued.max(0) as u64)
+                }
+                FlowSocket::Udp(_) => None,
+            })
+            .sum()
+    }
+
+    /// Bytes moved so far by this side's flows in `role`.
+    pub fn bytes_of_role(&self, role: FlowRole) -> u64 {
+        self.flows
+            .iter()
+            .filter(|f| f.role == role)
+            .map(|f| f.shared.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// Asks senders to finish; receivers keep reading to end of stream.
     pub fn stop(&mut self, now: Instant) {
         if self.stopped_at.is_none() {
             self.stopped_at = Some(now);
             self.flags.stop.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Stops senders and receivers alike, keeping what they counted: a
+    /// stock iperf3 peer ends a test on the control connection without
+    /// closing its data connections first.
+    pub fn cut(&mut self, now: Instant) {
+        self.stop(now);
+        self.flags.cut.store(true, Ordering::Relaxed);
     }
 
     /// The moment after which a stopped side's receivers are cut.

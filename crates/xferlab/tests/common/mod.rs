@@ -321,7 +321,7 @@ impl Server {
         Server::start_with(&[])
     }
 
-    /// Starts `xferlab server -p PORT EXTRA...` and waits (bounded) until
+    /// Starts `xferlab server -p PORT --iperf3-port off EXTRA...` and waits (bounded) until
     /// a connection to 127.0.0.1:PORT succeeds. Retries with another port
     /// if the chosen one was taken in the meantime.
     pub fn start_with(extra: &[&str]) -> Server {
@@ -329,6 +329,11 @@ impl Server {
             let port = free_port();
             let port_s = port.to_string();
             let mut args = vec!["server", "-p", port_s.as_str()];
+            // Tests run side by side: none may take iperf3's fixed port
+            // 5201 (iperf3 clients reach the server on -p as well).
+            if !extra.contains(&"--iperf3-port") {
+                args.extend_from_slice(&["--iperf3-port", "off"]);
+            }
             args.extend_from_slice(extra);
             let mut proc = Proc::spawn(&args);
             let deadline = Instant::now() + Duration::from_secs(10);
