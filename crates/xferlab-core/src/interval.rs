@@ -280,11 +280,7 @@ impl FlowMeter {
         TcpTotals {
             retransmits: whole.retransmits,
             rtt_min_us: self.rtt.min,
-            rtt_mean_us: if self.rtt.n > 0 {
-                (self.rtt.sum / self.rtt.n) as u32
-            } else {
-                0
-            },
+            rtt_mean_us: self.rtt.sum.checked_div(self.rtt.n).unwrap_or(0) as u32,
             rtt_max_us: self.rtt.max,
             rwnd_limited_fraction: frac(whole.rwnd_limited_us),
             sndbuf_limited_fraction: frac(whole.sndbuf_limited_us),

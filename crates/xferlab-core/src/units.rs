@@ -12,7 +12,7 @@ use std::fmt;
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let (num, mult) = split_suffix(s, 1024.0).ok_or_else(|| size_help(s))?;
     let v = num * mult;
-    if !(v.is_finite() && v >= 0.0 && v < 1.8e19) || v.fract() != 0.0 && mult == 1.0 {
+    if !(v.is_finite() && (0.0..1.8e19).contains(&v)) || v.fract() != 0.0 && mult == 1.0 {
         return Err(size_help(s));
     }
     Ok(v.round() as u64)
@@ -29,7 +29,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     };
     let (num, mult) = split_suffix(s, 1000.0).ok_or_else(help)?;
     let v = num * mult;
-    if !(v.is_finite() && v >= 0.0 && v < 1.8e19) {
+    if !(v.is_finite() && (0.0..1.8e19).contains(&v)) {
         return Err(help());
     }
     Ok(v.round() as u64)

@@ -53,7 +53,12 @@ pub fn run(
     let mut random = [0u8; 36];
     getrandom::fill(&mut random).map_err(|e| format!("no randomness for the cookie: {e}"))?;
     let cookie = make_cookie(&random);
-    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
+    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout).map_err(|e| {
+        e.replace(
+            net::XFERLAB_SERVER_HINT,
+            "is an iperf3 server (`iperf3 -s`) running there (default port 5201, see -p)?",
+        )
+    })?;
     let server_addr = stream.peer_addr().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
     let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;

@@ -21,7 +21,8 @@ use xferlab_core::iperf3::convert::{
 };
 use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
 use xferlab_core::iperf3::{
-    i_errno, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT, WATCHDOG_GRACE,
+    i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
+    WATCHDOG_GRACE,
 };
 use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::spec::{FlowPlan, Knobs, TestSpec, Transport};
@@ -35,6 +36,10 @@ use crate::stream::datagram::DatagramWire;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, FlowSocket, Side};
 use crate::sys::cpu::CpuTally;
+
+/// How often a stopped session looks whether its receivers have all the
+/// client sent.
+const CATCH_UP_POLL: Duration = Duration::from_millis(1);
 
 /// Removes the session's cookie and its count when the session ends,
 /// whichever way it ends.
@@ -101,6 +106,8 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     let mut connected: Vec<ConnectedFlow> = Vec::new();
     let mut side: Option<Side> = None;
     let mut stopped_at: Option<Instant> = None;
+    let mut cut_at: Option<Instant> = None;
+    let mut peer_sent: Option<Vec<(u32, u64)>> = None;
     let mut report: Option<SideReport> = None;
     let mut failure: Option<String> = None;
 
@@ -152,14 +159,23 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
                     }
                 }
                 ServerEvent::Stop => {
-                    // TEST_END: an iperf3 server closes the data
-                    // connections now, so receivers keep what they have.
+                    // TEST_END: senders stop now. Receivers go on until
+                    // they have what the client says it sent (its results
+                    // come next), so both ends' totals agree; a stock
+                    // iperf3 server would stop counting here.
                     stopped_at = Some(now);
                     if let Some(s) = side.as_mut() {
-                        s.cut(now);
+                        s.stop(now);
                     }
                 }
-                ServerEvent::PeerResults(_) => {}
+                ServerEvent::PeerResults(r) => {
+                    peer_sent = Some(
+                        r.streams
+                            .iter()
+                            .filter_map(|s| Some((stream_index(s.id)? as u32, s.bytes)))
+                            .collect(),
+                    );
+                }
                 ServerEvent::Done => {
                     shared.log(format_args!(
                         "{label} {peer}: done: {}",
@@ -181,7 +197,17 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
             s.reap();
             s.tick(now);
             if let Some(t) = stopped_at {
-                if !s.all_done() && now >= t + RESULTS_DRAIN {
+                let udp = test
+                    .as_ref()
+                    .is_some_and(|t| t.spec.transport == Transport::Udp);
+                let caught_up = peer_sent
+                    .as_ref()
+                    .is_some_and(|p| udp || s.receivers_caught_up(p));
+                if cut_at.is_none() && (caught_up || now >= t + RESULTS_DRAIN) {
+                    s.cut(now);
+                    cut_at = Some(now);
+                }
+                if cut_at.is_some_and(|c| now >= c + RESULTS_DRAIN) && !s.all_done() {
                     s.abort("flows did not stop within 2 s of TEST_END: cut");
                 }
                 if s.all_done() {
@@ -214,6 +240,13 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
             .into_iter()
             .chain(ctl.poll_timeout())
             .chain(stopped_at.map(|t| t + RESULTS_DRAIN))
+            .chain(cut_at.map(|t| t + RESULTS_DRAIN))
+            // Waiting for receivers to catch up: look again soon.
+            .chain(
+                stopped_at
+                    .filter(|_| cut_at.is_none())
+                    .map(|_| now + CATCH_UP_POLL),
+            )
             .min()
             .map_or(Duration::from_secs(1), |t| {
                 t.saturating_duration_since(Instant::now())

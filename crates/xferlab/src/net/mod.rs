@@ -134,11 +134,15 @@ pub fn keepalive(s: &TcpStream) {
     sock.set_tcp_keepalive(&ka).ok();
 }
 
+/// The end of a "connection refused" message: what to check.
+pub const XFERLAB_SERVER_HINT: &str =
+    "is `xferlab server` running there (default port 5290, see -p)?";
+
 pub fn connect_error(addr: SocketAddr, e: &io::Error) -> String {
     match e.kind() {
-        io::ErrorKind::ConnectionRefused => format!(
-            "cannot connect to {addr}: connection refused; is `xferlab server` running there (default port {DEFAULT_PORT}, see -p)?"
-        ),
+        io::ErrorKind::ConnectionRefused => {
+            format!("cannot connect to {addr}: connection refused; {XFERLAB_SERVER_HINT}")
+        }
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
             format!("cannot connect to {addr}: no answer (timed out); check the address, routes and firewalls")
         }

@@ -275,7 +275,7 @@ impl WakeThreshold {
             return;
         }
         self.reads += 1;
-        if self.reads % RETUNE_EVERY != 0 {
+        if !self.reads.is_multiple_of(RETUNE_EVERY) {
             return;
         }
         let now = Instant::now();

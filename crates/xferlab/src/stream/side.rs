@@ -406,6 +406,17 @@ impl Side {
             .sum()
     }
 
+    /// Whether every receiving flow named in `targets` (flow id, bytes
+    /// its peer sent) has received at least that much.
+    pub fn receivers_caught_up(&self, targets: &[(u32, u64)]) -> bool {
+        targets.iter().all(|&(id, sent)| {
+            self.flows
+                .iter()
+                .find(|f| f.plan.id == id && f.role == FlowRole::Receiver)
+                .is_none_or(|f| f.shared.bytes.load(Ordering::Relaxed) >= sent)
+        })
+    }
+
     /// Bytes moved so far by this side's flows in `role`.
     pub fn bytes_of_role(&self, role: FlowRole) -> u64 {
         self.flows

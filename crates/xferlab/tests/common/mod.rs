@@ -103,17 +103,25 @@ pub struct Proc {
 impl Proc {
     /// Starts `xferlab ARGS` with stdout and stderr captured.
     pub fn spawn(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
+        let mut p = Proc::spawn_program(BIN, args);
+        p.label = format!("xferlab {}", args.join(" "));
+        p
+    }
+
+    /// Starts another program (a peer tool such as iperf3), captured the
+    /// same way.
+    pub fn spawn_program(program: &str, args: &[&str]) -> Proc {
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {BIN}: {e}"));
+            .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
         let stdout = Capture::new(child.stdout.take().expect("piped stdout"));
         let stderr = Capture::new(child.stderr.take().expect("piped stderr"));
         Proc {
-            label: format!("xferlab {}", args.join(" ")),
+            label: format!("{program} {}", args.join(" ")),
             child,
             stdout,
             stderr,
