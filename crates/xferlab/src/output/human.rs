@@ -588,14 +588,18 @@ impl TcpSummary {
 
 impl fmt::Display for TcpSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rtt min/mean/max {} / {} / {}, retransmits {}",
-            Micros(u64::from(self.rtt_min_us)),
-            Micros(self.rtt_mean_us),
-            Micros(u64::from(self.rtt_max_us)),
-            self.retransmits
-        )?;
+        // A max of 0 means no RTT was sampled (a stock iperf3 peer's
+        // totals carry only retransmits).
+        if self.rtt_max_us > 0 {
+            write!(
+                f,
+                "rtt min/mean/max {} / {} / {}, ",
+                Micros(u64::from(self.rtt_min_us)),
+                Micros(self.rtt_mean_us),
+                Micros(u64::from(self.rtt_max_us)),
+            )?;
+        }
+        write!(f, "retransmits {}", self.retransmits)?;
         if self.rwnd_limited > 0.0 {
             write!(
                 f,
