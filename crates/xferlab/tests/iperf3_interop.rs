@@ -412,12 +412,18 @@ fn a_busy_server_answers_iperf3s_way() {
 
 #[test]
 fn xferlab_speaks_iperf3_to_itself() {
-    let v = embedded_json(&["--iperf3", "-u", "-b", "20M", "--bidir"], 1.0);
+    let v = embedded_json(&["--iperf3", "-u", "-b", "20M", "--bidir", "-t", "1"], 1.0);
     validate_schema(&v);
     assert_ok(&v);
     for d in v["summary"]["directions"].as_array().unwrap() {
+        // On loopback the only loss is a receive buffer overrun: nothing
+        // may be cut off at the end of the test.
         let udp = &d["udp"];
-        assert_eq!(udp["sent"], udp["received"], "{d}");
+        assert_eq!(
+            u64_at(udp, "/sent"),
+            u64_at(udp, "/received") + u64_at(udp, "/host_drops"),
+            "{d}"
+        );
     }
 }
 

@@ -197,12 +197,9 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
             s.reap();
             s.tick(now);
             if let Some(t) = stopped_at {
-                let udp = test
-                    .as_ref()
-                    .is_some_and(|t| t.spec.transport == Transport::Udp);
-                let caught_up = peer_sent
-                    .as_ref()
-                    .is_some_and(|p| udp || s.receivers_caught_up(p));
+                // UDP receivers also end by themselves once the stream
+                // has been quiet for a moment after the stop.
+                let caught_up = peer_sent.as_ref().is_some_and(|p| s.receivers_caught_up(p));
                 if cut_at.is_none() && (caught_up || now >= t + RESULTS_DRAIN) {
                     s.cut(now);
                     cut_at = Some(now);
