@@ -22,14 +22,25 @@ echo '== tcp =='; xferlab stream -t 1 -i 0 -J > /tmp/r.json; echo rc=$?; grep -c
 echo '== stderr =='; echo to-stderr >&2
 exit 7
 ";
-    let r = run_vm(&["--extra-modules", "dummy_hcd"], script, Duration::from_secs(600));
+    let r = run_vm(
+        &["--extra-modules", "dummy_hcd"],
+        script,
+        Duration::from_secs(600),
+    );
     assert_eq!(r.code, 7, "the guest's exit status is the script's");
     assert!(section(&r.out, "kernel").starts_with("6.1."), "{}", r.out);
-    assert!(r.log.contains("kernel 6.1."), "the lab log names the kernel version");
+    assert!(
+        r.log.contains("kernel 6.1."),
+        "the lab log names the kernel version"
+    );
     assert!(section(&r.out, "xferlab").starts_with("xferlab "));
     assert!(section(&r.out, "modules").contains("dummy_udc.0"));
     let tcp = section(&r.out, "tcp");
-    assert_eq!(field(tcp, "rc"), Some("0"), "xferlab ran in the guest: {tcp}");
+    assert_eq!(
+        field(tcp, "rc"),
+        Some("0"),
+        "xferlab ran in the guest: {tcp}"
+    );
     assert!(section(&r.out, "stderr").contains("to-stderr"));
     assert_no_qemu_left();
 }

@@ -95,7 +95,10 @@ pub fn run_vm(args: &[&str], script: &str, deadline: Duration) -> VmRun {
         run.log,
         run.out
     );
-    assert!(!timed_out, "lab/vm/run overran the test's {deadline:?} deadline");
+    assert!(
+        !timed_out,
+        "lab/vm/run overran the test's {deadline:?} deadline"
+    );
     assert_ne!(run.code, 125, "the lab VM itself failed:\n{}", run.log);
     run
 }
@@ -147,7 +150,11 @@ fn is_descendant(proc_dir: &std::path::Path, ancestor: u32) -> bool {
         let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
             return false;
         };
-        let ppid: u32 = after.split(' ').nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let ppid: u32 = after
+            .split(' ')
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
         if ppid == ancestor {
             return true;
         }

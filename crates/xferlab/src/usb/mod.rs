@@ -1,0 +1,63 @@
+//! The USB transport: `xferlab usb list | bulk | gadget`. The sans-IO parts
+//! (descriptors, patterns, queue bookkeeping, counters, error texts) live in
+//! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
+//! drivers.
+
+mod bulk;
+pub mod cli;
+mod device;
+mod engine;
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicU32;
+
+use cli::{UsbArgs, UsbCommand};
+
+pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
+    match &a.command {
+        UsbCommand::List => list(),
+        UsbCommand::Bulk(b) => bulk::run(b, interrupts),
+        UsbCommand::Gadget(_) => {
+            eprintln!("xferlab: `usb gadget` is not built yet");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn list() -> ExitCode {
+    let devs = match device::list_devices() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("xferlab: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!("BUS.ADDR  VID:PID    SPEED       DRIVERS            PRODUCT");
+    for d in &devs {
+        let drivers: Vec<String> = d
+            .interfaces()
+            .map(|i| {
+                let drv =
+                    device::interface_driver(d, i.interface_number()).unwrap_or_else(|| "-".into());
+                format!("{}:{drv}", i.interface_number())
+            })
+            .collect();
+        println!(
+            "{:<9} {:04x}:{:04x}  {:<10}  {:<17}  {}{}",
+            format!("{}.{}", d.busnum(), d.device_address()),
+            d.vendor_id(),
+            d.product_id(),
+            device::speed_label(d.speed()).unwrap_or("?"),
+            if drivers.is_empty() {
+                "-".into()
+            } else {
+                drivers.join(",")
+            },
+            d.product_string().unwrap_or(""),
+            d.serial_number()
+                .map(|s| format!(" (serial {s})"))
+                .unwrap_or_default()
+        );
+    }
+    ExitCode::SUCCESS
+}
