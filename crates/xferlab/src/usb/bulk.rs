@@ -21,7 +21,7 @@ use xferlab_core::units::{format_bytes, RateUnit};
 use xferlab_core::usb::descriptor::{EndpointDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{
-    LatencySummary, UsbCounters, UsbPipeReport, UsbReport, UsbSample, UsbTotals,
+    ErrorKind, LatencySummary, UsbCounters, UsbPipeReport, UsbReport, UsbSample, UsbTotals,
 };
 
 use super::cli::{BulkArgs, UsbDir};
@@ -513,6 +513,14 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
         };
         if let Some(e) = &outcome.error {
             run_errors.push(e.clone());
+        }
+        if c.error(ErrorKind::Stall) > 0 && outcome.error.is_none() {
+            run_errors.push(format!(
+                "endpoint 0x{:02x} stalled {} times (each cleared and the run went on): the device halted it, \
+                 e.g. a SourceSink sink rejecting data that breaks its pattern (--pattern)",
+                p.ep.address,
+                c.error(ErrorKind::Stall)
+            ));
         }
         if let Some(m) = &outcome.first_mismatch {
             run_errors.push(format!(

@@ -88,10 +88,14 @@ pub fn run_vm(args: &[&str], script: &str, deadline: Duration) -> VmRun {
         log: String::from_utf8_lossy(&output.stderr).into_owned(),
         wall: t0.elapsed(),
     };
+    // The whole guest output, for reading after a failure.
+    let keep = repo_root().join("target").join("labvm-last-output.txt");
+    std::fs::write(&keep, format!("{}\n--- lab log ---\n{}", run.out, run.log)).ok();
     eprintln!(
-        "lab VM: exit {} in {:.1} s\n--- lab log ---\n{}--- guest output ---\n{}",
+        "lab VM: exit {} in {:.1} s (output kept in {})\n--- lab log ---\n{}--- guest output ---\n{}",
         run.code,
         run.wall.as_secs_f64(),
+        keep.display(),
         run.log,
         run.out
     );
