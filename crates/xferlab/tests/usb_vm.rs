@@ -14,7 +14,7 @@ use std::time::Duration;
 use labvm_support::*;
 use serde_json::Value;
 
-const USB_MODULES: &str = "dummy_hcd,libcomposite,usb_f_ss_lb";
+const USB_MODULES: &str = "dummy_hcd,libcomposite,usb_f_ss_lb,usb_f_fs,usbtest";
 
 struct Cell {
     rc: i32,
@@ -26,13 +26,20 @@ fn cell(out: &str, name: &str) -> Cell {
     let s = section(out, name);
     let rc = field(s, "rc").and_then(|v| v.parse().ok()).unwrap_or(-1);
     let stderr = field(s, "stderr").unwrap_or("").to_string();
-    let json_text: String = s
-        .lines()
-        .skip_while(|l| !l.starts_with('{'))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let json = serde_json::from_str(&json_text).ok();
+    let json = serde_json::from_str(&json_block(s)).ok();
     Cell { rc, stderr, json }
+}
+
+/// The pretty-printed JSON document in a section: from a line `{` to the line `}`.
+fn json_block(s: &str) -> String {
+    let mut out = Vec::new();
+    for l in s.lines().skip_while(|l| *l != "{") {
+        out.push(l);
+        if l == "}" {
+            break;
+        }
+    }
+    out.join("\n")
 }
 
 fn mbps(v: &Value, flow: usize) -> f64 {
@@ -51,12 +58,16 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-host-tests.sh")).unwrap();
     let usb_sh = repo_root().join("lab/vm/guest/usb.sh");
     let add = format!("{}:/work/usb.sh", usb_sh.display());
+    let testusb = build_testusb();
+    let add_testusb = format!("{testusb}:/work/testusb");
     let r = run_vm(
         &[
             "--extra-modules",
             USB_MODULES,
             "--add",
             &add,
+            "--add",
+            &add_testusb,
             "--timeout",
             "400",
         ],
@@ -161,6 +172,112 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         "xferlab took {after} s to exit after the unbind"
     );
 
+    // A kernel driver (usbtest) holds the interface: the error names it; --detach-kernel-driver works and gives it back.
+    let busy = cell(&r.out, "busy");
+    assert_eq!(busy.rc, 1, "{}", busy.stderr);
+    for needle in [
+        "held by the kernel driver `usbtest`",
+        "--detach-kernel-driver",
+        "/sys/bus/usb/drivers/usbtest/unbind",
+    ] {
+        assert!(
+            busy.stderr.contains(needle),
+            "missing `{needle}`: {}",
+            busy.stderr
+        );
+    }
+    let det = cell(&r.out, "detach");
+    assert_eq!(det.rc, 0, "{}", det.stderr);
+    assert_eq!(det.json.unwrap()["status"], "ok");
+    assert_eq!(
+        section(&r.out, "after-detach").trim(),
+        "1",
+        "usbtest is bound again after the run"
+    );
+
+    // testusb (usbtest tests 27/28) vs xferlab, same gadget, same bytes: a ratio, no threshold.
+    let mut ratios = Vec::new();
+    for (t, dir) in [(27, "out"), (28, "in")] {
+        let text = section(&r.out, &format!("testusb-{t}"));
+        assert_eq!(field(text, "rc"), Some("0"), "testusb -t {t}: {text}");
+        assert!(!text.contains("-->"), "testusb -t {t} failed: {text}");
+        let secs: f64 = text
+            .split(&format!("test {t},"))
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no time in testusb output: {text}"));
+        let bytes = 32.0 * 32.0 * 65536.0;
+        let reference = bytes / secs / 1e6;
+        let c = cell(&r.out, &format!("cmp-xferlab-{dir}"));
+        assert_eq!(c.rc, 0, "{}", c.stderr);
+        let v = c.json.unwrap();
+        assert_eq!(
+            v["client"]["flows"][0]["total"]["bytes"].as_f64().unwrap(),
+            bytes
+        );
+        let ours = mbps(&v, 0);
+        let line = format!(
+            "64 KiB x32 queued {}: xferlab {ours:.1} MB/s, testusb -t {t} {reference:.1} MB/s, ratio {:.2}",
+            dir.to_uppercase(),
+            ours / reference
+        );
+        eprintln!("{line}");
+        ratios.push(line);
+    }
+    std::fs::write(
+        repo_root().join("target/usb-vs-testusb.txt"),
+        ratios.join("\n") + "\n",
+    )
+    .ok();
+
+    // xferlab's own FunctionFS gadget, AIO and sync, against the host side.
+    for io in ["aio", "sync"] {
+        for dir in ["in", "out", "both"] {
+            let name = format!("ffs-{io}-{dir}");
+            let c = cell(&r.out, &name);
+            assert_eq!(c.rc, 0, "{name}: {}", c.stderr);
+            let v = c.json.unwrap();
+            common::validate_schema(&v);
+            assert_eq!(v["status"], "ok", "{name}");
+            assert_eq!(v["client"]["usb"]["device"]["vendor_id"], 0x1d6b);
+            for (i, p) in v["client"]["usb"]["pipes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .enumerate()
+            {
+                assert_eq!(
+                    p["total"]["pattern_errors"], 0,
+                    "{name}: the gadget's IN data follows the pattern"
+                );
+                assert!(mbps(&v, i) > 0.0, "{name}");
+            }
+        }
+        let g = section(&r.out, &format!("ffs-{io}-gadget"));
+        assert_eq!(field(g, "rc"), Some("130"), "Ctrl-C ends the gadget: {g}");
+        assert_eq!(field(g, "leftover_configfs"), Some("0"), "{g}");
+        assert_eq!(field(g, "leftover_mounts"), Some("0"), "{g}");
+        let gv: Value = serde_json::from_str(&json_block(g))
+            .unwrap_or_else(|e| panic!("gadget JSON: {e}: {g}"));
+        assert_eq!(gv["io"], io);
+        assert!(gv["in"]["bytes"].as_u64().unwrap() > 0, "{gv}");
+        assert!(gv["out"]["bytes"].as_u64().unwrap() > 0, "{gv}");
+        assert_eq!(
+            gv["out"]["pattern_errors"], 0,
+            "the host's OUT data follows the pattern: {gv}"
+        );
+    }
+    let left = section(&r.out, "gadget-leftover");
+    assert_eq!(field(left, "rc"), Some("1"), "{left}");
+    assert!(
+        field(left, "stderr").unwrap().contains("--cleanup"),
+        "{left}"
+    );
+    assert_eq!(field(left, "cleanup_rc"), Some("0"), "{left}");
+    assert_eq!(field(left, "leftover_configfs"), Some("0"), "{left}");
+    assert_eq!(field(left, "leftover_mounts"), Some("0"), "{left}");
+
     let sup = cell(&r.out, "super-in-512");
     assert_eq!(sup.rc, 2, "{}", sup.stderr);
     assert!(sup.stderr.starts_with("xferlab: ") && sup.stderr.trim_end().lines().count() == 1);
@@ -177,6 +294,18 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         ok.json.unwrap()["client"]["usb"]["pipes"][0]["max_packet"],
         1024
     );
-    assert!(section(&r.out, "done").is_empty() || true);
     assert_no_qemu_left();
+}
+
+/// The kernel's testusb, built statically from Debian's linux-source-6.1 (cached).
+fn build_testusb() -> String {
+    let out = std::process::Command::new(repo_root().join("lab/vm/build-testusb"))
+        .output()
+        .expect("run lab/vm/build-testusb");
+    assert!(
+        out.status.success(),
+        "building testusb failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

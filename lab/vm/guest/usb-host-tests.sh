@@ -47,6 +47,71 @@ echo "exit_after_unbind_s=$(( $(date +%s) - t0 ))"
 cat /tmp/cell.json
 ss_gadget_down
 
+# A kernel driver holding the interface: usbtest binds 0525:a4a0 by itself.
+# Pattern 0 (zeros) here: usbtest's queued write (test 27) sends zeros.
+ss_gadget_up 0 65536 8 && usb_wait_device 0525:a4a0 || exit 5
+modprobe usbtest
+sleep 0.5
+cell busy --dir in -l 16K -Q 4 -t $T
+cell detach --dir in -l 16K -Q 4 -t $T --detach-kernel-driver --pattern 0
+echo "== after-detach =="
+ls /sys/bus/usb/drivers/usbtest/ | grep -c ':1.0' || true
+
+# The kernel's reference tool on the same gadget, 64 KiB queued x32, next to
+# xferlab with the same bytes (usbtest tests 27/28: iterations x sglen x size).
+if [ -x /work/testusb ]; then
+    dev=$(for d in /sys/bus/usb/devices/*; do [ "$(cat $d/idProduct 2>/dev/null)" = a4a0 ] && \
+          printf '/dev/bus/usb/%03d/%03d' $(cat $d/busnum) $(cat $d/devnum); done)
+    for t in 27 28; do
+        echo "== testusb-$t =="
+        /work/testusb -D $dev -t $t -s 65536 -g 32 -c ${CMP_ITER:-32} 2>&1
+        echo "rc=$?"
+    done
+    cell cmp-xferlab-out --dir out -l 64K -Q 32 -n $(( ${CMP_ITER:-32} * 32 * 65536 )) --detach-kernel-driver
+    cell cmp-xferlab-in --dir in -l 64K -Q 32 -n $(( ${CMP_ITER:-32} * 32 * 65536 )) --detach-kernel-driver
+fi
+rmmod usbtest
+ss_gadget_down
+
+# xferlab's own gadget: FunctionFS source/sink, AIO then sync, against the host side.
+modprobe usb_f_fs
+for io in aio sync; do
+    xferlab usb gadget --io $io --queue 8 -l 16K --pattern 1 -J > /tmp/gadget.json 2> /tmp/gadget.err &
+    gpid=$!
+    usb_wait_device 1d6b:0104 || { cat /tmp/gadget.err; exit 6; }
+    for dir in in out both; do
+        xferlab usb bulk -d 1d6b:0104 -J --dir $dir -l 16K -Q 8 -t $T --pattern 1 > /tmp/cell.json 2> /tmp/cell.err
+        rc=$?
+        echo "== ffs-$io-$dir =="
+        echo "rc=$rc"
+        echo "stderr=$(tr '\n' ' ' < /tmp/cell.err)"
+        cat /tmp/cell.json
+    done
+    kill -INT $gpid
+    wait $gpid
+    grc=$?
+    echo "== ffs-$io-gadget =="
+    echo "rc=$grc"
+    echo "stderr=$(tr '\n' ' ' < /tmp/gadget.err)"
+    echo "leftover_configfs=$(ls /sys/kernel/config/usb_gadget | wc -l)"
+    echo "leftover_mounts=$(grep -c functionfs /proc/mounts)"
+    cat /tmp/gadget.json
+done
+# A killed gadget leaves configfs state; the next run names the fix, --cleanup removes it.
+xferlab usb gadget > /dev/null 2>&1 &
+gpid=$!
+usb_wait_device 1d6b:0104
+kill -KILL $gpid; wait $gpid
+xferlab usb gadget -t 1 > /dev/null 2> /tmp/cell.err
+rc=$?
+echo "== gadget-leftover =="
+echo "rc=$rc"
+echo "stderr=$(tr '\n' ' ' < /tmp/cell.err)"
+xferlab usb gadget --cleanup
+echo "cleanup_rc=$?"
+echo "leftover_configfs=$(ls /sys/kernel/config/usb_gadget | wc -l)"
+echo "leftover_mounts=$(grep -c functionfs /proc/mounts)"
+
 echo "== setup-super =="
 usb_hcd_reload super
 ss_gadget_up 1 65536 8 && usb_wait_device 0525:a4a0 || exit 4

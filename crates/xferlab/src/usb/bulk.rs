@@ -244,6 +244,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             pattern: a.pattern,
             transfer_timeout: Duration::from_secs_f64(a.transfer_timeout),
             speed,
+            sysfs: info.sysfs_path().to_path_buf(),
         };
         let live = Arc::new(LiveCounters::default());
         let (l2, c2, t2) = (live.clone(), ctl.clone(), tally.clone());
@@ -566,6 +567,10 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
     }
     // Release the interface before reporting (nusb ignores errors of a gone device).
     drop(intf);
+    if a.detach_kernel_driver {
+        // Give the interface back to the driver we took it from (nothing to do if none).
+        let _ = dev.attach_kernel_driver(pipes.interface);
+    }
     drop(dev);
     let side = SideReport {
         endpoint: Side::Client,

@@ -151,6 +151,10 @@ pub struct GadgetArgs {
     /// Print the gadget's counters as JSON at exit.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Remove a gadget (and FunctionFS mount) of this --name that a killed
+    /// run left behind, then exit.
+    #[arg(long)]
+    pub cleanup: bool,
 }
 
 fn parse_ep(s: &str) -> Result<u8, String> {

@@ -68,6 +68,24 @@ pub struct PipeSetup {
     pub pattern: Pattern,
     pub transfer_timeout: Duration,
     pub speed: &'static str,
+    /// The device's sysfs directory: it disappears when the device does.
+    pub sysfs: std::path::PathBuf,
+}
+
+/// A bus fault is often the first sign of a device going away (the host
+/// controller fails the URBs in flight with EPROTO before the hub notices
+/// the disconnect): wait up to a second for the device to vanish.
+fn gone_within(sysfs: &std::path::Path, wait: Duration) -> bool {
+    let t = Instant::now();
+    loop {
+        if !sysfs.exists() {
+            return true;
+        }
+        if t.elapsed() >= wait {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// How one endpoint's run ended.
@@ -211,7 +229,13 @@ pub fn run_pipe<Dir: EndpointDirection>(
                 if actual > 0 {
                     out.end_s = t as f64 * 1e-9;
                 }
-                let kind = classify(e);
+                let mut kind = classify(e);
+                if matches!(kind, ErrorKind::Fault | ErrorKind::Other)
+                    && !q.stopping()
+                    && gone_within(&s.sysfs, Duration::from_secs(1))
+                {
+                    kind = ErrorKind::Disconnected;
+                }
                 if kind == ErrorKind::Cancelled && q.stopping() {
                     // Our own cancel at the end of the run: not an error.
                 } else {

@@ -3,10 +3,12 @@
 //! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
 //! drivers.
 
+mod aio;
 mod bulk;
 pub mod cli;
 mod device;
 mod engine;
+mod gadget;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -17,10 +19,7 @@ pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
     match &a.command {
         UsbCommand::List => list(),
         UsbCommand::Bulk(b) => bulk::run(b, interrupts),
-        UsbCommand::Gadget(_) => {
-            eprintln!("xferlab: `usb gadget` is not built yet");
-            ExitCode::from(2)
-        }
+        UsbCommand::Gadget(g) => gadget::run(g, interrupts),
     }
 }
 
