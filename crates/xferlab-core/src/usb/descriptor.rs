@@ -154,7 +154,7 @@ pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, 
     let candidates: Vec<&InterfaceDesc> = cfg
         .interfaces
         .iter()
-        .filter(|i| req.interface.map_or(true, |n| n == i.number))
+        .filter(|i| req.interface.is_none_or(|n| n == i.number))
         .collect();
     if candidates.is_empty() {
         let have: Vec<String> = cfg

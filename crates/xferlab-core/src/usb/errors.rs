@@ -48,7 +48,7 @@ pub fn in_size_not_whole_packets(
 
 /// A transfer failed with a bus/protocol fault.
 pub fn fault(endpoint: u8, is_in: bool, size: usize, max_packet: usize) -> String {
-    if is_in && size % max_packet.max(1) != 0 {
+    if is_in && !size.is_multiple_of(max_packet.max(1)) {
         return format!(
             "IN endpoint 0x{endpoint:02x}: overflow (EOVERFLOW): the device sent a {max_packet}-byte packet \
              into a {size}-byte request; use a multiple of {max_packet} with -l"

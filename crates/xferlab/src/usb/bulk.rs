@@ -70,7 +70,7 @@ fn validate(a: &BulkArgs) -> Result<(), String> {
     if a.bytes == Some(0) {
         return Err("-n/--bytes must be at least 1".into());
     }
-    if !(a.transfer_timeout > 0.0) {
+    if a.transfer_timeout.is_nan() || a.transfer_timeout <= 0.0 {
         return Err("--transfer-timeout must be positive".into());
     }
     if a.format == Format::Iperf3Json {
@@ -166,7 +166,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
     let size = a.size as usize;
     if want_in {
         let ep = pipes.bulk_in.expect("checked");
-        if size % usize::from(ep.max_packet.max(1)) != 0 {
+        if !size.is_multiple_of(usize::from(ep.max_packet.max(1))) {
             return fail(
                 &errors::in_size_not_whole_packets(size, ep.address, ep.max_packet.into(), speed),
                 2,

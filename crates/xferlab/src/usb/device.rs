@@ -76,7 +76,13 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>, String> {
         .wait()
         .map(|it| it.collect())
         .map_err(|e| {
-            format!("cannot list USB devices: {e}; is /sys/bus/usb there (a USB host controller)?")
+            if !std::path::Path::new("/sys/bus/usb/devices").exists() {
+                "this machine has no USB host controller (/sys/bus/usb is missing); run on a host \
+                 with USB, or in the lab VM (lab/vm/run, dummy_hcd)"
+                    .to_string()
+            } else {
+                format!("cannot list USB devices: {e}")
+            }
         })
 }
 
@@ -90,7 +96,7 @@ pub fn select(sel: &Selector, serial: Option<&str>) -> Result<DeviceInfo, String
             Selector::BusAddr(b, a) => d.busnum() == *b && d.device_address() == *a,
             Selector::Auto => d.interfaces().any(|i| i.class() == 0xff) && d.class() != 9,
         })
-        .filter(|d| serial.map_or(true, |s| d.serial_number() == Some(s)))
+        .filter(|d| serial.is_none_or(|s| d.serial_number() == Some(s)))
         .collect();
     match matches.as_slice() {
         [one] => Ok((*one).clone()),

@@ -275,7 +275,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                             fail(&mut q, &mut ep, msg, &mut out);
                         }
                         ErrorKind::Invalid => {
-                            let msg = if is_in && s.size % s.max_packet != 0 {
+                            let msg = if is_in && !s.size.is_multiple_of(s.max_packet) {
                                 errors::in_size_not_whole_packets(
                                     s.size,
                                     s.address,

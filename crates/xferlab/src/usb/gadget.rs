@@ -175,14 +175,19 @@ fn check_configfs() -> Result<(), String> {
     if Path::new(CONFIGFS).is_dir() {
         return Ok(());
     }
-    if !Path::new("/sys/kernel/config").is_dir()
-        || fs::read_dir("/sys/kernel/config")
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(true)
-    {
-        let _ = std::process::Command::new("mount")
-            .args(["-t", "configfs", "none", "/sys/kernel/config"])
-            .status();
+    if Path::new("/sys/kernel/config").is_dir() {
+        // configfs not mounted yet (minimal systems): mount it, quietly.
+        let (src, target, fstype) = (c"none", c"/sys/kernel/config", c"configfs");
+        // SAFETY: valid C strings, no data.
+        unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
     }
     if Path::new(CONFIGFS).is_dir() {
         return Ok(());
