@@ -75,7 +75,8 @@ pub fn run_vm(args: &[&str], script: &str, deadline: Duration) -> VmRun {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        unsafe { libc_kill(pid as i32, 15) };
+        // SAFETY: signals our own child.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
         true
     });
     let output = child.wait_with_output().expect("wait for lab/vm/run");
@@ -105,11 +106,6 @@ pub fn run_vm(args: &[&str], script: &str, deadline: Duration) -> VmRun {
     );
     assert_ne!(run.code, 125, "the lab VM itself failed:\n{}", run.log);
     run
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 /// The lines of `out` between `== NAME ==` and the next `== ` header.
