@@ -156,6 +156,29 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         1 << 20
     );
 
+    let by_addr = cell(&r.out, "select-busaddr");
+    assert_eq!(by_addr.rc, 0, "{}", by_addr.stderr);
+    let want = field(section(&r.out, "select-busaddr"), "busaddr")
+        .unwrap()
+        .to_string();
+    let dev = &by_addr.json.unwrap()["client"]["usb"]["device"];
+    assert_eq!(format!("{}.{}", dev["bus"], dev["address"]), want);
+    let auto = cell(&r.out, "select-auto");
+    assert_eq!(auto.rc, 0, "{}", auto.stderr);
+    assert_eq!(
+        auto.json.unwrap()["client"]["usb"]["device"]["product_id"],
+        0xa4a0
+    );
+    let wrong = cell(&r.out, "select-wrong-serial");
+    assert_eq!(wrong.rc, 1);
+    assert!(
+        wrong
+            .stderr
+            .contains("no USB device 0525:a4a0 and serial nope"),
+        "{}",
+        wrong.stderr
+    );
+
     let d = cell(&r.out, "disconnect");
     assert_eq!(d.rc, 1, "disconnect: partial result, exit 1: {}", d.stderr);
     let v = d.json.expect("a partial result is still written");

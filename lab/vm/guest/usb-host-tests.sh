@@ -29,8 +29,26 @@ done
 cell both-16K-8 --dir both -l 16K -Q 8 -t $T --pattern 1
 # The sink checks OUT data against its pattern (1) and halts its endpoint
 # on the first bad byte: zeros must come back as stalls, cleared and counted.
+# (Its half-filled OUT request keeps zeros afterwards: later cells use IN.)
 cell out-wrong-pattern --dir out -l 4K -Q 4 -t $T --pattern 0
-cell bytes-limit --dir in -l 16K -Q 4 -n 1M --pattern 1
+cell bytes-limit --dir in -l 16K -Q 4 -n 1M --pattern 1 --serial xferlab-lab
+# Selection by BUS.ADDR, and without -d (the one vendor-specific device).
+busaddr=$(for d in /sys/bus/usb/devices/*; do [ "$(cat $d/idProduct 2>/dev/null)" = a4a0 ] && \
+          echo "$(cat $d/busnum).$(cat $d/devnum)"; done)
+xferlab usb bulk -d $busaddr -J --dir in -l 16K -Q 4 -n 1M --pattern 1 > /tmp/cell.json 2> /tmp/cell.err
+rc=$?
+echo "== select-busaddr =="
+echo "rc=$rc"
+echo "busaddr=$busaddr"
+echo "stderr=$(tr '\n' ' ' < /tmp/cell.err)"
+cat /tmp/cell.json
+xferlab usb bulk -J --dir in -l 16K -Q 4 -n 1M > /tmp/cell.json 2> /tmp/cell.err
+rc=$?
+echo "== select-auto =="
+echo "rc=$rc"
+echo "stderr=$(tr '\n' ' ' < /tmp/cell.err)"
+cat /tmp/cell.json
+cell select-wrong-serial --dir in -l 16K -Q 4 -n 1M --serial nope
 
 # Disconnect mid-test: unbind the UDC while a 30 s run is going.
 xferlab usb bulk -d 0525:a4a0 -J --dir in -l 16K -Q 8 -t 30 --pattern 1 > /tmp/cell.json 2> /tmp/cell.err &

@@ -62,6 +62,3 @@ usb_wait_device() {   # VID:PID [seconds]: until it is enumerated and configured
     done
     echo "usb_wait_device: $1 did not appear"; return 1
 }
-
-# Prints KEY=VALUE from an xferlab JSON result (first match), for the test's checks.
-json_num() { grep -o "\"$1\": *[0-9.e+-]*" "$2" | head -n1 | sed 's/.*: *//'; }
