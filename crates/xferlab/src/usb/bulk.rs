@@ -11,8 +11,8 @@ use hdrhistogram::Histogram;
 use nusb::transfer::{Bulk, In, Out};
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{
-    sum_intervals, Endpoint as Side, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
-    SocketSettings, Status, Summary, TestResult, SCHEMA,
+    sum_intervals, CpuUsage, Endpoint as Side, FlowEnd, FlowReport, FlowRole, KernelCounters,
+    SideReport, SocketSettings, Status, Summary, TestResult, SCHEMA,
 };
 use xferlab_core::spec::{
     Direction, FlowDirection, Knobs, Limit, Pattern as TestPattern, TestSpec, Transport,
@@ -28,7 +28,6 @@ use super::cli::{BulkArgs, UsbDir};
 use super::device;
 use super::engine::{self, LiveCounters, PipeOutcome, PipeSetup, RunControl};
 use crate::output::{self, FlowStart, Format, LiveFlow, StartInfo};
-use crate::sys::cpu::CpuTally;
 
 /// usbfs caps the memory of all URBs in flight (usbcore.usbfs_memory_mb, 16 MiB by default).
 const USBFS_DEFAULT_MB: u64 = 16;
@@ -230,7 +229,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
     }
     let clock = IntervalClock::new(a.interval, 0.0);
     let ctl = Arc::new(RunControl::default());
-    let tally = Arc::new(CpuTally::default());
+    let cpu_start = super::process_cpu();
     let wall_start = SystemTime::now();
     let start = Instant::now();
     let mut run_pipes: Vec<Pipe> = Vec::new();
@@ -247,7 +246,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             sysfs: info.sysfs_path().to_path_buf(),
         };
         let live = Arc::new(LiveCounters::default());
-        let (l2, c2, t2) = (live.clone(), ctl.clone(), tally.clone());
+        let (l2, c2) = (live.clone(), ctl.clone());
         let thread = if ep.is_in() {
             let e = match intf.endpoint::<Bulk, In>(ep.address) {
                 Ok(e) => e,
@@ -260,10 +259,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             };
             std::thread::Builder::new()
                 .name(format!("usb-in-{:02x}", ep.address))
-                .spawn(move || {
-                    let _cpu = t2.track();
-                    engine::run_pipe(e, true, setup, start, l2, c2)
-                })
+                .spawn(move || engine::run_pipe(e, true, setup, start, l2, c2))
         } else {
             let e = match intf.endpoint::<Bulk, Out>(ep.address) {
                 Ok(e) => e,
@@ -276,10 +272,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             };
             std::thread::Builder::new()
                 .name(format!("usb-out-{:02x}", ep.address))
-                .spawn(move || {
-                    let _cpu = t2.track();
-                    engine::run_pipe(e, false, setup, start, l2, c2)
-                })
+                .spawn(move || engine::run_pipe(e, false, setup, start, l2, c2))
         };
         let thread = match thread {
             Ok(t) => t,
@@ -579,7 +572,10 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
         duration_s: flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max),
         sums: sum_intervals(&flows),
         flows,
-        cpu: tally.usage(wall),
+        cpu: {
+            let (u, sy) = super::process_cpu();
+            CpuUsage::new(u - cpu_start.0, sy - cpu_start.1, wall)
+        },
         counters: KernelCounters::default(),
         warnings: Vec::new(),
         usb: Some(UsbReport {

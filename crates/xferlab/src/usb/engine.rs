@@ -12,6 +12,7 @@ use hdrhistogram::Histogram;
 use nusb::transfer::{Buffer, Bulk, EndpointDirection, TransferError};
 use nusb::{Endpoint, MaybeFuture};
 use xferlab_core::usb::errors;
+use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::stats::{ErrorKind, UsbCounters};
 use xferlab_core::usb::{Pattern, TransferQueue};
 
@@ -141,6 +142,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
         first_mismatch: None,
     };
     let mut stalls_in_a_row = 0u64;
+    let checker = Checker::new(s.pattern, s.max_packet);
     let fail = |q: &mut TransferQueue,
                 ep: &mut Endpoint<Bulk, Dir>,
                 msg: String,
@@ -210,7 +212,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                     hist.saturating_record(d.latency_ns.max(1_000));
                 }
                 if is_in && s.pattern != Pattern::None {
-                    if let Err(m) = s.pattern.check(&c.buffer[..c.actual_len], s.max_packet) {
+                    if let Err(m) = checker.check(&c.buffer[..c.actual_len]) {
                         live.pattern_errors.fetch_add(1, Relaxed);
                         if out.first_mismatch.is_none() {
                             out.first_mismatch = Some(format!(

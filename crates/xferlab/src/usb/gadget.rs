@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use xferlab_core::usb::ffs::{self, Event};
+use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::Pattern;
 
 use super::aio;
@@ -424,6 +425,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         return fail(&e, 1);
     }
     let t0 = Instant::now();
+    let cpu0 = super::process_cpu();
     // With -J stdout carries only the JSON document.
     let say = |msg: String| {
         if a.json {
@@ -469,7 +471,8 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
     drop(g);
     let leftover = dir.exists() || mount_point(&a.name).exists();
-    report(a, &shared, secs);
+    let cpu1 = super::process_cpu();
+    report(a, &shared, secs, (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1));
     if leftover {
         return fail(&format!("could not remove everything of gadget `{}`; run `xferlab usb gadget --cleanup --name {}`", a.name, a.name), 1);
     }
@@ -480,7 +483,8 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-fn report(a: &GadgetArgs, s: &Shared, secs: f64) {
+fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64)) {
+    let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
     let dir = |c: &DirCounters| {
         serde_json::json!({
             "transfers": c.transfers.load(Relaxed),
@@ -500,6 +504,7 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64) {
             "pattern": a.pattern,
             "seconds": secs,
             "enabled_times": s.enables.load(Relaxed),
+            "cpu": { "user_s": cpu.0, "system_s": cpu.1, "percent": cpu_percent },
             "in": dir(&s.input),
             "out": dir(&s.output),
         });
@@ -515,6 +520,12 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64) {
                 c.pattern_errors.load(Relaxed)
             );
         }
+    }
+    if !a.json {
+        println!(
+            "CPU gadget {cpu_percent:.1}% (user {:.2} s, sys {:.2} s)",
+            cpu.0, cpu.1
+        );
     }
     if a.json {
         eprintln!("gadget `{}` removed", a.name);
@@ -601,11 +612,11 @@ fn wait_enabled(s: &Shared) -> Option<usize> {
     }
 }
 
-fn completed(s: &Shared, is_in: bool, pattern: Pattern, mp: usize, data: &[u8]) {
+fn completed(s: &Shared, is_in: bool, checker: &Checker, data: &[u8]) {
     let c = counters(s, is_in);
     c.transfers.fetch_add(1, Relaxed);
     c.bytes.fetch_add(data.len() as u64, Relaxed);
-    if !is_in && pattern.check(data, mp).is_err() {
+    if !is_in && checker.check(data).is_err() {
         c.pattern_errors.fetch_add(1, Relaxed);
     }
 }
@@ -614,9 +625,13 @@ fn completed(s: &Shared, is_in: bool, pattern: Pattern, mp: usize, data: &[u8]) 
 fn sync_loop(mut f: File, is_in: bool, size: usize, pattern: Pattern, s: &Shared) {
     let mut buf = vec![0u8; size];
     let mut filled_for = 0;
+    let mut checker = Checker::new(pattern, 512);
     while let Some(mp) = wait_enabled(s) {
-        if is_in && filled_for != mp {
-            pattern.fill(&mut buf, mp);
+        if filled_for != mp {
+            if is_in {
+                pattern.fill(&mut buf, mp);
+            }
+            checker = Checker::new(pattern, mp);
             filled_for = mp;
         }
         let r = if is_in {
@@ -625,7 +640,7 @@ fn sync_loop(mut f: File, is_in: bool, size: usize, pattern: Pattern, s: &Shared
             f.read(&mut buf)
         };
         match r {
-            Ok(n) => completed(s, is_in, pattern, mp, &buf[..n]),
+            Ok(n) => completed(s, is_in, &checker, &buf[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(10))
             }
@@ -657,12 +672,16 @@ fn aio_loop(f: File, is_in: bool, size: usize, queue: usize, pattern: Pattern, s
         aio::CMD_PREAD
     };
     let mut mp = 0;
+    let mut checker = Checker::new(pattern, 512);
     'outer: while !s.stop.load(Relaxed) {
         let Some(now_mp) = wait_enabled(s) else { break };
-        if is_in && now_mp != mp {
-            for b in bufs.iter_mut() {
-                pattern.fill(b, now_mp);
+        if now_mp != mp {
+            if is_in {
+                for b in bufs.iter_mut() {
+                    pattern.fill(b, now_mp);
+                }
             }
+            checker = Checker::new(pattern, now_mp);
         }
         mp = now_mp;
         for i in 0..queue {
@@ -691,7 +710,7 @@ fn aio_loop(f: File, is_in: bool, size: usize, queue: usize, pattern: Pattern, s
             in_flight[i] = false;
             if ev.res >= 0 {
                 let len = (ev.res as usize).min(size);
-                completed(s, is_in, pattern, mp, &bufs[i][..len]);
+                completed(s, is_in, &checker, &bufs[i][..len]);
             } else if !s.stop.load(Relaxed) {
                 counters(s, is_in).errors.fetch_add(1, Relaxed);
             }
