@@ -115,6 +115,18 @@ for io in aio sync; do
     echo "leftover_mounts=$(grep -c functionfs /proc/mounts)"
     cat /tmp/gadget.json
 done
+# The kernel SourceSink through `xferlab usb gadget --function sourcesink`, for -t seconds.
+xferlab usb gadget --function sourcesink --pattern 1 -l 64K --queue 8 -t 6 > /tmp/gadget.out 2>&1 &
+gpid=$!
+usb_wait_device 0525:a4a0 || { cat /tmp/gadget.out; exit 7; }
+cell ss-gadget-both --dir both -l 16K -Q 8 -t $T --pattern 1
+wait $gpid
+grc=$?
+echo "== ss-gadget-exit =="
+echo "rc=$grc"
+echo "leftover_configfs=$(ls /sys/kernel/config/usb_gadget | wc -l)"
+cat /tmp/gadget.out
+
 # A killed gadget leaves configfs state; the next run names the fix, --cleanup removes it.
 xferlab usb gadget > /dev/null 2>&1 &
 gpid=$!
