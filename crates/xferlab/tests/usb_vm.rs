@@ -295,10 +295,17 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
     let ssg = cell(&r.out, "ss-gadget-both");
     assert_eq!(ssg.rc, 0, "{}", ssg.stderr);
     let v = ssg.json.unwrap();
-    assert_eq!(v["client"]["usb"]["device"]["product"], "xferlab Gadget Zero (SourceSink)");
+    assert_eq!(
+        v["client"]["usb"]["device"]["product"],
+        "xferlab Gadget Zero (SourceSink)"
+    );
     assert_eq!(v["client"]["flows"].as_array().unwrap().len(), 2);
     let exit = section(&r.out, "ss-gadget-exit");
-    assert_eq!(field(exit, "rc"), Some("0"), "-t ends the gadget cleanly: {exit}");
+    assert_eq!(
+        field(exit, "rc"),
+        Some("0"),
+        "-t ends the gadget cleanly: {exit}"
+    );
     assert_eq!(field(exit, "leftover_configfs"), Some("0"), "{exit}");
 
     let left = section(&r.out, "gadget-leftover");

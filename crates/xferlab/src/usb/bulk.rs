@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use hdrhistogram::Histogram;
 use nusb::transfer::{Bulk, In, Out};
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{
@@ -21,12 +20,13 @@ use xferlab_core::units::{format_bytes, RateUnit};
 use xferlab_core::usb::descriptor::{EndpointDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{
-    ErrorKind, LatencySummary, UsbCounters, UsbPipeReport, UsbReport, UsbSample, UsbTotals,
+    ErrorKind, UsbCounters, UsbPipeReport, UsbReport, UsbSample, UsbTotals,
 };
 
 use super::cli::{BulkArgs, UsbDir};
 use super::device;
 use super::engine::{self, LiveCounters, PipeOutcome, PipeSetup, RunControl};
+use super::report;
 use crate::output::{self, FlowStart, Format, LiveFlow, StartInfo};
 
 /// usbfs caps the memory of all URBs in flight (usbcore.usbfs_memory_mb, 16 MiB by default).
@@ -96,23 +96,6 @@ fn validate(a: &BulkArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn latency_summary(h: &Histogram<u64>) -> LatencySummary {
-    if h.is_empty() {
-        return LatencySummary::default();
-    }
-    let us = |ns: u64| ns as f64 / 1e3;
-    LatencySummary {
-        count: h.len(),
-        min_us: us(h.min()),
-        mean_us: h.mean() / 1e3,
-        p50_us: us(h.value_at_quantile(0.5)),
-        p90_us: us(h.value_at_quantile(0.9)),
-        p99_us: us(h.value_at_quantile(0.99)),
-        p999_us: us(h.value_at_quantile(0.999)),
-        max_us: us(h.max()),
-    }
-}
-
 fn open_output(a: &BulkArgs) -> Result<Box<dyn Write + Send>, String> {
     match &a.output {
         Some(path) => std::fs::File::create(path)
@@ -120,14 +103,6 @@ fn open_output(a: &BulkArgs) -> Result<Box<dyn Write + Send>, String> {
             .map_err(|e| format!("cannot write {}: {e}", path.display())),
         None => Ok(Box::new(io::stdout())),
     }
-}
-
-fn ep_label(ep: &EndpointDesc) -> String {
-    format!(
-        "{} 0x{:02x}",
-        if ep.is_in() { "IN " } else { "OUT" },
-        ep.address
-    )
 }
 
 pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
@@ -365,11 +340,11 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
                 h,
                 "[{:>3}] {}  max packet {}",
                 p.flow_id + 1,
-                ep_label(&p.ep),
+                report::ep_label(&p.ep),
                 p.ep.max_packet
             );
         }
-        let _ = writeln!(h, "[ ID] Interval           Transfer     Bitrate           MB/s      Xfers/s   Short  Errors");
+        let _ = writeln!(h, "{}", report::TABLE_HEADER);
         let _ = h.flush();
     }
     if let Some(r) = reporter.as_mut() {
@@ -422,7 +397,13 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
                             let _ = writeln!(
                                 h,
                                 "{}",
-                                human_row(p.flow_id + 1, iv.start_s, iv.end_s, iv.bytes, &s)
+                                report::human_row(
+                                    p.flow_id + 1,
+                                    iv.start_s,
+                                    iv.end_s,
+                                    iv.bytes,
+                                    &s
+                                )
                             );
                         }
                         live_flows.push(LiveFlow {
@@ -486,7 +467,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
                 let _ = writeln!(
                     h,
                     "{}",
-                    human_row(p.flow_id + 1, iv.start_s, iv.end_s, iv.bytes, &tail)
+                    report::human_row(p.flow_id + 1, iv.start_s, iv.end_s, iv.bytes, &tail)
                 );
             }
         } else if let Some(last) = p.samples.last_mut() {
@@ -534,7 +515,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             errors: c.errors_by_kind(),
             stalls_cleared: c.stalls_cleared,
             pattern_errors: c.pattern_errors,
-            latency: latency_summary(&outcome.latency_ns),
+            latency: report::latency_summary(&outcome.latency_ns),
         };
         usb_pipes.push(UsbPipeReport {
             flow_id: p.flow_id,
@@ -613,7 +594,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
         errors: run_errors.clone(),
     };
     if let Some(h) = human.as_mut() {
-        let _ = print_summary(h.as_mut(), &result);
+        let _ = report::print_summary(h.as_mut(), &result);
     }
     if let Some(r) = reporter.as_mut() {
         if let Err(e) = r.finish(&result) {
@@ -630,82 +611,4 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
-}
-
-fn human_row(id: u32, start: f64, end: f64, bytes: u64, s: &UsbSample) -> String {
-    let secs = (end - start).max(1e-9);
-    let bps = bytes as f64 * 8.0 / secs;
-    format!(
-        "[{id:>3}] {start:>6.2}-{end:<6.2} sec  {:>11}  {:>16}  {:>8.2}  {:>9.0}  {:>6}  {:>6}",
-        format_bytes(bytes),
-        RateUnit::AutoBits.format_rate(bps),
-        bytes as f64 / secs / 1e6,
-        s.transfers_per_second,
-        s.short_transfers,
-        s.errors
-    )
-}
-
-fn print_summary(h: &mut dyn Write, r: &TestResult) -> io::Result<()> {
-    writeln!(h, "- - - - - - - - - - - - - - - - - - - - - - - - -")?;
-    let Some(usb) = &r.client.usb else {
-        return Ok(());
-    };
-    for (f, p) in r.client.flows.iter().zip(&usb.pipes) {
-        let secs = f.total.end_s - f.total.start_s;
-        let t = &p.total;
-        writeln!(
-            h,
-            "[{:>3}] {:>6.2}-{:<6.2} sec  {:>11}  {:>16}  {:>8.2} MB/s  {} transfers ({:.0}/s), short {}, {}",
-            f.id + 1,
-            f.total.start_s,
-            f.total.end_s,
-            format_bytes(f.total.bytes),
-            RateUnit::AutoBits.format_rate(f.total.bits_per_second),
-            if secs > 0.0 { f.total.bytes as f64 / secs / 1e6 } else { 0.0 },
-            t.transfers,
-            t.transfers_per_second,
-            t.short_transfers,
-            if f.role == FlowRole::Receiver { "IN" } else { "OUT" }
-        )?;
-        let l = &t.latency;
-        writeln!(
-            h,
-            "      completion latency us: min {:.0} p50 {:.0} p90 {:.0} p99 {:.0} max {:.0} (mean {:.0}, {} transfers in flight)",
-            l.min_us, l.p50_us, l.p90_us, l.p99_us, l.max_us, l.mean_us, p.depth
-        )?;
-        let errs: Vec<String> = t
-            .errors
-            .iter()
-            .map(|e| format!("{} {}", e.kind.label(), e.count))
-            .collect();
-        writeln!(
-            h,
-            "      errors: {}; stalls cleared {}; pattern {} ({} bad transfers)",
-            if errs.is_empty() {
-                "none".into()
-            } else {
-                errs.join(", ")
-            },
-            t.stalls_cleared,
-            p.pattern,
-            t.pattern_errors
-        )?;
-    }
-    let c = &r.client.cpu;
-    writeln!(
-        h,
-        "CPU host {:.1}% (user {:.2} s, sys {:.2} s)",
-        c.percent, c.user_s, c.system_s
-    )?;
-    writeln!(
-        h,
-        "Status: {}",
-        match r.status {
-            Status::Ok => "ok",
-            Status::Partial => "partial",
-            Status::Failed => "failed",
-        }
-    )?;
-    h.flush()
 }

@@ -9,6 +9,7 @@ pub mod cli;
 mod device;
 mod engine;
 mod gadget;
+mod report;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
