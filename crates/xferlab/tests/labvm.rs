@@ -25,7 +25,7 @@ exit 7
     let r = run_vm(
         &["--extra-modules", "dummy_hcd"],
         script,
-        Duration::from_secs(600),
+        Duration::from_secs(1200),
     );
     assert_eq!(r.code, 7, "the guest's exit status is the script's");
     assert!(section(&r.out, "kernel").starts_with("6.1."), "{}", r.out);

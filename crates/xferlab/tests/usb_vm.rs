@@ -72,7 +72,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
             "400",
         ],
         &script,
-        Duration::from_secs(900),
+        Duration::from_secs(1200),
     );
     assert_eq!(r.code, 0, "guest script failed");
     assert!(
@@ -291,7 +291,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
             "the host's OUT data follows the pattern: {gv}"
         );
     }
-    // The kernel SourceSink set up by `xferlab usb gadget --function sourcesink -t 6`.
+    // The kernel SourceSink set up by `xferlab usb gadget --function sourcesink -t 8`.
     let ssg = cell(&r.out, "ss-gadget-both");
     assert_eq!(ssg.rc, 0, "{}", ssg.stderr);
     let v = ssg.json.unwrap();

@@ -116,7 +116,7 @@ for io in aio sync; do
     cat /tmp/gadget.json
 done
 # The kernel SourceSink through `xferlab usb gadget --function sourcesink`, for -t seconds.
-xferlab usb gadget --function sourcesink --pattern 1 -l 64K --queue 8 -t 6 > /tmp/gadget.out 2>&1 &
+xferlab usb gadget --function sourcesink --pattern 1 -l 64K --queue 8 -t 8 > /tmp/gadget.out 2>&1 &
 gpid=$!
 usb_wait_device 0525:a4a0 || { cat /tmp/gadget.out; exit 7; }
 cell ss-gadget-both --dir both -l 16K -Q 8 -t $T --pattern 1
