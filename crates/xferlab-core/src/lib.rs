@@ -11,3 +11,4 @@ pub mod proto;
 pub mod result;
 pub mod spec;
 pub mod units;
+pub mod usb;

@@ -368,6 +368,9 @@ pub struct SideReport {
     pub counters: KernelCounters,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// USB bulk runs: per-endpoint transfer counts, latency, errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usb: Option<crate::usb::stats::UsbReport>,
 }
 
 /// Bytes and rate of one side of one direction.
@@ -657,6 +660,7 @@ mod tests {
             cpu: CpuUsage::default(),
             counters: KernelCounters::default(),
             warnings: vec![],
+            usb: None,
         }
     }
 

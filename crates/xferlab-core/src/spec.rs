@@ -50,6 +50,8 @@ pub enum Transport {
     Tcp,
     /// Datagrams, each carrying a sequence number and a send time.
     Udp,
+    /// USB bulk endpoints through usbfs (`xferlab usb`).
+    UsbBulk,
 }
 
 impl Transport {
@@ -57,6 +59,7 @@ impl Transport {
         match self {
             Transport::Tcp => "TCP",
             Transport::Udp => "UDP",
+            Transport::UsbBulk => "USB bulk",
         }
     }
 }

@@ -42,6 +42,9 @@ pub enum Command {
     /// UDPmon-style sweep over UDP: throughput and loss versus datagram
     /// size (--size) or versus the spacing between datagrams (--spacing).
     Sweep(Box<SweepArgs>),
+    /// USB bulk throughput: host side through usbfs (`usb bulk`), device
+    /// side as a configfs gadget (`usb gadget`), `usb list`.
+    Usb(crate::usb::cli::UsbArgs),
 }
 
 #[derive(Debug, Args)]

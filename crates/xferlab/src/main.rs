@@ -9,6 +9,7 @@ mod series;
 mod server;
 mod stream;
 mod sys;
+mod usb;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -49,6 +50,10 @@ fn main() -> ExitCode {
         Command::Stream(a) => run_stream(&a),
         Command::Cbr(a) => run_cbr(&a),
         Command::Sweep(a) => run_sweep(&a),
+        Command::Usb(a) => {
+            install_interrupt_handler();
+            usb::run(&a, &INTERRUPTS)
+        }
     }
 }
 

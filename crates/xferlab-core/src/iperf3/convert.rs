@@ -43,10 +43,8 @@ fn refuse(i_errno: i32, reason: impl Into<String>) -> Refusal {
 /// Only the client ends an iperf3 test, so `Limit::Duration` is what the
 /// client announced; the server uses it for its watchdog and intervals.
 pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
-    let transport = match p.protocol {
-        Protocol::Tcp => Transport::Tcp,
-        Protocol::Udp => Transport::Udp,
-    };
+    let udp = p.protocol == Protocol::Udp;
+    let transport = if udp { Transport::Udp } else { Transport::Tcp };
     if p.mptcp {
         return Err(refuse(i_errno::IEUNIMP, "MPTCP (-m) is not served yet"));
     }
@@ -74,20 +72,22 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
                 ),
             )
         })?;
-    let default_len = match transport {
-        Transport::Tcp => DEFAULT_TCP_LEN,
-        Transport::Udp => DEFAULT_UDP_LEN,
+    let default_len = if udp {
+        DEFAULT_UDP_LEN
+    } else {
+        DEFAULT_TCP_LEN
     };
     let size = match p.len {
         None => default_len,
         Some(l) => {
-            let (min, max, code) = match transport {
-                Transport::Tcp => (1, limits::MAX_WRITE_SIZE, i_errno::IEBLOCKSIZE),
-                Transport::Udp => (
+            let (min, max, code) = if udp {
+                (
                     limits::MIN_DATAGRAM,
                     limits::MAX_DATAGRAM,
                     i_errno::IEUDPBLOCKSIZE,
-                ),
+                )
+            } else {
+                (1, limits::MAX_WRITE_SIZE, i_errno::IEBLOCKSIZE)
             };
             u64::try_from(l)
                 .ok()
@@ -148,15 +148,14 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
     // iperf3 paces UDP (and, at application level, TCP) to `bandwidth`
     // per stream; for TCP the kernel's pacing cap does the same job, and
     // `fqrate` asks for exactly that cap.
-    let (rate, max_pacing_rate) = match transport {
-        Transport::Udp => (p.bandwidth.filter(|b| *b > 0), None),
-        Transport::Tcp => {
-            let bits = p
-                .fqrate
-                .filter(|r| *r > 0)
-                .or(p.bandwidth.filter(|b| *b > 0));
-            (None, bits.map(|b| (b / 8).max(1)))
-        }
+    let (rate, max_pacing_rate) = if udp {
+        (p.bandwidth.filter(|b| *b > 0), None)
+    } else {
+        let bits = p
+            .fqrate
+            .filter(|r| *r > 0)
+            .or(p.bandwidth.filter(|b| *b > 0));
+        (None, bits.map(|b| (b / 8).max(1)))
     };
     let spec = TestSpec {
         transport,
@@ -169,8 +168,8 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             size,
             buffer,
             congestion: p.congestion.clone().filter(|c| !c.is_empty()),
-            nodelay: p.nodelay && transport == Transport::Tcp,
-            mss: mss.filter(|_| transport == Transport::Tcp),
+            nodelay: p.nodelay && !udp,
+            mss: mss.filter(|_| !udp),
             tos,
             max_pacing_rate,
             recv_mode: if p.skip_rx_copy {
@@ -179,10 +178,7 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
                 RecvMode::Copy
             },
             rate,
-            batch: match transport {
-                Transport::Udp => SERVER_UDP_BATCH,
-                Transport::Tcp => 1,
-            },
+            batch: if udp { SERVER_UDP_BATCH } else { 1 },
             gso: false,
             dont_fragment: p.dont_fragment,
         },
@@ -282,7 +278,7 @@ pub fn results_from_side(side: &SideReport, transport: Transport) -> Results {
         sender_has_retransmits: match (sends, transport) {
             (false, _) => -1,
             (true, Transport::Tcp) => 1,
-            (true, Transport::Udp) => 0,
+            (true, _) => 0,
         },
         congestion_used,
         streams,
@@ -437,6 +433,7 @@ pub fn side_from_results(r: &Results, ours: &SideReport, peer: &str) -> SideRepo
         cpu: CpuUsage::new(cpu_s(r.cpu_util_user), cpu_s(r.cpu_util_system), wall),
         counters: Default::default(),
         warnings,
+        usb: None,
     }
 }
 
@@ -597,6 +594,7 @@ mod tests {
             cpu: CpuUsage::new(0.5, 0.5, 2.0),
             counters: Default::default(),
             warnings: Vec::new(),
+            usb: None,
         }
     }
 

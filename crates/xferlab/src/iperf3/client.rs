@@ -312,6 +312,7 @@ fn open_streams(
         let socket = match cfg.spec.transport {
             Transport::Tcp => FlowSocket::Tcp(open_tcp(cfg, server, cookie, plan.id)?),
             Transport::Udp => FlowSocket::Udp(open_udp(cfg, server, plan.id)?),
+            Transport::UsbBulk => return Err("iperf3 servers speak TCP and UDP only".into()),
         };
         out.push(ConnectedFlow::new(
             plan,

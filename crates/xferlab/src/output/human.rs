@@ -423,6 +423,7 @@ fn titles(transport: Transport, live: bool) -> String {
         (Transport::Tcp, true) => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
         (Transport::Tcp, false) => "Retr".into(),
         (Transport::Udp, _) => format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter"),
+        (Transport::UsbBulk, _) => String::new(),
     }
 }
 

@@ -267,6 +267,7 @@ fn connect_flows(
                 let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
                 FlowSocket::Udp(attach_udp(cfg, to, &hello, plan.id)?)
             }
+            Transport::UsbBulk => return Err("USB bulk tests run with `xferlab usb`".into()),
         };
         out.push(ConnectedFlow::new(
             plan,

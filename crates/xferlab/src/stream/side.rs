@@ -520,6 +520,7 @@ impl Side {
                 deltas: after.delta(&self.counters_before),
             },
             warnings: std::mem::take(&mut self.warnings),
+            usb: None,
         }
     }
 }

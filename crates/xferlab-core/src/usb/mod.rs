@@ -1,0 +1,17 @@
+//! USB bulk transport, sans-IO: descriptors (parsing what a device reports,
+//! building what a FunctionFS gadget announces), the SourceSink data
+//! patterns, the bookkeeping of transfers in flight, the counters a run
+//! reports and the meaning of the errors the kernel returns. The usbfs and
+//! FunctionFS drivers live in the binary crate.
+
+pub mod descriptor;
+pub mod errors;
+pub mod ffs;
+pub mod pattern;
+pub mod queue;
+pub mod stats;
+
+pub use descriptor::{BulkPipes, ConfigDesc, EndpointDesc, InterfaceDesc};
+pub use pattern::Pattern;
+pub use queue::TransferQueue;
+pub use stats::{ErrorKind, UsbCounters};

@@ -1,0 +1,180 @@
+//! `xferlab usb ...`: the command line of the USB transport.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand, ValueEnum};
+use xferlab_core::units::{parse_seconds, parse_size};
+use xferlab_core::usb::Pattern;
+
+use crate::output::Format;
+
+#[derive(Debug, Args)]
+pub struct UsbArgs {
+    #[command(subcommand)]
+    pub command: UsbCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsbCommand {
+    /// List USB devices (bus, address, VID:PID, speed, driver, bulk endpoints).
+    List,
+    /// Host side: move data through a device's bulk endpoints (usbfs) and
+    /// measure throughput, transfers/s, completion latency and errors.
+    Bulk(Box<BulkArgs>),
+    /// Device side: set up a configfs gadget on this machine's UDC with a
+    /// source/sink function (xferlab's own, over FunctionFS, or the kernel's
+    /// SourceSink) and serve until interrupted; tears it down on exit.
+    Gadget(Box<GadgetArgs>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UsbDir {
+    /// Device to host (bulk IN).
+    In,
+    /// Host to device (bulk OUT).
+    Out,
+    /// IN and OUT at once, one thread each.
+    Both,
+}
+
+#[derive(Debug, Args)]
+pub struct BulkArgs {
+    /// Device: VID:PID (hex, e.g. 0525:a4a0) or BUS.ADDR (e.g. 1.2). Default:
+    /// the one device with a vendor-specific bulk IN/OUT interface.
+    #[arg(short = 'd', long, value_name = "VID:PID|BUS.ADDR")]
+    pub device: Option<String>,
+    /// Only the device with this serial number.
+    #[arg(long)]
+    pub serial: Option<String>,
+    /// Interface number (default: the first with bulk endpoints).
+    #[arg(long, value_name = "N")]
+    pub interface: Option<u8>,
+    /// Bulk IN endpoint address (e.g. 0x81); default from the descriptors.
+    #[arg(long, value_parser = parse_ep, value_name = "ADDR")]
+    pub ep_in: Option<u8>,
+    /// Bulk OUT endpoint address (e.g. 0x01); default from the descriptors.
+    #[arg(long, value_parser = parse_ep, value_name = "ADDR")]
+    pub ep_out: Option<u8>,
+    /// Detach a kernel driver holding the interface (reattached at exit).
+    #[arg(long)]
+    pub detach_kernel_driver: bool,
+    /// Direction.
+    #[arg(long = "dir", value_enum, default_value = "in")]
+    pub dir: UsbDir,
+    /// Bytes per transfer (IN: a multiple of the endpoint's max packet).
+    #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
+    pub size: u64,
+    /// Transfers in flight per endpoint: 1 = a synchronous loop; N keeps N
+    /// queued and resubmits each as it completes.
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: u32,
+    /// Seconds to run (default 10).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds, conflicts_with = "bytes")]
+    pub time: Option<f64>,
+    /// Bytes per direction instead of a time.
+    #[arg(short = 'n', long, value_parser = parse_size)]
+    pub bytes: Option<u64>,
+    /// Data pattern, as the kernel's SourceSink: 0/zeros, 1/mod63 (byte i of
+    /// each packet = i % 63), 2/none. OUT data is written in it; IN data is
+    /// checked against it.
+    #[arg(long, default_value = "none", value_parser = parse_pattern)]
+    pub pattern: Pattern,
+    /// A transfer not done after this long means the device stopped
+    /// answering: the run ends with what it measured.
+    #[arg(long, value_parser = parse_seconds, default_value = "5")]
+    pub transfer_timeout: f64,
+    /// Seconds between interval reports (0 = none).
+    #[arg(short = 'i', long, value_parser = parse_seconds, default_value = "1")]
+    pub interval: f64,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Shorthand for --format json.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Free-text title stored in the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetFunction {
+    /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
+    Ffs,
+    /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
+    Sourcesink,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetIo {
+    /// One blocking read()/write() at a time per endpoint.
+    Sync,
+    /// Linux AIO (io_submit) with --queue requests in flight per endpoint.
+    Aio,
+}
+
+#[derive(Debug, Args)]
+pub struct GadgetArgs {
+    /// Which function the gadget carries.
+    #[arg(long, value_enum, default_value = "ffs")]
+    pub function: GadgetFunction,
+    /// FunctionFS I/O mode.
+    #[arg(long, value_enum, default_value = "aio")]
+    pub io: GadgetIo,
+    /// Requests in flight per endpoint (AIO; SourceSink's bulk_qlen).
+    #[arg(long, default_value_t = 8)]
+    pub queue: u32,
+    /// Bytes per request (SourceSink's bulk_buflen).
+    #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
+    pub size: u64,
+    /// Data pattern sent on IN and checked on OUT (0/zeros, 1/mod63, 2/none).
+    #[arg(long, default_value = "mod63", value_parser = parse_pattern)]
+    pub pattern: Pattern,
+    /// The UDC to bind to (default: the only one in /sys/class/udc).
+    #[arg(long)]
+    pub udc: Option<String>,
+    /// Gadget name under /sys/kernel/config/usb_gadget.
+    #[arg(long, default_value = "xferlab")]
+    pub name: String,
+    /// VID:PID the gadget announces (default 1d6b:0104 for ffs, 0525:a4a0 for sourcesink).
+    #[arg(long, value_name = "VID:PID")]
+    pub id: Option<String>,
+    /// Serial number string.
+    #[arg(long, default_value = "xferlab-0001")]
+    pub serial: String,
+    /// Serve this long, then tear down (default: until interrupted).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
+    pub time: Option<f64>,
+    /// Print the gadget's counters as JSON at exit.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Remove a gadget (and FunctionFS mount) of this --name that a killed
+    /// run left behind, then exit.
+    #[arg(long)]
+    pub cleanup: bool,
+}
+
+fn parse_ep(s: &str) -> Result<u8, String> {
+    let v = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        u8::from_str_radix(h, 16)
+    } else {
+        s.parse::<u8>()
+    };
+    v.map_err(|_| format!("`{s}` is not an endpoint address (0x81 for IN 1, 0x01 for OUT 1)"))
+}
+
+fn parse_pattern(s: &str) -> Result<Pattern, String> {
+    s.parse()
+}
+
+/// VID:PID in hex.
+pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
+    let (v, p) = s.split_once(':')?;
+    Some((
+        u16::from_str_radix(v, 16).ok()?,
+        u16::from_str_radix(p, 16).ok()?,
+    ))
+}

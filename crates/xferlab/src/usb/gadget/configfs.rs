@@ -1,0 +1,178 @@
+//! The configfs side of a gadget: creating the gadget directory, binding
+//! the UDC, mounting FunctionFS, and removing all of it again (on drop, and
+//! for `--cleanup` after a killed run).
+
+use std::ffi::CString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub const CONFIGFS: &str = "/sys/kernel/config/usb_gadget";
+
+pub fn write_attr(path: &Path, value: &str) -> Result<(), String> {
+    fs::write(path, value).map_err(|e| format!("cannot write `{value}` to {}: {e}", path.display()))
+}
+
+pub fn mkdir(path: &Path) -> Result<(), String> {
+    fs::create_dir(path).map_err(|e| format!("cannot create {}: {e}", path.display()))
+}
+
+/// The configfs gadget and the FunctionFS mount: created step by step,
+/// removed in reverse order on drop.
+pub struct Gadget {
+    pub dir: PathBuf,
+    pub function: String,
+    pub mount: Option<PathBuf>,
+    pub bound: bool,
+}
+
+impl Gadget {
+    pub fn func_dir(&self) -> PathBuf {
+        self.dir.join("functions").join(&self.function)
+    }
+    pub fn link(&self) -> PathBuf {
+        self.dir.join("configs/c.1").join(&self.function)
+    }
+    pub fn unbind(&mut self) {
+        if self.bound {
+            let _ = fs::write(self.dir.join("UDC"), "\n");
+            self.bound = false;
+        }
+    }
+    /// Everything but the UDC binding and the mount, in reverse order of creation.
+    fn remove_dirs(&self) {
+        let _ = fs::remove_file(self.link());
+        let _ = fs::remove_dir(self.dir.join("configs/c.1/strings/0x409"));
+        let _ = fs::remove_dir(self.dir.join("configs/c.1"));
+        let _ = fs::remove_dir(self.func_dir());
+        let _ = fs::remove_dir(self.dir.join("strings/0x409"));
+        let _ = fs::remove_dir(&self.dir);
+    }
+    fn unmount(&mut self) {
+        if let Some(m) = self.mount.take() {
+            if let Ok(c) = CString::new(m.as_os_str().as_encoded_bytes()) {
+                // SAFETY: a path string; lazy detach so a late fd cannot keep it busy.
+                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+            }
+            let _ = fs::remove_dir(&m);
+        }
+    }
+}
+
+impl Drop for Gadget {
+    fn drop(&mut self) {
+        self.unbind();
+        self.unmount();
+        self.remove_dirs();
+    }
+}
+
+pub fn mount_point(name: &str) -> PathBuf {
+    PathBuf::from(format!("/run/xferlab-ffs-{name}"))
+}
+
+/// Removes a gadget a killed run left behind.
+pub fn cleanup(name: &str) -> ExitCode {
+    let dir = Path::new(CONFIGFS).join(name);
+    let mut found = false;
+    if dir.exists() {
+        found = true;
+        let functions: Vec<String> = fs::read_dir(dir.join("functions"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut g = Gadget {
+            dir: dir.clone(),
+            function: String::new(),
+            mount: None,
+            bound: true,
+        };
+        g.unbind();
+        let mp = mount_point(name);
+        if mp.exists() {
+            g.mount = Some(mp);
+            g.unmount();
+        }
+        for f in functions {
+            g.function = f;
+            g.remove_dirs();
+        }
+    } else if mount_point(name).exists() {
+        found = true;
+        let mut g = Gadget {
+            dir,
+            function: String::new(),
+            mount: Some(mount_point(name)),
+            bound: false,
+        };
+        g.unmount();
+    }
+    if found {
+        println!("removed gadget `{name}`");
+    } else {
+        println!("no gadget `{name}` to remove");
+    }
+    ExitCode::SUCCESS
+}
+
+pub fn pick_udc(want: Option<&str>) -> Result<String, String> {
+    let udcs: Vec<String> = fs::read_dir("/sys/class/udc")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let none = "no USB device controller in /sys/class/udc: this machine cannot act as a USB device. \
+                On a BeagleBone or Raspberry Pi put the OTG port in peripheral mode (dr_mode = \"peripheral\", \
+                dtoverlay=dwc2) and load its UDC driver; for a lab without hardware: modprobe dummy_hcd";
+    match want {
+        Some(w) if udcs.iter().any(|u| u == w) => Ok(w.to_string()),
+        Some(w) => Err(format!(
+            "no UDC `{w}` (present: {})",
+            if udcs.is_empty() {
+                "none".into()
+            } else {
+                udcs.join(", ")
+            }
+        )),
+        None => match udcs.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(none.into()),
+            many => Err(format!(
+                "several UDCs ({}); pick one with --udc",
+                many.join(", ")
+            )),
+        },
+    }
+}
+
+pub fn check_configfs() -> Result<(), String> {
+    if Path::new(CONFIGFS).is_dir() {
+        return Ok(());
+    }
+    if Path::new("/sys/kernel/config").is_dir() {
+        // configfs not mounted yet (minimal systems): mount it, quietly.
+        let (src, target, fstype) = (c"none", c"/sys/kernel/config", c"configfs");
+        // SAFETY: valid C strings, no data.
+        unsafe {
+            libc::mount(
+                src.as_ptr(),
+                target.as_ptr(),
+                fstype.as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+    }
+    if Path::new(CONFIGFS).is_dir() {
+        return Ok(());
+    }
+    Err(format!(
+        "{CONFIGFS} does not exist: load the gadget framework (`modprobe libcomposite`) and mount configfs \
+         (`mount -t configfs none /sys/kernel/config`), as root"
+    ))
+}

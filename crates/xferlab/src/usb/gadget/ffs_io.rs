@@ -1,0 +1,222 @@
+//! The data path of xferlab's FunctionFS function: ep0 events, and the IN
+//! (write the pattern) and OUT (read and check it) endpoints, synchronous or
+//! with Linux AIO keeping a queue of requests in flight.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::time::Duration;
+
+use xferlab_core::usb::ffs::{self, Event};
+use xferlab_core::usb::pattern::Checker;
+use xferlab_core::usb::Pattern;
+
+use super::super::aio;
+
+/// Max packet size for the speed the UDC reports now.
+fn max_packet_for(udc: &str) -> usize {
+    let speed =
+        fs::read_to_string(format!("/sys/class/udc/{udc}/current_speed")).unwrap_or_default();
+    match speed.trim() {
+        "super-speed" | "super-speed-plus" => 1024,
+        "full-speed" | "low-speed" => 64,
+        _ => 512,
+    }
+}
+
+#[derive(Default)]
+pub struct DirCounters {
+    pub transfers: AtomicU64,
+    pub bytes: AtomicU64,
+    pub errors: AtomicU64,
+    pub pattern_errors: AtomicU64,
+}
+
+pub struct Shared {
+    pub stop: AtomicBool,
+    /// Max packet size while the function is enabled; 0 while it is not.
+    pub max_packet: AtomicUsize,
+    pub enables: AtomicU64,
+    pub input: DirCounters,
+    pub output: DirCounters,
+}
+
+/// ep0: follows ENABLE/DISABLE (the data threads wait for ENABLE and learn
+/// the packet size from it) and stalls every class/vendor request.
+pub fn ep0_loop(mut ep0: File, s: &Shared, udc: &str) {
+    let mut buf = [0u8; ffs::EVENT_SIZE * 4];
+    while !s.stop.load(Relaxed) {
+        let mut pfd = libc::pollfd {
+            fd: ep0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, 100) };
+        if r <= 0 {
+            continue;
+        }
+        let n = match ep0.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        for ev in ffs::parse_events(&buf[..n]) {
+            match ev {
+                Event::Enable => {
+                    s.max_packet.store(max_packet_for(udc), Relaxed);
+                    s.enables.fetch_add(1, Relaxed);
+                }
+                Event::Disable | Event::Unbind | Event::Suspend => s.max_packet.store(0, Relaxed),
+                Event::Resume => s.max_packet.store(max_packet_for(udc), Relaxed),
+                Event::Setup { request_type, .. } => {
+                    // Stall: an I/O in the direction opposite to the request's.
+                    let mut none = [0u8; 0];
+                    if request_type & 0x80 != 0 {
+                        let _ = ep0.read(&mut none);
+                    } else {
+                        let _ = ep0.write(&none);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+fn counters(s: &Shared, is_in: bool) -> &DirCounters {
+    if is_in {
+        &s.input
+    } else {
+        &s.output
+    }
+}
+
+/// Waits until the host has enabled the function; the packet size, or None at stop.
+fn wait_enabled(s: &Shared) -> Option<usize> {
+    loop {
+        if s.stop.load(Relaxed) {
+            return None;
+        }
+        let mp = s.max_packet.load(Relaxed);
+        if mp > 0 {
+            return Some(mp);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn completed(s: &Shared, is_in: bool, checker: &Checker, data: &[u8]) {
+    let c = counters(s, is_in);
+    c.transfers.fetch_add(1, Relaxed);
+    c.bytes.fetch_add(data.len() as u64, Relaxed);
+    if !is_in && checker.check(data).is_err() {
+        c.pattern_errors.fetch_add(1, Relaxed);
+    }
+}
+
+/// Synchronous mode: one blocking write() (IN) or read() (OUT) at a time.
+pub fn sync_loop(mut f: File, is_in: bool, size: usize, pattern: Pattern, s: &Shared) {
+    let mut buf = vec![0u8; size];
+    let mut filled_for = 0;
+    let mut checker = Checker::new(pattern, 512);
+    while let Some(mp) = wait_enabled(s) {
+        if filled_for != mp {
+            if is_in {
+                pattern.fill(&mut buf, mp);
+            }
+            checker = Checker::new(pattern, mp);
+            filled_for = mp;
+        }
+        let r = if is_in {
+            f.write(&buf)
+        } else {
+            f.read(&mut buf)
+        };
+        match r {
+            Ok(n) => completed(s, is_in, &checker, &buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => {
+                // ESHUTDOWN & co: the host went away or reset; wait for the next ENABLE.
+                if !s.stop.load(Relaxed) {
+                    counters(s, is_in).errors.fetch_add(1, Relaxed);
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+    }
+}
+
+/// AIO mode: `queue` requests in flight, each resubmitted as it completes.
+pub fn aio_loop(f: File, is_in: bool, size: usize, queue: usize, pattern: Pattern, s: &Shared) {
+    let Ok(ctx) = aio::Context::new(queue as u32) else {
+        counters(s, is_in).errors.fetch_add(1, Relaxed);
+        return;
+    };
+    let mut bufs: Vec<Vec<u8>> = (0..queue).map(|_| vec![0u8; size]).collect();
+    let mut cbs: Vec<aio::Iocb> = vec![aio::Iocb::default(); queue];
+    let mut in_flight = vec![false; queue];
+    let mut events = vec![aio::IoEvent::default(); queue];
+    let op = if is_in {
+        aio::CMD_PWRITE
+    } else {
+        aio::CMD_PREAD
+    };
+    let mut mp = 0;
+    let mut checker = Checker::new(pattern, 512);
+    'outer: while !s.stop.load(Relaxed) {
+        let Some(now_mp) = wait_enabled(s) else { break };
+        if now_mp != mp {
+            if is_in {
+                for b in bufs.iter_mut() {
+                    pattern.fill(b, now_mp);
+                }
+            }
+            checker = Checker::new(pattern, now_mp);
+        }
+        mp = now_mp;
+        for i in 0..queue {
+            if in_flight[i] {
+                continue;
+            }
+            cbs[i] = aio::iocb(f.as_raw_fd(), op, &mut bufs[i], i as u64);
+            match ctx.submit(&mut cbs[i]) {
+                Ok(()) => in_flight[i] = true,
+                Err(_) => {
+                    // EAGAIN (not enabled yet) or ESHUTDOWN: back to waiting.
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue 'outer;
+                }
+            }
+        }
+        let n = match ctx.get_events(&mut events, Duration::from_millis(100)) {
+            Ok(n) => n,
+            Err(_) => break,
+        };
+        for ev in &events[..n] {
+            let i = ev.data as usize;
+            if i >= queue {
+                continue;
+            }
+            in_flight[i] = false;
+            if ev.res >= 0 {
+                let len = (ev.res as usize).min(size);
+                completed(s, is_in, &checker, &bufs[i][..len]);
+            } else if !s.stop.load(Relaxed) {
+                counters(s, is_in).errors.fetch_add(1, Relaxed);
+            }
+        }
+    }
+    // Dropping the context cancels and waits for whatever is still in
+    // flight (the UDC is unbound by now, so that is quick); only then may
+    // the buffers go.
+    drop(ctx);
+    drop(bufs);
+}

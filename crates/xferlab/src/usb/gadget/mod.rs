@@ -1,0 +1,350 @@
+//! `xferlab usb gadget`: the device half of a USB bulk test on a machine
+//! with a USB device controller (UDC). A configfs gadget carries either
+//! xferlab's own source/sink over FunctionFS (IN: writes the pattern, OUT:
+//! reads and checks it; synchronous or Linux AIO with a queue of
+//! requests), or the kernel's SourceSink function. Everything it creates
+//! (configfs directories, the FunctionFS mount) is removed on exit, also
+//! after an error or Ctrl-C; `--cleanup` removes what a killed run left.
+
+mod configfs;
+mod ffs_io;
+
+use std::ffi::CString;
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use xferlab_core::usb::ffs;
+
+use super::cli::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
+use configfs::{
+    check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
+};
+use ffs_io::{aio_loop, ep0_loop, sync_loop, DirCounters, Shared};
+
+fn fail(msg: &str, code: u8) -> ExitCode {
+    eprintln!("xferlab: {msg}");
+    ExitCode::from(code)
+}
+
+pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
+    if a.cleanup {
+        return cleanup(&a.name);
+    }
+    if a.size == 0 || a.size > 1 << 20 {
+        return fail(
+            &format!(
+                "-l/--size must be 1 byte to 1M per request (got {})",
+                a.size
+            ),
+            2,
+        );
+    }
+    if a.queue == 0 || a.queue > 256 {
+        return fail(
+            &format!("--queue must be 1 to 256 requests (got {})", a.queue),
+            2,
+        );
+    }
+    if a.name.is_empty() || a.name.contains(['/', '.', ' ']) {
+        return fail("--name must be a plain name (no '/', '.' or spaces)", 2);
+    }
+    let default_id = match a.function {
+        GadgetFunction::Ffs => (0x1d6b, 0x0104),
+        GadgetFunction::Sourcesink => (0x0525, 0xa4a0),
+    };
+    let (vid, pid) = match &a.id {
+        None => default_id,
+        Some(s) => match parse_vid_pid(s) {
+            Some(x) => x,
+            None => {
+                return fail(
+                    &format!("--id {s}: VID:PID must be two hex numbers, e.g. 1d6b:0104"),
+                    2,
+                )
+            }
+        },
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return fail(
+            "setting up a gadget needs root (configfs, mount); run it with sudo",
+            1,
+        );
+    }
+    if let Err(e) = check_configfs() {
+        return fail(&e, 1);
+    }
+    let udc = match pick_udc(a.udc.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return fail(&e, 1),
+    };
+    let dir = Path::new(CONFIGFS).join(&a.name);
+    if dir.exists() {
+        return fail(
+            &format!(
+                "a gadget `{}` already exists ({}): another xferlab gadget runs, or a killed run left it; \
+                 remove it with `xferlab usb gadget --cleanup --name {}`",
+                a.name,
+                dir.display(),
+                a.name
+            ),
+            1,
+        );
+    }
+    let function = match a.function {
+        GadgetFunction::Ffs => format!("ffs.{}", a.name),
+        GadgetFunction::Sourcesink => "SourceSink.0".to_string(),
+    };
+    let mut g = Gadget {
+        dir: dir.clone(),
+        function,
+        mount: None,
+        bound: false,
+    };
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        max_packet: AtomicUsize::new(0),
+        enables: AtomicU64::new(0),
+        input: DirCounters::default(),
+        output: DirCounters::default(),
+    });
+    let mut threads = Vec::new();
+    let setup = (|| -> Result<(), String> {
+        mkdir(&dir)
+            .map_err(|e| format!("{e}; is libcomposite loaded (`modprobe libcomposite`)?"))?;
+        write_attr(&dir.join("idVendor"), &format!("0x{vid:04x}"))?;
+        write_attr(&dir.join("idProduct"), &format!("0x{pid:04x}"))?;
+        write_attr(&dir.join("bcdUSB"), "0x0200")?;
+        mkdir(&dir.join("strings/0x409"))?;
+        write_attr(&dir.join("strings/0x409/serialnumber"), &a.serial)?;
+        write_attr(&dir.join("strings/0x409/manufacturer"), "xferlab")?;
+        let product = match a.function {
+            GadgetFunction::Ffs => "xferlab source/sink (FunctionFS)",
+            GadgetFunction::Sourcesink => "xferlab Gadget Zero (SourceSink)",
+        };
+        write_attr(&dir.join("strings/0x409/product"), product)?;
+        mkdir(&g.func_dir()).map_err(|e| match a.function {
+            GadgetFunction::Ffs => format!(
+                "{e}; is FunctionFS available (CONFIG_USB_CONFIGFS_F_FS, `modprobe usb_f_fs`)?"
+            ),
+            GadgetFunction::Sourcesink => {
+                format!("{e}; load the SourceSink function: `modprobe usb_f_ss_lb`")
+            }
+        })?;
+        mkdir(&dir.join("configs/c.1"))?;
+        mkdir(&dir.join("configs/c.1/strings/0x409"))?;
+        write_attr(
+            &dir.join("configs/c.1/strings/0x409/configuration"),
+            "xferlab",
+        )?;
+        write_attr(&dir.join("configs/c.1/MaxPower"), "100")?;
+        match a.function {
+            GadgetFunction::Sourcesink => {
+                let f = g.func_dir();
+                write_attr(
+                    &f.join("pattern"),
+                    &a.pattern.sourcesink_number().to_string(),
+                )?;
+                write_attr(&f.join("bulk_buflen"), &a.size.to_string())?;
+                write_attr(&f.join("bulk_qlen"), &a.queue.to_string())?;
+            }
+            GadgetFunction::Ffs => {
+                let mp = mount_point(&a.name);
+                let _ = fs::create_dir_all(&mp);
+                let src = CString::new(a.name.as_str()).expect("checked name");
+                let target = CString::new(mp.as_os_str().as_encoded_bytes()).expect("path");
+                let fstype = CString::new("functionfs").expect("literal");
+                // SAFETY: valid C strings; no mount data.
+                let r = unsafe {
+                    libc::mount(
+                        src.as_ptr(),
+                        target.as_ptr(),
+                        fstype.as_ptr(),
+                        0,
+                        std::ptr::null(),
+                    )
+                };
+                if r != 0 {
+                    let e = io::Error::last_os_error();
+                    let _ = fs::remove_dir(&mp);
+                    return Err(format!(
+                        "cannot mount FunctionFS `{}` on {}: {e}",
+                        a.name,
+                        mp.display()
+                    ));
+                }
+                g.mount = Some(mp.clone());
+                let mut ep0 = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(mp.join("ep0"))
+                    .map_err(|e| format!("cannot open {}/ep0: {e}", mp.display()))?;
+                ep0.write_all(&ffs::descriptors(0))
+                    .map_err(|e| format!("FunctionFS refused the descriptors: {e}"))?;
+                ep0.write_all(&ffs::strings("xferlab source/sink"))
+                    .map_err(|e| format!("FunctionFS refused the strings: {e}"))?;
+                let open_ep = |n: u32| {
+                    OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(mp.join(format!("ep{n}")))
+                        .map_err(|e| format!("cannot open {}/ep{n}: {e}", mp.display()))
+                };
+                let ep_in = open_ep(1)?;
+                let ep_out = open_ep(2)?;
+                let (s0, u0) = (shared.clone(), udc.clone());
+                threads.push(spawn("ffs-ep0", move || ep0_loop(ep0, &s0, &u0))?);
+                for (file, is_in) in [(ep_in, true), (ep_out, false)] {
+                    let s = shared.clone();
+                    let (size, queue, pattern, io) =
+                        (a.size as usize, a.queue as usize, a.pattern, a.io);
+                    let name = if is_in { "ffs-in" } else { "ffs-out" };
+                    threads.push(spawn(name, move || match io {
+                        GadgetIo::Sync => sync_loop(file, is_in, size, pattern, &s),
+                        GadgetIo::Aio => aio_loop(file, is_in, size, queue, pattern, &s),
+                    })?);
+                }
+            }
+        }
+        std::os::unix::fs::symlink(g.func_dir(), g.link())
+            .map_err(|e| format!("cannot link the function into the configuration: {e}"))?;
+        write_attr(&dir.join("UDC"), &udc)
+            .map_err(|e| format!("{e}; is the UDC `{udc}` used by another gadget?"))?;
+        g.bound = true;
+        Ok(())
+    })();
+    if let Err(e) = setup {
+        shared.stop.store(true, Relaxed);
+        g.unbind();
+        for t in threads {
+            let _ = t.join();
+        }
+        drop(g);
+        return fail(&e, 1);
+    }
+    let t0 = Instant::now();
+    let cpu0 = super::process_cpu();
+    // With -J stdout carries only the JSON document.
+    let say = |msg: String| {
+        if a.json {
+            eprintln!("{msg}");
+        } else {
+            println!("{msg}");
+        }
+    };
+    say(format!(
+        "gadget `{}` {vid:04x}:{pid:04x} on UDC {udc}: {} {}, {} B requests, queue {}, pattern {}{}",
+        a.name,
+        match a.function {
+            GadgetFunction::Ffs => "FunctionFS source/sink",
+            GadgetFunction::Sourcesink => "kernel SourceSink",
+        },
+        match (a.function, a.io) {
+            (GadgetFunction::Sourcesink, _) => "(in kernel)",
+            (_, GadgetIo::Sync) => "sync I/O",
+            (_, GadgetIo::Aio) => "AIO",
+        },
+        a.size,
+        a.queue,
+        a.pattern,
+        a.time.map(|t| format!(", for {t} s")).unwrap_or_else(|| ", until Ctrl-C".into())
+    ));
+    let _ = io::stdout().flush();
+    let limit = a.time.map(Duration::from_secs_f64);
+    while interrupts.load(Relaxed) == 0 && limit.is_none_or(|l| t0.elapsed() < l) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    // Teardown: stop, unbind (ends every transfer in flight), join, unmount, remove.
+    shared.stop.store(true, Relaxed);
+    g.unbind();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
+    }
+    drop(g);
+    let leftover = dir.exists() || mount_point(&a.name).exists();
+    let cpu1 = super::process_cpu();
+    report(a, &shared, secs, (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1));
+    if leftover {
+        return fail(&format!("could not remove everything of gadget `{}`; run `xferlab usb gadget --cleanup --name {}`", a.name, a.name), 1);
+    }
+    if interrupts.load(Relaxed) > 0 {
+        ExitCode::from(130)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64)) {
+    let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
+    let dir = |c: &DirCounters| {
+        serde_json::json!({
+            "transfers": c.transfers.load(Relaxed),
+            "bytes": c.bytes.load(Relaxed),
+            "errors": c.errors.load(Relaxed),
+            "pattern_errors": c.pattern_errors.load(Relaxed),
+            "mbytes_per_second": c.bytes.load(Relaxed) as f64 / secs.max(1e-9) / 1e6,
+        })
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "schema": "xferlab.usb-gadget/1",
+            "function": format!("{:?}", a.function).to_lowercase(),
+            "io": format!("{:?}", a.io).to_lowercase(),
+            "queue": a.queue,
+            "size": a.size,
+            "pattern": a.pattern,
+            "seconds": secs,
+            "enabled_times": s.enables.load(Relaxed),
+            "cpu": { "user_s": cpu.0, "system_s": cpu.1, "percent": cpu_percent },
+            "in": dir(&s.input),
+            "out": dir(&s.output),
+        });
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else if a.function == GadgetFunction::Ffs {
+        for (label, c) in [("IN  (to host)", &s.input), ("OUT (from host)", &s.output)] {
+            println!(
+                "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",
+                c.transfers.load(Relaxed),
+                c.bytes.load(Relaxed),
+                c.bytes.load(Relaxed) as f64 / secs.max(1e-9) / 1e6,
+                c.errors.load(Relaxed),
+                c.pattern_errors.load(Relaxed)
+            );
+        }
+    }
+    if !a.json {
+        println!(
+            "CPU gadget {cpu_percent:.1}% (user {:.2} s, sys {:.2} s)",
+            cpu.0, cpu.1
+        );
+    }
+    if a.json {
+        eprintln!("gadget `{}` removed", a.name);
+    } else {
+        println!("gadget `{}` removed", a.name);
+    }
+}
+
+fn spawn(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, String> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(|e| format!("cannot start a thread: {e}"))
+}

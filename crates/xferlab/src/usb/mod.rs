@@ -1,0 +1,78 @@
+//! The USB transport: `xferlab usb list | bulk | gadget`. The sans-IO parts
+//! (descriptors, patterns, queue bookkeeping, counters, error texts) live in
+//! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
+//! drivers.
+
+mod aio;
+mod bulk;
+pub mod cli;
+mod device;
+mod engine;
+mod gadget;
+mod report;
+
+use std::process::ExitCode;
+use std::sync::atomic::AtomicU32;
+
+use cli::{UsbArgs, UsbCommand};
+
+/// (user, system) CPU seconds of the whole process. A USB run owns its
+/// process, and nusb reaps URBs on its own event thread, so process-wide
+/// rusage is the honest figure here.
+pub(crate) fn process_cpu() -> (f64, f64) {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: a valid, writable rusage.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
+        return (0.0, 0.0);
+    }
+    // SAFETY: zero-initialised, then filled in by the kernel.
+    let ru = unsafe { ru.assume_init() };
+    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
+    match &a.command {
+        UsbCommand::List => list(),
+        UsbCommand::Bulk(b) => bulk::run(b, interrupts),
+        UsbCommand::Gadget(g) => gadget::run(g, interrupts),
+    }
+}
+
+fn list() -> ExitCode {
+    let devs = match device::list_devices() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("xferlab: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    println!("BUS.ADDR  VID:PID    SPEED       DRIVERS            PRODUCT");
+    for d in &devs {
+        let drivers: Vec<String> = d
+            .interfaces()
+            .map(|i| {
+                let drv =
+                    device::interface_driver(d, i.interface_number()).unwrap_or_else(|| "-".into());
+                format!("{}:{drv}", i.interface_number())
+            })
+            .collect();
+        println!(
+            "{:<9} {:04x}:{:04x}  {:<10}  {:<17}  {}{}",
+            format!("{}.{}", d.busnum(), d.device_address()),
+            d.vendor_id(),
+            d.product_id(),
+            device::speed_label(d.speed()).unwrap_or("?"),
+            if drivers.is_empty() {
+                "-".into()
+            } else {
+                drivers.join(",")
+            },
+            d.product_string().unwrap_or(""),
+            d.serial_number()
+                .map(|s| format!(" (serial {s})"))
+                .unwrap_or_default()
+        );
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,62 @@
+//! `xferlab usb` on the host itself (no VM): bad input gets one line that
+//! names the flag and exit 2; a missing device or controller exit 1. The
+//! real USB paths are tested in the lab VM (usb_vm.rs).
+
+mod common;
+
+use std::time::Duration;
+
+use common::run;
+
+const T: Duration = Duration::from_secs(20);
+
+#[test]
+fn bad_usb_flags_are_one_line_usage_errors() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["usb", "bulk", "-d", "zz"],
+            &["-d zz", "VID:PID", "BUS.ADDR"],
+        ),
+        (&["usb", "bulk", "-d", "0525:xyz"], &["-d 0525:xyz", "hex"]),
+        (&["usb", "bulk", "-Q", "0"], &["-Q/--depth", "got 0"]),
+        (&["usb", "bulk", "-l", "0"], &["-l/--size"]),
+        (
+            &["usb", "bulk", "--pattern", "7"],
+            &["pattern", "0/zeros", "1/mod63"],
+        ),
+        (&["usb", "bulk", "--ep-in", "zz"], &["endpoint address"]),
+        (
+            &["usb", "bulk", "-l", "1M", "-Q", "64"],
+            &["usbfs", "usbfs_memory_mb"],
+        ),
+        (
+            &["usb", "bulk", "--format", "iperf3-json"],
+            &["iperf3-json", "USB"],
+        ),
+        (
+            &["usb", "bulk", "-t", "1", "-n", "1M"],
+            &["--bytes", "--time"],
+        ),
+        (&["usb", "gadget", "--queue", "0"], &["--queue"]),
+        (&["usb", "gadget", "--name", "a/b"], &["--name"]),
+        (
+            &["usb", "gadget", "--id", "12345"],
+            &["--id 12345", "VID:PID"],
+        ),
+    ];
+    for (args, needles) in cases {
+        let out = run(args, T);
+        out.assert_one_line_failure(2, needles);
+    }
+}
+
+#[test]
+fn a_missing_device_is_named_with_what_to_do() {
+    let out = run(&["usb", "bulk", "-d", "ffff:fffe", "-t", "1"], T);
+    let line = out.assert_one_line(&[]);
+    assert_eq!(out.code, Some(1), "{line}");
+    assert!(
+        line.contains("no USB device ffff:fffe") || line.contains("no USB host controller"),
+        "{line}"
+    );
+}
