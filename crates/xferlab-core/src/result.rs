@@ -452,6 +452,10 @@ pub struct TestResult {
     pub status: Status,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// Runs inside `xferlab lab`: topology, link configuration and the
+    /// emulator's accuracy self-report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<crate::link::LabReport>,
 }
 
 impl SideReport {

@@ -423,6 +423,7 @@ pub(crate) mod sample {
             server: Some(server),
             status: Status::Ok,
             errors: vec![],
+            lab: None,
         }
     }
 

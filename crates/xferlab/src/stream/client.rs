@@ -409,6 +409,7 @@ fn assemble(
         summary,
         status,
         errors: error.into_iter().collect(),
+        lab: None,
     }
 }
 
