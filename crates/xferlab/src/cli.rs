@@ -42,6 +42,10 @@ pub enum Command {
     /// UDPmon-style sweep over UDP: throughput and loss versus datagram
     /// size (--size) or versus the spacing between datagrams (--spacing).
     Sweep(Box<SweepArgs>),
+    /// Client and server in network namespaces joined by xferlab's own
+    /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
+    /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.
+    Lab(Box<crate::lab::LabArgs>),
 }
 
 #[derive(Debug, Args)]

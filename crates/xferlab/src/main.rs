@@ -2,6 +2,7 @@
 
 mod cli;
 mod control;
+mod lab;
 mod net;
 mod output;
 mod series;
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Command::Stream(a) => run_stream(&a),
         Command::Cbr(a) => run_cbr(&a),
         Command::Sweep(a) => run_sweep(&a),
+        Command::Lab(a) => lab::run(&a),
     }
 }
 

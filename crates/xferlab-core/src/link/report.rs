@@ -69,14 +69,18 @@ pub struct DirectionAccuracy {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct UnintendedDrops {
+    /// The sending host's TUN device could not queue a packet for the
+    /// emulator (its ring was full).
     pub tun_tx_dropped: u64,
+    /// The receiving host's TUN device dropped a packet the emulator wrote.
+    pub tun_rx_dropped: u64,
     pub buffer_exhausted: u64,
     pub write_errors: u64,
 }
 
 impl UnintendedDrops {
     pub fn total(&self) -> u64 {
-        self.tun_tx_dropped + self.buffer_exhausted + self.write_errors
+        self.tun_tx_dropped + self.tun_rx_dropped + self.buffer_exhausted + self.write_errors
     }
 }
 
@@ -142,9 +146,10 @@ pub fn judge_direction(
     let u = acc.unintended_drops;
     if u.total() > 0 {
         out.push(format!(
-            "{name}: {} unintended drops (TUN TX {}, buffers exhausted {}, write errors {})",
+            "{name}: {} unintended drops (TUN TX {}, TUN RX {}, buffers exhausted {}, write errors {})",
             u.total(),
             u.tun_tx_dropped,
+            u.tun_rx_dropped,
             u.buffer_exhausted,
             u.write_errors
         ));
