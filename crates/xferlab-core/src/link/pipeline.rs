@@ -105,6 +105,7 @@ impl Link {
         let c = &mut self.counters;
         c.arrived_packets += 1;
         c.arrived_segments += segs;
+        c.arrived_ect_packets += u64::from(info.is_ect());
         if self.loss.lose(&mut self.rng) {
             c.dropped_loss_packets += 1;
             c.dropped_loss_segments += segs;

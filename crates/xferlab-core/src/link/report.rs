@@ -25,6 +25,12 @@ pub struct Topology {
     /// TSO/checksum offload on the TUN devices (GSO superpackets pass the
     /// emulator whole; rates still count per wire segment).
     pub offload: bool,
+    /// The forwarding threads ran under SCHED_FIFO.
+    pub realtime: bool,
+    /// Microseconds busy-waited before each departure instead of sleeping.
+    pub spin_us: u64,
+    /// Packet buffers per direction.
+    pub buffers: u64,
     /// Where the forwarded packets were captured, if asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcap: Option<String>,
@@ -157,10 +163,12 @@ pub fn judge_direction(
     if let (EcnMarking::Fixed { .. } | EcnMarking::Red { .. }, Some(seen)) =
         (cfg.ecn, acc.receiver_in_ce_pkts)
     {
-        if seen != k.marked_segments as i64 {
+        // The receiver counts a GSO superpacket written to its TUN device
+        // as one packet (gso_segs is not set yet), so packets compare.
+        if seen != k.marked_packets as i64 {
             out.push(format!(
                 "{name}: {} CE marks applied but the receiver counted {seen} (IpExtInCEPkts)",
-                k.marked_segments
+                k.marked_packets
             ));
         }
     }
@@ -222,7 +230,7 @@ mod tests {
         bad.unintended_drops.tun_tx_dropped = 3;
         let mut cfg = LinkConfig::default();
         cfg.ecn = EcnMarking::Fixed { p: 0.05 };
-        bad.emulator.counters.marked_segments = 5;
+        bad.emulator.counters.marked_packets = 5;
         judge_direction("c2s", &cfg, &bad, &Targets::default(), &mut v);
         assert_eq!(v.len(), 4, "{v:?}");
         assert!(

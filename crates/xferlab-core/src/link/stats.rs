@@ -133,6 +133,9 @@ impl RateMeter {
 pub struct LinkCounters {
     pub arrived_packets: u64,
     pub arrived_segments: u64,
+    /// Arrivals that were ECN-capable (ECT(0)/ECT(1)): what a marker
+    /// could mark.
+    pub arrived_ect_packets: u64,
     pub dropped_loss_packets: u64,
     pub dropped_loss_segments: u64,
     pub dropped_queue_packets: u64,
@@ -140,8 +143,9 @@ pub struct LinkCounters {
     /// Non-ECT packets RED dropped where it would have marked.
     pub dropped_red_packets: u64,
     pub dropped_red_segments: u64,
-    /// CE marks applied; a marked superpacket counts all its segments
-    /// (the receiver's IpExtInCEPkts counts them so too).
+    /// CE marks applied. One mark covers every segment of a superpacket;
+    /// the receiver's IpExtInCEPkts counts a superpacket written to its TUN
+    /// device once, so `marked_packets` is what it must match.
     pub marked_packets: u64,
     pub marked_segments: u64,
     pub duplicated_packets: u64,

@@ -23,7 +23,6 @@ const READ_BURST: usize = 64;
 const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
 pub struct Forwarder {
-    pub name: &'static str,
     pub input: File,
     pub output: File,
     pub config: LinkConfig,
@@ -31,6 +30,8 @@ pub struct Forwarder {
     pub slots: usize,
     pub pcap: Option<PcapWriter>,
     pub realtime: bool,
+    /// Busy-wait this long before a departure instead of sleeping.
+    pub spin_ns: u64,
     pub epoch: Instant,
     /// Wall-clock nanoseconds at `epoch`, for capture timestamps.
     pub epoch_unix_ns: u64,
@@ -78,8 +79,9 @@ impl Forwarder {
         let out_fd = self.output.as_raw_fd();
         let mut flush_deadline: Option<u64> = None;
         loop {
-            let now = now_ns(self.epoch);
-            while let Some(d) = link.pop_due(now) {
+            // A fresh clock per departure: the lateness recorded is that of
+            // the write about to happen, including the writes before it.
+            while let Some(d) = link.pop_due(now_ns(self.epoch)) {
                 let t = d.token as usize;
                 let buf = &pool[t * SLOT..t * SLOT + lens[t]];
                 // SAFETY: writing an initialized buffer to our fd.
@@ -89,7 +91,7 @@ impl Forwarder {
                 }
                 if let Some(p) = self.pcap.as_mut() {
                     p.write(
-                        self.epoch_unix_ns + now,
+                        self.epoch_unix_ns + now_ns(self.epoch),
                         &buf[VNET_HDR_LEN.min(buf.len())..],
                     );
                 }
@@ -97,6 +99,7 @@ impl Forwarder {
                     free.push(d.token);
                 }
             }
+            let now = now_ns(self.epoch);
             if flush_deadline.is_none() && self.stop.load(Ordering::Relaxed) {
                 flush_deadline = Some(now + FLUSH_LIMIT.as_nanos() as u64);
             }
@@ -131,13 +134,18 @@ impl Forwarder {
                     let n = n as usize;
                     lens[t] = n;
                     let info = packet::inspect(&slot[..n]);
-                    match link.arrive(now_ns(self.epoch), &info, tok) {
+                    let now = now_ns(self.epoch);
+                    match link.arrive(now, &info, tok) {
                         Arrival::Dropped(_) => free.push(tok),
                         Arrival::Queued { mark_ce } => {
                             if mark_ce {
                                 packet::mark_ce(&mut slot[..n]);
                             }
                         }
+                    }
+                    // A departure falls due: serve it before reading on.
+                    if link.next_due().is_some_and(|d| d <= now) {
+                        break;
                     }
                 }
             }
@@ -153,6 +161,13 @@ impl Forwarder {
             if wait == 0 {
                 continue;
             }
+            if wait <= self.spin_ns {
+                // Close to a departure: a timer would wake us tens of
+                // microseconds late; check the input and the clock instead.
+                std::hint::spin_loop();
+                continue;
+            }
+            let wait = wait - self.spin_ns;
             let mut pfd = libc::pollfd {
                 fd: in_fd,
                 events: if flush_deadline.is_none() {

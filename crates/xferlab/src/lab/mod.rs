@@ -27,10 +27,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use xferlab_core::counters::{parse_dev, parse_snmp, CounterSnapshot};
-use xferlab_core::link::report::{
-    judge_direction, Accuracy, DirectionAccuracy, LabHost, LabReport, Targets, Topology,
-    UnintendedDrops,
-};
+use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
 use crate::cli::{Cli, Command as Verb};
@@ -119,6 +116,7 @@ struct Plan {
     pcap_snaplen: u32,
     buffers: usize,
     realtime: bool,
+    spin_us: u64,
     probe: bool,
     allow_invalid: bool,
     /// The client's command line after the binary name, server inserted.
@@ -177,6 +175,7 @@ impl Plan {
             pcap_snaplen: a.pcap_snaplen,
             buffers: a.buffers,
             realtime: !a.no_realtime,
+            spin_us: a.spin_us,
             probe: !a.no_probe,
             allow_invalid: a.allow_invalid,
             client_args,
@@ -243,6 +242,9 @@ impl Lab {
         let settings = sysctls.to_vec();
         let tun = netns::run_in(&ns, move || {
             let f = tun::open(IFACE, offload)?;
+            // IPv4 only: no IPv6 chatter (router solicitations, MLD) on
+            // the emulated link.
+            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{IFACE}/disable_ipv6"), "1");
             tun::configure(IFACE, local, peer, mtu, TXQUEUELEN)?;
             for (k, v) in &settings {
                 netns::write_sysctl(k, v)?;
@@ -330,13 +332,13 @@ impl Lab {
                 None => None,
             };
             let fwd = Forwarder {
-                name,
                 input: dup(from)?,
                 output: dup(to)?,
                 config: cfg.clone(),
                 slots: plan.buffers,
                 pcap,
                 realtime: plan.realtime,
+                spin_ns: plan.spin_us * 1000,
                 epoch,
                 epoch_unix_ns,
                 stop: self.stop.clone(),

@@ -72,6 +72,12 @@ pub(super) fn assemble(
         }
     }
     for f in fwd {
+        if f.abandoned > 0 {
+            violations.push(format!(
+                "{} packets were still in the emulator when it had to stop",
+                f.abandoned
+            ));
+        }
         if let Some(e) = &f.pcap_error {
             violations.push(format!("capture incomplete: {e}"));
         }
@@ -80,6 +86,9 @@ pub(super) fn assemble(
         topology: Topology {
             hosts,
             offload: plan.offload,
+            realtime: fwd.iter().all(|f| f.realtime),
+            spin_us: plan.spin_us,
+            buffers: plan.buffers as u64,
             pcap: plan.pcap.as_ref().map(|p| p.display().to_string()),
         },
         c2s: plan.c2s.clone(),
@@ -205,6 +214,14 @@ fn describe(c: &LinkConfig) -> String {
     parts.join(", ")
 }
 
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
 fn us(v: Option<f64>) -> String {
     v.map_or("-".into(), |x| format!("{x:.0} us"))
 }
@@ -220,7 +237,13 @@ fn human(lab: &LabReport) -> String {
         s += ";";
     }
     s.pop();
-    s += "\n";
+    s += &format!(
+        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us, {} buffers per direction\n",
+        on(lab.topology.offload),
+        on(lab.topology.realtime),
+        lab.topology.spin_us,
+        lab.topology.buffers
+    );
     for (name, cfg, a) in [
         ("c2s", &lab.c2s, &lab.accuracy.c2s),
         ("s2c", &lab.s2c, &lab.accuracy.s2c),
