@@ -16,7 +16,7 @@ use xferlab_core::link::{Arrival, Link, LinkConfig};
 use super::pcap::PcapWriter;
 
 /// Room for the largest GSO superpacket plus the virtio-net header.
-const SLOT: usize = 65_536 + 64;
+pub const SUPERPACKET_SLOT: usize = 65_536 + 64;
 /// Packets read per wake-up before departures get another look.
 const READ_BURST: usize = 64;
 /// How long a stopping forwarder keeps delivering what is in flight.
@@ -28,6 +28,9 @@ pub struct Forwarder {
     pub config: LinkConfig,
     /// Buffers: packets held at once (queued + in the delay line).
     pub slots: usize,
+    /// Bytes per buffer: the MTU plus the vnet header without offloads,
+    /// [`SUPERPACKET_SLOT`] with them.
+    pub slot_size: usize,
     pub pcap: Option<PcapWriter>,
     pub realtime: bool,
     /// Busy-wait this long before a departure instead of sleeping.
@@ -70,10 +73,11 @@ impl Forwarder {
     pub fn run(mut self) -> ForwardReport {
         let realtime = tune_thread(self.realtime);
         let mut link = Link::new(&self.config);
-        let mut pool = vec![0u8; self.slots * SLOT];
+        let slot_size = self.slot_size;
+        let mut pool = vec![0u8; self.slots * slot_size];
         let mut lens = vec![0usize; self.slots];
         let mut free: Vec<u32> = (0..self.slots as u32).rev().collect();
-        let mut scratch = vec![0u8; SLOT];
+        let mut scratch = vec![0u8; slot_size];
         let (mut buffer_exhausted, mut write_errors) = (0u64, 0u64);
         let in_fd = self.input.as_raw_fd();
         let out_fd = self.output.as_raw_fd();
@@ -83,7 +87,7 @@ impl Forwarder {
             // the write about to happen, including the writes before it.
             while let Some(d) = link.pop_due(now_ns(self.epoch)) {
                 let t = d.token as usize;
-                let buf = &pool[t * SLOT..t * SLOT + lens[t]];
+                let buf = &pool[t * slot_size..t * slot_size + lens[t]];
                 // SAFETY: writing an initialized buffer to our fd.
                 let n = unsafe { libc::write(out_fd, buf.as_ptr().cast(), buf.len()) };
                 if n < 0 {
@@ -114,7 +118,8 @@ impl Forwarder {
                     let Some(tok) = free.pop() else {
                         // Every buffer is in use: the packet is lost here.
                         // SAFETY: reading into our own scratch buffer.
-                        let n = unsafe { libc::read(in_fd, scratch.as_mut_ptr().cast(), SLOT) };
+                        let n =
+                            unsafe { libc::read(in_fd, scratch.as_mut_ptr().cast(), slot_size) };
                         if n > 0 {
                             buffer_exhausted += 1;
                             continue;
@@ -123,9 +128,9 @@ impl Forwarder {
                         break;
                     };
                     let t = tok as usize;
-                    let slot = &mut pool[t * SLOT..(t + 1) * SLOT];
+                    let slot = &mut pool[t * slot_size..(t + 1) * slot_size];
                     // SAFETY: reading into a buffer we own.
-                    let n = unsafe { libc::read(in_fd, slot.as_mut_ptr().cast(), SLOT) };
+                    let n = unsafe { libc::read(in_fd, slot.as_mut_ptr().cast(), slot_size) };
                     if n <= 0 {
                         free.push(tok);
                         read_all = true;

@@ -128,6 +128,8 @@ struct Plan {
 impl Plan {
     fn new(a: &LabArgs) -> Result<Self, String> {
         let (c2s, s2c) = a.link_configs()?;
+        let offload = a.offload.resolve([&c2s, &s2c]);
+        let buffers = a.buffers.unwrap_or_else(|| default_buffers(&c2s, &s2c));
         let (client_sysctls, server_sysctls) = a.sysctls()?;
         let verb = &a.command[0];
         let mut argv = vec!["xferlab".to_string()];
@@ -170,10 +172,10 @@ impl Plan {
             client_sysctls,
             server_sysctls,
             mtu: a.mtu,
-            offload: !a.no_offload,
+            offload,
             pcap: a.pcap.clone(),
             pcap_snaplen: a.pcap_snaplen,
-            buffers: a.buffers,
+            buffers,
             realtime: !a.no_realtime,
             spin_us: a.spin_us,
             probe: !a.no_probe,
@@ -183,6 +185,26 @@ impl Plan {
             output: stream.output.clone(),
         })
     }
+}
+
+/// Buffers per direction: room for what one direction can hold (a full
+/// queue plus a delay line at the link rate, twice over), at least 4096.
+fn default_buffers(c2s: &LinkConfig, s2c: &LinkConfig) -> usize {
+    use xferlab_core::link::config::QueueLimit;
+    let need = |c: &LinkConfig| -> u64 {
+        let queue = match c.queue {
+            QueueLimit::Packets(n) => n,
+            QueueLimit::Bytes(b) => b / 500,
+        };
+        let line = c.rate_bps.map_or(0, |r| {
+            (r as u128 * u128::from(c.delay_ns + c.jitter.map_or(0, |j| 4 * j.amount_ns))
+                / 8
+                / 1_000_000_000
+                / 1500) as u64
+        });
+        2 * (queue + line)
+    };
+    need(c2s).max(need(s2c)).clamp(4096, 1 << 16) as usize
 }
 
 /// What exists of one lab; `teardown` removes it in reverse.
@@ -336,6 +358,11 @@ impl Lab {
                 output: dup(to)?,
                 config: cfg.clone(),
                 slots: plan.buffers,
+                slot_size: if plan.offload {
+                    forward::SUPERPACKET_SLOT
+                } else {
+                    plan.mtu as usize + 64
+                },
                 pcap,
                 realtime: plan.realtime,
                 spin_ns: plan.spin_us * 1000,
