@@ -210,7 +210,7 @@ pub fn parse_delay(s: &str) -> Result<u64, String> {
         units::parse_seconds(t).ok().map(|v| v * 1e9)
     };
     match v {
-        Some(ns) if ns.is_finite() && ns >= 0.0 && ns < 3.6e12 => Ok(ns.round() as u64),
+        Some(ns) if (0.0..3.6e12).contains(&ns) => Ok(ns.round() as u64),
         _ => Err(format!(
             "'{s}' is not a delay: use e.g. 10ms, 250us or 0.5s"
         )),

@@ -133,6 +133,11 @@ impl Link {
         };
         let copies = if self.rng.chance(self.cfg.duplicate) {
             self.counters.duplicated_packets += 1;
+            if mark_ce {
+                // Both copies reach the receiver marked.
+                self.counters.marked_packets += 1;
+                self.counters.marked_segments += segs;
+            }
             2
         } else {
             1

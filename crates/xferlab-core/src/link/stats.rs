@@ -143,7 +143,8 @@ pub struct LinkCounters {
     /// Non-ECT packets RED dropped where it would have marked.
     pub dropped_red_packets: u64,
     pub dropped_red_segments: u64,
-    /// CE marks applied. One mark covers every segment of a superpacket;
+    /// CE-marked packets sent on (a duplicated marked packet counts
+    /// twice: the receiver sees both). One mark covers every segment of a superpacket;
     /// the receiver's IpExtInCEPkts counts a superpacket written to its TUN
     /// device once, so `marked_packets` is what it must match.
     pub marked_packets: u64,

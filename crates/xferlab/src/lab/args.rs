@@ -127,6 +127,9 @@ pub struct LabArgs {
     pub command: Vec<String>,
 }
 
+/// KEY -> VALUE pairs for one namespace, in the order given.
+pub type Sysctls = Vec<(String, String)>;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
     On,
@@ -282,7 +285,7 @@ impl LabArgs {
     }
 
     /// Sysctls per host: (client, server), KEY -> VALUE.
-    pub fn sysctls(&self) -> Result<(Vec<(String, String)>, Vec<(String, String)>), String> {
+    pub fn sysctls(&self) -> Result<(Sysctls, Sysctls), String> {
         let mut both = Vec::new();
         if let Some(s) = self.sack {
             both.push(("net.ipv4.tcp_sack".to_string(), on_off(s).to_string()));
