@@ -296,6 +296,10 @@ impl Lab {
                 if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // Own process group: a terminal's Ctrl-C reaches only the
+                // runner, which forwards it to the client (the server must
+                // stay up to send its report).
+                libc::setpgid(0, 0);
                 // Die with the runner, even when it is SIGKILLed.
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
                 if libc::getppid() == 1 {
