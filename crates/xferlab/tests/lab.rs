@@ -363,6 +363,46 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
 }
 
 #[test]
+fn unintended_drops_make_the_run_invalid_loudly() {
+    let _turn = one_at_a_time();
+    // A one-packet TUN queue between the client's kernel and the emulator
+    // overflows under a TCP burst: losses nobody configured.
+    let out = run(
+        &[
+            "lab",
+            "--offload",
+            "off",
+            "--txqueuelen",
+            "1",
+            "--no-probe",
+            "stream",
+            "-t",
+            "1",
+            "-J",
+        ],
+        deadline_for(6.0),
+    );
+    let v = parse_json(&out);
+    validate_schema(&v);
+    let acc = &v["lab"]["accuracy"];
+    let tx_drops = u64_at(&v, "/lab/accuracy/c2s/unintended_drops/tun_tx_dropped");
+    assert!(
+        tx_drops > 0,
+        "no TUN TX drops with txqueuelen 1\n{}",
+        out.describe()
+    );
+    assert_eq!(acc["valid"], false);
+    assert!(
+        acc["violations"].to_string().contains("unintended"),
+        "{}",
+        acc["violations"]
+    );
+    assert_eq!(out.code, Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("LAB RUN INVALID"), "{}", out.describe());
+    assert_no_leftovers_of(out_pid(&v));
+}
+
+#[test]
 fn bad_input_and_missing_root_are_one_line_errors() {
     let out = run(
         &["lab", "--rate", "fast", "stream"],

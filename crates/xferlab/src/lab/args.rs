@@ -96,6 +96,15 @@ pub struct LabArgs {
     /// what the queue and the delay line can hold, at least 4096.
     #[arg(long, help_heading = "Emulator")]
     pub buffers: Option<usize>,
+    /// Transmit queue of the TUN devices: the ring between a host's kernel
+    /// and the emulator (overflows count as unintended drops).
+    #[arg(
+        long,
+        value_name = "PACKETS",
+        default_value_t = 10_000,
+        help_heading = "Emulator"
+    )]
+    pub txqueuelen: u32,
     /// Do not ask for SCHED_FIFO on the forwarding threads.
     #[arg(long, help_heading = "Emulator")]
     pub no_realtime: bool,
@@ -273,6 +282,9 @@ impl LabArgs {
                 "--mtu must be between 576 and 65535 (got {})",
                 self.mtu
             ));
+        }
+        if self.txqueuelen == 0 {
+            return Err("--txqueuelen must be at least 1".into());
         }
         if let Some(b) = self.buffers {
             if !(16..=1 << 20).contains(&b) {

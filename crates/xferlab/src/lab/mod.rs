@@ -39,9 +39,6 @@ const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 const IFACE: &str = "xlab0";
 const SERVER_PORT: u16 = 5290;
-/// TUN transmit queue: the ring between a host's kernel and the
-/// emulator. The default 500 silently dropped packets in bursts.
-const TXQUEUELEN: u32 = 10_000;
 
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
@@ -115,6 +112,9 @@ struct Plan {
     pcap: Option<std::path::PathBuf>,
     pcap_snaplen: u32,
     buffers: usize,
+    /// TUN transmit queue: the ring between a host's kernel and the
+    /// emulator (the kernel default 500 silently dropped bursts).
+    txqueuelen: u32,
     realtime: bool,
     spin_us: u64,
     probe: bool,
@@ -176,6 +176,7 @@ impl Plan {
             pcap: a.pcap.clone(),
             pcap_snaplen: a.pcap_snaplen,
             buffers,
+            txqueuelen: a.txqueuelen,
             realtime: !a.no_realtime,
             spin_us: a.spin_us,
             probe: !a.no_probe,
@@ -260,14 +261,14 @@ impl Lab {
             }
         })?;
         self.namespaces.push(ns.clone());
-        let (mtu, offload) = (plan.mtu, plan.offload);
+        let (mtu, offload, txqueuelen) = (plan.mtu, plan.offload, plan.txqueuelen);
         let settings = sysctls.to_vec();
         let tun = netns::run_in(&ns, move || {
             let f = tun::open(IFACE, offload)?;
             // IPv4 only: no IPv6 chatter (router solicitations, MLD) on
             // the emulated link.
             let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{IFACE}/disable_ipv6"), "1");
-            tun::configure(IFACE, local, peer, mtu, TXQUEUELEN)?;
+            tun::configure(IFACE, local, peer, mtu, txqueuelen)?;
             for (k, v) in &settings {
                 netns::write_sysctl(k, v)?;
             }

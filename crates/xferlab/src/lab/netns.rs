@@ -166,10 +166,9 @@ pub fn pids_in(name: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Is `pid` a running xferlab process (the owner of a lab)?
+/// Is the lab owner `pid` still running? Any live process with that pid
+/// counts: after a pid reuse a dead lab's leftovers wait a little longer,
+/// but a running lab is never cleaned away.
 pub fn owner_alive(pid: u32) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/comm")) {
-        Ok(comm) => comm.trim() == "xferlab",
-        Err(_) => false,
-    }
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }

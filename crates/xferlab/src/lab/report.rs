@@ -47,8 +47,8 @@ pub(super) fn assemble(
     let direction = |f: &ForwardReport, sender: usize, receiver: usize| DirectionAccuracy {
         emulator: f.emulator.clone(),
         unintended_drops: UnintendedDrops {
-            tun_tx_dropped: d(sender, "dev.tx_dropped").max(0) as u64,
-            tun_rx_dropped: d(receiver, "dev.rx_dropped").max(0) as u64,
+            tun_tx_dropped: d(sender, "dev.tx_drop").max(0) as u64,
+            tun_rx_dropped: d(receiver, "dev.rx_drop").max(0) as u64,
             buffer_exhausted: f.buffer_exhausted,
             write_errors: f.write_errors,
         },
