@@ -339,3 +339,73 @@ fn on_off(s: OnOff) -> &'static str {
         OnOff::Off => "0",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use xferlab_core::link::config::{LossModel, QueueLimit};
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn parse(args: &[&str]) -> LabArgs {
+        let mut v = vec!["lab"];
+        v.extend_from_slice(args);
+        Wrap::try_parse_from(v).unwrap().lab
+    }
+
+    #[test]
+    fn direction_prefixes_pick_one_side() {
+        let a = parse(&[
+            "--rate", "100M", "--rate", "s2c:10M", "--loss", "c2s:1%", "--delay", "5ms", "--queue",
+            "s2c:64K", "--mark", "c2s:1/50", "stream", "-t", "3",
+        ]);
+        let (c2s, s2c) = a.link_configs().unwrap();
+        assert_eq!(
+            (c2s.rate_bps, s2c.rate_bps),
+            (Some(100_000_000), Some(10_000_000))
+        );
+        assert_eq!(c2s.loss, LossModel::Bernoulli { p: 0.01 });
+        assert_eq!(s2c.loss, LossModel::None);
+        assert_eq!((c2s.delay_ns, s2c.delay_ns), (5_000_000, 5_000_000));
+        assert_eq!(s2c.queue, QueueLimit::Bytes(65536));
+        assert_eq!(c2s.ecn, EcnMarking::Fixed { p: 0.02 });
+        assert_eq!(s2c.seed, c2s.seed + 1);
+        assert_eq!(a.command, ["stream", "-t", "3"]);
+        assert!(
+            !a.offload.resolve([&c2s, &s2c]),
+            "shaped at 100M: per packet"
+        );
+        let fast = LinkConfig {
+            rate_bps: Some(5_000_000_000),
+            ..LinkConfig::default()
+        };
+        assert!(Offload::Auto.resolve([&fast, &fast]));
+    }
+
+    #[test]
+    fn host_settings_become_sysctls() {
+        let a = parse(&[
+            "--sack",
+            "off",
+            "--ecn",
+            "on",
+            "--client-sysctl",
+            "net.ipv4.tcp_dsack=0",
+            "stream",
+        ]);
+        let (client, server) = a.sysctls().unwrap();
+        assert!(client.contains(&("net.ipv4.tcp_sack".into(), "0".into())));
+        assert!(client.contains(&("net.ipv4.tcp_dsack".into(), "0".into())));
+        assert!(server.contains(&("net.ipv4.tcp_ecn".into(), "1".into())));
+        assert!(!server.iter().any(|(k, _)| k == "net.ipv4.tcp_dsack"));
+        let bad = parse(&["--client-sysctl", "kernel.panic=1", "stream"]);
+        assert!(bad.sysctls().unwrap_err().contains("net.*"));
+        let bad = parse(&["--loss", "c2s:2", "stream"]);
+        assert!(bad.link_configs().unwrap_err().starts_with("--loss"));
+    }
+}

@@ -105,7 +105,7 @@ pub(super) fn assemble(
 
 /// Adds `"lab": {...}` as the last member of a JSON object document,
 /// keeping the document's own member order.
-fn inject(doc: &str, lab: &LabReport) -> Option<String> {
+fn inject(doc: &str, lab: &impl serde::Serialize) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(doc).ok()?;
     if !v.is_object() {
         return None;
@@ -306,12 +306,22 @@ fn human(lab: &LabReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::inject;
+    use serde_json::{json, Value};
+
     #[test]
-    fn inject_keeps_order_and_validity() {
-        let doc = "{\n  \"schema\": \"x\",\n  \"b\": 1\n}\n";
-        let v: serde_json::Value = serde_json::from_str(doc).unwrap();
-        assert!(v.is_object());
-        let body = doc.trim_end().strip_suffix('}').unwrap();
-        assert!(body.contains("schema"));
+    fn inject_appends_lab_and_keeps_the_document_order() {
+        let doc = "{\n  \"schema\": \"x\",\n  \"b\": [\n    1\n  ]\n}\n";
+        let out = inject(doc, &json!({"valid": true})).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["lab"]["valid"], true);
+        assert_eq!(v["b"][0], 1);
+        assert!(out.find("schema").unwrap() < out.find("\"lab\"").unwrap());
+        assert_eq!(
+            inject("{}", &json!(1)).as_deref(),
+            Some("{\n  \"lab\": 1\n}\n")
+        );
+        assert!(inject("[1]", &json!(1)).is_none());
+        assert!(inject("not json", &json!(1)).is_none());
     }
 }
