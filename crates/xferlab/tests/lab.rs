@@ -413,6 +413,10 @@ fn bad_input_and_missing_root_are_one_line_errors() {
     out.assert_one_line_failure(2, &["HOST"]);
     let out = run(&["lab", "stream", "--bogus"], Duration::from_secs(10));
     out.assert_one_line_failure(2, &["--bogus"]);
+    let out = run(&["lab"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["test to run"]);
+    let out = run(&["lab", "--mark", "1/0", "stream"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["--mark", "probability"]);
     let out = run(&["lab", "server"], Duration::from_secs(10));
     out.assert_one_line_failure(2, &["verb"]);
     // As an unprivileged user: one line naming root, nothing created.

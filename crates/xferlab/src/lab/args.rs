@@ -130,7 +130,6 @@ pub struct LabArgs {
     #[arg(
         trailing_var_arg = true,
         allow_hyphen_values = true,
-        required = true,
         value_name = "VERB ARGS"
     )]
     pub command: Vec<String>,

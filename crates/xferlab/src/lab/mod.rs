@@ -70,6 +70,22 @@ pub fn run(a: &LabArgs) -> ExitCode {
         }
         return clean();
     }
+    if a.command.is_empty() {
+        return fail(
+            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`) or `clean`",
+            2,
+        );
+    }
+    // `xferlab lab stream --help`: the test's own help.
+    let mut argv = vec!["xferlab".to_string()];
+    argv.extend(a.command.iter().cloned());
+    if let Err(e) = Cli::try_parse_from(&argv) {
+        use clap::error::ErrorKind;
+        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+            e.print().ok();
+            return ExitCode::SUCCESS;
+        }
+    }
     let plan = match Plan::new(a) {
         Ok(p) => p,
         Err(e) => return fail(&e, 2),
