@@ -68,6 +68,8 @@ pub struct Link {
     seq: u64,
     /// Latest due time given to an in-order packet (FIFO clamp).
     last_due: u64,
+    /// The loss model dropped the previous packet (for burst counting).
+    last_lost: bool,
     counters: LinkCounters,
     lateness: LatenessHistogram,
     rate: RateMeter,
@@ -87,6 +89,7 @@ impl Link {
             line: BinaryHeap::with_capacity(4096),
             seq: 0,
             last_due: 0,
+            last_lost: false,
             counters: LinkCounters::default(),
             lateness: LatenessHistogram::default(),
             rate: RateMeter::default(),
@@ -106,7 +109,12 @@ impl Link {
         c.arrived_packets += 1;
         c.arrived_segments += segs;
         c.arrived_ect_packets += u64::from(info.is_ect());
-        if self.loss.lose(&mut self.rng) {
+        let lost = self.loss.lose(&mut self.rng);
+        if lost && !self.last_lost {
+            c.loss_bursts += 1;
+        }
+        self.last_lost = lost;
+        if lost {
             c.dropped_loss_packets += 1;
             c.dropped_loss_segments += segs;
             return Arrival::Dropped(DropCause::Loss);

@@ -172,8 +172,17 @@ pub fn judge_direction(
             ));
         }
     }
+    let n = k.arrived_packets as f64;
+    if let (true, Some((lo, hi))) = (n >= 1000.0, gilbert_elliott_interval(n, &cfg.loss)) {
+        let lost = k.dropped_loss_packets as f64;
+        if lost < lo || lost > hi {
+            out.push(format!(
+                "{name}: {lost} of {n} packets lost by the Gilbert-Elliott model, outside the 99 % interval [{lo:.0}, {hi:.0}] (mean {:.4})",
+                cfg.loss.mean_loss()
+            ));
+        }
+    }
     if let LossModel::Bernoulli { p } = cfg.loss {
-        let n = k.arrived_packets as f64;
         if n >= 100.0 {
             let (lo, hi) = binomial_interval(n, p);
             let lost = k.dropped_loss_packets as f64;
@@ -184,6 +193,25 @@ pub fn judge_direction(
             }
         }
     }
+}
+
+/// 99 % interval of the loss count of a Gilbert-Elliott chain over `n`
+/// packets: the binomial one widened by the chain's correlation
+/// (variance x (1 + l) / (1 - l), l = 1 - p - r).
+pub fn gilbert_elliott_interval(n: f64, model: &LossModel) -> Option<(f64, f64)> {
+    let LossModel::GilbertElliott { p, r, .. } = *model else {
+        return None;
+    };
+    let mean = model.mean_loss();
+    let l = 1.0 - p - r;
+    if !(p > 0.0 && r > 0.0 && l < 1.0) {
+        return None;
+    }
+    let sd = (n * mean * (1.0 - mean) * (1.0 + l) / (1.0 - l)).sqrt();
+    Some((
+        (n * mean - Z99 * sd - 0.5).max(0.0),
+        n * mean + Z99 * sd + 0.5,
+    ))
 }
 
 /// Two-sided 99 % interval of a binomial count (normal approximation with

@@ -138,6 +138,9 @@ pub struct LinkCounters {
     pub arrived_ect_packets: u64,
     pub dropped_loss_packets: u64,
     pub dropped_loss_segments: u64,
+    /// Runs of consecutive loss-model drops (mean burst length =
+    /// dropped_loss_packets / loss_bursts).
+    pub loss_bursts: u64,
     pub dropped_queue_packets: u64,
     pub dropped_queue_segments: u64,
     /// Non-ECT packets RED dropped where it would have marked.

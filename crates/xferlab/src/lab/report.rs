@@ -252,8 +252,8 @@ fn human(lab: &LabReport) -> String {
         let u = &a.unintended_drops;
         s += &format!("Link {name}: {}\n", describe(cfg));
         s += &format!(
-            "  {} packets ({} segments) in; dropped by loss model {}, by queue {}, by RED {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
-            k.arrived_packets, k.arrived_segments, k.dropped_loss_packets, k.dropped_queue_packets,
+            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
+            k.arrived_packets, k.arrived_segments, k.dropped_loss_packets, k.loss_bursts, k.dropped_queue_packets,
             k.dropped_red_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
         );
         if !matches!(cfg.ecn, EcnMarking::None) || k.marked_segments > 0 {
