@@ -86,12 +86,23 @@ fn ctl_socket() -> Result<OwnedFd, String> {
 /// the kernel may hand it checksum-less GSO superpackets. Non-blocking.
 /// The device disappears when the returned file is closed.
 pub fn open(name: &str, offload: bool) -> Result<File, String> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open("/dev/net/tun")
-        .map_err(|e| format!("cannot open /dev/net/tun: {e} (is the tun module loaded?)"))?;
+    let open = || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open("/dev/net/tun")
+    };
+    let f = match open() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // Minimal containers may lack the node though the kernel has
+            // TUN: create it (character device 10:200) and retry.
+            make_tun_node();
+            open()
+        }
+        r => r,
+    }
+    .map_err(|e| format!("cannot open /dev/net/tun: {e} (is the tun module loaded?)"))?;
     let mut r = IfReq::new(name);
     r.set_short(IFF_TUN | IFF_NO_PI | IFF_VNET_HDR);
     ioctl(f.as_raw_fd(), TUNSETIFF, &mut r, "TUNSETIFF")?;
@@ -105,6 +116,15 @@ pub fn open(name: &str, offload: bool) -> Result<File, String> {
         return Err(format!("TUNSETOFFLOAD: {}", io::Error::last_os_error()));
     }
     Ok(f)
+}
+
+fn make_tun_node() {
+    let _ = std::fs::create_dir_all("/dev/net");
+    let path = std::ffi::CString::new("/dev/net/tun").unwrap();
+    // SAFETY: mknod with a valid path; failure just leaves the open error.
+    unsafe {
+        libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(10, 200));
+    }
 }
 
 /// Brings interface `name` up.
