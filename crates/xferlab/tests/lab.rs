@@ -248,6 +248,50 @@ fn ce_marks_one_in_twenty_reach_the_receiver_and_the_sender_reacts() {
 }
 
 #[test]
+fn ipv6_tests_cross_the_link_and_get_marked_too() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "50M",
+            "--delay",
+            "2ms",
+            "--ecn",
+            "on",
+            "--mark",
+            "c2s:1/20",
+            "--no-probe",
+            "--allow-invalid",
+            "stream",
+            "-6",
+            "-t",
+            "1",
+            "-J",
+        ],
+        1.0,
+    );
+    assert_ok(&v);
+    assert_eq!(str_at(&v, "/lab/topology/hosts/1/address6"), "fd77::2");
+    assert!(
+        str_at(&v, "/server_address").contains("fd77::2"),
+        "{}",
+        out.describe()
+    );
+    let marks = u64_at(&v, "/lab/accuracy/c2s/counters/marked_packets");
+    assert!(marks > 0, "no marks on IPv6\n{}", out.describe());
+    // Traffic-class CE marks reach the IPv6 stack as CE.
+    assert_eq!(
+        v["lab"]["accuracy"]["c2s"]["receiver_in_ce_pkts"].as_i64(),
+        Some(marks as i64)
+    );
+    assert!(
+        counter(&v, "server", "Ip6.InCEPkts") > 0,
+        "{}",
+        v["server"]["counters"]
+    );
+}
+
+#[test]
 fn tcp_sack_off_in_the_client_namespace_shows_in_its_recovery() {
     let _turn = one_at_a_time();
     let run_with = |sack: &str| {
@@ -484,10 +528,9 @@ fn pcap_capture_holds_the_forwarded_packets() {
         let (mut off, mut n) = (24usize, 0u64);
         while off + 16 <= bytes.len() {
             let caplen = u32::from_ne_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
-            assert_eq!(
-                bytes[off + 16] >> 4,
-                4,
-                "record {n} is not IPv4 (the lab link is IPv4 only)"
+            assert!(
+                matches!(bytes[off + 16] >> 4, 4 | 6),
+                "record {n} is not an IP packet"
             );
             off += 16 + caplen;
             n += 1;

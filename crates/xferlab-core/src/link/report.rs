@@ -42,6 +42,8 @@ pub struct LabHost {
     pub namespace: String,
     pub interface: String,
     pub address: String,
+    /// The host's IPv6 address on the link (tests run over it with -6).
+    pub address6: String,
     pub mtu: u32,
     /// Sysctls set in this namespace (`net.ipv4.tcp_sack` = `0`).
     pub sysctls: BTreeMap<String, String>,
@@ -68,7 +70,8 @@ pub struct DirectionAccuracy {
     /// queue overflowed) and packets the emulator could not take because
     /// its buffers were all in use.
     pub unintended_drops: UnintendedDrops,
-    /// The receiving namespace's IpExtInCEPkts delta over the test.
+    /// The receiving namespace's IpExtInCEPkts + Ip6InCEPkts delta over
+    /// the lab run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiver_in_ce_pkts: Option<i64>,
 }
@@ -167,7 +170,7 @@ pub fn judge_direction(
         // as one packet (gso_segs is not set yet), so packets compare.
         if seen != k.marked_packets as i64 {
             out.push(format!(
-                "{name}: {} CE marks applied but the receiver counted {seen} (IpExtInCEPkts)",
+                "{name}: {} CE marks applied but the receiver counted {seen} (IpExtInCEPkts + Ip6InCEPkts)",
                 k.marked_packets
             ));
         }

@@ -17,7 +17,7 @@ mod tun;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use xferlab_core::counters::{parse_dev, parse_snmp, CounterSnapshot};
+use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
@@ -37,6 +37,8 @@ use forward::{ForwardReport, Forwarder};
 
 const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
+const SERVER_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
 const IFACE: &str = "xlab0";
 const SERVER_PORT: u16 = 5290;
 
@@ -176,7 +178,11 @@ impl Plan {
                 "lab runs the server itself, inside its server namespace: leave out HOST".into(),
             );
         }
-        let mut client_args = vec![verb.clone(), SERVER_ADDR.to_string()];
+        let server = match stream.family() {
+            crate::net::Family::V6 => SERVER_ADDR6.to_string(),
+            _ => SERVER_ADDR.to_string(),
+        };
+        let mut client_args = vec![verb.clone(), server];
         client_args.extend(a.command[1..].iter().cloned());
         client_args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
         if a.pcap_snaplen == 0 {
@@ -263,7 +269,7 @@ impl Lab {
     fn host(
         &mut self,
         role: &str,
-        local: Ipv4Addr,
+        (local, local6): (Ipv4Addr, Ipv6Addr),
         peer: Ipv4Addr,
         plan: &Plan,
         sysctls: &[(String, String)],
@@ -281,10 +287,19 @@ impl Lab {
         let settings = sysctls.to_vec();
         let tun = netns::run_in(&ns, move || {
             let f = tun::open(IFACE, offload)?;
-            // IPv4 only: no IPv6 chatter (router solicitations, MLD) on
-            // the emulated link.
-            let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{IFACE}/disable_ipv6"), "1");
+            // No router solicitations on the emulated link (there is no
+            // router); IPv6 works with fd77::1 and fd77::2 (-6).
+            let _ = std::fs::write(
+                format!("/proc/sys/net/ipv6/conf/{IFACE}/router_solicitations"),
+                "0",
+            );
             tun::configure(IFACE, local, peer, mtu, txqueuelen)?;
+            if let Err(e) = tun::add_ipv6(IFACE, local6, 64) {
+                // A kernel without IPv6: the lab still runs over IPv4.
+                if !e.contains("Address family not supported") {
+                    return Err(e);
+                }
+            }
             for (k, v) in &settings {
                 netns::write_sysctl(k, v)?;
             }
@@ -296,6 +311,7 @@ impl Lab {
             namespace: ns,
             interface: IFACE.into(),
             address: local.to_string(),
+            address6: local6.to_string(),
             mtu,
             sysctls: sysctls.iter().cloned().collect(),
         })
@@ -335,7 +351,7 @@ impl Lab {
     fn run(&mut self, plan: &Plan) -> Result<ExitCode, String> {
         let client = self.host(
             "client",
-            CLIENT_ADDR,
+            (CLIENT_ADDR, CLIENT_ADDR6),
             SERVER_ADDR,
             plan,
             &plan.client_sysctls,
@@ -343,7 +359,7 @@ impl Lab {
         self.check_interrupt()?;
         let server = self.host(
             "server",
-            SERVER_ADDR,
+            (SERVER_ADDR, SERVER_ADDR6),
             CLIENT_ADDR,
             plan,
             &plan.server_sysctls,
@@ -398,17 +414,10 @@ impl Lab {
             self.forwarders.push(h);
         }
 
-        // The server, inside its namespace.
-        let server_args: Vec<String> = [
-            "server",
-            "-B",
-            &SERVER_ADDR.to_string(),
-            "-p",
-            &SERVER_PORT.to_string(),
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        // The server, inside its namespace, on every address there (IPv4
+        // and IPv6 on one dual-stack socket): only the lab link and
+        // loopback exist in it.
+        let server_args: Vec<String> = vec!["server".into(), "-p".into(), SERVER_PORT.to_string()];
         let mut srv = self.spawn_in(&server.namespace, &server_args, Stdio::piped())?;
         let out = srv.stdout.take();
         self.children.push(srv);
@@ -512,6 +521,9 @@ fn snapshot(ns: &str) -> Result<CounterSnapshot, String> {
         for f in ["snmp", "netstat"] {
             let text = netns::read_net_file(f)?;
             let _ = parse_snmp(&text, &mut s);
+        }
+        if let Ok(text) = netns::read_net_file("snmp6") {
+            let _ = parse_snmp6(&text, &mut s);
         }
         let dev = netns::read_net_file("dev")?;
         let _ = parse_dev(&dev, IFACE, &mut s);

@@ -52,7 +52,8 @@ pub(super) fn assemble(
             buffer_exhausted: f.buffer_exhausted,
             write_errors: f.write_errors,
         },
-        receiver_in_ce_pkts: Some(d(receiver, "IpExt.InCEPkts")),
+        // IPv4 and IPv6 count CE arrivals separately.
+        receiver_in_ce_pkts: Some(d(receiver, "IpExt.InCEPkts") + d(receiver, "Ip6.InCEPkts")),
     };
     let c2s = direction(&fwd[0], 0, 1);
     let s2c = direction(&fwd[1], 1, 0);
@@ -258,7 +259,7 @@ fn human(lab: &LabReport) -> String {
         );
         if !matches!(cfg.ecn, EcnMarking::None) || k.marked_segments > 0 {
             s += &format!(
-                "  CE marks applied {} segments ({} packets), receiver IpExtInCEPkts {}\n",
+                "  CE marks applied {} segments ({} packets), receiver InCEPkts (IPv4 + IPv6) {}\n",
                 k.marked_segments,
                 k.marked_packets,
                 a.receiver_in_ce_pkts.map_or("-".into(), |v| v.to_string())

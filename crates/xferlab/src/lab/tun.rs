@@ -5,7 +5,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -25,6 +25,7 @@ const SIOCSIFDSTADDR: libc::c_ulong = 0x8918;
 const SIOCSIFNETMASK: libc::c_ulong = 0x891c;
 const SIOCSIFMTU: libc::c_ulong = 0x8922;
 const SIOCSIFTXQLEN: libc::c_ulong = 0x8943;
+const SIOCGIFINDEX: libc::c_ulong = 0x8933;
 
 /// `struct ifreq`: a name and a 24-byte union.
 #[repr(C)]
@@ -169,4 +170,41 @@ pub fn configure(
     r.set_int(txqueuelen as i32);
     ioctl(fd, SIOCSIFTXQLEN, &mut r, "setting txqueuelen")?;
     set_up(name)
+}
+
+/// `struct in6_ifreq`.
+#[repr(C)]
+struct In6IfReq {
+    addr: [u8; 16],
+    prefixlen: u32,
+    ifindex: i32,
+}
+
+/// Adds an IPv6 address with its on-link prefix to `name` (a TUN device
+/// is point-to-point and NOARP: no neighbour discovery, no DAD wait).
+pub fn add_ipv6(name: &str, addr: Ipv6Addr, prefixlen: u32) -> Result<(), String> {
+    let s = ctl_socket()?;
+    let mut r = IfReq::new(name);
+    ioctl(s.as_raw_fd(), SIOCGIFINDEX, &mut r, "SIOCGIFINDEX")?;
+    let ifindex = i32::from_ne_bytes([r.data[0], r.data[1], r.data[2], r.data[3]]);
+    // SAFETY: socket() returns a new fd or -1.
+    let fd6 = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd6 < 0 {
+        return Err(format!("IPv6 socket: {}", io::Error::last_os_error()));
+    }
+    // SAFETY: fd6 is new and ours.
+    let fd6 = unsafe { OwnedFd::from_raw_fd(fd6) };
+    let mut req = In6IfReq {
+        addr: addr.octets(),
+        prefixlen,
+        ifindex,
+    };
+    // SAFETY: SIOCSIFADDR on an AF_INET6 socket takes an in6_ifreq.
+    if unsafe { libc::ioctl(fd6.as_raw_fd(), SIOCSIFADDR as _, &mut req as *mut In6IfReq) } != 0 {
+        return Err(format!(
+            "adding {addr}/{prefixlen} to {name}: {}",
+            io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
