@@ -292,6 +292,68 @@ fn ipv6_tests_cross_the_link_and_get_marked_too() {
 }
 
 #[test]
+fn a_router_namespace_forwards_between_the_link_and_the_server() {
+    let _turn = one_at_a_time();
+    for family in ["-4", "-6"] {
+        let (v, out) = lab_json(
+            &[
+                "--router",
+                "--rate",
+                "50M",
+                "--delay",
+                "2ms",
+                "--ecn",
+                "on",
+                "--mark",
+                "c2s:1/20",
+                "--allow-invalid",
+                "stream",
+                family,
+                "-t",
+                "1",
+                "-J",
+            ],
+            1.0,
+        );
+        assert_ok(&v);
+        let roles: Vec<&str> = (0..3)
+            .map(|i| str_at(&v, &format!("/lab/topology/hosts/{i}/role")))
+            .collect();
+        assert_eq!(roles, ["client", "router", "server"]);
+        let server = if family == "-4" {
+            "10.77.1.2"
+        } else {
+            "fd77:0:0:1::2"
+        };
+        assert!(
+            str_at(&v, "/server_address").contains(server),
+            "{}",
+            out.describe()
+        );
+        // Everything the link delivered to the router went on to the server
+        // (give or take the router's own few IPv6 housekeeping packets).
+        let link_out = u64_at(&v, "/lab/accuracy/c2s/counters/departed_packets");
+        let hop_in = u64_at(&v, "/lab/accuracy/router_hop/c2s/counters/arrived_packets");
+        assert!(
+            hop_in > 1000 && hop_in.abs_diff(link_out) <= 20,
+            "link {link_out}, router hop {hop_in}"
+        );
+        // Marks applied on the link arrive at the server behind the router.
+        let marks = u64_at(&v, "/lab/accuracy/c2s/counters/marked_packets");
+        assert!(marks > 0);
+        assert_eq!(
+            v["lab"]["accuracy"]["c2s"]["receiver_in_ce_pkts"].as_i64(),
+            Some(marks as i64)
+        );
+        let violations = v["lab"]["accuracy"]["violations"].to_string();
+        assert!(
+            !violations.contains("unintended") && !violations.contains("CE"),
+            "{violations}"
+        );
+    }
+}
+
+#[test]
 fn tcp_sack_off_in_the_client_namespace_shows_in_its_recovery() {
     let _turn = one_at_a_time();
     let run_with = |sack: &str| {

@@ -53,6 +53,10 @@ pub struct LabHost {
 pub struct Accuracy {
     pub c2s: DirectionAccuracy,
     pub s2c: DirectionAccuracy,
+    /// With `--router`: the router's plain (unshaped) hop to the server;
+    /// only unintended drops are judged there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_hop: Option<HopAccuracy>,
     /// Round trip of small UDP probes through the emulator before the test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_probe: Option<RttProbe>,
@@ -60,6 +64,12 @@ pub struct Accuracy {
     pub valid: bool,
     /// Each missed target, with numbers.
     pub violations: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopAccuracy {
+    pub c2s: DirectionAccuracy,
+    pub s2c: DirectionAccuracy,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

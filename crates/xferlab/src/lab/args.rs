@@ -59,6 +59,10 @@ pub struct LabArgs {
     #[arg(long, default_value_t = 1, help_heading = "Link")]
     pub seed: u64,
 
+    /// A router namespace between the emulated link and the server
+    /// (client -- link -- router -- plain hop -- server).
+    #[arg(long, help_heading = "Hosts")]
+    pub router: bool,
     /// net.ipv4.tcp_sack on both hosts.
     #[arg(long, value_enum, help_heading = "Hosts")]
     pub sack: Option<OnOff>,

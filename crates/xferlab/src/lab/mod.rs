@@ -39,7 +39,17 @@ const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
 const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
 const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
 const SERVER_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
+/// With `--router`: the router's side of the emulated link, its side of
+/// the server's hop, and the server behind it.
+const ROUTER_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
+const ROUTER_B: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 254);
+const ROUTED_SERVER: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);
+const ROUTER_A6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0xfe);
+const ROUTER_B6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 1, 0, 0, 0, 0xfe);
+const ROUTED_SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 1, 0, 0, 0, 2);
 const IFACE: &str = "xlab0";
+/// The router's interface towards the server.
+const IFACE_B: &str = "xlab1";
 const SERVER_PORT: u16 = 5290;
 
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
@@ -137,6 +147,9 @@ struct Plan {
     spin_us: u64,
     probe: bool,
     allow_invalid: bool,
+    /// A router namespace between the emulated link and the server.
+    router: bool,
+    server_addr: Ipv4Addr,
     /// The client's command line after the binary name, server inserted.
     client_args: Vec<String>,
     format: Format,
@@ -178,9 +191,14 @@ impl Plan {
                 "lab runs the server itself, inside its server namespace: leave out HOST".into(),
             );
         }
+        let (server_addr, server_addr6) = if a.router {
+            (ROUTED_SERVER, ROUTED_SERVER6)
+        } else {
+            (SERVER_ADDR, SERVER_ADDR6)
+        };
         let server = match stream.family() {
-            crate::net::Family::V6 => SERVER_ADDR6.to_string(),
-            _ => SERVER_ADDR.to_string(),
+            crate::net::Family::V6 => server_addr6.to_string(),
+            _ => server_addr.to_string(),
         };
         let mut client_args = vec![verb.clone(), server];
         client_args.extend(a.command[1..].iter().cloned());
@@ -203,6 +221,8 @@ impl Plan {
             spin_us: a.spin_us,
             probe: !a.no_probe,
             allow_invalid: a.allow_invalid,
+            router: a.router,
+            server_addr,
             client_args,
             format: stream.format(),
             output: stream.output.clone(),
@@ -238,6 +258,20 @@ struct Lab {
     stop: Arc<AtomicBool>,
     forwarders: Vec<std::thread::JoinHandle<ForwardReport>>,
     tuns: Vec<File>,
+    /// (namespace, interface) of each TUN device, parallel to `tuns`.
+    ports: Vec<(String, &'static str)>,
+}
+
+/// One TUN interface of a host.
+#[derive(Debug, Clone, Copy)]
+struct Iface {
+    name: &'static str,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    /// The prefix routed through this interface (peer & mask).
+    mask: Ipv4Addr,
+    local6: Ipv6Addr,
+    prefix6: u32,
 }
 
 impl Lab {
@@ -249,6 +283,7 @@ impl Lab {
             stop: Arc::new(AtomicBool::new(false)),
             forwarders: Vec::new(),
             tuns: Vec::new(),
+            ports: Vec::new(),
         }
     }
 
@@ -265,12 +300,12 @@ impl Lab {
         Ok(())
     }
 
-    /// Creates a host: namespace, TUN device, address, sysctls.
+    /// Creates a host: namespace, its TUN devices (one port each),
+    /// addresses, sysctls.
     fn host(
         &mut self,
         role: &str,
-        (local, local6): (Ipv4Addr, Ipv6Addr),
-        peer: Ipv4Addr,
+        ifaces: &[Iface],
         plan: &Plan,
         sysctls: &[(String, String)],
     ) -> Result<LabHost, String> {
@@ -285,33 +320,43 @@ impl Lab {
         self.namespaces.push(ns.clone());
         let (mtu, offload, txqueuelen) = (plan.mtu, plan.offload, plan.txqueuelen);
         let settings = sysctls.to_vec();
-        let tun = netns::run_in(&ns, move || {
-            let f = tun::open(IFACE, offload)?;
-            // No router solicitations on the emulated link (there is no
-            // router); IPv6 works with fd77::1 and fd77::2 (-6).
-            let _ = std::fs::write(
-                format!("/proc/sys/net/ipv6/conf/{IFACE}/router_solicitations"),
-                "0",
-            );
-            tun::configure(IFACE, local, peer, mtu, txqueuelen)?;
-            if let Err(e) = tun::add_ipv6(IFACE, local6, 64) {
-                // A kernel without IPv6: the lab still runs over IPv4.
-                if !e.contains("Address family not supported") {
-                    return Err(e);
+        let specs = ifaces.to_vec();
+        let tuns = netns::run_in(&ns, move || {
+            let mut files = Vec::new();
+            for i in &specs {
+                let f = tun::open(i.name, offload)?;
+                // No router solicitations: the emulated link has no
+                // router advertising; addresses are static.
+                let _ = std::fs::write(
+                    format!("/proc/sys/net/ipv6/conf/{}/router_solicitations", i.name),
+                    "0",
+                );
+                tun::configure(i.name, i.local, i.peer, i.mask, mtu, txqueuelen)?;
+                if let Err(e) = tun::add_ipv6(i.name, i.local6, i.prefix6) {
+                    // A kernel without IPv6: the lab still runs over IPv4.
+                    if !e.contains("Address family not supported") {
+                        return Err(e);
+                    }
                 }
+                files.push(f);
             }
             for (k, v) in &settings {
                 netns::write_sysctl(k, v)?;
             }
-            Ok(f)
+            Ok(files)
         })?;
-        self.tuns.push(tun);
+        for (f, i) in tuns.into_iter().zip(ifaces) {
+            self.tuns.push(f);
+            self.ports.push((ns.clone(), i.name));
+        }
+        let join =
+            |f: &dyn Fn(&Iface) -> String| ifaces.iter().map(f).collect::<Vec<_>>().join(",");
         Ok(LabHost {
             role: role.into(),
-            namespace: ns,
-            interface: IFACE.into(),
-            address: local.to_string(),
-            address6: local6.to_string(),
+            namespace: ns.clone(),
+            interface: join(&|i| i.name.to_string()),
+            address: join(&|i| i.local.to_string()),
+            address6: join(&|i| i.local6.to_string()),
             mtu,
             sysctls: sysctls.iter().cloned().collect(),
         })
@@ -349,23 +394,52 @@ impl Lab {
     }
 
     fn run(&mut self, plan: &Plan) -> Result<ExitCode, String> {
-        let client = self.host(
-            "client",
-            (CLIENT_ADDR, CLIENT_ADDR6),
-            SERVER_ADDR,
-            plan,
-            &plan.client_sysctls,
-        )?;
+        let v4 = |local, peer, prefix: u32| (local, peer, u32::MAX << (32 - prefix));
+        let iface = |name, (local, peer, mask): (Ipv4Addr, Ipv4Addr, u32), local6, prefix6| Iface {
+            name,
+            local,
+            peer,
+            mask: Ipv4Addr::from(mask),
+            local6,
+            prefix6,
+        };
+        let mut hosts = Vec::new();
+        // Ports (TUN devices) in order: the emulated link's two ends, then
+        // with a router its hop to the server.
+        if plan.router {
+            // Client and server reach the whole lab prefix through their
+            // link; the router forwards between its two.
+            let c = iface(IFACE, v4(CLIENT_ADDR, ROUTER_A, 16), CLIENT_ADDR6, 48);
+            hosts.push(self.host("client", &[c], plan, &plan.client_sysctls)?);
+            self.check_interrupt()?;
+            let ra = iface(IFACE, v4(ROUTER_A, CLIENT_ADDR, 32), ROUTER_A6, 64);
+            let rb = iface(IFACE_B, v4(ROUTER_B, ROUTED_SERVER, 32), ROUTER_B6, 64);
+            let forwarding = [
+                ("net.ipv4.ip_forward".to_string(), "1".to_string()),
+                ("net.ipv6.conf.all.forwarding".to_string(), "1".to_string()),
+            ];
+            hosts.push(self.host("router", &[ra, rb], plan, &forwarding)?);
+            self.check_interrupt()?;
+            let sv = iface(IFACE, v4(ROUTED_SERVER, ROUTER_B, 16), ROUTED_SERVER6, 48);
+            hosts.push(self.host("server", &[sv], plan, &plan.server_sysctls)?);
+        } else {
+            let c = iface(IFACE, v4(CLIENT_ADDR, SERVER_ADDR, 32), CLIENT_ADDR6, 64);
+            hosts.push(self.host("client", &[c], plan, &plan.client_sysctls)?);
+            self.check_interrupt()?;
+            let sv = iface(IFACE, v4(SERVER_ADDR, CLIENT_ADDR, 32), SERVER_ADDR6, 64);
+            hosts.push(self.host("server", &[sv], plan, &plan.server_sysctls)?);
+        }
         self.check_interrupt()?;
-        let server = self.host(
-            "server",
-            (SERVER_ADDR, SERVER_ADDR6),
-            CLIENT_ADDR,
-            plan,
-            &plan.server_sysctls,
-        )?;
-        self.check_interrupt()?;
-        let before = (snapshot(&client.namespace)?, snapshot(&server.namespace)?);
+        let client_ns = hosts[0].namespace.clone();
+        let server_ns = hosts[hosts.len() - 1].namespace.clone();
+        let before = self.snapshots()?;
+        // (port a, port b, a->b config, b->a config, name): the emulated
+        // link, then the router's plain hop to the server.
+        let plain = LinkConfig::default();
+        let mut hops = vec![(0, 1, plan.c2s.clone(), plan.s2c.clone(), "")];
+        if plan.router {
+            hops.push((2, 3, plain.clone(), plain, "router-"));
+        }
 
         // Forwarders: c2s reads the client's device and writes the server's.
         let epoch = Instant::now();
@@ -380,13 +454,25 @@ impl Lab {
                 std::path::PathBuf::from(format!("{base}.{dir}.pcap"))
             })
         };
-        for (name, from, to, cfg) in [("c2s", 0, 1, &plan.c2s), ("s2c", 1, 0, &plan.s2c)] {
+        let legs: Vec<(String, usize, usize, LinkConfig)> = hops
+            .iter()
+            .flat_map(|(a, b, ab, ba, prefix)| {
+                [
+                    (format!("{prefix}c2s"), *a, *b, ab.clone()),
+                    (format!("{prefix}s2c"), *b, *a, ba.clone()),
+                ]
+            })
+            .collect();
+        for (name, from, to, cfg) in legs {
+            let cfg = &cfg;
+            let name = name.as_str();
             let dup = |i: usize| {
                 self.tuns[i]
                     .try_clone()
                     .map_err(|e| format!("cannot duplicate the TUN handle: {e}"))
             };
-            let pcap = match pcap_path(name) {
+            // Only the emulated link is captured.
+            let pcap = match pcap_path(name).filter(|_| !name.starts_with("router")) {
                 Some(p) => Some(pcap::PcapWriter::create(&p, plan.pcap_snaplen)?),
                 None => None,
             };
@@ -418,7 +504,7 @@ impl Lab {
         // and IPv6 on one dual-stack socket): only the lab link and
         // loopback exist in it.
         let server_args: Vec<String> = vec!["server".into(), "-p".into(), SERVER_PORT.to_string()];
-        let mut srv = self.spawn_in(&server.namespace, &server_args, Stdio::piped())?;
+        let mut srv = self.spawn_in(&server_ns, &server_args, Stdio::piped())?;
         let out = srv.stdout.take();
         self.children.push(srv);
         wait_listening(out)?;
@@ -429,10 +515,10 @@ impl Lab {
                 c.delay_ns as f64 / 1e3 + c.rate_bps.map_or(0.0, |r| 48.0 * 8.0 * 1e6 / r as f64)
             };
             let expected = one_way(&plan.c2s) + one_way(&plan.s2c);
-            let target = SocketAddr::from((SERVER_ADDR, probe::PROBE_PORT));
+            let target = SocketAddr::from((plan.server_addr, probe::PROBE_PORT));
             Some(probe::measure(
-                &client.namespace,
-                &server.namespace,
+                &client_ns,
+                &server_ns,
                 target,
                 10,
                 Duration::from_millis(5),
@@ -450,7 +536,7 @@ impl Lab {
         } else {
             Stdio::inherit()
         };
-        let mut cli = self.spawn_in(&client.namespace, &plan.client_args, stdout)?;
+        let mut cli = self.spawn_in(&client_ns, &plan.client_args, stdout)?;
         let captured = cli.stdout.take().map(|mut o| {
             std::thread::spawn(move || {
                 let mut s = String::new();
@@ -471,16 +557,11 @@ impl Lab {
                     .map_err(|_| "a forwarder thread panicked".to_string())
             })
             .collect::<Result<_, _>>()?;
-        let after = (snapshot(&client.namespace)?, snapshot(&server.namespace)?);
+        let after = self.snapshots()?;
         stop_children(&mut self.children);
 
-        let report = report::assemble(
-            plan,
-            vec![client, server],
-            &reports,
-            (&before, &after),
-            probe,
-        );
+        let port_pairs: Vec<(usize, usize)> = hops.iter().map(|h| (h.0, h.1)).collect();
+        let report = report::assemble(plan, hosts, &reports, &port_pairs, (&before, &after), probe);
         let invalid = !report.accuracy.valid;
         report::emit(plan, &report, &client_text)?;
         if invalid {
@@ -506,6 +587,7 @@ impl Lab {
             let _ = h.join();
         }
         self.tuns.clear();
+        self.ports.clear();
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = netns::delete(&ns) {
                 eprintln!("xferlab: {e}; run `xferlab lab clean`");
@@ -514,9 +596,9 @@ impl Lab {
     }
 }
 
-/// Counters of one namespace: netstat/snmp and the link device.
-fn snapshot(ns: &str) -> Result<CounterSnapshot, String> {
-    netns::run_in(ns, || {
+/// Counters of one namespace: netstat/snmp/snmp6 and one link device.
+fn snapshot(ns: &str, iface: &'static str) -> Result<CounterSnapshot, String> {
+    netns::run_in(ns, move || {
         let mut s = CounterSnapshot::default();
         for f in ["snmp", "netstat"] {
             let text = netns::read_net_file(f)?;
@@ -526,9 +608,16 @@ fn snapshot(ns: &str) -> Result<CounterSnapshot, String> {
             let _ = parse_snmp6(&text, &mut s);
         }
         let dev = netns::read_net_file("dev")?;
-        let _ = parse_dev(&dev, IFACE, &mut s);
+        let _ = parse_dev(&dev, iface, &mut s);
         Ok(s)
     })
+}
+
+impl Lab {
+    /// One snapshot per port (TUN device), in port order.
+    fn snapshots(&self) -> Result<Vec<CounterSnapshot>, String> {
+        self.ports.iter().map(|(ns, i)| snapshot(ns, i)).collect()
+    }
 }
 
 fn wait_listening(out: Option<std::process::ChildStdout>) -> Result<(), String> {

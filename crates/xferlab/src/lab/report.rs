@@ -7,8 +7,8 @@ use std::io::Write;
 use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::link::config::{EcnMarking, LossModel, QueueLimit};
 use xferlab_core::link::report::{
-    judge_direction, Accuracy, DirectionAccuracy, LabHost, LabReport, RttProbe, Targets, Topology,
-    UnintendedDrops,
+    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, LabHost, LabReport, RttProbe,
+    Targets, Topology, UnintendedDrops,
 };
 use xferlab_core::link::LinkConfig;
 
@@ -29,38 +29,60 @@ pub(super) fn assemble(
     plan: &Plan,
     hosts: Vec<LabHost>,
     fwd: &[ForwardReport],
-    (before, after): (
-        &(CounterSnapshot, CounterSnapshot),
-        &(CounterSnapshot, CounterSnapshot),
-    ),
+    hops: &[(usize, usize)],
+    (before, after): (&Vec<CounterSnapshot>, &Vec<CounterSnapshot>),
     rtt_probe: Option<RttProbe>,
 ) -> LabReport {
-    // Index 0 = client namespace, 1 = server namespace.
-    let d = |ns: usize, key: &str| {
-        let (b, a) = if ns == 0 {
-            (&before.0, &after.0)
-        } else {
-            (&before.1, &after.1)
-        };
-        delta(b, a, key)
+    // Snapshots are per port (TUN device): counters of its namespace and
+    // its device. Port 0 is the client's, the last the server's.
+    let d = |port: usize, key: &str| delta(&before[port], &after[port], key);
+    let (client_port, server_port) = (0, before.len() - 1);
+    let direction = |f: &ForwardReport, sender: usize, receiver: usize, ce_at: Option<usize>| {
+        DirectionAccuracy {
+            emulator: f.emulator.clone(),
+            unintended_drops: UnintendedDrops {
+                tun_tx_dropped: d(sender, "dev.tx_drop").max(0) as u64,
+                tun_rx_dropped: d(receiver, "dev.rx_drop").max(0) as u64,
+                buffer_exhausted: f.buffer_exhausted,
+                write_errors: f.write_errors,
+            },
+            // IPv4 and IPv6 count CE arrivals separately.
+            receiver_in_ce_pkts: ce_at.map(|p| d(p, "IpExt.InCEPkts") + d(p, "Ip6.InCEPkts")),
+        }
     };
-    let direction = |f: &ForwardReport, sender: usize, receiver: usize| DirectionAccuracy {
-        emulator: f.emulator.clone(),
-        unintended_drops: UnintendedDrops {
-            tun_tx_dropped: d(sender, "dev.tx_drop").max(0) as u64,
-            tun_rx_dropped: d(receiver, "dev.rx_drop").max(0) as u64,
-            buffer_exhausted: f.buffer_exhausted,
-            write_errors: f.write_errors,
-        },
-        // IPv4 and IPv6 count CE arrivals separately.
-        receiver_in_ce_pkts: Some(d(receiver, "IpExt.InCEPkts") + d(receiver, "Ip6.InCEPkts")),
-    };
-    let c2s = direction(&fwd[0], 0, 1);
-    let s2c = direction(&fwd[1], 1, 0);
+    let (a, b) = hops[0];
+    let c2s = direction(&fwd[0], a, b, Some(server_port));
+    let s2c = direction(&fwd[1], b, a, Some(client_port));
+    let router_hop = hops.get(1).map(|&(a, b)| HopAccuracy {
+        c2s: direction(&fwd[2], a, b, None),
+        s2c: direction(&fwd[3], b, a, None),
+    });
     let targets = Targets::default();
     let mut violations = Vec::new();
     judge_direction("c2s", &plan.c2s, &c2s, &targets, &mut violations);
     judge_direction("s2c", &plan.s2c, &s2c, &targets, &mut violations);
+    if let Some(hop) = &router_hop {
+        // The plain hop is not shaped: only losses nobody asked for count.
+        let lenient = Targets {
+            rate_error: f64::INFINITY,
+            lateness_p99_us: f64::INFINITY,
+        };
+        let plain = LinkConfig::default();
+        judge_direction(
+            "router->server",
+            &plain,
+            &hop.c2s,
+            &lenient,
+            &mut violations,
+        );
+        judge_direction(
+            "server->router",
+            &plain,
+            &hop.s2c,
+            &lenient,
+            &mut violations,
+        );
+    }
     if let Some(p) = &rtt_probe {
         let jitter = plan.c2s.jitter.is_some() || plan.s2c.jitter.is_some();
         if p.received == 0 {
@@ -97,6 +119,7 @@ pub(super) fn assemble(
         accuracy: Accuracy {
             c2s,
             s2c,
+            router_hop,
             rtt_probe,
             valid: violations.is_empty(),
             violations,
@@ -282,6 +305,15 @@ fn human(lab: &LabReport) -> String {
             }
             _ => s += "\n",
         }
+    }
+    if let Some(h) = &lab.accuracy.router_hop {
+        s += &format!(
+            "Router hop (unshaped): {} packets to the server, {} back; unintended drops {} / {}\n",
+            h.c2s.emulator.counters.departed_packets,
+            h.s2c.emulator.counters.departed_packets,
+            h.c2s.unintended_drops.total(),
+            h.s2c.unintended_drops.total()
+        );
     }
     if let Some(p) = &lab.accuracy.rtt_probe {
         s += &format!(

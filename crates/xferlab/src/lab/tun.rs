@@ -143,12 +143,14 @@ pub fn set_up(name: &str) -> Result<(), String> {
     )
 }
 
-/// Configures a point-to-point interface: local address, peer, MTU and
-/// transmit queue length, then up.
+/// Configures a point-to-point interface: local address, peer (the
+/// prefix `peer & mask` is routed through it), MTU and transmit queue
+/// length, then up.
 pub fn configure(
     name: &str,
     local: Ipv4Addr,
     peer: Ipv4Addr,
+    mask: Ipv4Addr,
     mtu: u32,
     txqueuelen: u32,
 ) -> Result<(), String> {
@@ -158,7 +160,7 @@ pub fn configure(
     r.set_ipv4(local);
     ioctl(fd, SIOCSIFADDR, &mut r, "setting the address")?;
     let mut r = IfReq::new(name);
-    r.set_ipv4(Ipv4Addr::new(255, 255, 255, 255));
+    r.set_ipv4(mask);
     ioctl(fd, SIOCSIFNETMASK, &mut r, "setting the netmask")?;
     let mut r = IfReq::new(name);
     r.set_ipv4(peer);
