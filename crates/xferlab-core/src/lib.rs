@@ -6,6 +6,7 @@ pub mod counters;
 pub mod datagram;
 pub mod interval;
 pub mod iperf3;
+pub mod link;
 mod outbox;
 pub mod proto;
 pub mod result;

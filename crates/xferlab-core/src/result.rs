@@ -459,6 +459,10 @@ pub struct TestResult {
     /// asked for it (`--get-server-output`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_output: Option<String>,
+    /// Runs inside `xferlab lab`: topology, link configuration and the
+    /// emulator's accuracy self-report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<crate::link::LabReport>,
 }
 
 impl SideReport {

@@ -45,6 +45,10 @@ pub enum Command {
     /// USB bulk throughput: host side through usbfs (`usb bulk`), device
     /// side as a configfs gadget (`usb gadget`), `usb list`.
     Usb(crate::usb::cli::UsbArgs),
+    /// Client and server in network namespaces joined by xferlab's own
+    /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
+    /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.
+    Lab(Box<crate::lab::LabArgs>),
 }
 
 #[derive(Debug, Args)]

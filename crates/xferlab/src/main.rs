@@ -3,6 +3,7 @@
 mod cli;
 mod control;
 mod iperf3;
+mod lab;
 mod net;
 mod output;
 mod series;
@@ -54,6 +55,7 @@ fn main() -> ExitCode {
             install_interrupt_handler();
             usb::run(&a, &INTERRUPTS)
         }
+        Command::Lab(a) => lab::run(&a),
     }
 }
 

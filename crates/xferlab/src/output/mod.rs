@@ -425,6 +425,7 @@ pub(crate) mod sample {
             status: Status::Ok,
             errors: vec![],
             server_output: None,
+            lab: None,
         }
     }
 

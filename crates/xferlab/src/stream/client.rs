@@ -411,6 +411,7 @@ pub(crate) fn assemble(
         status,
         errors: error.into_iter().collect(),
         server_output: None,
+        lab: None,
     }
 }
 

@@ -593,6 +593,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
         status,
         errors: run_errors.clone(),
         server_output: None,
+        lab: None,
     };
     if let Some(h) = human.as_mut() {
         let _ = report::print_summary(h.as_mut(), &result);

@@ -1,0 +1,344 @@
+//! What one direction of an emulated link does, as a user configured it,
+//! and the parsers for the command-line spelling of each part. The same
+//! types go into the result file so it says exactly what was emulated.
+
+use serde::{Deserialize, Serialize};
+
+use crate::units;
+
+/// One direction of the link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkConfig {
+    /// Bottleneck rate in bit/s; None = no shaping (as fast as the
+    /// forwarder goes).
+    pub rate_bps: Option<u64>,
+    /// Bytes added to every wire segment for the rate (framing, e.g. 38 for
+    /// Ethernet preamble + header + FCS + gap). The TUN devices carry IP
+    /// packets, so 0 counts IP bytes only.
+    pub overhead_bytes: u32,
+    /// One-way propagation delay, nanoseconds.
+    pub delay_ns: u64,
+    pub jitter: Option<Jitter>,
+    pub loss: LossModel,
+    pub queue: QueueLimit,
+    pub ecn: EcnMarking,
+    /// Probability that a packet skips the delay line (netem's reorder):
+    /// it leaves as soon as it is serialized, ahead of earlier packets.
+    pub reorder: f64,
+    /// Probability that a packet is delivered twice.
+    pub duplicate: f64,
+    /// Seed of this direction's random decisions.
+    pub seed: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        LinkConfig {
+            rate_bps: None,
+            overhead_bytes: 0,
+            delay_ns: 0,
+            jitter: None,
+            loss: LossModel::None,
+            queue: QueueLimit::Packets(1000),
+            ecn: EcnMarking::None,
+            reorder: 0.0,
+            duplicate: 0.0,
+            seed: 1,
+        }
+    }
+}
+
+impl LinkConfig {
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, p) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!(
+                    "{name} must be a probability between 0 and 100 % (got {p})"
+                ));
+            }
+        }
+        if self.rate_bps == Some(0) {
+            return Err("--rate must be above 0 (leave it out for no shaping)".into());
+        }
+        if self.reorder > 0.0 && self.delay_ns == 0 {
+            return Err("--reorder needs --delay: a reordered packet skips the delay".into());
+        }
+        match self.queue {
+            QueueLimit::Packets(0) | QueueLimit::Bytes(0) => {
+                return Err("--queue must be at least one packet or byte".into())
+            }
+            _ => {}
+        }
+        if let EcnMarking::Red {
+            min_bytes,
+            max_bytes,
+            max_p,
+            weight,
+        } = self.ecn
+        {
+            if !(min_bytes < max_bytes
+                && (0.0..=1.0).contains(&max_p)
+                && weight > 0.0
+                && weight <= 1.0)
+            {
+                return Err("--red needs min < max, p between 0 and 100 % and 0 < w <= 1 (e.g. --red min=30K,max=90K,p=10%)".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Random variation added to the delay of each packet.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Jitter {
+    pub distribution: JitterDistribution,
+    /// Uniform: half-width of the range (delay +- amount); normal: the
+    /// standard deviation. Nanoseconds.
+    pub amount_ns: u64,
+    /// 0..1: weight of the previous packet's jitter in this one's (netem's
+    /// correlation).
+    pub correlation: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JitterDistribution {
+    Uniform,
+    Normal,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "model", rename_all = "snake_case")]
+pub enum LossModel {
+    None,
+    /// Each packet is lost independently with probability `p`.
+    Bernoulli {
+        p: f64,
+    },
+    /// Two states: good -> bad with probability `p`, bad -> good with
+    /// `r` (per packet); loss probability `loss_bad` in the bad state and
+    /// `loss_good` in the good one.
+    GilbertElliott {
+        p: f64,
+        r: f64,
+        loss_bad: f64,
+        loss_good: f64,
+    },
+}
+
+impl LossModel {
+    /// The long-run loss fraction.
+    pub fn mean_loss(&self) -> f64 {
+        match *self {
+            LossModel::None => 0.0,
+            LossModel::Bernoulli { p } => p,
+            LossModel::GilbertElliott {
+                p,
+                r,
+                loss_bad,
+                loss_good,
+            } => {
+                if p + r == 0.0 {
+                    loss_good
+                } else {
+                    (p * loss_bad + r * loss_good) / (p + r)
+                }
+            }
+        }
+    }
+}
+
+/// Drop-tail limit of the bottleneck queue (packets waiting for or in
+/// serialization). Packets count per wire segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueLimit {
+    Packets(u64),
+    Bytes(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum EcnMarking {
+    None,
+    /// Mark CE on an ECT packet with fixed probability `p` ("1 in 50").
+    Fixed {
+        p: f64,
+    },
+    /// RED on the average queue (bytes): no marks below `min_bytes`, a
+    /// probability rising to `max_p` at `max_bytes`, every packet above.
+    /// ECT packets are marked; others that would be marked are dropped.
+    Red {
+        min_bytes: u64,
+        max_bytes: u64,
+        max_p: f64,
+        weight: f64,
+    },
+}
+
+/// `1%`, `0.01`, `1/50`: a probability.
+pub fn parse_probability(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let help =
+        || format!("'{s}' is not a probability: use a percentage (1%), a fraction (0.01) or 1/N");
+    let p = if let Some(pct) = t.strip_suffix('%') {
+        pct.trim().parse::<f64>().map_err(|_| help())? / 100.0
+    } else if let Some((a, b)) = t.split_once('/') {
+        let a: f64 = a.trim().parse().map_err(|_| help())?;
+        let b: f64 = b.trim().parse().map_err(|_| help())?;
+        if b <= 0.0 {
+            return Err(help());
+        }
+        a / b
+    } else {
+        t.parse::<f64>().map_err(|_| help())?
+    };
+    if !(0.0..=1.0).contains(&p) {
+        return Err(format!("'{s}' is not a probability between 0 and 100 %"));
+    }
+    Ok(p)
+}
+
+/// `10ms`, `250us`, `0.5s`, `2` (seconds): nanoseconds.
+pub fn parse_delay(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let v: Option<f64> = if let Some(n) = t.strip_suffix("us") {
+        n.trim().parse::<f64>().ok().map(|v| v * 1e3)
+    } else if let Some(n) = t.strip_suffix("ns") {
+        n.trim().parse::<f64>().ok()
+    } else {
+        units::parse_seconds(t).ok().map(|v| v * 1e9)
+    };
+    match v {
+        Some(ns) if (0.0..3.6e12).contains(&ns) => Ok(ns.round() as u64),
+        _ => Err(format!(
+            "'{s}' is not a delay: use e.g. 10ms, 250us or 0.5s"
+        )),
+    }
+}
+
+/// `1%` (Bernoulli) or `ge:P,R[,LOSS_BAD[,LOSS_GOOD]]` (Gilbert-Elliott).
+pub fn parse_loss(s: &str) -> Result<LossModel, String> {
+    if let Some(rest) = s.strip_prefix("ge:") {
+        let parts: Vec<&str> = rest.split(',').collect();
+        if !(2..=4).contains(&parts.len()) {
+            return Err(format!(
+                "'{s}': Gilbert-Elliott loss is ge:P,R[,LOSS_BAD[,LOSS_GOOD]] (e.g. ge:1%,30%)"
+            ));
+        }
+        let p = parse_probability(parts[0])?;
+        let r = parse_probability(parts[1])?;
+        let loss_bad = parts
+            .get(2)
+            .map(|v| parse_probability(v))
+            .transpose()?
+            .unwrap_or(1.0);
+        let loss_good = parts
+            .get(3)
+            .map(|v| parse_probability(v))
+            .transpose()?
+            .unwrap_or(0.0);
+        return Ok(LossModel::GilbertElliott {
+            p,
+            r,
+            loss_bad,
+            loss_good,
+        });
+    }
+    let p = parse_probability(s)?;
+    Ok(if p == 0.0 {
+        LossModel::None
+    } else {
+        LossModel::Bernoulli { p }
+    })
+}
+
+/// `1000p` / `1000` (packets) or `256K`, `1M`, `64KB` (bytes).
+pub fn parse_queue(s: &str) -> Result<QueueLimit, String> {
+    let t = s.trim();
+    if let Some(n) = t.strip_suffix('p') {
+        return n.parse::<u64>().map(QueueLimit::Packets).map_err(|_| {
+            format!("'{s}' is not a queue limit: use packets (1000p) or bytes (256K)")
+        });
+    }
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(QueueLimit::Packets(n));
+    }
+    units::parse_size(t)
+        .map(QueueLimit::Bytes)
+        .map_err(|_| format!("'{s}' is not a queue limit: use packets (1000p) or bytes (256K)"))
+}
+
+/// `min=30K,max=90K,p=10%[,w=0.002]`.
+pub fn parse_red(s: &str) -> Result<EcnMarking, String> {
+    let help = || {
+        format!("'{s}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")
+    };
+    let (mut min, mut max, mut p, mut w) = (None, None, None, 0.002);
+    for kv in s.split(',') {
+        let (k, v) = kv.split_once('=').ok_or_else(help)?;
+        match k.trim() {
+            "min" => min = Some(units::parse_size(v).map_err(|_| help())?),
+            "max" => max = Some(units::parse_size(v).map_err(|_| help())?),
+            "p" => p = Some(parse_probability(v)?),
+            "w" => w = v.trim().parse::<f64>().map_err(|_| help())?,
+            _ => return Err(help()),
+        }
+    }
+    match (min, max, p) {
+        (Some(min_bytes), Some(max_bytes), Some(max_p)) => Ok(EcnMarking::Red {
+            min_bytes,
+            max_bytes,
+            max_p,
+            weight: w,
+        }),
+        _ => Err(help()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_spellings() {
+        assert_eq!(parse_probability("1%").unwrap(), 0.01);
+        assert_eq!(parse_probability("1/50").unwrap(), 0.02);
+        assert_eq!(parse_probability("0.25").unwrap(), 0.25);
+        assert!(parse_probability("150%").is_err());
+        assert_eq!(parse_delay("10ms").unwrap(), 10_000_000);
+        assert_eq!(parse_delay("250us").unwrap(), 250_000);
+        assert!(parse_delay("-1ms").is_err());
+        assert_eq!(parse_loss("1%").unwrap(), LossModel::Bernoulli { p: 0.01 });
+        assert_eq!(
+            parse_loss("ge:1%,25%").unwrap(),
+            LossModel::GilbertElliott {
+                p: 0.01,
+                r: 0.25,
+                loss_bad: 1.0,
+                loss_good: 0.0
+            }
+        );
+        assert_eq!(parse_queue("100p").unwrap(), QueueLimit::Packets(100));
+        assert_eq!(parse_queue("64K").unwrap(), QueueLimit::Bytes(65536));
+        assert!(matches!(
+            parse_red("min=30K,max=90K,p=10%").unwrap(),
+            EcnMarking::Red {
+                min_bytes: 30720,
+                ..
+            }
+        ));
+        assert!(parse_red("min=30K").is_err());
+    }
+
+    #[test]
+    fn ge_mean_loss() {
+        let m = LossModel::GilbertElliott {
+            p: 0.01,
+            r: 0.24,
+            loss_bad: 1.0,
+            loss_good: 0.0,
+        };
+        assert!((m.mean_loss() - 0.04).abs() < 1e-12);
+    }
+}

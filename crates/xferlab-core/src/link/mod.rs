@@ -1,0 +1,19 @@
+//! The link emulator's model, sans-IO: per direction a pipeline of loss
+//! model, drop-tail queue, ECN marker, rate shaper and delay line, driven
+//! by packet arrivals and a clock the driver passes in (nanoseconds). The
+//! TUN driver in the binary only moves bytes and keeps time.
+
+pub mod config;
+mod delay;
+mod loss;
+mod marker;
+pub mod packet;
+pub mod pipeline;
+pub mod report;
+pub mod rng;
+mod shaper;
+pub mod stats;
+
+pub use config::LinkConfig;
+pub use pipeline::{Arrival, Departure, DropCause, Link};
+pub use report::LabReport;

@@ -1,0 +1,425 @@
+//! One direction of the emulated link: loss -> drop-tail queue + ECN
+//! marker -> rate shaper -> delay line (jitter, reordering, duplication).
+//! The driver hands in packets with a token naming its buffer and the
+//! arrival time; it asks when the next packet is due and takes it out.
+//! Times are nanoseconds on the driver's clock.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::config::LinkConfig;
+use super::delay::Delay;
+use super::loss::Loss;
+use super::marker::{Decision, Marker};
+use super::packet::PacketInfo;
+use super::rng::Rng;
+use super::shaper::Shaper;
+use super::stats::{DirectionReport, LatenessHistogram, LinkCounters, RateMeter};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropCause {
+    /// The loss model (Bernoulli / Gilbert-Elliott) chose it.
+    Loss,
+    /// The drop-tail queue was full.
+    Queue,
+    /// RED would have marked it, but it is not ECN-capable.
+    Red,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// Free the buffer: the packet is gone.
+    Dropped(DropCause),
+    /// Keep the buffer until its departure(s). `mark_ce`: set CE in it now
+    /// (the driver calls `packet::mark_ce`).
+    Queued { mark_ce: bool },
+}
+
+/// A packet to write now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Departure {
+    pub token: u32,
+    /// The last copy of this token: the buffer may be reused after writing.
+    pub release: bool,
+    /// Scheduled departure time.
+    pub due: u64,
+}
+
+/// An entry of the delay line, ordered by due time, then arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    due: u64,
+    seq: u64,
+    token: u32,
+    release: bool,
+    period: u64,
+    segments: u32,
+    wire_bytes: u64,
+}
+
+pub struct Link {
+    cfg: LinkConfig,
+    rng: Rng,
+    loss: Loss,
+    marker: Marker,
+    shaper: Shaper,
+    delay: Delay,
+    line: BinaryHeap<Reverse<Pending>>,
+    seq: u64,
+    /// Latest due time given to an in-order packet (FIFO clamp).
+    last_due: u64,
+    /// The loss model dropped the previous packet (for burst counting).
+    last_lost: bool,
+    counters: LinkCounters,
+    lateness: LatenessHistogram,
+    rate: RateMeter,
+    /// Rate windows are meaningful only when packets leave in
+    /// serialization order.
+    measure_rate: bool,
+}
+
+impl Link {
+    pub fn new(cfg: &LinkConfig) -> Self {
+        Link {
+            rng: Rng::new(cfg.seed),
+            loss: Loss::new(cfg.loss),
+            marker: Marker::new(cfg.ecn),
+            shaper: Shaper::new(cfg.rate_bps, cfg.overhead_bytes, cfg.queue),
+            delay: Delay::new(cfg.delay_ns, cfg.jitter),
+            line: BinaryHeap::with_capacity(4096),
+            seq: 0,
+            last_due: 0,
+            last_lost: false,
+            counters: LinkCounters::default(),
+            lateness: LatenessHistogram::default(),
+            rate: RateMeter::default(),
+            measure_rate: cfg.rate_bps.is_some() && cfg.jitter.is_none() && cfg.reorder == 0.0,
+            cfg: cfg.clone(),
+        }
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.cfg
+    }
+
+    /// A packet read at `now`, held in the driver's buffer `token`.
+    pub fn arrive(&mut self, now: u64, info: &PacketInfo, token: u32) -> Arrival {
+        let segs = u64::from(info.segments);
+        let c = &mut self.counters;
+        c.arrived_packets += 1;
+        c.arrived_segments += segs;
+        c.arrived_ect_packets += u64::from(info.is_ect());
+        let lost = self.loss.lose(&mut self.rng);
+        if lost && !self.last_lost {
+            c.loss_bursts += 1;
+        }
+        self.last_lost = lost;
+        if lost {
+            c.dropped_loss_packets += 1;
+            c.dropped_loss_segments += segs;
+            return Arrival::Dropped(DropCause::Loss);
+        }
+        let queue = self.shaper.queue_bytes(now);
+        c.max_queue_bytes = c.max_queue_bytes.max(queue);
+        if !self.shaper.fits(now, info.wire_bytes, segs) {
+            c.dropped_queue_packets += 1;
+            c.dropped_queue_segments += segs;
+            return Arrival::Dropped(DropCause::Queue);
+        }
+        let mark_ce = match self.marker.decide(queue, info.is_ect(), &mut self.rng) {
+            Decision::Pass => false,
+            Decision::Mark => {
+                c.marked_packets += 1;
+                c.marked_segments += segs;
+                true
+            }
+            Decision::Drop => {
+                c.dropped_red_packets += 1;
+                c.dropped_red_segments += segs;
+                return Arrival::Dropped(DropCause::Red);
+            }
+        };
+        let copies = if self.rng.chance(self.cfg.duplicate) {
+            self.counters.duplicated_packets += 1;
+            if mark_ce {
+                // Both copies reach the receiver marked.
+                self.counters.marked_packets += 1;
+                self.counters.marked_segments += segs;
+            }
+            2
+        } else {
+            1
+        };
+        for copy in 1..=copies {
+            let slot = self.shaper.admit(now, info.wire_bytes, segs);
+            let reorder = self.rng.chance(self.cfg.reorder);
+            let due = if reorder {
+                self.counters.reordered_packets += 1;
+                slot.finish
+            } else {
+                let due = (slot.finish + self.delay.next(&mut self.rng)).max(self.last_due);
+                self.last_due = due;
+                due
+            };
+            self.seq += 1;
+            self.line.push(Reverse(Pending {
+                due,
+                seq: self.seq,
+                token,
+                release: copy == copies,
+                period: slot.busy_period,
+                segments: info.segments,
+                wire_bytes: info.wire_bytes,
+            }));
+        }
+        Arrival::Queued { mark_ce }
+    }
+
+    /// When the next packet is due (None: nothing queued).
+    pub fn next_due(&self) -> Option<u64> {
+        self.line.peek().map(|Reverse(p)| p.due)
+    }
+
+    /// Packets queued in the delay line (copies count separately).
+    pub fn in_flight(&self) -> usize {
+        self.line.len()
+    }
+
+    /// The next packet due at or before `now`, which the driver writes
+    /// right away: its lateness and the achieved rate are measured at
+    /// `now`.
+    pub fn pop_due(&mut self, now: u64) -> Option<Departure> {
+        let &Reverse(p) = self.line.peek()?;
+        if p.due > now {
+            return None;
+        }
+        self.line.pop();
+        self.lateness.record(now - p.due);
+        let c = &mut self.counters;
+        c.departed_packets += 1;
+        c.departed_segments += u64::from(p.segments);
+        c.departed_wire_bytes += p.wire_bytes;
+        if let (true, Some(rate)) = (self.measure_rate, self.cfg.rate_bps) {
+            let bits =
+                (p.wire_bytes + u64::from(p.segments) * u64::from(self.cfg.overhead_bytes)) * 8;
+            self.rate.depart(now, bits, p.period, rate);
+        }
+        Some(Departure {
+            token: p.token,
+            release: p.release,
+            due: p.due,
+        })
+    }
+
+    /// Every packet still queued, for freeing buffers at shutdown.
+    pub fn drain(&mut self) -> impl Iterator<Item = Departure> + '_ {
+        self.line.drain().map(|Reverse(p)| Departure {
+            token: p.token,
+            release: p.release,
+            due: p.due,
+        })
+    }
+
+    pub fn counters(&self) -> &LinkCounters {
+        &self.counters
+    }
+
+    pub fn report(&self) -> DirectionReport {
+        let h = &self.lateness;
+        let any = h.count() > 0;
+        DirectionReport {
+            counters: self.counters,
+            lateness_samples: h.count(),
+            lateness_p50_us: h.quantile_us(0.5),
+            lateness_p99_us: h.quantile_us(0.99),
+            lateness_p999_us: h.quantile_us(0.999),
+            lateness_max_us: any.then(|| h.max_us()),
+            rate_bps: self.cfg.rate_bps,
+            rate_windows: self.rate.windows,
+            rate_ratio_min: (self.rate.windows > 0).then_some(self.rate.min_ratio),
+            rate_ratio_max: (self.rate.windows > 0).then_some(self.rate.max_ratio),
+            rate_ratio_mean: self.rate.mean_ratio(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::config::*;
+    use super::super::packet::PacketInfo;
+    use super::*;
+
+    /// Drives a link on virtual time: packets of `len` bytes arrive every
+    /// `gap` ns for `n` packets; departures are taken exactly when due.
+    /// Returns the departures (token, time) in order.
+    fn drive(link: &mut Link, n: u32, gap: u64, info: PacketInfo) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        let mut t = 0;
+        for i in 0..n {
+            let arrive_at = u64::from(i) * gap;
+            while let Some(due) = link.next_due().filter(|&d| d <= arrive_at) {
+                t = due;
+                let d = link.pop_due(t).unwrap();
+                out.push((d.token, t));
+            }
+            t = t.max(arrive_at);
+            link.arrive(t, &info, i);
+        }
+        while let Some(due) = link.next_due() {
+            let d = link.pop_due(due).unwrap();
+            out.push((d.token, due));
+        }
+        out
+    }
+
+    fn cfg() -> LinkConfig {
+        LinkConfig::default()
+    }
+
+    #[test]
+    fn rate_and_delay_on_virtual_time() {
+        let mut c = cfg();
+        c.rate_bps = Some(100_000_000);
+        c.delay_ns = 10_000_000;
+        c.queue = QueueLimit::Packets(100_000);
+        let mut link = Link::new(&c);
+        // Offered at 2x the rate: the link is busy throughout.
+        let out = drive(&mut link, 50_000, 60_000, PacketInfo::simple(1500, 0));
+        assert_eq!(out.len(), 50_000);
+        assert_eq!(out[0].1, 120_000 + 10_000_000);
+        let span = out.last().unwrap().1 - out[0].1;
+        let rate = 49_999.0 * 1500.0 * 8.0 / (span as f64 / 1e9);
+        assert!((rate / 1e8 - 1.0).abs() < 1e-6, "{rate}");
+        let r = link.report();
+        assert!(r.rate_windows >= 5, "{r:?}");
+        assert!((r.rate_ratio_min.unwrap() - 1.0).abs() < 0.001);
+        assert!((r.rate_ratio_max.unwrap() - 1.0).abs() < 0.001);
+        assert_eq!(r.lateness_p99_us, Some(0.0));
+    }
+
+    #[test]
+    fn queue_limit_drops_the_excess() {
+        let mut c = cfg();
+        c.rate_bps = Some(12_000_000); // 1 ms per 1500-byte packet
+        c.queue = QueueLimit::Packets(10);
+        let mut link = Link::new(&c);
+        // 30 back to back: 10 admitted, 20 dropped by the queue.
+        for i in 0..30 {
+            link.arrive(0, &PacketInfo::simple(1500, 0), i);
+        }
+        let k = link.counters();
+        assert_eq!((k.dropped_queue_packets, k.dropped_loss_packets), (20, 0));
+        assert_eq!(link.in_flight(), 10);
+    }
+
+    #[test]
+    fn loss_counts_by_cause_and_stays_in_the_binomial_interval() {
+        let mut c = cfg();
+        c.loss = LossModel::Bernoulli { p: 0.01 };
+        c.seed = 42;
+        let mut link = Link::new(&c);
+        let out = drive(&mut link, 100_000, 1000, PacketInfo::simple(100, 0));
+        let k = link.counters();
+        let lost = k.dropped_loss_packets as f64;
+        let sd = (1e5f64 * 0.01 * 0.99).sqrt();
+        assert!((lost - 1000.0).abs() < 2.576 * sd, "{lost}");
+        assert_eq!(out.len() as u64 + k.dropped_loss_packets, 100_000);
+        assert_eq!(k.dropped_queue_packets, 0);
+    }
+
+    #[test]
+    fn marks_only_ect_packets_at_the_fixed_rate() {
+        let mut c = cfg();
+        c.ecn = EcnMarking::Fixed { p: 0.05 };
+        let mut link = Link::new(&c);
+        let mut marks = 0;
+        for i in 0..40_000 {
+            if let Arrival::Queued { mark_ce: true } =
+                link.arrive(0, &PacketInfo::simple(100, 2), i)
+            {
+                marks += 1;
+            }
+            assert_eq!(
+                link.arrive(0, &PacketInfo::simple(100, 0), i),
+                Arrival::Queued { mark_ce: false }
+            );
+        }
+        let sd = (40_000f64 * 0.05 * 0.95).sqrt();
+        assert!((marks as f64 - 2000.0).abs() < 2.576 * sd, "{marks}");
+        assert_eq!(link.counters().marked_packets, marks);
+    }
+
+    #[test]
+    fn jitter_keeps_fifo_unless_reordering_is_asked() {
+        let mut c = cfg();
+        c.delay_ns = 5_000_000;
+        c.jitter = Some(Jitter {
+            distribution: JitterDistribution::Uniform,
+            amount_ns: 4_000_000,
+            correlation: 0.0,
+        });
+        let mut link = Link::new(&c);
+        let out = drive(&mut link, 5000, 100_000, PacketInfo::simple(100, 0));
+        assert!(out.windows(2).all(|w| w[0].0 < w[1].0), "order kept");
+        c.reorder = 0.1;
+        let mut link = Link::new(&c);
+        let out = drive(&mut link, 5000, 100_000, PacketInfo::simple(100, 0));
+        let inversions = out.windows(2).filter(|w| w[0].0 > w[1].0).count();
+        assert!(inversions > 100, "{inversions}");
+        assert!(link.counters().reordered_packets > 300);
+    }
+
+    #[test]
+    fn duplicates_release_the_buffer_once() {
+        let mut c = cfg();
+        c.duplicate = 0.5;
+        let mut link = Link::new(&c);
+        for i in 0..1000 {
+            link.arrive(0, &PacketInfo::simple(100, 0), i);
+        }
+        let dups = link.counters().duplicated_packets;
+        assert!(dups > 400 && dups < 600, "{dups}");
+        let mut releases = 0;
+        let mut copies = 0;
+        while let Some(d) = link.pop_due(0) {
+            copies += 1;
+            releases += u32::from(d.release);
+        }
+        assert_eq!(releases, 1000);
+        assert_eq!(copies, 1000 + dups);
+    }
+
+    #[test]
+    fn gilbert_elliott_through_the_link() {
+        let mut c = cfg();
+        c.loss = LossModel::GilbertElliott {
+            p: 0.02,
+            r: 0.3,
+            loss_bad: 1.0,
+            loss_good: 0.0,
+        };
+        let mut link = Link::new(&c);
+        drive(&mut link, 200_000, 1000, PacketInfo::simple(100, 0));
+        let mean = link.counters().dropped_loss_packets as f64 / 200_000.0;
+        assert!(
+            (mean - c.loss.mean_loss()).abs() < 0.006,
+            "{mean} vs {}",
+            c.loss.mean_loss()
+        );
+    }
+
+    #[test]
+    fn late_departures_show_in_the_histogram() {
+        let mut link = Link::new(&cfg());
+        for i in 0..100 {
+            link.arrive(u64::from(i) * 1000, &PacketInfo::simple(100, 0), i);
+        }
+        // Taken out 300 us after arrival (due at arrival: no delay).
+        for i in 0..100u64 {
+            link.pop_due(i * 1000 + 300_000).unwrap();
+        }
+        let r = link.report();
+        assert_eq!(r.lateness_p50_us, Some(300.0));
+        assert_eq!(r.lateness_samples, 100);
+    }
+}

@@ -1,0 +1,299 @@
+//! The `lab` section of a result: the topology, the link configuration
+//! and the emulator's accuracy self-report with its verdict.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::config::{EcnMarking, LinkConfig, LossModel};
+use super::stats::DirectionReport;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabReport {
+    pub topology: Topology,
+    /// Client to server.
+    pub c2s: LinkConfig,
+    /// Server to client.
+    pub s2c: LinkConfig,
+    pub accuracy: Accuracy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Host namespaces joined by the emulator: `client`, `server`.
+    pub hosts: Vec<LabHost>,
+    /// TSO/checksum offload on the TUN devices (GSO superpackets pass the
+    /// emulator whole; rates still count per wire segment).
+    pub offload: bool,
+    /// The forwarding threads ran under SCHED_FIFO.
+    pub realtime: bool,
+    /// Microseconds busy-waited before each departure instead of sleeping.
+    pub spin_us: u64,
+    /// Packet buffers per direction.
+    pub buffers: u64,
+    /// Where the forwarded packets were captured, if asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcap: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LabHost {
+    pub role: String,
+    pub namespace: String,
+    pub interface: String,
+    pub address: String,
+    /// The host's IPv6 address on the link (tests run over it with -6).
+    pub address6: String,
+    pub mtu: u32,
+    /// Sysctls set in this namespace (`net.ipv4.tcp_sack` = `0`).
+    pub sysctls: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    pub c2s: DirectionAccuracy,
+    pub s2c: DirectionAccuracy,
+    /// With `--router`: the router's plain (unshaped) hop to the server;
+    /// only unintended drops are judged there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_hop: Option<HopAccuracy>,
+    /// Round trip of small UDP probes through the emulator before the test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_probe: Option<RttProbe>,
+    /// False when any target below was missed: do not trust the run.
+    pub valid: bool,
+    /// Each missed target, with numbers.
+    pub violations: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HopAccuracy {
+    pub c2s: DirectionAccuracy,
+    pub s2c: DirectionAccuracy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DirectionAccuracy {
+    #[serde(flatten)]
+    pub emulator: DirectionReport,
+    /// Drops nobody asked for: the outgoing TUN device's TX drops (its
+    /// queue overflowed) and packets the emulator could not take because
+    /// its buffers were all in use.
+    pub unintended_drops: UnintendedDrops,
+    /// The receiving namespace's IpExtInCEPkts + Ip6InCEPkts delta over
+    /// the lab run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receiver_in_ce_pkts: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct UnintendedDrops {
+    /// The sending host's TUN device could not queue a packet for the
+    /// emulator (its ring was full).
+    pub tun_tx_dropped: u64,
+    /// The receiving host's TUN device dropped a packet the emulator wrote.
+    pub tun_rx_dropped: u64,
+    pub buffer_exhausted: u64,
+    pub write_errors: u64,
+}
+
+impl UnintendedDrops {
+    pub fn total(&self) -> u64 {
+        self.tun_tx_dropped + self.tun_rx_dropped + self.buffer_exhausted + self.write_errors
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RttProbe {
+    pub sent: u32,
+    pub received: u32,
+    pub min_us: f64,
+    pub median_us: f64,
+    pub max_us: f64,
+    /// Twice the configured one-way delays plus serialization of the probe.
+    pub expected_us: f64,
+}
+
+/// What a run must hold to be valid.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Targets {
+    /// Largest |achieved / configured - 1| over >= 1 s busy windows.
+    pub rate_error: f64,
+    pub lateness_p99_us: f64,
+}
+
+impl Default for Targets {
+    fn default() -> Self {
+        Targets {
+            rate_error: 0.005,
+            lateness_p99_us: 250.0,
+        }
+    }
+}
+
+/// z for a two-sided 99 % interval.
+const Z99: f64 = 2.576;
+
+/// Checks one direction against the targets; appends each miss.
+pub fn judge_direction(
+    name: &str,
+    cfg: &LinkConfig,
+    acc: &DirectionAccuracy,
+    targets: &Targets,
+    out: &mut Vec<String>,
+) {
+    let r = &acc.emulator;
+    let k = &r.counters;
+    if let (Some(lo), Some(hi)) = (r.rate_ratio_min, r.rate_ratio_max) {
+        let worst = (lo - 1.0).abs().max((hi - 1.0).abs());
+        if worst > targets.rate_error {
+            out.push(format!(
+                "{name}: achieved rate off by up to {:.2} % over 1 s windows (target +-{:.1} %; ratio {lo:.4}..{hi:.4})",
+                worst * 100.0,
+                targets.rate_error * 100.0
+            ));
+        }
+    }
+    if let Some(p99) = r.lateness_p99_us {
+        if p99 > targets.lateness_p99_us {
+            out.push(format!(
+                "{name}: departure lateness p99 {p99:.0} us (target <= {:.0} us)",
+                targets.lateness_p99_us
+            ));
+        }
+    }
+    let u = acc.unintended_drops;
+    if u.total() > 0 {
+        out.push(format!(
+            "{name}: {} unintended drops (TUN TX {}, TUN RX {}, buffers exhausted {}, write errors {})",
+            u.total(),
+            u.tun_tx_dropped,
+            u.tun_rx_dropped,
+            u.buffer_exhausted,
+            u.write_errors
+        ));
+    }
+    if let (EcnMarking::Fixed { .. } | EcnMarking::Red { .. }, Some(seen)) =
+        (cfg.ecn, acc.receiver_in_ce_pkts)
+    {
+        // The receiver counts a GSO superpacket written to its TUN device
+        // as one packet (gso_segs is not set yet), so packets compare.
+        if seen != k.marked_packets as i64 {
+            out.push(format!(
+                "{name}: {} CE marks applied but the receiver counted {seen} (IpExtInCEPkts + Ip6InCEPkts)",
+                k.marked_packets
+            ));
+        }
+    }
+    let n = k.arrived_packets as f64;
+    if let (true, Some((lo, hi))) = (n >= 1000.0, gilbert_elliott_interval(n, &cfg.loss)) {
+        let lost = k.dropped_loss_packets as f64;
+        if lost < lo || lost > hi {
+            out.push(format!(
+                "{name}: {lost} of {n} packets lost by the Gilbert-Elliott model, outside the 99 % interval [{lo:.0}, {hi:.0}] (mean {:.4})",
+                cfg.loss.mean_loss()
+            ));
+        }
+    }
+    if let LossModel::Bernoulli { p } = cfg.loss {
+        if n >= 100.0 {
+            let (lo, hi) = binomial_interval(n, p);
+            let lost = k.dropped_loss_packets as f64;
+            if lost < lo || lost > hi {
+                out.push(format!(
+                    "{name}: {lost} of {n} packets lost by the model, outside the 99 % interval [{lo:.0}, {hi:.0}] for p = {p}"
+                ));
+            }
+        }
+    }
+}
+
+/// 99 % interval of the loss count of a Gilbert-Elliott chain over `n`
+/// packets: the binomial one widened by the chain's correlation
+/// (variance x (1 + l) / (1 - l), l = 1 - p - r).
+pub fn gilbert_elliott_interval(n: f64, model: &LossModel) -> Option<(f64, f64)> {
+    let LossModel::GilbertElliott { p, r, .. } = *model else {
+        return None;
+    };
+    let mean = model.mean_loss();
+    let l = 1.0 - p - r;
+    if !(p > 0.0 && r > 0.0 && l < 1.0) {
+        return None;
+    }
+    let sd = (n * mean * (1.0 - mean) * (1.0 + l) / (1.0 - l)).sqrt();
+    Some((
+        (n * mean - Z99 * sd - 0.5).max(0.0),
+        n * mean + Z99 * sd + 0.5,
+    ))
+}
+
+/// Two-sided 99 % interval of a binomial count (normal approximation with
+/// continuity correction).
+pub fn binomial_interval(n: f64, p: f64) -> (f64, f64) {
+    let sd = (n * p * (1.0 - p)).sqrt();
+    ((n * p - Z99 * sd - 0.5).max(0.0), n * p + Z99 * sd + 0.5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::stats::LinkCounters;
+    use super::*;
+
+    fn acc() -> DirectionAccuracy {
+        DirectionAccuracy {
+            emulator: DirectionReport {
+                counters: LinkCounters::default(),
+                lateness_samples: 10,
+                lateness_p50_us: Some(10.0),
+                lateness_p99_us: Some(80.0),
+                lateness_p999_us: Some(200.0),
+                lateness_max_us: Some(900.0),
+                rate_bps: Some(100_000_000),
+                rate_windows: 3,
+                rate_ratio_min: Some(0.998),
+                rate_ratio_max: Some(1.001),
+                rate_ratio_mean: Some(0.999),
+            },
+            unintended_drops: UnintendedDrops::default(),
+            receiver_in_ce_pkts: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_clean_run_passes_and_each_miss_is_named() {
+        let cfg = LinkConfig::default();
+        let mut v = Vec::new();
+        judge_direction("c2s", &cfg, &acc(), &Targets::default(), &mut v);
+        assert!(v.is_empty(), "{v:?}");
+        let mut bad = acc();
+        bad.emulator.rate_ratio_max = Some(1.01);
+        bad.emulator.lateness_p99_us = Some(400.0);
+        bad.unintended_drops.tun_tx_dropped = 3;
+        let mut cfg = LinkConfig::default();
+        cfg.ecn = EcnMarking::Fixed { p: 0.05 };
+        bad.emulator.counters.marked_packets = 5;
+        judge_direction("c2s", &cfg, &bad, &Targets::default(), &mut v);
+        assert_eq!(v.len(), 4, "{v:?}");
+        assert!(
+            v[0].contains("rate")
+                && v[1].contains("lateness")
+                && v[2].contains("unintended")
+                && v[3].contains("CE")
+        );
+    }
+
+    #[test]
+    fn loss_outside_the_interval_is_flagged() {
+        let mut cfg = LinkConfig::default();
+        cfg.loss = LossModel::Bernoulli { p: 0.01 };
+        let mut a = acc();
+        a.emulator.counters.arrived_packets = 10_000;
+        a.emulator.counters.dropped_loss_packets = 100;
+        let mut v = Vec::new();
+        judge_direction("c2s", &cfg, &a, &Targets::default(), &mut v);
+        assert!(v.is_empty(), "{v:?}");
+        a.emulator.counters.dropped_loss_packets = 140;
+        judge_direction("c2s", &cfg, &a, &Targets::default(), &mut v);
+        assert_eq!(v.len(), 1);
+    }
+}

@@ -1,0 +1,180 @@
+//! The bottleneck: a FIFO serializer at a fixed bit rate, counting bytes
+//! per wire segment plus a per-segment overhead, and the drop-tail queue
+//! in front of it (everything admitted but not yet fully serialized).
+
+use std::collections::VecDeque;
+
+use super::config::QueueLimit;
+
+#[derive(Debug, Clone)]
+pub struct Shaper {
+    rate_bps: Option<u64>,
+    overhead_bytes: u32,
+    limit: QueueLimit,
+    /// When the last admitted packet finishes serialization.
+    free_at: u64,
+    /// Fractional nanoseconds carried between packets (numerator over the
+    /// rate), so rounding never accumulates into a rate error.
+    carry: u128,
+    /// Packets in the queue or in serialization: (finish, bytes, segments).
+    backlog: VecDeque<(u64, u64, u64)>,
+    backlog_bytes: u64,
+    backlog_segments: u64,
+    /// Busy period the last admitted packet belongs to.
+    busy_period: u64,
+}
+
+/// Where an admitted packet sits on the link's time line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub finish: u64,
+    /// Increments whenever the link went idle before this packet; packets
+    /// of one busy period leave back to back at the link rate.
+    pub busy_period: u64,
+}
+
+impl Shaper {
+    pub fn new(rate_bps: Option<u64>, overhead_bytes: u32, limit: QueueLimit) -> Self {
+        let cap = match limit {
+            QueueLimit::Packets(n) => (n as usize).clamp(16, 1 << 16),
+            QueueLimit::Bytes(b) => ((b / 1000) as usize).clamp(16, 1 << 16),
+        };
+        Shaper {
+            rate_bps,
+            overhead_bytes,
+            limit,
+            free_at: 0,
+            carry: 0,
+            backlog: VecDeque::with_capacity(cap),
+            backlog_bytes: 0,
+            backlog_segments: 0,
+            busy_period: 0,
+        }
+    }
+
+    /// Bytes queued or in serialization at `now`.
+    pub fn queue_bytes(&mut self, now: u64) -> u64 {
+        self.expire(now);
+        self.backlog_bytes
+    }
+
+    fn expire(&mut self, now: u64) {
+        while let Some(&(finish, bytes, segs)) = self.backlog.front() {
+            if finish > now {
+                break;
+            }
+            self.backlog.pop_front();
+            self.backlog_bytes -= bytes;
+            self.backlog_segments -= segs;
+        }
+    }
+
+    /// Would a packet of `wire_bytes` in `segments` fit the queue at `now`?
+    pub fn fits(&mut self, now: u64, wire_bytes: u64, segments: u64) -> bool {
+        self.expire(now);
+        if self.rate_bps.is_none() {
+            return true;
+        }
+        match self.limit {
+            // An empty queue always takes one packet, even a superpacket
+            // larger than the byte limit (else it could never pass).
+            _ if self.backlog.is_empty() => true,
+            QueueLimit::Packets(n) => self.backlog_segments + segments <= n,
+            QueueLimit::Bytes(b) => self.backlog_bytes + wire_bytes <= b,
+        }
+    }
+
+    /// Admits a packet arriving at `now`; returns when it is fully on the
+    /// wire.
+    pub fn admit(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
+        let Some(rate) = self.rate_bps else {
+            return Slot {
+                finish: now,
+                busy_period: 0,
+            };
+        };
+        let start = if self.free_at >= now {
+            self.free_at
+        } else {
+            self.busy_period += 1;
+            self.carry = 0;
+            now
+        };
+        let bits = (wire_bytes + segments * u64::from(self.overhead_bytes)) * 8;
+        let num = u128::from(bits) * 1_000_000_000 + self.carry;
+        let ns = (num / u128::from(rate)) as u64;
+        self.carry = num % u128::from(rate);
+        self.free_at = start + ns;
+        self.backlog.push_back((self.free_at, wire_bytes, segments));
+        self.backlog_bytes += wire_bytes;
+        self.backlog_segments += segments;
+        Slot {
+            finish: self.free_at,
+            busy_period: self.busy_period,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_at_the_rate_with_overhead_and_no_drift() {
+        let mut s = Shaper::new(Some(100_000_000), 38, QueueLimit::Packets(100_000));
+        let mut last = 0;
+        for _ in 0..10_000 {
+            last = s.admit(0, 1500, 1).finish;
+        }
+        // 10 000 x 1538 bytes at 100 Mbit/s = 1.2304 s exactly.
+        assert_eq!(last, 1_230_400_000);
+        // An odd rate: the carried remainder keeps the total exact to 1 ns.
+        let mut s = Shaper::new(Some(77_777_777), 0, QueueLimit::Packets(100_000));
+        for _ in 0..10_000 {
+            last = s.admit(0, 1500, 1).finish;
+        }
+        let exact = 10_000.0 * 1500.0 * 8.0 / 77_777_777.0 * 1e9;
+        assert!((last as f64 - exact).abs() <= 1.0, "{last} vs {exact}");
+    }
+
+    #[test]
+    fn superpacket_costs_its_segments() {
+        let mut s = Shaper::new(Some(1_000_000_000), 10, QueueLimit::Packets(1000));
+        // 44 segments, 66 000 wire bytes: (66 000 + 440) x 8 ns.
+        assert_eq!(s.admit(0, 66_000, 44).finish, 531_520);
+    }
+
+    #[test]
+    fn queue_limits_in_packets_and_bytes() {
+        let mut s = Shaper::new(Some(8_000_000), 0, QueueLimit::Packets(3));
+        // 1000 bytes at 8 Mbit/s = 1 ms each.
+        for _ in 0..3 {
+            assert!(s.fits(0, 1000, 1));
+            s.admit(0, 1000, 1);
+        }
+        assert!(!s.fits(0, 1000, 1));
+        assert!(s.fits(1_000_000, 1000, 1), "one left after 1 ms");
+        let mut s = Shaper::new(Some(8_000_000), 0, QueueLimit::Bytes(2500));
+        assert!(s.fits(0, 1000, 1));
+        s.admit(0, 1000, 1);
+        assert!(s.fits(0, 1000, 1));
+        s.admit(0, 1000, 1);
+        assert!(!s.fits(0, 1000, 1));
+        assert!(s.fits(0, 500, 1));
+        assert_eq!(s.queue_bytes(0), 2000);
+        assert_eq!(s.queue_bytes(2_000_000), 0);
+        // An empty queue takes a superpacket bigger than the limit.
+        assert!(s.fits(2_000_000, 60_000, 40));
+    }
+
+    #[test]
+    fn busy_periods_split_at_idle() {
+        let mut s = Shaper::new(Some(8_000_000), 0, QueueLimit::Packets(10));
+        let a = s.admit(0, 1000, 1);
+        let b = s.admit(500_000, 1000, 1);
+        let c = s.admit(5_000_000, 1000, 1);
+        assert_eq!(a.busy_period, b.busy_period);
+        assert_eq!(b.finish, 2_000_000);
+        assert_ne!(b.busy_period, c.busy_period);
+    }
+}

@@ -1,0 +1,360 @@
+//! The lab section of a run: assembled from the forwarders' reports and
+//! the namespaces' counters, judged against the accuracy targets, and
+//! written next to the test's own output.
+
+use std::io::Write;
+
+use xferlab_core::counters::CounterSnapshot;
+use xferlab_core::link::config::{EcnMarking, LossModel, QueueLimit};
+use xferlab_core::link::report::{
+    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, LabHost, LabReport, RttProbe,
+    Targets, Topology, UnintendedDrops,
+};
+use xferlab_core::link::LinkConfig;
+
+use super::forward::ForwardReport;
+use super::Plan;
+use crate::output::Format;
+
+/// How far the probe's median RTT may sit from the configured one.
+const RTT_TOLERANCE_US: f64 = 1000.0;
+
+fn delta(before: &CounterSnapshot, after: &CounterSnapshot, key: &str) -> i64 {
+    let a = after.values.get(key).copied().unwrap_or(0);
+    let b = before.values.get(key).copied().unwrap_or(0);
+    a.wrapping_sub(b)
+}
+
+pub(super) fn assemble(
+    plan: &Plan,
+    hosts: Vec<LabHost>,
+    fwd: &[ForwardReport],
+    hops: &[(usize, usize)],
+    (before, after): (&Vec<CounterSnapshot>, &Vec<CounterSnapshot>),
+    rtt_probe: Option<RttProbe>,
+) -> LabReport {
+    // Snapshots are per port (TUN device): counters of its namespace and
+    // its device. Port 0 is the client's, the last the server's.
+    let d = |port: usize, key: &str| delta(&before[port], &after[port], key);
+    let (client_port, server_port) = (0, before.len() - 1);
+    let direction = |f: &ForwardReport, sender: usize, receiver: usize, ce_at: Option<usize>| {
+        DirectionAccuracy {
+            emulator: f.emulator.clone(),
+            unintended_drops: UnintendedDrops {
+                tun_tx_dropped: d(sender, "dev.tx_drop").max(0) as u64,
+                tun_rx_dropped: d(receiver, "dev.rx_drop").max(0) as u64,
+                buffer_exhausted: f.buffer_exhausted,
+                write_errors: f.write_errors,
+            },
+            // IPv4 and IPv6 count CE arrivals separately.
+            receiver_in_ce_pkts: ce_at.map(|p| d(p, "IpExt.InCEPkts") + d(p, "Ip6.InCEPkts")),
+        }
+    };
+    let (a, b) = hops[0];
+    let c2s = direction(&fwd[0], a, b, Some(server_port));
+    let s2c = direction(&fwd[1], b, a, Some(client_port));
+    let router_hop = hops.get(1).map(|&(a, b)| HopAccuracy {
+        c2s: direction(&fwd[2], a, b, None),
+        s2c: direction(&fwd[3], b, a, None),
+    });
+    let targets = Targets::default();
+    let mut violations = Vec::new();
+    judge_direction("c2s", &plan.c2s, &c2s, &targets, &mut violations);
+    judge_direction("s2c", &plan.s2c, &s2c, &targets, &mut violations);
+    if let Some(hop) = &router_hop {
+        // The plain hop is not shaped: only losses nobody asked for count.
+        let lenient = Targets {
+            rate_error: f64::INFINITY,
+            lateness_p99_us: f64::INFINITY,
+        };
+        let plain = LinkConfig::default();
+        judge_direction(
+            "router->server",
+            &plain,
+            &hop.c2s,
+            &lenient,
+            &mut violations,
+        );
+        judge_direction(
+            "server->router",
+            &plain,
+            &hop.s2c,
+            &lenient,
+            &mut violations,
+        );
+    }
+    if let Some(p) = &rtt_probe {
+        let jitter = plan.c2s.jitter.is_some() || plan.s2c.jitter.is_some();
+        if p.received == 0 {
+            violations.push(format!("rtt probe: none of {} probes came back", p.sent));
+        } else if !jitter && (p.median_us - p.expected_us).abs() > RTT_TOLERANCE_US {
+            violations.push(format!(
+                "rtt probe: median {:.0} us, configured {:.0} us (tolerance {RTT_TOLERANCE_US:.0} us)",
+                p.median_us, p.expected_us
+            ));
+        }
+    }
+    for f in fwd {
+        if f.abandoned > 0 {
+            violations.push(format!(
+                "{} packets were still in the emulator when it had to stop",
+                f.abandoned
+            ));
+        }
+        if let Some(e) = &f.pcap_error {
+            violations.push(format!("capture incomplete: {e}"));
+        }
+    }
+    LabReport {
+        topology: Topology {
+            hosts,
+            offload: plan.offload,
+            realtime: fwd.iter().all(|f| f.realtime),
+            spin_us: plan.spin_us,
+            buffers: plan.buffers as u64,
+            pcap: plan.pcap.as_ref().map(|p| p.display().to_string()),
+        },
+        c2s: plan.c2s.clone(),
+        s2c: plan.s2c.clone(),
+        accuracy: Accuracy {
+            c2s,
+            s2c,
+            router_hop,
+            rtt_probe,
+            valid: violations.is_empty(),
+            violations,
+        },
+    }
+}
+
+/// Adds `"lab": {...}` as the last member of a JSON object document,
+/// keeping the document's own member order.
+fn inject(doc: &str, lab: &impl serde::Serialize) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(doc).ok()?;
+    if !v.is_object() {
+        return None;
+    }
+    let body = doc.trim_end().strip_suffix('}')?.trim_end();
+    let lab = serde_json::to_string_pretty(lab)
+        .ok()?
+        .replace('\n', "\n  ");
+    let sep = if body.ends_with('{') { "" } else { "," };
+    Some(format!("{body}{sep}\n  \"lab\": {lab}\n}}\n"))
+}
+
+pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> Result<(), String> {
+    match (plan.format, &plan.output) {
+        (Format::Json, None) => {
+            let text = inject(captured, lab).unwrap_or_else(|| {
+                eprintln!("{}", serde_json::to_string(lab).unwrap_or_default());
+                captured.to_string()
+            });
+            let mut out = std::io::stdout();
+            out.write_all(text.as_bytes())
+                .and_then(|_| out.flush())
+                .map_err(|e| format!("cannot write the result: {e}"))
+        }
+        (Format::Json, Some(path)) => {
+            let doc = std::fs::read_to_string(path).unwrap_or_default();
+            match inject(&doc, lab) {
+                Some(text) => std::fs::write(path, text)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display())),
+                None => {
+                    eprintln!("{}", serde_json::to_string(lab).unwrap_or_default());
+                    Ok(())
+                }
+            }
+        }
+        (Format::Human, out) => {
+            let text = human(lab);
+            match out {
+                Some(path) => std::fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .and_then(|mut f| f.write_all(text.as_bytes()))
+                    .map_err(|e| format!("cannot write {}: {e}", path.display())),
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
+            }
+        }
+        _ => {
+            eprintln!("{}", serde_json::to_string(lab).unwrap_or_default());
+            Ok(())
+        }
+    }
+}
+
+fn describe(c: &LinkConfig) -> String {
+    let mut parts = Vec::new();
+    match c.rate_bps {
+        Some(r) => parts.push(format!("rate {} Mbit/s", r as f64 / 1e6)),
+        None => parts.push("unshaped".into()),
+    }
+    if c.overhead_bytes > 0 {
+        parts.push(format!("+{} B/segment", c.overhead_bytes));
+    }
+    parts.push(format!("delay {} ms", c.delay_ns as f64 / 1e6));
+    if let Some(j) = c.jitter {
+        parts.push(
+            format!(
+                "jitter {} ms {:?}",
+                j.amount_ns as f64 / 1e6,
+                j.distribution
+            )
+            .to_lowercase(),
+        );
+    }
+    match c.loss {
+        LossModel::None => {}
+        LossModel::Bernoulli { p } => parts.push(format!("loss {} %", p * 100.0)),
+        LossModel::GilbertElliott { p, r, .. } => parts.push(format!(
+            "loss GE p={p} r={r} (mean {:.3} %)",
+            c.loss.mean_loss() * 100.0
+        )),
+    }
+    match c.queue {
+        QueueLimit::Packets(n) => parts.push(format!("queue {n} packets")),
+        QueueLimit::Bytes(b) => parts.push(format!("queue {b} bytes")),
+    }
+    match c.ecn {
+        EcnMarking::None => {}
+        EcnMarking::Fixed { p } => parts.push(format!("CE mark {} %", p * 100.0)),
+        EcnMarking::Red {
+            min_bytes,
+            max_bytes,
+            max_p,
+            ..
+        } => parts.push(format!("RED {min_bytes}..{max_bytes} B p={max_p}")),
+    }
+    if c.reorder > 0.0 {
+        parts.push(format!("reorder {} %", c.reorder * 100.0));
+    }
+    if c.duplicate > 0.0 {
+        parts.push(format!("duplicate {} %", c.duplicate * 100.0));
+    }
+    parts.join(", ")
+}
+
+fn on(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn us(v: Option<f64>) -> String {
+    v.map_or("-".into(), |x| format!("{x:.0} us"))
+}
+
+fn human(lab: &LabReport) -> String {
+    let mut s = String::from("\nLab:");
+    for h in &lab.topology.hosts {
+        s += &format!(" {} {} (netns {})", h.role, h.address, h.namespace);
+        if !h.sysctls.is_empty() {
+            let kv: Vec<String> = h.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s += &format!(" [{}]", kv.join(" "));
+        }
+        s += ";";
+    }
+    s.pop();
+    s += &format!(
+        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us, {} buffers per direction\n",
+        on(lab.topology.offload),
+        on(lab.topology.realtime),
+        lab.topology.spin_us,
+        lab.topology.buffers
+    );
+    for (name, cfg, a) in [
+        ("c2s", &lab.c2s, &lab.accuracy.c2s),
+        ("s2c", &lab.s2c, &lab.accuracy.s2c),
+    ] {
+        let k = &a.emulator.counters;
+        let u = &a.unintended_drops;
+        s += &format!("Link {name}: {}\n", describe(cfg));
+        s += &format!(
+            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
+            k.arrived_packets, k.arrived_segments, k.dropped_loss_packets, k.loss_bursts, k.dropped_queue_packets,
+            k.dropped_red_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
+        );
+        if !matches!(cfg.ecn, EcnMarking::None) || k.marked_segments > 0 {
+            s += &format!(
+                "  CE marks applied {} segments ({} packets), receiver InCEPkts (IPv4 + IPv6) {}\n",
+                k.marked_segments,
+                k.marked_packets,
+                a.receiver_in_ce_pkts.map_or("-".into(), |v| v.to_string())
+            );
+        }
+        let e = &a.emulator;
+        s += &format!(
+            "  departure lateness p50 {} p99 {} p99.9 {} max {}",
+            us(e.lateness_p50_us),
+            us(e.lateness_p99_us),
+            us(e.lateness_p999_us),
+            us(e.lateness_max_us)
+        );
+        match (e.rate_ratio_min, e.rate_ratio_max) {
+            (Some(lo), Some(hi)) => {
+                s += &format!(
+                    "; achieved/configured rate {lo:.4}..{hi:.4} over {} busy 1 s windows\n",
+                    e.rate_windows
+                )
+            }
+            _ => s += "\n",
+        }
+    }
+    if let Some(h) = &lab.accuracy.router_hop {
+        s += &format!(
+            "Router hop (unshaped): {} packets to the server, {} back; unintended drops {} / {}\n",
+            h.c2s.emulator.counters.departed_packets,
+            h.s2c.emulator.counters.departed_packets,
+            h.c2s.unintended_drops.total(),
+            h.s2c.unintended_drops.total()
+        );
+    }
+    if let Some(p) = &lab.accuracy.rtt_probe {
+        s += &format!(
+            "RTT probe: min/median/max {:.2}/{:.2}/{:.2} ms over {}/{} probes, configured {:.2} ms\n",
+            p.min_us / 1e3,
+            p.median_us / 1e3,
+            p.max_us / 1e3,
+            p.received,
+            p.sent,
+            p.expected_us / 1e3
+        );
+    }
+    if lab.accuracy.valid {
+        s += "Lab accuracy: valid\n";
+    } else {
+        s += &format!(
+            "Lab accuracy: INVALID: {}\n",
+            lab.accuracy.violations.join("; ")
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inject;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn inject_appends_lab_and_keeps_the_document_order() {
+        let doc = "{\n  \"schema\": \"x\",\n  \"b\": [\n    1\n  ]\n}\n";
+        let out = inject(doc, &json!({"valid": true})).unwrap();
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["lab"]["valid"], true);
+        assert_eq!(v["b"][0], 1);
+        assert!(out.find("schema").unwrap() < out.find("\"lab\"").unwrap());
+        assert_eq!(
+            inject("{}", &json!(1)).as_deref(),
+            Some("{\n  \"lab\": 1\n}\n")
+        );
+        assert!(inject("[1]", &json!(1)).is_none());
+        assert!(inject("not json", &json!(1)).is_none());
+    }
+}

@@ -1,0 +1,608 @@
+//! `xferlab lab`: namespaces joined by the userspace link emulator. These
+//! tests need root (CI runs as root) and run one at a time: they measure
+//! timing on a shared 2-core machine.
+
+mod common;
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::Value;
+
+/// Runs `xferlab lab ARGS` (a -J test) and returns its validated result.
+fn lab_json(args: &[&str], seconds: f64) -> (Value, Output) {
+    let mut all = vec!["lab"];
+    all.extend_from_slice(args);
+    let out = run(&all, deadline_for(seconds + 5.0));
+    assert!(!out.timed_out, "lab hung\n{}", out.describe());
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert!(v.get("lab").is_some(), "no lab section\n{}", out.describe());
+    assert_no_leftovers_of(out_pid(&v));
+    (v, out)
+}
+
+/// The owner pid encoded in the result's namespace names.
+fn out_pid(v: &Value) -> u32 {
+    let ns = str_at(v, "/lab/topology/hosts/0/namespace");
+    ns.strip_prefix("xferlab-")
+        .and_then(|r| r.split('-').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("namespace name {ns} does not carry the owner pid"))
+}
+
+fn namespaces_of(pid: u32) -> Vec<String> {
+    let prefix = format!("xferlab-{pid}-");
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Processes whose network namespace is one of `inodes`.
+fn processes_in(inodes: &HashSet<u64>) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .map(|m| inodes.contains(&m.ino()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+fn assert_no_leftovers_of(pid: u32) {
+    let left = namespaces_of(pid);
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+}
+
+fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn counter(v: &Value, side: &str, key: &str) -> i64 {
+    v[side]["counters"]["deltas"][key].as_i64().unwrap_or(0)
+}
+
+/// Two-sided 99 % binomial interval for n trials at p.
+fn binomial99(n: f64, p: f64) -> (f64, f64) {
+    let sd = (n * p * (1.0 - p)).sqrt();
+    (n * p - 2.576 * sd - 0.5, n * p + 2.576 * sd + 0.5)
+}
+
+#[test]
+fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "100M",
+            "--delay",
+            "10ms",
+            "--allow-invalid",
+            "stream",
+            "-t",
+            "3",
+            "-O",
+            "1",
+            "-J",
+        ],
+        4.0,
+    );
+    assert_ok(&v);
+    // IPv4 + TCP with timestamps: 1448 payload bytes per 1500-byte packet.
+    let ideal = 100e6 * 1448.0 / 1500.0;
+    let goodput = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
+    assert!(
+        (goodput / ideal - 1.0).abs() <= 0.05,
+        "goodput {:.2} Mbit/s, ideal {:.2} Mbit/s\n{}",
+        goodput / 1e6,
+        ideal / 1e6,
+        out.describe()
+    );
+    let rtt = f64_at(&v, "/lab/accuracy/rtt_probe/median_us");
+    assert!(
+        (rtt - 20_000.0).abs() <= 1000.0,
+        "probe RTT {rtt} us, configured 20 ms"
+    );
+    // The shaper's own account: busy windows at the configured rate.
+    let acc = &v["lab"]["accuracy"]["c2s"];
+    if acc["rate_windows"].as_u64().unwrap_or(0) > 0 {
+        let lo = acc["rate_ratio_min"].as_f64().unwrap();
+        let hi = acc["rate_ratio_max"].as_f64().unwrap();
+        assert!(lo > 0.995 && hi < 1.005, "rate ratio {lo}..{hi}");
+    }
+    for dir in ["c2s", "s2c"] {
+        let u = &v["lab"]["accuracy"][dir]["unintended_drops"];
+        for k in [
+            "tun_tx_dropped",
+            "tun_rx_dropped",
+            "buffer_exhausted",
+            "write_errors",
+        ] {
+            assert_eq!(u[k], 0, "{dir} {k}\n{}", out.describe());
+        }
+    }
+    eprintln!(
+        "goodput {:.2} Mbit/s (ideal {:.2}), probe RTT {:.0} us, c2s lateness p50/p99 {}/{} us",
+        goodput / 1e6,
+        ideal / 1e6,
+        rtt,
+        acc["lateness_p50_us"],
+        acc["lateness_p99_us"]
+    );
+}
+
+#[test]
+fn bernoulli_loss_lands_in_the_binomial_interval() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--loss",
+            "c2s:1%",
+            "--seed",
+            "7",
+            "--allow-invalid",
+            "stream",
+            "-u",
+            "-b",
+            "40M",
+            "-l",
+            "1000",
+            "-t",
+            "2",
+            "-J",
+        ],
+        2.0,
+    );
+    let udp = &v["summary"]["directions"][0]["udp"];
+    let sent = udp["sent"].as_u64().unwrap() as f64;
+    let lost = udp["network_lost"].as_u64().unwrap() as f64;
+    assert!(sent > 5000.0, "too few datagrams: {sent}");
+    let (lo, hi) = binomial99(sent, 0.01);
+    assert!(
+        lost >= lo && lost <= hi,
+        "lost {lost} of {sent}, 99 % interval [{lo:.1}, {hi:.1}]\n{}",
+        out.describe()
+    );
+    // The emulator's own count covers these datagrams plus control traffic.
+    let k = &v["lab"]["accuracy"]["c2s"]["counters"];
+    let dropped = k["dropped_loss_packets"].as_u64().unwrap() as f64;
+    assert!(
+        dropped >= lost,
+        "emulator dropped {dropped}, receiver missed {lost}"
+    );
+    assert_eq!(k["dropped_queue_packets"], 0);
+    assert_eq!(
+        v["lab"]["accuracy"]["s2c"]["counters"]["dropped_loss_packets"],
+        0
+    );
+    eprintln!("lost {lost} of {sent} datagrams (interval [{lo:.1}, {hi:.1}])");
+}
+
+#[test]
+fn ce_marks_one_in_twenty_reach_the_receiver_and_the_sender_reacts() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "50M",
+            "--delay",
+            "5ms",
+            "--ecn",
+            "on",
+            "--mark",
+            "c2s:1/20",
+            "--allow-invalid",
+            "stream",
+            "-t",
+            "2",
+            "-J",
+        ],
+        2.0,
+    );
+    let acc = &v["lab"]["accuracy"]["c2s"];
+    let marks = acc["counters"]["marked_packets"].as_u64().unwrap();
+    let ect = acc["counters"]["arrived_ect_packets"].as_u64().unwrap() as f64;
+    assert!(marks > 0, "no marks\n{}", out.describe());
+    // Every mark the emulator applied was seen by the receiving host, and
+    // xferlab's own server-side counter snapshot agrees.
+    assert_eq!(acc["receiver_in_ce_pkts"].as_i64(), Some(marks as i64));
+    // xferlab's own server-side snapshot brackets the test only (control
+    // traffic before and after it can carry a mark or two).
+    let server_seen = counter(&v, "server", "IpExt.InCEPkts");
+    assert!(
+        server_seen <= marks as i64 && server_seen >= marks as i64 - 3,
+        "server snapshot saw {server_seen} CE packets, emulator marked {marks}"
+    );
+    let (lo, hi) = binomial99(ect, 0.05);
+    assert!(
+        (marks as f64) >= lo && (marks as f64) <= hi,
+        "{marks} marks of {ect} ECT packets, interval [{lo:.1}, {hi:.1}]"
+    );
+    // The sender saw ECE: TCP_INFO's delivered_ce moved.
+    let ce: u64 = flows(&v, "client")
+        .iter()
+        .filter(|f| f["role"] == "sender")
+        .map(|f| f["total"]["tcp"]["delivered_ce"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(ce > 0, "sender's delivered_ce did not move");
+    let violations = v["lab"]["accuracy"]["violations"].to_string();
+    assert!(!violations.contains("CE"), "{violations}");
+    eprintln!(
+        "{marks} CE marks of {ect} ECT packets; receiver InCEPkts {}; sender delivered_ce {ce}",
+        acc["receiver_in_ce_pkts"]
+    );
+}
+
+#[test]
+fn ipv6_tests_cross_the_link_and_get_marked_too() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "50M",
+            "--delay",
+            "2ms",
+            "--ecn",
+            "on",
+            "--mark",
+            "c2s:1/20",
+            "--no-probe",
+            "--allow-invalid",
+            "stream",
+            "-6",
+            "-t",
+            "1",
+            "-J",
+        ],
+        1.0,
+    );
+    assert_ok(&v);
+    assert_eq!(str_at(&v, "/lab/topology/hosts/1/address6"), "fd77::2");
+    assert!(
+        str_at(&v, "/server_address").contains("fd77::2"),
+        "{}",
+        out.describe()
+    );
+    let marks = u64_at(&v, "/lab/accuracy/c2s/counters/marked_packets");
+    assert!(marks > 0, "no marks on IPv6\n{}", out.describe());
+    // Traffic-class CE marks reach the IPv6 stack as CE.
+    assert_eq!(
+        v["lab"]["accuracy"]["c2s"]["receiver_in_ce_pkts"].as_i64(),
+        Some(marks as i64)
+    );
+    assert!(
+        counter(&v, "server", "Ip6.InCEPkts") > 0,
+        "{}",
+        v["server"]["counters"]
+    );
+}
+
+#[test]
+fn a_router_namespace_forwards_between_the_link_and_the_server() {
+    let _turn = one_at_a_time();
+    for family in ["-4", "-6"] {
+        let (v, out) = lab_json(
+            &[
+                "--router",
+                "--rate",
+                "50M",
+                "--delay",
+                "2ms",
+                "--ecn",
+                "on",
+                "--mark",
+                "c2s:1/20",
+                "--allow-invalid",
+                "stream",
+                family,
+                "-t",
+                "1",
+                "-J",
+            ],
+            1.0,
+        );
+        assert_ok(&v);
+        let roles: Vec<&str> = (0..3)
+            .map(|i| str_at(&v, &format!("/lab/topology/hosts/{i}/role")))
+            .collect();
+        assert_eq!(roles, ["client", "router", "server"]);
+        let server = if family == "-4" {
+            "10.77.1.2"
+        } else {
+            "fd77:0:0:1::2"
+        };
+        assert!(
+            str_at(&v, "/server_address").contains(server),
+            "{}",
+            out.describe()
+        );
+        // Everything the link delivered to the router went on to the server
+        // (give or take the router's own few IPv6 housekeeping packets).
+        let link_out = u64_at(&v, "/lab/accuracy/c2s/counters/departed_packets");
+        let hop_in = u64_at(&v, "/lab/accuracy/router_hop/c2s/counters/arrived_packets");
+        assert!(
+            hop_in > 1000 && hop_in.abs_diff(link_out) <= 20,
+            "link {link_out}, router hop {hop_in}"
+        );
+        // Marks applied on the link arrive at the server behind the router.
+        let marks = u64_at(&v, "/lab/accuracy/c2s/counters/marked_packets");
+        assert!(marks > 0);
+        assert_eq!(
+            v["lab"]["accuracy"]["c2s"]["receiver_in_ce_pkts"].as_i64(),
+            Some(marks as i64)
+        );
+        let violations = v["lab"]["accuracy"]["violations"].to_string();
+        assert!(
+            !violations.contains("unintended") && !violations.contains("CE"),
+            "{violations}"
+        );
+    }
+}
+
+#[test]
+fn tcp_sack_off_in_the_client_namespace_shows_in_its_recovery() {
+    let _turn = one_at_a_time();
+    let run_with = |sack: &str| {
+        lab_json(
+            &[
+                "--rate",
+                "50M",
+                "--delay",
+                "5ms",
+                "--loss",
+                "c2s:1%",
+                "--no-probe",
+                "--allow-invalid",
+                "--client-sysctl",
+                &format!("net.ipv4.tcp_sack={sack}"),
+                "stream",
+                "-t",
+                "2",
+                "-J",
+            ],
+            2.0,
+        )
+        .0
+    };
+    let off = run_with("0");
+    assert_eq!(
+        off["lab"]["topology"]["hosts"][0]["sysctls"]["net.ipv4.tcp_sack"],
+        "0"
+    );
+    let on = run_with("1");
+    let sack_recoveries = |v: &Value| counter(v, "client", "TcpExt.TCPSackRecovery");
+    let reno_recoveries = |v: &Value| counter(v, "client", "TcpExt.TCPRenoRecovery");
+    assert!(
+        counter(&off, "client", "Tcp.RetransSegs") > 0,
+        "no loss recovery at all"
+    );
+    assert_eq!(sack_recoveries(&off), 0, "SACK recovery with tcp_sack=0");
+    assert_eq!(
+        counter(&off, "server", "TcpExt.TCPSACKDiscard")
+            + counter(&off, "client", "TcpExt.TCPSACKReorder"),
+        0
+    );
+    assert!(
+        reno_recoveries(&off) > 0,
+        "no Reno recovery with tcp_sack=0: {}",
+        off["client"]["counters"]
+    );
+    assert!(
+        sack_recoveries(&on) > 0,
+        "no SACK recovery with tcp_sack=1: {}",
+        on["client"]["counters"]
+    );
+}
+
+#[test]
+fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() {
+    let _turn = one_at_a_time();
+    // A lab interrupted with Ctrl-C cleans up after itself.
+    let mut a = Proc::spawn(&["lab", "--rate", "20M", "--no-probe", "stream", "-t", "20"]);
+    wait_until("lab A's namespaces", Duration::from_secs(10), || {
+        namespaces_of(a.pid()).len() == 2
+    });
+    // A lab killed with SIGKILL leaves namespaces only; its processes die.
+    let mut b = Proc::spawn(&["lab", "--rate", "20M", "--no-probe", "stream", "-t", "20"]);
+    wait_until("lab B's namespaces", Duration::from_secs(10), || {
+        namespaces_of(b.pid()).len() == 2
+    });
+    let b_pid = b.pid();
+    let inodes: HashSet<u64> = namespaces_of(b_pid)
+        .iter()
+        .map(|n| std::fs::metadata(format!("/run/netns/{n}")).unwrap().ino())
+        .collect();
+    wait_until(
+        "lab B's server and client processes",
+        Duration::from_secs(10),
+        || processes_in(&inodes).len() >= 2,
+    );
+    b.kill();
+    wait_until("lab B's processes to die", Duration::from_secs(5), || {
+        processes_in(&inodes).is_empty()
+    });
+    assert_eq!(
+        namespaces_of(b_pid).len(),
+        2,
+        "SIGKILL leaves the namespace mounts for clean"
+    );
+
+    let out = run(&["lab", "clean"], Duration::from_secs(10));
+    out.assert_success();
+    assert!(
+        namespaces_of(b_pid).is_empty(),
+        "clean left {:?}\n{}",
+        namespaces_of(b_pid),
+        out.describe()
+    );
+    assert_eq!(
+        namespaces_of(a.pid()).len(),
+        2,
+        "clean removed a running lab's namespaces\n{}",
+        out.describe()
+    );
+
+    let a_pid = a.pid();
+    a.signal(libc::SIGINT);
+    let out = a.finish(Duration::from_secs(15));
+    assert!(!out.timed_out, "{}", out.describe());
+    assert!(
+        out.stdout.contains("Lab accuracy"),
+        "interrupted lab still reports\n{}",
+        out.describe()
+    );
+    assert_no_leftovers_of(a_pid);
+}
+
+#[test]
+fn unintended_drops_make_the_run_invalid_loudly() {
+    let _turn = one_at_a_time();
+    // A one-packet TUN queue between the client's kernel and the emulator
+    // overflows under a TCP burst: losses nobody configured.
+    let out = run(
+        &[
+            "lab",
+            "--offload",
+            "off",
+            "--txqueuelen",
+            "1",
+            "--no-probe",
+            "stream",
+            "-t",
+            "1",
+            "-J",
+        ],
+        deadline_for(6.0),
+    );
+    let v = parse_json(&out);
+    validate_schema(&v);
+    let acc = &v["lab"]["accuracy"];
+    let tx_drops = u64_at(&v, "/lab/accuracy/c2s/unintended_drops/tun_tx_dropped");
+    assert!(
+        tx_drops > 0,
+        "no TUN TX drops with txqueuelen 1\n{}",
+        out.describe()
+    );
+    assert_eq!(acc["valid"], false);
+    assert!(
+        acc["violations"].to_string().contains("unintended"),
+        "{}",
+        acc["violations"]
+    );
+    assert_eq!(out.code, Some(1), "{}", out.describe());
+    assert!(out.stderr.contains("LAB RUN INVALID"), "{}", out.describe());
+    assert_no_leftovers_of(out_pid(&v));
+}
+
+#[test]
+fn bad_input_and_missing_root_are_one_line_errors() {
+    let out = run(
+        &["lab", "--rate", "fast", "stream"],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(2, &["--rate", "rate"]);
+    let out = run(&["lab", "stream", "10.0.0.1"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["HOST"]);
+    let out = run(&["lab", "stream", "--bogus"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["--bogus"]);
+    let out = run(&["lab"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["test to run"]);
+    let out = run(&["lab", "--mark", "1/0", "stream"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["--mark", "probability"]);
+    let out = run(&["lab", "server"], Duration::from_secs(10));
+    out.assert_one_line_failure(2, &["verb"]);
+    // As an unprivileged user: one line naming root, nothing created.
+    let mut cmd = Command::new(BIN);
+    cmd.args(["lab", "--rate", "10M", "stream", "-t", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setuid/setgid in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().expect("run as nobody (the tests run as root)");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("xferlab: ") && stderr.contains("root"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn pcap_capture_holds_the_forwarded_packets() {
+    let _turn = one_at_a_time();
+    let dir = std::env::temp_dir().join(format!("xferlab-lab-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prefix = dir.join("cap");
+    let (v, _) = lab_json(
+        &[
+            "--rate",
+            "20M",
+            "--no-probe",
+            "--allow-invalid",
+            "--pcap",
+            prefix.to_str().unwrap(),
+            "stream",
+            "-u",
+            "-b",
+            "5M",
+            "-t",
+            "1",
+            "-J",
+        ],
+        1.0,
+    );
+    for dir_name in ["c2s", "s2c"] {
+        let bytes = std::fs::read(dir.join(format!("cap.{dir_name}.pcap"))).unwrap();
+        assert_eq!(
+            &bytes[..4],
+            &0xa1b2_3c4du32.to_ne_bytes(),
+            "pcap magic (ns)"
+        );
+        assert_eq!(
+            u32::from_ne_bytes(bytes[20..24].try_into().unwrap()),
+            101,
+            "LINKTYPE_RAW"
+        );
+        // Walk the records: each starts an IPv4 packet.
+        let (mut off, mut n) = (24usize, 0u64);
+        while off + 16 <= bytes.len() {
+            let caplen = u32::from_ne_bytes(bytes[off + 8..off + 12].try_into().unwrap()) as usize;
+            assert!(
+                matches!(bytes[off + 16] >> 4, 4 | 6),
+                "record {n} is not an IP packet"
+            );
+            off += 16 + caplen;
+            n += 1;
+        }
+        assert_eq!(off, bytes.len(), "truncated record");
+        let departed = u64_at(
+            &v,
+            &format!("/lab/accuracy/{dir_name}/counters/departed_packets"),
+        );
+        assert_eq!(n, departed, "{dir_name}: every forwarded packet captured");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
