@@ -9,5 +9,6 @@ pub mod iperf3;
 mod outbox;
 pub mod proto;
 pub mod result;
+pub mod rr;
 pub mod spec;
 pub mod units;

@@ -368,6 +368,10 @@ pub struct SideReport {
     pub counters: KernelCounters,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// The request/response group of an rr test (`flows` then holds its
+    /// background stream flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<crate::rr::report::RrSideReport>,
 }
 
 /// Bytes and rate of one side of one direction.
@@ -432,6 +436,9 @@ pub struct DirectionSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub directions: Vec<DirectionSummary>,
+    /// The request/response group of an rr test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<crate::rr::report::RrSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -551,7 +558,10 @@ impl Summary {
                 ),
             });
         }
-        Summary { directions }
+        let rr = client.rr.as_ref().map(|c| {
+            crate::rr::report::RrSummary::from_sides(c, server.and_then(|s| s.rr.as_ref()))
+        });
+        Summary { directions, rr }
     }
 }
 
@@ -653,6 +663,7 @@ mod tests {
             cpu: CpuUsage::default(),
             counters: KernelCounters::default(),
             warnings: vec![],
+            rr: None,
         }
     }
 

@@ -32,6 +32,7 @@ fn report(endpoint: Endpoint) -> SideReport {
         cpu: CpuUsage::default(),
         counters: KernelCounters::default(),
         warnings: vec![],
+        rr: None,
     }
 }
 

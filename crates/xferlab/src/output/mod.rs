@@ -394,6 +394,7 @@ pub(crate) mod sample {
                 deltas: deltas.clone(),
             },
             warnings: vec![],
+            rr: None,
         }
     }
 

@@ -457,6 +457,7 @@ impl Side {
                 deltas: after.delta(&self.counters_before),
             },
             warnings: std::mem::take(&mut self.warnings),
+            rr: None,
         }
     }
 }
