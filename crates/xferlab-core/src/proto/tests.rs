@@ -43,6 +43,7 @@ fn welcome() -> Welcome {
         host: HostInfo::default(),
         max_duration_s: 60.0,
         udp_ports: vec![],
+        rr_port: None,
     }
 }
 
