@@ -76,10 +76,21 @@ pub struct RrArgs {
     #[arg(short = 's', long = "response-size", value_parser = parse_size, default_value = "1", value_name = "SIZE")]
     pub response_size: u64,
     /// Transactions outstanding per flow (1 = ping-pong; more = pipelined).
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_name = "N")]
+    #[arg(
+        long,
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_name = "N"
+    )]
     pub depth: i64,
     /// Request/response flows, spread over a few event-driven threads.
-    #[arg(short = 'F', long = "flows", default_value_t = 1, allow_negative_numbers = true, value_name = "N")]
+    #[arg(
+        short = 'F',
+        long = "flows",
+        default_value_t = 1,
+        allow_negative_numbers = true,
+        value_name = "N"
+    )]
     pub flows: i64,
     /// A transaction without its response after this long counts as timed
     /// out and the flow moves on (udp-rr, tcp-crr).
@@ -87,7 +98,12 @@ pub struct RrArgs {
     pub timeout: f64,
     /// Long-lived TCP stream flows (client sends) running at the same
     /// time, reported as their own group.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_name = "K")]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_negative_numbers = true,
+        value_name = "K"
+    )]
     pub background: i64,
     /// Diagnostic (udp-rr): the server leaves the Nth request of every
     /// flow unanswered, to show a loss is timed out and the flow goes on.
@@ -106,7 +122,10 @@ impl RrArgs {
         use xferlab_core::spec::Pattern;
         let a = &self.stream;
         let stream_only = [
-            (a.parallel != 1, "-P/--parallel (rr uses -F/--flows and --background)"),
+            (
+                a.parallel != 1,
+                "-P/--parallel (rr uses -F/--flows and --background)",
+            ),
             (a.reverse || a.bidir, "-R/--bidir"),
             (a.udp, "-u/--udp (use --mode udp-rr)"),
             (a.bitrate.is_some(), "-b/--bitrate"),
@@ -117,7 +136,9 @@ impl RrArgs {
             (a.dont_fragment, "--dont-fragment"),
         ];
         if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {
-            return Err(format!("{flag} is a stream option; see `xferlab rr --help`"));
+            return Err(format!(
+                "{flag} is a stream option; see `xferlab rr --help`"
+            ));
         }
         let int = |flag: &str, v: i64| {
             u32::try_from(v).map_err(|_| format!("{flag} must be a positive number (got {v})"))

@@ -242,7 +242,10 @@ fn run_rr(a: &RrArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     if a.stream.format() == output::Format::Iperf3Json {
-        return fail("--format iperf3-json is for stream tests; use json, jsonl, csv or human", 2);
+        return fail(
+            "--format iperf3-json is for stream tests; use json, jsonl, csv or human",
+            2,
+        );
     }
     let out = match open_output(&a.stream) {
         Ok(o) => o,

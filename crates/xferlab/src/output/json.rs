@@ -145,7 +145,10 @@ impl Reporter for JsonLinesReporter {
     }
 
     fn rr_interval(&mut self, sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
-        serde_json::to_writer(&mut self.out, &serde_json::json!({"event": "rr_interval", "sum": sum}))?;
+        serde_json::to_writer(
+            &mut self.out,
+            &serde_json::json!({"event": "rr_interval", "sum": sum}),
+        )?;
         writeln!(self.out)?;
         self.out.flush()
     }

@@ -121,7 +121,7 @@ pub fn run(
                 }
                 ClientEvent::Started => {
                     let Some(p) = plan.clone() else { continue };
-                    let mut side = RrSide::new(Endpoint::Client, rr.mode, rr.flows, clock, tally.clone());
+                    let mut side = RrSide::new(Endpoint::Client, rr.mode, rr.flows, clock);
                     if let Some(b) = background.as_mut() {
                         if let Err(e) = b.start() {
                             ctl.abort(ErrorCode::Internal, &e);
@@ -134,11 +134,16 @@ pub fn run(
                     let mut p2 = ClientPlan { ..clone_plan(&p) };
                     p2.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
                     let p = Arc::new(p2);
-                    if let Err(e) = spawn_engines(&mut side, &p, std::mem::take(&mut conns), &tally, &tx) {
+                    if let Err(e) =
+                        spawn_engines(&mut side, &p, std::mem::take(&mut conns), &tally, &tx)
+                    {
                         ctl.abort(ErrorCode::Internal, &e);
                         error = Some(e);
                     }
-                    let flows = background.as_ref().map(Side::flow_starts).unwrap_or_default();
+                    let flows = background
+                        .as_ref()
+                        .map(Side::flow_starts)
+                        .unwrap_or_default();
                     reporter
                         .start(&StartInfo {
                             spec: &cfg.spec,
@@ -207,7 +212,10 @@ pub fn run(
                 break 'run;
             }
         } else if interrupts.load(Ordering::Relaxed) > 0 && error.is_none() {
-            ctl.abort(ErrorCode::Aborted, "the user interrupted the client before the test started");
+            ctl.abort(
+                ErrorCode::Aborted,
+                "the user interrupted the client before the test started",
+            );
             error = Some("interrupted before the test started".into());
         }
         if let Some(bytes) = ctl.poll_transmit() {
@@ -228,7 +236,9 @@ pub fn run(
         .into_iter()
         .flatten()
         .min()
-        .map_or(INTERRUPT_POLL, |t| t.saturating_duration_since(Instant::now()))
+        .map_or(INTERRUPT_POLL, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
         .min(INTERRUPT_POLL);
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
@@ -267,9 +277,19 @@ pub fn run(
     }
     drop(io);
     if interrupted && error.is_none() {
-        error = Some(format!("interrupted by the user after {:.1} s", client.duration_s));
+        error = Some(format!(
+            "interrupted by the user after {:.1} s",
+            client.duration_s
+        ));
     }
-    let result = assemble(cfg, session, wall_start, client, server_report.map(|b| *b), error.clone());
+    let result = assemble(
+        cfg,
+        session,
+        wall_start,
+        client,
+        server_report.map(|b| *b),
+        error.clone(),
+    );
     Ok(Outcome {
         result,
         error,
@@ -313,7 +333,8 @@ fn connect_rr(
     for id in 0..rr.flows {
         let c = match rr.mode {
             RrMode::TcpRr => {
-                let (mut s, _sock): (TcpStream, _) = net::connect_data(to, &cfg.spec.knobs, cfg.connect_timeout)?;
+                let (mut s, _sock): (TcpStream, _) =
+                    net::connect_data(to, &cfg.spec.knobs, cfg.connect_timeout)?;
                 s.set_nodelay(true).ok();
                 s.write_all(&encode_tcp_hello(&token, id))
                     .map_err(|e| format!("cannot open rr flow {}: {e}", id + 1))?;
@@ -332,7 +353,8 @@ fn connect_rr(
                     ..Knobs::default()
                 };
                 let s: UdpSocket = net::udp_socket(SocketAddr::new(any, 0), &knobs)?;
-                s.connect(to).map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
+                s.connect(to)
+                    .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
                 s.set_nonblocking(true).map_err(|e| e.to_string())?;
                 ClientConn::Udp(s)
             }
@@ -389,8 +411,7 @@ fn assemble(
 ) -> TestResult {
     let summary = Summary::from_sides(&client, server.as_ref());
     let rr_ok = |s: &SideReport| {
-        s.rr
-            .as_ref()
+        s.rr.as_ref()
             .is_some_and(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
     };
     let all_completed = client
@@ -400,7 +421,10 @@ fn assemble(
         .all(|f| f.end == FlowEnd::Completed)
         && rr_ok(&client)
         && server.as_ref().is_some_and(rr_ok);
-    let moved = client.rr.as_ref().is_some_and(|r| r.total.transactions_all > 0)
+    let moved = client
+        .rr
+        .as_ref()
+        .is_some_and(|r| r.total.transactions_all > 0)
         || client.flows.iter().any(|f| f.total.bytes_all > 0);
     // Failed and timed-out transactions are measurements (the summary
     // counts them), not a broken test.

@@ -15,7 +15,9 @@ use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::result::FlowEnd;
 use xferlab_core::rr::latency::LatencyRecorder;
 use xferlab_core::rr::tracker::{Reply, Tracker};
-use xferlab_core::rr::wire::{decode_udp_header, encode_tcp_hello, encode_udp_header, TCP_HELLO_LEN};
+use xferlab_core::rr::wire::{
+    decode_udp_header, encode_tcp_hello, encode_udp_header, TCP_HELLO_LEN,
+};
 use xferlab_core::rr::{RrMode, RrSpec};
 use xferlab_core::spec::Knobs;
 
@@ -169,7 +171,9 @@ pub fn run(
         plan: &plan,
         poller,
         counters: &counters,
-        wbuf: (0..CHUNK.max(rr.request_wire())).map(|i| (i % 251) as u8).collect(),
+        wbuf: (0..CHUNK.max(rr.request_wire()))
+            .map(|i| (i % 251) as u8)
+            .collect(),
         rbuf: vec![0u8; CHUNK.max(rr.response_wire())],
     };
     let now = Instant::now();
@@ -180,7 +184,10 @@ pub fn run(
             Io::Crr(_) => Ok(()),
         };
         if let Err(e) = registered {
-            f.end = Some((FlowEnd::Aborted(format!("cannot watch the socket: {e}")), now));
+            f.end = Some((
+                FlowEnd::Aborted(format!("cannot watch the socket: {e}")),
+                now,
+            ));
             continue;
         }
         eng.fill(f, i, now);
@@ -209,7 +216,9 @@ pub fn run(
             for f in flows.iter_mut().filter(|f| f.end.is_none()) {
                 f.tracker.fail_all();
                 f.end = Some((
-                    FlowEnd::Aborted("responses still outstanding 5 s after the test stopped".into()),
+                    FlowEnd::Aborted(
+                        "responses still outstanding 5 s after the test stopped".into(),
+                    ),
                     now,
                 ));
             }

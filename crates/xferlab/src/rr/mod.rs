@@ -13,7 +13,6 @@ mod server_engine;
 pub mod session;
 mod side;
 
-
 /// Raises RLIMIT_NOFILE to its hard limit: every rr flow is a socket on
 /// each end (two in one process with the embedded server), and the soft
 /// limit is often 1024. Returns the limit now in force.

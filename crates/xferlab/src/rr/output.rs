@@ -50,7 +50,11 @@ pub fn describe(spec: &TestSpec) -> String {
         .ok();
     }
     if let Some(n) = rr.drop_request {
-        write!(s, "; diagnostic: the server drops request #{n} of every flow").ok();
+        write!(
+            s,
+            "; diagnostic: the server drops request #{n} of every flow"
+        )
+        .ok();
     }
     s
 }
@@ -116,7 +120,9 @@ pub fn summary(r: &TestResult) -> String {
     if let Some(sum) = &r.summary.rr {
         let server = sum
             .server_transactions_all
-            .map_or("server report missing".to_string(), |n| format!("server answered {n}"));
+            .map_or("server report missing".to_string(), |n| {
+                format!("server answered {n}")
+            });
         writeln!(
             s,
             "Transactions: client completed {} ({server}), timed out {}, failed {}, late replies {}",
@@ -130,9 +136,18 @@ pub fn summary(r: &TestResult) -> String {
     if let Some(l) = &c.connect {
         writeln!(s, "Connect: {}", latency_line(l)).ok();
     }
-    if let Some(dropped) = r.server.as_ref().and_then(|s| s.rr.as_ref()).map(|s| s.total.dropped) {
+    if let Some(dropped) = r
+        .server
+        .as_ref()
+        .and_then(|s| s.rr.as_ref())
+        .map(|s| s.total.dropped)
+    {
         if dropped > 0 {
-            writeln!(s, "Server dropped {dropped} requests on purpose (--drop-request)").ok();
+            writeln!(
+                s,
+                "Server dropped {dropped} requests on purpose (--drop-request)"
+            )
+            .ok();
         }
     }
     s

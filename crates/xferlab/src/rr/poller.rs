@@ -46,7 +46,14 @@ impl Poller {
         })
     }
 
-    fn ctl(&self, op: libc::c_int, fd: RawFd, token: u64, read: bool, write: bool) -> io::Result<()> {
+    fn ctl(
+        &self,
+        op: libc::c_int,
+        fd: RawFd,
+        token: u64,
+        read: bool,
+        write: bool,
+    ) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: mask(read, write),
             u64: token,
@@ -122,7 +129,15 @@ impl Poller {
             u64: token,
         };
         // SAFETY: valid epoll fd and event struct.
-        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd.as_raw_fd(), &mut ev) } < 0 {
+        if unsafe {
+            libc::epoll_ctl(
+                self.epfd.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                fd.as_raw_fd(),
+                &mut ev,
+            )
+        } < 0
+        {
             return Err(io::Error::last_os_error());
         }
         Ok(())

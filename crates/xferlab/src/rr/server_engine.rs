@@ -61,7 +61,11 @@ struct Conn {
     answered: u64,
 }
 
-pub fn run(plan: Arc<ServerPlan>, counters: Arc<[FlowCounters]>, flags: Arc<EngineFlags>) -> Vec<FlowResult> {
+pub fn run(
+    plan: Arc<ServerPlan>,
+    counters: Arc<[FlowCounters]>,
+    flags: Arc<EngineFlags>,
+) -> Vec<FlowResult> {
     let mut results = Vec::new();
     let mut poller = match Poller::new(256) {
         Ok(p) => p,
@@ -87,7 +91,12 @@ pub fn run(plan: Arc<ServerPlan>, counters: Arc<[FlowCounters]>, flags: Arc<Engi
         if flags.abort.load(Relaxed) {
             for c in conns.iter().flatten() {
                 if let (Some(id), RrMode::TcpRr) = (c.flow, rr.mode) {
-                    results.push(result(id, c, FlowEnd::Aborted("the test was aborted".into()), now));
+                    results.push(result(
+                        id,
+                        c,
+                        FlowEnd::Aborted("the test was aborted".into()),
+                        now,
+                    ));
                 }
             }
             break;
@@ -150,7 +159,16 @@ pub fn run(plan: Arc<ServerPlan>, counters: Arc<[FlowCounters]>, flags: Arc<Engi
             let Some(c) = conns.get_mut(i).and_then(Option::as_mut) else {
                 continue;
             };
-            let outcome = serve_tcp(&plan, &counters, c, i, &poller, &mut rbuf, &wbuf, ev.writable);
+            let outcome = serve_tcp(
+                &plan,
+                &counters,
+                c,
+                i,
+                &poller,
+                &mut rbuf,
+                &wbuf,
+                ev.writable,
+            );
             if let Some(end) = outcome {
                 let c = conns[i].take().expect("present");
                 poller.delete(&c.stream);
@@ -270,7 +288,11 @@ fn serve_tcp(
                     counters[flow].completed.fetch_add(answered, Relaxed);
                 }
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) => {}
             Err(e) => return Some(FlowEnd::Aborted(format!("read failed: {e}"))),
         }
     }
@@ -280,7 +302,14 @@ fn serve_tcp(
             let n = c.to_write.min(wbuf.len());
             match w.write(&wbuf[..n]) {
                 Ok(k) => c.to_write -= k,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    break
+                }
                 Err(e) => return Some(FlowEnd::Aborted(format!("write failed: {e}"))),
             }
         }
@@ -301,7 +330,9 @@ fn serve_tcp(
 }
 
 fn serve_udp(plan: &ServerPlan, counters: &[FlowCounters], rbuf: &mut [u8], wbuf: &mut [u8]) {
-    let RrSocket::Udp(s) = &plan.socket else { return };
+    let RrSocket::Udp(s) = &plan.socket else {
+        return;
+    };
     let resp = plan.rr.response_wire();
     for _ in 0..UDP_BURST {
         let (n, from) = match s.recv_from(rbuf) {

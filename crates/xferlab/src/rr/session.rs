@@ -67,7 +67,7 @@ pub fn serve(
         .insert(token, tx.clone());
     *reg_token = Some(token);
     let clock = IntervalClock::new(spec.interval_s, spec.omit_s);
-    let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, rr.flows, clock, tally.clone());
+    let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, rr.flows, clock);
     rr_side.set_default_addrs(
         SocketAddr::new(local_ip, rr_port).to_string(),
         crate::net::canonical(peer).ip().to_string(),
@@ -132,13 +132,15 @@ pub fn serve(
     ));
 
     let bg_spec = spec.background_spec();
-    let mut pending: Vec<Option<ConnectedFlow>> = (0..bg_spec.flows().len()).map(|_| None).collect();
+    let mut pending: Vec<Option<ConnectedFlow>> =
+        (0..bg_spec.flows().len()).map(|_| None).collect();
     let mut background: Option<Side> = None;
     let mut started = false;
     let mut rr_side = Some(rr_side);
     let mut report: Option<SideReport> = None;
     let mut failure: Option<String> = None;
-    let counters_before = crate::sys::counters::snapshot(super::client::interface(local_ip).as_deref());
+    let counters_before =
+        crate::sys::counters::snapshot(super::client::interface(local_ip).as_deref());
 
     loop {
         let now = Instant::now();
@@ -159,7 +161,10 @@ pub fn serve(
                     }
                 }
                 ServerEvent::PeerResults(_) => {
-                    shared.log(format_args!("{label} {peer}: done: {}", outcome_line(report.as_ref())));
+                    shared.log(format_args!(
+                        "{label} {peer}: done: {}",
+                        outcome_line(report.as_ref())
+                    ));
                     finished = true;
                 }
                 ServerEvent::Failed(e) => {
@@ -181,7 +186,14 @@ pub fn serve(
                 let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_| {
                     done_tx.send(Wake::FlowDone).ok();
                 });
-                let mut s = Side::prepare(Endpoint::Server, shared.cfg.embedded, &bg_spec, flows, tally.clone(), notify);
+                let mut s = Side::prepare(
+                    Endpoint::Server,
+                    shared.cfg.embedded,
+                    &bg_spec,
+                    flows,
+                    tally.clone(),
+                    notify,
+                );
                 if let Err(e) = s.start() {
                     ctl.reject(ErrorCode::Internal, &e);
                 }
@@ -205,11 +217,21 @@ pub fn serve(
                 r.abort("rr flows still busy 5 s after the client stopped: cut");
             }
         }
-        let rr_done = rr_side.as_ref().is_some_and(|r| r.stopped_at().is_some() && r.all_done());
+        let rr_done = rr_side
+            .as_ref()
+            .is_some_and(|r| r.stopped_at().is_some() && r.all_done());
         let bg_done = background.as_ref().is_none_or(|b| b.all_done());
         if rr_done && bg_done && report.is_none() && !finished {
             let r = rr_side.take().expect("checked");
-            let rep = build_report(Endpoint::Server, r, background.take(), shared.cfg.embedded, &tally, &counters_before, local_ip);
+            let rep = build_report(
+                Endpoint::Server,
+                r,
+                background.take(),
+                shared.cfg.embedded,
+                &tally,
+                &counters_before,
+                local_ip,
+            );
             ctl.send_results(Instant::now(), &rep);
             report = Some(rep);
         }
@@ -225,7 +247,9 @@ pub fn serve(
         .into_iter()
         .flatten()
         .min()
-        .map_or(Duration::from_millis(100), |t| t.saturating_duration_since(Instant::now()))
+        .map_or(Duration::from_millis(100), |t| {
+            t.saturating_duration_since(Instant::now())
+        })
         .min(Duration::from_millis(100));
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
@@ -278,7 +302,11 @@ fn open(
     }
     let mut token = [0u8; TOKEN_LEN];
     if let Err(e) = getrandom::fill(&mut token) {
-        return refuse(ctl, ErrorCode::Internal, format!("no randomness for a session token: {e}"));
+        return refuse(
+            ctl,
+            ErrorCode::Internal,
+            format!("no randomness for a session token: {e}"),
+        );
     }
     let bind = SocketAddr::new(local_ip, 0);
     let socket = match rr.mode {
@@ -302,9 +330,11 @@ fn open(
 }
 
 fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
-    let s = Socket::new(Domain::for_address(bind), Type::STREAM, None).map_err(|e| e.to_string())?;
+    let s =
+        Socket::new(Domain::for_address(bind), Type::STREAM, None).map_err(|e| e.to_string())?;
     s.set_reuse_address(true).ok();
-    s.bind(&bind.into()).map_err(|e| format!("cannot bind the rr listener: {e}"))?;
+    s.bind(&bind.into())
+        .map_err(|e| format!("cannot bind the rr listener: {e}"))?;
     s.listen(4096).map_err(|e| format!("cannot listen: {e}"))?;
     s.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(s.into())

@@ -15,7 +15,6 @@ use xferlab_core::rr::report::{sum_intervals, sum_totals, RrFlowReport, RrInterv
 use xferlab_core::rr::RrMode;
 
 use super::counters::FlowCounters;
-use crate::sys::cpu::CpuTally;
 
 /// Flags for every engine thread of one side.
 #[derive(Debug, Default)]
@@ -41,6 +40,7 @@ pub struct FlowResult {
 pub const FLAG_POLL: Duration = Duration::from_millis(20);
 
 pub struct RrSide {
+    #[allow(dead_code)]
     endpoint: Endpoint,
     mode: RrMode,
     start: Instant,
@@ -53,19 +53,12 @@ pub struct RrSide {
     /// Addresses for flows no thread reports itself (server crr/udp).
     default_local: String,
     default_remote: String,
-    pub tally: Arc<CpuTally>,
     warnings: Vec<String>,
     stopped_at: Option<Instant>,
 }
 
 impl RrSide {
-    pub fn new(
-        endpoint: Endpoint,
-        mode: RrMode,
-        flows: u32,
-        clock: IntervalClock,
-        tally: Arc<CpuTally>,
-    ) -> RrSide {
+    pub fn new(endpoint: Endpoint, mode: RrMode, flows: u32, clock: IntervalClock) -> RrSide {
         let counters: Arc<[FlowCounters]> = (0..flows).map(|_| FlowCounters::default()).collect();
         RrSide {
             endpoint,
@@ -79,7 +72,6 @@ impl RrSide {
             threads: Vec::new(),
             default_local: String::new(),
             default_remote: String::new(),
-            tally,
             warnings: Vec::new(),
             stopped_at: None,
         }
@@ -148,10 +140,6 @@ impl RrSide {
         self.threads.iter().all(|t| t.is_finished())
     }
 
-    pub fn warn(&mut self, w: String) {
-        self.warnings.push(w);
-    }
-
     pub fn take_warnings(&mut self) -> Vec<String> {
         std::mem::take(&mut self.warnings)
     }
@@ -175,7 +163,6 @@ impl RrSide {
                 Err(_) => self.warnings.push("an rr engine thread panicked".into()),
             }
         }
-        let digits = if self.meters.len() > 64 { 2 } else { 3 };
         let mut merged = LatencyRecorder::new(3);
         let mut merged_connect = LatencyRecorder::new(3);
         let mut any_connect = false;
@@ -207,7 +194,6 @@ impl RrSide {
                 merged_connect.merge(c);
                 any_connect = true;
             }
-            let _ = digits;
             flows.push(RrFlowReport {
                 id: id as u32,
                 local,
@@ -221,7 +207,6 @@ impl RrSide {
         }
         let total = sum_totals(flows.iter().map(|f| &f.total));
         let sums = sum_intervals(flows.iter().map(|f| f.intervals.as_slice()));
-        let _ = self.endpoint;
         RrSideReport {
             mode: self.mode,
             sums,

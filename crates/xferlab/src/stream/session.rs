@@ -97,7 +97,15 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
                     // The rr pattern has its own loop; this session's
                     // registration and CPU guard still frame it.
                     crate::rr::session::serve(
-                        &mut ctl, &mut io, &tx, &rx, &mut reg.token, peer, local_ip, shared, *s,
+                        &mut ctl,
+                        &mut io,
+                        &tx,
+                        &rx,
+                        &mut reg.token,
+                        peer,
+                        local_ip,
+                        shared,
+                        *s,
                     );
                     return;
                 }
