@@ -86,6 +86,14 @@ pub fn run(
     let mut free: Vec<usize> = Vec::new();
     let mut stop_at: Option<Instant> = None;
     let mut last_sweep = Instant::now();
+    // One ping-pong flow: once its connection is here, wait in read()
+    // itself instead of epoll_wait() + read() (see the client's fast path).
+    let fast = rr.mode == RrMode::TcpRr
+        && rr.flows == 1
+        && rr.depth == 1
+        && rr.request_wire() <= 4096
+        && rr.response_wire() <= 4096;
+    let mut blocking = false;
     loop {
         let now = Instant::now();
         if flags.abort.load(Relaxed) {
@@ -138,6 +146,23 @@ pub fn run(
                     free.push(i);
                 }
             }
+        }
+        if fast && conns.len() == 1 && conns[0].as_ref().is_some_and(|c| c.flow.is_some()) {
+            let c = conns[0].as_mut().expect("checked");
+            if !blocking {
+                poller.delete(&c.stream);
+                c.stream.set_read_timeout(Some(FLAG_POLL)).ok();
+                c.stream.set_nonblocking(false).ok();
+                blocking = true;
+            }
+            if let Some(end) = serve_tcp(&plan, &counters, c, 0, &poller, &mut rbuf, &wbuf, false) {
+                let c = conns[0].take().expect("present");
+                if let Some(id) = c.flow {
+                    results.push(result(id, &c, end, Instant::now()));
+                }
+                free.push(0);
+            }
+            continue;
         }
         let n = match poller.wait(Some(FLAG_POLL)) {
             Ok(n) => n,
