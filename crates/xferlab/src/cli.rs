@@ -109,8 +109,10 @@ pub struct RrArgs {
     /// flow unanswered, to show a loss is timed out and the flow goes on.
     #[arg(long = "drop-request", value_name = "N")]
     pub drop_request: Option<u64>,
-    /// Client engine threads spin on epoll instead of sleeping: lower
-    /// latency and more transactions per second, one busy core each.
+    /// Both ends spin on their sockets (up to 50 us per wait) instead of
+    /// sleeping until the next message arrives: lower latency and more
+    /// transactions per second for more CPU. With one flow per thread
+    /// the spin is on the socket itself, otherwise on epoll.
     #[arg(long)]
     pub busy_poll: bool,
 }
@@ -162,6 +164,7 @@ impl RrArgs {
             timeout_s: self.timeout,
             background,
             drop_request: self.drop_request,
+            busy_poll: self.busy_poll,
         });
         spec.validate()?;
         Ok(spec)

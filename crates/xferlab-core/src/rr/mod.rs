@@ -83,6 +83,14 @@ pub struct RrSpec {
     /// UDP flow, to prove that a lost datagram does not stall a flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_request: Option<u64>,
+    /// Both ends spin (briefly) on a flow's socket instead of sleeping
+    /// until the next message: lower latency, more CPU (`--busy-poll`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub busy_poll: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl RrSpec {
@@ -97,6 +105,7 @@ impl RrSpec {
             timeout_s: 1.0,
             background: 0,
             drop_request: None,
+            busy_poll: false,
         }
     }
 

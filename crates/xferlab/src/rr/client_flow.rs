@@ -6,6 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,6 +35,8 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_AFTER: Duration = Duration::from_millis(10);
 /// Largest single read or write.
 const CHUNK: usize = 64 * 1024;
+/// How long a busy-polling flow spins before it sleeps in read().
+pub const SPIN_BUDGET: Duration = Duration::from_micros(50);
 /// Largest request the one-flow fast path writes with a blocking write.
 const FAST_PATH_MAX: usize = 4096;
 /// Datagrams read per readiness report before looking at other flows.
@@ -198,8 +201,7 @@ pub fn run(
     // timeout, to look at the flags) rather than in epoll_wait() and then
     // read(): one system call less per transaction. Depth 1 and a small
     // request keep the blocking write from ever waiting on the peer.
-    let fast = !plan.busy_poll
-        && flows.len() == 1
+    let fast = flows.len() == 1
         && rr.mode == RrMode::TcpRr
         && rr.depth == 1
         && rr.request_wire() <= FAST_PATH_MAX
@@ -259,6 +261,11 @@ pub fn run(
             break;
         }
         if fast {
+            if plan.busy_poll {
+                if let Io::Tcp(s) = &flows[0].io {
+                    super::poller::spin_readable(s.as_raw_fd(), SPIN_BUDGET);
+                }
+            }
             eng.on_readable(&mut flows[0], 0, Instant::now());
             continue;
         }

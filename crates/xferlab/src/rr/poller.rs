@@ -143,3 +143,29 @@ impl Poller {
         Ok(())
     }
 }
+
+/// Waits up to `budget` for `fd` to become readable by polling it without
+/// sleeping (busy-poll); true when it did. The clock is read every few
+/// polls only.
+pub fn spin_readable(fd: std::os::fd::RawFd, budget: Duration) -> bool {
+    let start = std::time::Instant::now();
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        for _ in 0..16 {
+            // SAFETY: one valid pollfd, zero timeout.
+            if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
+                return true;
+            }
+            // Yield rather than spin: the peer may have been woken on this
+            // very CPU, and it must run for the awaited message to come.
+            std::thread::yield_now();
+        }
+        if start.elapsed() >= budget {
+            return false;
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -155,6 +156,9 @@ pub fn run(
                 c.stream.set_nonblocking(false).ok();
                 blocking = true;
             }
+            if rr.busy_poll {
+                super::poller::spin_readable(c.stream.as_raw_fd(), super::client_flow::SPIN_BUDGET);
+            }
             if let Some(end) = serve_tcp(&plan, &counters, c, 0, &poller, &mut rbuf, &wbuf, false) {
                 let c = conns[0].take().expect("present");
                 if let Some(id) = c.flow {
@@ -164,7 +168,7 @@ pub fn run(
             }
             continue;
         }
-        let n = match poller.wait(Some(FLAG_POLL)) {
+        let n = match poller.wait((!rr.busy_poll).then_some(FLAG_POLL)) {
             Ok(n) => n,
             Err(_) => break,
         };
