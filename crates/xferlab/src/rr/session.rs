@@ -25,6 +25,8 @@ use crate::stream::session::attach_flow;
 use crate::stream::side::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
 
+/// Socket buffer of the server's one UDP rr socket unless -w says.
+const UDP_SERVER_BUFFER: u64 = 4 << 20;
 /// How long, after the client's stop, the rr engine may take to finish.
 const RR_DRAIN: Duration = Duration::from_secs(5);
 
@@ -311,8 +313,10 @@ fn open(
     let bind = SocketAddr::new(local_ip, 0);
     let socket = match rr.mode {
         RrMode::UdpRr => {
+            // One socket takes every flow's requests: give it room for a
+            // burst from all of them (-w still decides when given).
             let knobs = Knobs {
-                buffer: spec.knobs.buffer,
+                buffer: spec.knobs.buffer.or(Some(UDP_SERVER_BUFFER)),
                 tos: spec.knobs.tos,
                 ..Knobs::default()
             };
