@@ -96,8 +96,9 @@ pub struct RrArgs {
     /// out and the flow moves on (udp-rr, tcp-crr).
     #[arg(long, default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION")]
     pub timeout: f64,
-    /// Long-lived TCP stream flows (client sends) running at the same
-    /// time, reported as their own group.
+    /// Long-lived TCP stream flows running at the same time, reported as
+    /// their own group. The client sends them; with -R the server does,
+    /// with --bidir both (K each way).
     #[arg(
         long,
         default_value_t = 0,
@@ -128,7 +129,10 @@ impl RrArgs {
                 a.parallel != 1,
                 "-P/--parallel (rr uses -F/--flows and --background)",
             ),
-            (a.reverse || a.bidir, "-R/--bidir"),
+            (
+                (a.reverse || a.bidir) && self.background == 0,
+                "-R/--bidir without --background",
+            ),
             (a.udp, "-u/--udp (use --mode udp-rr)"),
             (a.bitrate.is_some(), "-b/--bitrate"),
             (a.batch.is_some(), "--batch"),

@@ -284,6 +284,11 @@ fn background_streams_and_a_transaction_flow_are_reported_as_two_groups() {
     assert_counts_agree(&v);
     // Kernel counters cover the test.
     assert!(v["client"]["counters"]["deltas"].is_object());
+    // -R: the background group flows from the server.
+    let v = rr_json(&["--background", "2", "-R", "-l", "128K", "-t", "1"], 1.0);
+    assert_eq!(v["summary"]["directions"][0]["direction"], "s2c");
+    assert_eq!(v["summary"]["directions"].as_array().unwrap().len(), 1);
+    assert_counts_agree(&v);
 }
 
 #[test]
@@ -349,6 +354,7 @@ fn bad_rr_input_is_one_line_naming_the_flag() {
     rr_usage_error(&["--background", "500"], &["--background"]);
     rr_usage_error(&["-P", "4"], &["-P/--parallel", "-F/--flows"]);
     rr_usage_error(&["-u"], &["-u/--udp", "udp-rr"]);
+    rr_usage_error(&["-R"], &["-R/--bidir", "--background"]);
     rr_usage_error(&["-n", "1M"], &["-n/--bytes"]);
     rr_usage_error(&["--mode", "sctp"], &["sctp"]);
     rr_usage_error(&["--format", "iperf3-json"], &["iperf3-json"]);

@@ -211,7 +211,7 @@ impl TestSpec {
     }
 
     /// The stream test the background flows of an rr test run: TCP,
-    /// client to server, `parallel` flows, the same knobs and clock.
+    /// in `direction`, `parallel` flows (per direction), the same knobs and clock.
     pub fn background_spec(&self) -> TestSpec {
         let mut s = self.clone();
         s.pattern = Pattern::Stream;

@@ -41,9 +41,14 @@ pub fn describe(spec: &TestSpec) -> String {
     }
     write!(s, ", {limit}{omit}").ok();
     if rr.background > 0 {
+        let who = match spec.direction {
+            xferlab_core::spec::Direction::Forward => "client sends",
+            xferlab_core::spec::Direction::Reverse => "server sends",
+            xferlab_core::spec::Direction::Bidir => "each way",
+        };
         write!(
             s,
-            "; background: {} TCP stream flow{} (client sends)",
+            "; background: {} TCP stream flow{} ({who})",
             rr.background,
             if rr.background == 1 { "" } else { "s" }
         )
