@@ -85,6 +85,8 @@ pub fn run(
     let mut rbuf = vec![0u8; CHUNK.max(rr.request_wire())];
     let mut conns: Vec<Option<Conn>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
+    // Slots filled by the last accept batch (kept to avoid allocating).
+    let mut accepted: Vec<usize> = Vec::with_capacity(64);
     let mut stop_at: Option<Instant> = None;
     let mut last_sweep = Instant::now();
     // One ping-pong flow: once its connection is here, wait in read()
@@ -179,7 +181,35 @@ pub fn run(
                 match &plan.socket {
                     RrSocket::Udp(_) => serve_udp(&plan, &counters, &mut rbuf, &mut wbuf),
                     RrSocket::Tcp(l) => {
-                        accept_all(l, &poller, &mut conns, &mut free, now);
+                        accepted.clear();
+                        accept_all(
+                            l,
+                            &poller,
+                            &mut conns,
+                            &mut free,
+                            now,
+                            rr.mode == RrMode::TcpRr,
+                            &mut accepted,
+                        );
+                        if rr.mode == RrMode::TcpCrr {
+                            // A CRR client writes its request right behind the
+                            // handshake: it is usually here already, and
+                            // answering now saves a round through epoll.
+                            for &i in &accepted {
+                                let Some(c) = conns[i].as_mut() else { continue };
+                                let done = serve_tcp(
+                                    &plan, &counters, c, i, &poller, &mut rbuf, &wbuf, false,
+                                )
+                                .is_some();
+                                if done
+                                    || poller.add(&c.stream, i as u64, true, c.want_write).is_err()
+                                {
+                                    // Closing is all: it was never in the epoll set.
+                                    conns[i] = None;
+                                    free.push(i);
+                                }
+                            }
+                        }
                     }
                 }
                 continue;
@@ -230,6 +260,8 @@ fn accept_all(
     conns: &mut Vec<Option<Conn>>,
     free: &mut Vec<usize>,
     now: Instant,
+    nodelay: bool,
+    accepted: &mut Vec<usize>,
 ) {
     for _ in 0..64 {
         let stream = match l.accept() {
@@ -237,15 +269,21 @@ fn accept_all(
             Err(_) => return,
         };
         stream.set_nonblocking(true).ok();
-        stream.set_nodelay(true).ok();
+        // A CRR connection writes one response: Nagle never holds it.
+        if nodelay {
+            stream.set_nodelay(true).ok();
+        }
         let i = free.pop().unwrap_or_else(|| {
             conns.push(None);
             conns.len() - 1
         });
-        if poller.add(&stream, i as u64, true, false).is_err() {
+        // CRR connections are registered by the caller only if they are
+        // not answered at once.
+        if nodelay && poller.add(&stream, i as u64, true, false).is_err() {
             free.push(i);
             continue;
         }
+        accepted.push(i);
         conns[i] = Some(Conn {
             stream,
             flow: None,
