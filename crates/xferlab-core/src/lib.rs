@@ -10,6 +10,7 @@ pub mod link;
 mod outbox;
 pub mod proto;
 pub mod result;
+pub mod rr;
 pub mod spec;
 pub mod units;
 pub mod usb;

@@ -371,6 +371,10 @@ pub struct SideReport {
     /// USB bulk runs: per-endpoint transfer counts, latency, errors.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usb: Option<crate::usb::stats::UsbReport>,
+    /// The request/response group of an rr test (`flows` then holds its
+    /// background stream flows).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<crate::rr::report::RrSideReport>,
 }
 
 /// Bytes and rate of one side of one direction.
@@ -435,6 +439,9 @@ pub struct DirectionSummary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub directions: Vec<DirectionSummary>,
+    /// The request/response group of an rr test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<crate::rr::report::RrSummary>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -562,7 +569,10 @@ impl Summary {
                 ),
             });
         }
-        Summary { directions }
+        let rr = client.rr.as_ref().map(|c| {
+            crate::rr::report::RrSummary::from_sides(c, server.and_then(|s| s.rr.as_ref()))
+        });
+        Summary { directions, rr }
     }
 }
 
@@ -665,6 +675,7 @@ mod tests {
             counters: KernelCounters::default(),
             warnings: vec![],
             usb: None,
+            rr: None,
         }
     }
 

@@ -41,6 +41,9 @@ pub mod limits {
 pub enum Pattern {
     /// Move as much as possible, one way, reverse or both ways.
     Stream,
+    /// Request/response transactions (see [`RrSpec`]); `parallel` then
+    /// counts the optional background stream flows (0 = none).
+    Rr,
 }
 
 /// What carries the data.
@@ -196,6 +199,9 @@ pub struct TestSpec {
     /// Free text carried into the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
+    /// The request/response part of an `rr` test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr: Option<crate::rr::RrSpec>,
 }
 
 /// One flow of a test, as both sides number it.
@@ -228,6 +234,7 @@ impl TestSpec {
                 ..Knobs::default()
             },
             title: None,
+            rr: None,
         }
     }
 
@@ -236,7 +243,13 @@ impl TestSpec {
     /// client can pass it on as is.
     pub fn validate(&self) -> Result<(), String> {
         use limits::*;
-        if self.parallel == 0 || self.parallel > MAX_PARALLEL {
+        if let Some(rr) = &self.rr {
+            rr.validate(self)?;
+        } else if self.pattern == Pattern::Rr {
+            return Err("an rr test needs its request/response settings".into());
+        }
+        let background_only = self.pattern == Pattern::Rr && self.parallel == 0;
+        if !background_only && (self.parallel == 0 || self.parallel > MAX_PARALLEL) {
             return Err(format!(
                 "-P/--parallel must be between 1 and {MAX_PARALLEL} (got {})",
                 self.parallel
@@ -306,7 +319,15 @@ impl TestSpec {
                 ));
             }
         }
-        if self.transport == Transport::Udp {
+        if self.pattern == Pattern::Rr {
+            // Background flows are TCP streams; the UDP knobs of the stream
+            // pattern do not apply to transactions.
+            if k.rate.is_some() || k.gso || k.batch != 1 || k.dont_fragment {
+                return Err(
+                    "-b, --gso, --batch and --dont-fragment are stream options; rr sends one request per transaction".into(),
+                );
+            }
+        } else if self.transport == Transport::Udp {
             if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&k.size) {
                 return Err(format!(
                     "-l/--length: a UDP datagram must be between {MIN_DATAGRAM} and {MAX_DATAGRAM} bytes (got {})",

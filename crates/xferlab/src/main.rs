@@ -6,6 +6,7 @@ mod iperf3;
 mod lab;
 mod net;
 mod output;
+mod rr;
 mod series;
 mod server;
 mod stream;
@@ -25,7 +26,7 @@ use xferlab_core::result::Software;
 use xferlab_core::spec::TestSpec;
 use xferlab_core::units;
 
-use cli::{CbrArgs, Cli, Command, ServerArgs, StreamArgs, SweepArgs};
+use cli::{CbrArgs, Cli, Command, RrArgs, ServerArgs, StreamArgs, SweepArgs};
 use series::{CbrPlan, SweepAxis};
 use server::{Server, ServerConfig, ServerHandle};
 use stream::client::{self, ClientConfig};
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             usb::run(&a, &INTERRUPTS)
         }
         Command::Lab(a) => lab::run(&a),
+        Command::Rr(a) => run_rr(&a),
     }
 }
 
@@ -119,6 +121,8 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         embedded: false,
         log: true,
     };
+    // rr tests hold a socket per flow: lift the open-file limit.
+    rr::raise_nofile_limit();
     let server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
@@ -238,6 +242,43 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
         client::run(&cfg, reporter.as_mut(), &INTERRUPTS)
     };
     match ran {
+        Ok(outcome) => {
+            if let Err(e) = reporter.finish(&outcome.result) {
+                return fail(&format!("cannot write the result: {e}"), 1);
+            }
+            match (&outcome.error, outcome.interrupted) {
+                (None, _) => ExitCode::SUCCESS,
+                (Some(e), true) => fail(e, 130),
+                (Some(e), false) => fail(e, 1),
+            }
+        }
+        Err(e) => fail(&e, interrupted_or(1)),
+    }
+}
+
+fn run_rr(a: &RrArgs) -> ExitCode {
+    let spec = match a.spec() {
+        Ok(s) => s,
+        Err(e) => return fail(&e, 2),
+    };
+    if a.stream.format() == output::Format::Iperf3Json {
+        return fail(
+            "--format iperf3-json is for stream tests; use json, jsonl, csv or human",
+            2,
+        );
+    }
+    let out = match open_output(&a.stream) {
+        Ok(o) => o,
+        Err(e) => return fail(&e, 2),
+    };
+    let t = match target(&a.stream, false) {
+        Ok(t) => t,
+        Err(e) => return fail(&e, 1),
+    };
+    install_interrupt_handler();
+    let cfg = client_config(&a.stream, spec, &t);
+    let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
+    match rr::client::run(&cfg, a.busy_poll, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);

@@ -145,6 +145,53 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
     );
 }
 
+/// Study 3's setup in one command: background bulk flows and a reference
+/// transaction flow across the emulated bottleneck. Every transaction
+/// crosses the 20 ms round trip, so none may be shorter (this caught a
+/// latency taken before a blocking read instead of after it).
+#[test]
+fn transactions_across_the_link_take_at_least_its_round_trip() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "50M",
+            "--delay",
+            "10ms",
+            "--allow-invalid",
+            "rr",
+            "-t",
+            "2",
+            "--background",
+            "2",
+            "-J",
+        ],
+        3.0,
+    );
+    assert_ok(&v);
+    let rr = &v["summary"]["rr"];
+    let lat = &rr["latency"];
+    let min = f64_at(lat, "/min_us");
+    let mean = f64_at(lat, "/mean_us");
+    assert!(
+        min >= 20_000.0,
+        "a transaction took {min} us over a 20 ms RTT link
+{rr}"
+    );
+    // Ping-pong: one transaction per mean latency.
+    let per_second = f64_at(rr, "/per_second");
+    assert!(
+        (per_second * mean / 1e6 - 1.0).abs() < 0.1,
+        "{per_second} tx/s at a mean of {mean} us
+{}",
+        out.describe()
+    );
+    assert_eq!(rr["client_transactions_all"], rr["server_transactions_all"]);
+    // The background group moved data through the same bottleneck.
+    let bytes = u64_at(&v, "/summary/directions/0/receiver/bytes");
+    assert!(bytes > 1_000_000, "background flows moved {bytes} bytes");
+}
+
 #[test]
 fn bernoulli_loss_lands_in_the_binomial_interval() {
     let _turn = one_at_a_time();

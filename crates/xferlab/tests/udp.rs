@@ -301,9 +301,11 @@ fn assert_host_drops_attributed(rate: &str, extra: &[&str], dir: &str) {
     assert_eq!(lost, sent - received, "udp.lost != sent - received: {u}");
     assert!(lost >= host, "udp.lost < host_drops: {u}");
     assert_eq!(net, lost - host, "network_lost != lost - host_drops: {u}");
-    // Loopback itself loses nothing.
+    // Loopback itself loses almost nothing: what it does lose, an unpaced
+    // sender overflowing the per-CPU backlog (netdev_max_backlog) while
+    // the two cores are busy, is dropped before any socket sees it.
     assert!(
-        net * 100 <= sent,
+        net * 20 <= sent,
         "{args:?}: {net} of {sent} datagrams blamed on the network on loopback: {u}"
     );
     if net > 0 {

@@ -434,6 +434,7 @@ pub fn side_from_results(r: &Results, ours: &SideReport, peer: &str) -> SideRepo
         counters: Default::default(),
         warnings,
         usb: None,
+        rr: None,
     }
 }
 
@@ -595,6 +596,7 @@ mod tests {
             counters: Default::default(),
             warnings: Vec::new(),
             usb: None,
+            rr: None,
         }
     }
 

@@ -67,6 +67,11 @@ pub struct Welcome {
     /// flow id) until it is acknowledged with one byte.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub udp_ports: Vec<u16>,
+    /// rr tests: the port of this session's request/response socket (a
+    /// TCP listener for tcp-rr and tcp-crr, a UDP socket for udp-rr), on
+    /// the address the control connection reached.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rr_port: Option<u16>,
 }
 
 /// Server -> client.

@@ -48,6 +48,11 @@ fn fit_report(report: &SideReport, limit: usize) -> Box<SideReport> {
         for f in &mut r.flows {
             f.intervals.clear();
         }
+        if let Some(rr) = r.rr.as_mut() {
+            for f in &mut rr.flows {
+                f.intervals.clear();
+            }
+        }
         r.warnings.push(format!(
             "per-flow intervals left out of this side's report: {size} bytes of JSON exceed the {limit}-byte results limit (per-direction sums are kept)"
         ));

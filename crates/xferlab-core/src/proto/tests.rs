@@ -33,6 +33,7 @@ fn report(endpoint: Endpoint) -> SideReport {
         counters: KernelCounters::default(),
         warnings: vec![],
         usb: None,
+        rr: None,
     }
 }
 
@@ -43,6 +44,7 @@ fn welcome() -> Welcome {
         host: HostInfo::default(),
         max_duration_s: 60.0,
         udp_ports: vec![],
+        rr_port: None,
     }
 }
 

@@ -180,9 +180,10 @@ impl Plan {
             Verb::Stream(s) => s.as_ref(),
             Verb::Cbr(c) => &c.stream,
             Verb::Sweep(s) => &s.stream,
+            Verb::Rr(r) => &r.stream,
             _ => {
                 return Err(format!(
-                    "lab runs a test verb (stream, cbr, sweep), not `{verb}`"
+                    "lab runs a test verb (stream, cbr, sweep, rr), not `{verb}`"
                 ))
             }
         };

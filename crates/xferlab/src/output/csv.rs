@@ -29,6 +29,15 @@
 //! | `owd_var_mean_us`, `owd_var_max_us` | UDP receivers: one-way delay above its minimum so far (queueing), mean and max over the span, µs |
 //! | `late` | UDP senders: datagrams sent more than 1 ms after their scheduled time |
 //! | `max_lateness_us` | UDP senders: the latest of those, µs behind schedule |
+//! | `transactions`, `transactions_per_second` | rr rows: transactions completed (client) or answered (server) in the span |
+//! | `timed_out`, `failed` | rr rows: transactions timed out / failed in the span |
+//! | `latency_mean_us` … `latency_max_us` | rr client rows: latency mean, p50, p90, p99, p99.9, max (`rr_total` rows; `rr_interval`/`rr_sum` rows have the mean only) |
+//! | `connect_mean_us` | tcp-crr client `rr_total` rows: mean connection set-up time |
+//!
+//! rr tests add rows of kind `rr_interval`, `rr_total` (per rr flow) and
+//! `rr_sum` (all rr flows per interval, plus one over the measured window
+//! with the merged latency). Their `direction` is `c2s` (the requests) and
+//! their `role` is `sender` on the client, `receiver` on the server.
 //!
 //! Cells without data are empty, not zero: TCP columns on UDP rows and on
 //! TCP receivers (no TCP_INFO), UDP columns on TCP rows and on `sum` rows,
@@ -57,7 +66,7 @@ impl CsvReporter {
 /// The column names, written even when there are no rows so a consumer
 /// always finds the header. Must match the fields of [`Line`]'s parts (a
 /// test checks).
-const HEADER: [&str; 26] = [
+const HEADER: [&str; 37] = [
     "session",
     "endpoint",
     "flow",
@@ -84,6 +93,17 @@ const HEADER: [&str; 26] = [
     "owd_var_max_us",
     "late",
     "max_lateness_us",
+    "transactions",
+    "transactions_per_second",
+    "timed_out",
+    "failed",
+    "latency_mean_us",
+    "latency_p50_us",
+    "latency_p90_us",
+    "latency_p99_us",
+    "latency_p999_us",
+    "latency_max_us",
+    "connect_mean_us",
 ];
 
 #[derive(Serialize, Clone, Copy)]
@@ -92,12 +112,123 @@ enum Kind {
     Interval,
     Total,
     Sum,
+    RrInterval,
+    RrTotal,
+    RrSum,
 }
 
 /// One CSV line: the cells every row has, then the TCP and the UDP cells.
 /// The csv crate writes a tuple of structs as their fields in order, which
 /// lets each transport's cells be filled in one place.
-type Line<'a> = (Row<'a>, TcpCells, UdpCells);
+type Line<'a> = (Row<'a>, TcpCells, UdpCells, RrCells);
+
+/// Request/response figures (rr rows only).
+#[derive(Serialize, Default)]
+struct RrCells {
+    transactions: Option<u64>,
+    transactions_per_second: Option<f64>,
+    timed_out: Option<u64>,
+    failed: Option<u64>,
+    latency_mean_us: Option<f64>,
+    latency_p50_us: Option<f64>,
+    latency_p90_us: Option<f64>,
+    latency_p99_us: Option<f64>,
+    latency_p999_us: Option<f64>,
+    latency_max_us: Option<f64>,
+    connect_mean_us: Option<f64>,
+}
+
+impl RrCells {
+    fn interval(iv: &xferlab_core::rr::report::RrInterval) -> Self {
+        RrCells {
+            transactions: Some(iv.transactions),
+            transactions_per_second: Some(iv.per_second),
+            timed_out: Some(iv.timed_out),
+            failed: Some(iv.failed),
+            latency_mean_us: iv.mean_latency_us,
+            ..RrCells::default()
+        }
+    }
+
+    fn total(
+        t: &xferlab_core::rr::report::RrTotal,
+        lat: Option<&xferlab_core::rr::report::LatencySummary>,
+        connect: Option<&xferlab_core::rr::report::LatencySummary>,
+    ) -> Self {
+        RrCells {
+            transactions: Some(t.transactions),
+            transactions_per_second: Some(t.per_second),
+            timed_out: Some(t.timed_out),
+            failed: Some(t.failed),
+            latency_mean_us: lat.map(|l| l.mean_us),
+            latency_p50_us: lat.map(|l| l.p50_us),
+            latency_p90_us: lat.map(|l| l.p90_us),
+            latency_p99_us: lat.map(|l| l.p99_us),
+            latency_p999_us: lat.map(|l| l.p999_us),
+            latency_max_us: lat.map(|l| l.max_us),
+            connect_mean_us: connect.map(|l| l.mean_us),
+        }
+    }
+}
+
+/// The rr rows of one side: per flow its intervals then its total, then
+/// the interval sums and one sum over the measured window.
+fn rr_rows<'a>(session: &'a str, side: &'a SideReport) -> Vec<Line<'a>> {
+    let Some(rr) = side.rr.as_ref() else {
+        return Vec::new();
+    };
+    let role = if side.endpoint == Endpoint::Client {
+        FlowRole::Sender
+    } else {
+        FlowRole::Receiver
+    };
+    let row = |flow, kind, start_s, end_s, omitted| Row {
+        session,
+        endpoint: side.endpoint,
+        flow,
+        direction: FlowDirection::C2s,
+        role,
+        kind,
+        start_s,
+        end_s,
+        omitted,
+        bytes: 0,
+        bits_per_second: 0.0,
+    };
+    let mut out = Vec::new();
+    let mut push = |r, c| out.push((r, TcpCells::default(), UdpCells::default(), c));
+    for f in &rr.flows {
+        for iv in &f.intervals {
+            push(
+                row(
+                    Some(f.id),
+                    Kind::RrInterval,
+                    iv.start_s,
+                    iv.end_s,
+                    iv.omitted,
+                ),
+                RrCells::interval(iv),
+            );
+        }
+        let t = &f.total;
+        push(
+            row(Some(f.id), Kind::RrTotal, t.start_s, t.end_s, false),
+            RrCells::total(t, f.latency.as_ref(), f.connect.as_ref()),
+        );
+    }
+    for iv in &rr.sums {
+        push(
+            row(None, Kind::RrSum, iv.start_s, iv.end_s, iv.omitted),
+            RrCells::interval(iv),
+        );
+    }
+    let t = &rr.total;
+    push(
+        row(None, Kind::RrSum, t.start_s, t.end_s, false),
+        RrCells::total(t, rr.latency.as_ref(), rr.connect.as_ref()),
+    );
+    out
+}
 
 /// The cells every row has.
 #[derive(Serialize)]
@@ -198,7 +329,12 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
                 bits_per_second: iv.bits_per_second,
             };
             let tcp = iv.tcp.as_ref().map(TcpCells::from).unwrap_or_default();
-            (row, tcp, UdpCells::new(iv.udp.as_ref(), f.role))
+            (
+                row,
+                tcp,
+                UdpCells::new(iv.udp.as_ref(), f.role),
+                RrCells::default(),
+            )
         });
         let t = &f.total;
         let row = Row {
@@ -221,7 +357,7 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             ..TcpCells::default()
         };
         let udp = UdpCells::new(t.udp.as_ref().map(|u| &u.window), f.role);
-        intervals.chain(std::iter::once((row, tcp, udp)))
+        intervals.chain(std::iter::once((row, tcp, udp, RrCells::default())))
     });
     let sums = side.sums.iter().map(move |s| {
         let row = Row {
@@ -241,9 +377,9 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             retransmits: s.retransmits,
             ..TcpCells::default()
         };
-        (row, tcp, UdpCells::default())
+        (row, tcp, UdpCells::default(), RrCells::default())
     });
-    flows.chain(sums)
+    flows.chain(sums).chain(rr_rows(session, side))
 }
 
 impl Reporter for CsvReporter {

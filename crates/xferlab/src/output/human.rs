@@ -248,6 +248,11 @@ impl Reporter for HumanReporter {
         self.out.flush()
     }
 
+    fn rr_interval(&mut self, sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
+        writeln!(self.out, "{}", crate::rr::output::interval_line(sum))?;
+        self.out.flush()
+    }
+
     fn finish(&mut self, r: &TestResult) -> io::Result<()> {
         writeln!(self.out, "{SEPARATOR}")?;
         if r.server.is_none() {
@@ -259,9 +264,13 @@ impl Reporter for HumanReporter {
             .iter()
             .chain(r.server.iter().flat_map(|s| &s.flows));
         let table = Table::new(self.unit, all_flows.map(|f| f.direction));
-        self.write_totals(r, &table)?;
-        writeln!(self.out)?;
+        // An rr test without background flows has no stream table.
+        if !(r.client.flows.is_empty() && r.client.rr.is_some()) {
+            self.write_totals(r, &table)?;
+            writeln!(self.out)?;
+        }
         self.write_directions(r)?;
+        write!(self.out, "{}", crate::rr::output::summary(r))?;
         self.write_cpu(r)?;
         // An in-process server reads the same host counters as the client:
         // show them once.
@@ -691,6 +700,7 @@ fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
 fn describe_test(spec: &TestSpec) -> String {
     let pattern = match spec.pattern {
         Pattern::Stream => "stream",
+        Pattern::Rr => return crate::rr::output::describe(spec),
     };
     let transport = spec.transport.label();
     let direction = match spec.direction {

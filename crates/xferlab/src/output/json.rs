@@ -143,6 +143,15 @@ impl Reporter for JsonLinesReporter {
     fn finish(&mut self, result: &TestResult) -> io::Result<()> {
         self.emit(&Event::Result { result })
     }
+
+    fn rr_interval(&mut self, sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
+        serde_json::to_writer(
+            &mut self.out,
+            &serde_json::json!({"event": "rr_interval", "sum": sum}),
+        )?;
+        writeln!(self.out)?;
+        self.out.flush()
+    }
 }
 
 #[cfg(test)]

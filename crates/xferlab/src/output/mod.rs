@@ -57,6 +57,11 @@ pub trait Reporter {
     fn interval(&mut self, flows: &[LiveFlow]) -> io::Result<()>;
     /// The complete result, also when the test failed part way.
     fn finish(&mut self, result: &TestResult) -> io::Result<()>;
+    /// rr tests: every request/response flow summed over the interval
+    /// that just ended.
+    fn rr_interval(&mut self, _sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// `--format` values.
@@ -395,6 +400,7 @@ pub(crate) mod sample {
             },
             warnings: vec![],
             usb: None,
+            rr: None,
         }
     }
 

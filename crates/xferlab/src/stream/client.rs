@@ -237,7 +237,7 @@ pub fn run(
 
 /// Opens every flow's socket, presents the session token and waits for
 /// the server to accept each one.
-fn connect_flows(
+pub(crate) fn connect_flows(
     cfg: &ClientConfig,
     server: SocketAddr,
     w: &Welcome,
@@ -363,7 +363,7 @@ fn check_reply(code: u8, flow: u32) -> Result<(), String> {
     }
 }
 
-fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
+pub(crate) fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
     let bad = || format!("the server sent a malformed session id '{hex}'");
     if hex.len() != 2 * TOKEN_LEN {
         return Err(bad());

@@ -4,6 +4,6 @@ pub mod client;
 pub mod datagram;
 mod flow;
 pub mod session;
-mod side;
+pub mod side;
 
 pub use side::{ConnectedFlow, FlowSocket, Side};

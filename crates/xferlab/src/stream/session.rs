@@ -16,7 +16,7 @@ use xferlab_core::proto::{
     ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome, HANDSHAKE_TIMEOUT,
 };
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
-use xferlab_core::spec::{Direction, Limit, TestSpec, Transport};
+use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 
 use super::side::{ConnectedFlow, FlowSocket, Side};
@@ -93,6 +93,22 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         let mut finished = false;
         while let Some(ev) = ctl.poll_event() {
             match ev {
+                ServerEvent::TestRequested(s) if s.pattern == Pattern::Rr => {
+                    // The rr pattern has its own loop; this session's
+                    // registration and CPU guard still frame it.
+                    crate::rr::session::serve(
+                        &mut ctl,
+                        &mut io,
+                        &tx,
+                        &rx,
+                        &mut reg.token,
+                        peer,
+                        local_ip,
+                        shared,
+                        *s,
+                    );
+                    return;
+                }
                 ServerEvent::TestRequested(s) => {
                     match accept_test(&mut ctl, &mut reg, &tx, &s, local_ip, shared) {
                         Ok(token) => {
@@ -274,6 +290,7 @@ fn accept_test(
             host: crate::sys::host::host_info(),
             max_duration_s: shared.cfg.max_duration.as_secs_f64(),
             udp_ports,
+            rr_port: None,
         },
     );
     Ok(token)
@@ -313,7 +330,7 @@ fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mps
 /// Takes a flow socket that presented our token (a TCP data connection,
 /// answered here, or a UDP socket already acknowledged) and keeps it until
 /// every flow is here.
-fn attach_flow(
+pub(crate) fn attach_flow(
     pending: &mut [Option<ConnectedFlow>],
     flow: u32,
     socket: FlowSocket,

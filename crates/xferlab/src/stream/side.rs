@@ -521,6 +521,7 @@ impl Side {
             },
             warnings: std::mem::take(&mut self.warnings),
             usb: None,
+            rr: None,
         }
     }
 }

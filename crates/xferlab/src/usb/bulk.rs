@@ -174,6 +174,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             ..Knobs::default()
         },
         title: a.title.clone(),
+        rr: None,
     };
     let quota = a.bytes;
     let out = match open_output(a) {
@@ -565,6 +566,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
             alt_setting: pipes.alt,
             pipes: usb_pipes,
         }),
+        rr: None,
     };
     let pattern_failed = side
         .usb

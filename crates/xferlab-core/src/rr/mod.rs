@@ -1,0 +1,258 @@
+//! The request/response pattern (`xferlab rr`), sans-IO: what a test asks
+//! for ([`RrSpec`]), the per-flow transaction bookkeeping ([`tracker`]),
+//! latency histograms ([`latency`]), per-interval transaction counts
+//! ([`meter`]), the result types ([`report`]) and the few bytes on the wire
+//! ([`wire`]). The drivers in the `xferlab` crate own the sockets.
+
+pub mod latency;
+pub mod meter;
+pub mod report;
+pub mod tracker;
+pub mod wire;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::{Pattern, TestSpec, Transport};
+
+/// Upper bounds for rr tests.
+pub mod limits {
+    /// Request/response flows (`-F`): each is a socket on both ends.
+    pub const MAX_FLOWS: u32 = 8192;
+    /// Transactions outstanding per flow (`--depth`).
+    pub const MAX_DEPTH: u32 = 1024;
+    /// Request and response size (`-r`, `-s`), TCP.
+    pub const MAX_SIZE: u64 = 16 << 20;
+    /// Per-transaction timeout (`--timeout`).
+    pub const MIN_TIMEOUT_S: f64 = 0.001;
+    pub const MAX_TIMEOUT_S: f64 = 60.0;
+    /// Background stream flows (`--background`).
+    pub const MAX_BACKGROUND: u32 = 128;
+}
+
+/// How one transaction is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RrMode {
+    /// A persistent TCP connection per flow (netperf TCP_RR).
+    TcpRr,
+    /// A new TCP connection per transaction: connect, request, response,
+    /// close (netperf TCP_CRR).
+    TcpCrr,
+    /// One datagram each way, with a sequence number and a timeout.
+    UdpRr,
+}
+
+impl RrMode {
+    pub fn label(self) -> &'static str {
+        match self {
+            RrMode::TcpRr => "tcp-rr",
+            RrMode::TcpCrr => "tcp-crr",
+            RrMode::UdpRr => "udp-rr",
+        }
+    }
+
+    pub fn transport(self) -> Transport {
+        match self {
+            RrMode::UdpRr => Transport::Udp,
+            _ => Transport::Tcp,
+        }
+    }
+}
+
+/// The request/response part of a [`TestSpec`] (`spec.rr`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RrSpec {
+    pub mode: RrMode,
+    /// Bytes per request (`-r`). UDP datagrams are at least
+    /// [`wire::UDP_HEADER_LEN`] bytes whatever this says.
+    pub request_size: u64,
+    /// Bytes per response (`-s`).
+    pub response_size: u64,
+    /// Transactions outstanding per flow (1 = ping-pong).
+    pub depth: u32,
+    /// Request/response flows.
+    pub flows: u32,
+    /// A transaction without its response after this long is counted as
+    /// timed out and the flow moves on (UDP, and CRR connections).
+    pub timeout_s: f64,
+    /// Long-lived TCP stream flows running at the same time, reported as
+    /// their own group (`spec.parallel` holds the same number).
+    #[serde(default)]
+    pub background: u32,
+    /// Diagnostic: the server ignores the Nth request (1-based) of every
+    /// UDP flow, to prove that a lost datagram does not stall a flow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_request: Option<u64>,
+    /// Both ends spin (briefly) on a flow's socket instead of sleeping
+    /// until the next message: lower latency, more CPU (`--busy-poll`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub busy_poll: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl RrSpec {
+    /// 1-byte requests and responses, one flow, depth 1, 1 s timeout.
+    pub fn new(mode: RrMode) -> Self {
+        RrSpec {
+            mode,
+            request_size: 1,
+            response_size: 1,
+            depth: 1,
+            flows: 1,
+            timeout_s: 1.0,
+            background: 0,
+            drop_request: None,
+            busy_poll: false,
+        }
+    }
+
+    /// Bytes of one request on the wire.
+    pub fn request_wire(&self) -> usize {
+        match self.mode {
+            RrMode::UdpRr => (self.request_size as usize).max(wire::UDP_HEADER_LEN),
+            _ => self.request_size as usize,
+        }
+    }
+
+    /// Bytes of one response on the wire.
+    pub fn response_wire(&self) -> usize {
+        match self.mode {
+            RrMode::UdpRr => (self.response_size as usize).max(wire::UDP_HEADER_LEN),
+            _ => self.response_size as usize,
+        }
+    }
+
+    pub fn validate(&self, spec: &TestSpec) -> Result<(), String> {
+        use limits::*;
+        if spec.pattern != Pattern::Rr {
+            return Err("request/response settings belong to an rr test".into());
+        }
+        if spec.transport != self.mode.transport() {
+            return Err(format!(
+                "--mode {} runs over {}",
+                self.mode.label(),
+                self.mode.transport().label()
+            ));
+        }
+        if self.flows == 0 || self.flows > MAX_FLOWS {
+            return Err(format!(
+                "-F/--flows must be between 1 and {MAX_FLOWS} (got {})",
+                self.flows
+            ));
+        }
+        if self.depth == 0 || self.depth > MAX_DEPTH {
+            return Err(format!(
+                "--depth must be between 1 and {MAX_DEPTH} (got {})",
+                self.depth
+            ));
+        }
+        let max = if self.mode == RrMode::UdpRr {
+            crate::spec::limits::MAX_DATAGRAM
+        } else {
+            MAX_SIZE
+        };
+        for (flag, v) in [
+            ("-r/--request-size", self.request_size),
+            ("-s/--response-size", self.response_size),
+        ] {
+            if v == 0 || v > max {
+                return Err(format!(
+                    "{flag} must be between 1 byte and {max} bytes for {} (got {v})",
+                    self.mode.label()
+                ));
+            }
+        }
+        if !(self.timeout_s.is_finite()
+            && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&self.timeout_s))
+        {
+            return Err(format!(
+                "--timeout must be between {} ms and {MAX_TIMEOUT_S} s (got {} s)",
+                MIN_TIMEOUT_S * 1e3,
+                self.timeout_s
+            ));
+        }
+        if self.background > MAX_BACKGROUND || spec.parallel != self.background {
+            return Err(format!(
+                "--background must be between 0 and {MAX_BACKGROUND} stream flows (got {})",
+                self.background
+            ));
+        }
+        if self.mode == RrMode::TcpCrr && self.depth != 1 {
+            return Err(
+                "--depth applies to tcp-rr and udp-rr; tcp-crr carries one transaction per connection (use -F for concurrency)".into(),
+            );
+        }
+        if self.drop_request == Some(0) {
+            return Err("--drop-request counts from 1 (the first request)".into());
+        }
+        if self.drop_request.is_some() && self.mode != RrMode::UdpRr {
+            return Err("--drop-request is a udp-rr diagnostic".into());
+        }
+        if !matches!(spec.limit, crate::spec::Limit::Duration { .. }) {
+            return Err("rr tests run for a time (-t), not a byte count (-n)".into());
+        }
+        Ok(())
+    }
+}
+
+impl TestSpec {
+    /// The defaults of an rr test: `mode`, 1-byte requests and responses,
+    /// depth 1, one flow, 10 s, no background flows.
+    pub fn default_rr(mode: RrMode) -> Self {
+        let mut s = TestSpec::default_stream();
+        s.pattern = Pattern::Rr;
+        s.transport = mode.transport();
+        s.parallel = 0;
+        s.rr = Some(RrSpec::new(mode));
+        s
+    }
+
+    /// The stream test the background flows of an rr test run: TCP,
+    /// in `direction`, `parallel` flows (per direction), the same knobs and clock.
+    pub fn background_spec(&self) -> TestSpec {
+        let mut s = self.clone();
+        s.pattern = Pattern::Stream;
+        s.transport = Transport::Tcp;
+        s.rr = None;
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_name_their_flag() {
+        for mode in [RrMode::TcpRr, RrMode::TcpCrr, RrMode::UdpRr] {
+            TestSpec::default_rr(mode).validate().unwrap();
+        }
+        let bad = |f: &dyn Fn(&mut RrSpec)| {
+            let mut s = TestSpec::default_rr(RrMode::TcpRr);
+            f(s.rr.as_mut().unwrap());
+            s.validate().unwrap_err()
+        };
+        assert!(bad(&|r| r.flows = 0).contains("-F/--flows"));
+        assert!(bad(&|r| r.depth = 0).contains("--depth"));
+        assert!(bad(&|r| r.request_size = 0).contains("-r/--request-size"));
+        assert!(bad(&|r| r.response_size = 1 << 30).contains("-s/--response-size"));
+        assert!(bad(&|r| r.timeout_s = 0.0).contains("--timeout"));
+        assert!(bad(&|r| r.drop_request = Some(3)).contains("--drop-request"));
+        let mut s = TestSpec::default_rr(RrMode::TcpRr);
+        s.rr.as_mut().unwrap().background = 20;
+        s.parallel = 20;
+        s.validate().unwrap();
+        assert_eq!(s.flows().len(), 20);
+        assert_eq!(TestSpec::default_rr(RrMode::TcpRr).flows().len(), 0);
+    }
+
+    #[test]
+    fn udp_sizes_leave_room_for_the_header() {
+        let r = RrSpec::new(RrMode::UdpRr);
+        assert_eq!(r.request_wire(), wire::UDP_HEADER_LEN);
+        assert_eq!(RrSpec::new(RrMode::TcpRr).request_wire(), 1);
+    }
+}
