@@ -22,6 +22,15 @@ pub enum Wake {
     Attach(u32, crate::stream::FlowSocket),
 }
 
+/// What a side's flow threads call when one of them ends: wakes the
+/// event loop that owns `tx` (see [`crate::stream::Side::prepare`]).
+pub fn flow_done_notifier(tx: &mpsc::Sender<Wake>) -> Arc<dyn Fn(u32) + Send + Sync> {
+    let tx = tx.clone();
+    Arc::new(move |_flow| {
+        tx.send(Wake::FlowDone).ok();
+    })
+}
+
 /// Writes to a control connection and owns its reader thread.
 pub struct ControlIo {
     stream: TcpStream,

@@ -90,10 +90,7 @@ pub fn run(
                 ClientEvent::OpenStreams { count } => {
                     match open_streams(cfg, server_addr, &cookie, count) {
                         Ok(flows) => {
-                            let done_tx = tx.clone();
-                            let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_| {
-                                done_tx.send(Wake::FlowDone).ok();
-                            });
+                            let notify = crate::control::flow_done_notifier(&tx);
                             let mut s = Side::prepare(
                                 Endpoint::Client,
                                 false,

@@ -136,10 +136,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
                 },
                 ServerEvent::Running => {
                     let Some(t) = test.as_ref() else { continue };
-                    let done_tx = tx.clone();
-                    let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_| {
-                        done_tx.send(Wake::FlowDone).ok();
-                    });
+                    let notify = crate::control::flow_done_notifier(&tx);
                     let mut s = Side::prepare(
                         Endpoint::Server,
                         shared.cfg.embedded,

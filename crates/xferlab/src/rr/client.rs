@@ -99,10 +99,7 @@ pub fn run(
                             plan = Some(Arc::new(p));
                             conns = c;
                             if !flows.is_empty() {
-                                let done_tx = tx.clone();
-                                let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_| {
-                                    done_tx.send(Wake::FlowDone).ok();
-                                });
+                                let notify = crate::control::flow_done_notifier(&tx);
                                 background = Some(Side::prepare(
                                     Endpoint::Client,
                                     cfg.embedded,

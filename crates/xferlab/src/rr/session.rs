@@ -184,10 +184,7 @@ pub fn serve(
             let now = Instant::now();
             if !pending.is_empty() {
                 let flows = pending.drain(..).flatten().collect();
-                let done_tx = tx.clone();
-                let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_| {
-                    done_tx.send(Wake::FlowDone).ok();
-                });
+                let notify = crate::control::flow_done_notifier(tx);
                 let mut s = Side::prepare(
                     Endpoint::Server,
                     shared.cfg.embedded,

@@ -82,10 +82,7 @@ pub fn run(
                     session = w.session.clone();
                     match connect_flows(cfg, server_addr, &w) {
                         Ok(flows) => {
-                            let done_tx = tx.clone();
-                            let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_flow| {
-                                done_tx.send(Wake::FlowDone).ok();
-                            });
+                            let notify = crate::control::flow_done_notifier(&tx);
                             side = Some(Side::prepare(
                                 Endpoint::Client,
                                 cfg.embedded,

@@ -191,10 +191,7 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
                 }
                 if !pending.is_empty() && pending.iter().all(Option::is_some) {
                     let flows = pending.drain(..).flatten().collect();
-                    let done_tx = tx.clone();
-                    let notify: Arc<dyn Fn(u32) + Send + Sync> = Arc::new(move |_flow| {
-                        done_tx.send(Wake::FlowDone).ok();
-                    });
+                    let notify = crate::control::flow_done_notifier(&tx);
                     let mut s = Side::prepare(
                         Endpoint::Server,
                         shared.cfg.embedded,
