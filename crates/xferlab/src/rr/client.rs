@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
-use xferlab_core::result::{Endpoint, FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
+use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::rr::wire::encode_tcp_hello;
 use xferlab_core::rr::{RrMode, RrSpec};
 use xferlab_core::spec::Knobs;
@@ -20,7 +20,9 @@ use super::side::RrSide;
 use crate::control::{ControlIo, Wake};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
-use crate::stream::client::{connect_flows, parse_token, ClientConfig, Interrupts, Outcome};
+use crate::stream::client::{
+    assemble, connect_flows, parse_token, ClientConfig, Interrupts, Outcome,
+};
 use crate::stream::side::Side;
 use crate::sys::cpu::CpuTally;
 
@@ -396,56 +398,4 @@ fn spawn_engines(
         side.add_thread(t);
     }
     Ok(())
-}
-
-fn assemble(
-    cfg: &ClientConfig,
-    session: String,
-    wall_start: SystemTime,
-    client: SideReport,
-    server: Option<SideReport>,
-    error: Option<String>,
-) -> TestResult {
-    let summary = Summary::from_sides(&client, server.as_ref());
-    let rr_ok = |s: &SideReport| {
-        s.rr.as_ref()
-            .is_some_and(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
-    };
-    let all_completed = client
-        .flows
-        .iter()
-        .chain(server.iter().flat_map(|s| s.flows.iter()))
-        .all(|f| f.end == FlowEnd::Completed)
-        && rr_ok(&client)
-        && server.as_ref().is_some_and(rr_ok);
-    let moved = client
-        .rr
-        .as_ref()
-        .is_some_and(|r| r.total.transactions_all > 0)
-        || client.flows.iter().any(|f| f.total.bytes_all > 0);
-    // Failed and timed-out transactions are measurements (the summary
-    // counts them), not a broken test.
-    let status = if error.is_none() && server.is_some() && all_completed {
-        Status::Ok
-    } else if moved {
-        Status::Partial
-    } else {
-        Status::Failed
-    };
-    let errors: Vec<String> = error.into_iter().collect();
-    TestResult {
-        schema: SCHEMA.into(),
-        id: session,
-        started_at: humantime::format_rfc3339_millis(wall_start).to_string(),
-        software: crate::software(),
-        spec: cfg.spec.clone(),
-        server_address: cfg.server.clone(),
-        client,
-        server,
-        summary,
-        status,
-        errors,
-        server_output: None,
-        lab: None,
-    }
 }

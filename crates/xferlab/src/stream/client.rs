@@ -382,12 +382,24 @@ pub(crate) fn assemble(
     error: Option<String>,
 ) -> TestResult {
     let summary = Summary::from_sides(&client, server.as_ref());
+    // An rr test's transaction flows count like stream flows. Failed and
+    // timed-out transactions are measurements, not a broken test.
+    let rr_completed = |s: &SideReport| {
+        s.rr.as_ref()
+            .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
+    };
     let all_completed = client
         .flows
         .iter()
         .chain(server.iter().flat_map(|s| s.flows.iter()))
-        .all(|f| f.end == FlowEnd::Completed);
-    let moved = client.flows.iter().any(|f| f.total.bytes_all > 0);
+        .all(|f| f.end == FlowEnd::Completed)
+        && rr_completed(&client)
+        && server.as_ref().is_none_or(rr_completed);
+    let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
+        || client
+            .rr
+            .as_ref()
+            .is_some_and(|r| r.total.transactions_all > 0);
     let status = if error.is_none() && server.is_some() && all_completed {
         Status::Ok
     } else if moved {
