@@ -21,7 +21,7 @@ use crate::control::{ControlIo, Wake};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::stream::client::{
-    assemble, connect_flows, parse_token, ClientConfig, Interrupts, Outcome,
+    conclude, connect_flows, parse_token, ClientConfig, Ended, Interrupts, Outcome,
 };
 use crate::stream::side::Side;
 use crate::sys::cpu::CpuTally;
@@ -266,34 +266,19 @@ pub fn run(
         &counters_before,
         local_ip,
     );
-    if error.is_none() {
-        ctl.send_results(&client);
-        if let Some(bytes) = ctl.poll_transmit() {
-            if let Err(e) = io.send(&bytes) {
-                error = Some(format!("could not send results to the server: {e}"));
-            }
-        }
-    }
-    drop(io);
-    if interrupted && error.is_none() {
-        error = Some(format!(
-            "interrupted by the user after {:.1} s",
-            client.duration_s
-        ));
-    }
-    let result = assemble(
+    Ok(conclude(
         cfg,
-        session,
-        wall_start,
-        client,
-        server_report.map(|b| *b),
-        error.clone(),
-    );
-    Ok(Outcome {
-        result,
-        error,
-        interrupted,
-    })
+        ctl,
+        io,
+        Ended {
+            session,
+            wall_start,
+            client,
+            server: server_report.map(|b| *b),
+            error,
+            interrupted,
+        },
+    ))
 }
 
 fn clone_plan(p: &ClientPlan) -> ClientPlan {

@@ -202,6 +202,48 @@ pub fn run(
     }
     drop(cpu_guard);
     let client = side.finish();
+    Ok(conclude(
+        cfg,
+        ctl,
+        io,
+        Ended {
+            session,
+            wall_start,
+            client,
+            server: server_report.map(|b| *b),
+            error,
+            interrupted,
+        },
+    ))
+}
+
+/// How a client's test ended, as its event loop saw it.
+pub(crate) struct Ended {
+    pub session: String,
+    pub wall_start: SystemTime,
+    pub client: SideReport,
+    pub server: Option<SideReport>,
+    pub error: Option<String>,
+    pub interrupted: bool,
+}
+
+/// The end of every xferlab client (stream, rr): sends this side's report
+/// to the server (unless the test failed), closes the control connection
+/// and builds the result.
+pub(crate) fn conclude(
+    cfg: &ClientConfig,
+    mut ctl: ClientControl,
+    mut io: ControlIo,
+    e: Ended,
+) -> Outcome {
+    let Ended {
+        session,
+        wall_start,
+        client,
+        server,
+        mut error,
+        interrupted,
+    } = e;
     if error.is_none() {
         ctl.send_results(&client);
         if let Some(bytes) = ctl.poll_transmit() {
@@ -217,19 +259,12 @@ pub fn run(
             client.duration_s
         ));
     }
-    let result = assemble(
-        cfg,
-        session,
-        wall_start,
-        client,
-        server_report.map(|b| *b),
-        error.clone(),
-    );
-    Ok(Outcome {
+    let result = assemble(cfg, session, wall_start, client, server, error.clone());
+    Outcome {
         result,
         error,
         interrupted,
-    })
+    }
 }
 
 /// Opens every flow's socket, presents the session token and waits for
