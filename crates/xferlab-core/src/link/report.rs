@@ -269,8 +269,10 @@ mod tests {
         bad.emulator.rate_ratio_max = Some(1.01);
         bad.emulator.lateness_p99_us = Some(400.0);
         bad.unintended_drops.tun_tx_dropped = 3;
-        let mut cfg = LinkConfig::default();
-        cfg.ecn = EcnMarking::Fixed { p: 0.05 };
+        let cfg = LinkConfig {
+            ecn: EcnMarking::Fixed { p: 0.05 },
+            ..LinkConfig::default()
+        };
         bad.emulator.counters.marked_packets = 5;
         judge_direction("c2s", &cfg, &bad, &Targets::default(), &mut v);
         assert_eq!(v.len(), 4, "{v:?}");
@@ -284,8 +286,10 @@ mod tests {
 
     #[test]
     fn loss_outside_the_interval_is_flagged() {
-        let mut cfg = LinkConfig::default();
-        cfg.loss = LossModel::Bernoulli { p: 0.01 };
+        let cfg = LinkConfig {
+            loss: LossModel::Bernoulli { p: 0.01 },
+            ..LinkConfig::default()
+        };
         let mut a = acc();
         a.emulator.counters.arrived_packets = 10_000;
         a.emulator.counters.dropped_loss_packets = 100;
