@@ -365,14 +365,17 @@ fn several_stock_clients_at_once() {
     require_iperf3();
     let srv = Server::start();
     let port = srv.port.to_string();
+    // Two UDP tests among them: their streams' first datagrams carry no
+    // cookie, so the server sets them up one after the other.
     let clients: Vec<Proc> = [
         &["-b", "50M"][..],
         &["-R", "-b", "50M"],
-        &["-u", "-b", "10M"],
+        &["-u", "-b", "10M", "-P", "2"],
+        &["-u", "-R", "-b", "10M"],
     ]
     .iter()
     .map(|extra| {
-        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "2"];
+        let mut args = vec!["-c", "127.0.0.1", "-p", &port, "-t", "2", "-J"];
         args.extend_from_slice(extra);
         Proc::spawn_program(IPERF3, &args)
     })
@@ -380,8 +383,16 @@ fn several_stock_clients_at_once() {
     for c in clients {
         let out = c.finish(Duration::from_secs(30));
         assert_eq!(out.code, Some(0), "{}", out.describe());
+        // Every test really moved its data, UDP streams to the right
+        // socket included.
+        let v: Value = serde_json::from_str(&out.stdout).expect("iperf3 -J");
+        let got = v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0);
+        assert!(got > 1_000_000, "{} received {got} bytes", out.label);
+        if let Some(lost) = v["end"]["sum"]["lost_percent"].as_f64() {
+            assert!(lost < 5.0, "{} lost {lost} %", out.label);
+        }
     }
-    srv.wait_for_log("done:", 3, Duration::from_secs(5));
+    srv.wait_for_log("done:", 4, Duration::from_secs(5));
 }
 
 #[test]
