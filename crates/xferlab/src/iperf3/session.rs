@@ -24,7 +24,7 @@ use xferlab_core::iperf3::{
     i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
     WATCHDOG_GRACE,
 };
-use xferlab_core::result::{Endpoint, SideReport};
+use xferlab_core::result::{Endpoint, FlowRole, SideReport};
 use xferlab_core::spec::{FlowPlan, Knobs, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 
@@ -464,13 +464,16 @@ fn server_output(spec: &TestSpec, r: &SideReport, peer: SocketAddr) -> String {
     for f in &r.flows {
         let t = &f.total;
         out.push_str(&format!(
-            "[{:3}] {:6.2}-{:<6.2} sec  {}  {}  {:?}\n",
-            f.id,
+            "[{:3}] {:6.2}-{:<6.2} sec  {}  {}  {}\n",
+            xferlab_core::iperf3::stream_id(f.id as usize),
             t.start_s,
             t.end_s,
             xferlab_core::units::format_bytes(t.bytes),
             RateUnit::AutoBits.format_rate(t.bits_per_second),
-            f.role
+            match f.role {
+                FlowRole::Sender => "sender",
+                FlowRole::Receiver => "receiver",
+            }
         ));
     }
     out.push_str(&outcome_line(Some(r)));
