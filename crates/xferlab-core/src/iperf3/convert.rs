@@ -237,16 +237,11 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
     })
 }
 
-/// The flows of an iperf3 test in the order its streams are created
-/// (with `--bidir` the client's sending streams first, as
-/// [`TestSpec::flows`] orders them): flow id N is the stream iperf3 calls
+/// The plan for the stream the server just attached, from `plans` =
+/// [`TestSpec::flows`] (`None`: the stream does not fit, e.g. a direction
+/// mismatch). iperf3 creates streams in that order (with `--bidir` the
+/// client's sending streams first): flow id N is the stream iperf3 calls
 /// [`stream_id`]`(N)` (1, 3, 4, ...).
-pub fn flow_plans(spec: &TestSpec) -> Vec<FlowPlan> {
-    spec.flows()
-}
-
-/// The plan for the stream the server just attached (`None`: the stream
-/// does not fit the plan, e.g. a direction mismatch).
 pub fn plan_for_stream(plans: &[FlowPlan], s: &StreamInfo) -> Option<FlowPlan> {
     let plan = *plans.get(s.index)?;
     let dir = match s.direction {
@@ -537,7 +532,7 @@ mod tests {
         let mut s = TestSpec::default_stream();
         s.direction = Direction::Bidir;
         s.parallel = 2;
-        let plans = flow_plans(&s);
+        let plans = s.flows();
         assert_eq!(
             plans
                 .iter()

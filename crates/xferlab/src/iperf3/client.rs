@@ -10,9 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
-use xferlab_core::iperf3::convert::{
-    flow_plans, params_from_spec, results_from_side, side_from_results,
-};
+use xferlab_core::iperf3::convert::{params_from_spec, results_from_side, side_from_results};
 use xferlab_core::iperf3::wire::{is_udp_connect_reply, UDP_CONNECT_MSG};
 use xferlab_core::iperf3::{
     i_errno, make_cookie, ClientEvent, Cookie, Iperf3Client, Results, UdpHeader,
@@ -290,14 +288,15 @@ fn byte_limit_reached(spec: &TestSpec, s: &Side) -> bool {
 }
 
 /// Opens the `count` data streams the server asked for, one after
-/// another as iperf3 does, in the order of [`flow_plans`].
+/// another as iperf3 does, in the order of [`TestSpec::flows`] (see
+/// [`xferlab_core::iperf3::convert::plan_for_stream`]).
 fn open_streams(
     cfg: &ClientConfig,
     server: SocketAddr,
     cookie: &Cookie,
     count: usize,
 ) -> Result<Vec<ConnectedFlow>, String> {
-    let plans = flow_plans(&cfg.spec);
+    let plans = cfg.spec.flows();
     if plans.len() != count {
         return Err(format!(
             "the iperf3 server asked for {count} streams where {} were planned",

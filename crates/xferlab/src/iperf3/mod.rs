@@ -25,8 +25,7 @@ const UDP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// still running may take to notice before they are cut.
 const RESULTS_DRAIN: Duration = Duration::from_secs(2);
 
-/// A session's name for its event channel in the server's cookie
-/// registry.
+/// Cookie -> the event channel of the iperf3 session that owns it.
 pub type Registry = std::sync::Mutex<
     std::collections::HashMap<xferlab_core::iperf3::Cookie, std::sync::mpsc::Sender<Wake>>,
 >;

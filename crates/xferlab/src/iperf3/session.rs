@@ -16,9 +16,7 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
-use xferlab_core::iperf3::convert::{
-    flow_plans, plan_for_stream, results_from_side, spec_from_params,
-};
+use xferlab_core::iperf3::convert::{plan_for_stream, results_from_side, spec_from_params};
 use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
 use xferlab_core::iperf3::{
     i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
@@ -291,7 +289,7 @@ fn accept(
     if let Some(cc) = &spec.knobs.congestion {
         sockopt::check_congestion(cc).map_err(|e| (i_errno::IEINITTEST, e))?;
     }
-    let plans = flow_plans(&spec);
+    let plans = spec.flows();
     if spec.transport == Transport::Udp {
         start_udp_streams(shared, local, &spec.knobs, plans.len(), tx)
             .map_err(|e| (i_errno::IELISTEN, e))?;
