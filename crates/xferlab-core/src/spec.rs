@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 pub mod limits {
     /// Parallel flows per direction (`-P`).
     pub const MAX_PARALLEL: u32 = 128;
+    /// Highest CPU number `-A` takes (glibc's cpu_set_t holds 1024).
+    pub const MAX_CPU: u32 = 1023;
     /// Bytes per write/read call (`-l`).
     pub const MAX_WRITE_SIZE: u64 = 64 << 20;
     /// Socket buffer request (`-w`).
@@ -202,6 +204,27 @@ pub struct TestSpec {
     /// The request/response part of an `rr` test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rr: Option<crate::rr::RrSpec>,
+    /// CPUs the data threads run on (`-A`).
+    #[serde(default, skip_serializing_if = "Affinity::is_unset")]
+    pub affinity: Affinity,
+}
+
+/// The CPU each end's data threads (flow and rr engine threads) are
+/// pinned to, as iperf3's `-A n[,m]`; None leaves placement to the
+/// scheduler. Placement is part of what is measured: a ping-pong whose
+/// two ends share a CPU never pays a cross-CPU wake-up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Affinity {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<u32>,
+}
+
+impl Affinity {
+    pub fn is_unset(&self) -> bool {
+        self.client.is_none() && self.server.is_none()
+    }
 }
 
 /// One flow of a test, as both sides number it.
@@ -235,6 +258,7 @@ impl TestSpec {
             },
             title: None,
             rr: None,
+            affinity: Affinity::default(),
         }
     }
 
@@ -254,6 +278,13 @@ impl TestSpec {
                 "-P/--parallel must be between 1 and {MAX_PARALLEL} (got {})",
                 self.parallel
             ));
+        }
+        for cpu in [self.affinity.client, self.affinity.server].into_iter().flatten() {
+            if cpu > MAX_CPU {
+                return Err(format!(
+                    "-A/--affinity takes CPU numbers from 0 to {MAX_CPU} (got {cpu})"
+                ));
+            }
         }
         match self.limit {
             Limit::Duration { seconds } => {

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
-use xferlab_core::spec::{Direction, Knobs, Limit, RecvMode, TestSpec, Transport};
+use xferlab_core::spec::{Affinity, Direction, Knobs, Limit, RecvMode, TestSpec, Transport};
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
 
 use crate::net::{Family, DEFAULT_PORT};
@@ -68,6 +68,22 @@ pub enum RrModeArg {
     UdpRr,
 }
 
+/// `--wait` values of `xferlab rr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RrWaitArg {
+    /// Sleep in epoll_wait(), then read: how event-driven applications
+    /// wait, the same for one flow and for thousands.
+    Epoll,
+    /// One ping-pong TCP flow per thread sleeps in read() itself, as
+    /// netperf, sockperf and iperf2 do: a system call less per
+    /// transaction, faster when both ends share a CPU, slower when a
+    /// wake-up crosses CPUs (the woken reader waits for the socket lock).
+    Read,
+    /// Busy-poll: spin on the socket (or on epoll) instead of sleeping;
+    /// lower latency and more transactions per second for a busy CPU.
+    Spin,
+}
+
 #[derive(Debug, Args)]
 pub struct RrArgs {
     #[command(flatten)]
@@ -117,18 +133,17 @@ pub struct RrArgs {
     /// flow unanswered, to show a loss is timed out and the flow goes on.
     #[arg(long = "drop-request", value_name = "N")]
     pub drop_request: Option<u64>,
-    /// Both ends spin on their sockets (up to 50 us per wait) instead of
-    /// sleeping until the next message arrives: lower latency and more
-    /// transactions per second for more CPU. With one flow per thread
-    /// the spin is on the socket itself, otherwise on epoll.
-    #[arg(long)]
-    pub busy_poll: bool,
+    /// How both ends wait for the peer's next message. Part of what is
+    /// measured: on loopback a thread's wake-up is most of a
+    /// transaction's cost.
+    #[arg(long, value_enum, default_value_t = RrWaitArg::Epoll, value_name = "HOW")]
+    pub wait: RrWaitArg,
 }
 
 impl RrArgs {
     /// The rr test this command line asks for, validated.
     pub fn spec(&self) -> Result<TestSpec, String> {
-        use xferlab_core::rr::{RrMode, RrSpec};
+        use xferlab_core::rr::{RrMode, RrSpec, RrWait};
         use xferlab_core::spec::Pattern;
         let a = &self.stream;
         let stream_only = [
@@ -175,7 +190,11 @@ impl RrArgs {
             timeout_s: self.timeout,
             background,
             drop_request: self.drop_request,
-            busy_poll: self.busy_poll,
+            wait: match self.wait {
+                RrWaitArg::Epoll => RrWait::Epoll,
+                RrWaitArg::Read => RrWait::Read,
+                RrWaitArg::Spin => RrWait::Spin,
+            },
         });
         spec.validate()?;
         Ok(spec)
@@ -286,6 +305,10 @@ pub struct ServerArgs {
     /// Exit after serving one test.
     #[arg(short = '1', long)]
     pub one_off: bool,
+    /// Pin the data threads of every test to CPU N, unless the client
+    /// asks for another (its -A n,m).
+    #[arg(short = 'A', long, value_name = "N")]
+    pub affinity: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -406,6 +429,12 @@ pub struct StreamArgs {
     /// Free text stored with the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,
+    /// Pin this side's data threads to CPU N and, with ",M", the
+    /// server's to CPU M (as iperf3 -A n,m). Placement is part of what is
+    /// measured: a ping-pong whose two ends share a CPU never pays a
+    /// cross-CPU wake-up.
+    #[arg(short = 'A', long, value_parser = parse_affinity, value_name = "N[,M]")]
+    pub affinity: Option<Affinity>,
 
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -554,9 +583,13 @@ impl StreamArgs {
                 dont_fragment: self.dont_fragment,
             },
             title: self.title.clone(),
+            affinity: self.affinity.unwrap_or_default(),
             ..TestSpec::default_stream()
         };
         spec.validate()?;
+        if let Some(cpu) = spec.affinity.client {
+            crate::sys::affinity::check(cpu, "this machine")?;
+        }
         if !(self.connect_timeout.is_finite() && self.connect_timeout > 0.0) {
             return Err(format!(
                 "--connect-timeout must be a positive duration (got {})",
@@ -585,6 +618,25 @@ const IPERF3_SCHEME: &str = "iperf3://";
 /// A port, or `off` for none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortOrOff(pub Option<u16>);
+
+/// `N` or `N,M` (iperf3's -A): this side's CPU, and the server's.
+fn parse_affinity(s: &str) -> Result<Affinity, String> {
+    let cpu = |v: &str| {
+        v.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("'{s}' is not N or N,M with CPU numbers (e.g. 0 or 0,1)"))
+    };
+    Ok(match s.split_once(',') {
+        None => Affinity {
+            client: Some(cpu(s)?),
+            server: None,
+        },
+        Some((n, m)) => Affinity {
+            client: if n.is_empty() { None } else { Some(cpu(n)?) },
+            server: Some(cpu(m)?),
+        },
+    })
+}
 
 fn parse_port_or_off(s: &str) -> Result<PortOrOff, String> {
     if s.eq_ignore_ascii_case("off") {

@@ -120,7 +120,13 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         one_off: a.one_off,
         embedded: false,
         log: true,
+        affinity: a.affinity,
     };
+    if let Some(cpu) = a.affinity {
+        if let Err(e) = sys::affinity::check(cpu, "this server") {
+            return fail(&e, 2);
+        }
+    }
     // rr tests hold a socket per flow: lift the open-file limit.
     rr::raise_nofile_limit();
     let server = match Server::bind(cfg) {
@@ -176,6 +182,7 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
         one_off: !series,
         embedded: true,
         log: false,
+        affinity: None,
     };
     let server =
         Server::bind(cfg).map_err(|e| format!("cannot start the in-process server: {e}"))?;
@@ -278,7 +285,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
     install_interrupt_handler();
     let cfg = client_config(&a.stream, spec, &t);
     let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
-    match rr::client::run(&cfg, a.busy_poll, reporter.as_mut(), &INTERRUPTS) {
+    match rr::client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);

@@ -56,6 +56,9 @@ pub struct ServerConfig {
     pub embedded: bool,
     /// Print a line per session start and end.
     pub log: bool,
+    /// The CPU data threads are pinned to unless the client names one
+    /// (`-A`).
+    pub affinity: Option<u32>,
 }
 
 /// Token -> the session's event channel.
@@ -79,6 +82,17 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Where this server runs a test's data threads: the CPU the client
+    /// asked for (`-A n,m`), else the server's own `-A`; refused when
+    /// this process may not use it.
+    pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), String> {
+        spec.affinity.server = spec.affinity.server.or(self.cfg.affinity);
+        match spec.affinity.server {
+            Some(cpu) => crate::sys::affinity::check(cpu, "the server"),
+            None => Ok(()),
+        }
+    }
+
     pub fn log(&self, line: std::fmt::Arguments<'_>) {
         if self.cfg.log {
             let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());

@@ -319,6 +319,69 @@ fn every_format_carries_the_rr_group() {
     assert!(out.stdout.contains("tx/sec"), "{}", out.stdout);
 }
 
+#[test]
+fn every_wait_mode_keeps_client_and_server_counts_equal() {
+    let _turn = one_at_a_time();
+    for args in [
+        &["--wait", "read"][..],
+        &["--wait", "spin"],
+        &["--wait", "read", "-F", "2"],
+        &["--wait", "spin", "-F", "2", "--depth", "3"],
+    ] {
+        let mut all = vec!["-t", "1", "-i", "0"];
+        all.extend_from_slice(args);
+        let v = rr_json(&all, 1.0);
+        assert_eq!(v["spec"]["rr"]["wait"], args[1], "{args:?}");
+        assert_counts_agree(&v);
+        assert_monotone(&v["client"]["rr"]["latency"]);
+        assert!(u(&v["summary"]["rr"]["client_transactions_all"]) > 100, "{args:?}");
+    }
+    // The default (epoll) is left out of the spec.
+    let v = rr_json(&["-t", "0.5", "-i", "0"], 0.5);
+    assert!(v["spec"]["rr"].get("wait").is_none(), "{}", v["spec"]);
+}
+
+/// `-A n,m` pins the client's engine thread to n and the server's to m
+/// (checked in /proc while the test runs); `xferlab server -A m` is the
+/// server's own choice when the client names none.
+#[test]
+fn affinity_pins_the_data_threads_of_both_ends() {
+    let _turn = one_at_a_time();
+    let cpus = usable_cpus();
+    let (c, s) = (cpus[0], *cpus.last().unwrap());
+    let (cs, ss) = (c.to_string(), s.to_string());
+    let srv = Server::start();
+    let port = srv.port.to_string();
+    let pin = format!("{c},{s}");
+    let client = Proc::spawn(&[
+        "rr", "127.0.0.1", "-p", &port, "-t", "2", "-i", "0", "-J", "-A", &pin,
+    ]);
+    assert_eq!(thread_cpus(client.pid(), "xfer-rr-0"), cs);
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rr-srv-0"), ss);
+    let out = client.finish(deadline_for(2.0));
+    out.assert_success();
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert_eq!(v["spec"]["affinity"]["client"], c);
+    assert_eq!(v["spec"]["affinity"]["server"], s);
+    assert_counts_agree(&v);
+
+    // The stream pattern's flow threads too, and the server's own -A.
+    let srv = Server::start_with(&["-A", &cs]);
+    let client = srv.spawn_client(&["-t", "2", "-i", "0", "-J", "-A", &ss]);
+    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0"), ss);
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0"), cs);
+    client.finish(deadline_for(2.0)).assert_success();
+
+    // A CPU the server may not use is refused by the server, in one line.
+    let port = srv.port.to_string();
+    let out = run(
+        &["rr", "127.0.0.1", "-p", &port, "-t", "1", "-A", ",1023"],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(1, &["server cannot run on CPU 1023", "may use CPUs"]);
+}
+
 /// `rr 127.0.0.1 -p <closed port> ARGS`: a one-line usage error, exit 2,
 /// before anything touches the network.
 fn rr_usage_error(args: &[&str], needles: &[&str]) {
@@ -358,6 +421,11 @@ fn bad_rr_input_is_one_line_naming_the_flag() {
     rr_usage_error(&["-n", "1M"], &["-n/--bytes"]);
     rr_usage_error(&["--mode", "sctp"], &["sctp"]);
     rr_usage_error(&["--format", "iperf3-json"], &["iperf3-json"]);
+    rr_usage_error(&["--wait", "sleep"], &["sleep", "--wait"]);
+    rr_usage_error(&["-A", "x"], &["'x'", "N,M"]);
+    rr_usage_error(&["-A", "0,"], &["'0,'", "N,M"]);
+    rr_usage_error(&["-A", "5000"], &["-A/--affinity", "1023"]);
+    rr_usage_error(&["-A", "1023"], &["cannot run on CPU 1023", "may use CPUs"]);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::result::{
     SideReport, SocketSettings, TcpTotals, UdpSample, UdpTotal,
 };
 use crate::spec::{
-    limits, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec, Transport,
+    limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec, Transport,
 };
 
 use super::params::{self, Params, Protocol, StreamInfo};
@@ -183,6 +183,11 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             dont_fragment: p.dont_fragment,
         },
         title: p.title.clone().filter(|t| t.len() <= limits::MAX_TITLE),
+        // `-A n,m`: the client asks for the server's CPU (negative: unset).
+        affinity: Affinity {
+            client: None,
+            server: p.server_affinity.and_then(|c| u32::try_from(c).ok()),
+        },
         ..TestSpec::default_stream()
     };
     spec.validate()
@@ -233,6 +238,7 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
         udp_counters_64bit: udp,
         dont_fragment: k.dont_fragment,
         skip_rx_copy: k.recv_mode == RecvMode::Discard,
+        server_affinity: spec.affinity.server.map(i64::from),
         ..Params::default()
     })
 }

@@ -98,6 +98,7 @@ pub mod i_errno {
     pub const IESERVERTERM: i32 = 120;
     pub const IEACCESSDENIED: i32 = 121;
     pub const IEPROTOCOL: i32 = 131;
+    pub const IEAFFINITY: i32 = 132;
     pub const IEAUTHTEST: i32 = 142;
     pub const IECREATESTREAM: i32 = 200;
     pub const IESTREAMACCEPT: i32 = 204;

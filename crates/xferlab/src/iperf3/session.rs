@@ -274,7 +274,10 @@ fn accept(
     local: SocketAddr,
     tx: &mpsc::Sender<Wake>,
 ) -> Result<Accepted, (i32, String)> {
-    let spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
+    let mut spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
+    shared
+        .place(&mut spec)
+        .map_err(|e| (i_errno::IEAFFINITY, e))?;
     if let Some(d) = spec.planned_seconds() {
         if d > shared.cfg.max_duration.as_secs_f64() {
             return Err((

@@ -36,7 +36,6 @@ pub fn interface(ip: IpAddr) -> Option<String> {
 /// Runs one rr test (see [`crate::stream::client::run`] for the contract).
 pub fn run(
     cfg: &ClientConfig,
-    busy_poll: bool,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
 ) -> Result<Outcome, String> {
@@ -96,8 +95,7 @@ pub fn run(
                         Ok((p, c, flows))
                     });
                     match connected {
-                        Ok((mut p, c, flows)) => {
-                            p.busy_poll = busy_poll;
+                        Ok((p, c, flows)) => {
                             plan = Some(Arc::new(p));
                             conns = c;
                             if !flows.is_empty() {
@@ -134,7 +132,7 @@ pub fn run(
                     p2.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
                     let p = Arc::new(p2);
                     if let Err(e) =
-                        spawn_engines(&mut side, &p, std::mem::take(&mut conns), &tally, &tx)
+                        spawn_engines(&mut side, &p, std::mem::take(&mut conns), cfg.spec.affinity.client, &tally, &tx)
                     {
                         ctl.abort(ErrorCode::Internal, &e);
                         error = Some(e);
@@ -288,7 +286,6 @@ fn clone_plan(p: &ClientPlan) -> ClientPlan {
         token: p.token,
         knobs: p.knobs.clone(),
         measure_from: p.measure_from,
-        busy_poll: p.busy_poll,
     }
 }
 
@@ -311,7 +308,6 @@ fn connect_rr(
         token,
         knobs: cfg.spec.knobs.clone(),
         measure_from: Instant::now(),
-        busy_poll: false,
     };
     let mut conns = Vec::with_capacity(rr.flows as usize);
     for id in 0..rr.flows {
@@ -349,11 +345,13 @@ fn connect_rr(
     Ok((plan, conns))
 }
 
-/// Deals the flows round-robin to the engine threads and starts them.
+/// Deals the flows round-robin to the engine threads and starts them
+/// (pinned to `cpu`, with `-A`).
 fn spawn_engines(
     side: &mut RrSide,
     plan: &Arc<ClientPlan>,
     conns: Vec<(u32, ClientConn)>,
+    cpu: Option<u32>,
     tally: &Arc<CpuTally>,
     tx: &mpsc::Sender<Wake>,
 ) -> Result<(), String> {
@@ -373,6 +371,7 @@ fn spawn_engines(
         let t = std::thread::Builder::new()
             .name(format!("xfer-rr-{k}"))
             .spawn(move || {
+                crate::sys::affinity::pin_data_thread(cpu);
                 let cpu = tally.track();
                 let out = client_flow::run(plan, share, counters, flags);
                 drop(cpu);

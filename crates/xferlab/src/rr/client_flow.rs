@@ -19,7 +19,7 @@ use xferlab_core::rr::tracker::{Reply, Tracker};
 use xferlab_core::rr::wire::{
     decode_udp_header, encode_tcp_hello, encode_udp_header, TCP_HELLO_LEN,
 };
-use xferlab_core::rr::{RrMode, RrSpec};
+use xferlab_core::rr::{RrMode, RrSpec, RrWait};
 use xferlab_core::spec::Knobs;
 
 use super::counters::FlowCounters;
@@ -52,7 +52,6 @@ pub struct ClientPlan {
     /// Latencies before this moment (the warm-up) stay out of the
     /// histograms.
     pub measure_from: Instant,
-    pub busy_poll: bool,
 }
 
 /// A flow's socket as the driver connected it.
@@ -204,11 +203,13 @@ pub fn run(
         }
         eng.fill(f, i, now);
     }
-    // One ping-pong flow on this thread: wait in read() itself (with a
-    // timeout, to look at the flags) rather than in epoll_wait() and then
-    // read(): one system call less per transaction. Depth 1 and a small
-    // request keep the blocking write from ever waiting on the peer.
-    let fast = flows.len() == 1
+    // `--wait read|spin` and one ping-pong flow on this thread: wait in
+    // read() itself (with a timeout, to look at the flags) rather than in
+    // epoll_wait() and then read(). Depth 1 and a small request keep the
+    // blocking write from ever waiting on the peer.
+    let spin = rr.wait == RrWait::Spin;
+    let fast = rr.wait != RrWait::Epoll
+        && flows.len() == 1
         && rr.mode == RrMode::TcpRr
         && rr.depth == 1
         && rr.request_wire() <= FAST_PATH_MAX
@@ -269,7 +270,7 @@ pub fn run(
             break;
         }
         if fast {
-            if plan.busy_poll {
+            if spin {
                 if let Io::Tcp(s) = &flows[0].io {
                     super::poller::spin_readable(s.as_raw_fd(), SPIN_BUDGET);
                 }
@@ -277,7 +278,7 @@ pub fn run(
             eng.on_readable(&mut flows[0], 0, Instant::now());
             continue;
         }
-        let wait = if plan.busy_poll {
+        let wait = if spin {
             None
         } else {
             let mut until = now + FLAG_POLL;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::result::FlowEnd;
 use xferlab_core::rr::wire::{decode_tcp_hello, decode_udp_header, TCP_HELLO_LEN, UDP_HEADER_LEN};
-use xferlab_core::rr::{RrMode, RrSpec};
+use xferlab_core::rr::{RrMode, RrSpec, RrWait};
 
 use super::counters::FlowCounters;
 use super::poller::Poller;
@@ -89,9 +89,12 @@ pub fn run(
     let mut accepted: Vec<usize> = Vec::with_capacity(64);
     let mut stop_at: Option<Instant> = None;
     let mut last_sweep = Instant::now();
-    // One ping-pong flow: once its connection is here, wait in read()
-    // itself instead of epoll_wait() + read() (see the client's fast path).
-    let fast = rr.mode == RrMode::TcpRr
+    // `--wait read|spin` and one ping-pong flow: once its connection is
+    // here, wait in read() itself instead of epoll_wait() + read() (see
+    // the client's fast path).
+    let spin = rr.wait == RrWait::Spin;
+    let fast = rr.wait != RrWait::Epoll
+        && rr.mode == RrMode::TcpRr
         && rr.flows == 1
         && rr.depth == 1
         && rr.request_wire() <= 4096
@@ -158,7 +161,7 @@ pub fn run(
                 c.stream.set_nonblocking(false).ok();
                 blocking = true;
             }
-            if rr.busy_poll {
+            if spin {
                 super::poller::spin_readable(c.stream.as_raw_fd(), super::client_flow::SPIN_BUDGET);
             }
             if let Some(end) = serve_tcp(&plan, &counters, c, 0, &poller, &mut rbuf, &wbuf, false) {
@@ -170,7 +173,7 @@ pub fn run(
             }
             continue;
         }
-        let n = match poller.wait((!rr.busy_poll).then_some(FLAG_POLL)) {
+        let n = match poller.wait((!spin).then_some(FLAG_POLL)) {
             Ok(n) => n,
             Err(_) => break,
         };

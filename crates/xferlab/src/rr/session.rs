@@ -86,6 +86,7 @@ pub fn serve(
             notify_tx.send(Wake::FlowDone).ok();
         }),
     });
+    let pinned = spec.affinity.server;
     for k in 0..super::engine_threads(rr.flows) {
         let (plan, counters, flags, tally, done) = (
             plan.clone(),
@@ -97,6 +98,7 @@ pub fn serve(
         let t = std::thread::Builder::new()
             .name(format!("xfer-rr-srv-{k}"))
             .spawn(move || {
+                crate::sys::affinity::pin_data_thread(pinned);
                 let cpu = tally.track();
                 let out = server_engine::run(plan, counters, flags);
                 drop(cpu);

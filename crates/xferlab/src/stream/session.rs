@@ -92,6 +92,18 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         ctl.handle_timeout(now);
         let mut finished = false;
         while let Some(ev) = ctl.poll_event() {
+            let ev = match ev {
+                ServerEvent::TestRequested(mut s) => match shared.place(&mut s) {
+                    Ok(()) => ServerEvent::TestRequested(s),
+                    Err(why) => {
+                        ctl.reject(ErrorCode::InvalidSpec, &why);
+                        shared.log(format_args!("{peer}: refused: {why}"));
+                        failure = Some(why);
+                        continue;
+                    }
+                },
+                ev => ev,
+            };
             match ev {
                 ServerEvent::TestRequested(s) if s.pattern == Pattern::Rr => {
                     // The rr pattern has its own loop; this session's

@@ -171,6 +171,8 @@ pub struct Side {
     flags: Arc<SideFlags>,
     tally: Arc<CpuTally>,
     knobs: Arc<Knobs>,
+    /// The CPU this side's flow threads are pinned to (`-A`).
+    cpu: Option<u32>,
     wire: DatagramWire,
     done: Arc<dyn Fn(u32) + Send + Sync>,
     counters_before: xferlab_core::counters::CounterSnapshot,
@@ -218,6 +220,10 @@ impl Side {
             clock: IntervalClock::new(spec.interval_s, spec.omit_s),
             next_boundary: None,
             knobs: Arc::new(spec.knobs.clone()),
+            cpu: match endpoint {
+                Endpoint::Client => spec.affinity.client,
+                Endpoint::Server => spec.affinity.server,
+            },
             wire: DatagramWire::Xferlab,
             flows,
             flags: Arc::new(SideFlags::default()),
@@ -257,13 +263,15 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id, wire) = (f.role, f.plan.quota, f.plan.id, self.wire);
+            let (role, quota, id, wire, cpu) =
+                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu);
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
                 id
             );
             let thread = flow::spawn(name, move || {
+                sys::affinity::pin_data_thread(cpu);
                 let cpu = tally.track();
                 let size = knobs.size as usize;
                 let out = match (&*socket, role) {

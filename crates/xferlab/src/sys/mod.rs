@@ -3,6 +3,7 @@
 //! identity. Parsing and arithmetic live in `xferlab_core`; these modules
 //! only make the system calls and read the files.
 
+pub mod affinity;
 pub mod counters;
 pub mod cpu;
 pub mod host;

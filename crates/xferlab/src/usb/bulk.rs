@@ -175,6 +175,7 @@ pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
         },
         title: a.title.clone(),
         rr: None,
+        affinity: Default::default(),
     };
     let quota = a.bytes;
     let out = match open_output(a) {

@@ -475,6 +475,51 @@ pub fn thread_names(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// CPUs this test process may use (its affinity mask), ascending.
+pub fn usable_cpus() -> Vec<u32> {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    let list = s
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list in /proc/self/status")
+        .trim()
+        .to_string();
+    let mut cpus = Vec::new();
+    for part in list.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// Waits (up to 10 s) for a thread of `pid` named `name` and returns its
+/// Cpus_allowed_list ("0", "0-1" ...).
+pub fn thread_cpus(pid: u32, name: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for e in dir.filter_map(|e| e.ok()) {
+                let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+                if comm.trim() != name {
+                    continue;
+                }
+                let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+                if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
+                    return l.trim().to_string();
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no thread {name} in process {pid} within 10 s (threads: {:?})",
+            thread_names(pid)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A field of /proc/PID/status in kB (VmRSS, VmHWM ...).
 pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -1,0 +1,108 @@
+//! CPU affinity of data threads (`-A`): which CPUs this process may use,
+//! and pinning the calling thread to one of them.
+
+use std::io;
+
+/// The CPUs this process may run on (its affinity mask: cgroup and
+/// taskset limits included), ascending.
+pub fn usable_cpus() -> io::Result<Vec<u32>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills
+    // at most size_of::<cpu_set_t>() bytes.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as u32)
+        // SAFETY: the index is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+        .collect())
+}
+
+/// Ok when `cpu` is one this process may use; otherwise the one-line
+/// error (`whose` says which end: "this machine", "the server").
+pub fn check(cpu: u32, whose: &str) -> Result<(), String> {
+    let cpus = usable_cpus().map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
+    if cpus.contains(&cpu) {
+        return Ok(());
+    }
+    Err(format!(
+        "-A/--affinity: {whose} cannot run on CPU {cpu}; it may use CPUs {}",
+        list(&cpus)
+    ))
+}
+
+/// Pins the calling thread to `cpu`.
+pub fn pin_current_thread(cpu: u32) -> io::Result<()> {
+    // SAFETY: as in usable_cpus; the index was range-checked by the spec.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
+    // pid 0: the calling thread.
+    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Pins the calling data thread to `cpu`, if any. The CPU was checked
+/// when the test was set up; should pinning fail now (the mask changed
+/// since), the thread runs where the scheduler puts it.
+pub fn pin_data_thread(cpu: Option<u32>) {
+    if let Some(c) = cpu {
+        pin_current_thread(c).ok();
+    }
+}
+
+/// "0-3,6,8-9": runs of consecutive CPUs folded, as in
+/// /sys/devices/system/cpu/online.
+fn list(cpus: &[u32]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        out.push(if cpus[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cpus[i])
+        });
+        i += 1;
+    }
+    out.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_fold_runs() {
+        assert_eq!(list(&[0, 1, 2, 3, 6, 8, 9]), "0-3,6,8-9");
+        assert_eq!(list(&[5]), "5");
+        assert_eq!(list(&[]), "");
+    }
+
+    #[test]
+    fn a_thread_pinned_to_a_usable_cpu_reports_only_that_cpu() {
+        let cpus = usable_cpus().unwrap();
+        assert!(!cpus.is_empty());
+        let last = *cpus.last().unwrap();
+        let seen = std::thread::spawn(move || {
+            pin_current_thread(last).unwrap();
+            (usable_cpus().unwrap(), unsafe { libc::sched_getcpu() })
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen, (vec![last], last as i32));
+        assert!(check(last, "this machine").is_ok());
+    }
+
+    #[test]
+    fn a_cpu_out_of_the_mask_is_refused_with_the_usable_ones_named() {
+        let e = check(1023, "the server").unwrap_err();
+        assert!(e.starts_with("-A/--affinity: the server cannot run on CPU 1023; it may use CPUs "), "{e}");
+    }
+}
