@@ -279,7 +279,10 @@ impl TestSpec {
                 self.parallel
             ));
         }
-        for cpu in [self.affinity.client, self.affinity.server].into_iter().flatten() {
+        for cpu in [self.affinity.client, self.affinity.server]
+            .into_iter()
+            .flatten()
+        {
             if cpu > MAX_CPU {
                 return Err(format!(
                     "-A/--affinity takes CPU numbers from 0 to {MAX_CPU} (got {cpu})"
@@ -469,6 +472,16 @@ mod tests {
             vec![0, 1, 2, 3, 4, 5]
         );
         assert_eq!(flows[0].quota, Some(4));
+    }
+
+    #[test]
+    fn affinity_takes_cpus_up_to_the_cpu_set_size_and_is_left_out_when_unset() {
+        let mut s = TestSpec::default_stream();
+        assert!(!serde_json::to_string(&s).unwrap().contains("affinity"));
+        s.affinity.server = Some(limits::MAX_CPU);
+        s.validate().unwrap();
+        s.affinity.client = Some(limits::MAX_CPU + 1);
+        assert!(s.validate().unwrap_err().contains("-A/--affinity"));
     }
 
     #[test]

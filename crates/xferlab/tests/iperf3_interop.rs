@@ -419,6 +419,77 @@ fn a_busy_server_answers_iperf3s_way() {
     assert_eq!(out.code, Some(0), "{}", out.describe());
 }
 
+// ------------------------------------------ CPU affinity (-A n,m) both ways
+
+/// The CPU of iperf3's process (it pins itself whole), once it is pinned.
+fn process_cpus_once_pinned(pid: u32, want: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        if cpus == want || Instant::now() >= deadline {
+            return cpus;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn affinity_travels_as_iperf3s_server_affinity() {
+    let cpus = usable_cpus();
+    let (c, s) = (cpus[0].to_string(), cpus.last().unwrap().to_string());
+    let pin = format!("{c},{s}");
+    // xferlab client -> stock server: the server pins itself to s.
+    let (server, port) = stock_server();
+    let p = port.to_string();
+    let client = Proc::spawn(&[
+        "stream",
+        "--iperf3",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-t",
+        "2",
+        "-i",
+        "0",
+        "-J",
+        "-A",
+        &pin,
+    ]);
+    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0"), c);
+    assert_eq!(process_cpus_once_pinned(server.pid(), &s), s);
+    client.finish(deadline_for(2.0)).assert_success();
+    server.finish(Duration::from_secs(10)).assert_success();
+    // Stock client -> xferlab server: the server's flow thread runs on s.
+    require_iperf3();
+    let srv = Server::start();
+    let p = srv.port.to_string();
+    let client = Proc::spawn_program(
+        IPERF3,
+        &["-c", "127.0.0.1", "-p", &p, "-t", "2", "-A", &pin],
+    );
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0"), s);
+    client.finish(deadline_for(2.0)).assert_success();
+    // A CPU the server may not use: iperf3's own affinity error
+    // (IEAFFINITY), which a stock client words itself.
+    let bad = format!("{c},1023");
+    let out = run_iperf3(
+        &["-c", "127.0.0.1", "-p", &p, "-t", "1", "-A", &bad],
+        Duration::from_secs(10),
+    );
+    assert!(out.code != Some(0), "{}", out.describe());
+    assert!(
+        out.stderr.contains("unable to set CPU affinity"),
+        "{}",
+        out.describe()
+    );
+}
+
 // ------------------------------------------ xferlab <-> xferlab via iperf3
 
 #[test]

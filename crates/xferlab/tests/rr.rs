@@ -334,7 +334,10 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
         assert_eq!(v["spec"]["rr"]["wait"], args[1], "{args:?}");
         assert_counts_agree(&v);
         assert_monotone(&v["client"]["rr"]["latency"]);
-        assert!(u(&v["summary"]["rr"]["client_transactions_all"]) > 100, "{args:?}");
+        assert!(
+            u(&v["summary"]["rr"]["client_transactions_all"]) > 100,
+            "{args:?}"
+        );
     }
     // The default (epoll) is left out of the spec.
     let v = rr_json(&["-t", "0.5", "-i", "0"], 0.5);
@@ -354,7 +357,17 @@ fn affinity_pins_the_data_threads_of_both_ends() {
     let port = srv.port.to_string();
     let pin = format!("{c},{s}");
     let client = Proc::spawn(&[
-        "rr", "127.0.0.1", "-p", &port, "-t", "2", "-i", "0", "-J", "-A", &pin,
+        "rr",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "2",
+        "-i",
+        "0",
+        "-J",
+        "-A",
+        &pin,
     ]);
     assert_eq!(thread_cpus(client.pid(), "xfer-rr-0"), cs);
     assert_eq!(thread_cpus(srv.pid(), "xfer-rr-srv-0"), ss);

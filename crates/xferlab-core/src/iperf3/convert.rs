@@ -10,7 +10,8 @@ use crate::result::{
     SideReport, SocketSettings, TcpTotals, UdpSample, UdpTotal,
 };
 use crate::spec::{
-    limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec, Transport,
+    limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec,
+    Transport,
 };
 
 use super::params::{self, Params, Protocol, StreamInfo};
@@ -519,8 +520,13 @@ mod tests {
         s.omit_s = 2.0;
         s.knobs.size = 1400;
         s.knobs.rate = Some(5_000_000);
+        s.affinity = Affinity {
+            client: Some(0),
+            server: Some(3),
+        };
         let p = params_from_spec(&s, true).unwrap();
         assert!(p.udp_counters_64bit && p.get_server_output && p.bidirectional);
+        assert_eq!(p.server_affinity, Some(3));
         let back = spec_from_params(&Params::from_json(&p.to_json()).unwrap()).unwrap();
         assert_eq!(back.transport, s.transport);
         assert_eq!(back.direction, s.direction);
@@ -529,6 +535,19 @@ mod tests {
         assert_eq!(back.omit_s, 2.0);
         assert_eq!(back.knobs.size, 1400);
         assert_eq!(back.knobs.rate, Some(5_000_000));
+        // Only the server's CPU travels: the client pins itself.
+        assert_eq!(
+            back.affinity,
+            Affinity {
+                client: None,
+                server: Some(3)
+            }
+        );
+        let far = params(r#"{"tcp":true,"time":1,"parallel":1,"len":1000,"server_affinity":5000}"#);
+        assert_eq!(
+            spec_from_params(&far).unwrap_err().i_errno,
+            i_errno::IEINITTEST
+        );
         s.limit = Limit::Duration { seconds: 1.5 };
         assert!(params_from_spec(&s, false).unwrap_err().contains("-t"));
     }

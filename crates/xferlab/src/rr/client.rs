@@ -131,9 +131,14 @@ pub fn run(
                     let mut p2 = ClientPlan { ..clone_plan(&p) };
                     p2.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
                     let p = Arc::new(p2);
-                    if let Err(e) =
-                        spawn_engines(&mut side, &p, std::mem::take(&mut conns), cfg.spec.affinity.client, &tally, &tx)
-                    {
+                    if let Err(e) = spawn_engines(
+                        &mut side,
+                        &p,
+                        std::mem::take(&mut conns),
+                        cfg.spec.affinity.client,
+                        &tally,
+                        &tx,
+                    ) {
                         ctl.abort(ErrorCode::Internal, &e);
                         error = Some(e);
                     }

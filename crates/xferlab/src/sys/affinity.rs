@@ -103,6 +103,9 @@ mod tests {
     #[test]
     fn a_cpu_out_of_the_mask_is_refused_with_the_usable_ones_named() {
         let e = check(1023, "the server").unwrap_err();
-        assert!(e.starts_with("-A/--affinity: the server cannot run on CPU 1023; it may use CPUs "), "{e}");
+        assert!(
+            e.starts_with("-A/--affinity: the server cannot run on CPU 1023; it may use CPUs "),
+            "{e}"
+        );
     }
 }

@@ -506,7 +506,10 @@ pub fn thread_cpus(pid: u32, name: &str) -> String {
                     continue;
                 }
                 let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
-                if let Some(l) = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")) {
+                if let Some(l) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                {
                     return l.trim().to_string();
                 }
             }
