@@ -71,6 +71,9 @@ pub enum RrModeArg {
 /// `--wait` values of `xferlab rr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RrWaitArg {
+    /// read when both ends are pinned to one CPU over loopback (-A N,N),
+    /// where it is cheapest; epoll otherwise.
+    Auto,
     /// Sleep in epoll_wait(), then read: how event-driven applications
     /// wait, the same for one flow and for thousands.
     Epoll,
@@ -136,7 +139,7 @@ pub struct RrArgs {
     /// How both ends wait for the peer's next message. Part of what is
     /// measured: on loopback a thread's wake-up is most of a
     /// transaction's cost.
-    #[arg(long, value_enum, default_value_t = RrWaitArg::Epoll, value_name = "HOW")]
+    #[arg(long, value_enum, default_value_t = RrWaitArg::Auto, value_name = "HOW")]
     pub wait: RrWaitArg,
 }
 
@@ -191,6 +194,7 @@ impl RrArgs {
             background,
             drop_request: self.drop_request,
             wait: match self.wait {
+                RrWaitArg::Auto => RrWait::Auto,
                 RrWaitArg::Epoll => RrWait::Epoll,
                 RrWaitArg::Read => RrWait::Read,
                 RrWaitArg::Spin => RrWait::Spin,

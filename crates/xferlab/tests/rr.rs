@@ -332,6 +332,8 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
         all.extend_from_slice(args);
         let v = rr_json(&all, 1.0);
         assert_eq!(v["spec"]["rr"]["wait"], args[1], "{args:?}");
+        assert_eq!(v["client"]["rr"]["wait"], args[1], "{args:?}");
+        assert_eq!(v["server"]["rr"]["wait"], args[1], "{args:?}");
         assert_counts_agree(&v);
         assert_monotone(&v["client"]["rr"]["latency"]);
         assert!(
@@ -339,9 +341,21 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
             "{args:?}"
         );
     }
-    // The default (epoll) is left out of the spec.
+    // The default (auto) is left out of the spec; each end reports what
+    // it decided: read() when both ends share a CPU on loopback, epoll
+    // otherwise.
     let v = rr_json(&["-t", "0.5", "-i", "0"], 0.5);
     assert!(v["spec"]["rr"].get("wait").is_none(), "{}", v["spec"]);
+    assert_eq!(v["client"]["rr"]["wait"], "epoll");
+    assert_eq!(v["server"]["rr"]["wait"], "epoll");
+    let cpu = usable_cpus()[0];
+    let v = rr_json(
+        &["-t", "0.5", "-i", "0", "-A", &format!("{cpu},{cpu}")],
+        0.5,
+    );
+    assert_eq!(v["client"]["rr"]["wait"], "read");
+    assert_eq!(v["server"]["rr"]["wait"], "read");
+    assert_counts_agree(&v);
 }
 
 /// `-A n,m` pins the client's engine thread to n and the server's to m

@@ -89,6 +89,10 @@ pub struct RrFlowReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RrSideReport {
     pub mode: RrMode,
+    /// How this end's threads waited for messages (`--wait`, `auto`
+    /// decided); absent in documents from before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<super::RrWait>,
     pub flows: Vec<RrFlowReport>,
     /// Every flow summed per interval: transactions over time.
     pub sums: Vec<RrInterval>,

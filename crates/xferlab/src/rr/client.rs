@@ -118,7 +118,7 @@ pub fn run(
                 }
                 ClientEvent::Started => {
                     let Some(p) = plan.clone() else { continue };
-                    let mut side = RrSide::new(Endpoint::Client, rr.mode, rr.flows, clock);
+                    let mut side = RrSide::new(Endpoint::Client, rr.mode, p.wait, rr.flows, clock);
                     if let Some(b) = background.as_mut() {
                         if let Err(e) = b.start() {
                             ctl.abort(ErrorCode::Internal, &e);
@@ -291,6 +291,7 @@ fn clone_plan(p: &ClientPlan) -> ClientPlan {
         token: p.token,
         knobs: p.knobs.clone(),
         measure_from: p.measure_from,
+        wait: p.wait,
     }
 }
 
@@ -313,6 +314,10 @@ fn connect_rr(
         token,
         knobs: cfg.spec.knobs.clone(),
         measure_from: Instant::now(),
+        wait: rr.wait.resolve(
+            &cfg.spec.affinity,
+            crate::net::canonical(to).ip().is_loopback(),
+        ),
     };
     let mut conns = Vec::with_capacity(rr.flows as usize);
     for id in 0..rr.flows {

@@ -52,6 +52,8 @@ pub struct ClientPlan {
     /// Latencies before this moment (the warm-up) stay out of the
     /// histograms.
     pub measure_from: Instant,
+    /// How this end's threads wait (`--wait`, `auto` decided).
+    pub wait: RrWait,
 }
 
 /// A flow's socket as the driver connected it.
@@ -207,8 +209,8 @@ pub fn run(
     // read() itself (with a timeout, to look at the flags) rather than in
     // epoll_wait() and then read(). Depth 1 and a small request keep the
     // blocking write from ever waiting on the peer.
-    let spin = rr.wait == RrWait::Spin;
-    let fast = rr.wait != RrWait::Epoll
+    let spin = plan.wait == RrWait::Spin;
+    let fast = plan.wait != RrWait::Epoll
         && flows.len() == 1
         && rr.mode == RrMode::TcpRr
         && rr.depth == 1

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use xferlab_core::result::TestResult;
 use xferlab_core::rr::report::{LatencySummary, RrInterval, RrSideReport};
-use xferlab_core::rr::RrMode;
+use xferlab_core::rr::{RrMode, RrWait};
 use xferlab_core::spec::{Limit, TestSpec};
 
 /// Per-flow lines are printed for at most this many flows.
@@ -141,6 +141,20 @@ pub fn summary(r: &TestResult) -> String {
     if let Some(l) = &c.connect {
         writeln!(s, "Connect: {}", latency_line(l)).ok();
     }
+    let server_wait = r
+        .server
+        .as_ref()
+        .and_then(|s| s.rr.as_ref())
+        .and_then(|s| s.wait);
+    if let (Some(cw), Some(sw)) = (c.wait, server_wait) {
+        writeln!(
+            s,
+            "Waiting: client {}, server {}",
+            wait_label(cw),
+            wait_label(sw)
+        )
+        .ok();
+    }
     if let Some(dropped) = r
         .server
         .as_ref()
@@ -156,6 +170,15 @@ pub fn summary(r: &TestResult) -> String {
         }
     }
     s
+}
+
+fn wait_label(w: RrWait) -> &'static str {
+    match w {
+        RrWait::Auto => "auto",
+        RrWait::Epoll => "sleeps in epoll_wait()",
+        RrWait::Read => "sleeps in read()",
+        RrWait::Spin => "spins",
+    }
 }
 
 fn flow_lines(s: &mut String, c: &RrSideReport) {

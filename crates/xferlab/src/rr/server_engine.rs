@@ -46,6 +46,8 @@ pub struct ServerPlan {
     pub attached: AtomicU32,
     /// Wakes the session when a flow attaches.
     pub notify: Box<dyn Fn() + Send + Sync>,
+    /// How the engine threads wait (`--wait`, `auto` decided).
+    pub wait: RrWait,
 }
 
 struct Conn {
@@ -92,8 +94,8 @@ pub fn run(
     // `--wait read|spin` and one ping-pong flow: once its connection is
     // here, wait in read() itself instead of epoll_wait() + read() (see
     // the client's fast path).
-    let spin = rr.wait == RrWait::Spin;
-    let fast = rr.wait != RrWait::Epoll
+    let spin = plan.wait == RrWait::Spin;
+    let fast = plan.wait != RrWait::Epoll
         && rr.mode == RrMode::TcpRr
         && rr.flows == 1
         && rr.depth == 1

@@ -69,13 +69,18 @@ pub fn serve(
         .insert(token, tx.clone());
     *reg_token = Some(token);
     let clock = IntervalClock::new(spec.interval_s, spec.omit_s);
-    let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, rr.flows, clock);
+    let wait = rr.wait.resolve(
+        &spec.affinity,
+        crate::net::canonical(peer).ip().is_loopback(),
+    );
+    let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, wait, rr.flows, clock);
     rr_side.set_default_addrs(
         SocketAddr::new(local_ip, rr_port).to_string(),
         crate::net::canonical(peer).ip().to_string(),
     );
     let notify_tx = tx.clone();
     let plan = Arc::new(ServerPlan {
+        wait,
         rr: rr.clone(),
         token,
         peer_ip: crate::net::canonical(peer).ip(),

@@ -12,7 +12,7 @@ use xferlab_core::result::{Endpoint, FlowEnd};
 use xferlab_core::rr::latency::LatencyRecorder;
 use xferlab_core::rr::meter::TxMeter;
 use xferlab_core::rr::report::{sum_intervals, sum_totals, RrFlowReport, RrInterval, RrSideReport};
-use xferlab_core::rr::RrMode;
+use xferlab_core::rr::{RrMode, RrWait};
 
 use super::counters::FlowCounters;
 
@@ -43,6 +43,8 @@ pub struct RrSide {
     #[allow(dead_code)]
     endpoint: Endpoint,
     mode: RrMode,
+    /// How this end's engine threads wait (resolved, never `Auto`).
+    wait: RrWait,
     start: Instant,
     clock: IntervalClock,
     next_boundary: Option<f64>,
@@ -58,11 +60,18 @@ pub struct RrSide {
 }
 
 impl RrSide {
-    pub fn new(endpoint: Endpoint, mode: RrMode, flows: u32, clock: IntervalClock) -> RrSide {
+    pub fn new(
+        endpoint: Endpoint,
+        mode: RrMode,
+        wait: RrWait,
+        flows: u32,
+        clock: IntervalClock,
+    ) -> RrSide {
         let counters: Arc<[FlowCounters]> = (0..flows).map(|_| FlowCounters::default()).collect();
         RrSide {
             endpoint,
             mode,
+            wait,
             start: Instant::now(),
             clock,
             next_boundary: clock.next_boundary(0.0),
@@ -209,6 +218,7 @@ impl RrSide {
         let sums = sum_intervals(flows.iter().map(|f| f.intervals.as_slice()));
         RrSideReport {
             mode: self.mode,
+            wait: Some(self.wait),
             sums,
             total,
             latency: merged.summary(),
