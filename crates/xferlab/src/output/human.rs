@@ -24,7 +24,7 @@ use xferlab_core::result::{
     SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample, UdpSummary,
 };
 use xferlab_core::spec::{
-    Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
+    Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
 };
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
 
@@ -698,10 +698,27 @@ fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
 /// The test in one line: what, which way, how many flows, how long, how
 /// big the writes are and how receivers consume data.
 fn describe_test(spec: &TestSpec) -> String {
-    let pattern = match spec.pattern {
-        Pattern::Stream => "stream",
-        Pattern::Rr => return crate::rr::output::describe(spec),
+    let text = match spec.pattern {
+        Pattern::Stream => describe_stream(spec),
+        Pattern::Rr => crate::rr::output::describe(spec),
     };
+    format!("{text}{}", describe_affinity(&spec.affinity))
+}
+
+/// "; data threads on CPU 0 (client), CPU 1 (server)" with `-A`.
+fn describe_affinity(a: &Affinity) -> String {
+    let ends: Vec<String> = [(a.client, "client"), (a.server, "server")]
+        .into_iter()
+        .filter_map(|(cpu, end)| cpu.map(|c| format!("CPU {c} ({end})")))
+        .collect();
+    if ends.is_empty() {
+        return String::new();
+    }
+    format!("; data threads on {}", ends.join(", "))
+}
+
+fn describe_stream(spec: &TestSpec) -> String {
+    let pattern = "stream";
     let transport = spec.transport.label();
     let direction = match spec.direction {
         Direction::Forward => "forward (client sends)",
@@ -922,6 +939,16 @@ mod tests {
 
     fn lines_with<'a>(text: &'a str, needle: &str) -> Vec<&'a str> {
         text.lines().filter(|l| l.contains(needle)).collect()
+    }
+
+    #[test]
+    fn the_test_line_names_pinned_cpus() {
+        let mut spec = TestSpec::default_stream();
+        assert!(!describe_test(&spec).contains("CPU"));
+        spec.affinity.server = Some(3);
+        assert!(describe_test(&spec).ends_with("; data threads on CPU 3 (server)"));
+        spec.affinity.client = Some(0);
+        assert!(describe_test(&spec).ends_with("; data threads on CPU 0 (client), CPU 3 (server)"));
     }
 
     #[test]
