@@ -425,13 +425,8 @@ fn a_busy_server_answers_iperf3s_way() {
 fn process_cpus_once_pinned(pid: u32, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let cpus = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .unwrap_or("")
-            .trim()
-            .to_string();
+        let status = format!("/proc/{pid}/status");
+        let cpus = cpus_allowed(std::path::Path::new(&status)).unwrap_or_default();
         if cpus == want || Instant::now() >= deadline {
             return cpus;
         }

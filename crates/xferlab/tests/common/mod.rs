@@ -477,13 +477,8 @@ pub fn thread_names(pid: u32) -> Vec<String> {
 
 /// CPUs this test process may use (its affinity mask), ascending.
 pub fn usable_cpus() -> Vec<u32> {
-    let s = std::fs::read_to_string("/proc/self/status").unwrap();
-    let list = s
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .expect("Cpus_allowed_list in /proc/self/status")
-        .trim()
-        .to_string();
+    let list = cpus_allowed(std::path::Path::new("/proc/self/status"))
+        .expect("Cpus_allowed_list in /proc/self/status");
     let mut cpus = Vec::new();
     for part in list.split(',') {
         match part.split_once('-') {
@@ -494,8 +489,19 @@ pub fn usable_cpus() -> Vec<u32> {
     cpus
 }
 
+/// The Cpus_allowed_list ("0", "0-1" ...) of a /proc status file
+/// (/proc/PID/status for a process, /proc/PID/task/TID/status for a
+/// thread).
+pub fn cpus_allowed(status_path: &std::path::Path) -> Option<String> {
+    let status = std::fs::read_to_string(status_path).ok()?;
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?;
+    Some(list.trim().to_string())
+}
+
 /// Waits (up to 10 s) for a thread of `pid` named `name` and returns its
-/// Cpus_allowed_list ("0", "0-1" ...).
+/// Cpus_allowed_list.
 pub fn thread_cpus(pid: u32, name: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
@@ -505,12 +511,8 @@ pub fn thread_cpus(pid: u32, name: &str) -> String {
                 if comm.trim() != name {
                     continue;
                 }
-                let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
-                if let Some(l) = status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-                {
-                    return l.trim().to_string();
+                if let Some(cpus) = cpus_allowed(&e.path().join("status")) {
+                    return cpus;
                 }
             }
         }
