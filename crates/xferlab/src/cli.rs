@@ -71,8 +71,8 @@ pub enum RrModeArg {
 /// `--wait` values of `xferlab rr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum RrWaitArg {
-    /// read when both ends are pinned to one CPU over loopback (-A N,N),
-    /// where it is cheapest; epoll otherwise.
+    /// As `read` when both ends are pinned to one CPU over loopback
+    /// (-A N,N), where that is cheapest; as `epoll` otherwise.
     Auto,
     /// Sleep in epoll_wait(), then read: how event-driven applications
     /// wait, the same for one flow and for thousands.
