@@ -131,13 +131,14 @@ pub fn serve(
         },
     );
     shared.log(format_args!(
-        "{label} {peer}: accepted rr {} x{} ({}+{} bytes, depth {}) with {} background flows",
+        "{label} {peer}: accepted rr {} x{} ({}+{} bytes, depth {}) with {} background flows{}",
         rr.mode.label(),
         rr.flows,
         rr.request_size,
         rr.response_size,
         rr.depth,
-        rr.background
+        rr.background,
+        crate::stream::session::placement(&spec)
     ));
 
     let bg_spec = spec.background_spec();

@@ -391,10 +391,19 @@ pub(crate) fn describe(s: &TestSpec) -> String {
         Limit::Bytes { bytes } => format!("{bytes} bytes"),
     };
     format!(
-        "{} stream {dir} x{} {limit}",
+        "{} stream {dir} x{} {limit}{}",
         s.transport.label(),
-        s.parallel
+        s.parallel,
+        placement(s)
     )
+}
+
+/// ", data threads on CPU N" when this server pins them (`-A`), for its
+/// log lines.
+pub(crate) fn placement(s: &TestSpec) -> String {
+    s.affinity
+        .server
+        .map_or(String::new(), |c| format!(", data threads on CPU {c}"))
 }
 
 /// One line of what this server received and sent.
