@@ -224,6 +224,61 @@ fn well_formed_but_wrong_messages_are_refused() {
     assert_serves_a_real_client(&mut srv);
 }
 
+/// What only the server can check (its congestion controls, its CPUs) is
+/// refused by the server itself, for stream and rr tests alike: a raw
+/// hello skips the client's own checks.
+#[test]
+fn what_only_the_server_can_check_is_refused_for_both_patterns() {
+    let mut srv = Server::start();
+    let knobs = |cc: &str| {
+        json!({"size": 131072, "buffer": null, "congestion": cc, "nodelay": false,
+               "mss": null, "tos": null, "max_pacing_rate": null, "recv_mode": "copy"})
+    };
+    let stream = |cc: &str| {
+        json!({"pattern": "stream", "transport": "tcp", "direction": "forward",
+               "parallel": 1, "limit": {"duration": {"seconds": 1.0}},
+               "omit_s": 0.0, "interval_s": 1.0, "knobs": knobs(cc)})
+    };
+    let rr = |cc: &str| {
+        let mut s = stream(cc);
+        s["pattern"] = json!("rr");
+        s["parallel"] = json!(0);
+        s["rr"] = json!({"mode": "tcp_rr", "request_size": 1, "response_size": 1,
+                         "depth": 1, "flows": 1, "timeout_s": 1.0});
+        s
+    };
+    let far_cpu = |mut s: serde_json::Value| {
+        s["knobs"]["congestion"] = json!(null);
+        s["affinity"] = json!({"server": 1023});
+        s
+    };
+    for (spec, needle) in [
+        (stream("no_such_cc"), "on the server"),
+        (rr("no_such_cc"), "on the server"),
+        (far_cpu(stream("x")), "the server cannot run on CPU 1023"),
+        (far_cpu(rr("x")), "the server cannot run on CPU 1023"),
+    ] {
+        let hello = json!({
+            "type": "hello",
+            "software": {"name": "xferlab", "version": "0.1.0", "protocol": 1},
+            "spec": spec,
+        });
+        let mut s = raw_connect(srv.addr());
+        let mut msg = preamble(1, 1).to_vec();
+        msg.extend(frame(hello.to_string().as_bytes()));
+        send(&mut s, &msg);
+        assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+        let err = read_json_frame(&mut s);
+        assert_eq!(err["code"], "invalid_spec", "{err}");
+        assert!(
+            err["message"].as_str().unwrap_or("").contains(needle),
+            "{err}"
+        );
+        assert!(reads_to_eof(&mut s));
+    }
+    assert_serves_a_real_client(&mut srv);
+}
+
 #[test]
 fn client_of_another_protocol_version_is_told_so() {
     let mut srv = Server::start();

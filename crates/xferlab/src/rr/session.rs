@@ -19,7 +19,7 @@ use xferlab_core::spec::{Knobs, TestSpec};
 use super::server_engine::{self, RrSocket, ServerPlan};
 use super::side::RrSide;
 use crate::control::{ControlIo, Wake};
-use crate::net::{self, sockopt};
+use crate::net;
 use crate::server::Shared;
 use crate::stream::session::attach_flow;
 use crate::stream::side::{ConnectedFlow, Side};
@@ -302,19 +302,10 @@ fn open(
         ctl.reject(code, &why);
         Err(why)
     };
-    if let Some(cc) = &spec.knobs.congestion {
-        if let Err(why) = sockopt::check_congestion(cc) {
-            return refuse(ctl, ErrorCode::InvalidSpec, format!("on the server: {why}"));
-        }
-    }
-    let mut token = [0u8; TOKEN_LEN];
-    if let Err(e) = getrandom::fill(&mut token) {
-        return refuse(
-            ctl,
-            ErrorCode::Internal,
-            format!("no randomness for a session token: {e}"),
-        );
-    }
+    let token = match crate::stream::session::new_token() {
+        Ok(t) => t,
+        Err(why) => return refuse(ctl, ErrorCode::Internal, why),
+    };
     let bind = SocketAddr::new(local_ip, 0);
     let socket = match rr.mode {
         RrMode::UdpRr => {

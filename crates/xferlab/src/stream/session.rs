@@ -93,7 +93,7 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         let mut finished = false;
         while let Some(ev) = ctl.poll_event() {
             let ev = match ev {
-                ServerEvent::TestRequested(mut s) => match shared.place(&mut s) {
+                ServerEvent::TestRequested(mut s) => match admit(shared, &mut s) {
                     Ok(()) => ServerEvent::TestRequested(s),
                     Err(why) => {
                         ctl.reject(ErrorCode::InvalidSpec, &why);
@@ -235,8 +235,25 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
     }
 }
 
-/// Checks what only the server can check, registers the session's token
-/// and welcomes the client.
+/// What only the server can check of a test, for both patterns: where
+/// its data threads may run (the spec gets the server's CPU) and whether
+/// its congestion control exists here.
+fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
+    shared.place(spec)?;
+    if let Some(cc) = &spec.knobs.congestion {
+        sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
+    }
+    Ok(())
+}
+
+/// A fresh random session token.
+pub(crate) fn new_token() -> Result<[u8; TOKEN_LEN], String> {
+    let mut token = [0u8; TOKEN_LEN];
+    getrandom::fill(&mut token).map_err(|e| format!("no randomness for a session token: {e}"))?;
+    Ok(token)
+}
+
+/// Registers the session's token and welcomes the client.
 fn accept_test(
     ctl: &mut ServerControl,
     reg: &mut Registration<'_>,
@@ -249,19 +266,10 @@ fn accept_test(
         ctl.reject(code, &why);
         Err(why)
     };
-    if let Some(cc) = &spec.knobs.congestion {
-        if let Err(why) = sockopt::check_congestion(cc) {
-            return refuse(ctl, ErrorCode::InvalidSpec, format!("on the server: {why}"));
-        }
-    }
-    let mut token = [0u8; TOKEN_LEN];
-    if let Err(e) = getrandom::fill(&mut token) {
-        return refuse(
-            ctl,
-            ErrorCode::Internal,
-            format!("no randomness for a session token: {e}"),
-        );
-    }
+    let token = match new_token() {
+        Ok(t) => t,
+        Err(why) => return refuse(ctl, ErrorCode::Internal, why),
+    };
     let mut udp_ports = Vec::new();
     if spec.transport == Transport::Udp {
         for plan in spec.flows() {
