@@ -27,6 +27,49 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// Parses a command line without printing or exiting: the error is the
+    /// one line the tool would print (`xferlab run` checks every point of
+    /// a scenario this way before anything runs).
+    pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, String> {
+        Cli::try_parse_from(args).map_err(|e| one_line(&e))
+    }
+
+    /// The checks a verb makes on its values before it runs (ranges,
+    /// combinations), without running anything.
+    pub fn check_values(self) -> Result<(), String> {
+        match &self.command {
+            Command::Stream(a) => a.spec().map(drop),
+            Command::Rr(a) => a.spec().map(drop),
+            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
+            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
+            Command::Lab(a) => {
+                crate::lab::check(a)?;
+                let inner = std::iter::once("xferlab".to_string()).chain(a.command.iter().cloned());
+                Cli::try_parse_from_args(inner)?.check_values()
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// clap's multi-line error, folded into the one line this tool promises:
+/// the message, then its tips after `;`.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines
+        .next()
+        .unwrap_or("bad usage")
+        .trim_start_matches("error: ");
+    let mut msg = first.to_string();
+    for t in lines.filter_map(|l| l.strip_prefix("tip: ")) {
+        msg.push_str("; ");
+        msg.push_str(t);
+    }
+    msg
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve tests from xferlab and stock iperf3 clients, several at once.
@@ -54,6 +97,83 @@ pub enum Command {
     /// many flows at once, optionally next to background stream flows.
     /// Reports transactions per second over time and latency percentiles.
     Rr(Box<RrArgs>),
+    /// Run an experiment: a scenario file's grid of knob values x repeats,
+    /// each point an ordinary xferlab invocation, stored run by run in an
+    /// SQLite database; ends with its report. Run it again to resume.
+    Run(RunArgs),
+    /// Tables (Markdown, CSV) and plots (SVG, one HTML page) of a stored
+    /// experiment (default: the newest).
+    Report(ReportArgs),
+    /// Did this change help? Per metric, the difference between two runs
+    /// or points with its 95 % confidence interval and Welch's t-test.
+    Compare(CompareArgs),
+    /// The results database: list experiments, show runs, export them as
+    /// CSV, JSON lines or SQL.
+    Db(crate::experiment::db::DbArgs),
+}
+
+/// The results database, for every experiment command.
+#[derive(Debug, Args)]
+pub struct DbPathArg {
+    /// The results database (SQLite).
+    #[arg(long, default_value = "xferlab.db", value_name = "PATH")]
+    pub db: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The scenario (TOML; see scenarios/ and docs/experiments.md).
+    pub scenario: PathBuf,
+    /// The scenario's quick scale (its [quick] section): fewer points,
+    /// repeats and seconds, as CI runs it.
+    #[arg(long)]
+    pub quick: bool,
+    /// List the expanded points and their command lines; run nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Start a new experiment even if this scenario has stored runs.
+    #[arg(long, conflicts_with = "resume_anyway")]
+    pub fresh: bool,
+    /// Resume the stored experiment even though the scenario file changed
+    /// since (points are matched by their knob values).
+    #[arg(long)]
+    pub resume_anyway: bool,
+    /// Where the report goes (default xferlab-reports/NAME-ID).
+    #[arg(long, value_name = "DIR")]
+    pub report_dir: Option<PathBuf>,
+    /// Skip the report at the end.
+    #[arg(long)]
+    pub no_report: bool,
+    #[command(flatten)]
+    pub db: DbPathArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Experiment id or scenario name (default: the newest experiment).
+    pub experiment: Option<String>,
+    /// Output directory (default xferlab-reports/NAME-ID).
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub db: DbPathArg,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// A run (`run:N`) or a point with all its repeats (`EXPERIMENT/POINT`,
+    /// e.g. `udpmon/3` or `4/3`; POINT numbered as in --dry-run).
+    pub a: String,
+    /// The other run or point.
+    pub b: String,
+    /// Only these metrics (repeatable).
+    #[arg(short = 'm', long = "metric", value_name = "NAME")]
+    pub metrics: Vec<String>,
+    /// JSON instead of a table.
+    #[arg(short = 'J', long = "json")]
+    pub json: bool,
+    #[command(flatten)]
+    pub db: DbPathArg,
 }
 
 /// `--mode` values of `xferlab rr`.
@@ -251,6 +371,15 @@ pub struct SweepArgs {
     pub spacing: Option<String>,
 }
 
+/// The rate that spaces datagrams of `size` bytes `us` microseconds apart
+/// (None: back to back), as `sweep --spacing` computes it.
+pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
+    if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
+        return Err(format!("--gap is microseconds between datagrams, 0 to 10000000 (got {us})"));
+    }
+    Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
+}
+
 /// Parses `FROM:TO:STEP` into the values from FROM up to TO inclusive.
 pub fn parse_steps(
     flag: &str,
@@ -381,6 +510,11 @@ pub struct StreamArgs {
     /// Default 1M, as iperf3.
     #[arg(short = 'b', long = "bitrate", value_parser = parse_rate, value_name = "RATE")]
     pub bitrate: Option<u64>,
+    /// UDP: microseconds between the datagrams of a flow (UDPmon's
+    /// spacing; 0 = back to back), instead of -b: the rate becomes
+    /// -l x 8 / gap.
+    #[arg(long, value_name = "US", conflicts_with = "bitrate")]
+    pub gap: Option<f64>,
     /// UDP datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
     /// buffer with --gso (default 32).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
@@ -453,6 +587,10 @@ pub struct StreamArgs {
     /// Write the output to this file instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also store the result, with its metrics, in this results database
+    /// (stream and rr; see `xferlab db`).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
 }
 
 impl StreamArgs {
@@ -578,7 +716,12 @@ impl StreamArgs {
                     RecvMode::Copy
                 },
                 rate: if udp {
-                    Some(self.bitrate.unwrap_or(DEFAULT_UDP_RATE)).filter(|&r| r > 0)
+                    match self.gap {
+                        Some(us) => gap_rate(size, us)?,
+                        None => Some(self.bitrate.unwrap_or(DEFAULT_UDP_RATE)).filter(|&r| r > 0),
+                    }
+                } else if self.gap.is_some() {
+                    return Err("--gap spaces UDP datagrams; add -u".into());
                 } else {
                     None
                 },

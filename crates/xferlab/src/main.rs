@@ -2,6 +2,7 @@
 
 mod cli;
 mod control;
+mod experiment;
 mod iperf3;
 mod lab;
 mod net;
@@ -58,6 +59,31 @@ fn main() -> ExitCode {
         }
         Command::Lab(a) => lab::run(&a),
         Command::Rr(a) => run_rr(&a),
+        Command::Run(a) => {
+            install_interrupt_handler();
+            experiment::runner::run(
+                &experiment::runner::RunOptions {
+                    scenario: a.scenario,
+                    scale: if a.quick {
+                        xferlab_core::experiment::scenario::Scale::Quick
+                    } else {
+                        xferlab_core::experiment::scenario::Scale::Full
+                    },
+                    db: a.db.db,
+                    dry_run: a.dry_run,
+                    fresh: a.fresh,
+                    resume_anyway: a.resume_anyway,
+                    report_dir: a.report_dir,
+                    no_report: a.no_report,
+                },
+                &INTERRUPTS,
+            )
+        }
+        Command::Report(a) => {
+            experiment::report_cmd(&a.db.db, a.experiment.as_deref(), a.output.as_deref())
+        }
+        Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
+        Command::Db(a) => experiment::db::run(&a),
     }
 }
 
@@ -77,18 +103,7 @@ fn usage_error(e: &clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         };
     }
-    let text = e.render().to_string();
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines
-        .next()
-        .unwrap_or("bad usage")
-        .trim_start_matches("error: ");
-    let tips: Vec<&str> = lines.filter_map(|l| l.strip_prefix("tip: ")).collect();
-    let mut msg = first.to_string();
-    for t in tips {
-        msg.push_str("; ");
-        msg.push_str(t);
-    }
+    let msg = cli::one_line(e);
     eprintln!("xferlab: {msg} (see `xferlab --help`)");
     ExitCode::from(2)
 }
@@ -253,6 +268,7 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);
             }
+            store_result(a, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
                 (None, _) => ExitCode::SUCCESS,
                 (Some(e), true) => fail(e, 130),
@@ -290,6 +306,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);
             }
+            store_result(&a.stream, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
                 (None, _) => ExitCode::SUCCESS,
                 (Some(e), true) => fail(e, 130),
@@ -297,6 +314,25 @@ fn run_rr(a: &RrArgs) -> ExitCode {
             }
         }
         Err(e) => fail(&e, interrupted_or(1)),
+    }
+}
+
+/// `--db PATH`: the result, with its metrics, as a single run in the
+/// results database. A failure to store is reported but does not change
+/// the test's own exit status (the result was already written).
+fn store_result(a: &StreamArgs, result: &xferlab_core::result::TestResult, ok: bool) {
+    let Some(db) = &a.db else { return };
+    let doc = match serde_json::to_value(result) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("xferlab: cannot store the result in {}: {e}", db.display());
+            return;
+        }
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    match experiment::store_single(db, &argv, if ok { 0 } else { 1 }, &doc) {
+        Ok(id) => eprintln!("stored as run {id} in {}", db.display()),
+        Err(e) => eprintln!("xferlab: cannot store the result in {}: {e}", db.display()),
     }
 }
 
@@ -312,6 +348,12 @@ struct SeriesRun {
 
 fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode> {
     let format = a.format();
+    if a.db.is_some() {
+        return Err(fail(
+            "--db stores stream and rr results; run cbr and sweep through a scenario (`xferlab run`), which stores every run",
+            2,
+        ));
+    }
     if a.iperf3_mode() {
         return Err(fail(
             "cbr and sweep need an xferlab server (they read per-datagram counters iperf3 does not report); use stream --iperf3 for iperf3 servers",

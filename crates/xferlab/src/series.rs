@@ -319,11 +319,10 @@ pub fn sweep_specs(
             .iter()
             .map(|&us| {
                 let mut s = base.clone();
-                s.knobs.rate =
-                    (us > 0.0).then(|| (s.knobs.size as f64 * 8.0 / (us * 1e-6)).round() as u64);
-                (s, Some(us))
+                s.knobs.rate = crate::cli::gap_rate(s.knobs.size, us)?;
+                Ok((s, Some(us)))
             })
-            .collect(),
+            .collect::<Result<_, String>>()?,
     };
     for (s, _) in &specs {
         s.validate()?;

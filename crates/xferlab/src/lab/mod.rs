@@ -129,6 +129,15 @@ pub fn run(a: &LabArgs) -> ExitCode {
     exit
 }
 
+/// Checks a lab command line as `run` would, without building anything
+/// (the experiment runner checks every point before the first runs).
+pub fn check(a: &LabArgs) -> Result<(), String> {
+    if a.command.is_empty() {
+        return Err("lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)".into());
+    }
+    Plan::new(a).map(drop)
+}
+
 /// The validated request.
 struct Plan {
     c2s: LinkConfig,

@@ -1,0 +1,1008 @@
+//! Scenario files: what an experiment runs, parsed from TOML and expanded
+//! into points (one knob assignment each).
+//!
+//! A scenario names a base command (any xferlab verb with its flags), where
+//! it runs (loopback, the emulated lab, the lab VM), a `matrix` of knob
+//! values (a cross product), `zip` groups (axes whose values advance
+//! together), per-point `override`s, a repeat count, a run order and a
+//! default report. A knob is always a real flag of the CLI, written as
+//! the user would type it (`"-l"`, `"--spacing"`), or `"lab --mark"` for
+//! a flag of `xferlab lab` itself. This module only checks the file's
+//! shape; whether each flag exists and takes the values given is checked
+//! by the binary against its own command line definition, which is why
+//! every knob keeps the line it came from.
+//!
+//! ```toml
+//! title = "TCP write size"
+//! command = "stream -t 3"
+//! repeat = 3
+//! order = "interleaved"
+//! [matrix]
+//! "-l" = ["64K", "1M"]
+//! "-P" = [1, 2]
+//! [quick]
+//! repeat = 1
+//! set = { "-t" = "1" }
+//! [[report.table]]
+//! metric = "throughput_bps"
+//! rows = "-l"
+//! cols = "-P"
+//! ```
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+use super::stats::Aggregate;
+
+/// A scenario file that could not be used: the line it concerns and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{line}: {message}")]
+pub struct ScenarioError {
+    /// 1-based line in the scenario file (0 when the whole file is meant).
+    pub line: usize,
+    pub message: String,
+}
+
+/// Where the points of a scenario run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Place {
+    /// Ordinary invocations on this host (an in-process server on
+    /// loopback unless the command names a server).
+    Loopback,
+    /// Each point is `xferlab lab LABFLAGS VERB ...` (namespaces joined by
+    /// the link emulator; root needed).
+    Lab,
+    /// Every point inside one boot of the lab VM (`lab/vm/run`).
+    Vm,
+}
+
+/// In which order the runs of a scenario are made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Every repeat of a point, then the next point.
+    Sequential,
+    /// Round by round: every point once, then every point again, so slow
+    /// drift of the machine spreads over all points (the benches' way).
+    Interleaved,
+    /// All runs in a random order drawn from the seed.
+    Shuffled { seed: u64 },
+}
+
+/// A knob: a flag of the verb, or of `xferlab lab` when `lab` is set.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Knob {
+    pub lab: bool,
+    pub flag: String,
+}
+
+impl Knob {
+    fn parse(text: &str, line: usize) -> Result<Knob, ScenarioError> {
+        let t = text.trim();
+        let (lab, flag) = match t.strip_prefix("lab ") {
+            Some(rest) => (true, rest.trim()),
+            None => (false, t),
+        };
+        if !flag.starts_with('-') || flag == "-" || flag == "--" || flag.contains(' ') {
+            return Err(ScenarioError {
+                line,
+                message: format!(
+                    "knob `{text}` is not a flag; write it as on the command line (\"-l\", \"--spacing\"), or \"lab --mark\" for a flag of `xferlab lab`"
+                ),
+            });
+        }
+        Ok(Knob {
+            lab,
+            flag: flag.to_string(),
+        })
+    }
+}
+
+impl fmt::Display for Knob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.lab {
+            write!(f, "lab {}", self.flag)
+        } else {
+            f.write_str(&self.flag)
+        }
+    }
+}
+
+/// One knob's value: a flag argument, or for a flag without argument,
+/// whether it is given.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Value {
+    Arg(String),
+    Switch(bool),
+}
+
+impl Value {
+    fn from_toml(v: &toml::Value, line: usize, knob: &str) -> Result<Value, ScenarioError> {
+        Ok(match v {
+            toml::Value::String(s) => Value::Arg(s.clone()),
+            toml::Value::Integer(i) => Value::Arg(i.to_string()),
+            toml::Value::Float(x) => Value::Arg(x.to_string()),
+            toml::Value::Boolean(b) => Value::Switch(*b),
+            other => {
+                return Err(ScenarioError {
+                    line,
+                    message: format!(
+                        "`{knob}`: a value must be a string, number or boolean, not {}",
+                        other.type_str()
+                    ),
+                })
+            }
+        })
+    }
+
+    /// The value as a report shows it (`on`/`off` for switches).
+    pub fn label(&self) -> String {
+        match self {
+            Value::Arg(s) => s.clone(),
+            Value::Switch(true) => "on".into(),
+            Value::Switch(false) => "off".into(),
+        }
+    }
+
+    /// The value as JSON (strings, and booleans for switches).
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Value::Arg(s) => serde_json::Value::String(s.clone()),
+            Value::Switch(b) => serde_json::Value::Bool(*b),
+        }
+    }
+}
+
+/// A knob with the line it was written on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnobAt {
+    pub knob: Knob,
+    pub line: usize,
+}
+
+/// One axis of the cross product: a single knob, or a zip group whose
+/// knobs take their i-th values together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Axis {
+    pub knobs: Vec<KnobAt>,
+    /// `values[i][k]`: the i-th step's value of knob k.
+    pub values: Vec<Vec<Value>>,
+}
+
+/// Per-point overrides: where every `when` knob has its value, `set`
+/// applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Override {
+    pub line: usize,
+    pub when: Vec<(Knob, Value)>,
+    pub set: Vec<(KnobAt, Value)>,
+}
+
+/// The lab VM's shape for `where = "vm"`.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmSetup {
+    /// Modules loaded at boot.
+    #[serde(default)]
+    pub modules: Vec<String>,
+    /// Modules packed but loaded by the setup command.
+    #[serde(default)]
+    pub extra_modules: Vec<String>,
+    /// Extra files, `HOST[:GUEST]`; HOST relative to the scenario file.
+    #[serde(default)]
+    pub add: Vec<String>,
+    /// Guest shell command run once before the points.
+    #[serde(default)]
+    pub setup: Option<String>,
+    /// Limit for the whole batch, seconds (default 1800).
+    #[serde(default)]
+    pub timeout: Option<u64>,
+}
+
+/// One table of the default report.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSpec {
+    pub metric: String,
+    /// Knob whose values are the rows.
+    pub rows: String,
+    /// Knob whose values are the columns (none: one column).
+    #[serde(default)]
+    pub cols: Option<String>,
+    #[serde(default)]
+    pub aggregate: Option<Aggregate>,
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
+/// What a plot shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlotKindSpec {
+    /// The aggregate of a metric against a knob, one line per value of
+    /// `series`, with error bars.
+    Lines,
+    /// The same as grouped bars.
+    Bars,
+    /// A per-interval series against time, every run overlaid, one colour
+    /// per configuration.
+    Time,
+    /// Latency CDF of request/response runs, one curve per configuration.
+    Cdf,
+}
+
+/// One plot of the default report.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlotSpec {
+    pub kind: PlotKindSpec,
+    /// Metric (lines, bars) or per-interval series name (time).
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// Knob on the x axis (lines, bars).
+    #[serde(default)]
+    pub x: Option<String>,
+    /// Knob whose values make the series (one line/colour each).
+    #[serde(default)]
+    pub series: Option<String>,
+    #[serde(default)]
+    pub aggregate: Option<Aggregate>,
+    #[serde(default)]
+    pub log_x: bool,
+    #[serde(default)]
+    pub title: Option<String>,
+    /// Only points whose knobs have these values (`{ "-l" = "64K" }`).
+    #[serde(default)]
+    pub filter: BTreeMap<String, toml::Value>,
+}
+
+/// The default report of a scenario.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportSpec {
+    /// How repeats are combined unless a table or plot says otherwise
+    /// (default median).
+    #[serde(default)]
+    pub aggregate: Option<Aggregate>,
+    #[serde(default)]
+    pub table: Vec<TableSpec>,
+    #[serde(default)]
+    pub plot: Vec<PlotSpec>,
+}
+
+/// A parsed, checked scenario.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scenario {
+    pub title: String,
+    pub description: String,
+    /// The verb and its base flags, as words (`["stream", "-t", "3"]`).
+    pub command: Vec<String>,
+    pub command_line: usize,
+    pub place: Place,
+    /// Base flags of `xferlab lab` (place = lab).
+    pub lab: Vec<String>,
+    pub lab_line: usize,
+    pub vm: VmSetup,
+    pub axes: Vec<Axis>,
+    pub overrides: Vec<Override>,
+    pub repeat: u32,
+    pub order: Order,
+    pub report: ReportSpec,
+    /// Whether the file has a `[quick]` section.
+    pub has_quick: bool,
+}
+
+/// One point: the knob values it runs with, in axis order, then the
+/// overridden ones.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Point {
+    pub knobs: Vec<(Knob, Value)>,
+}
+
+impl Point {
+    /// Canonical text naming the point (`-l=64K;lab --mark=c2s:1/50`):
+    /// the same knob values give the same key, whatever the file order.
+    pub fn key(&self) -> String {
+        let mut parts: Vec<String> = self
+            .knobs
+            .iter()
+            .map(|(k, v)| match v {
+                Value::Arg(s) => format!("{k}={s}"),
+                Value::Switch(b) => format!("{k}={b}"),
+            })
+            .collect();
+        parts.sort();
+        parts.join(";")
+    }
+
+    pub fn get(&self, knob: &str) -> Option<&Value> {
+        self.knobs
+            .iter()
+            .find(|(k, _)| k.to_string() == knob)
+            .map(|(_, v)| v)
+    }
+
+    /// Knob values as a JSON object (knob text -> value).
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in &self.knobs {
+            m.insert(k.to_string(), v.to_json());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// A short human label (`-l 64K, -P 2`), or "base" for a point
+    /// without knobs.
+    pub fn label(&self) -> String {
+        if self.knobs.is_empty() {
+            return "base".into();
+        }
+        self.knobs
+            .iter()
+            .map(|(k, v)| format!("{k} {}", v.label()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// Whether the full or the quick scale of a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scale {
+    Full,
+    Quick,
+}
+
+impl Scale {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scale::Full => "full",
+            Scale::Quick => "quick",
+        }
+    }
+}
+
+// ------------------------------------------------------------ raw file --
+
+/// A TOML table read in file order (toml's own map sorts its keys).
+#[derive(Debug, Clone, PartialEq)]
+struct Ordered<V>(Vec<(String, V)>);
+
+impl<V> Default for Ordered<V> {
+    fn default() -> Self {
+        Ordered(Vec::new())
+    }
+}
+
+impl<'de, V: Deserialize<'de>> Deserialize<'de> for Ordered<V> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V2<V>(std::marker::PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for V2<V> {
+            type Value = Ordered<V>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some((k, val)) = map.next_entry::<String, V>()? {
+                    v.push((k, val));
+                }
+                Ok(Ordered(v))
+            }
+        }
+        d.deserialize_map(V2(std::marker::PhantomData))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Words {
+    Line(String),
+    List(Vec<String>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawOverride {
+    when: Spanned<Ordered<Spanned<toml::Value>>>,
+    set: Spanned<Ordered<Spanned<toml::Value>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawQuick {
+    #[serde(default)]
+    repeat: Option<Spanned<u32>>,
+    #[serde(default)]
+    set: Option<Ordered<Spanned<toml::Value>>>,
+    #[serde(default)]
+    matrix: Option<Ordered<Spanned<toml::Value>>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    title: String,
+    #[serde(default)]
+    description: String,
+    command: Spanned<Words>,
+    #[serde(default, rename = "where")]
+    place: Option<Place>,
+    #[serde(default)]
+    lab: Option<Spanned<Words>>,
+    #[serde(default)]
+    vm: Option<VmSetup>,
+    #[serde(default)]
+    repeat: Option<Spanned<u32>>,
+    #[serde(default)]
+    order: Option<Spanned<String>>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    matrix: Ordered<Spanned<toml::Value>>,
+    #[serde(default)]
+    zip: Vec<Ordered<Spanned<toml::Value>>>,
+    #[serde(default, rename = "override")]
+    overrides: Vec<Spanned<RawOverride>>,
+    #[serde(default)]
+    quick: Option<RawQuick>,
+    #[serde(default)]
+    report: ReportSpec,
+}
+
+/// Byte offset -> 1-based line.
+struct Lines<'a>(&'a str);
+
+impl Lines<'_> {
+    fn of(&self, offset: usize) -> usize {
+        let end = offset.min(self.0.len());
+        self.0.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+    }
+}
+
+fn err(line: usize, message: impl Into<String>) -> ScenarioError {
+    ScenarioError {
+        line,
+        message: message.into(),
+    }
+}
+
+fn words(w: &Words, line: usize, what: &str) -> Result<Vec<String>, ScenarioError> {
+    match w {
+        Words::List(v) => Ok(v.clone()),
+        Words::Line(s) => shlex_split(s)
+            .ok_or_else(|| err(line, format!("`{what}`: unbalanced quotes in \"{s}\""))),
+    }
+}
+
+/// POSIX-shell-like word splitting: whitespace separates words, single
+/// and double quotes group, backslash escapes (outside single quotes).
+fn shlex_split(s: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        x => cur.push(x),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => cur.push(chars.next()?),
+                        x => cur.push(x),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                cur.push(chars.next()?);
+            }
+            c if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            c => {
+                in_word = true;
+                cur.push(c);
+            }
+        }
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Some(out)
+}
+
+fn values_of(
+    key: &str,
+    v: &Spanned<toml::Value>,
+    lines: &Lines,
+) -> Result<(KnobAt, Vec<Value>), ScenarioError> {
+    let line = lines.of(v.span().start);
+    let knob = Knob::parse(key, line)?;
+    let vals = match v.get_ref() {
+        toml::Value::Array(a) => a
+            .iter()
+            .map(|x| Value::from_toml(x, line, key))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => {
+            return Err(err(
+                line,
+                format!("`{key}`: matrix values must be an array, e.g. \"{key}\" = [\"64K\", \"1M\"]"),
+            ))
+        }
+    };
+    if vals.is_empty() {
+        return Err(err(line, format!("`{key}`: give at least one value")));
+    }
+    let mut seen = vals.clone();
+    seen.sort();
+    seen.dedup();
+    if seen.len() != vals.len() {
+        return Err(err(line, format!("`{key}`: a value is listed twice")));
+    }
+    Ok((KnobAt { knob, line }, vals))
+}
+
+fn assignments(
+    map: &Ordered<Spanned<toml::Value>>,
+    lines: &Lines,
+) -> Result<Vec<(KnobAt, Value)>, ScenarioError> {
+    map.0
+        .iter()
+        .map(|(k, v)| {
+            let line = lines.of(v.span().start);
+            let knob = Knob::parse(k, line)?;
+            let val = Value::from_toml(v.get_ref(), line, k)?;
+            Ok((KnobAt { knob, line }, val))
+        })
+        .collect()
+}
+
+impl Scenario {
+    /// Parses and checks a scenario at the given scale. Errors carry the
+    /// line they concern.
+    pub fn parse(text: &str, scale: Scale) -> Result<Scenario, ScenarioError> {
+        let lines = Lines(text);
+        let raw: RawScenario = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| lines.of(s.start)).unwrap_or(0);
+            err(line, e.message().trim().to_string())
+        })?;
+        let command_line = lines.of(raw.command.span().start);
+        let command = words(raw.command.get_ref(), command_line, "command")?;
+        if command.is_empty() {
+            return Err(err(command_line, "`command` is empty; name a verb, e.g. \"stream -t 3\""));
+        }
+        if command[0] == "run" || command[0] == "report" || command[0] == "db" {
+            return Err(err(
+                command_line,
+                format!("`command` cannot be `{}`; a scenario runs test verbs (stream, cbr, sweep, rr, usb bulk)", command[0]),
+            ));
+        }
+        if command[0] == "lab" {
+            return Err(err(
+                command_line,
+                "`command` names the verb only; put the lab's flags in `lab = \"...\"` and set `where = \"lab\"`",
+            ));
+        }
+        let place = raw.place.unwrap_or(Place::Loopback);
+        let (lab, lab_line) = match &raw.lab {
+            Some(l) => {
+                let line = lines.of(l.span().start);
+                if place != Place::Lab {
+                    return Err(err(line, "`lab` flags need `where = \"lab\"`"));
+                }
+                (words(l.get_ref(), line, "lab")?, line)
+            }
+            None => (Vec::new(), 0),
+        };
+        if raw.vm.is_some() && place != Place::Vm {
+            return Err(err(0, "a `[vm]` section needs `where = \"vm\"`"));
+        }
+        let mut repeat = raw.repeat.as_ref().map(|r| (*r.get_ref(), lines.of(r.span().start)));
+        let order = match &raw.order {
+            None => Order::Sequential,
+            Some(o) => match o.get_ref().as_str() {
+                "sequential" => Order::Sequential,
+                "interleaved" => Order::Interleaved,
+                "shuffled" => Order::Shuffled {
+                    seed: raw.seed.unwrap_or(1),
+                },
+                other => {
+                    return Err(err(
+                        lines.of(o.span().start),
+                        format!("`order` must be sequential, interleaved or shuffled (got \"{other}\")"),
+                    ))
+                }
+            },
+        };
+
+        let mut axes: Vec<Axis> = Vec::new();
+        for (k, v) in &raw.matrix.0 {
+            let (knob, vals) = values_of(k, v, &lines)?;
+            axes.push(Axis {
+                knobs: vec![knob],
+                values: vals.into_iter().map(|v| vec![v]).collect(),
+            });
+        }
+        for group in &raw.zip {
+            let mut knobs = Vec::new();
+            let mut cols: Vec<Vec<Value>> = Vec::new();
+            for (k, v) in &group.0 {
+                let (knob, vals) = values_of(k, v, &lines)?;
+                if let Some(first) = cols.first() {
+                    if first.len() != vals.len() {
+                        return Err(err(
+                            knob.line,
+                            format!(
+                                "`{k}`: a zip group's arrays must have the same length ({} here, {} for `{}`)",
+                                vals.len(),
+                                first.len(),
+                                knobs.first().map(|k: &KnobAt| k.knob.to_string()).unwrap_or_default()
+                            ),
+                        ));
+                    }
+                }
+                knobs.push(knob);
+                cols.push(vals);
+            }
+            if knobs.is_empty() {
+                return Err(err(0, "an empty [[zip]] group; give two or more knobs"));
+            }
+            let n = cols[0].len();
+            let values = (0..n).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
+            axes.push(Axis { knobs, values });
+        }
+        // Each knob on one axis only.
+        let mut seen: Vec<&KnobAt> = Vec::new();
+        for a in &axes {
+            for k in &a.knobs {
+                if let Some(prev) = seen.iter().find(|p| p.knob == k.knob) {
+                    return Err(err(
+                        k.line,
+                        format!("knob `{}` is already an axis (line {})", k.knob, prev.line),
+                    ));
+                }
+                seen.push(k);
+            }
+        }
+
+        let mut overrides = Vec::new();
+        for o in &raw.overrides {
+            let line = lines.of(o.span().start);
+            let when: Vec<(Knob, Value)> = assignments(o.get_ref().when.get_ref(), &lines)?
+                .into_iter()
+                .map(|(k, v)| (k.knob, v))
+                .collect();
+            for (k, _) in &when {
+                if !axes.iter().any(|a| a.knobs.iter().any(|x| &x.knob == k)) {
+                    return Err(err(
+                        lines.of(o.get_ref().when.span().start),
+                        format!("override: `when` names `{k}`, which is not an axis of the matrix"),
+                    ));
+                }
+            }
+            let set = assignments(o.get_ref().set.get_ref(), &lines)?;
+            if when.is_empty() || set.is_empty() {
+                return Err(err(line, "an [[override]] needs `when` and `set`, each with one knob or more"));
+            }
+            overrides.push(Override { line, when, set });
+        }
+
+        let has_quick = raw.quick.is_some();
+        if scale == Scale::Quick {
+            let q = raw.quick.as_ref().ok_or_else(|| {
+                err(0, "this scenario has no [quick] section; run it without --quick")
+            })?;
+            if let Some(r) = &q.repeat {
+                repeat = Some((*r.get_ref(), lines.of(r.span().start)));
+            }
+            if let Some(m) = &q.matrix {
+                for (k, v) in &m.0 {
+                    let (knob, vals) = values_of(k, v, &lines)?;
+                    let axis = axes
+                        .iter_mut()
+                        .find(|a| a.knobs.len() == 1 && a.knobs[0].knob == knob.knob)
+                        .ok_or_else(|| {
+                            err(knob.line, format!("[quick] matrix: `{k}` is not a single-knob axis of [matrix]"))
+                        })?;
+                    axis.values = vals.into_iter().map(|v| vec![v]).collect();
+                }
+            }
+            if let Some(s) = &q.set {
+                let set = assignments(s, &lines)?;
+                for (k, _) in &set {
+                    if axes.iter().any(|a| a.knobs.iter().any(|x| x.knob == k.knob)) {
+                        return Err(err(
+                            k.line,
+                            format!("[quick] set: `{}` is an axis; shorten it with [quick] matrix instead", k.knob),
+                        ));
+                    }
+                }
+                // Applies to every point, before the file's own overrides
+                // (which are more specific).
+                overrides.insert(
+                    0,
+                    Override {
+                        line: set.first().map(|s| s.0.line).unwrap_or(0),
+                        when: Vec::new(),
+                        set,
+                    },
+                );
+            }
+        }
+
+        let (repeat, repeat_line) = repeat.unwrap_or((1, 0));
+        if repeat == 0 || repeat > 1000 {
+            return Err(err(repeat_line, format!("`repeat` must be 1-1000 (got {repeat})")));
+        }
+
+        let scenario = Scenario {
+            title: raw.title,
+            description: raw.description,
+            command,
+            command_line,
+            place,
+            lab,
+            lab_line,
+            vm: raw.vm.unwrap_or_default(),
+            axes,
+            overrides,
+            repeat,
+            order,
+            report: raw.report,
+            has_quick,
+        };
+        scenario.check_report()?;
+        let n = scenario.points().len();
+        if n > 100_000 {
+            return Err(err(0, format!("the matrix expands to {n} points; at most 100000")));
+        }
+        Ok(scenario)
+    }
+
+    /// Every knob the scenario sets, with the line it is set on (axes,
+    /// then overrides), for checking against the CLI.
+    pub fn knobs(&self) -> Vec<KnobAt> {
+        let mut v: Vec<KnobAt> = self.axes.iter().flat_map(|a| a.knobs.iter().cloned()).collect();
+        for o in &self.overrides {
+            for (k, _) in &o.set {
+                if !v.iter().any(|x| x.knob == k.knob) {
+                    v.push(k.clone());
+                }
+            }
+        }
+        v
+    }
+
+    /// Whether `name` is a knob of this scenario.
+    pub fn has_knob(&self, name: &str) -> bool {
+        self.knobs().iter().any(|k| k.knob.to_string() == name)
+    }
+
+    fn check_report(&self) -> Result<(), ScenarioError> {
+        let axis_knob = |name: &str, what: &str| -> Result<(), ScenarioError> {
+            if self.axes.iter().any(|a| a.knobs.iter().any(|k| k.knob.to_string() == name)) {
+                Ok(())
+            } else {
+                Err(err(
+                    0,
+                    format!(
+                        "[report] {what} = \"{name}\" is not an axis of the matrix (axes: {})",
+                        self.axis_names().join(", ")
+                    ),
+                ))
+            }
+        };
+        for t in &self.report.table {
+            axis_knob(&t.rows, "rows")?;
+            if let Some(c) = &t.cols {
+                axis_knob(c, "cols")?;
+            }
+        }
+        for p in &self.report.plot {
+            match p.kind {
+                PlotKindSpec::Lines | PlotKindSpec::Bars => {
+                    let x = p.x.as_deref().ok_or_else(|| err(0, "[[report.plot]] lines/bars need `x`, a knob"))?;
+                    axis_knob(x, "x")?;
+                    if p.metric.is_none() {
+                        return Err(err(0, "[[report.plot]] lines/bars need `metric`"));
+                    }
+                }
+                PlotKindSpec::Time => {
+                    if p.metric.is_none() {
+                        return Err(err(0, "[[report.plot]] kind = \"time\" needs `metric`, a per-interval series (throughput_bps, tps ...)"));
+                    }
+                }
+                PlotKindSpec::Cdf => {}
+            }
+            if let Some(s) = &p.series {
+                axis_knob(s, "series")?;
+            }
+            for k in p.filter.keys() {
+                axis_knob(k, "filter")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The names of the axes' knobs, in order.
+    pub fn axis_names(&self) -> Vec<String> {
+        self.axes
+            .iter()
+            .flat_map(|a| a.knobs.iter().map(|k| k.knob.to_string()))
+            .collect()
+    }
+
+    /// The cross product of the axes (the last axis varies fastest), each
+    /// point with its overrides applied.
+    pub fn points(&self) -> Vec<Point> {
+        let mut points = vec![Point { knobs: Vec::new() }];
+        for axis in &self.axes {
+            let mut next = Vec::with_capacity(points.len() * axis.values.len());
+            for p in &points {
+                for step in &axis.values {
+                    let mut q = p.clone();
+                    for (k, v) in axis.knobs.iter().zip(step) {
+                        q.knobs.push((k.knob.clone(), v.clone()));
+                    }
+                    next.push(q);
+                }
+            }
+            points = next;
+        }
+        for p in &mut points {
+            for o in &self.overrides {
+                let applies = o
+                    .when
+                    .iter()
+                    .all(|(k, v)| p.knobs.iter().any(|(pk, pv)| pk == k && pv == v));
+                if !applies {
+                    continue;
+                }
+                for (k, v) in &o.set {
+                    match p.knobs.iter_mut().find(|(pk, _)| pk == &k.knob) {
+                        Some(slot) => slot.1 = v.clone(),
+                        None => p.knobs.push((k.knob.clone(), v.clone())),
+                    }
+                }
+            }
+        }
+        points
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+title = "t"
+command = "stream -t 3"
+repeat = 3
+order = "interleaved"
+
+[matrix]
+"-l" = ["64K", "1M"]
+"-P" = [1, 2]
+
+[[zip]]
+"-w" = ["1M", "4M"]
+"-C" = ["cubic", "bbr"]
+
+[[override]]
+when = { "-l" = "64K" }
+set = { "-N" = true }
+
+[quick]
+repeat = 1
+set = { "-t" = 1 }
+matrix = { "-P" = [1] }
+
+[[report.table]]
+metric = "throughput_bps"
+rows = "-l"
+cols = "-P"
+"#;
+
+    #[test]
+    fn expands_cross_product_zip_and_overrides() {
+        let s = Scenario::parse(BASE, Scale::Full).unwrap();
+        assert_eq!(s.command, ["stream", "-t", "3"]);
+        assert_eq!(s.repeat, 3);
+        assert_eq!(s.order, Order::Interleaved);
+        let pts = s.points();
+        assert_eq!(pts.len(), 2 * 2 * 2);
+        // Last axis fastest: the zip group.
+        assert_eq!(pts[0].label(), "-l 64K, -P 1, -w 1M, -C cubic, -N on");
+        assert_eq!(pts[1].label(), "-l 64K, -P 1, -w 4M, -C bbr, -N on");
+        assert_eq!(pts[4].label(), "-l 1M, -P 1, -w 1M, -C cubic");
+        let keys: std::collections::HashSet<_> = pts.iter().map(|p| p.key()).collect();
+        assert_eq!(keys.len(), 8);
+        assert_eq!(pts[4].key(), "-C=cubic;-P=1;-l=1M;-w=1M");
+    }
+
+    #[test]
+    fn quick_scale_shortens() {
+        let s = Scenario::parse(BASE, Scale::Quick).unwrap();
+        assert_eq!(s.repeat, 1);
+        let pts = s.points();
+        assert_eq!(pts.len(), 2 * 1 * 2);
+        assert_eq!(pts[0].get("-t"), Some(&Value::Arg("1".into())));
+        assert_eq!(pts[0].get("-N"), Some(&Value::Switch(true)));
+        assert_eq!(pts[2].get("-N"), None);
+    }
+
+    fn error_of(text: &str) -> ScenarioError {
+        Scenario::parse(text, Scale::Full).unwrap_err()
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\nrepeats = 3\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("repeats"), "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = \"64K\"\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("must be an array"), "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [\"1\"]\nlength = [1]\n");
+        assert_eq!(e.line, 5, "{e}");
+        assert!(e.message.contains("not a flag"), "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\n");
+        assert_eq!(e.line, 2, "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\norder = \"random\"\n");
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("sequential, interleaved or shuffled"), "{e}");
+
+        let e = error_of(
+            "title = \"t\"\ncommand = \"stream\"\n[[zip]]\n\"-l\" = [\"1\", \"2\"]\n\"-w\" = [\"1\"]\n",
+        );
+        assert_eq!(e.line, 5, "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [1]\n[[report.table]]\nmetric = \"x\"\nrows = \"-P\"\n");
+        assert!(e.message.contains("not an axis"), "{e}");
+
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\nlab = \"--rate 1M\"\n");
+        assert_eq!(e.line, 3, "{e}");
+    }
+
+    #[test]
+    fn quick_without_section_is_refused() {
+        let e = Scenario::parse("title = \"t\"\ncommand = \"stream\"\n", Scale::Quick).unwrap_err();
+        assert!(e.message.contains("no [quick]"), "{e}");
+    }
+
+    #[test]
+    fn lab_knobs_and_word_splitting() {
+        let s = Scenario::parse(
+            "title = \"t\"\nwhere = \"lab\"\nlab = \"--rate 50M --delay '10ms'\"\ncommand = [\"rr\", \"-r\", \"5K\"]\n[matrix]\n\"lab --mark\" = [\"c2s:1/50\"]\n",
+            Scale::Full,
+        )
+        .unwrap();
+        assert_eq!(s.lab, ["--rate", "50M", "--delay", "10ms"]);
+        let p = &s.points()[0];
+        assert!(p.knobs[0].0.lab);
+        assert_eq!(p.key(), "lab --mark=c2s:1/50");
+        assert_eq!(shlex_split("a \"b c\" d\\ e 'f\"g'"), Some(vec!["a".into(), "b c".into(), "d e".into(), "f\"g".into()]));
+        assert_eq!(shlex_split("a 'b"), None);
+    }
+}

@@ -1,0 +1,189 @@
+//! Experiments: `xferlab run` (a scenario's grid of ordinary invocations,
+//! run by run into an embedded SQLite store), `xferlab report` (tables and
+//! plots), `xferlab compare` (did this change help?) and `xferlab db`
+//! (take the data elsewhere). Scenario parsing, expansion, ordering,
+//! metrics and statistics are sans-IO in `xferlab_core::experiment`.
+
+pub mod argv;
+pub mod compare;
+pub mod db;
+pub mod plot;
+pub mod report;
+pub mod runner;
+pub mod store;
+pub mod vm;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::ExitCode;
+
+use xferlab_core::experiment::metrics;
+
+use store::Store;
+
+fn fail(msg: &str, code: u8) -> ExitCode {
+    eprintln!("xferlab: {msg}");
+    ExitCode::from(code)
+}
+
+fn open_existing(db: &Path) -> Result<Store, ExitCode> {
+    Store::open_existing(db).map_err(|e| fail(&e.to_string(), 1))
+}
+
+/// `xferlab report [EXPERIMENT]`.
+pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>) -> ExitCode {
+    let store = match open_existing(db) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let e = match experiment {
+        Some(x) => store.find_experiment(x),
+        None => store.experiments().map(|v| v.into_iter().max_by_key(|e| e.id)),
+    };
+    let e = match e {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return fail(
+                &format!(
+                    "no experiment {} in {}; `xferlab db list` shows what is there",
+                    experiment.unwrap_or("at all"),
+                    db.display()
+                ),
+                2,
+            )
+        }
+        Err(err) => return fail(&err.to_string(), 1),
+    };
+    let dir = dir
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| report::default_dir(&e.name, e.id));
+    match report::write(&store, e.id, &dir, &mut std::io::stdout()) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(err) => fail(&err, 1),
+    }
+}
+
+/// Metric values of one side of a comparison: a run (`run:N`) or every
+/// repeat of a point (`EXPERIMENT/POINT`, POINT 1-based as `--dry-run`
+/// and reports number them).
+fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)>, String> {
+    let mut out: BTreeMap<String, (Vec<f64>, String)> = BTreeMap::new();
+    let mut add = |ms: Vec<(String, f64, String)>| {
+        for (n, v, u) in ms {
+            out.entry(n).or_insert_with(|| (Vec::new(), u)).0.push(v);
+        }
+    };
+    let bad = || {
+        format!("`{what}` names neither a run (run:N) nor a point (EXPERIMENT/POINT, e.g. udpmon/3 or 4/3); `xferlab db show EXPERIMENT` lists both")
+    };
+    if let Some(id) = what.strip_prefix("run:") {
+        let id: i64 = id.parse().map_err(|_| bad())?;
+        let run = store
+            .run(id)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no run {id} in the database"))?;
+        add(store.metrics_of_run(run.id).map_err(|e| e.to_string())?);
+        return Ok(out);
+    }
+    let (exp, point) = what.rsplit_once('/').ok_or_else(bad)?;
+    let idx: i64 = point.parse().map_err(|_| bad())?;
+    let e = store
+        .find_experiment(exp)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("no experiment `{exp}` in the database; `xferlab db list` shows them"))?;
+    let runs: Vec<_> = store
+        .latest_runs(e.id)
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|r| r.point_idx == Some(idx - 1) && matches!(r.status.as_str(), "ok" | "invalid"))
+        .collect();
+    if runs.is_empty() {
+        return Err(format!("experiment {} has no measured run of point {idx}", e.id));
+    }
+    for r in runs {
+        add(store.metrics_of_run(r.id).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// `xferlab compare A B`.
+pub fn compare_cmd(db: &Path, a: &str, b: &str, only: &[String], json: bool) -> ExitCode {
+    let store = match open_existing(db) {
+        Ok(s) => s,
+        Err(c) => return c,
+    };
+    let (mut sa, mut sb) = match (side(&store, a), side(&store, b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return fail(&e, 2),
+    };
+    if !only.is_empty() {
+        for m in only {
+            if !sa.contains_key(m) && !sb.contains_key(m) {
+                let known: Vec<&String> = sa.keys().collect();
+                return fail(
+                    &format!(
+                        "no metric `{m}` in {a} or {b}; known: {}",
+                        known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                    ),
+                    2,
+                );
+            }
+        }
+        sa.retain(|k, _| only.contains(k));
+        sb.retain(|k, _| only.contains(k));
+    }
+    let rows = compare::compare(&sa, &sb);
+    let mut stdout = std::io::stdout();
+    let r = if json {
+        serde_json::to_writer_pretty(&mut stdout, &compare::render_json(a, b, &rows))
+            .map_err(std::io::Error::other)
+            .and_then(|_| std::io::Write::write_all(&mut stdout, b"\n"))
+    } else {
+        compare::render_text(a, b, &rows, &mut stdout)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("cannot write: {e}"), 1),
+    }
+}
+
+/// Stores a single run (`xferlab stream ... --db PATH`) with its metrics.
+pub fn store_single(db: &Path, argv: &[String], exit_code: i32, doc: &serde_json::Value) -> Result<i64, String> {
+    let store = Store::open(db).map_err(|e| e.to_string())?;
+    let ms: Vec<(String, f64, String)> = metrics::extract(doc)
+        .into_iter()
+        .map(|m| (m.name, m.value, m.unit.to_string()))
+        .collect();
+    let status = doc.get("status").and_then(|s| s.as_str()).unwrap_or("ok");
+    let started = doc
+        .get("started_at")
+        .and_then(|s| s.as_str())
+        .map(String::from)
+        .unwrap_or_else(runner::now_rfc3339);
+    let ended = runner::now_rfc3339();
+    let duration = doc
+        .pointer("/client/duration_s")
+        .and_then(|d| d.as_f64())
+        .unwrap_or(0.0);
+    let json = doc.to_string();
+    let host = doc.pointer("/client/host").map(|h| h.to_string());
+    let command = serde_json::to_string(argv).unwrap_or_default();
+    store
+        .insert_run(&store::NewRun {
+            experiment_id: None,
+            point_id: None,
+            repeat: None,
+            status,
+            exit_code: Some(exit_code),
+            error: None,
+            started_at: &started,
+            ended_at: &ended,
+            duration_s: duration,
+            command_json: &command,
+            host_json: host.as_deref(),
+            xferlab_version: env!("CARGO_PKG_VERSION"),
+            result_json: Some(&json),
+            metrics: &ms,
+        })
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,754 @@
+//! `xferlab report`: an experiment's stored runs as tables (Markdown, CSV)
+//! and plots (SVG), all gathered in one self-contained HTML page.
+//!
+//! What to show comes from the scenario's `[report]` section (stored with
+//! the experiment, so a report can be made again later from the database
+//! alone); without one, a table and a plot of the headline metric against
+//! the first axes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use xferlab_core::experiment::metrics;
+use xferlab_core::experiment::scenario::{
+    PlotKindSpec, PlotSpec, Point, Scale, Scenario, TableSpec, Value,
+};
+use xferlab_core::experiment::stats::{self, Aggregate, Summary};
+
+use super::plot::{self, HtmlSection, Plot, PlotKind, PlotPoint, Series};
+use super::store::{RunRow, Store};
+
+/// `xferlab-reports/NAME-ID` under the current directory.
+pub fn default_dir(name: &str, experiment: i64) -> PathBuf {
+    PathBuf::from("xferlab-reports").join(format!("{name}-{experiment}"))
+}
+
+/// A unit as shown: values are divided by `div` and labelled `label`.
+#[derive(Debug, Clone)]
+pub struct Shown {
+    div: f64,
+    label: String,
+}
+
+impl Shown {
+    /// The display unit for values of `unit` whose largest magnitude is
+    /// `max`: Mbit/s for 300e6 bit/s, ms for 2500 µs, % for fractions.
+    pub fn for_values(unit: &str, max: f64) -> Shown {
+        let prefixed = |base: &str, max: f64| {
+            let (div, p) = if max >= 1e9 {
+                (1e9, "G")
+            } else if max >= 1e6 {
+                (1e6, "M")
+            } else if max >= 1e3 {
+                (1e3, "k")
+            } else {
+                (1.0, "")
+            };
+            Shown {
+                div,
+                label: format!("{p}{base}"),
+            }
+        };
+        match unit {
+            "bit/s" => prefixed("bit/s", max),
+            "B/s" => prefixed("B/s", max),
+            "1/s" => {
+                let s = prefixed("", max);
+                Shown {
+                    label: format!("{}/s", s.label),
+                    ..s
+                }
+            }
+            "us" if max >= 1e4 => Shown {
+                div: 1e3,
+                label: "ms".into(),
+            },
+            "us" => Shown {
+                div: 1.0,
+                label: "µs".into(),
+            },
+            "fraction" => Shown {
+                div: 0.01,
+                label: "%".into(),
+            },
+            other => Shown {
+                div: 1.0,
+                label: other.to_string(),
+            },
+        }
+    }
+
+    pub fn value(&self, v: f64) -> f64 {
+        v / self.div
+    }
+
+    pub fn text(&self, v: f64) -> String {
+        let x = self.value(v);
+        let a = x.abs();
+        if a == 0.0 {
+            "0".into()
+        } else if a >= 100.0 {
+            format!("{x:.0}")
+        } else if a >= 10.0 {
+            format!("{x:.1}")
+        } else if a >= 0.1 {
+            format!("{x:.2}")
+        } else {
+            format!("{x:.3}")
+        }
+    }
+}
+
+/// One run with what the report reads of it.
+struct RunData {
+    metrics: BTreeMap<String, (f64, String)>,
+    doc: Option<serde_json::Value>,
+}
+
+/// The stored runs of an experiment, grouped by point.
+struct Data {
+    scenario: Scenario,
+    points: Vec<Point>,
+    /// Per point (same index as `points`): its runs that measured.
+    runs: Vec<Vec<RunData>>,
+    failed: Vec<RunRow>,
+}
+
+impl Data {
+    fn load(store: &Store, experiment: i64) -> Result<(Data, String, String), String> {
+        let e = store
+            .experiment(experiment)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("no experiment {experiment} in the database; `xferlab db list` shows them"))?;
+        let text = store.scenario_text(experiment).map_err(|e| e.to_string())?;
+        let scale = if e.scale == "quick" { Scale::Quick } else { Scale::Full };
+        let scenario = Scenario::parse(&text, scale)
+            .map_err(|err| format!("the stored scenario of experiment {experiment} no longer parses ({err}); report it with an older xferlab"))?;
+        let points = scenario.points();
+        let index: BTreeMap<String, usize> =
+            points.iter().enumerate().map(|(i, p)| (p.key(), i)).collect();
+        let mut runs: Vec<Vec<RunData>> = points.iter().map(|_| Vec::new()).collect();
+        let mut failed = Vec::new();
+        for r in store.latest_runs(experiment).map_err(|e| e.to_string())? {
+            let Some(i) = r.point_key.as_ref().and_then(|k| index.get(k)) else {
+                continue;
+            };
+            if !matches!(r.status.as_str(), "ok" | "invalid") {
+                failed.push(r);
+                continue;
+            }
+            let metrics = store
+                .metrics_of_run(r.id)
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .map(|(n, v, u)| (n, (v, u)))
+                .collect();
+            let doc = r
+                .result_json
+                .as_deref()
+                .and_then(|j| serde_json::from_str(j).ok());
+            runs[*i].push(RunData { metrics, doc });
+        }
+        Ok((
+            Data {
+                scenario,
+                points,
+                runs,
+                failed,
+            },
+            e.name,
+            e.title,
+        ))
+    }
+
+    fn values(&self, point: usize, metric: &str) -> (Vec<f64>, Option<String>) {
+        let mut unit = None;
+        let v = self.runs[point]
+            .iter()
+            .filter_map(|r| r.metrics.get(metric))
+            .map(|(v, u)| {
+                unit.get_or_insert_with(|| u.clone());
+                *v
+            })
+            .collect();
+        (v, unit)
+    }
+
+    /// Values of an axis knob, in the scenario's order.
+    fn axis_values(&self, knob: &str) -> Vec<Value> {
+        for a in &self.scenario.axes {
+            if let Some(k) = a.knobs.iter().position(|k| k.knob.to_string() == knob) {
+                return a.values.iter().map(|step| step[k].clone()).collect();
+            }
+        }
+        Vec::new()
+    }
+
+    /// The knobs of the axes other than `used`, each with its values.
+    fn other_axes(&self, used: &[&str]) -> Vec<String> {
+        self.scenario
+            .axis_names()
+            .into_iter()
+            .filter(|n| !used.contains(&n.as_str()))
+            .collect()
+    }
+
+    fn unit_of(&self, metric: &str) -> String {
+        for r in self.runs.iter().flatten() {
+            if let Some((_, u)) = r.metrics.get(metric) {
+                return u.clone();
+            }
+        }
+        metrics::unit_of(metric).unwrap_or("").to_string()
+    }
+
+    fn default_metric(&self) -> String {
+        for name in ["throughput_bps", "tps", "best_bps_max", "usb_bps"] {
+            if self.runs.iter().flatten().any(|r| r.metrics.contains_key(name)) {
+                return name.into();
+            }
+        }
+        self.runs
+            .iter()
+            .flatten()
+            .flat_map(|r| r.metrics.keys())
+            .next()
+            .cloned()
+            .unwrap_or_else(|| "ok".into())
+    }
+}
+
+/// Combinations of values of `knobs` that occur among the points, in
+/// point order.
+fn combos(points: &[Point], knobs: &[String]) -> Vec<Vec<(String, Value)>> {
+    let mut out: Vec<Vec<(String, Value)>> = Vec::new();
+    for p in points {
+        let c: Vec<(String, Value)> = knobs
+            .iter()
+            .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
+            .collect();
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn matches(p: &Point, fixed: &[(String, Value)]) -> bool {
+    fixed.iter().all(|(k, v)| p.get(k) == Some(v))
+}
+
+fn combo_label(c: &[(String, Value)]) -> String {
+    c.iter()
+        .map(|(k, v)| format!("{k} {}", v.label()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn aggregate_name(a: Aggregate, n_max: usize) -> String {
+    let w = match a {
+        Aggregate::Min => "min",
+        Aggregate::Median => "median",
+        Aggregate::Max => "max",
+        Aggregate::Mean => "mean",
+    };
+    format!("{w} of {n_max}")
+}
+
+/// A rendered table: Markdown, CSV and HTML of the same cells.
+struct TableOut {
+    title: String,
+    markdown: String,
+    csv: String,
+    html: String,
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
+    let agg = spec.aggregate.unwrap_or(default_agg);
+    let rows = d.axis_values(&spec.rows);
+    let cols: Vec<Option<Value>> = match &spec.cols {
+        Some(c) => d.axis_values(c).into_iter().map(Some).collect(),
+        None => vec![None],
+    };
+    let mut used = vec![spec.rows.as_str()];
+    if let Some(c) = &spec.cols {
+        used.push(c);
+    }
+    let others = d.other_axes(&used);
+    let unit = d.unit_of(&spec.metric);
+    let mut out = Vec::new();
+    for fixed in combos(&d.points, &others) {
+        // cells[r][c]
+        let mut cells: Vec<Vec<Option<Summary>>> = Vec::new();
+        let mut max_abs: f64 = 0.0;
+        let mut n_max = 0;
+        for r in &rows {
+            let mut line = Vec::new();
+            for c in &cols {
+                let mut vals = Vec::new();
+                for (i, p) in d.points.iter().enumerate() {
+                    if p.get(&spec.rows) != Some(r) || !matches(p, &fixed) {
+                        continue;
+                    }
+                    if let (Some(ck), Some(cv)) = (&spec.cols, c) {
+                        if p.get(ck) != Some(cv) {
+                            continue;
+                        }
+                    }
+                    vals.extend(d.values(i, &spec.metric).0);
+                }
+                let s = stats::summarize(&vals);
+                if let Some(s) = &s {
+                    max_abs = max_abs.max(s.get(agg).abs());
+                    n_max = n_max.max(s.n);
+                }
+                line.push(s);
+            }
+            cells.push(line);
+        }
+        let shown = Shown::for_values(&unit, max_abs);
+        let mut title = spec
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("{} ({}), {}", spec.metric, shown.label, aggregate_name(agg, n_max)));
+        if !fixed.is_empty() {
+            title.push_str(&format!(" — {}", combo_label(&fixed)));
+        }
+        let col_names: Vec<String> = cols
+            .iter()
+            .map(|c| match (c, &spec.cols) {
+                (Some(v), Some(k)) => format!("{k} {}", v.label()),
+                _ => format!("{} ({})", spec.metric, shown.label),
+            })
+            .collect();
+        let cell_text = |s: &Option<Summary>| match s {
+            None => "–".to_string(),
+            Some(s) if s.n < n_max => format!("{} (n={})", shown.text(s.get(agg)), s.n),
+            Some(s) => shown.text(s.get(agg)),
+        };
+        // Markdown
+        let mut md = format!("**{title}**\n\n| {} |", spec.rows);
+        for c in &col_names {
+            let _ = write!(md, " {c} |");
+        }
+        md.push_str("\n|---|");
+        for _ in &col_names {
+            md.push_str("---:|");
+        }
+        md.push('\n');
+        for (r, line) in rows.iter().zip(&cells) {
+            let _ = write!(md, "| {} |", r.label());
+            for c in line {
+                let _ = write!(md, " {} |", cell_text(c));
+            }
+            md.push('\n');
+        }
+        // CSV: one line per cell, full statistics in the metric's base unit.
+        let mut csv = String::new();
+        let _ = writeln!(
+            csv,
+            "{},{},{}{}metric,unit,aggregate,value,n,min,median,max,mean,stddev,ci95_low,ci95_high",
+            csv_field(&spec.rows),
+            csv_field(spec.cols.as_deref().unwrap_or("column")),
+            fixed.iter().map(|(k, _)| csv_field(k)).collect::<Vec<_>>().join(","),
+            if fixed.is_empty() { "" } else { "," },
+        );
+        for (r, line) in rows.iter().zip(&cells) {
+            for (c, s) in cols.iter().zip(line) {
+                let Some(s) = s else { continue };
+                let _ = writeln!(
+                    csv,
+                    "{},{},{}{}{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    csv_field(&r.label()),
+                    csv_field(&c.as_ref().map(|v| v.label()).unwrap_or_default()),
+                    fixed.iter().map(|(_, v)| csv_field(&v.label())).collect::<Vec<_>>().join(","),
+                    if fixed.is_empty() { "" } else { "," },
+                    spec.metric,
+                    csv_field(&unit),
+                    aggregate_name(agg, s.n).split(' ').next().unwrap_or(""),
+                    s.get(agg),
+                    s.n,
+                    s.min,
+                    s.median,
+                    s.max,
+                    s.mean,
+                    s.stddev,
+                    s.ci95.map(|c| c.0.to_string()).unwrap_or_default(),
+                    s.ci95.map(|c| c.1.to_string()).unwrap_or_default(),
+                );
+            }
+        }
+        // HTML
+        let mut html = format!("<table><caption>{}</caption><tr><th>{}</th>", html_escape(&title), html_escape(&spec.rows));
+        for c in &col_names {
+            let _ = write!(html, "<th>{}</th>", html_escape(c));
+        }
+        html.push_str("</tr>");
+        for (r, line) in rows.iter().zip(&cells) {
+            let _ = write!(html, "<tr><th>{}</th>", html_escape(&r.label()));
+            for c in line {
+                let _ = write!(html, "<td>{}</td>", html_escape(&cell_text(c)));
+            }
+            html.push_str("</tr>");
+        }
+        html.push_str("</table>");
+        out.push(TableOut {
+            title,
+            markdown: md,
+            csv,
+            html,
+        });
+    }
+    out
+}
+
+fn filter_of(p: &PlotSpec) -> Vec<(String, Value)> {
+    p.filter
+        .iter()
+        .map(|(k, v)| {
+            let val = match v {
+                toml::Value::Boolean(b) => Value::Switch(*b),
+                toml::Value::String(s) => Value::Arg(s.clone()),
+                other => Value::Arg(other.to_string()),
+            };
+            (k.clone(), val)
+        })
+        .collect()
+}
+
+/// The series label of a point: the values of the series knob and of
+/// every axis not otherwise fixed.
+fn series_label(p: &Point, knobs: &[String]) -> String {
+    let c: Vec<(String, Value)> = knobs
+        .iter()
+        .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
+        .collect();
+    if c.is_empty() {
+        "all runs".into()
+    } else {
+        combo_label(&c)
+    }
+}
+
+fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> {
+    let metric = spec.metric.clone()?;
+    let x = spec.x.clone()?;
+    let agg = spec.aggregate.unwrap_or(default_agg);
+    let filter = filter_of(spec);
+    let xs = d.axis_values(&x);
+    let mut used: Vec<&str> = vec![x.as_str()];
+    used.extend(filter.iter().map(|(k, _)| k.as_str()));
+    let mut series_knobs: Vec<String> = Vec::new();
+    if let Some(s) = &spec.series {
+        series_knobs.push(s.clone());
+        used.push(s);
+    }
+    series_knobs.extend(d.other_axes(&used));
+    let unit = d.unit_of(&metric);
+    // Raw aggregates first, to pick the display unit.
+    let mut raw: Vec<(String, Vec<(usize, Summary)>)> = Vec::new();
+    for combo in combos(&d.points, &series_knobs) {
+        let mut pts = Vec::new();
+        for (xi, xv) in xs.iter().enumerate() {
+            let mut vals = Vec::new();
+            for (i, p) in d.points.iter().enumerate() {
+                if p.get(&x) == Some(xv) && matches(p, &combo) && matches(p, &filter) {
+                    vals.extend(d.values(i, &metric).0);
+                }
+            }
+            if let Some(s) = stats::summarize(&vals) {
+                pts.push((xi, s));
+            }
+        }
+        if !pts.is_empty() {
+            let label = if combo.is_empty() { metric.clone() } else { combo_label(&combo) };
+            raw.push((label, pts));
+        }
+    }
+    let max = raw
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, s)| s.max.abs()))
+        .fold(0.0, f64::max);
+    let shown = Shown::for_values(&unit, max);
+    let n_max = raw.iter().flat_map(|(_, p)| p.iter().map(|(_, s)| s.n)).max().unwrap_or(0);
+    let series = raw
+        .into_iter()
+        .map(|(label, pts)| Series {
+            label,
+            points: pts
+                .into_iter()
+                .map(|(xi, s)| PlotPoint {
+                    x: xi as f64,
+                    y: shown.value(s.get(agg)),
+                    err: match agg {
+                        Aggregate::Mean => s.ci95.map(|(l, h)| (shown.value(l), shown.value(h))),
+                        _ if s.n > 1 => Some((shown.value(s.min), shown.value(s.max))),
+                        _ => None,
+                    },
+                })
+                .collect(),
+        })
+        .collect();
+    let whiskers = match agg {
+        Aggregate::Mean => "95 % confidence interval of the mean",
+        _ => "min to max of the runs",
+    };
+    Some(Plot {
+        title: spec
+            .title
+            .clone()
+            .unwrap_or_else(|| format!("{metric} against {x}")),
+        kind: if spec.kind == PlotKindSpec::Bars { PlotKind::Bars } else { PlotKind::Lines },
+        x_label: x.clone(),
+        y_label: format!("{metric} ({})", shown.label),
+        x_categories: Some(xs.iter().map(Value::label).collect()),
+        log_x: false,
+        series,
+        caption: format!(
+            "{} of up to {n_max} runs per point; whiskers: {whiskers}{}.",
+            aggregate_name(agg, n_max).split(' ').next().unwrap_or(""),
+            if filter.is_empty() { String::new() } else { format!("; only {}", combo_label(&filter)) }
+        ),
+    })
+}
+
+fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
+    let filter = filter_of(spec);
+    let mut label_knobs: Vec<String> = Vec::new();
+    let mut used: Vec<&str> = filter.iter().map(|(k, _)| k.as_str()).collect();
+    if let Some(s) = &spec.series {
+        label_knobs.push(s.clone());
+        used.push(s);
+    }
+    label_knobs.extend(d.other_axes(&used));
+    let mut series = Vec::new();
+    let mut max = 0.0_f64;
+    let mut runs = 0;
+    let metric = spec.metric.clone().unwrap_or_default();
+    let mut raw = Vec::new();
+    for (i, p) in d.points.iter().enumerate() {
+        if !matches(p, &filter) {
+            continue;
+        }
+        let label = series_label(p, &label_knobs);
+        for r in &d.runs[i] {
+            let Some(doc) = &r.doc else { continue };
+            let pts = match spec.kind {
+                PlotKindSpec::Time => metrics::series(doc, &metric),
+                _ => metrics::latency_cdf(doc),
+            };
+            if let Some(pts) = pts.filter(|p| !p.is_empty()) {
+                for (x, y) in &pts {
+                    max = max.max(if spec.kind == PlotKindSpec::Time { y.abs() } else { x.abs() });
+                }
+                runs += 1;
+                raw.push((label.clone(), pts));
+            }
+        }
+    }
+    if raw.is_empty() {
+        return None;
+    }
+    let (plot_kind, title, x_label, y_label, shown, caption) = match spec.kind {
+        PlotKindSpec::Time => {
+            let unit = metrics::SERIES
+                .iter()
+                .find(|(n, _, _)| *n == metric)
+                .map(|(_, u, _)| *u)
+                .unwrap_or("");
+            let shown = Shown::for_values(unit, max);
+            (
+                PlotKind::Time,
+                format!("{metric} over time"),
+                "time (s)".to_string(),
+                format!("{metric} ({})", shown.label),
+                shown,
+                format!("{runs} runs overlaid; one colour per configuration; per reporting interval."),
+            )
+        }
+        _ => {
+            let shown = Shown::for_values("us", max);
+            (
+                PlotKind::Cdf,
+                "transaction latency, CDF".to_string(),
+                format!("latency ({})", shown.label),
+                "fraction of transactions".to_string(),
+                shown,
+                format!("{runs} runs overlaid; from each run's merged latency percentiles (0 to 100 %)."),
+            )
+        }
+    };
+    for (label, pts) in raw {
+        series.push(Series {
+            label,
+            points: pts
+                .into_iter()
+                .map(|(x, y)| match spec.kind {
+                    PlotKindSpec::Time => PlotPoint { x, y: shown.value(y), err: None },
+                    _ => PlotPoint { x: shown.value(x), y, err: None },
+                })
+                .collect(),
+        });
+    }
+    Some(Plot {
+        title: spec.title.clone().unwrap_or(title),
+        kind: plot_kind,
+        x_label,
+        y_label,
+        x_categories: None,
+        log_x: spec.log_x,
+        series,
+        caption,
+    })
+}
+
+/// Writes the report of an experiment into `dir` (report.md, report.html,
+/// table-N.csv, plot-N.svg) and prints its tables and the page's path.
+pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) -> Result<PathBuf, String> {
+    let (d, name, title) = Data::load(store, experiment)?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let rep = &d.scenario.report;
+    let default_agg = rep.aggregate.unwrap_or(Aggregate::Median);
+    let axes = d.scenario.axis_names();
+    let mut table_specs = rep.table.clone();
+    let mut plot_specs = rep.plot.clone();
+    if table_specs.is_empty() && plot_specs.is_empty() && !axes.is_empty() {
+        let metric = d.default_metric();
+        table_specs.push(TableSpec {
+            metric: metric.clone(),
+            rows: axes[0].clone(),
+            cols: axes.get(1).cloned(),
+            aggregate: None,
+            title: None,
+        });
+        plot_specs.push(PlotSpec {
+            kind: PlotKindSpec::Lines,
+            metric: Some(metric),
+            x: Some(axes[0].clone()),
+            series: axes.get(1).cloned(),
+            aggregate: None,
+            log_x: false,
+            title: None,
+            filter: BTreeMap::new(),
+        });
+    }
+    let mut md = format!("# {title}\n\n");
+    if !d.scenario.description.trim().is_empty() {
+        md.push_str(d.scenario.description.trim());
+        md.push_str("\n\n");
+    }
+    let total_runs: usize = d.runs.iter().map(Vec::len).sum();
+    let _ = writeln!(
+        md,
+        "Experiment {experiment} (`{name}`): {} points, {} runs measured, {} failed. Command: `xferlab {}`.\n",
+        d.points.len(),
+        total_runs,
+        d.failed.len(),
+        d.scenario.command.join(" ")
+    );
+    let mut sections = vec![HtmlSection::Paragraph(format!(
+        "Experiment {experiment} ({name}): {} points, {total_runs} runs measured, {} failed. Command: xferlab {}",
+        d.points.len(),
+        d.failed.len(),
+        d.scenario.command.join(" ")
+    ))];
+    let mut printed = String::new();
+    let mut n_table = 0;
+    for spec in &table_specs {
+        for t in tables(&d, spec, default_agg) {
+            n_table += 1;
+            let csv_name = format!("table-{n_table}.csv");
+            std::fs::write(dir.join(&csv_name), &t.csv)
+                .map_err(|e| format!("cannot write {}: {e}", dir.join(&csv_name).display()))?;
+            md.push_str(&t.markdown);
+            let _ = writeln!(md, "\n([CSV]({csv_name}))\n");
+            printed.push_str(&t.markdown);
+            printed.push('\n');
+            sections.push(HtmlSection::Heading(t.title.clone()));
+            sections.push(HtmlSection::TableHtml(t.html));
+        }
+    }
+    let mut n_plot = 0;
+    for spec in &plot_specs {
+        let p = match spec.kind {
+            PlotKindSpec::Lines | PlotKindSpec::Bars => knob_plot(&d, spec, default_agg),
+            PlotKindSpec::Time | PlotKindSpec::Cdf => run_plot(&d, spec),
+        };
+        let Some(p) = p else {
+            let _ = writeln!(md, "_(plot {:?} {}: no data)_\n", spec.kind, spec.metric.as_deref().unwrap_or(""));
+            continue;
+        };
+        let svg = match plot::render_svg(&p) {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = writeln!(md, "_(plot {}: {e})_\n", p.title);
+                continue;
+            }
+        };
+        n_plot += 1;
+        let svg_name = format!("plot-{n_plot}.svg");
+        std::fs::write(dir.join(&svg_name), &svg)
+            .map_err(|e| format!("cannot write {}: {e}", dir.join(&svg_name).display()))?;
+        let _ = writeln!(md, "![{}]({svg_name})\n\n{}\n", p.title, p.caption);
+        sections.push(HtmlSection::Plot {
+            svg,
+            caption: p.caption.clone(),
+        });
+    }
+    if !d.failed.is_empty() {
+        md.push_str("## Failed runs\n\n");
+        let mut list = String::from("<ul>");
+        for r in &d.failed {
+            let line = format!(
+                "point {} repeat {}: {} — {}",
+                r.point_idx.map(|i| i + 1).unwrap_or(0),
+                r.repeat.unwrap_or(0),
+                r.status,
+                r.error.as_deref().unwrap_or("no error text")
+            );
+            let _ = writeln!(md, "* {line}");
+            let _ = write!(list, "<li>{}</li>", html_escape(&line));
+        }
+        list.push_str("</ul>");
+        sections.push(HtmlSection::Heading("Failed runs".into()));
+        sections.push(HtmlSection::TableHtml(list));
+    }
+    std::fs::write(dir.join("report.md"), &md)
+        .map_err(|e| format!("cannot write {}: {e}", dir.join("report.md").display()))?;
+    let html = plot::html_page(&title, d.scenario.description.trim(), &sections);
+    let page = dir.join("report.html");
+    std::fs::write(&page, html).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
+    let _ = write!(out, "{printed}");
+    let _ = writeln!(out, "report: {}", page.display());
+    Ok(page)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_units() {
+        let s = Shown::for_values("bit/s", 2.5e9);
+        assert_eq!(s.label, "Gbit/s");
+        assert_eq!(s.text(2.5e9), "2.50");
+        assert_eq!(Shown::for_values("us", 25_000.0).label, "ms");
+        let f = Shown::for_values("fraction", 0.5);
+        assert_eq!(f.text(0.012), "1.20");
+        assert_eq!(Shown::for_values("1/s", 55_000.0).label, "k/s");
+    }
+}

@@ -1,0 +1,663 @@
+//! `xferlab run SCENARIO.toml`: expands a scenario into ordinary xferlab
+//! invocations, runs those still missing, and commits each run to the
+//! results store the moment it ends.
+//!
+//! Every point is a child process of this binary (`xferlab stream ...
+//! -J -o FILE`), so a point runs exactly as the same command typed by
+//! hand, and a point that crashes takes nothing else with it. Children
+//! get SIGTERM if the runner dies (PR_SET_PDEATHSIG), which every verb
+//! treats like Ctrl-C: a lab tears its namespaces down.
+
+use std::io::{IsTerminal, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use xferlab_core::experiment::metrics;
+use xferlab_core::experiment::plan::{self, RunSlot};
+use xferlab_core::experiment::scenario::{Place, Point, Scale, Scenario};
+
+use super::argv;
+use super::store::{NewExperiment, NewPoint, NewRun, Store};
+use super::vm;
+
+/// What `xferlab run` was asked to do.
+pub struct RunOptions {
+    pub scenario: PathBuf,
+    pub scale: Scale,
+    pub db: PathBuf,
+    pub dry_run: bool,
+    pub fresh: bool,
+    pub resume_anyway: bool,
+    pub report_dir: Option<PathBuf>,
+    pub no_report: bool,
+}
+
+fn fail(msg: &str, code: u8) -> ExitCode {
+    eprintln!("xferlab: {msg}");
+    ExitCode::from(code)
+}
+
+/// FNV-1a, 64 bits: detects a changed scenario file (not a security
+/// hash; nobody gains from forging a collision here).
+pub fn text_hash(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.as_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
+}
+
+/// A run's outcome as the store keeps it.
+struct Outcome {
+    status: &'static str,
+    exit_code: Option<i32>,
+    error: Option<String>,
+    json: Option<String>,
+}
+
+/// Reads what an invocation left behind: its exit status, its result
+/// document (if any) and the last line it printed on stderr.
+fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outcome {
+    let last_err = stderr
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(|l| l.trim_start_matches("xferlab: ").to_string());
+    let doc = json
+        .as_deref()
+        .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok());
+    let Some(doc) = doc else {
+        return Outcome {
+            status: if exit_code == Some(130) { "interrupted" } else { "error" },
+            exit_code,
+            error: Some(last_err.unwrap_or_else(|| match exit_code {
+                Some(c) => format!("exited with status {c} without a result"),
+                None => "killed by a signal before writing a result".into(),
+            })),
+            json: None,
+        };
+    };
+    let doc_status = doc.get("status").and_then(|s| s.as_str());
+    let schema = doc.get("schema").and_then(|s| s.as_str()).unwrap_or("");
+    let status = match (exit_code, doc_status) {
+        (Some(130), _) => "interrupted",
+        (_, Some("failed")) => "failed",
+        (_, Some("partial")) => "partial",
+        (Some(0), _) => "ok",
+        // cbr exits 1 when the rate was not sustained: a verdict, which
+        // is a measurement, not a failure.
+        (Some(1), _) if schema.starts_with("xferlab.cbr/") => "ok",
+        // A lab run whose emulation missed its accuracy targets.
+        (Some(1), Some("ok")) if doc.get("lab").is_some() => "invalid",
+        _ => "failed",
+    };
+    Outcome {
+        status,
+        exit_code,
+        error: if status == "ok" { None } else { last_err },
+        json,
+    }
+}
+
+/// Runs that count as done when resuming: they measured what was asked.
+fn is_done(status: &str) -> bool {
+    matches!(status, "ok" | "invalid")
+}
+
+/// The figure a progress line shows for a run.
+fn headline(ms: &[metrics::Metric]) -> String {
+    for name in ["throughput_bps", "tps", "best_bps_max", "usb_bps", "sustained"] {
+        if let Some(m) = ms.iter().find(|m| m.name == name) {
+            return format!("{} {}", name, metrics::format_value(m.value, m.unit));
+        }
+    }
+    String::new()
+}
+
+/// Progress: a live bar on a terminal, plain lines otherwise.
+struct Progress {
+    bar: Option<ProgressBar>,
+    total: usize,
+    done: usize,
+    points: usize,
+    repeat: u32,
+}
+
+impl Progress {
+    fn new(total: usize, points: usize, repeat: u32) -> Progress {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = ProgressBar::new(total as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} runs  {prefix}  elapsed {elapsed}  ETA {eta}  {msg}",
+                )
+                .expect("a valid template"),
+            );
+            b.enable_steady_tick(Duration::from_millis(200));
+            b
+        });
+        Progress {
+            bar,
+            total,
+            done: 0,
+            points,
+            repeat,
+        }
+    }
+
+    fn start(&self, slot: RunSlot, point: &Point) {
+        let prefix = format!(
+            "point {}/{} repeat {}/{}",
+            slot.point + 1,
+            self.points,
+            slot.repeat,
+            self.repeat
+        );
+        match &self.bar {
+            Some(b) => b.set_prefix(prefix),
+            None => eprintln!("[{}/{}] {prefix}: {}", self.done + 1, self.total, point.label()),
+        }
+    }
+
+    fn finish(&mut self, status: &str, detail: &str, secs: f64) {
+        self.done += 1;
+        let line = format!("{status} {detail} ({secs:.2} s)");
+        match &self.bar {
+            Some(b) => {
+                b.set_message(format!("last: {line}"));
+                b.inc(1);
+            }
+            None => eprintln!("[{}/{}]   {line}", self.done, self.total),
+        }
+    }
+
+    fn clear(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The runner's own cost, reported at the end: the gap between one run's
+/// end and the next one's start, and the store's write time.
+#[derive(Default)]
+struct Overhead {
+    gaps_ms: Vec<f64>,
+    store_ms: Vec<f64>,
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+struct Ctx<'a> {
+    store: &'a Store,
+    experiment: i64,
+    point_ids: Vec<i64>,
+    points: &'a [Point],
+    argv: &'a [Vec<String>],
+    progress: Progress,
+    overhead: Overhead,
+    failed: usize,
+    ok: usize,
+}
+
+impl Ctx<'_> {
+    fn commit(&mut self, slot: RunSlot, started: SystemTime, secs: f64, out: Outcome) -> Result<(), String> {
+        let doc = out
+            .json
+            .as_deref()
+            .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok());
+        let ms = doc.as_ref().map(metrics::extract).unwrap_or_default();
+        let host = doc
+            .as_ref()
+            .and_then(|d| d.pointer("/client/host"))
+            .map(|h| h.to_string());
+        let metric_rows: Vec<(String, f64, String)> = ms
+            .iter()
+            .map(|m| (m.name.clone(), m.value, m.unit.to_string()))
+            .collect();
+        let command = serde_json::to_string(&self.argv[slot.point]).unwrap_or_default();
+        let started_at = humantime::format_rfc3339_micros(started).to_string();
+        let ended_at = now_rfc3339();
+        let t = Instant::now();
+        self.store
+            .insert_run(&NewRun {
+                experiment_id: Some(self.experiment),
+                point_id: Some(self.point_ids[slot.point]),
+                repeat: Some(slot.repeat),
+                status: out.status,
+                exit_code: out.exit_code,
+                error: out.error.as_deref(),
+                started_at: &started_at,
+                ended_at: &ended_at,
+                duration_s: secs,
+                command_json: &command,
+                host_json: host.as_deref(),
+                xferlab_version: env!("CARGO_PKG_VERSION"),
+                result_json: out.json.as_deref(),
+                metrics: &metric_rows,
+            })
+            .map_err(|e| e.to_string())?;
+        self.overhead.store_ms.push(t.elapsed().as_secs_f64() * 1e3);
+        if is_done(out.status) {
+            self.ok += 1;
+        } else {
+            self.failed += 1;
+        }
+        let detail = match (&out.error, out.status) {
+            (Some(e), s) if s != "ok" => e.clone(),
+            _ => headline(&ms),
+        };
+        self.progress.finish(out.status, &detail, secs);
+        Ok(())
+    }
+}
+
+/// Runs one invocation as a child process and waits for it.
+fn run_child(argv: &[String], out_file: &Path) -> Result<(Option<i32>, Option<String>, String), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    let _ = std::fs::remove_file(out_file);
+    let mut cmd = Command::new(exe);
+    cmd.args(argv)
+        .arg("-J")
+        .arg("-o")
+        .arg(out_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start xferlab {}: {e}", argv.join(" ")))?;
+    let mut stderr = String::new();
+    if let Some(mut s) = child.stderr.take() {
+        s.read_to_string(&mut stderr).ok();
+    }
+    let status = child.wait().map_err(|e| format!("waiting for a run: {e}"))?;
+    let json = std::fs::read_to_string(out_file).ok().filter(|s| !s.trim().is_empty());
+    Ok((status.code(), json, stderr))
+}
+
+fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> Result<bool, String> {
+    let dir = std::env::temp_dir().join(format!("xferlab-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let out_file = dir.join("result.json");
+    let mut last_end: Option<Instant> = None;
+    let mut interrupted = false;
+    for slot in pending {
+        if interrupts.load(Ordering::Relaxed) > 0 {
+            interrupted = true;
+            break;
+        }
+        ctx.progress.start(*slot, &ctx.points[slot.point]);
+        let started = SystemTime::now();
+        let t0 = Instant::now();
+        if let Some(end) = last_end {
+            ctx.overhead.gaps_ms.push((t0 - end).as_secs_f64() * 1e3);
+        }
+        let (code, json, stderr) = run_child(&ctx.argv[slot.point], &out_file)?;
+        let secs = t0.elapsed().as_secs_f64();
+        let outcome = classify(code, json, &stderr);
+        let was_interrupted = outcome.status == "interrupted";
+        ctx.commit(*slot, started, secs, outcome)?;
+        last_end = Some(Instant::now());
+        if was_interrupted {
+            interrupted = true;
+            break;
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(interrupted || interrupts.load(Ordering::Relaxed) > 0)
+}
+
+fn run_vm(
+    ctx: &mut Ctx,
+    s: &Scenario,
+    scenario_path: &Path,
+    pending: &[RunSlot],
+    interrupts: &AtomicU32,
+) -> Result<bool, String> {
+    let scen_dir = scenario_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| cwd.clone());
+    let runner = vm::find_vm_runner(&[&scen_dir, &cwd, &exe_dir]).ok_or(
+        "cannot find lab/vm/run (the lab VM); run from the xferlab source tree or set XFERLAB_LABVM_RUN",
+    )?;
+    // HOST paths of `add` are relative to the scenario file.
+    let add = s
+        .vm
+        .add
+        .iter()
+        .map(|a| {
+            let (host, guest) = match a.split_once(':') {
+                Some((h, g)) => (h, Some(g)),
+                None => (a.as_str(), None),
+            };
+            let hp = if Path::new(host).is_absolute() {
+                PathBuf::from(host)
+            } else {
+                scen_dir.join(host)
+            };
+            match guest {
+                Some(g) => format!("{}:{g}", hp.display()),
+                None => hp.display().to_string(),
+            }
+        })
+        .collect();
+    let setup = vm::VmSetup {
+        modules: s.vm.modules.clone(),
+        extra_modules: s.vm.extra_modules.clone(),
+        add,
+        setup: s.vm.setup.clone(),
+        timeout_s: s.vm.timeout.unwrap_or(1800),
+    };
+    let jobs: Vec<vm::Job> = pending
+        .iter()
+        .enumerate()
+        .map(|(i, slot)| vm::Job {
+            id: i,
+            args: ctx.argv[slot.point].clone(),
+        })
+        .collect();
+    eprintln!("booting the lab VM once for {} runs ...", jobs.len());
+    // Ctrl-C reaches the VM's QEMU too (same process group); the flag
+    // makes run_in_vm stop reading and tear the guest down.
+    let stop = AtomicBool::new(false);
+    let stop_watch = std::thread::scope(|scope| -> Result<(), String> {
+        let done = AtomicBool::new(false);
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if interrupts.load(Ordering::Relaxed) > 0 {
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut started: Option<(SystemTime, Instant)> = None;
+        let mut commit_err = None;
+        let mut last_end: Option<Instant> = None;
+        let r = vm::run_in_vm(&runner, None, &setup, &jobs, &stop, &mut |ev| match ev {
+            vm::JobEvent::Booted { boot_s } => {
+                eprintln!("lab VM up after {boot_s:.1} s");
+            }
+            vm::JobEvent::Started { id } => {
+                let slot = pending[id];
+                ctx.progress.start(slot, &ctx.points[slot.point]);
+                let now = Instant::now();
+                if let Some(end) = last_end {
+                    ctx.overhead.gaps_ms.push((now - end).as_secs_f64() * 1e3);
+                }
+                started = Some((SystemTime::now(), now));
+            }
+            vm::JobEvent::Finished {
+                id,
+                exit_code,
+                json,
+                stderr,
+                elapsed_s,
+            } => {
+                let slot = pending[id];
+                let (wall, _) = started.take().unwrap_or((SystemTime::now(), Instant::now()));
+                let outcome = classify(Some(exit_code), json, &stderr);
+                if let Err(e) = ctx.commit(slot, wall, elapsed_s, outcome) {
+                    commit_err.get_or_insert(e);
+                }
+                last_end = Some(Instant::now());
+            }
+        });
+        done.store(true, Ordering::Relaxed);
+        if let Some(e) = commit_err {
+            return Err(e);
+        }
+        r.map_err(|e| e.to_string())
+    });
+    match stop_watch {
+        Ok(()) => Ok(interrupts.load(Ordering::Relaxed) > 0),
+        Err(_) if interrupts.load(Ordering::Relaxed) > 0 => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// `xferlab run`.
+pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
+    let file = o.scenario.display().to_string();
+    let text = match std::fs::read_to_string(&o.scenario) {
+        Ok(t) => t,
+        Err(e) => return fail(&format!("cannot read scenario {file}: {e}"), 2),
+    };
+    let s = match Scenario::parse(&text, o.scale) {
+        Ok(s) => s,
+        Err(e) if e.line == 0 => return fail(&format!("{file}: {}", e.message), 2),
+        Err(e) => return fail(&format!("{file}:{e}"), 2),
+    };
+    let points = s.points();
+    let inv = match argv::build(&s, &points) {
+        Ok(i) => i,
+        Err(e) => return fail(&format!("{file}:{e}"), 2),
+    };
+    let slots = plan::order(points.len(), s.repeat, s.order);
+    if o.dry_run {
+        println!(
+            "{}: {} points x {} repeats = {} runs ({:?} order, {} scale, {})",
+            s.title,
+            points.len(),
+            s.repeat,
+            slots.len(),
+            s.order,
+            o.scale.as_str(),
+            match s.place {
+                Place::Loopback => "on this host",
+                Place::Lab => "in the network lab",
+                Place::Vm => "in the lab VM, one boot",
+            }
+        );
+        for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
+            println!("point {:>3}  {:<40}  xferlab {}", i + 1, p.label(), a.join(" "));
+        }
+        return ExitCode::SUCCESS;
+    }
+    // SAFETY: geteuid has no preconditions.
+    if s.place == Place::Lab && unsafe { libc::geteuid() } != 0 {
+        return fail(
+            "this scenario runs in the network lab (where = \"lab\"), which needs root to create namespaces and TUN devices; run it with sudo",
+            1,
+        );
+    }
+    let store = match Store::open(&o.db) {
+        Ok(s) => s,
+        Err(e) => return fail(&e.to_string(), 1),
+    };
+    let name = o
+        .scenario
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "scenario".into());
+    let hash = text_hash(&text);
+    let existing = match store.latest_experiment(&name, o.scale.as_str()) {
+        Ok(e) => e,
+        Err(e) => return fail(&e.to_string(), 1),
+    };
+    let experiment = match existing {
+        Some(e) if !o.fresh && (e.scenario_hash == hash || o.resume_anyway) => {
+            eprintln!(
+                "resuming experiment {} ({} of {} runs stored ok) in {}",
+                e.id,
+                e.ok_runs,
+                slots.len(),
+                o.db.display()
+            );
+            e.id
+        }
+        Some(e) if !o.fresh => {
+            return fail(
+                &format!(
+                    "{file} changed since experiment {} ({}, {} runs stored) was run from it; pass --fresh to start a new experiment, or --resume-anyway to add the missing points to experiment {}",
+                    e.id, e.created_at, e.runs, e.id
+                ),
+                2,
+            )
+        }
+        _ => {
+            let created = now_rfc3339();
+            match store.create_experiment(&NewExperiment {
+                name: &name,
+                title: &s.title,
+                scale: o.scale.as_str(),
+                scenario_path: &file,
+                scenario_text: &text,
+                scenario_hash: &hash,
+                created_at: &created,
+                xferlab_version: env!("CARGO_PKG_VERSION"),
+            }) {
+                Ok(id) => id,
+                Err(e) => return fail(&e.to_string(), 1),
+            }
+        }
+    };
+    let mut point_ids = Vec::with_capacity(points.len());
+    for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
+        let key = p.key();
+        let knobs = p.to_json().to_string();
+        let args = serde_json::to_string(a).unwrap_or_default();
+        match store.ensure_point(
+            experiment,
+            &NewPoint {
+                idx: i,
+                key: &key,
+                knobs_json: &knobs,
+                args_json: &args,
+            },
+        ) {
+            Ok(id) => point_ids.push(id),
+            Err(e) => return fail(&e.to_string(), 1),
+        }
+    }
+    let done: std::collections::HashSet<(i64, u32)> = match store.latest_runs(experiment) {
+        Ok(runs) => runs
+            .into_iter()
+            .filter(|r| is_done(&r.status))
+            .filter_map(|r| Some((r.point_id?, r.repeat?)))
+            .collect(),
+        Err(e) => return fail(&e.to_string(), 1),
+    };
+    let pending = plan::pending(&slots, |sl| done.contains(&(point_ids[sl.point], sl.repeat)));
+    let mut ctx = Ctx {
+        store: &store,
+        experiment,
+        point_ids,
+        points: &points,
+        argv: &inv.argv,
+        progress: Progress::new(pending.len(), points.len(), s.repeat),
+        overhead: Overhead::default(),
+        failed: 0,
+        ok: 0,
+    };
+    let mut interrupted = false;
+    if pending.is_empty() {
+        eprintln!("all {} runs of experiment {experiment} are stored; --fresh runs it again", slots.len());
+    } else {
+        let r = match s.place {
+            Place::Vm => run_vm(&mut ctx, &s, &o.scenario, &pending, interrupts),
+            Place::Loopback | Place::Lab => run_local(&mut ctx, &pending, interrupts),
+        };
+        ctx.progress.clear();
+        match r {
+            Ok(i) => interrupted = i,
+            Err(e) => {
+                return fail(
+                    &format!("{e} ({} runs stored in {}; run the same command again to resume)", ctx.ok + ctx.failed, o.db.display()),
+                    1,
+                )
+            }
+        }
+        let gap = median(&mut ctx.overhead.gaps_ms);
+        let write = median(&mut ctx.overhead.store_ms);
+        eprintln!(
+            "experiment {experiment}: {} runs ok, {} failed{}, stored in {}; runner overhead: median gap between runs {}, median store write {}",
+            ctx.ok,
+            ctx.failed,
+            if interrupted { ", interrupted" } else { "" },
+            o.db.display(),
+            gap.map(|g| format!("{g:.1} ms")).unwrap_or_else(|| "-".into()),
+            write.map(|g| format!("{g:.1} ms")).unwrap_or_else(|| "-".into()),
+        );
+    }
+    if interrupted {
+        eprintln!("interrupted: run the same command again to resume with the missing runs");
+        return ExitCode::from(130);
+    }
+    let failed = ctx.failed;
+    if !o.no_report {
+        let dir = o
+            .report_dir
+            .clone()
+            .unwrap_or_else(|| super::report::default_dir(&name, experiment));
+        if let Err(e) = super::report::write(&store, experiment, &dir, &mut std::io::stdout()) {
+            return fail(&format!("cannot write the report: {e}"), 1);
+        }
+    }
+    if failed > 0 {
+        eprintln!("{failed} runs failed; `xferlab db show {experiment}` lists them, and running the scenario again retries them");
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_from_exit_codes_and_documents() {
+        let ok = r#"{"schema":"xferlab.result/1","status":"ok"}"#.to_string();
+        assert_eq!(classify(Some(0), Some(ok.clone()), "").status, "ok");
+        assert_eq!(classify(Some(130), Some(ok.clone()), "").status, "interrupted");
+        let partial = r#"{"schema":"xferlab.result/1","status":"partial"}"#.to_string();
+        let o = classify(Some(1), Some(partial), "xferlab: the peer vanished\n");
+        assert_eq!(o.status, "partial");
+        assert_eq!(o.error.as_deref(), Some("the peer vanished"));
+        let cbr = r#"{"schema":"xferlab.cbr/1"}"#.to_string();
+        assert_eq!(classify(Some(1), Some(cbr), "").status, "ok");
+        let lab = r#"{"schema":"xferlab.result/1","status":"ok","lab":{}}"#.to_string();
+        assert_eq!(classify(Some(1), Some(lab), "").status, "invalid");
+        let o = classify(Some(1), None, "xferlab: cannot connect\n");
+        assert_eq!(o.status, "error");
+        assert_eq!(o.error.as_deref(), Some("cannot connect"));
+        assert_eq!(classify(None, Some("{not json".into()), "").status, "error");
+    }
+
+    #[test]
+    fn hash_changes_with_text() {
+        assert_eq!(text_hash("a"), text_hash("a"));
+        assert_ne!(text_hash("a"), text_hash("b"));
+    }
+}
