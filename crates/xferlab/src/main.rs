@@ -83,7 +83,10 @@ fn main() -> ExitCode {
             experiment::report_cmd(&a.db.db, a.experiment.as_deref(), a.output.as_deref())
         }
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
-        Command::Db(a) => experiment::db::run(&a),
+        Command::Db(a) => match experiment::db::run(&a, &mut io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail(&e.to_string(), 1),
+        },
     }
 }
 

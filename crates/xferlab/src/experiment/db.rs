@@ -9,7 +9,6 @@
 
 // Nothing in the CLI calls this module until `run`, `db`, `report` and
 // `compare` are wired.
-#![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::fmt;

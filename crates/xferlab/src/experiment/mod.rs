@@ -159,8 +159,8 @@ pub fn store_single(db: &Path, argv: &[String], exit_code: i32, doc: &serde_json
         .get("started_at")
         .and_then(|s| s.as_str())
         .map(String::from)
-        .unwrap_or_else(runner::now_rfc3339);
-    let ended = runner::now_rfc3339();
+        .unwrap_or_else(store::now_rfc3339);
+    let ended = store::now_rfc3339();
     let duration = doc
         .pointer("/client/duration_s")
         .and_then(|d| d.as_f64())

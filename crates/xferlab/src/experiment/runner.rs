@@ -21,7 +21,7 @@ use xferlab_core::experiment::plan::{self, RunSlot};
 use xferlab_core::experiment::scenario::{Place, Point, Scale, Scenario};
 
 use super::argv;
-use super::store::{NewExperiment, NewPoint, NewRun, Store};
+use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, Store};
 use super::vm;
 
 /// What `xferlab run` was asked to do.
@@ -50,10 +50,6 @@ pub fn text_hash(text: &str) -> String {
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{h:016x}")
-}
-
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
 }
 
 /// A run's outcome as the store keeps it.

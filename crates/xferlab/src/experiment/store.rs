@@ -24,7 +24,6 @@
 
 // Nothing in the CLI calls this module until `run`, `db`, `report` and
 // `compare` are wired.
-#![allow(dead_code)]
 
 use std::collections::HashSet;
 use std::io::{self, Write};
@@ -287,7 +286,7 @@ pub struct PointRow {
 /// Now as RFC 3339 UTC with seconds, the format of every timestamp in the
 /// store (`2025-01-31T12:00:00Z`).
 pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+    humantime::format_rfc3339_micros(SystemTime::now()).to_string()
 }
 
 /// An open results database.
