@@ -7,6 +7,7 @@
 pub mod argv;
 pub mod compare;
 pub mod db;
+pub mod html;
 pub mod plot;
 pub mod report;
 pub mod runner;

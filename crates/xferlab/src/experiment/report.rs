@@ -17,7 +17,8 @@ use xferlab_core::experiment::scenario::{
 };
 use xferlab_core::experiment::stats::{self, Aggregate, Summary};
 
-use super::plot::{self, HtmlSection, Plot, PlotKind, PlotPoint, Series};
+use super::html::{self, HtmlSection};
+use super::plot::{self, Plot, PlotKind, PlotPoint, Series};
 use super::store::{RunRow, Store};
 
 /// `xferlab-reports/NAME-ID` under the current directory.
@@ -265,9 +266,7 @@ struct TableOut {
     html: String,
 }
 
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
+use html::escape_html as html_escape;
 
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
@@ -729,7 +728,7 @@ pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) ->
     }
     std::fs::write(dir.join("report.md"), &md)
         .map_err(|e| format!("cannot write {}: {e}", dir.join("report.md").display()))?;
-    let html = plot::html_page(&title, d.scenario.description.trim(), &sections);
+    let html = html::html_page(&title, d.scenario.description.trim(), &sections);
     let page = dir.join("report.html");
     std::fs::write(&page, html).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
     let _ = write!(out, "{printed}");
