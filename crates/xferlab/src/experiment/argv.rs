@@ -83,8 +83,6 @@ const RUNNER_FLAGS: &[&str] = &["-J", "--json", "-o", "--output", "--format", "-
 
 /// A scenario's command lines, ready to run.
 pub struct Invocations {
-    /// The verb's words (`["usb", "bulk"]`).
-    pub verb: Vec<String>,
     /// Per point (same order as `Scenario::points`): the argv without the
     /// program name and without the output flags.
     pub argv: Vec<Vec<String>>,
@@ -277,10 +275,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
         check_parses(s, p, &a, &infos)?;
         argv.push(a);
     }
-    Ok(Invocations {
-        verb: r.verb,
-        argv,
-    })
+    Ok(Invocations { argv })
 }
 
 /// The knob (and its line) an error message is about, else the command.

@@ -371,7 +371,7 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
                 let Some(s) = s else { continue };
                 let _ = writeln!(
                     csv,
-                    "{},{},{}{}{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    "{},{},{}{}{},{},{},{},{},{},{},{},{},{},{},{}",
                     csv_field(&r.label()),
                     csv_field(&c.as_ref().map(|v| v.label()).unwrap_or_default()),
                     fixed.iter().map(|(_, v)| csv_field(&v.label())).collect::<Vec<_>>().join(","),

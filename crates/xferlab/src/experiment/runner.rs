@@ -387,8 +387,8 @@ fn run_vm(
     // Ctrl-C reaches the VM's QEMU too (same process group); the flag
     // makes run_in_vm stop reading and tear the guest down.
     let stop = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
     let stop_watch = std::thread::scope(|scope| -> Result<(), String> {
-        let done = AtomicBool::new(false);
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 if interrupts.load(Ordering::Relaxed) > 0 {

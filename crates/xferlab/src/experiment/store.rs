@@ -283,7 +283,7 @@ pub struct PointRow {
     pub args_json: String,
 }
 
-/// Now as RFC 3339 UTC with seconds, the format of every timestamp in the
+/// Now as RFC 3339 UTC with microseconds, the format of every timestamp in the
 /// store (`2025-01-31T12:00:00Z`).
 pub fn now_rfc3339() -> String {
     humantime::format_rfc3339_micros(SystemTime::now()).to_string()
@@ -655,18 +655,6 @@ impl Store {
         };
         tx.commit().map_err(|e| self.sql("storing a point", e))?;
         Ok(id)
-    }
-
-    /// (id, idx, key, knobs_json) of an experiment's points by idx.
-    pub fn points(
-        &self,
-        experiment_id: i64,
-    ) -> Result<Vec<(i64, usize, String, String)>, StoreError> {
-        Ok(self
-            .point_rows(experiment_id)?
-            .into_iter()
-            .map(|p| (p.id, p.idx, p.key, p.knobs_json))
-            .collect())
     }
 
     /// An experiment's points by idx, with their argv.
@@ -1128,7 +1116,7 @@ pub(crate) mod tests {
         assert_eq!(back[1], m[1]);
         assert!(back[2].1.is_nan(), "NaN stored as NULL, read as NaN");
         assert_eq!(
-            store.points(e).unwrap(),
+            store.point_rows(e).unwrap().into_iter().map(|p| (p.id, p.idx, p.key, p.knobs_json)).collect::<Vec<_>>(),
             vec![(
                 p,
                 0,
@@ -1149,7 +1137,7 @@ pub(crate) mod tests {
             )
             .unwrap();
         assert_eq!(again, p);
-        assert_eq!(store.points(e).unwrap().len(), 1);
+        assert_eq!(store.point_rows(e).unwrap().len(), 1);
         assert_eq!(store.scenario_text(e).unwrap(), "title = 'it''s a test'\n");
         let ex = store.experiment(e).unwrap().unwrap();
         assert_eq!((ex.runs, ex.ok_runs, ex.attempts), (1, 1, 1));
