@@ -1,0 +1,3 @@
+//! Experiments (`xferlab run SCENARIO.toml`): the binary side.
+
+pub mod vm;
