@@ -28,7 +28,6 @@
 //!   markers, and an EXIT trap still reports it when the setup calls `exit`.
 
 // Until `xferlab run` calls it.
-#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read};
