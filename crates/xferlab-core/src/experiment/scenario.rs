@@ -289,6 +289,9 @@ pub struct Scenario {
     pub vm: VmSetup,
     pub axes: Vec<Axis>,
     pub overrides: Vec<Override>,
+    /// Points left out of the cross product: every knob of one entry
+    /// has its value (`[[exclude]]`, as a CI matrix's exclude).
+    pub excludes: Vec<Vec<(Knob, Value)>>,
     pub repeat: u32,
     pub order: Order,
     pub report: ReportSpec,
@@ -447,6 +450,8 @@ struct RawScenario {
     zip: Vec<Ordered<Spanned<toml::Value>>>,
     #[serde(default, rename = "override")]
     overrides: Vec<Spanned<RawOverride>>,
+    #[serde(default)]
+    exclude: Vec<Spanned<Ordered<Spanned<toml::Value>>>>,
     #[serde(default)]
     quick: Option<RawQuick>,
     #[serde(default)]
@@ -704,6 +709,21 @@ impl Scenario {
             overrides.push(Override { line, when, set });
         }
 
+        let mut excludes = Vec::new();
+        for x in &raw.exclude {
+            let line = lines.of(x.span().start);
+            let set = assignments(x.get_ref(), &lines)?;
+            if set.is_empty() {
+                return Err(err(line, "an empty [[exclude]]; name the knob values to leave out"));
+            }
+            for (k, _) in &set {
+                if !axes.iter().any(|a| a.knobs.iter().any(|x| x.knob == k.knob)) {
+                    return Err(err(k.line, format!("[[exclude]] names `{}`, which is not an axis of the matrix", k.knob)));
+                }
+            }
+            excludes.push(set.into_iter().map(|(k, v)| (k.knob, v)).collect());
+        }
+
         let has_quick = raw.quick.is_some();
         if scale == Scale::Quick {
             let q = raw.quick.as_ref().ok_or_else(|| {
@@ -763,6 +783,7 @@ impl Scenario {
             vm: raw.vm.unwrap_or_default(),
             axes,
             overrides,
+            excludes,
             repeat,
             order,
             report: raw.report,
@@ -866,6 +887,12 @@ impl Scenario {
             }
             points = next;
         }
+        points.retain(|p| {
+            !self
+                .excludes
+                .iter()
+                .any(|x| x.iter().all(|(k, v)| p.knobs.iter().any(|(pk, pv)| pk == k && pv == v)))
+        });
         for p in &mut points {
             for o in &self.overrides {
                 let applies = o
@@ -983,6 +1010,19 @@ cols = "-P"
 
         let e = error_of("title = \"t\"\ncommand = \"stream\"\nlab = \"--rate 1M\"\n");
         assert_eq!(e.line, 3, "{e}");
+    }
+
+    #[test]
+    fn excludes_leave_points_out() {
+        let s = Scenario::parse(
+            "title = \"t\"\ncommand = \"usb bulk\"\n[matrix]\n\"-l\" = [64, 512]\n\"--dir\" = [\"in\", \"out\"]\n[[exclude]]\n\"-l\" = 64\n\"--dir\" = \"in\"\n",
+            Scale::Full,
+        )
+        .unwrap();
+        let keys: Vec<String> = s.points().iter().map(Point::key).collect();
+        assert_eq!(keys, ["--dir=out;-l=64", "--dir=in;-l=512", "--dir=out;-l=512"]);
+        let e = Scenario::parse("title = \"t\"\ncommand = \"stream\"\n[[exclude]]\n\"-l\" = 1\n", Scale::Full).unwrap_err();
+        assert_eq!(e.line, 4, "{e}");
     }
 
     #[test]
