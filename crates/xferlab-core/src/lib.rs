@@ -4,6 +4,7 @@
 
 pub mod counters;
 pub mod datagram;
+pub mod experiment;
 pub mod interval;
 pub mod iperf3;
 pub mod link;
