@@ -2,6 +2,7 @@
 
 mod cli;
 mod control;
+mod experiment;
 mod iperf3;
 mod lab;
 mod net;
