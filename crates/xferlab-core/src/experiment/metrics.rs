@@ -1,118 +1,488 @@
-//! Metrics read from result documents: the numbers an experiment's store
-//! keeps per run (so queries and reports need no JSON parsing), the
-//! per-interval series behind "metric against time" plots, and rr's
-//! latency CDF.
+//! The numbers an experiment keeps from each run: headline metrics read
+//! out of one result document, per-interval series for "metric against
+//! time" plots, the latency CDF of an rr test, and the human formatting of
+//! a value by its unit.
 //!
-//! Names are stable and documented here and in docs/store-schema.md:
+//! Documents are taken as `serde_json::Value`, not as the typed
+//! `TestResult`, so that results written by older (or newer, same major
+//! version) xferlab builds still yield whatever metrics they carry: a
+//! field that is missing simply gives no metric. Three schemas are known:
+//! `xferlab.result/1` (stream, rr, usb and lab runs, see
+//! docs/result-schema.md), `xferlab.cbr/1` (`cbr -J`) and
+//! `xferlab.sweep/1` (`sweep -J`); any other schema, or another major
+//! version, yields no metrics ([`kind`] tells them apart).
 //!
-//! | name | unit | from |
+//! # Metrics
+//!
+//! Names are stable snake_case; a metric is present only when the document
+//! measured it. Units: `bit/s`, `1/s`, `us` (microseconds), `fraction`
+//! (0–1), `count`, `%` (of one CPU core), `bool` (1 or 0; its mean over
+//! repeats is the share of runs where it held), `bytes`.
+//!
+//! | metric | unit | from |
 //! |---|---|---|
-//! | `ok` | bool | `status` is `ok` |
-//! | `throughput_bps` | bit/s | stream: every direction's receiver rate, summed (the sender's when the receiver's report is missing); usb: every pipe's rate |
-//! | `c2s_bps`, `s2c_bps` | bit/s | one direction's receiver rate |
-//! | `sender_bps` | bit/s | every direction's sender rate, summed |
-//! | `retransmits` | count | TCP retransmits, summed |
-//! | `rtt_mean_us` | us | mean of the TCP senders' `total.tcp.rtt_mean_us` |
-//! | `cpu_client_pct`, `cpu_server_pct` | % | each side's `cpu.percent` (one CPU = 100) |
-//! | `loss_fraction`, `lost`, `host_drops`, `network_lost`, `jitter_us`, `late`, `out_of_order` | fraction, count, us | UDP: `summary.directions[].udp`, summed (jitter: the largest) |
-//! | `tps` | 1/s | rr: completed transactions per second in the measured window |
-//! | `transactions`, `timed_out`, `failed` | count | rr |
-//! | `latency_mean_us`, `latency_p50_us`, `latency_p90_us`, `latency_p99_us`, `latency_p999_us`, `latency_max_us` | us | rr: merged latency; usb: the first pipe's transfer latency |
-//! | `connect_mean_us` | us | rr tcp-crr: connect time |
-//! | `transfers_per_s`, `short_transfers`, `usb_errors` | 1/s, count | usb bulk, summed over pipes |
-//! | `lab_valid` | bool | `lab.accuracy.valid` |
-//! | `lab_marked`, `lab_dropped_queue`, `lab_dropped_loss`, `lab_unintended_drops` | count | the emulator's counters, both directions summed |
-//! | `sustained` | bool | cbr: a rate was sustained in every run |
-//! | `best_bps_max`, `best_bps_median`, `best_bps_min` | bit/s | cbr: highest sustained rate over its runs |
+//! | `ok` | bool | result: `status` is `ok`; cbr/sweep: no trial or point failed |
+//! | `throughput_bps` | bit/s | sum over `summary.directions` of the receiver's `bits_per_second` (the sender's when `receiver` is null) |
+//! | `c2s_bps` | bit/s | the c2s direction's receiver rate (sender's when null); USB: OUT |
+//! | `s2c_bps` | bit/s | the s2c direction's receiver rate (sender's when null); USB: IN |
+//! | `sender_bps` | bit/s | sum of the directions' sender `bits_per_second` |
+//! | `retransmits` | count | sum of the directions' `retransmits` (TCP) |
+//! | `rtt_mean_us` | us | mean over TCP sender flows (both sides) of `total.tcp.rtt_mean_us` |
+//! | `rtt_max_us` | us | largest `total.tcp.rtt_max_us` of the TCP sender flows |
+//! | `cpu_client_pct` | % | `client.cpu.percent` |
+//! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
+//! | `loss_fraction` | fraction | UDP: Σ `udp.lost` / Σ `udp.sent` over directions whose receiver reported (tail loss included) |
+//! | `lost` | count | UDP: Σ `udp.lost`, same directions |
+//! | `host_drops` | count | UDP: Σ `udp.host_drops`, same directions |
+//! | `network_lost` | count | UDP: Σ `udp.network_lost`, same directions |
+//! | `out_of_order` | count | UDP: Σ `udp.out_of_order`, same directions |
+//! | `duplicates` | count | UDP: Σ `udp.duplicates`, same directions |
+//! | `jitter_us` | us | UDP: largest `udp.jitter_us`, same directions |
+//! | `late` | count | UDP: Σ `udp.late` (datagrams sent > 1 ms behind schedule) |
+//! | `tps` | 1/s | rr: `summary.rr.per_second` |
+//! | `transactions` | count | rr: `summary.rr.transactions` (measured window) |
+//! | `timed_out` | count | rr: `summary.rr.timed_out` |
+//! | `failed` | count | rr: `summary.rr.failed` |
+//! | `rr_late` | count | rr: `summary.rr.late` (responses after their timeout) |
+//! | `latency_min_us` | us | rr: `summary.rr.latency.min_us` (only when `count` > 0, as all latency metrics) |
+//! | `latency_mean_us` | us | rr: `summary.rr.latency.mean_us` |
+//! | `latency_stddev_us` | us | rr: `summary.rr.latency.stddev_us` |
+//! | `latency_p50_us` | us | rr: `summary.rr.latency.p50_us` |
+//! | `latency_p90_us` | us | rr: `summary.rr.latency.p90_us` |
+//! | `latency_p99_us` | us | rr: `summary.rr.latency.p99_us` |
+//! | `latency_p999_us` | us | rr: `summary.rr.latency.p999_us` |
+//! | `latency_max_us` | us | rr: `summary.rr.latency.max_us` |
+//! | `connect_mean_us` | us | tcp-crr: `summary.rr.connect.mean_us` |
+//! | `connect_p50_us` | us | tcp-crr: `summary.rr.connect.p50_us` |
+//! | `connect_p99_us` | us | tcp-crr: `summary.rr.connect.p99_us` |
+//! | `connect_max_us` | us | tcp-crr: `summary.rr.connect.max_us` |
+//! | `usb_in_transfers_per_second` | 1/s | USB: the IN pipe's `total.transfers_per_second` (`usb_out_*`: the OUT pipe, same fields) |
+//! | `usb_in_transfers` | count | USB: `total.transfers` |
+//! | `usb_in_short` | count | USB: `total.short_transfers` |
+//! | `usb_in_errors` | count | USB: Σ `total.errors[].count` |
+//! | `usb_in_stalls_cleared` | count | USB: `total.stalls_cleared` |
+//! | `usb_in_pattern_errors` | count | USB: `total.pattern_errors` |
+//! | `usb_in_latency_mean_us` | us | USB: `total.latency.mean_us` (only when `count` > 0, as all USB latencies) |
+//! | `usb_in_latency_p50_us` | us | USB: `total.latency.p50_us` |
+//! | `usb_in_latency_p99_us` | us | USB: `total.latency.p99_us` |
+//! | `usb_in_latency_p999_us` | us | USB: `total.latency.p999_us` |
+//! | `usb_in_latency_max_us` | us | USB: `total.latency.max_us` |
+//! | `lab_valid` | bool | lab: `lab.accuracy.valid` |
+//! | `lab_c2s_loss_drops` | count | lab: `accuracy.c2s.counters.dropped_loss_segments` (`lab_s2c_*`: the s2c direction) |
+//! | `lab_c2s_queue_drops` | count | lab: `dropped_queue_segments` |
+//! | `lab_c2s_red_drops` | count | lab: `dropped_red_segments` |
+//! | `lab_c2s_ce_marks` | count | lab: `marked_segments` |
+//! | `lab_c2s_unintended_drops` | count | lab: Σ of `accuracy.c2s.unintended_drops` |
+//! | `lab_c2s_lateness_p99_us` | us | lab: `accuracy.c2s.lateness_p99_us` |
+//! | `lab_rtt_probe_median_us` | us | lab: `accuracy.rtt_probe.median_us` (when a probe came back) |
+//! | `sustained` | bool | cbr: every run sustained a rate (`summary.runs_without_a_sustained_rate` = 0); with one rate, that it was sustained |
+//! | `best_bps_max` | bit/s | cbr: `summary.max`, highest sustained rate of any run |
+//! | `best_bps_median` | bit/s | cbr: `summary.median` |
+//! | `best_bps_min` | bit/s | cbr: `summary.min` |
+//! | `cbr_runs` | count | cbr: `summary.runs` |
+//! | `cbr_unsustained_runs` | count | cbr: `summary.runs_without_a_sustained_rate` |
+//! | `cbr_trials` | count | cbr: trials over all runs |
+//! | `steps` | count | sweep: points measured |
+//! | `max_throughput_bps` | bit/s | sweep: largest `receiver_bps` of any point |
+//! | `max_loss_fraction` | fraction | sweep: largest `loss_fraction` of any point |
+//! | `step{i}.*` | | sweep: point *i* (0-based), see below |
+//!
+//! Lab metrics come from the `lab` member, which `xferlab lab` adds to
+//! result, cbr and sweep documents alike. Drops and marks count **wire
+//! segments** (a GSO superpacket dropped whole counts each segment it
+//! carried), which is what the transport lost. For USB the stream metrics
+//! apply too: OUT is the c2s direction, IN the s2c one.
+//!
+//! A sweep is a series of tests inside one document; its per-point figures
+//! are named `step{i}.NAME` with *i* the point's 0-based index (the runner's
+//! own grid of knob values is the better way to vary one, so sweeps get no
+//! more than this):
+//!
+//! | step metric | unit | from `points[i]` |
+//! |---|---|---|
+//! | `size` | bytes | `size` (datagram payload) |
+//! | `offered_bps` | bit/s | `rate_bps` (absent when unlimited) |
+//! | `spacing_us` | us | `spacing_us` (sweeps by spacing) |
+//! | `throughput_bps` | bit/s | `receiver_bps` |
+//! | `sender_bps` | bit/s | `sender_bps` |
+//! | `loss_fraction` | fraction | `loss_fraction` |
+//! | `lost` | count | `sent` − `received` |
+//! | `host_drops` | count | `host_drops` |
+//! | `network_lost` | count | `network_lost` |
+//! | `late` | count | `late` |
+//! | `jitter_us` | us | `jitter_us` |
+//!
+//! # Series
+//!
+//! [`series`] returns every reporting interval, warm-up (`omitted`)
+//! intervals included, as (interval `end_s`, value): the plot shows the
+//! warm-up and the measured window alike, and `spec.omit_s` says where the
+//! window starts. Each side counts time from its own start, so series
+//! combining the two sides (a bidirectional test's receivers sit on both)
+//! are matched by interval index and take their times from the c2s side —
+//! the two clocks' zeros differ by the connection setup, milliseconds. See
+//! [`SERIES`] for the names.
 
+use std::fmt::Write as _;
+
+use serde::Serialize;
 use serde_json::Value;
 
-/// One named figure of a run.
-#[derive(Debug, Clone, PartialEq)]
+/// One figure of a document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metric {
     pub name: String,
     pub value: f64,
     pub unit: &'static str,
 }
 
-/// Per-interval series a result can give: name, unit, meaning.
-pub const SERIES: &[(&str, &str, &str)] = &[
-    ("throughput_bps", "bit/s", "every flow's receiver rate per interval, summed (sender's when no receiver report)"),
-    ("c2s_bps", "bit/s", "client-to-server receiver rate per interval"),
-    ("s2c_bps", "bit/s", "server-to-client receiver rate per interval"),
-    ("tps", "1/s", "rr: completed transactions per second per interval"),
-    ("latency_mean_us", "us", "rr: mean latency of the interval's transactions"),
-];
-
-const UNITS: &[(&str, &str)] = &[
-    ("ok", "bool"),
-    ("throughput_bps", "bit/s"),
-    ("c2s_bps", "bit/s"),
-    ("s2c_bps", "bit/s"),
-    ("sender_bps", "bit/s"),
-    ("retransmits", "count"),
-    ("rtt_mean_us", "us"),
-    ("cpu_client_pct", "%"),
-    ("cpu_server_pct", "%"),
-    ("loss_fraction", "fraction"),
-    ("lost", "count"),
-    ("host_drops", "count"),
-    ("network_lost", "count"),
-    ("jitter_us", "us"),
-    ("late", "count"),
-    ("out_of_order", "count"),
-    ("tps", "1/s"),
-    ("transactions", "count"),
-    ("timed_out", "count"),
-    ("failed", "count"),
-    ("latency_mean_us", "us"),
-    ("latency_p50_us", "us"),
-    ("latency_p90_us", "us"),
-    ("latency_p99_us", "us"),
-    ("latency_p999_us", "us"),
-    ("latency_max_us", "us"),
-    ("connect_mean_us", "us"),
-    ("transfers_per_s", "1/s"),
-    ("short_transfers", "count"),
-    ("usb_errors", "count"),
-    ("lab_valid", "bool"),
-    ("lab_marked", "count"),
-    ("lab_dropped_queue", "count"),
-    ("lab_dropped_loss", "count"),
-    ("lab_unintended_drops", "count"),
-    ("sustained", "bool"),
-    ("best_bps_max", "bit/s"),
-    ("best_bps_median", "bit/s"),
-    ("best_bps_min", "bit/s"),
-];
-
-/// The unit of a metric or series name.
-pub fn unit_of(name: &str) -> Option<&'static str> {
-    UNITS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, u)| *u)
-        .or_else(|| SERIES.iter().find(|(n, _, _)| *n == name).map(|(_, u, _)| *u))
+/// Unit words, as [`Metric::unit`] holds them.
+pub mod unit {
+    pub const BPS: &str = "bit/s";
+    pub const PER_SECOND: &str = "1/s";
+    pub const US: &str = "us";
+    pub const FRACTION: &str = "fraction";
+    pub const COUNT: &str = "count";
+    pub const PERCENT: &str = "%";
+    pub const BOOL: &str = "bool";
+    pub const BYTES: &str = "bytes";
 }
 
-struct Out(Vec<Metric>);
+use unit::*;
 
-impl Out {
-    fn put(&mut self, name: &str, value: f64) {
-        if !value.is_finite() {
-            return;
+/// Every whole-document metric: (name, unit, description). The module
+/// docs hold the same list as a table (a test keeps them in step).
+pub const METRICS: &[(&str, &str, &str)] = &[
+    ("ok", BOOL, "the test ran and both sides reported"),
+    ("throughput_bps", BPS, "receiver throughput, all directions"),
+    ("c2s_bps", BPS, "receiver throughput client to server"),
+    ("s2c_bps", BPS, "receiver throughput server to client"),
+    ("sender_bps", BPS, "sender throughput, all directions"),
+    ("retransmits", COUNT, "TCP segments retransmitted"),
+    ("rtt_mean_us", US, "mean smoothed RTT of the TCP senders"),
+    ("rtt_max_us", US, "largest smoothed RTT of the TCP senders"),
+    ("cpu_client_pct", PERCENT, "client CPU, % of one core"),
+    ("cpu_server_pct", PERCENT, "server CPU, % of one core"),
+    ("loss_fraction", FRACTION, "UDP datagrams lost / sent"),
+    ("lost", COUNT, "UDP datagrams lost"),
+    (
+        "host_drops",
+        COUNT,
+        "UDP datagrams dropped by the receiving socket",
+    ),
+    ("network_lost", COUNT, "UDP datagrams lost on the way"),
+    ("out_of_order", COUNT, "UDP datagrams out of order"),
+    ("duplicates", COUNT, "UDP datagrams received twice"),
+    ("jitter_us", US, "UDP interarrival jitter (worst flow)"),
+    ("late", COUNT, "UDP datagrams sent > 1 ms behind schedule"),
+    ("tps", PER_SECOND, "rr transactions per second"),
+    (
+        "transactions",
+        COUNT,
+        "rr transactions in the measured window",
+    ),
+    ("timed_out", COUNT, "rr transactions timed out"),
+    ("failed", COUNT, "rr transactions failed"),
+    ("rr_late", COUNT, "rr responses after their timeout"),
+    ("latency_min_us", US, "rr latency, minimum"),
+    ("latency_mean_us", US, "rr latency, mean"),
+    ("latency_stddev_us", US, "rr latency, standard deviation"),
+    ("latency_p50_us", US, "rr latency, median"),
+    ("latency_p90_us", US, "rr latency, 90th percentile"),
+    ("latency_p99_us", US, "rr latency, 99th percentile"),
+    ("latency_p999_us", US, "rr latency, 99.9th percentile"),
+    ("latency_max_us", US, "rr latency, maximum"),
+    ("connect_mean_us", US, "tcp-crr connect time, mean"),
+    ("connect_p50_us", US, "tcp-crr connect time, median"),
+    (
+        "connect_p99_us",
+        US,
+        "tcp-crr connect time, 99th percentile",
+    ),
+    ("connect_max_us", US, "tcp-crr connect time, maximum"),
+    (
+        "usb_in_transfers_per_second",
+        PER_SECOND,
+        "USB IN transfers per second",
+    ),
+    ("usb_in_transfers", COUNT, "USB IN transfers completed"),
+    ("usb_in_short", COUNT, "USB IN short transfers"),
+    ("usb_in_errors", COUNT, "USB IN failed transfers"),
+    ("usb_in_stalls_cleared", COUNT, "USB IN stalls cleared"),
+    (
+        "usb_in_pattern_errors",
+        COUNT,
+        "USB IN transfers breaking the pattern",
+    ),
+    (
+        "usb_in_latency_mean_us",
+        US,
+        "USB IN completion latency, mean",
+    ),
+    (
+        "usb_in_latency_p50_us",
+        US,
+        "USB IN completion latency, median",
+    ),
+    (
+        "usb_in_latency_p99_us",
+        US,
+        "USB IN completion latency, p99",
+    ),
+    (
+        "usb_in_latency_p999_us",
+        US,
+        "USB IN completion latency, p99.9",
+    ),
+    (
+        "usb_in_latency_max_us",
+        US,
+        "USB IN completion latency, maximum",
+    ),
+    (
+        "usb_out_transfers_per_second",
+        PER_SECOND,
+        "USB OUT transfers per second",
+    ),
+    ("usb_out_transfers", COUNT, "USB OUT transfers completed"),
+    ("usb_out_short", COUNT, "USB OUT short transfers"),
+    ("usb_out_errors", COUNT, "USB OUT failed transfers"),
+    ("usb_out_stalls_cleared", COUNT, "USB OUT stalls cleared"),
+    (
+        "usb_out_pattern_errors",
+        COUNT,
+        "USB OUT transfers breaking the pattern",
+    ),
+    (
+        "usb_out_latency_mean_us",
+        US,
+        "USB OUT completion latency, mean",
+    ),
+    (
+        "usb_out_latency_p50_us",
+        US,
+        "USB OUT completion latency, median",
+    ),
+    (
+        "usb_out_latency_p99_us",
+        US,
+        "USB OUT completion latency, p99",
+    ),
+    (
+        "usb_out_latency_p999_us",
+        US,
+        "USB OUT completion latency, p99.9",
+    ),
+    (
+        "usb_out_latency_max_us",
+        US,
+        "USB OUT completion latency, maximum",
+    ),
+    (
+        "lab_valid",
+        BOOL,
+        "the lab emulator met its accuracy targets",
+    ),
+    (
+        "lab_c2s_loss_drops",
+        COUNT,
+        "lab c2s segments dropped by the loss model",
+    ),
+    (
+        "lab_c2s_queue_drops",
+        COUNT,
+        "lab c2s segments dropped by the full queue",
+    ),
+    (
+        "lab_c2s_red_drops",
+        COUNT,
+        "lab c2s non-ECT segments dropped by RED",
+    ),
+    ("lab_c2s_ce_marks", COUNT, "lab c2s segments marked CE"),
+    (
+        "lab_c2s_unintended_drops",
+        COUNT,
+        "lab c2s drops nobody configured",
+    ),
+    (
+        "lab_c2s_lateness_p99_us",
+        US,
+        "lab c2s departure lateness, p99",
+    ),
+    (
+        "lab_s2c_loss_drops",
+        COUNT,
+        "lab s2c segments dropped by the loss model",
+    ),
+    (
+        "lab_s2c_queue_drops",
+        COUNT,
+        "lab s2c segments dropped by the full queue",
+    ),
+    (
+        "lab_s2c_red_drops",
+        COUNT,
+        "lab s2c non-ECT segments dropped by RED",
+    ),
+    ("lab_s2c_ce_marks", COUNT, "lab s2c segments marked CE"),
+    (
+        "lab_s2c_unintended_drops",
+        COUNT,
+        "lab s2c drops nobody configured",
+    ),
+    (
+        "lab_s2c_lateness_p99_us",
+        US,
+        "lab s2c departure lateness, p99",
+    ),
+    ("lab_rtt_probe_median_us", US, "lab probe RTT, median"),
+    ("sustained", BOOL, "cbr: every run sustained a rate"),
+    ("best_bps_max", BPS, "cbr: highest sustained rate, best run"),
+    (
+        "best_bps_median",
+        BPS,
+        "cbr: highest sustained rate, median run",
+    ),
+    (
+        "best_bps_min",
+        BPS,
+        "cbr: highest sustained rate, worst run",
+    ),
+    ("cbr_runs", COUNT, "cbr: runs"),
+    (
+        "cbr_unsustained_runs",
+        COUNT,
+        "cbr: runs that sustained no rate",
+    ),
+    ("cbr_trials", COUNT, "cbr: trials over all runs"),
+    ("steps", COUNT, "sweep: points measured"),
+    (
+        "max_throughput_bps",
+        BPS,
+        "sweep: highest receiver throughput of a point",
+    ),
+    (
+        "max_loss_fraction",
+        FRACTION,
+        "sweep: highest loss fraction of a point",
+    ),
+];
+
+/// The per-point metrics of a sweep, named `step{i}.NAME`.
+pub const STEP_METRICS: &[(&str, &str, &str)] = &[
+    ("size", BYTES, "datagram payload bytes"),
+    ("offered_bps", BPS, "offered rate per flow"),
+    ("spacing_us", US, "time between datagrams of a flow"),
+    ("throughput_bps", BPS, "receiver throughput"),
+    ("sender_bps", BPS, "sender throughput"),
+    ("loss_fraction", FRACTION, "datagrams lost / sent"),
+    ("lost", COUNT, "datagrams lost"),
+    (
+        "host_drops",
+        COUNT,
+        "datagrams dropped by the receiving socket",
+    ),
+    ("network_lost", COUNT, "datagrams lost on the way"),
+    ("late", COUNT, "datagrams sent > 1 ms behind schedule"),
+    ("jitter_us", US, "interarrival jitter"),
+];
+
+/// The series [`series`] knows: (name, unit, description).
+pub const SERIES: &[(&str, &str, &str)] = &[
+    (
+        "throughput_bps",
+        BPS,
+        "receiver throughput per interval, all directions (sender's where no receiver reported)",
+    ),
+    (
+        "c2s_bps",
+        BPS,
+        "receiver throughput client to server per interval",
+    ),
+    (
+        "s2c_bps",
+        BPS,
+        "receiver throughput server to client per interval",
+    ),
+    (
+        "retransmits",
+        COUNT,
+        "TCP retransmits per interval, all senders",
+    ),
+    (
+        "rtt_us",
+        US,
+        "smoothed RTT at the interval's end, mean of the TCP senders",
+    ),
+    (
+        "loss_fraction",
+        FRACTION,
+        "UDP: datagrams missing / expected per interval, receivers' gap count",
+    ),
+    (
+        "jitter_us",
+        US,
+        "UDP: interarrival jitter at the interval's end, worst receiver",
+    ),
+    ("tps", PER_SECOND, "rr transactions per second per interval"),
+    ("latency_mean_us", US, "rr mean latency per interval"),
+];
+
+/// The unit of a metric or series name (`step{i}.NAME` included); `None`
+/// for names this module does not produce.
+pub fn unit_of(name: &str) -> Option<&'static str> {
+    let lookup = |table: &[(&str, &'static str, &str)], n: &str| {
+        table.iter().find(|(m, _, _)| *m == n).map(|&(_, u, _)| u)
+    };
+    if let Some(rest) = name.strip_prefix("step") {
+        if let Some((index, step_name)) = rest.split_once('.') {
+            if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) {
+                return lookup(STEP_METRICS, step_name);
+            }
         }
-        let unit = unit_of(name).unwrap_or("");
-        self.0.push(Metric {
-            name: name.to_string(),
-            value,
-            unit,
-        });
+    }
+    lookup(METRICS, name).or_else(|| lookup(SERIES, name))
+}
+
+/// Which known schema a document follows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DocKind {
+    /// `xferlab.result/1`: stream, rr, usb and lab tests.
+    Result,
+    /// `xferlab.cbr/1`.
+    Cbr,
+    /// `xferlab.sweep/1`.
+    Sweep,
+}
+
+/// The kind of a document by its `schema`; `None` for anything else
+/// (another major version included: its fields may mean something else).
+pub fn kind(doc: &Value) -> Option<DocKind> {
+    match doc.get("schema")?.as_str()? {
+        "xferlab.result/1" => Some(DocKind::Result),
+        "xferlab.cbr/1" => Some(DocKind::Cbr),
+        "xferlab.sweep/1" => Some(DocKind::Sweep),
+        _ => None,
     }
 }
 
-fn f(v: &Value, ptr: &str) -> Option<f64> {
-    v.pointer(ptr).and_then(Value::as_f64)
+/// A number at a path of object keys.
+fn num(v: &Value, path: &[&str]) -> Option<f64> {
+    path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
+}
+
+/// An array at `key`, or nothing.
+fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// The side reports present (`server` is null when it never reported).
+fn sides(doc: &Value) -> impl Iterator<Item = &Value> {
+    ["client", "server"]
+        .into_iter()
+        .filter_map(|k| doc.get(k).filter(|v| v.is_object()))
 }
 
 fn b(x: bool) -> f64 {
@@ -123,344 +493,1035 @@ fn b(x: bool) -> f64 {
     }
 }
 
-/// The headline metrics of one result document (`xferlab.result/1`,
-/// `xferlab.cbr/1`); unknown documents give none.
-pub fn extract(doc: &Value) -> Vec<Metric> {
-    let mut o = Out(Vec::new());
-    let schema = doc.get("schema").and_then(Value::as_str).unwrap_or("");
-    if schema.starts_with("xferlab.cbr/") {
-        cbr(doc, &mut o);
-    } else if schema.starts_with("xferlab.result/") {
-        result(doc, &mut o);
-    }
-    if let Some(acc) = doc.pointer("/lab/accuracy") {
-        lab(acc, &mut o);
-    }
-    o.0
-}
+/// Collects metrics, taking each unit from the tables.
+#[derive(Default)]
+struct Out(Vec<Metric>);
 
-fn cbr(doc: &Value, o: &mut Out) {
-    let runs = doc.pointer("/summary/runs").and_then(Value::as_f64).unwrap_or(0.0);
-    let without = doc
-        .pointer("/summary/runs_without_a_sustained_rate")
-        .and_then(Value::as_f64)
-        .unwrap_or(0.0);
-    o.put("sustained", b(runs > 0.0 && without == 0.0));
-    for (k, name) in [("max", "best_bps_max"), ("median", "best_bps_median"), ("min", "best_bps_min")] {
-        if let Some(v) = doc.pointer(&format!("/summary/{k}")).and_then(Value::as_f64) {
-            o.put(name, v);
+impl Out {
+    fn push(&mut self, name: &str, value: f64) {
+        let unit = unit_of(name);
+        debug_assert!(unit.is_some(), "metric {name} is in no table");
+        self.0.push(Metric {
+            name: name.to_string(),
+            value,
+            unit: unit.unwrap_or(""),
+        });
+    }
+
+    fn push_opt(&mut self, name: &str, value: Option<f64>) {
+        if let Some(v) = value {
+            self.push(name, v);
         }
     }
 }
 
-fn result(doc: &Value, o: &mut Out) {
-    o.put("ok", b(doc.get("status").and_then(Value::as_str) == Some("ok")));
-    let dirs = doc
-        .pointer("/summary/directions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    if !dirs.is_empty() {
-        let mut total = 0.0;
-        let mut sender = 0.0;
-        for d in &dirs {
-            let s = f(d, "/sender/bits_per_second").unwrap_or(0.0);
-            let r = f(d, "/receiver/bits_per_second").unwrap_or(s);
-            total += r;
-            sender += s;
+/// The headline metrics of one document, by schema (see the module docs
+/// for every name). Unknown schemas give none.
+pub fn extract(doc: &Value) -> Vec<Metric> {
+    let mut out = Out::default();
+    match kind(doc) {
+        Some(DocKind::Result) => result_metrics(doc, &mut out),
+        Some(DocKind::Cbr) => cbr_metrics(doc, &mut out),
+        Some(DocKind::Sweep) => sweep_metrics(doc, &mut out),
+        None => return Vec::new(),
+    }
+    if let Some(lab) = doc.get("lab") {
+        lab_metrics(lab, &mut out);
+    }
+    out.0
+}
+
+/// A direction's throughput as the receiver measured it, the sender's when
+/// the receiver's report is missing (`receiver: null`).
+fn direction_bps(d: &Value) -> Option<f64> {
+    num(d, &["receiver", "bits_per_second"]).or_else(|| num(d, &["sender", "bits_per_second"]))
+}
+
+fn result_metrics(doc: &Value, out: &mut Out) {
+    out.push(
+        "ok",
+        b(doc.get("status").and_then(Value::as_str) == Some("ok")),
+    );
+    let summary = doc.get("summary").unwrap_or(&Value::Null);
+    let directions = arr(summary, "directions");
+    if !directions.is_empty() {
+        out.push(
+            "throughput_bps",
+            directions.iter().filter_map(direction_bps).sum(),
+        );
+        for d in directions {
             match d.get("direction").and_then(Value::as_str) {
-                Some("c2s") => o.put("c2s_bps", r),
-                Some("s2c") => o.put("s2c_bps", r),
+                Some("c2s") => out.push_opt("c2s_bps", direction_bps(d)),
+                Some("s2c") => out.push_opt("s2c_bps", direction_bps(d)),
                 _ => {}
             }
         }
-        o.put("throughput_bps", total);
-        o.put("sender_bps", sender);
-        if dirs.iter().any(|d| d.get("retransmits").is_some()) {
-            o.put(
-                "retransmits",
-                dirs.iter().filter_map(|d| f(d, "/retransmits")).sum(),
-            );
-        }
-        let udp: Vec<&Value> = dirs.iter().filter_map(|d| d.get("udp")).collect();
-        if !udp.is_empty() {
-            let sum = |k: &str| udp.iter().filter_map(|u| f(u, &format!("/{k}"))).sum::<f64>();
-            let sent = sum("sent");
-            let lost = sum("lost");
-            o.put("loss_fraction", if sent > 0.0 { lost / sent } else { 0.0 });
-            for k in ["lost", "host_drops", "network_lost", "late", "out_of_order"] {
-                o.put(k, sum(k));
-            }
-            o.put(
-                "jitter_us",
-                udp.iter().filter_map(|u| f(u, "/jitter_us")).fold(0.0, f64::max),
-            );
-        }
-        let rtts: Vec<f64> = doc
-            .pointer("/client/flows")
-            .and_then(Value::as_array)
-            .into_iter()
-            .chain(doc.pointer("/server/flows").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|fl| f(fl, "/total/tcp/rtt_mean_us"))
-            .collect();
-        if !rtts.is_empty() {
-            o.put("rtt_mean_us", rtts.iter().sum::<f64>() / rtts.len() as f64);
-        }
-    }
-    if let Some(p) = f(doc, "/client/cpu/percent") {
-        o.put("cpu_client_pct", p);
-    }
-    if let Some(p) = f(doc, "/server/cpu/percent") {
-        o.put("cpu_server_pct", p);
-    }
-    if let Some(rr) = doc.pointer("/summary/rr") {
-        o.put("tps", f(rr, "/per_second").unwrap_or(0.0));
-        for k in ["transactions", "timed_out", "failed"] {
-            o.put(k, f(rr, &format!("/{k}")).unwrap_or(0.0));
-        }
-        if let Some(l) = rr.get("latency") {
-            latency(l, o);
-        }
-        if let Some(c) = f(rr, "/connect/mean_us") {
-            o.put("connect_mean_us", c);
-        }
-    }
-    if let Some(pipes) = doc.pointer("/client/usb/pipes").and_then(Value::as_array) {
-        if dirs.is_empty() {
-            let flows = doc.pointer("/client/flows").and_then(Value::as_array);
-            let bps: f64 = flows
-                .into_iter()
-                .flatten()
-                .filter_map(|fl| f(fl, "/total/bits_per_second"))
-                .sum();
-            o.put("throughput_bps", bps);
-        }
-        let sum = |p: &str| pipes.iter().filter_map(|x| f(x, p)).sum::<f64>();
-        o.put("transfers_per_s", sum("/total/transfers_per_second"));
-        o.put("short_transfers", sum("/total/short_transfers"));
-        let errors: f64 = pipes
+        out.push(
+            "sender_bps",
+            directions
+                .iter()
+                .filter_map(|d| num(d, &["sender", "bits_per_second"]))
+                .sum(),
+        );
+        let retransmits: Vec<f64> = directions
             .iter()
-            .filter_map(|x| x.pointer("/total/errors").and_then(Value::as_array))
-            .flatten()
-            .filter_map(|e| f(e, "/count"))
-            .sum();
-        o.put("usb_errors", errors);
-        if let Some(l) = pipes.first().and_then(|p| p.pointer("/total/latency")) {
-            latency(l, o);
+            .filter_map(|d| num(d, &["retransmits"]))
+            .collect();
+        if !retransmits.is_empty() {
+            out.push("retransmits", retransmits.iter().sum());
         }
+        udp_metrics(directions, out);
+    }
+    tcp_rtt_metrics(doc, out);
+    out.push_opt("cpu_client_pct", num(doc, &["client", "cpu", "percent"]));
+    out.push_opt("cpu_server_pct", num(doc, &["server", "cpu", "percent"]));
+    if let Some(rr) = summary.get("rr").filter(|v| v.is_object()) {
+        rr_metrics(rr, out);
+    }
+    if let Some(usb) = doc.get("client").and_then(|c| c.get("usb")) {
+        usb_metrics(usb, out);
     }
 }
 
-fn latency(l: &Value, o: &mut Out) {
-    for (k, name) in [
-        ("mean_us", "latency_mean_us"),
-        ("p50_us", "latency_p50_us"),
-        ("p90_us", "latency_p90_us"),
-        ("p99_us", "latency_p99_us"),
-        ("p999_us", "latency_p999_us"),
-        ("max_us", "latency_max_us"),
-    ] {
-        if let Some(v) = f(l, &format!("/{k}")) {
-            o.put(name, v);
-        }
-    }
-}
-
-fn lab(acc: &Value, o: &mut Out) {
-    if let Some(v) = acc.get("valid").and_then(Value::as_bool) {
-        o.put("lab_valid", b(v));
-    }
-    let dirs: Vec<&Value> = ["c2s", "s2c"].iter().filter_map(|d| acc.get(*d)).collect();
-    let sum = |p: &str| dirs.iter().filter_map(|d| f(d, p)).sum::<f64>();
-    o.put("lab_marked", sum("/counters/marked_packets"));
-    o.put("lab_dropped_queue", sum("/counters/dropped_queue_packets"));
-    o.put("lab_dropped_loss", sum("/counters/dropped_loss_packets"));
-    let unintended: f64 = dirs
+/// UDP figures of `summary.directions[].udp`. Loss figures only from
+/// directions whose receiver reported: without it `lost` equals `sent`,
+/// which says nothing about the path.
+fn udp_metrics(directions: &[Value], out: &mut Out) {
+    let udp: Vec<(&Value, bool)> = directions
         .iter()
-        .filter_map(|d| d.get("unintended_drops").and_then(Value::as_object))
-        .flat_map(|m| m.values().filter_map(Value::as_f64))
-        .sum();
-    o.put("lab_unintended_drops", unintended);
+        .filter_map(|d| {
+            let u = d.get("udp").filter(|u| u.is_object())?;
+            Some((u, d.get("receiver").is_some_and(Value::is_object)))
+        })
+        .collect();
+    if udp.is_empty() {
+        return;
+    }
+    let received: Vec<&Value> = udp.iter().filter(|(_, r)| *r).map(|(u, _)| *u).collect();
+    if !received.is_empty() {
+        let sum = |k: &str| received.iter().filter_map(|u| num(u, &[k])).sum::<f64>();
+        let (sent, lost) = (sum("sent"), sum("lost"));
+        out.push("loss_fraction", if sent > 0.0 { lost / sent } else { 0.0 });
+        out.push("lost", lost);
+        for k in ["host_drops", "network_lost", "out_of_order", "duplicates"] {
+            out.push(k, sum(k));
+        }
+        out.push(
+            "jitter_us",
+            received
+                .iter()
+                .filter_map(|u| num(u, &["jitter_us"]))
+                .fold(0.0, f64::max),
+        );
+    }
+    out.push(
+        "late",
+        udp.iter().filter_map(|(u, _)| num(u, &["late"])).sum(),
+    );
 }
 
-/// A per-interval series of a result: (interval end, s; value), warm-up
-/// intervals included (their times say where they are). Rates come from
-/// the receiving side's sums, else the sender's.
+/// Sender flows of both sides.
+fn sender_flows(doc: &Value) -> impl Iterator<Item = &Value> {
+    sides(doc)
+        .flat_map(|s| arr(s, "flows"))
+        .filter(|f| f.get("role").and_then(Value::as_str) == Some("sender"))
+}
+
+fn tcp_rtt_metrics(doc: &Value, out: &mut Out) {
+    let tcp: Vec<&Value> = sender_flows(doc)
+        .filter_map(|f| f.get("total")?.get("tcp"))
+        .collect();
+    let means: Vec<f64> = tcp
+        .iter()
+        .filter_map(|t| num(t, &["rtt_mean_us"]))
+        .collect();
+    if !means.is_empty() {
+        out.push(
+            "rtt_mean_us",
+            means.iter().sum::<f64>() / means.len() as f64,
+        );
+    }
+    let max = tcp
+        .iter()
+        .filter_map(|t| num(t, &["rtt_max_us"]))
+        .reduce(f64::max);
+    out.push_opt("rtt_max_us", max);
+}
+
+fn rr_metrics(rr: &Value, out: &mut Out) {
+    out.push_opt("tps", num(rr, &["per_second"]));
+    out.push_opt("transactions", num(rr, &["transactions"]));
+    out.push_opt("timed_out", num(rr, &["timed_out"]));
+    out.push_opt("failed", num(rr, &["failed"]));
+    out.push_opt("rr_late", num(rr, &["late"]));
+    if let Some(l) = measured_latency(rr.get("latency")) {
+        for (name, field) in [
+            ("latency_min_us", "min_us"),
+            ("latency_mean_us", "mean_us"),
+            ("latency_stddev_us", "stddev_us"),
+            ("latency_p50_us", "p50_us"),
+            ("latency_p90_us", "p90_us"),
+            ("latency_p99_us", "p99_us"),
+            ("latency_p999_us", "p999_us"),
+            ("latency_max_us", "max_us"),
+        ] {
+            out.push_opt(name, num(l, &[field]));
+        }
+    }
+    if let Some(c) = measured_latency(rr.get("connect")) {
+        for (name, field) in [
+            ("connect_mean_us", "mean_us"),
+            ("connect_p50_us", "p50_us"),
+            ("connect_p99_us", "p99_us"),
+            ("connect_max_us", "max_us"),
+        ] {
+            out.push_opt(name, num(c, &[field]));
+        }
+    }
+}
+
+/// A latency summary that summarizes something: with `count` 0 its
+/// figures are zeros, not measurements.
+fn measured_latency(l: Option<&Value>) -> Option<&Value> {
+    l.filter(|l| num(l, &["count"]).is_some_and(|c| c > 0.0))
+}
+
+fn usb_metrics(usb: &Value, out: &mut Out) {
+    for pipe in arr(usb, "pipes") {
+        let Some(endpoint) = num(pipe, &["endpoint"]) else {
+            continue;
+        };
+        let dir = if (endpoint as u64) & 0x80 != 0 {
+            "in"
+        } else {
+            "out"
+        };
+        let total = pipe.get("total").unwrap_or(&Value::Null);
+        let name = |m: &str| format!("usb_{dir}_{m}");
+        out.push_opt(
+            &name("transfers_per_second"),
+            num(total, &["transfers_per_second"]),
+        );
+        out.push_opt(&name("transfers"), num(total, &["transfers"]));
+        out.push_opt(&name("short"), num(total, &["short_transfers"]));
+        out.push(
+            &name("errors"),
+            arr(total, "errors")
+                .iter()
+                .filter_map(|e| num(e, &["count"]))
+                .sum(),
+        );
+        out.push_opt(&name("stalls_cleared"), num(total, &["stalls_cleared"]));
+        out.push_opt(&name("pattern_errors"), num(total, &["pattern_errors"]));
+        if let Some(l) = measured_latency(total.get("latency")) {
+            for field in ["mean", "p50", "p99", "p999", "max"] {
+                out.push_opt(
+                    &name(&format!("latency_{field}_us")),
+                    num(l, &[&format!("{field}_us")]),
+                );
+            }
+        }
+    }
+}
+
+fn lab_metrics(lab: &Value, out: &mut Out) {
+    let Some(acc) = lab.get("accuracy") else {
+        return;
+    };
+    out.push_opt(
+        "lab_valid",
+        acc.get("valid").and_then(Value::as_bool).map(b),
+    );
+    for dir in ["c2s", "s2c"] {
+        let Some(d) = acc.get(dir).filter(|d| d.is_object()) else {
+            continue;
+        };
+        for (name, field) in [
+            ("loss_drops", "dropped_loss_segments"),
+            ("queue_drops", "dropped_queue_segments"),
+            ("red_drops", "dropped_red_segments"),
+            ("ce_marks", "marked_segments"),
+        ] {
+            out.push_opt(&format!("lab_{dir}_{name}"), num(d, &["counters", field]));
+        }
+        if let Some(u) = d.get("unintended_drops").and_then(Value::as_object) {
+            out.push(
+                &format!("lab_{dir}_unintended_drops"),
+                u.values().filter_map(Value::as_f64).sum(),
+            );
+        }
+        out.push_opt(
+            &format!("lab_{dir}_lateness_p99_us"),
+            num(d, &["lateness_p99_us"]),
+        );
+    }
+    if let Some(probe) = acc.get("rtt_probe") {
+        if num(probe, &["received"]).is_some_and(|r| r > 0.0) {
+            out.push_opt("lab_rtt_probe_median_us", num(probe, &["median_us"]));
+        }
+    }
+}
+
+fn failed_entry(v: &Value) -> bool {
+    v.get("error").is_some_and(|e| !e.is_null())
+}
+
+fn cbr_metrics(doc: &Value, out: &mut Out) {
+    let runs = arr(doc, "runs");
+    let trials: Vec<&Value> = runs.iter().flat_map(|r| arr(r, "trials")).collect();
+    out.push("ok", b(!trials.iter().any(|t| failed_entry(t))));
+    let summary = doc.get("summary").unwrap_or(&Value::Null);
+    let n_runs = num(summary, &["runs"]);
+    let unsustained = num(summary, &["runs_without_a_sustained_rate"]);
+    if let (Some(n), Some(u)) = (n_runs, unsustained) {
+        out.push("sustained", b(n > 0.0 && u == 0.0));
+    }
+    out.push_opt("best_bps_max", num(summary, &["max"]));
+    out.push_opt("best_bps_median", num(summary, &["median"]));
+    out.push_opt("best_bps_min", num(summary, &["min"]));
+    out.push_opt("cbr_runs", n_runs);
+    out.push_opt("cbr_unsustained_runs", unsustained);
+    out.push("cbr_trials", trials.len() as f64);
+}
+
+fn sweep_metrics(doc: &Value, out: &mut Out) {
+    let points = arr(doc, "points");
+    out.push("ok", b(!points.iter().any(failed_entry)));
+    out.push("steps", points.len() as f64);
+    let max_of = |k: &str| points.iter().filter_map(|p| num(p, &[k])).reduce(f64::max);
+    out.push_opt("max_throughput_bps", max_of("receiver_bps"));
+    out.push_opt("max_loss_fraction", max_of("loss_fraction"));
+    for (i, p) in points.iter().enumerate() {
+        let name = |m: &str| format!("step{i}.{m}");
+        for (m, field) in [
+            ("size", "size"),
+            ("offered_bps", "rate_bps"),
+            ("spacing_us", "spacing_us"),
+            ("throughput_bps", "receiver_bps"),
+            ("sender_bps", "sender_bps"),
+            ("loss_fraction", "loss_fraction"),
+        ] {
+            out.push_opt(&name(m), num(p, &[field]));
+        }
+        if let (Some(sent), Some(received)) = (num(p, &["sent"]), num(p, &["received"])) {
+            out.push(&name("lost"), (sent - received).max(0.0));
+        }
+        for m in ["host_drops", "network_lost", "late", "jitter_us"] {
+            out.push_opt(&name(m), num(p, &[m]));
+        }
+    }
+}
+
+/// (end_s, value) of one `sums[]` series.
+type Points = Vec<(f64, f64)>;
+
+/// The per-interval throughput of one direction: the receiving side's
+/// `sums`, the sending side's when no receiver reported.
+fn direction_series(doc: &Value, dir: &str) -> Option<Points> {
+    let of_role = |role: &str| -> Points {
+        sides(doc)
+            .flat_map(|s| arr(s, "sums"))
+            .filter(|s| {
+                s.get("direction").and_then(Value::as_str) == Some(dir)
+                    && s.get("role").and_then(Value::as_str) == Some(role)
+            })
+            .filter_map(|s| Some((num(s, &["end_s"])?, num(s, &["bits_per_second"])?)))
+            .collect()
+    };
+    let receiver = of_role("receiver");
+    let points = if receiver.is_empty() {
+        of_role("sender")
+    } else {
+        receiver
+    };
+    (!points.is_empty()).then_some(points)
+}
+
+/// Combines series by interval index: `combine` gets the values present
+/// at one index, the time is the first series' (c2s first, client first).
+fn by_index(series: &[Points], combine: impl Fn(&[f64]) -> f64) -> Option<Points> {
+    let len = series.iter().map(Vec::len).max().unwrap_or(0);
+    let out: Points = (0..len)
+        .map(|i| {
+            let at: Vec<(f64, f64)> = series.iter().filter_map(|s| s.get(i).copied()).collect();
+            let values: Vec<f64> = at.iter().map(|p| p.1).collect();
+            (at[0].0, combine(&values))
+        })
+        .collect();
+    (!out.is_empty()).then_some(out)
+}
+
+/// Per-interval values of the flows that match `role`, one series per flow.
+fn flow_series(doc: &Value, role: &str, value: impl Fn(&Value) -> Option<f64>) -> Vec<Points> {
+    sides(doc)
+        .flat_map(|s| arr(s, "flows"))
+        .filter(|f| f.get("role").and_then(Value::as_str) == Some(role))
+        .map(|f| {
+            arr(f, "intervals")
+                .iter()
+                .filter_map(|iv| Some((num(iv, &["end_s"])?, value(iv)?)))
+                .collect::<Points>()
+        })
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+fn rr_sums_series(doc: &Value, field: &str) -> Option<Points> {
+    let sums = arr(doc.get("client")?.get("rr")?, "sums");
+    let out: Points = sums
+        .iter()
+        .filter_map(|s| Some((num(s, &["end_s"])?, num(s, &[field])?)))
+        .collect();
+    (!out.is_empty()).then_some(out)
+}
+
+/// One per-interval series of a result document (see [`SERIES`]):
+/// (interval end in seconds since that side's start, value), every
+/// interval including the warm-up's. `None` for an unknown name, a
+/// document that is not a result, or a test without such intervals
+/// (`-i 0`, a TCP series of a UDP test, …).
 pub fn series(doc: &Value, name: &str) -> Option<Vec<(f64, f64)>> {
+    if kind(doc) != Some(DocKind::Result) {
+        return None;
+    }
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
     match name {
-        "tps" | "latency_mean_us" => {
-            let key = if name == "tps" { "per_second" } else { "mean_latency_us" };
-            let sums = doc.pointer("/client/rr/sums").and_then(Value::as_array)?;
+        "throughput_bps" => {
+            let dirs: Vec<Points> = ["c2s", "s2c"]
+                .into_iter()
+                .filter_map(|d| direction_series(doc, d))
+                .collect();
+            by_index(&dirs, sum)
+        }
+        "c2s_bps" => direction_series(doc, "c2s"),
+        "s2c_bps" => direction_series(doc, "s2c"),
+        "retransmits" => {
+            let per_dir: Vec<Points> = sides(doc)
+                .map(|s| {
+                    arr(s, "sums")
+                        .iter()
+                        .filter(|s| s.get("role").and_then(Value::as_str) == Some("sender"))
+                        .filter_map(|s| Some((num(s, &["end_s"])?, num(s, &["retransmits"])?)))
+                        .collect::<Points>()
+                })
+                .filter(|s| !s.is_empty())
+                .collect();
+            by_index(&per_dir, sum)
+        }
+        "rtt_us" => {
+            let flows = flow_series(doc, "sender", |iv| num(iv, &["tcp", "rtt_us"]));
+            by_index(&flows, |v| sum(v) / v.len() as f64)
+        }
+        "loss_fraction" => {
+            // (lost, expected) per interval and flow, folded into one
+            // value per series after summing over flows.
+            let lost = flow_series(doc, "receiver", |iv| num(iv, &["udp", "lost"]));
+            let expected = flow_series(doc, "receiver", |iv| {
+                Some(num(iv, &["udp", "packets"])? + num(iv, &["udp", "lost"])?)
+            });
+            let lost = by_index(&lost, sum)?;
+            let expected = by_index(&expected, sum)?;
             Some(
-                sums.iter()
-                    .filter_map(|s| Some((f(s, "/end_s")?, f(s, &format!("/{key}"))?)))
+                lost.iter()
+                    .zip(&expected)
+                    .map(|(&(t, l), &(_, e))| (t, if e > 0.0 { l / e } else { 0.0 }))
                     .collect(),
             )
         }
-        "throughput_bps" | "c2s_bps" | "s2c_bps" => {
-            let want = match name {
-                "c2s_bps" => Some("c2s"),
-                "s2c_bps" => Some("s2c"),
-                _ => None,
-            };
-            let mut by_end: Vec<(f64, f64)> = Vec::new();
-            for dir in ["c2s", "s2c"] {
-                if want.is_some_and(|w| w != dir) {
-                    continue;
-                }
-                let pick = |role: &str| -> Vec<(f64, f64)> {
-                    ["/client/sums", "/server/sums"]
-                        .iter()
-                        .filter_map(|p| doc.pointer(p).and_then(Value::as_array))
-                        .flatten()
-                        .filter(|s| {
-                            s.get("direction").and_then(Value::as_str) == Some(dir)
-                                && s.get("role").and_then(Value::as_str) == Some(role)
-                        })
-                        .filter_map(|s| Some((f(s, "/end_s")?, f(s, "/bits_per_second")?)))
-                        .collect()
-                };
-                let mut pts = pick("receiver");
-                if pts.is_empty() {
-                    pts = pick("sender");
-                }
-                for (i, (t, v)) in pts.into_iter().enumerate() {
-                    match by_end.get_mut(i) {
-                        Some(slot) => slot.1 += v,
-                        None => by_end.push((t, v)),
-                    }
-                }
-            }
-            (!by_end.is_empty()).then_some(by_end)
+        "jitter_us" => {
+            let flows = flow_series(doc, "receiver", |iv| num(iv, &["udp", "jitter_us"]));
+            by_index(&flows, |v| v.iter().copied().fold(0.0, f64::max))
         }
+        "tps" => rr_sums_series(doc, "per_second"),
+        "latency_mean_us" => rr_sums_series(doc, "mean_latency_us"),
         _ => None,
     }
 }
 
-/// rr latency CDF from the client's merged percentiles: (µs, fraction).
+/// The latency distribution of an rr result as a CDF: (latency in µs,
+/// cumulative fraction 0–1) from `client.rr.percentiles`, in increasing
+/// order. `None` when the document has no percentiles (not rr, or no
+/// transaction completed).
 pub fn latency_cdf(doc: &Value) -> Option<Vec<(f64, f64)>> {
-    let p = doc.pointer("/client/rr/percentiles").and_then(Value::as_array)?;
-    let v: Vec<(f64, f64)> = p
+    let pct = arr(doc.get("client")?.get("rr")?, "percentiles");
+    let mut points: Vec<(f64, f64)> = pct
         .iter()
-        .filter_map(|x| Some((f(x, "/us")?, f(x, "/percentile")? / 100.0)))
+        .filter_map(|p| Some((num(p, &["us"])?, num(p, &["percentile"])? / 100.0)))
         .collect();
-    (!v.is_empty()).then_some(v)
+    points.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.total_cmp(&b.0)));
+    (!points.is_empty()).then_some(points)
 }
 
-/// A value with its unit, three significant digits (`12.3 Gbit/s`,
-/// `18.8 µs`, `1.20 %`).
+/// `x` rounded to three significant digits.
+fn round3(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    let factor = 10f64.powi(2 - x.abs().log10().floor() as i32);
+    (x * factor).round() / factor
+}
+
+/// `x` to three significant digits, without an exponent. The decimals are
+/// counted after rounding, so a carry (0.99996 → 1.00) keeps three digits.
+fn sig3(x: f64) -> String {
+    let r = round3(x);
+    if r == 0.0 {
+        return "0".to_string();
+    }
+    let decimals = (2 - r.abs().log10().floor() as i32).max(0) as usize;
+    format!("{r:.decimals$}")
+}
+
+/// Scales `x` by `step` while it reaches `step` or would show four digits,
+/// naming the prefix (999.96 kbit/s shows as 1.00 Mbit/s, not 1000 kbit/s;
+/// 1023 KiB as 0.999 MiB).
+fn scaled(x: f64, step: f64, prefixes: &[&str], unit: &str) -> String {
+    let mut v = x;
+    let mut i = 0;
+    while (v.abs() >= step || round3(v).abs() >= 1000.0) && i + 1 < prefixes.len() {
+        v /= step;
+        i += 1;
+    }
+    format!("{} {}{}", sig3(v), prefixes[i], unit)
+}
+
+/// A value for people: scaled by its unit and given to three significant
+/// digits. bit/s become kbit/s, Mbit/s, Gbit/s, Tbit/s; µs become ms and
+/// s; 1/s take k, M, G; fractions are shown in percent; bools as yes/no
+/// (a mean of bools as the share that held); whole counts exactly; bytes
+/// as B, KiB, MiB, GiB. `NaN` shows as `-`; unknown units are appended.
 pub fn format_value(value: f64, unit: &str) -> String {
-    let sig = |x: f64| {
-        let a = x.abs();
-        if a >= 100.0 {
-            format!("{x:.0}")
-        } else if a >= 10.0 {
-            format!("{x:.1}")
-        } else {
-            format!("{x:.2}")
-        }
-    };
-    let prefixed = |base: &str| {
-        let a = value.abs();
-        let (d, p) = if a >= 1e9 {
-            (1e9, "G")
-        } else if a >= 1e6 {
-            (1e6, "M")
-        } else if a >= 1e3 {
-            (1e3, "k")
-        } else {
-            (1.0, "")
-        };
-        format!("{} {p}{base}", sig(value / d))
-    };
+    if value.is_nan() {
+        return "-".to_string();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "∞" } else { "-∞" }.to_string();
+    }
     match unit {
-        "bit/s" => prefixed("bit/s"),
-        "1/s" => prefixed("/s"),
-        "us" if value.abs() >= 1e4 => format!("{} ms", sig(value / 1e3)),
-        "us" => format!("{} µs", sig(value)),
-        "fraction" => format!("{} %", sig(value * 100.0)),
-        "%" => format!("{} %", sig(value)),
-        "bool" => (if value != 0.0 { "yes" } else { "no" }).to_string(),
-        "count" => format!("{value:.0}"),
-        _ => sig(value),
+        BPS => scaled(value, 1000.0, &["", "k", "M", "G", "T"], "bit/s"),
+        PER_SECOND => scaled(value, 1000.0, &["", "k", "M", "G"], "/s"),
+        US => {
+            if round3(value).abs() < 1000.0 {
+                format!("{} µs", sig3(value))
+            } else {
+                scaled(value / 1000.0, 1000.0, &["m", ""], "s")
+            }
+        }
+        FRACTION => format!("{} %", sig3(value * 100.0)),
+        PERCENT => format!("{} %", sig3(value)),
+        BOOL => match value {
+            1.0 => "yes".to_string(),
+            0.0 => "no".to_string(),
+            v => format!("{} % yes", sig3(v * 100.0)),
+        },
+        COUNT => {
+            if value.fract() == 0.0 && value.abs() < 1e15 {
+                format!("{value:.0}")
+            } else {
+                sig3(value)
+            }
+        }
+        BYTES => {
+            if value.fract() == 0.0 && value.abs() < 10_000.0 {
+                format!("{value:.0} B")
+            } else {
+                scaled(value, 1024.0, &["", "Ki", "Mi", "Gi", "Ti"], "B")
+            }
+        }
+        "" => sig3(value),
+        other => {
+            let mut s = sig3(value);
+            let _ = write!(s, " {other}");
+            s
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
-    fn get(ms: &[Metric], n: &str) -> f64 {
-        ms.iter().find(|m| m.name == n).unwrap_or_else(|| panic!("no {n} in {ms:?}")).value
+    fn fixture(name: &str) -> Value {
+        let text = match name {
+            "stream_tcp_bidir" => include_str!("../../tests/fixtures/stream_tcp_bidir.json"),
+            "stream_udp_loss" => include_str!("../../tests/fixtures/stream_udp_loss.json"),
+            "rr_tcp" => include_str!("../../tests/fixtures/rr_tcp.json"),
+            "rr_crr_background" => include_str!("../../tests/fixtures/rr_crr_background.json"),
+            "cbr" => include_str!("../../tests/fixtures/cbr.json"),
+            "sweep" => include_str!("../../tests/fixtures/sweep.json"),
+            "lab_stream" => include_str!("../../tests/fixtures/lab_stream.json"),
+            other => panic!("no fixture {other}"),
+        };
+        serde_json::from_str(text).unwrap()
+    }
+
+    fn get(metrics: &[Metric], name: &str) -> Option<f64> {
+        let found: Vec<&Metric> = metrics.iter().filter(|m| m.name == name).collect();
+        assert!(found.len() <= 1, "{name} appears {} times", found.len());
+        found.first().map(|m| m.value)
+    }
+
+    /// The metric's value, to 1e-12 relative: serde_json's default float
+    /// parser may be one ulp off the correctly rounded literal.
+    #[track_caller]
+    fn has(metrics: &[Metric], name: &str, want: f64) {
+        let got = get(metrics, name).unwrap_or_else(|| panic!("{name} missing"));
+        assert!(
+            (got - want).abs() <= 1e-12 * want.abs(),
+            "{name}: got {got}, want {want}"
+        );
+    }
+
+    #[track_caller]
+    fn near(got: (f64, f64), want: (f64, f64)) {
+        assert!(
+            (got.0 - want.0).abs() <= 1e-12 * want.0.abs()
+                && (got.1 - want.1).abs() <= 1e-12 * want.1.abs(),
+            "got {got:?}, want {want:?}"
+        );
     }
 
     #[test]
-    fn stream_udp_and_cpu() {
-        let doc = json!({
-            "schema": "xferlab.result/1", "status": "ok",
-            "client": {"cpu": {"percent": 19.5}, "flows": [{"total": {"tcp": {"rtt_mean_us": 500}}}], "sums": [
-                {"direction": "c2s", "role": "sender", "end_s": 0.25, "bits_per_second": 11.0},
-                {"direction": "c2s", "role": "sender", "end_s": 0.5, "bits_per_second": 13.0}]},
-            "server": {"cpu": {"percent": 30.0}, "flows": [], "sums": [
-                {"direction": "c2s", "role": "receiver", "end_s": 0.25, "bits_per_second": 10.0},
-                {"direction": "c2s", "role": "receiver", "end_s": 0.5, "bits_per_second": 12.0}]},
+    fn every_metric_has_its_table_unit_and_is_documented() {
+        let source = include_str!("metrics.rs");
+        let doc_rows: Vec<&str> = source
+            .lines()
+            .filter(|l| l.starts_with("//! | `"))
+            .collect();
+        for (name, unit, _) in METRICS {
+            // usb_out_* and lab_s2c_* are documented through their
+            // usb_in_* / lab_c2s_* rows.
+            let documented = name
+                .replace("usb_out_", "usb_in_")
+                .replace("lab_s2c_", "lab_c2s_");
+            assert!(
+                doc_rows
+                    .iter()
+                    .any(|l| l.starts_with(&format!("//! | `{documented}` | {unit} |"))),
+                "{name} ({unit}) has no row in the module docs"
+            );
+        }
+        for (name, unit, _) in STEP_METRICS {
+            assert!(
+                doc_rows
+                    .iter()
+                    .any(|l| l.starts_with(&format!("//! | `{name}` | {unit} |"))),
+                "step metric {name} ({unit}) has no row in the module docs"
+            );
+        }
+        for (name, unit, _) in SERIES {
+            assert_eq!(unit_of(name), Some(*unit), "series {name}");
+        }
+        for doc in [
+            "stream_tcp_bidir",
+            "stream_udp_loss",
+            "rr_tcp",
+            "rr_crr_background",
+            "cbr",
+            "sweep",
+            "lab_stream",
+        ] {
+            for m in extract(&fixture(doc)) {
+                assert_eq!(unit_of(&m.name), Some(m.unit), "{doc}: {}", m.name);
+                assert!(!m.unit.is_empty(), "{doc}: {}", m.name);
+            }
+        }
+    }
+
+    #[test]
+    fn unit_of_handles_step_names_and_unknowns() {
+        assert_eq!(unit_of("throughput_bps"), Some("bit/s"));
+        assert_eq!(unit_of("step12.loss_fraction"), Some("fraction"));
+        assert_eq!(unit_of("step0.size"), Some("bytes"));
+        assert_eq!(unit_of("rtt_us"), Some("us"));
+        assert_eq!(unit_of("step.size"), None);
+        assert_eq!(unit_of("stepx.size"), None);
+        assert_eq!(unit_of("step1.nope"), None);
+        assert_eq!(unit_of("bogus"), None);
+    }
+
+    #[test]
+    fn tcp_bidir_stream() {
+        let m = extract(&fixture("stream_tcp_bidir"));
+        has(&m, "ok", 1.0);
+        has(&m, "c2s_bps", 14013579081.441574);
+        has(&m, "s2c_bps", 14861309317.283667);
+        has(
+            &m,
+            "throughput_bps",
+            14013579081.441574 + 14861309317.283667,
+        );
+        has(&m, "sender_bps", 13981765440.504522 + 14740051151.334892);
+        has(&m, "retransmits", 6.0);
+        // Four sender flows: client c2s 1391, 1475; server s2c 1401, 1303.
+        has(&m, "rtt_mean_us", (1391.0 + 1475.0 + 1401.0 + 1303.0) / 4.0);
+        has(&m, "rtt_max_us", 2076.0);
+        assert!(get(&m, "cpu_client_pct").unwrap() > 0.0);
+        assert!(get(&m, "cpu_server_pct").is_some());
+        for absent in ["loss_fraction", "late", "tps", "lab_valid", "sustained"] {
+            assert_eq!(get(&m, absent), None, "{absent}");
+        }
+    }
+
+    #[test]
+    fn udp_stream_with_host_drops() {
+        let doc = fixture("stream_udp_loss");
+        let m = extract(&doc);
+        has(&m, "ok", 1.0);
+        has(&m, "c2s_bps", 858775243.0666577);
+        has(&m, "throughput_bps", 858775243.0666577);
+        has(&m, "loss_fraction", 112423.0 / 189152.0);
+        has(&m, "lost", 112423.0);
+        has(&m, "host_drops", 112423.0);
+        has(&m, "network_lost", 0.0);
+        has(&m, "out_of_order", 0.0);
+        has(&m, "duplicates", 0.0);
+        has(&m, "jitter_us", 16.713061755016483);
+        has(&m, "late", 0.0);
+        assert_eq!(get(&m, "retransmits"), None);
+        assert_eq!(get(&m, "rtt_mean_us"), None);
+        assert_eq!(
+            get(&m, "cpu_client_pct"),
+            doc["client"]["cpu"]["percent"].as_f64()
+        );
+    }
+
+    #[test]
+    fn udp_loss_needs_the_receivers_report() {
+        let mut doc = fixture("stream_udp_loss");
+        doc["summary"]["directions"][0]["receiver"] = Value::Null;
+        doc["server"] = Value::Null;
+        doc["status"] = "partial".into();
+        let m = extract(&doc);
+        has(&m, "ok", 0.0);
+        has(&m, "throughput_bps", 2118141972.725637);
+        has(&m, "late", 0.0);
+        assert_eq!(get(&m, "loss_fraction"), None);
+        assert_eq!(get(&m, "cpu_server_pct"), None);
+    }
+
+    #[test]
+    fn rr_tcp() {
+        let m = extract(&fixture("rr_tcp"));
+        has(&m, "ok", 1.0);
+        has(&m, "tps", 33405.79750962214);
+        has(&m, "transactions", 33413.0);
+        has(&m, "timed_out", 0.0);
+        has(&m, "failed", 0.0);
+        has(&m, "rr_late", 0.0);
+        has(&m, "latency_min_us", 18.494);
+        has(&m, "latency_mean_us", 29.918277706281987);
+        has(&m, "latency_stddev_us", 30.547660186825738);
+        has(&m, "latency_p50_us", 29.151);
+        has(&m, "latency_p90_us", 30.079);
+        has(&m, "latency_p99_us", 40.735);
+        has(&m, "latency_p999_us", 53.855);
+        has(&m, "latency_max_us", 4991.55);
+        // No background flows, no connect figures.
+        for absent in ["throughput_bps", "connect_mean_us", "retransmits"] {
+            assert_eq!(get(&m, absent), None, "{absent}");
+        }
+    }
+
+    #[test]
+    fn rr_crr_with_background_stream() {
+        let m = extract(&fixture("rr_crr_background"));
+        has(&m, "tps", 10382.234829293082);
+        has(&m, "latency_p99_us", 181.119);
+        has(&m, "connect_mean_us", 59.218463546181255);
+        has(&m, "connect_p50_us", 66.175);
+        has(&m, "connect_p99_us", 104.191);
+        has(&m, "connect_max_us", 1369.669);
+        has(&m, "throughput_bps", 17204648760.833206);
+        has(&m, "c2s_bps", 17204648760.833206);
+        has(&m, "retransmits", 0.0);
+    }
+
+    #[test]
+    fn rr_without_completed_transactions_has_no_latency() {
+        let mut doc = fixture("rr_tcp");
+        doc["summary"]["rr"]["latency"]["count"] = 0.into();
+        let m = extract(&doc);
+        assert_eq!(get(&m, "latency_p50_us"), None);
+        has(&m, "tps", 33405.79750962214);
+    }
+
+    #[test]
+    fn lab_run() {
+        let doc = fixture("lab_stream");
+        let m = extract(&doc);
+        has(&m, "ok", 1.0);
+        has(&m, "lab_valid", 1.0);
+        has(&m, "lab_c2s_loss_drops", 27.0);
+        has(&m, "lab_s2c_loss_drops", 10.0);
+        has(&m, "lab_c2s_queue_drops", 0.0);
+        has(&m, "lab_c2s_red_drops", 0.0);
+        has(&m, "lab_c2s_ce_marks", 0.0);
+        has(&m, "lab_c2s_unintended_drops", 0.0);
+        has(&m, "lab_c2s_lateness_p99_us", 21.0);
+        has(&m, "lab_s2c_lateness_p99_us", 25.0);
+        has(&m, "lab_rtt_probe_median_us", 2122.18);
+        assert!(get(&m, "throughput_bps").unwrap() > 0.0);
+
+        let mut broken = doc.clone();
+        broken["lab"]["accuracy"]["valid"] = false.into();
+        broken["lab"]["accuracy"]["s2c"]["unintended_drops"]["tun_rx_dropped"] = 3.into();
+        broken["lab"]["accuracy"]["s2c"]["unintended_drops"]["write_errors"] = 2.into();
+        let m = extract(&broken);
+        has(&m, "lab_valid", 0.0);
+        has(&m, "lab_s2c_unintended_drops", 5.0);
+    }
+
+    #[test]
+    fn cbr_report() {
+        let doc = fixture("cbr");
+        let m = extract(&doc);
+        has(&m, "ok", 1.0);
+        has(&m, "sustained", 1.0);
+        has(&m, "best_bps_max", 10_000_000.0);
+        has(&m, "best_bps_median", 10_000_000.0);
+        has(&m, "best_bps_min", 10_000_000.0);
+        has(&m, "cbr_runs", 1.0);
+        has(&m, "cbr_unsustained_runs", 0.0);
+        has(&m, "cbr_trials", 1.0);
+
+        let mut failed = doc;
+        failed["summary"]["max"] = Value::Null;
+        failed["summary"]["median"] = Value::Null;
+        failed["summary"]["min"] = Value::Null;
+        failed["summary"]["runs_without_a_sustained_rate"] = 1.into();
+        failed["runs"][0]["trials"][0]["error"] = "server refused".into();
+        let m = extract(&failed);
+        has(&m, "ok", 0.0);
+        has(&m, "sustained", 0.0);
+        assert_eq!(get(&m, "best_bps_max"), None);
+    }
+
+    #[test]
+    fn sweep_report() {
+        let m = extract(&fixture("sweep"));
+        has(&m, "ok", 1.0);
+        has(&m, "steps", 3.0);
+        has(&m, "max_throughput_bps", 49973559.27163938);
+        has(&m, "max_loss_fraction", 0.0);
+        has(&m, "step0.size", 64.0);
+        has(&m, "step1.size", 664.0);
+        has(&m, "step2.size", 1264.0);
+        has(&m, "step0.offered_bps", 50_000_000.0);
+        has(&m, "step0.throughput_bps", 49964000.056078084);
+        has(&m, "step0.sender_bps", 49985275.43499635);
+        has(&m, "step0.lost", 0.0);
+        has(&m, "step0.jitter_us", 5.556531796935184);
+        assert_eq!(get(&m, "step0.spacing_us"), None);
+        assert_eq!(get(&m, "step3.size"), None);
+    }
+
+    #[test]
+    fn unknown_schema_gives_nothing() {
+        let mut doc = fixture("rr_tcp");
+        doc["schema"] = "xferlab.result/2".into();
+        assert!(extract(&doc).is_empty());
+        assert_eq!(kind(&doc), None);
+        assert!(series(&doc, "tps").is_none());
+        assert!(extract(&serde_json::json!({"hello": 1})).is_empty());
+        assert_eq!(kind(&fixture("cbr")), Some(DocKind::Cbr));
+    }
+
+    #[test]
+    fn usb_pipes() {
+        use crate::usb::stats::{
+            ErrorCount, ErrorKind, LatencySummary, UsbDeviceInfo, UsbPipeReport, UsbReport,
+            UsbTotals,
+        };
+        let pipe =
+            |endpoint: u8, transfers: u64, errors: Vec<ErrorCount>, p99: f64| UsbPipeReport {
+                flow_id: u32::from(endpoint & 0x80 != 0),
+                endpoint,
+                max_packet: 512,
+                transfer_size: 16384,
+                depth: 8,
+                pattern: crate::usb::Pattern::None,
+                intervals: Vec::new(),
+                total: UsbTotals {
+                    transfers,
+                    transfers_per_second: transfers as f64 / 2.0,
+                    short_transfers: 3,
+                    errors,
+                    stalls_cleared: 1,
+                    pattern_errors: 0,
+                    latency: LatencySummary {
+                        count: transfers,
+                        min_us: 100.0,
+                        mean_us: 200.0,
+                        p50_us: 190.0,
+                        p90_us: 250.0,
+                        p99_us: p99,
+                        p999_us: 400.0,
+                        max_us: 900.0,
+                    },
+                },
+            };
+        let usb = UsbReport {
+            device: UsbDeviceInfo::default(),
+            interface: 0,
+            alt_setting: 0,
+            pipes: vec![
+                pipe(
+                    0x81,
+                    1000,
+                    vec![
+                        ErrorCount {
+                            kind: ErrorKind::Stall,
+                            count: 1,
+                        },
+                        ErrorCount {
+                            kind: ErrorKind::Cancelled,
+                            count: 2,
+                        },
+                    ],
+                    310.0,
+                ),
+                pipe(0x01, 500, Vec::new(), 320.0),
+            ],
+        };
+        let doc = serde_json::json!({
+            "schema": "xferlab.result/1",
+            "status": "ok",
+            "client": {"flows": [], "sums": [], "usb": serde_json::to_value(&usb).unwrap()},
+            "server": null,
             "summary": {"directions": [
-                {"direction": "c2s", "sender": {"bits_per_second": 12.3e9}, "receiver": {"bits_per_second": 12.2e9}, "retransmits": 2},
-                {"direction": "s2c", "sender": {"bits_per_second": 1e9}, "receiver": null,
-                 "udp": {"sent": 100, "lost": 4, "host_drops": 1, "network_lost": 3, "late": 0, "out_of_order": 2, "jitter_us": 7.5}}]}
+                {"direction": "c2s", "flows": 1,
+                 "sender": {"bytes": 1, "seconds": 2.0, "bits_per_second": 300e6},
+                 "receiver": null},
+                {"direction": "s2c", "flows": 1,
+                 "sender": {"bytes": 0, "seconds": 0.0, "bits_per_second": 0.0},
+                 "receiver": {"bytes": 1, "seconds": 2.0, "bits_per_second": 400e6}}
+            ]}
         });
-        let ms = extract(&doc);
-        assert_eq!(get(&ms, "ok"), 1.0);
-        assert_eq!(get(&ms, "throughput_bps"), 12.2e9 + 1e9);
-        assert_eq!(get(&ms, "c2s_bps"), 12.2e9);
-        assert_eq!(get(&ms, "s2c_bps"), 1e9);
-        assert_eq!(get(&ms, "sender_bps"), 13.3e9);
-        assert_eq!(get(&ms, "retransmits"), 2.0);
-        assert_eq!(get(&ms, "loss_fraction"), 0.04);
-        assert_eq!(get(&ms, "jitter_us"), 7.5);
-        assert_eq!(get(&ms, "rtt_mean_us"), 500.0);
-        assert_eq!(get(&ms, "cpu_server_pct"), 30.0);
-        assert_eq!(series(&doc, "throughput_bps").unwrap(), vec![(0.25, 10.0), (0.5, 12.0)]);
-        assert_eq!(series(&doc, "s2c_bps"), None);
+        let m = extract(&doc);
+        has(&m, "c2s_bps", 300e6);
+        has(&m, "s2c_bps", 400e6);
+        has(&m, "throughput_bps", 700e6);
+        has(&m, "usb_in_transfers", 1000.0);
+        has(&m, "usb_in_transfers_per_second", 500.0);
+        has(&m, "usb_in_errors", 3.0);
+        has(&m, "usb_in_short", 3.0);
+        has(&m, "usb_in_stalls_cleared", 1.0);
+        has(&m, "usb_in_pattern_errors", 0.0);
+        has(&m, "usb_in_latency_p99_us", 310.0);
+        has(&m, "usb_in_latency_mean_us", 200.0);
+        has(&m, "usb_out_transfers", 500.0);
+        has(&m, "usb_out_errors", 0.0);
+        has(&m, "usb_out_latency_p99_us", 320.0);
+        has(&m, "usb_out_latency_max_us", 900.0);
     }
 
     #[test]
-    fn rr_and_cdf() {
-        let doc = json!({
-            "schema": "xferlab.result/1", "status": "partial",
-            "client": {"rr": {"sums": [{"end_s": 1.0, "per_second": 40.0, "mean_latency_us": 20.0}],
-                              "percentiles": [{"percentile": 0.0, "us": 18.0}, {"percentile": 50.0, "us": 19.0}, {"percentile": 100.0, "us": 90.0}]}},
-            "summary": {"directions": [], "rr": {"per_second": 43846.1, "transactions": 21936, "timed_out": 1, "failed": 0,
-                        "latency": {"mean_us": 22.7, "p50_us": 18.7, "p99_us": 43.9}}}
-        });
-        let ms = extract(&doc);
-        assert_eq!(get(&ms, "ok"), 0.0);
-        assert_eq!(get(&ms, "tps"), 43846.1);
-        assert_eq!(get(&ms, "timed_out"), 1.0);
-        assert_eq!(get(&ms, "latency_p99_us"), 43.9);
-        assert!(ms.iter().all(|m| m.name != "throughput_bps"));
-        assert_eq!(series(&doc, "tps").unwrap(), vec![(1.0, 40.0)]);
-        assert_eq!(latency_cdf(&doc).unwrap(), vec![(18.0, 0.0), (19.0, 0.5), (90.0, 1.0)]);
+    fn throughput_series_of_a_bidir_test() {
+        let doc = fixture("stream_tcp_bidir");
+        let c2s = series(&doc, "c2s_bps").unwrap();
+        // c2s receivers are on the server.
+        assert_eq!(c2s.len(), 5);
+        near(c2s[0], (0.500828199, 13756247059.882504));
+        near(c2s[4], (2.510540265, 13420963833.887705));
+        let s2c = series(&doc, "s2c_bps").unwrap();
+        near(s2c[1], (1.000325924, 16431963905.265987));
+        let total = series(&doc, "throughput_bps").unwrap();
+        assert_eq!(total.len(), 5);
+        // Time from the c2s series, values summed by index; warm-up included.
+        near(
+            total[0],
+            (0.500828199, 13756247059.882504 + 15447503725.162605),
+        );
+        assert_eq!(total[2].0, 1.500198811);
+
+        let retransmits = series(&doc, "retransmits").unwrap();
+        let values: Vec<f64> = retransmits.iter().map(|p| p.1).collect();
+        // Client c2s senders 0,0,0,1,3; server s2c senders 0,0,0,0,2.
+        assert_eq!(values, vec![0.0, 0.0, 0.0, 1.0, 5.0]);
+
+        let rtt = series(&doc, "rtt_us").unwrap();
+        assert_eq!(rtt.len(), 5);
+        let first: Vec<f64> = doc["client"]["flows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(doc["server"]["flows"].as_array().unwrap())
+            .filter(|f| f["role"] == "sender")
+            .map(|f| f["intervals"][0]["tcp"]["rtt_us"].as_f64().unwrap())
+            .collect();
+        assert_eq!(first.len(), 4);
+        assert_eq!(rtt[0].1, first.iter().sum::<f64>() / 4.0);
+
+        assert!(series(&doc, "loss_fraction").is_none());
+        assert!(series(&doc, "tps").is_none());
+        assert!(series(&doc, "nonsense").is_none());
     }
 
     #[test]
-    fn cbr_lab_and_formatting() {
-        let doc = json!({"schema": "xferlab.cbr/1", "summary": {"max": 2e8, "median": 1.5e8, "min": 1e8, "runs": 3, "runs_without_a_sustained_rate": 0},
-            "lab": {"accuracy": {"valid": false, "c2s": {"counters": {"marked_packets": 5, "dropped_queue_packets": 2, "dropped_loss_packets": 0}, "unintended_drops": {"tun_tx_dropped": 1, "buffer_exhausted": 0}},
-                                  "s2c": {"counters": {"marked_packets": 1}}}}});
-        let ms = extract(&doc);
-        assert_eq!(get(&ms, "sustained"), 1.0);
-        assert_eq!(get(&ms, "best_bps_median"), 1.5e8);
-        assert_eq!(get(&ms, "lab_valid"), 0.0);
-        assert_eq!(get(&ms, "lab_marked"), 6.0);
-        assert_eq!(get(&ms, "lab_unintended_drops"), 1.0);
-        assert_eq!(format_value(12.34e9, "bit/s"), "12.3 Gbit/s");
-        assert_eq!(format_value(18.75, "us"), "18.8 µs");
-        assert_eq!(format_value(0.012, "fraction"), "1.20 %");
-        assert_eq!(format_value(43846.0, "1/s"), "43.8 k/s");
-        assert_eq!(unit_of("tps"), Some("1/s"));
-        assert!(extract(&json!({"schema": "other/1"})).is_empty());
+    fn udp_series() {
+        let doc = fixture("stream_udp_loss");
+        let loss = series(&doc, "loss_fraction").unwrap();
+        assert_eq!(
+            loss,
+            vec![
+                (0.500072291, 53968.0 / (35989.0 + 53968.0)),
+                (1.000686509, 58455.0 / (40740.0 + 58455.0)),
+            ]
+        );
+        let jitter = series(&doc, "jitter_us").unwrap();
+        near(jitter[1], (1.000686509, 16.713061755016483));
+        assert!(series(&doc, "rtt_us").is_none());
+        assert!(series(&doc, "retransmits").is_none());
+    }
+
+    #[test]
+    fn rr_series_and_cdf() {
+        let doc = fixture("rr_tcp");
+        let tps = series(&doc, "tps").unwrap();
+        assert_eq!(tps.len(), 1);
+        near(tps[0], (1.000215606, 33405.79750962214));
+        let latency = series(&doc, "latency_mean_us").unwrap();
+        assert_eq!(latency.len(), 1);
+        near(latency[0], (1.000215606, 29.918277706281987));
+        let cdf = latency_cdf(&doc).unwrap();
+        assert_eq!(cdf.len(), 9);
+        near(cdf[0], (18.494, 0.0));
+        near(cdf[1], (29.151, 0.5));
+        near(cdf[8], (4991.55, 1.0));
+        assert!(cdf.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 < w[1].1));
+        assert!(latency_cdf(&fixture("stream_tcp_bidir")).is_none());
+        assert!(series(&fixture("cbr"), "throughput_bps").is_none());
+    }
+
+    #[test]
+    fn formatting_by_unit() {
+        assert_eq!(format_value(24771297808.055607, "bit/s"), "24.8 Gbit/s");
+        assert_eq!(format_value(9_993_128.8, "bit/s"), "9.99 Mbit/s");
+        assert_eq!(format_value(999_960.0, "bit/s"), "1.00 Mbit/s");
+        assert_eq!(format_value(512.0, "bit/s"), "512 bit/s");
+        assert_eq!(format_value(-1.5e9, "bit/s"), "-1.50 Gbit/s");
+        assert_eq!(format_value(29.918, "us"), "29.9 µs");
+        assert_eq!(format_value(0.0569, "us"), "0.0569 µs");
+        assert_eq!(format_value(4991.55, "us"), "4.99 ms");
+        assert_eq!(format_value(2_500_000.0, "us"), "2.50 s");
+        assert_eq!(format_value(33405.8, "1/s"), "33.4 k/s");
+        assert_eq!(format_value(0.5943, "fraction"), "59.4 %");
+        assert_eq!(format_value(0.0, "fraction"), "0 %");
+        assert_eq!(format_value(83.2937, "%"), "83.3 %");
+        assert_eq!(format_value(1.0, "bool"), "yes");
+        assert_eq!(format_value(0.0, "bool"), "no");
+        assert_eq!(format_value(0.6, "bool"), "60.0 % yes");
+        assert_eq!(format_value(112423.0, "count"), "112423");
+        assert_eq!(format_value(2.5, "count"), "2.50");
+        assert_eq!(format_value(1400.0, "bytes"), "1400 B");
+        assert_eq!(format_value(1048576.0, "bytes"), "1.00 MiB");
+        assert_eq!(format_value(1023.0 * 1024.0, "bytes"), "0.999 MiB");
+        assert_eq!(format_value(16384.0, "bytes"), "16.0 KiB");
+        assert_eq!(format_value(999.7, "us"), "1.00 ms");
+        assert_eq!(format_value(f64::NAN, "bit/s"), "-");
+        assert_eq!(format_value(f64::NEG_INFINITY, "count"), "-∞");
+        assert_eq!(format_value(1.234, "widgets"), "1.23 widgets");
+        assert_eq!(format_value(0.001234, ""), "0.00123");
     }
 }
