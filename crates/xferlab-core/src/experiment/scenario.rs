@@ -255,6 +255,10 @@ pub struct PlotSpec {
     pub log_x: bool,
     #[serde(default)]
     pub title: Option<String>,
+    /// The x axis' label with its unit (default: the knob, which has
+    /// none: `"datagram size (bytes)"` says what `-l` cannot).
+    #[serde(default)]
+    pub x_label: Option<String>,
     /// Only points whose knobs have these values (`{ "-l" = "64K" }`).
     #[serde(default)]
     pub filter: BTreeMap<String, toml::Value>,
@@ -555,12 +559,6 @@ fn values_of(
     if vals.is_empty() {
         return Err(err(line, format!("`{key}`: give at least one value")));
     }
-    let mut seen = vals.clone();
-    seen.sort();
-    seen.dedup();
-    if seen.len() != vals.len() {
-        return Err(err(line, format!("`{key}`: a value is listed twice")));
-    }
     Ok((KnobAt { knob, line }, vals))
 }
 
@@ -672,6 +670,18 @@ impl Scenario {
             let n = cols[0].len();
             let values = (0..n).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
             axes.push(Axis { knobs, values });
+        }
+        // A step listed twice would make two points with one key.
+        for a in &axes {
+            let mut seen = a.values.clone();
+            seen.sort();
+            seen.dedup();
+            if seen.len() != a.values.len() {
+                return Err(err(
+                    a.knobs[0].line,
+                    format!("`{}`: a value (or, in a zip group, a combination) is listed twice", a.knobs[0].knob),
+                ));
+            }
         }
         // Each knob on one axis only.
         let mut seen: Vec<&KnobAt> = Vec::new();

@@ -206,7 +206,7 @@ impl Data {
     }
 
     fn default_metric(&self) -> String {
-        for name in ["throughput_bps", "tps", "best_bps_max", "usb_bps"] {
+        for name in ["tps", "throughput_bps", "best_bps_max"] {
             if self.runs.iter().flatten().any(|r| r.metrics.contains_key(name)) {
                 return name.into();
             }
@@ -320,10 +320,12 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             cells.push(line);
         }
         let shown = Shown::for_values(&unit, max_abs);
-        let mut title = spec
-            .title
-            .clone()
-            .unwrap_or_else(|| format!("{} ({}), {}", spec.metric, shown.label, aggregate_name(agg, n_max)));
+        let mut title = format!(
+            "{} ({}, {})",
+            spec.title.as_deref().unwrap_or(&spec.metric),
+            shown.label,
+            aggregate_name(agg, n_max)
+        );
         if !fixed.is_empty() {
             title.push_str(&format!(" — {}", combo_label(&fixed)));
         }
@@ -512,7 +514,7 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
             .clone()
             .unwrap_or_else(|| format!("{metric} against {x}")),
         kind: if spec.kind == PlotKindSpec::Bars { PlotKind::Bars } else { PlotKind::Lines },
-        x_label: x.clone(),
+        x_label: spec.x_label.clone().unwrap_or_else(|| x.clone()),
         y_label: format!("{metric} ({})", shown.label),
         x_categories: Some(xs.iter().map(Value::label).collect()),
         log_x: false,
@@ -642,6 +644,7 @@ pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) ->
             aggregate: None,
             log_x: false,
             title: None,
+            x_label: None,
             filter: BTreeMap::new(),
         });
     }

@@ -112,7 +112,7 @@ fn is_done(status: &str) -> bool {
 
 /// The figure a progress line shows for a run.
 fn headline(ms: &[metrics::Metric]) -> String {
-    for name in ["throughput_bps", "tps", "best_bps_max", "usb_bps", "sustained"] {
+    for name in ["tps", "throughput_bps", "best_bps_max", "sustained"] {
         if let Some(m) = ms.iter().find(|m| m.name == name) {
             return format!("{} {}", name, metrics::format_value(m.value, m.unit));
         }
@@ -314,11 +314,14 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> Resu
             ctx.overhead.gaps_ms.push((t0 - end).as_secs_f64() * 1e3);
         }
         let (code, json, stderr) = run_child(&ctx.argv[slot.point], &out_file)?;
-        let secs = t0.elapsed().as_secs_f64();
+        // The point ends when its process has exited; what follows
+        // (reading its result, the store's commit) is the runner's gap.
+        let ended = Instant::now();
+        let secs = (ended - t0).as_secs_f64();
         let outcome = classify(code, json, &stderr);
         let was_interrupted = outcome.status == "interrupted";
         ctx.commit(*slot, started, secs, outcome)?;
-        last_end = Some(Instant::now());
+        last_end = Some(ended);
         if was_interrupted {
             interrupted = true;
             break;
@@ -603,8 +606,8 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             ctx.failed,
             if interrupted { ", interrupted" } else { "" },
             o.db.display(),
-            gap.map(|g| format!("{g:.1} ms")).unwrap_or_else(|| "-".into()),
-            write.map(|g| format!("{g:.1} ms")).unwrap_or_else(|| "-".into()),
+            gap.map(|g| format!("{g:.2} ms")).unwrap_or_else(|| "-".into()),
+            write.map(|g| format!("{g:.2} ms")).unwrap_or_else(|| "-".into()),
         );
     }
     if interrupted {

@@ -1,0 +1,109 @@
+//! The committed scenarios (scenarios/*.toml), each run at its quick scale
+//! exactly as a user would: `xferlab run scenarios/NAME.toml --quick`.
+//! Every run must be stored ok and the report must hold a table per
+//! `[[report.table]]` and a rendered picture per `[[report.plot]]`.
+//! The lab scenario needs root (CI runs as root); the USB scenario boots
+//! the lab VM once (`XFERLAB_LABVM=skip` skips it, saying so).
+
+mod common;
+mod labvm_support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::run;
+use rusqlite::Connection;
+
+fn scenario(name: &str) -> PathBuf {
+    labvm_support::repo_root().join("scenarios").join(format!("{name}.toml"))
+}
+
+/// Runs a scenario's quick scale into a fresh directory and checks the
+/// store and the report; returns the report's Markdown.
+fn run_quick(name: &str, timeout: Duration) -> String {
+    let dir = std::env::temp_dir().join(format!("xferlab-scen-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("x.db");
+    let rep = dir.join("report");
+    let path = scenario(name);
+    let p = path.to_str().unwrap();
+    let dry = run(&["run", p, "--quick", "--dry-run"], Duration::from_secs(10));
+    assert_eq!(dry.code, Some(0), "{}", dry.describe());
+    let planned: usize = dry
+        .stdout
+        .split(" runs (")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no run count in the dry run: {}", dry.stdout));
+    let out = run(
+        &["run", p, "--quick", "--db", db.to_str().unwrap(), "--report-dir", rep.to_str().unwrap()],
+        timeout,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let c = Connection::open(&db).unwrap();
+    let (n, ok): (i64, i64) = c
+        .query_row("SELECT COUNT(*), SUM(status = 'ok') FROM runs", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    assert_eq!((n as usize, ok as usize), (planned, planned), "every planned run stored ok\n{}", out.describe());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let tables = text.matches("[[report.table]]").count();
+    let plots = text.matches("[[report.plot]]").count();
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    assert_eq!(md.matches("|---|").count(), tables, "one table per [[report.table]]\n{md}");
+    for i in 1..=plots {
+        let svg = std::fs::read_to_string(rep.join(format!("plot-{i}.svg")))
+            .unwrap_or_else(|e| panic!("plot {i} of {name} missing ({e})\n{md}"));
+        assert_not_blank(&svg, &rep.join(format!("plot-{i}.svg")));
+    }
+    let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), plots, "the page embeds every plot");
+    let _ = std::fs::remove_dir_all(&dir);
+    md
+}
+
+/// Renders an SVG to pixels and checks that something was drawn besides
+/// the background and the axes: data in at least two colours.
+fn assert_not_blank(svg: &str, path: &Path) {
+    let opt = resvg::usvg::Options::default();
+    let tree = resvg::usvg::Tree::from_str(svg, &opt)
+        .unwrap_or_else(|e| panic!("{} is not a valid SVG: {e}", path.display()));
+    let size = tree.size().to_int_size();
+    let mut pix = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
+    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pix.as_mut());
+    let colours: std::collections::HashSet<[u8; 3]> = pix
+        .pixels()
+        .iter()
+        .filter(|p| p.alpha() == 255)
+        .map(|p| [p.red(), p.green(), p.blue()])
+        .filter(|c| !(c[0] == c[1] && c[1] == c[2]))
+        .collect();
+    assert!(colours.len() >= 2, "{} draws no coloured data", path.display());
+}
+
+#[test]
+fn udpmon_quick() {
+    let _g = common::one_at_a_time();
+    let md = run_quick("udpmon", Duration::from_secs(120));
+    assert!(md.contains("| -l | --gap 0 | --gap 10 |"), "{md}");
+}
+
+#[test]
+fn ecn_sack_transactions_quick_in_the_lab() {
+    assert!(common::is_root(), "the lab scenario needs root (CI runs as root)");
+    let _g = common::one_at_a_time();
+    let md = run_quick("ecn-sack-transactions", Duration::from_secs(600));
+    assert!(md.contains("Completed transactions per second"), "{md}");
+}
+
+#[test]
+fn usb_bulk_levers_quick_in_the_lab_vm() {
+    if labvm_support::skip() {
+        return;
+    }
+    let _vm = labvm_support::vm_lock();
+    let md = run_quick("usb-bulk-levers", Duration::from_secs(1200));
+    assert!(md.contains("Bulk throughput"), "{md}");
+    labvm_support::assert_no_qemu_left();
+}
