@@ -187,13 +187,27 @@ impl Data {
         Vec::new()
     }
 
-    /// The knobs of the axes other than `used`, each with its values.
+    /// The knobs of the axes other than those of `used` (a zip group
+    /// counts as used when one of its knobs is: its other knobs' values
+    /// follow).
     fn other_axes(&self, used: &[&str]) -> Vec<String> {
         self.scenario
-            .axis_names()
-            .into_iter()
-            .filter(|n| !used.contains(&n.as_str()))
+            .axes
+            .iter()
+            .filter(|a| !a.knobs.iter().any(|k| used.contains(&k.knob.to_string().as_str())))
+            .flat_map(|a| a.knobs.iter().map(|k| k.knob.to_string()))
             .collect()
+    }
+
+    /// The knobs of the axis `knob` is on (several for a zip group), so
+    /// a series names every value that differs between its points.
+    fn axis_of(&self, knob: &str) -> Vec<String> {
+        self.scenario
+            .axes
+            .iter()
+            .find(|a| a.knobs.iter().any(|k| k.knob.to_string() == knob))
+            .map(|a| a.knobs.iter().map(|k| k.knob.to_string()).collect())
+            .unwrap_or_else(|| vec![knob.to_string()])
     }
 
     fn unit_of(&self, metric: &str) -> String {
@@ -455,7 +469,7 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
     used.extend(filter.iter().map(|(k, _)| k.as_str()));
     let mut series_knobs: Vec<String> = Vec::new();
     if let Some(s) = &spec.series {
-        series_knobs.push(s.clone());
+        series_knobs.extend(d.axis_of(s));
         used.push(s);
     }
     series_knobs.extend(d.other_axes(&used));
@@ -532,7 +546,7 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
     let mut label_knobs: Vec<String> = Vec::new();
     let mut used: Vec<&str> = filter.iter().map(|(k, _)| k.as_str()).collect();
     if let Some(s) = &spec.series {
-        label_knobs.push(s.clone());
+        label_knobs.extend(d.axis_of(s));
         used.push(s);
     }
     label_knobs.extend(d.other_axes(&used));
@@ -622,6 +636,16 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
 pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) -> Result<PathBuf, String> {
     let (d, name, title) = Data::load(store, experiment)?;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // A report made again must not leave an earlier one's extra tables
+    // and plots beside it.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if (n.starts_with("table-") && n.ends_with(".csv")) || (n.starts_with("plot-") && n.ends_with(".svg")) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     let rep = &d.scenario.report;
     let default_agg = rep.aggregate.unwrap_or(Aggregate::Median);
     let axes = d.scenario.axis_names();
