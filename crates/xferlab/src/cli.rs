@@ -375,7 +375,9 @@ pub struct SweepArgs {
 /// (None: back to back), as `sweep --spacing` computes it.
 pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
     if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
-        return Err(format!("--gap is microseconds between datagrams, 0 to 10000000 (got {us})"));
+        return Err(format!(
+            "--gap is microseconds between datagrams, 0 to 10000000 (got {us})"
+        ));
     }
     Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
 }

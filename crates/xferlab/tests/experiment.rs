@@ -18,11 +18,14 @@ struct TempDir(PathBuf);
 
 impl TempDir {
     fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "xferlab-exp-{tag}-{}-{:?}",
-            std::process::id(),
-            Instant::now()
-        ).replace([' ', '.'], "_"));
+        let p = std::env::temp_dir().join(
+            format!(
+                "xferlab-exp-{tag}-{}-{:?}",
+                std::process::id(),
+                Instant::now()
+            )
+            .replace([' ', '.'], "_"),
+        );
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
@@ -112,9 +115,17 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     let db = dir.path("x.db");
     let rep = dir.path("report");
 
-    let dry = run(&["run", s(&scen), "--dry-run", "--db", s(&db)], Duration::from_secs(10));
+    let dry = run(
+        &["run", s(&scen), "--dry-run", "--db", s(&db)],
+        Duration::from_secs(10),
+    );
     dry.assert_success();
-    assert_eq!(dry.stdout.matches("xferlab stream").count(), 4, "{}", dry.describe());
+    assert_eq!(
+        dry.stdout.matches("xferlab stream").count(),
+        4,
+        "{}",
+        dry.describe()
+    );
     assert!(!db.exists(), "--dry-run must not create the database");
 
     let out = run(
@@ -132,7 +143,10 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     let mut by_point: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for (key, _, _, json) in &runs {
         let doc: Value = serde_json::from_str(json.as_deref().unwrap()).unwrap();
-        by_point.entry(key.clone()).or_default().push(receiver_bps(&doc));
+        by_point
+            .entry(key.clone())
+            .or_default()
+            .push(receiver_bps(&doc));
     }
     let csv = std::fs::read_to_string(rep.join("table-1.csv")).unwrap();
     let mut lines = csv.lines();
@@ -160,14 +174,26 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     assert!(rep.join("plot-1.svg").exists());
 
     // Running it again finds everything stored and runs nothing.
-    let again = run(&["run", s(&scen), "--db", s(&db), "--no-report"], Duration::from_secs(30));
+    let again = run(
+        &["run", s(&scen), "--db", s(&db), "--no-report"],
+        Duration::from_secs(30),
+    );
     assert_eq!(again.code, Some(0), "{}", again.describe());
     assert!(again.stderr.contains("all 12 runs"), "{}", again.describe());
     assert_eq!(stored_runs(&db).len(), 12);
 
     // compare: two points with 3 repeats each; JSON names the metric.
     let cmp = run(
-        &["compare", "grid/1", "grid/4", "--db", s(&db), "-J", "-m", "throughput_bps"],
+        &[
+            "compare",
+            "grid/1",
+            "grid/4",
+            "--db",
+            s(&db),
+            "-J",
+            "-m",
+            "throughput_bps",
+        ],
         Duration::from_secs(10),
     );
     assert_eq!(cmp.code, Some(0), "{}", cmp.describe());
@@ -178,7 +204,10 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     let list = run(&["db", "list", "--db", s(&db)], Duration::from_secs(10));
     assert_eq!(list.code, Some(0), "{}", list.describe());
     assert!(list.stdout.contains("grid"), "{}", list.describe());
-    let csv = run(&["db", "export", "grid", "--format", "csv", "--db", s(&db)], Duration::from_secs(10));
+    let csv = run(
+        &["db", "export", "grid", "--format", "csv", "--db", s(&db)],
+        Duration::from_secs(10),
+    );
     assert_eq!(csv.code, Some(0), "{}", csv.describe());
     assert_eq!(csv.stdout.lines().count(), 13, "{}", csv.describe());
 }
@@ -196,7 +225,11 @@ fn sigkill_then_resume_completes_with_no_duplicates_and_nothing_lost() {
             break;
         }
         assert!(p.is_running(), "the runner ended early: {}", p.stderr());
-        assert!(Instant::now() < deadline, "no 4 runs stored within 60 s: {}", p.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "no 4 runs stored within 60 s: {}",
+            p.stderr()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = p.pid();
@@ -209,14 +242,24 @@ fn sigkill_then_resume_completes_with_no_duplicates_and_nothing_lost() {
         if orphans.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "points outlived the runner: {orphans:?}");
+        assert!(
+            Instant::now() < deadline,
+            "points outlived the runner: {orphans:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let before = stored_runs(&db).len();
     assert!((4..12).contains(&before), "{before}");
-    let out = run(&["run", s(&scen), "--db", s(&db), "--no-report"], Duration::from_secs(120));
+    let out = run(
+        &["run", s(&scen), "--db", s(&db), "--no-report"],
+        Duration::from_secs(120),
+    );
     assert_eq!(out.code, Some(0), "{}", out.describe());
-    assert!(out.stderr.contains("resuming experiment"), "{}", out.describe());
+    assert!(
+        out.stderr.contains("resuming experiment"),
+        "{}",
+        out.describe()
+    );
     let runs = stored_runs(&db);
     assert_eq!(runs.len(), 12, "{runs:?}");
     let slots: HashSet<(String, u32)> = runs.iter().map(|r| (r.0.clone(), r.1)).collect();
@@ -225,14 +268,31 @@ fn sigkill_then_resume_completes_with_no_duplicates_and_nothing_lost() {
 
     // A changed file is named, and nothing runs until the user chooses.
     write(&dir, "grid.toml", &GRID.replace("repeat = 3", "repeat = 4"));
-    let out = run(&["run", s(&scen), "--db", s(&db), "--no-report"], Duration::from_secs(10));
-    out.assert_one_line_failure(2, &["changed since experiment", "--fresh", "--resume-anyway"]);
     let out = run(
-        &["run", s(&scen), "--db", s(&db), "--no-report", "--resume-anyway"],
+        &["run", s(&scen), "--db", s(&db), "--no-report"],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(
+        2,
+        &["changed since experiment", "--fresh", "--resume-anyway"],
+    );
+    let out = run(
+        &[
+            "run",
+            s(&scen),
+            "--db",
+            s(&db),
+            "--no-report",
+            "--resume-anyway",
+        ],
         Duration::from_secs(120),
     );
     assert_eq!(out.code, Some(0), "{}", out.describe());
-    assert_eq!(stored_runs(&db).len(), 16, "the fourth repeat of each point was added");
+    assert_eq!(
+        stored_runs(&db).len(),
+        16,
+        "the fourth repeat of each point was added"
+    );
 }
 
 /// xferlab processes whose parent was `pid` (now reparented) and that
@@ -240,8 +300,12 @@ fn sigkill_then_resume_completes_with_no_duplicates_and_nothing_lost() {
 fn children_of_dead(pid: u32) -> Vec<u32> {
     let mut v = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmd) = std::fs::read(format!("/proc/{p}/cmdline")) else { continue };
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{p}/cmdline")) else {
+            continue;
+        };
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         // The runner's points carry its temp dir in their -o path.
         if cmd.contains(&format!("xferlab-run-{pid}/")) {
@@ -284,7 +348,10 @@ fn bad_scenarios_name_file_line_and_key_and_run_nothing() {
         out.assert_one_line_failure(2, needles);
     }
     assert!(!db.exists(), "a bad scenario must not run anything");
-    let out = run(&["run", s(&dir.path("missing.toml")), "--db", s(&db)], Duration::from_secs(10));
+    let out = run(
+        &["run", s(&dir.path("missing.toml")), "--db", s(&db)],
+        Duration::from_secs(10),
+    );
     out.assert_one_line_failure(2, &["cannot read scenario", "missing.toml"]);
 }
 
@@ -298,20 +365,37 @@ fn a_failing_point_is_stored_with_its_error_and_retried_on_resume() {
         "title = \"t\"\ncommand = \"stream 127.0.0.1 -p 1 -t 0.2 --connect-timeout 1\"\n[matrix]\n\"-l\" = [\"64K\"]\n",
     );
     let db = dir.path("x.db");
-    let out = run(&["run", s(&scen), "--db", s(&db), "--report-dir", s(&dir.path("r"))], Duration::from_secs(30));
+    let out = run(
+        &[
+            "run",
+            s(&scen),
+            "--db",
+            s(&db),
+            "--report-dir",
+            s(&dir.path("r")),
+        ],
+        Duration::from_secs(30),
+    );
     assert_eq!(out.code, Some(1), "{}", out.describe());
     let runs = stored_runs(&db);
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].2, "error");
     let c = Connection::open(&db).unwrap();
-    let err: String = c.query_row("SELECT error FROM runs", [], |r| r.get(0)).unwrap();
+    let err: String = c
+        .query_row("SELECT error FROM runs", [], |r| r.get(0))
+        .unwrap();
     assert!(err.contains("connect"), "{err}");
     let md = std::fs::read_to_string(dir.path("r").join("report.md")).unwrap();
     assert!(md.contains("Failed runs") && md.contains("connect"), "{md}");
     // Again: the failed run is retried, a second attempt stored.
-    let out = run(&["run", s(&scen), "--db", s(&db), "--no-report"], Duration::from_secs(30));
+    let out = run(
+        &["run", s(&scen), "--db", s(&db), "--no-report"],
+        Duration::from_secs(30),
+    );
     assert_eq!(out.code, Some(1), "{}", out.describe());
-    let attempts: i64 = c.query_row("SELECT MAX(attempt) FROM runs", [], |r| r.get(0)).unwrap();
+    let attempts: i64 = c
+        .query_row("SELECT MAX(attempt) FROM runs", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(attempts, 2);
 }
 
@@ -319,16 +403,25 @@ fn a_failing_point_is_stored_with_its_error_and_retried_on_resume() {
 fn a_single_run_is_stored_with_db() {
     let dir = TempDir::new("single");
     let db = dir.path("x.db");
-    let out = run(&["stream", "-t", "0.3", "-i", "0", "--db", s(&db)], Duration::from_secs(20));
+    let out = run(
+        &["stream", "-t", "0.3", "-i", "0", "--db", s(&db)],
+        Duration::from_secs(20),
+    );
     assert_eq!(out.code, Some(0), "{}", out.describe());
     assert!(out.stderr.contains("stored as run 1"), "{}", out.describe());
     let c = Connection::open(&db).unwrap();
     let (n, exp): (i64, Option<i64>) = c
-        .query_row("SELECT COUNT(*), MAX(experiment_id) FROM runs", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row("SELECT COUNT(*), MAX(experiment_id) FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .unwrap();
     assert_eq!((n, exp), (1, None));
     let bps: f64 = c
-        .query_row("SELECT value FROM metrics WHERE name = 'throughput_bps'", [], |r| r.get(0))
+        .query_row(
+            "SELECT value FROM metrics WHERE name = 'throughput_bps'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert!(bps > 0.0);
 }

@@ -15,7 +15,9 @@ use common::run;
 use rusqlite::Connection;
 
 fn scenario(name: &str) -> PathBuf {
-    labvm_support::repo_root().join("scenarios").join(format!("{name}.toml"))
+    labvm_support::repo_root()
+        .join("scenarios")
+        .join(format!("{name}.toml"))
 }
 
 /// Runs a scenario's quick scale into a fresh directory and checks the
@@ -38,27 +40,50 @@ fn run_quick(name: &str, timeout: Duration) -> String {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no run count in the dry run: {}", dry.stdout));
     let out = run(
-        &["run", p, "--quick", "--db", db.to_str().unwrap(), "--report-dir", rep.to_str().unwrap()],
+        &[
+            "run",
+            p,
+            "--quick",
+            "--db",
+            db.to_str().unwrap(),
+            "--report-dir",
+            rep.to_str().unwrap(),
+        ],
         timeout,
     );
     assert_eq!(out.code, Some(0), "{}", out.describe());
     let c = Connection::open(&db).unwrap();
     let (n, ok): (i64, i64) = c
-        .query_row("SELECT COUNT(*), SUM(status = 'ok') FROM runs", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row("SELECT COUNT(*), SUM(status = 'ok') FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
         .unwrap();
-    assert_eq!((n as usize, ok as usize), (planned, planned), "every planned run stored ok\n{}", out.describe());
+    assert_eq!(
+        (n as usize, ok as usize),
+        (planned, planned),
+        "every planned run stored ok\n{}",
+        out.describe()
+    );
     let text = std::fs::read_to_string(&path).unwrap();
     let tables = text.matches("[[report.table]]").count();
     let plots = text.matches("[[report.plot]]").count();
     let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
-    assert_eq!(md.matches("|---|").count(), tables, "one table per [[report.table]]\n{md}");
+    assert_eq!(
+        md.matches("|---|").count(),
+        tables,
+        "one table per [[report.table]]\n{md}"
+    );
     for i in 1..=plots {
         let svg = std::fs::read_to_string(rep.join(format!("plot-{i}.svg")))
             .unwrap_or_else(|e| panic!("plot {i} of {name} missing ({e})\n{md}"));
         assert_not_blank(&svg, &rep.join(format!("plot-{i}.svg")));
     }
     let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), plots, "the page embeds every plot");
+    assert_eq!(
+        html.matches("<svg").count(),
+        plots,
+        "the page embeds every plot"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     md
 }
@@ -71,7 +96,11 @@ fn assert_not_blank(svg: &str, path: &Path) {
         .unwrap_or_else(|e| panic!("{} is not a valid SVG: {e}", path.display()));
     let size = tree.size().to_int_size();
     let mut pix = resvg::tiny_skia::Pixmap::new(size.width(), size.height()).unwrap();
-    resvg::render(&tree, resvg::tiny_skia::Transform::default(), &mut pix.as_mut());
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pix.as_mut(),
+    );
     let colours: std::collections::HashSet<[u8; 3]> = pix
         .pixels()
         .iter()
@@ -79,7 +108,11 @@ fn assert_not_blank(svg: &str, path: &Path) {
         .map(|p| [p.red(), p.green(), p.blue()])
         .filter(|c| !(c[0] == c[1] && c[1] == c[2]))
         .collect();
-    assert!(colours.len() >= 2, "{} draws no coloured data", path.display());
+    assert!(
+        colours.len() >= 2,
+        "{} draws no coloured data",
+        path.display()
+    );
 }
 
 #[test]
@@ -91,7 +124,10 @@ fn udpmon_quick() {
 
 #[test]
 fn ecn_sack_transactions_quick_in_the_lab() {
-    assert!(common::is_root(), "the lab scenario needs root (CI runs as root)");
+    assert!(
+        common::is_root(),
+        "the lab scenario needs root (CI runs as root)"
+    );
     let _g = common::one_at_a_time();
     let md = run_quick("ecn-sack-transactions", Duration::from_secs(600));
     assert!(md.contains("Completed transactions per second"), "{md}");

@@ -106,7 +106,19 @@ mod tests {
         let left = pending(&all, |s| s.point == 1);
         assert_eq!(left.len(), 4);
         assert!(left.iter().all(|s| s.point != 1));
-        assert_eq!(left[0], RunSlot { point: 0, repeat: 1 });
-        assert_eq!(left[1], RunSlot { point: 2, repeat: 1 });
+        assert_eq!(
+            left[0],
+            RunSlot {
+                point: 0,
+                repeat: 1
+            }
+        );
+        assert_eq!(
+            left[1],
+            RunSlot {
+                point: 2,
+                repeat: 1
+            }
+        );
     }
 }

@@ -468,7 +468,11 @@ struct Lines<'a>(&'a str);
 impl Lines<'_> {
     fn of(&self, offset: usize) -> usize {
         let end = offset.min(self.0.len());
-        self.0.as_bytes()[..end].iter().filter(|&&b| b == b'\n').count() + 1
+        self.0.as_bytes()[..end]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count()
+            + 1
     }
 }
 
@@ -544,18 +548,19 @@ fn values_of(
 ) -> Result<(KnobAt, Vec<Value>), ScenarioError> {
     let line = lines.of(v.span().start);
     let knob = Knob::parse(key, line)?;
-    let vals = match v.get_ref() {
-        toml::Value::Array(a) => a
-            .iter()
-            .map(|x| Value::from_toml(x, line, key))
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => {
-            return Err(err(
+    let vals =
+        match v.get_ref() {
+            toml::Value::Array(a) => a
+                .iter()
+                .map(|x| Value::from_toml(x, line, key))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => return Err(err(
                 line,
-                format!("`{key}`: matrix values must be an array, e.g. \"{key}\" = [\"64K\", \"1M\"]"),
-            ))
-        }
-    };
+                format!(
+                    "`{key}`: matrix values must be an array, e.g. \"{key}\" = [\"64K\", \"1M\"]"
+                ),
+            )),
+        };
     if vals.is_empty() {
         return Err(err(line, format!("`{key}`: give at least one value")));
     }
@@ -589,7 +594,10 @@ impl Scenario {
         let command_line = lines.of(raw.command.span().start);
         let command = words(raw.command.get_ref(), command_line, "command")?;
         if command.is_empty() {
-            return Err(err(command_line, "`command` is empty; name a verb, e.g. \"stream -t 3\""));
+            return Err(err(
+                command_line,
+                "`command` is empty; name a verb, e.g. \"stream -t 3\"",
+            ));
         }
         if command[0] == "run" || command[0] == "report" || command[0] == "db" {
             return Err(err(
@@ -617,23 +625,27 @@ impl Scenario {
         if raw.vm.is_some() && place != Place::Vm {
             return Err(err(0, "a `[vm]` section needs `where = \"vm\"`"));
         }
-        let mut repeat = raw.repeat.as_ref().map(|r| (*r.get_ref(), lines.of(r.span().start)));
-        let order = match &raw.order {
-            None => Order::Sequential,
-            Some(o) => match o.get_ref().as_str() {
-                "sequential" => Order::Sequential,
-                "interleaved" => Order::Interleaved,
-                "shuffled" => Order::Shuffled {
-                    seed: raw.seed.unwrap_or(1),
-                },
-                other => {
-                    return Err(err(
+        let mut repeat = raw
+            .repeat
+            .as_ref()
+            .map(|r| (*r.get_ref(), lines.of(r.span().start)));
+        let order =
+            match &raw.order {
+                None => Order::Sequential,
+                Some(o) => match o.get_ref().as_str() {
+                    "sequential" => Order::Sequential,
+                    "interleaved" => Order::Interleaved,
+                    "shuffled" => Order::Shuffled {
+                        seed: raw.seed.unwrap_or(1),
+                    },
+                    other => return Err(err(
                         lines.of(o.span().start),
-                        format!("`order` must be sequential, interleaved or shuffled (got \"{other}\")"),
-                    ))
-                }
-            },
-        };
+                        format!(
+                            "`order` must be sequential, interleaved or shuffled (got \"{other}\")"
+                        ),
+                    )),
+                },
+            };
 
         let mut axes: Vec<Axis> = Vec::new();
         for (k, v) in &raw.matrix.0 {
@@ -668,7 +680,9 @@ impl Scenario {
                 return Err(err(0, "an empty [[zip]] group; give two or more knobs"));
             }
             let n = cols[0].len();
-            let values = (0..n).map(|i| cols.iter().map(|c| c[i].clone()).collect()).collect();
+            let values = (0..n)
+                .map(|i| cols.iter().map(|c| c[i].clone()).collect())
+                .collect();
             axes.push(Axis { knobs, values });
         }
         // A step listed twice would make two points with one key.
@@ -679,7 +693,10 @@ impl Scenario {
             if seen.len() != a.values.len() {
                 return Err(err(
                     a.knobs[0].line,
-                    format!("`{}`: a value (or, in a zip group, a combination) is listed twice", a.knobs[0].knob),
+                    format!(
+                        "`{}`: a value (or, in a zip group, a combination) is listed twice",
+                        a.knobs[0].knob
+                    ),
                 ));
             }
         }
@@ -714,7 +731,10 @@ impl Scenario {
             }
             let set = assignments(o.get_ref().set.get_ref(), &lines)?;
             if when.is_empty() || set.is_empty() {
-                return Err(err(line, "an [[override]] needs `when` and `set`, each with one knob or more"));
+                return Err(err(
+                    line,
+                    "an [[override]] needs `when` and `set`, each with one knob or more",
+                ));
             }
             overrides.push(Override { line, when, set });
         }
@@ -724,11 +744,23 @@ impl Scenario {
             let line = lines.of(x.span().start);
             let set = assignments(x.get_ref(), &lines)?;
             if set.is_empty() {
-                return Err(err(line, "an empty [[exclude]]; name the knob values to leave out"));
+                return Err(err(
+                    line,
+                    "an empty [[exclude]]; name the knob values to leave out",
+                ));
             }
             for (k, _) in &set {
-                if !axes.iter().any(|a| a.knobs.iter().any(|x| x.knob == k.knob)) {
-                    return Err(err(k.line, format!("[[exclude]] names `{}`, which is not an axis of the matrix", k.knob)));
+                if !axes
+                    .iter()
+                    .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
+                {
+                    return Err(err(
+                        k.line,
+                        format!(
+                            "[[exclude]] names `{}`, which is not an axis of the matrix",
+                            k.knob
+                        ),
+                    ));
                 }
             }
             excludes.push(set.into_iter().map(|(k, v)| (k.knob, v)).collect());
@@ -737,7 +769,10 @@ impl Scenario {
         let has_quick = raw.quick.is_some();
         if scale == Scale::Quick {
             let q = raw.quick.as_ref().ok_or_else(|| {
-                err(0, "this scenario has no [quick] section; run it without --quick")
+                err(
+                    0,
+                    "this scenario has no [quick] section; run it without --quick",
+                )
             })?;
             if let Some(r) = &q.repeat {
                 repeat = Some((*r.get_ref(), lines.of(r.span().start)));
@@ -749,7 +784,12 @@ impl Scenario {
                         .iter_mut()
                         .find(|a| a.knobs.len() == 1 && a.knobs[0].knob == knob.knob)
                         .ok_or_else(|| {
-                            err(knob.line, format!("[quick] matrix: `{k}` is not a single-knob axis of [matrix]"))
+                            err(
+                                knob.line,
+                                format!(
+                                    "[quick] matrix: `{k}` is not a single-knob axis of [matrix]"
+                                ),
+                            )
                         })?;
                     axis.values = vals.into_iter().map(|v| vec![v]).collect();
                 }
@@ -757,7 +797,10 @@ impl Scenario {
             if let Some(s) = &q.set {
                 let set = assignments(s, &lines)?;
                 for (k, _) in &set {
-                    if axes.iter().any(|a| a.knobs.iter().any(|x| x.knob == k.knob)) {
+                    if axes
+                        .iter()
+                        .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
+                    {
                         return Err(err(
                             k.line,
                             format!("[quick] set: `{}` is an axis; shorten it with [quick] matrix instead", k.knob),
@@ -779,7 +822,10 @@ impl Scenario {
 
         let (repeat, repeat_line) = repeat.unwrap_or((1, 0));
         if repeat == 0 || repeat > 1000 {
-            return Err(err(repeat_line, format!("`repeat` must be 1-1000 (got {repeat})")));
+            return Err(err(
+                repeat_line,
+                format!("`repeat` must be 1-1000 (got {repeat})"),
+            ));
         }
 
         let scenario = Scenario {
@@ -802,7 +848,10 @@ impl Scenario {
         scenario.check_report()?;
         let n = scenario.points().len();
         if n > 100_000 {
-            return Err(err(0, format!("the matrix expands to {n} points; at most 100000")));
+            return Err(err(
+                0,
+                format!("the matrix expands to {n} points; at most 100000"),
+            ));
         }
         Ok(scenario)
     }
@@ -810,7 +859,11 @@ impl Scenario {
     /// Every knob the scenario sets, with the line it is set on (axes,
     /// then overrides), for checking against the CLI.
     pub fn knobs(&self) -> Vec<KnobAt> {
-        let mut v: Vec<KnobAt> = self.axes.iter().flat_map(|a| a.knobs.iter().cloned()).collect();
+        let mut v: Vec<KnobAt> = self
+            .axes
+            .iter()
+            .flat_map(|a| a.knobs.iter().cloned())
+            .collect();
         for o in &self.overrides {
             for (k, _) in &o.set {
                 if !v.iter().any(|x| x.knob == k.knob) {
@@ -828,7 +881,11 @@ impl Scenario {
 
     fn check_report(&self) -> Result<(), ScenarioError> {
         let axis_knob = |name: &str, what: &str| -> Result<(), ScenarioError> {
-            if self.axes.iter().any(|a| a.knobs.iter().any(|k| k.knob.to_string() == name)) {
+            if self
+                .axes
+                .iter()
+                .any(|a| a.knobs.iter().any(|k| k.knob.to_string() == name))
+            {
                 Ok(())
             } else {
                 Err(err(
@@ -849,7 +906,9 @@ impl Scenario {
         for p in &self.report.plot {
             match p.kind {
                 PlotKindSpec::Lines | PlotKindSpec::Bars => {
-                    let x = p.x.as_deref().ok_or_else(|| err(0, "[[report.plot]] lines/bars need `x`, a knob"))?;
+                    let x =
+                        p.x.as_deref()
+                            .ok_or_else(|| err(0, "[[report.plot]] lines/bars need `x`, a knob"))?;
                     axis_knob(x, "x")?;
                     if p.metric.is_none() {
                         return Err(err(0, "[[report.plot]] lines/bars need `metric`"));
@@ -898,10 +957,10 @@ impl Scenario {
             points = next;
         }
         points.retain(|p| {
-            !self
-                .excludes
-                .iter()
-                .any(|x| x.iter().all(|(k, v)| p.knobs.iter().any(|(pk, pv)| pk == k && pv == v)))
+            !self.excludes.iter().any(|x| {
+                x.iter()
+                    .all(|(k, v)| p.knobs.iter().any(|(pk, pv)| pk == k && pv == v))
+            })
         });
         for p in &mut points {
             for o in &self.overrides {
@@ -999,7 +1058,9 @@ cols = "-P"
         assert_eq!(e.line, 4, "{e}");
         assert!(e.message.contains("must be an array"), "{e}");
 
-        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [\"1\"]\nlength = [1]\n");
+        let e = error_of(
+            "title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [\"1\"]\nlength = [1]\n",
+        );
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("not a flag"), "{e}");
 
@@ -1008,7 +1069,10 @@ cols = "-P"
 
         let e = error_of("title = \"t\"\ncommand = \"stream\"\norder = \"random\"\n");
         assert_eq!(e.line, 3, "{e}");
-        assert!(e.message.contains("sequential, interleaved or shuffled"), "{e}");
+        assert!(
+            e.message.contains("sequential, interleaved or shuffled"),
+            "{e}"
+        );
 
         let e = error_of(
             "title = \"t\"\ncommand = \"stream\"\n[[zip]]\n\"-l\" = [\"1\", \"2\"]\n\"-w\" = [\"1\"]\n",
@@ -1030,8 +1094,15 @@ cols = "-P"
         )
         .unwrap();
         let keys: Vec<String> = s.points().iter().map(Point::key).collect();
-        assert_eq!(keys, ["--dir=out;-l=64", "--dir=in;-l=512", "--dir=out;-l=512"]);
-        let e = Scenario::parse("title = \"t\"\ncommand = \"stream\"\n[[exclude]]\n\"-l\" = 1\n", Scale::Full).unwrap_err();
+        assert_eq!(
+            keys,
+            ["--dir=out;-l=64", "--dir=in;-l=512", "--dir=out;-l=512"]
+        );
+        let e = Scenario::parse(
+            "title = \"t\"\ncommand = \"stream\"\n[[exclude]]\n\"-l\" = 1\n",
+            Scale::Full,
+        )
+        .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
     }
 
@@ -1052,7 +1123,10 @@ cols = "-P"
         let p = &s.points()[0];
         assert!(p.knobs[0].0.lab);
         assert_eq!(p.key(), "lab --mark=c2s:1/50");
-        assert_eq!(shlex_split("a \"b c\" d\\ e 'f\"g'"), Some(vec!["a".into(), "b c".into(), "d e".into(), "f\"g".into()]));
+        assert_eq!(
+            shlex_split("a \"b c\" d\\ e 'f\"g'"),
+            Some(vec!["a".into(), "b c".into(), "d e".into(), "f\"g".into()])
+        );
         assert_eq!(shlex_split("a 'b"), None);
     }
 }

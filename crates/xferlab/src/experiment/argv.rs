@@ -24,13 +24,7 @@ fn err(line: usize, message: impl Into<String>) -> ArgvError {
 }
 
 /// The verbs a scenario may run.
-const VERBS: &[&[&str]] = &[
-    &["stream"],
-    &["cbr"],
-    &["sweep"],
-    &["rr"],
-    &["usb", "bulk"],
-];
+const VERBS: &[&[&str]] = &[&["stream"], &["cbr"], &["sweep"], &["rr"], &["usb", "bulk"]];
 
 /// A flag as clap knows it.
 #[derive(Debug, Clone)]
@@ -68,7 +62,12 @@ fn flags_of(cmd: &clap::Command) -> Vec<FlagInfo> {
         .filter(|a| a.get_id() != "help" && a.get_id() != "version")
         .map(|a| {
             let mut longs: Vec<String> = a.get_long().into_iter().map(String::from).collect();
-            longs.extend(a.get_all_aliases().unwrap_or_default().into_iter().map(String::from));
+            longs.extend(
+                a.get_all_aliases()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(String::from),
+            );
             FlagInfo {
                 short: a.get_short(),
                 longs,
@@ -98,13 +97,20 @@ fn resolve_verb(s: &Scenario) -> Result<Resolved, ArgvError> {
     let root = Cli::command();
     let verb = VERBS
         .iter()
-        .find(|v| s.command.len() >= v.len() && s.command[..v.len()] == v.iter().map(|x| x.to_string()).collect::<Vec<_>>()[..])
+        .find(|v| {
+            s.command.len() >= v.len()
+                && s.command[..v.len()] == v.iter().map(|x| x.to_string()).collect::<Vec<_>>()[..]
+        })
         .ok_or_else(|| {
             err(
                 s.command_line,
                 format!(
                     "`command` must start with a test verb: {} (got `{}`)",
-                    VERBS.iter().map(|v| v.join(" ")).collect::<Vec<_>>().join(", "),
+                    VERBS
+                        .iter()
+                        .map(|v| v.join(" "))
+                        .collect::<Vec<_>>()
+                        .join(", "),
                     s.command[0]
                 ),
             )
@@ -116,7 +122,10 @@ fn resolve_verb(s: &Scenario) -> Result<Resolved, ArgvError> {
             .expect("VERBS names existing subcommands");
     }
     if s.place == Place::Lab && verb[0] == "usb" {
-        return Err(err(s.command_line, "`usb bulk` cannot run in the network lab; use where = \"vm\""));
+        return Err(err(
+            s.command_line,
+            "`usb bulk` cannot run in the network lab; use where = \"vm\"",
+        ));
     }
     Ok(Resolved {
         verb: verb.iter().map(|x| x.to_string()).collect(),
@@ -185,33 +194,35 @@ fn knob_args(k: &Knob, v: &Value, info: &FlagInfo, line: usize) -> Result<Vec<St
     }
 }
 
-fn lookup<'a>(
-    flags: &'a [FlagInfo],
-    k: &KnobAt,
-    verb: &str,
-) -> Result<&'a FlagInfo, ArgvError> {
+fn lookup<'a>(flags: &'a [FlagInfo], k: &KnobAt, verb: &str) -> Result<&'a FlagInfo, ArgvError> {
     if RUNNER_FLAGS.contains(&k.knob.flag.as_str()) {
         return Err(err(
             k.line,
-            format!("`{}` is set by the runner itself (results go to the database); remove it", k.knob),
+            format!(
+                "`{}` is set by the runner itself (results go to the database); remove it",
+                k.knob
+            ),
         ));
     }
-    flags.iter().find(|f| f.matches(&k.knob.flag)).ok_or_else(|| {
-        let mut valid: Vec<String> = flags
-            .iter()
-            .map(FlagInfo::display)
-            .filter(|d| !RUNNER_FLAGS.iter().any(|r| d.split('/').any(|x| x == *r)))
-            .collect();
-        valid.sort();
-        err(
-            k.line,
-            format!(
-                "unknown flag `{}` for `{verb}`; valid: {}",
-                k.knob.flag,
-                valid.join(", ")
-            ),
-        )
-    })
+    flags
+        .iter()
+        .find(|f| f.matches(&k.knob.flag))
+        .ok_or_else(|| {
+            let mut valid: Vec<String> = flags
+                .iter()
+                .map(FlagInfo::display)
+                .filter(|d| !RUNNER_FLAGS.iter().any(|r| d.split('/').any(|x| x == *r)))
+                .collect();
+            valid.sort();
+            err(
+                k.line,
+                format!(
+                    "unknown flag `{}` for `{verb}`; valid: {}",
+                    k.knob.flag,
+                    valid.join(", ")
+                ),
+            )
+        })
 }
 
 /// Builds and checks every point's command line: each knob is a flag of
@@ -223,10 +234,19 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
     let verb_name = r.verb.join(" ");
     let lab = lab_flags();
     for w in r.base.iter().chain(&s.lab) {
-        if RUNNER_FLAGS.contains(&w.as_str()) || w.starts_with("--format=") || w.starts_with("--output=") {
+        if RUNNER_FLAGS.contains(&w.as_str())
+            || w.starts_with("--format=")
+            || w.starts_with("--output=")
+        {
             return Err(err(
-                if s.lab.contains(w) { s.lab_line } else { s.command_line },
-                format!("`{w}` is set by the runner itself (results go to the database); remove it"),
+                if s.lab.contains(w) {
+                    s.lab_line
+                } else {
+                    s.command_line
+                },
+                format!(
+                    "`{w}` is set by the runner itself (results go to the database); remove it"
+                ),
             ));
         }
     }
@@ -234,7 +254,10 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
     let mut infos = Vec::with_capacity(knobs.len());
     for k in &knobs {
         if k.knob.lab && s.place != Place::Lab {
-            return Err(err(k.line, format!("`{}` is a lab flag; it needs where = \"lab\"", k.knob)));
+            return Err(err(
+                k.line,
+                format!("`{}` is a lab flag; it needs where = \"lab\"", k.knob),
+            ));
         }
         let info = if k.knob.lab {
             lookup(&lab, k, "lab")?
@@ -284,12 +307,15 @@ fn blame(s: &Scenario, p: &Point, infos: &[(KnobAt, FlagInfo)], message: &str) -
         if !p.knobs.iter().any(|(k, _)| k == &at.knob) {
             continue;
         }
-        let mentioned = info.longs.iter().any(|l| message.contains(&format!("--{l}")))
+        let mentioned = info
+            .longs
+            .iter()
+            .any(|l| message.contains(&format!("--{l}")))
             || info.short.is_some_and(|c| {
                 let s = format!("-{c}");
-                message
-                    .match_indices(&s)
-                    .any(|(i, _)| !message[i + s.len()..].starts_with(|ch: char| ch.is_alphanumeric()))
+                message.match_indices(&s).any(|(i, _)| {
+                    !message[i + s.len()..].starts_with(|ch: char| ch.is_alphanumeric())
+                })
             });
         if mentioned {
             return at.line;
@@ -314,7 +340,11 @@ fn check_parses(
         let line = blame(s, p, infos, &message);
         err(
             line,
-            format!("point `{}`: {message} (command: xferlab {})", p.label(), argv.join(" ")),
+            format!(
+                "point `{}`: {message} (command: xferlab {})",
+                p.label(),
+                argv.join(" ")
+            ),
         )
     })
 }
@@ -363,10 +393,12 @@ mod tests {
         assert_eq!(e.line, 5, "{e}");
         assert!(e.message.contains("lots"), "{e}");
 
-        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-N\" = [\"yes\"]\n").unwrap_err();
+        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-N\" = [\"yes\"]\n")
+            .unwrap_err();
         assert!(e.message.contains("switch"), "{e}");
 
-        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-o\" = [\"x\"]\n").unwrap_err();
+        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-o\" = [\"x\"]\n")
+            .unwrap_err();
         assert!(e.message.contains("set by the runner"), "{e}");
 
         let e = build_text("title = \"t\"\ncommand = \"server\"\n").unwrap_err();

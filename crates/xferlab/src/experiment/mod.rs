@@ -39,7 +39,9 @@ pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>) -> Ex
     };
     let e = match experiment {
         Some(x) => store.find_experiment(x),
-        None => store.experiments().map(|v| v.into_iter().max_by_key(|e| e.id)),
+        None => store
+            .experiments()
+            .map(|v| v.into_iter().max_by_key(|e| e.id)),
     };
     let e = match e {
         Ok(Some(e)) => e,
@@ -91,7 +93,9 @@ fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)
     let e = store
         .find_experiment(exp)
         .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("no experiment `{exp}` in the database; `xferlab db list` shows them"))?;
+        .ok_or_else(|| {
+            format!("no experiment `{exp}` in the database; `xferlab db list` shows them")
+        })?;
     let runs: Vec<_> = store
         .latest_runs(e.id)
         .map_err(|e| e.to_string())?
@@ -99,7 +103,10 @@ fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)
         .filter(|r| r.point_idx == Some(idx - 1) && matches!(r.status.as_str(), "ok" | "invalid"))
         .collect();
     if runs.is_empty() {
-        return Err(format!("experiment {} has no measured run of point {idx}", e.id));
+        return Err(format!(
+            "experiment {} has no measured run of point {idx}",
+            e.id
+        ));
     }
     for r in runs {
         add(store.metrics_of_run(r.id).map_err(|e| e.to_string())?);
@@ -124,7 +131,11 @@ pub fn compare_cmd(db: &Path, a: &str, b: &str, only: &[String], json: bool) -> 
                 return fail(
                     &format!(
                         "no metric `{m}` in {a} or {b}; known: {}",
-                        known.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                        known
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                     2,
                 );
@@ -149,7 +160,12 @@ pub fn compare_cmd(db: &Path, a: &str, b: &str, only: &[String], json: bool) -> 
 }
 
 /// Stores a single run (`xferlab stream ... --db PATH`) with its metrics.
-pub fn store_single(db: &Path, argv: &[String], exit_code: i32, doc: &serde_json::Value) -> Result<i64, String> {
+pub fn store_single(
+    db: &Path,
+    argv: &[String],
+    exit_code: i32,
+    doc: &serde_json::Value,
+) -> Result<i64, String> {
     let store = Store::open(db).map_err(|e| e.to_string())?;
     let ms: Vec<(String, f64, String)> = metrics::extract(doc)
         .into_iter()

@@ -122,14 +122,23 @@ impl Data {
         let e = store
             .experiment(experiment)
             .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no experiment {experiment} in the database; `xferlab db list` shows them"))?;
+            .ok_or_else(|| {
+                format!("no experiment {experiment} in the database; `xferlab db list` shows them")
+            })?;
         let text = store.scenario_text(experiment).map_err(|e| e.to_string())?;
-        let scale = if e.scale == "quick" { Scale::Quick } else { Scale::Full };
+        let scale = if e.scale == "quick" {
+            Scale::Quick
+        } else {
+            Scale::Full
+        };
         let scenario = Scenario::parse(&text, scale)
             .map_err(|err| format!("the stored scenario of experiment {experiment} no longer parses ({err}); report it with an older xferlab"))?;
         let points = scenario.points();
-        let index: BTreeMap<String, usize> =
-            points.iter().enumerate().map(|(i, p)| (p.key(), i)).collect();
+        let index: BTreeMap<String, usize> = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.key(), i))
+            .collect();
         let mut runs: Vec<Vec<RunData>> = points.iter().map(|_| Vec::new()).collect();
         let mut failed = Vec::new();
         for r in store.latest_runs(experiment).map_err(|e| e.to_string())? {
@@ -194,7 +203,11 @@ impl Data {
         self.scenario
             .axes
             .iter()
-            .filter(|a| !a.knobs.iter().any(|k| used.contains(&k.knob.to_string().as_str())))
+            .filter(|a| {
+                !a.knobs
+                    .iter()
+                    .any(|k| used.contains(&k.knob.to_string().as_str()))
+            })
             .flat_map(|a| a.knobs.iter().map(|k| k.knob.to_string()))
             .collect()
     }
@@ -221,7 +234,12 @@ impl Data {
 
     fn default_metric(&self) -> String {
         for name in ["tps", "throughput_bps", "best_bps_max"] {
-            if self.runs.iter().flatten().any(|r| r.metrics.contains_key(name)) {
+            if self
+                .runs
+                .iter()
+                .flatten()
+                .any(|r| r.metrics.contains_key(name))
+            {
                 return name.into();
             }
         }
@@ -374,7 +392,8 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
         }
         // CSV: one line per cell, full statistics in the metric's base unit.
         let mut csv = String::new();
-        let _ = writeln!(
+        let _ =
+            writeln!(
             csv,
             "{},{},{}{}metric,unit,aggregate,value,n,min,median,max,mean,stddev,ci95_low,ci95_high",
             csv_field(&spec.rows),
@@ -390,7 +409,11 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
                     "{},{},{}{}{},{},{},{},{},{},{},{},{},{},{},{}",
                     csv_field(&r.label()),
                     csv_field(&c.as_ref().map(|v| v.label()).unwrap_or_default()),
-                    fixed.iter().map(|(_, v)| csv_field(&v.label())).collect::<Vec<_>>().join(","),
+                    fixed
+                        .iter()
+                        .map(|(_, v)| csv_field(&v.label()))
+                        .collect::<Vec<_>>()
+                        .join(","),
                     if fixed.is_empty() { "" } else { "," },
                     spec.metric,
                     csv_field(&unit),
@@ -408,7 +431,11 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             }
         }
         // HTML
-        let mut html = format!("<table><caption>{}</caption><tr><th>{}</th>", html_escape(&title), html_escape(&spec.rows));
+        let mut html = format!(
+            "<table><caption>{}</caption><tr><th>{}</th>",
+            html_escape(&title),
+            html_escape(&spec.rows)
+        );
         for c in &col_names {
             let _ = write!(html, "<th>{}</th>", html_escape(c));
         }
@@ -490,7 +517,11 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
             }
         }
         if !pts.is_empty() {
-            let label = if combo.is_empty() { metric.clone() } else { combo_label(&combo) };
+            let label = if combo.is_empty() {
+                metric.clone()
+            } else {
+                combo_label(&combo)
+            };
             raw.push((label, pts));
         }
     }
@@ -499,7 +530,11 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
         .flat_map(|(_, p)| p.iter().map(|(_, s)| s.max.abs()))
         .fold(0.0, f64::max);
     let shown = Shown::for_values(&unit, max);
-    let n_max = raw.iter().flat_map(|(_, p)| p.iter().map(|(_, s)| s.n)).max().unwrap_or(0);
+    let n_max = raw
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|(_, s)| s.n))
+        .max()
+        .unwrap_or(0);
     let series = raw
         .into_iter()
         .map(|(label, pts)| Series {
@@ -527,7 +562,11 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
             .title
             .clone()
             .unwrap_or_else(|| format!("{metric} against {x}")),
-        kind: if spec.kind == PlotKindSpec::Bars { PlotKind::Bars } else { PlotKind::Lines },
+        kind: if spec.kind == PlotKindSpec::Bars {
+            PlotKind::Bars
+        } else {
+            PlotKind::Lines
+        },
         x_label: spec.x_label.clone().unwrap_or_else(|| x.clone()),
         y_label: format!("{metric} ({})", shown.label),
         x_categories: Some(xs.iter().map(Value::label).collect()),
@@ -536,7 +575,11 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
         caption: format!(
             "{} of up to {n_max} runs per point; whiskers: {whiskers}{}.",
             aggregate_name(agg, n_max).split(' ').next().unwrap_or(""),
-            if filter.is_empty() { String::new() } else { format!("; only {}", combo_label(&filter)) }
+            if filter.is_empty() {
+                String::new()
+            } else {
+                format!("; only {}", combo_label(&filter))
+            }
         ),
     })
 }
@@ -568,7 +611,11 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
             };
             if let Some(pts) = pts.filter(|p| !p.is_empty()) {
                 for (x, y) in &pts {
-                    max = max.max(if spec.kind == PlotKindSpec::Time { y.abs() } else { x.abs() });
+                    max = max.max(if spec.kind == PlotKindSpec::Time {
+                        y.abs()
+                    } else {
+                        x.abs()
+                    });
                 }
                 runs += 1;
                 raw.push((label.clone(), pts));
@@ -592,7 +639,9 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
                 "time (s)".to_string(),
                 format!("{metric} ({})", shown.label),
                 shown,
-                format!("{runs} runs overlaid; one colour per configuration; per reporting interval."),
+                format!(
+                    "{runs} runs overlaid; one colour per configuration; per reporting interval."
+                ),
             )
         }
         _ => {
@@ -613,8 +662,16 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
             points: pts
                 .into_iter()
                 .map(|(x, y)| match spec.kind {
-                    PlotKindSpec::Time => PlotPoint { x, y: shown.value(y), err: None },
-                    _ => PlotPoint { x: shown.value(x), y, err: None },
+                    PlotKindSpec::Time => PlotPoint {
+                        x,
+                        y: shown.value(y),
+                        err: None,
+                    },
+                    _ => PlotPoint {
+                        x: shown.value(x),
+                        y,
+                        err: None,
+                    },
                 })
                 .collect(),
         });
@@ -633,7 +690,12 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
 
 /// Writes the report of an experiment into `dir` (report.md, report.html,
 /// table-N.csv, plot-N.svg) and prints its tables and the page's path.
-pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) -> Result<PathBuf, String> {
+pub fn write(
+    store: &Store,
+    experiment: i64,
+    dir: &Path,
+    out: &mut dyn Write,
+) -> Result<PathBuf, String> {
     let (d, name, title) = Data::load(store, experiment)?;
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     // A report made again must not leave an earlier one's extra tables
@@ -641,7 +703,9 @@ pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) ->
     if let Ok(entries) = std::fs::read_dir(dir) {
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if (n.starts_with("table-") && n.ends_with(".csv")) || (n.starts_with("plot-") && n.ends_with(".svg")) {
+            if (n.starts_with("table-") && n.ends_with(".csv"))
+                || (n.starts_with("plot-") && n.ends_with(".svg"))
+            {
                 let _ = std::fs::remove_file(e.path());
             }
         }
@@ -715,7 +779,12 @@ pub fn write(store: &Store, experiment: i64, dir: &Path, out: &mut dyn Write) ->
             PlotKindSpec::Time | PlotKindSpec::Cdf => run_plot(&d, spec),
         };
         let Some(p) = p else {
-            let _ = writeln!(md, "_(plot {:?} {}: no data)_\n", spec.kind, spec.metric.as_deref().unwrap_or(""));
+            let _ = writeln!(
+                md,
+                "_(plot {:?} {}: no data)_\n",
+                spec.kind,
+                spec.metric.as_deref().unwrap_or("")
+            );
             continue;
         };
         let svg = match plot::render_svg(&p) {

@@ -74,7 +74,11 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
         .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok());
     let Some(doc) = doc else {
         return Outcome {
-            status: if exit_code == Some(130) { "interrupted" } else { "error" },
+            status: if exit_code == Some(130) {
+                "interrupted"
+            } else {
+                "error"
+            },
             exit_code,
             error: Some(last_err.unwrap_or_else(|| match exit_code {
                 Some(c) => format!("exited with status {c} without a result"),
@@ -161,7 +165,12 @@ impl Progress {
         );
         match &self.bar {
             Some(b) => b.set_prefix(prefix),
-            None => eprintln!("[{}/{}] {prefix}: {}", self.done + 1, self.total, point.label()),
+            None => eprintln!(
+                "[{}/{}] {prefix}: {}",
+                self.done + 1,
+                self.total,
+                point.label()
+            ),
         }
     }
 
@@ -213,7 +222,13 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn commit(&mut self, slot: RunSlot, started: SystemTime, secs: f64, out: Outcome) -> Result<(), String> {
+    fn commit(
+        &mut self,
+        slot: RunSlot,
+        started: SystemTime,
+        secs: f64,
+        out: Outcome,
+    ) -> Result<(), String> {
         let doc = out
             .json
             .as_deref()
@@ -265,7 +280,10 @@ impl Ctx<'_> {
 }
 
 /// Runs one invocation as a child process and waits for it.
-fn run_child(argv: &[String], out_file: &Path) -> Result<(Option<i32>, Option<String>, String), String> {
+fn run_child(
+    argv: &[String],
+    out_file: &Path,
+) -> Result<(Option<i32>, Option<String>, String), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
     let _ = std::fs::remove_file(out_file);
     let mut cmd = Command::new(exe);
@@ -291,8 +309,12 @@ fn run_child(argv: &[String], out_file: &Path) -> Result<(Option<i32>, Option<St
     if let Some(mut s) = child.stderr.take() {
         s.read_to_string(&mut stderr).ok();
     }
-    let status = child.wait().map_err(|e| format!("waiting for a run: {e}"))?;
-    let json = std::fs::read_to_string(out_file).ok().filter(|s| !s.trim().is_empty());
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for a run: {e}"))?;
+    let json = std::fs::read_to_string(out_file)
+        .ok()
+        .filter(|s| !s.trim().is_empty());
     Ok((status.code(), json, stderr))
 }
 
@@ -351,26 +373,25 @@ fn run_vm(
         "cannot find lab/vm/run (the lab VM); run from the xferlab source tree or set XFERLAB_LABVM_RUN",
     )?;
     // HOST paths of `add` are relative to the scenario file.
-    let add = s
-        .vm
-        .add
-        .iter()
-        .map(|a| {
-            let (host, guest) = match a.split_once(':') {
-                Some((h, g)) => (h, Some(g)),
-                None => (a.as_str(), None),
-            };
-            let hp = if Path::new(host).is_absolute() {
-                PathBuf::from(host)
-            } else {
-                scen_dir.join(host)
-            };
-            match guest {
-                Some(g) => format!("{}:{g}", hp.display()),
-                None => hp.display().to_string(),
-            }
-        })
-        .collect();
+    let add =
+        s.vm.add
+            .iter()
+            .map(|a| {
+                let (host, guest) = match a.split_once(':') {
+                    Some((h, g)) => (h, Some(g)),
+                    None => (a.as_str(), None),
+                };
+                let hp = if Path::new(host).is_absolute() {
+                    PathBuf::from(host)
+                } else {
+                    scen_dir.join(host)
+                };
+                match guest {
+                    Some(g) => format!("{}:{g}", hp.display()),
+                    None => hp.display().to_string(),
+                }
+            })
+            .collect();
     let setup = vm::VmSetup {
         modules: s.vm.modules.clone(),
         extra_modules: s.vm.extra_modules.clone(),
@@ -425,7 +446,9 @@ fn run_vm(
                 elapsed_s,
             } => {
                 let slot = pending[id];
-                let (wall, _) = started.take().unwrap_or((SystemTime::now(), Instant::now()));
+                let (wall, _) = started
+                    .take()
+                    .unwrap_or((SystemTime::now(), Instant::now()));
                 let outcome = classify(Some(exit_code), json, &stderr);
                 if let Err(e) = ctx.commit(slot, wall, elapsed_s, outcome) {
                     commit_err.get_or_insert(e);
@@ -480,7 +503,12 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             }
         );
         for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
-            println!("point {:>3}  {:<40}  xferlab {}", i + 1, p.label(), a.join(" "));
+            println!(
+                "point {:>3}  {:<40}  xferlab {}",
+                i + 1,
+                p.label(),
+                a.join(" ")
+            );
         }
         return ExitCode::SUCCESS;
     }
@@ -568,7 +596,9 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             .collect(),
         Err(e) => return fail(&e.to_string(), 1),
     };
-    let pending = plan::pending(&slots, |sl| done.contains(&(point_ids[sl.point], sl.repeat)));
+    let pending = plan::pending(&slots, |sl| {
+        done.contains(&(point_ids[sl.point], sl.repeat))
+    });
     let mut ctx = Ctx {
         store: &store,
         experiment,
@@ -582,7 +612,10 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
     };
     let mut interrupted = false;
     if pending.is_empty() {
-        eprintln!("all {} runs of experiment {experiment} are stored; --fresh runs it again", slots.len());
+        eprintln!(
+            "all {} runs of experiment {experiment} are stored; --fresh runs it again",
+            slots.len()
+        );
     } else {
         let r = match s.place {
             Place::Vm => run_vm(&mut ctx, &s, &o.scenario, &pending, interrupts),
@@ -593,7 +626,11 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             Ok(i) => interrupted = i,
             Err(e) => {
                 return fail(
-                    &format!("{e} ({} runs stored in {}; run the same command again to resume)", ctx.ok + ctx.failed, o.db.display()),
+                    &format!(
+                        "{e} ({} runs stored in {}; run the same command again to resume)",
+                        ctx.ok + ctx.failed,
+                        o.db.display()
+                    ),
                     1,
                 )
             }
@@ -639,7 +676,10 @@ mod tests {
     fn outcomes_from_exit_codes_and_documents() {
         let ok = r#"{"schema":"xferlab.result/1","status":"ok"}"#.to_string();
         assert_eq!(classify(Some(0), Some(ok.clone()), "").status, "ok");
-        assert_eq!(classify(Some(130), Some(ok.clone()), "").status, "interrupted");
+        assert_eq!(
+            classify(Some(130), Some(ok.clone()), "").status,
+            "interrupted"
+        );
         let partial = r#"{"schema":"xferlab.result/1","status":"partial"}"#.to_string();
         let o = classify(Some(1), Some(partial), "xferlab: the peer vanished\n");
         assert_eq!(o.status, "partial");

@@ -1116,7 +1116,12 @@ pub(crate) mod tests {
         assert_eq!(back[1], m[1]);
         assert!(back[2].1.is_nan(), "NaN stored as NULL, read as NaN");
         assert_eq!(
-            store.point_rows(e).unwrap().into_iter().map(|p| (p.id, p.idx, p.key, p.knobs_json)).collect::<Vec<_>>(),
+            store
+                .point_rows(e)
+                .unwrap()
+                .into_iter()
+                .map(|p| (p.id, p.idx, p.key, p.knobs_json))
+                .collect::<Vec<_>>(),
             vec![(
                 p,
                 0,

@@ -133,7 +133,10 @@ pub fn run(a: &LabArgs) -> ExitCode {
 /// (the experiment runner checks every point before the first runs).
 pub fn check(a: &LabArgs) -> Result<(), String> {
     if a.command.is_empty() {
-        return Err("lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)".into());
+        return Err(
+            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
+                .into(),
+        );
     }
     Plan::new(a).map(drop)
 }
