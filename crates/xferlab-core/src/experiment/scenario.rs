@@ -548,19 +548,20 @@ fn values_of(
 ) -> Result<(KnobAt, Vec<Value>), ScenarioError> {
     let line = lines.of(v.span().start);
     let knob = Knob::parse(key, line)?;
-    let vals =
-        match v.get_ref() {
-            toml::Value::Array(a) => a
-                .iter()
-                .map(|x| Value::from_toml(x, line, key))
-                .collect::<Result<Vec<_>, _>>()?,
-            _ => return Err(err(
+    let vals = match v.get_ref() {
+        toml::Value::Array(a) => a
+            .iter()
+            .map(|x| Value::from_toml(x, line, key))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => {
+            return Err(err(
                 line,
                 format!(
                     "`{key}`: matrix values must be an array, e.g. \"{key}\" = [\"64K\", \"1M\"]"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     if vals.is_empty() {
         return Err(err(line, format!("`{key}`: give at least one value")));
     }
@@ -629,23 +630,24 @@ impl Scenario {
             .repeat
             .as_ref()
             .map(|r| (*r.get_ref(), lines.of(r.span().start)));
-        let order =
-            match &raw.order {
-                None => Order::Sequential,
-                Some(o) => match o.get_ref().as_str() {
-                    "sequential" => Order::Sequential,
-                    "interleaved" => Order::Interleaved,
-                    "shuffled" => Order::Shuffled {
-                        seed: raw.seed.unwrap_or(1),
-                    },
-                    other => return Err(err(
+        let order = match &raw.order {
+            None => Order::Sequential,
+            Some(o) => match o.get_ref().as_str() {
+                "sequential" => Order::Sequential,
+                "interleaved" => Order::Interleaved,
+                "shuffled" => Order::Shuffled {
+                    seed: raw.seed.unwrap_or(1),
+                },
+                other => {
+                    return Err(err(
                         lines.of(o.span().start),
                         format!(
                             "`order` must be sequential, interleaved or shuffled (got \"{other}\")"
                         ),
-                    )),
-                },
-            };
+                    ))
+                }
+            },
+        };
 
         let mut axes: Vec<Axis> = Vec::new();
         for (k, v) in &raw.matrix.0 {
