@@ -1040,7 +1040,7 @@ cols = "-P"
         let s = Scenario::parse(BASE, Scale::Quick).unwrap();
         assert_eq!(s.repeat, 1);
         let pts = s.points();
-        assert_eq!(pts.len(), 2 * 1 * 2);
+        assert_eq!(pts.len(), 4, "2 sizes x 1 quick -P x 2 zip steps");
         assert_eq!(pts[0].get("-t"), Some(&Value::Arg("1".into())));
         assert_eq!(pts[0].get("-N"), Some(&Value::Switch(true)));
         assert_eq!(pts[2].get("-N"), None);

@@ -281,13 +281,7 @@ fn combo_label(c: &[(String, Value)]) -> String {
 }
 
 fn aggregate_name(a: Aggregate, n_max: usize) -> String {
-    let w = match a {
-        Aggregate::Min => "min",
-        Aggregate::Median => "median",
-        Aggregate::Max => "max",
-        Aggregate::Mean => "mean",
-    };
-    format!("{w} of {n_max}")
+    format!("{} of {n_max}", a.as_str())
 }
 
 /// A rendered table: Markdown, CSV and HTML of the same cells.
@@ -417,7 +411,7 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
                     if fixed.is_empty() { "" } else { "," },
                     spec.metric,
                     csv_field(&unit),
-                    aggregate_name(agg, s.n).split(' ').next().unwrap_or(""),
+                    agg.as_str(),
                     s.get(agg),
                     s.n,
                     s.min,
@@ -574,7 +568,7 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
         series,
         caption: format!(
             "{} of up to {n_max} runs per point; whiskers: {whiskers}{}.",
-            aggregate_name(agg, n_max).split(' ').next().unwrap_or(""),
+            agg.as_str(),
             if filter.is_empty() {
                 String::new()
             } else {

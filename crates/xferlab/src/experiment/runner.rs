@@ -19,6 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use xferlab_core::experiment::metrics;
 use xferlab_core::experiment::plan::{self, RunSlot};
 use xferlab_core::experiment::scenario::{Place, Point, Scale, Scenario};
+use xferlab_core::experiment::stats;
 
 use super::argv;
 use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, Store};
@@ -201,12 +202,8 @@ struct Overhead {
     store_ms: Vec<f64>,
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+fn median(v: &[f64]) -> Option<f64> {
+    stats::summarize(v).map(|s| s.median)
 }
 
 struct Ctx<'a> {
@@ -635,8 +632,8 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
                 )
             }
         }
-        let gap = median(&mut ctx.overhead.gaps_ms);
-        let write = median(&mut ctx.overhead.store_ms);
+        let gap = median(&ctx.overhead.gaps_ms);
+        let write = median(&ctx.overhead.store_ms);
         eprintln!(
             "experiment {experiment}: {} runs ok, {} failed{}, stored in {}; runner overhead: median gap between runs {}, median store write {}",
             ctx.ok,
@@ -692,6 +689,40 @@ mod tests {
         assert_eq!(o.status, "error");
         assert_eq!(o.error.as_deref(), Some("cannot connect"));
         assert_eq!(classify(None, Some("{not json".into()), "").status, "error");
+    }
+
+    #[test]
+    fn the_store_takes_every_status_a_run_can_have() {
+        let docs = [
+            (
+                Some(0),
+                Some(r#"{"schema":"xferlab.result/1","status":"ok"}"#),
+            ),
+            (
+                Some(1),
+                Some(r#"{"schema":"xferlab.result/1","status":"ok","lab":{}}"#),
+            ),
+            (
+                Some(1),
+                Some(r#"{"schema":"xferlab.result/1","status":"partial"}"#),
+            ),
+            (
+                Some(1),
+                Some(r#"{"schema":"xferlab.result/1","status":"failed"}"#),
+            ),
+            (Some(1), None),
+            (Some(130), None),
+        ];
+        let mut seen = std::collections::BTreeSet::new();
+        for (code, json) in docs {
+            let st = classify(code, json.map(String::from), "").status;
+            assert!(
+                super::super::store::STATUSES.contains(&st),
+                "{st} would be refused by the store"
+            );
+            seen.insert(st);
+        }
+        assert_eq!(seen.len(), super::super::store::STATUSES.len());
     }
 
     #[test]

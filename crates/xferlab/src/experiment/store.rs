@@ -45,7 +45,7 @@ pub const DEFAULT_DB: &str = "xferlab.db";
 
 /// Run statuses, in the order of the CHECK constraint. `error`: the
 /// invocation failed before producing a result.
-pub const STATUSES: [&str; 4] = ["ok", "partial", "failed", "error"];
+pub const STATUSES: [&str; 6] = ["ok", "invalid", "partial", "failed", "error", "interrupted"];
 
 /// Experiment scales.
 pub const SCALES: [&str; 2] = ["full", "quick"];
@@ -92,7 +92,7 @@ CREATE TABLE runs (
     point_id        INTEGER REFERENCES points (id) ON DELETE CASCADE,
     repeat          INTEGER CHECK (repeat >= 1),
     attempt         INTEGER NOT NULL CHECK (attempt >= 1),
-    status          TEXT NOT NULL CHECK (status IN ('ok', 'partial', 'failed', 'error')),
+    status          TEXT NOT NULL CHECK (status IN ('ok', 'invalid', 'partial', 'failed', 'error', 'interrupted')),
     exit_code       INTEGER,
     error           TEXT,
     started_at      TEXT NOT NULL,
