@@ -1,7 +1,7 @@
 //! The committed scenarios (scenarios/*.toml), each run at its quick scale
 //! exactly as a user would: `xferlab run scenarios/NAME.toml --quick`.
-//! Every run must be stored ok and the report must hold a table per
-//! `[[report.table]]` and a rendered picture per `[[report.plot]]`.
+//! Every run must be stored ok and the report must hold at least a table
+//! per `[[report.table]]` and a rendered picture per `[[report.plot]]`.
 //! The lab scenario needs root (CI runs as root); the USB scenario boots
 //! the lab VM once (`XFERLAB_LABVM=skip` skips it, saying so).
 
@@ -68,10 +68,12 @@ fn run_quick(name: &str, timeout: Duration) -> String {
     let tables = text.matches("[[report.table]]").count();
     let plots = text.matches("[[report.plot]]").count();
     let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
-    assert_eq!(
-        md.matches("|---|").count(),
-        tables,
-        "one table per [[report.table]]\n{md}"
+    // A table whose scenario varies more knobs than its rows and columns
+    // is split into one table per value of the rest, so at least one each.
+    let drawn = md.matches("|---|").count();
+    assert!(
+        drawn >= tables && drawn > 0,
+        "{drawn} tables for {tables} [[report.table]]\n{md}"
     );
     for i in 1..=plots {
         let svg = std::fs::read_to_string(rep.join(format!("plot-{i}.svg")))
