@@ -1,20 +1,59 @@
-//! What a sans-IO protocol state machine keeps besides its state: bytes
-//! and events waiting for the driver to poll them, and the deadline of the
-//! current step. Shared by xferlab's own control protocol and iperf3's.
+//! The face every control-protocol state machine shows its driver
+//! ([`Machine`]: input, end of input, timeouts in; events, bytes and the
+//! next deadline out), and what each keeps besides its state ([`Outbox`]).
+//! xferlab's own control protocol and iperf3's, client and server, are
+//! driven by one loop through it.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// A sans-IO protocol machine on one byte stream, as the driver sees it.
+/// The driver feeds it the bytes that arrive, the end of the stream and
+/// the time, then polls events, bytes to send and the next deadline.
+/// Implementors keep an [`Outbox`]; the polling comes with the trait.
+pub trait Machine {
+    /// What the machine tells its driver (a test was requested, results
+    /// arrived, the exchange failed, ...).
+    type Event;
+
+    fn outbox(&mut self) -> &mut Outbox<Self::Event>;
+    fn outbox_ref(&self) -> &Outbox<Self::Event>;
+
+    /// Bytes from the peer, in order, in pieces of any size.
+    fn handle_input(&mut self, now: Instant, data: &[u8]);
+    /// The peer closed its side (or the connection broke).
+    fn handle_eof(&mut self);
+    /// Time passed: fails the current step if its deadline is over.
+    fn handle_timeout(&mut self, now: Instant);
+    /// Done or failed: nothing more will be read; flush and close.
+    fn is_closed(&self) -> bool;
+
+    fn poll_event(&mut self) -> Option<Self::Event> {
+        self.outbox().poll_event()
+    }
+
+    /// Bytes to write to the peer, if any.
+    fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.outbox().poll_transmit()
+    }
+
+    /// When [`Machine::handle_timeout`] must be called next.
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.outbox_ref().poll_timeout()
+    }
+}
+
 /// Bytes and events for the driver, and the current step's deadline.
 #[derive(Debug)]
-pub(crate) struct Outbox<E> {
+pub struct Outbox<E> {
     out: Vec<u8>,
     events: VecDeque<E>,
     deadline: Option<(Instant, &'static str)>,
 }
 
+#[allow(clippy::new_without_default)]
 impl<E> Outbox<E> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Outbox {
             out: Vec::new(),
             events: VecDeque::new(),
@@ -23,50 +62,50 @@ impl<E> Outbox<E> {
     }
 
     /// Starts with `first` (a preamble) queued for sending.
-    pub fn starting_with(first: &[u8]) -> Self {
+    pub(crate) fn starting_with(first: &[u8]) -> Self {
         let mut o = Outbox::new();
         o.send(first);
         o
     }
 
     /// Queues one length-prefixed JSON frame of xferlab's own protocol.
-    pub fn queue_frame<T: serde::Serialize>(&mut self, msg: &T) {
+    pub(crate) fn queue_frame<T: serde::Serialize>(&mut self, msg: &T) {
         self.send(&crate::proto::wire::encode_frame(msg));
     }
 
-    pub fn send(&mut self, bytes: &[u8]) {
+    pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.out.extend_from_slice(bytes);
     }
 
-    pub fn emit(&mut self, e: E) {
+    pub(crate) fn emit(&mut self, e: E) {
         self.events.push_back(e);
     }
 
     /// The current step must be over `after` from `now`; `what` names it
     /// in the timeout error. A deadline past what `Instant` can hold means
     /// none.
-    pub fn wait(&mut self, now: Instant, after: Duration, what: &'static str) {
+    pub(crate) fn wait(&mut self, now: Instant, after: Duration, what: &'static str) {
         self.deadline = now.checked_add(after).map(|at| (at, what));
     }
 
-    pub fn no_deadline(&mut self) {
+    pub(crate) fn no_deadline(&mut self) {
         self.deadline = None;
     }
 
     /// The step that ran out of time by `now`, if any.
-    pub fn expired(&self, now: Instant) -> Option<&'static str> {
+    pub(crate) fn expired(&self, now: Instant) -> Option<&'static str> {
         self.deadline.filter(|d| now >= d.0).map(|d| d.1)
     }
 
-    pub fn poll_event(&mut self) -> Option<E> {
+    pub(crate) fn poll_event(&mut self) -> Option<E> {
         self.events.pop_front()
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+    pub(crate) fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
     }
 
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         self.deadline.map(|d| d.0)
     }
 }

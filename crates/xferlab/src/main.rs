@@ -2,6 +2,7 @@
 
 mod cli;
 mod control;
+mod driver;
 mod experiment;
 mod iperf3;
 mod lab;
@@ -10,6 +11,7 @@ mod output;
 mod rr;
 mod series;
 mod server;
+mod session;
 mod stream;
 mod sys;
 mod usb;
@@ -30,7 +32,7 @@ use xferlab_core::units;
 use cli::{CbrArgs, Cli, Command, RrArgs, ServerArgs, StreamArgs, SweepArgs};
 use series::{CbrPlan, SweepAxis};
 use server::{Server, ServerConfig, ServerHandle};
-use stream::client::{self, ClientConfig};
+use session::client::{self, ClientConfig};
 
 /// Ctrl-C presses, counted by the signal handler.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
@@ -304,7 +306,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
     install_interrupt_handler();
     let cfg = client_config(&a.stream, spec, &t);
     let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
-    match rr::client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
+    match client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);

@@ -23,7 +23,7 @@ use xferlab_core::spec::TestSpec;
 use xferlab_core::units::RateUnit;
 
 use crate::output::{LiveFlow, Reporter, StartInfo};
-use crate::stream::client::{self, ClientConfig, Interrupts};
+use crate::session::client::{self, ClientConfig, Interrupts};
 
 /// What one test of a series measured, both directions summed.
 #[derive(Debug, Clone, Serialize)]

@@ -28,7 +28,8 @@ use xferlab_core::proto::wire::{
 use xferlab_core::proto::ProtoError;
 
 use crate::control::Wake;
-use crate::stream::{session, FlowSocket};
+use crate::session;
+use crate::stream::FlowSocket;
 
 /// How long a new connection may take to say what it is.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -331,7 +332,7 @@ fn classify(
             version,
         }) => {
             drop(pending);
-            session::serve(stream, peer, version, shared);
+            session::server::serve(stream, peer, version, shared);
             shared.finished.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Preamble {

@@ -7,7 +7,7 @@ use super::params::Params;
 use super::results::Results;
 use super::wire::{encode_json_frame, is_cookie, Cookie, State, MAX_PARAMS_JSON, MAX_RESULTS_JSON};
 use super::{Iperf3Error, PAUSED_INPUT_LIMIT, RESULTS_TIMEOUT, SETUP_TIMEOUT};
-use crate::outbox::Outbox;
+use crate::outbox::{Machine, Outbox};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientEvent {
@@ -143,14 +143,6 @@ impl Iperf3Client {
         &self.params
     }
 
-    pub fn handle_input(&mut self, now: Instant, data: &[u8]) {
-        if self.is_closed() {
-            return;
-        }
-        self.inbox.push(data);
-        self.process(now);
-    }
-
     fn process(&mut self, now: Instant) {
         while !self.is_closed() {
             match self.inbox.next(self.state.expect(), &SIGNALS, true) {
@@ -264,25 +256,6 @@ impl Iperf3Client {
             .wait(now, RESULTS_TIMEOUT, "waiting for the server's results");
     }
 
-    /// The peer closed its end (or the connection broke).
-    pub fn handle_eof(&mut self) {
-        if self.is_closed() {
-            return;
-        }
-        if let Some(e) = self.cut_short_server_error() {
-            return self.peer_ended(e);
-        }
-        let when = match self.state {
-            St::AwaitParamExchange => "before answering the cookie",
-            St::AwaitCreateStreams | St::OpeningStreams | St::AwaitTestStart => {
-                "while the test was being set up"
-            }
-            St::AwaitTestRunning | St::Running => "in the middle of the test",
-            _ => "before the results exchange finished",
-        };
-        self.fail(Iperf3Error::Closed(when), false);
-    }
-
     /// 3.12 can send SERVER_ERROR with only its first int32 and close:
     /// report what arrived. Fewer than 4 bytes of it is a failure.
     fn cut_short_server_error(&mut self) -> Option<ClientEvent> {
@@ -291,18 +264,6 @@ impl Iperf3Client {
             i_errno: be_i32(&b[1..5]),
             errno: None,
         })
-    }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.is_closed() {
-            return;
-        }
-        if let Some(what) = self.io.expired(now) {
-            match self.cut_short_server_error() {
-                Some(e) => self.peer_ended(e),
-                None => self.fail(Iperf3Error::Timeout(what), true),
-            }
-        }
     }
 
     /// The data connections are open (UDP: handshakes answered): wait for
@@ -388,25 +349,6 @@ impl Iperf3Client {
         self.inbox.clear();
     }
 
-    pub fn poll_event(&mut self) -> Option<ClientEvent> {
-        self.io.poll_event()
-    }
-
-    /// Bytes to write to the server, if any.
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.io.poll_transmit()
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.io.poll_timeout()
-    }
-
-    /// Done, failed or ended by the peer: nothing more will be read; flush
-    /// and close.
-    pub fn is_closed(&self) -> bool {
-        matches!(self.state, St::Done | St::Closed)
-    }
-
     /// Whether the exchange completed (IPERF_DONE queued).
     pub fn is_done(&self) -> bool {
         self.state == St::Done
@@ -414,5 +356,62 @@ impl Iperf3Client {
 
     pub fn is_running(&self) -> bool {
         self.state == St::Running
+    }
+}
+
+impl Machine for Iperf3Client {
+    type Event = ClientEvent;
+
+    fn outbox(&mut self) -> &mut Outbox<ClientEvent> {
+        &mut self.io
+    }
+
+    fn outbox_ref(&self) -> &Outbox<ClientEvent> {
+        &self.io
+    }
+
+    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        self.inbox.push(data);
+        self.process(now);
+    }
+
+    /// The peer closed its end (or the connection broke).
+    fn handle_eof(&mut self) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(e) = self.cut_short_server_error() {
+            return self.peer_ended(e);
+        }
+        let when = match self.state {
+            St::AwaitParamExchange => "before answering the cookie",
+            St::AwaitCreateStreams | St::OpeningStreams | St::AwaitTestStart => {
+                "while the test was being set up"
+            }
+            St::AwaitTestRunning | St::Running => "in the middle of the test",
+            _ => "before the results exchange finished",
+        };
+        self.fail(Iperf3Error::Closed(when), false);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(what) = self.io.expired(now) {
+            match self.cut_short_server_error() {
+                Some(e) => self.peer_ended(e),
+                None => self.fail(Iperf3Error::Timeout(what), true),
+            }
+        }
+    }
+
+    /// Done, failed or ended by the peer: nothing more will be read; flush
+    /// and close.
+    fn is_closed(&self) -> bool {
+        matches!(self.state, St::Done | St::Closed)
     }
 }

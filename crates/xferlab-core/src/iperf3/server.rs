@@ -11,7 +11,7 @@ use super::wire::{
     MAX_RESULTS_JSON,
 };
 use super::{Iperf3Error, PAUSED_INPUT_LIMIT, RESULTS_TIMEOUT, SETUP_TIMEOUT};
-use crate::outbox::Outbox;
+use crate::outbox::{Machine, Outbox};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
@@ -142,14 +142,6 @@ impl Iperf3Server {
         self.params.as_ref()
     }
 
-    pub fn handle_input(&mut self, now: Instant, data: &[u8]) {
-        if self.is_closed() {
-            return;
-        }
-        self.inbox.push(data);
-        self.process(now);
-    }
-
     fn process(&mut self, now: Instant) {
         while !self.is_closed() {
             match self.inbox.next(self.state.expect(), &SIGNALS, false) {
@@ -244,38 +236,6 @@ impl Iperf3Server {
         self.state = St::AwaitIperfDone;
         self.io
             .wait(now, SETUP_TIMEOUT, "waiting for the client's IPERF_DONE");
-    }
-
-    /// The client closed its end (or the connection broke). After
-    /// DISPLAY_RESULTS that completes the exchange (both sides have the
-    /// results) even without IPERF_DONE.
-    pub fn handle_eof(&mut self) {
-        let when = match self.state {
-            St::Done | St::Closed => return,
-            St::AwaitIperfDone => {
-                self.state = St::Done;
-                self.io.no_deadline();
-                self.inbox.clear();
-                self.io.emit(ServerEvent::Done);
-                return;
-            }
-            St::AwaitParams => "before sending its parameters",
-            St::Deciding | St::AwaitStreams => "while the test was being set up",
-            St::Running => "in the middle of the test",
-            St::AwaitClientResults | St::ProvidingResults => "before the results exchange finished",
-        };
-        self.fail(Iperf3Error::Closed(when), false);
-    }
-
-    /// Fails the current step if its deadline passed (with SERVER_ERROR to
-    /// the client, as 3.15+ servers do).
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if self.is_closed() {
-            return;
-        }
-        if let Some(what) = self.io.expired(now) {
-            self.fail(Iperf3Error::Timeout(what), true);
-        }
     }
 
     /// Accept the parameters: queue CREATE_STREAMS and wait for the data
@@ -380,24 +340,6 @@ impl Iperf3Server {
         self.inbox.clear();
     }
 
-    pub fn poll_event(&mut self) -> Option<ServerEvent> {
-        self.io.poll_event()
-    }
-
-    /// Bytes to write to the client, if any.
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.io.poll_transmit()
-    }
-
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.io.poll_timeout()
-    }
-
-    /// Done or failed: nothing more will be read; flush and close.
-    pub fn is_closed(&self) -> bool {
-        matches!(self.state, St::Done | St::Closed)
-    }
-
     /// Whether the exchange completed.
     pub fn is_done(&self) -> bool {
         self.state == St::Done
@@ -405,5 +347,62 @@ impl Iperf3Server {
 
     pub fn is_running(&self) -> bool {
         self.state == St::Running
+    }
+}
+
+impl Machine for Iperf3Server {
+    type Event = ServerEvent;
+
+    fn outbox(&mut self) -> &mut Outbox<ServerEvent> {
+        &mut self.io
+    }
+
+    fn outbox_ref(&self) -> &Outbox<ServerEvent> {
+        &self.io
+    }
+
+    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        self.inbox.push(data);
+        self.process(now);
+    }
+
+    /// The client closed its end (or the connection broke). After
+    /// DISPLAY_RESULTS that completes the exchange (both sides have the
+    /// results) even without IPERF_DONE.
+    fn handle_eof(&mut self) {
+        let when = match self.state {
+            St::Done | St::Closed => return,
+            St::AwaitIperfDone => {
+                self.state = St::Done;
+                self.io.no_deadline();
+                self.inbox.clear();
+                self.io.emit(ServerEvent::Done);
+                return;
+            }
+            St::AwaitParams => "before sending its parameters",
+            St::Deciding | St::AwaitStreams => "while the test was being set up",
+            St::Running => "in the middle of the test",
+            St::AwaitClientResults | St::ProvidingResults => "before the results exchange finished",
+        };
+        self.fail(Iperf3Error::Closed(when), false);
+    }
+
+    /// Fails the current step if its deadline passed (with SERVER_ERROR to
+    /// the client, as 3.15+ servers do).
+    fn handle_timeout(&mut self, now: Instant) {
+        if self.is_closed() {
+            return;
+        }
+        if let Some(what) = self.io.expired(now) {
+            self.fail(Iperf3Error::Timeout(what), true);
+        }
+    }
+
+    /// Done or failed: nothing more will be read; flush and close.
+    fn is_closed(&self) -> bool {
+        matches!(self.state, St::Done | St::Closed)
     }
 }

@@ -11,6 +11,7 @@ use super::wire::{
     UDP_CONNECT_REPLY,
 };
 use super::*;
+use crate::outbox::Machine;
 
 // ---------------------------------------------------------------------------
 // Capture fixtures
@@ -188,29 +189,12 @@ fn seed(name: &str) -> Rng {
     }) | 1)
 }
 
-/// Anything with handle_input, for chunked feeding.
-trait Feed {
-    fn input(&mut self, now: Instant, data: &[u8]);
-}
-
-impl Feed for Iperf3Server {
-    fn input(&mut self, now: Instant, data: &[u8]) {
-        self.handle_input(now, data)
-    }
-}
-
-impl Feed for Iperf3Client {
-    fn input(&mut self, now: Instant, data: &[u8]) {
-        self.handle_input(now, data)
-    }
-}
-
 /// Feeds `data` in random chunks of 1..=9 bytes (TCP may split anywhere).
-fn feed(m: &mut impl Feed, now: Instant, data: &[u8], rng: &mut Rng) {
+fn feed(m: &mut impl Machine, now: Instant, data: &[u8], rng: &mut Rng) {
     let mut rest = data;
     while !rest.is_empty() {
         let n = (1 + rng.below(9)).min(rest.len());
-        m.input(now, &rest[..n]);
+        m.handle_input(now, &rest[..n]);
         rest = &rest[n..];
     }
 }

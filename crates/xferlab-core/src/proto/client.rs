@@ -8,7 +8,7 @@ use super::{
     ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
     RESULTS_TIMEOUT,
 };
-use crate::outbox::Outbox;
+use crate::outbox::{Machine, Outbox};
 use crate::result::{SideReport, Software};
 use crate::spec::TestSpec;
 
@@ -62,47 +62,6 @@ impl ClientControl {
         c
     }
 
-    pub fn handle_input(&mut self, now: Instant, mut data: &[u8]) {
-        if self.is_closed() {
-            return;
-        }
-        if self.state == State::AwaitPreamble {
-            let take = (PREAMBLE_LEN - self.preamble.len()).min(data.len());
-            self.preamble.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if self.preamble.len() < PREAMBLE_LEN {
-                return;
-            }
-            let mut raw = [0u8; PREAMBLE_LEN];
-            raw.copy_from_slice(&self.preamble);
-            match Preamble::decode(&raw) {
-                Ok(p) if p.version != VERSION => {
-                    return self.fail(
-                        ProtoError::VersionMismatch {
-                            ours: VERSION,
-                            theirs: p.version,
-                        },
-                        false,
-                    )
-                }
-                Ok(_) => self.state = State::AwaitWelcome,
-                Err(e) => return self.fail(e, false),
-            }
-        }
-        self.decoder.push(data);
-        while !self.is_closed() {
-            match self.decoder.next_frame() {
-                Ok(Some(frame)) => {
-                    if let Err(e) = self.handle_frame(now, &frame) {
-                        self.fail(e, true);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => self.fail(e, true),
-            }
-        }
-    }
-
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
         let msg: ServerMsg = decode_json(frame)?;
         match (self.state, msg) {
@@ -141,22 +100,6 @@ impl ClientControl {
             }
         }
         Ok(())
-    }
-
-    pub fn handle_eof(&mut self) {
-        let when = match self.state {
-            State::Done | State::Failed => return,
-            State::AwaitPreamble | State::AwaitWelcome => "before accepting the test",
-            State::AwaitResults | State::HaveResults => "before sending its results",
-            _ => "in the middle of the test",
-        };
-        self.fail(ProtoError::Closed(when), false);
-    }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(what) = self.ch.expired(now) {
-            self.fail(ProtoError::Timeout(what), true);
-        }
     }
 
     /// End the test (time is up, every local flow finished, or the user
@@ -216,20 +159,77 @@ impl ClientControl {
         self.ch.no_deadline();
         self.ch.emit(ClientEvent::Failed(e));
     }
+}
 
-    pub fn poll_event(&mut self) -> Option<ClientEvent> {
-        self.ch.poll_event()
+impl Machine for ClientControl {
+    type Event = ClientEvent;
+
+    fn outbox(&mut self) -> &mut Outbox<ClientEvent> {
+        &mut self.ch
     }
 
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.ch.poll_transmit()
+    fn outbox_ref(&self) -> &Outbox<ClientEvent> {
+        &self.ch
     }
 
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.ch.poll_timeout()
+    fn handle_input(&mut self, now: Instant, mut data: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        if self.state == State::AwaitPreamble {
+            let take = (PREAMBLE_LEN - self.preamble.len()).min(data.len());
+            self.preamble.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.preamble.len() < PREAMBLE_LEN {
+                return;
+            }
+            let mut raw = [0u8; PREAMBLE_LEN];
+            raw.copy_from_slice(&self.preamble);
+            match Preamble::decode(&raw) {
+                Ok(p) if p.version != VERSION => {
+                    return self.fail(
+                        ProtoError::VersionMismatch {
+                            ours: VERSION,
+                            theirs: p.version,
+                        },
+                        false,
+                    )
+                }
+                Ok(_) => self.state = State::AwaitWelcome,
+                Err(e) => return self.fail(e, false),
+            }
+        }
+        self.decoder.push(data);
+        while !self.is_closed() {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if let Err(e) = self.handle_frame(now, &frame) {
+                        self.fail(e, true);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => self.fail(e, true),
+            }
+        }
     }
 
-    pub fn is_closed(&self) -> bool {
+    fn handle_eof(&mut self) {
+        let when = match self.state {
+            State::Done | State::Failed => return,
+            State::AwaitPreamble | State::AwaitWelcome => "before accepting the test",
+            State::AwaitResults | State::HaveResults => "before sending its results",
+            _ => "in the middle of the test",
+        };
+        self.fail(ProtoError::Closed(when), false);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if let Some(what) = self.ch.expired(now) {
+            self.fail(ProtoError::Timeout(what), true);
+        }
+    }
+
+    fn is_closed(&self) -> bool {
         matches!(self.state, State::Done | State::Failed)
     }
 }

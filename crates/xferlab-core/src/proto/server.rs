@@ -8,7 +8,7 @@ use super::{
     ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
     RESULTS_TIMEOUT, RUNNING_GRACE,
 };
-use crate::outbox::Outbox;
+use crate::outbox::{Machine, Outbox};
 use crate::result::SideReport;
 use crate::spec::TestSpec;
 
@@ -93,27 +93,6 @@ impl ServerControl {
         s
     }
 
-    pub fn handle_input(&mut self, now: Instant, data: &[u8]) {
-        if self.is_closed() {
-            return;
-        }
-        self.decoder.push(data);
-        loop {
-            match self.decoder.next_frame() {
-                Ok(Some(frame)) => {
-                    if let Err(e) = self.handle_frame(now, &frame) {
-                        self.fail(e, true);
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => self.fail(e, true),
-            }
-            if self.is_closed() {
-                break;
-            }
-        }
-    }
-
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
         let msg: ClientMsg = decode_json(frame)?;
         match (self.state, msg) {
@@ -157,23 +136,6 @@ impl ServerControl {
                 MAX_SMALL_FRAME
             });
         Ok(())
-    }
-
-    /// The peer closed its end (or the connection broke).
-    pub fn handle_eof(&mut self) {
-        let when = match self.state {
-            State::Done | State::Failed => return,
-            State::AwaitHello => "before saying hello",
-            State::AwaitResults => "before sending its results",
-            _ => "in the middle of the test",
-        };
-        self.fail(ProtoError::Closed(when), false);
-    }
-
-    pub fn handle_timeout(&mut self, now: Instant) {
-        if let Some(what) = self.ch.expired(now) {
-            self.fail(ProtoError::Timeout(what), true);
-        }
     }
 
     /// Accept the requested test; the client will now attach its flows.
@@ -250,26 +212,63 @@ impl ServerControl {
         self.ch.emit(ServerEvent::Failed(e));
     }
 
-    pub fn poll_event(&mut self) -> Option<ServerEvent> {
-        self.ch.poll_event()
+    pub fn is_running(&self) -> bool {
+        self.state == State::Running
+    }
+}
+
+impl Machine for ServerControl {
+    type Event = ServerEvent;
+
+    fn outbox(&mut self) -> &mut Outbox<ServerEvent> {
+        &mut self.ch
     }
 
-    /// Bytes to write to the peer, if any.
-    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.ch.poll_transmit()
+    fn outbox_ref(&self) -> &Outbox<ServerEvent> {
+        &self.ch
     }
 
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.ch.poll_timeout()
+    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+        if self.is_closed() {
+            return;
+        }
+        self.decoder.push(data);
+        loop {
+            match self.decoder.next_frame() {
+                Ok(Some(frame)) => {
+                    if let Err(e) = self.handle_frame(now, &frame) {
+                        self.fail(e, true);
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => self.fail(e, true),
+            }
+            if self.is_closed() {
+                break;
+            }
+        }
+    }
+
+    /// The peer closed its end (or the connection broke).
+    fn handle_eof(&mut self) {
+        let when = match self.state {
+            State::Done | State::Failed => return,
+            State::AwaitHello => "before saying hello",
+            State::AwaitResults => "before sending its results",
+            _ => "in the middle of the test",
+        };
+        self.fail(ProtoError::Closed(when), false);
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        if let Some(what) = self.ch.expired(now) {
+            self.fail(ProtoError::Timeout(what), true);
+        }
     }
 
     /// Done or failed: nothing more will be read; flush and close.
-    pub fn is_closed(&self) -> bool {
+    fn is_closed(&self) -> bool {
         matches!(self.state, State::Done | State::Failed)
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.state == State::Running
     }
 }
 

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::wire::{encode_frame, ConnKind, Preamble, PREAMBLE_LEN, VERSION};
 use super::*;
+use crate::outbox::Machine;
 use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
 use crate::spec::TestSpec;
 

@@ -6,7 +6,6 @@
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,19 +15,20 @@ use xferlab_core::iperf3::{
     i_errno, make_cookie, ClientEvent, Cookie, Iperf3Client, Results, UdpHeader,
 };
 use xferlab_core::result::{Endpoint, FlowRole, SideReport};
-use xferlab_core::spec::{Limit, TestSpec, Transport};
+use xferlab_core::run::{Policy, Role, TestRun};
+use xferlab_core::spec::{Limit, Transport};
 
 use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
+use crate::driver::client::{drive, ClientRole, Cx};
+use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
-use crate::stream::client::{assemble, ClientConfig, Interrupts, Outcome};
+use crate::session::client::{assemble, ClientConfig, Interrupts, Outcome};
 use crate::stream::datagram::DatagramWire;
 use crate::stream::{ConnectedFlow, FlowSocket, Side};
 use crate::sys::cpu::CpuTally;
 
-/// How often the loop looks at the Ctrl-C counter while idle.
-const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 /// Longest wait, after the senders stop, for their data to be
 /// acknowledged before TEST_END goes out; and how often to look.
 const END_DRAIN: Duration = Duration::from_secs(1);
@@ -57,7 +57,7 @@ pub fn run(
             "is an iperf3 server (`iperf3 -s`) running there (default port 5201, see -p)?",
         )
     })?;
-    let server_addr = stream.peer_addr().map_err(|e| e.to_string())?;
+    let server = stream.peer_addr().map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
     let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
     let tally = Arc::new(CpuTally::default());
@@ -66,200 +66,58 @@ pub fn run(
     let wire = DatagramWire::Iperf3(UdpHeader {
         counters_64bit: params.udp_counters_64bit,
     });
-    let mut ctl = Iperf3Client::new(Instant::now(), cookie, params);
-
-    let session = String::from_utf8_lossy(&cookie[..cookie.len() - 1]).into_owned();
-    let mut side: Option<Side> = None;
-    let mut report: Option<SideReport> = None;
-    let mut test_end: Option<Instant> = None;
-    let mut stop_sent = false;
-    let mut end_by: Option<Instant> = None;
-    let mut results_due: Option<Instant> = None;
-    let mut peer: Option<Box<Results>> = None;
-    let mut done = false;
-    let mut error: Option<String> = None;
-    let mut interrupted = false;
-
-    'run: loop {
-        let now = Instant::now();
-        ctl.handle_timeout(now);
-        while let Some(ev) = ctl.poll_event() {
-            match ev {
-                ClientEvent::OpenStreams { count } => {
-                    match open_streams(cfg, server_addr, &cookie, count) {
-                        Ok(flows) => {
-                            let notify = crate::control::flow_done_notifier(&tx);
-                            let mut s = Side::prepare(
-                                Endpoint::Client,
-                                false,
-                                spec,
-                                flows,
-                                tally.clone(),
-                                notify,
-                            );
-                            s.set_datagram_wire(wire);
-                            side = Some(s);
-                            ctl.streams_open(Instant::now());
-                        }
-                        Err(e) => {
-                            ctl.abort();
-                            error = Some(e);
-                        }
-                    }
-                }
-                ClientEvent::Started => {}
-                ClientEvent::Running => {
-                    if let Some(s) = side.as_mut() {
-                        if let Err(e) = s.start() {
-                            ctl.abort();
-                            error = Some(e);
-                            continue;
-                        }
-                        let flows = s.flow_starts();
-                        reporter
-                            .start(&StartInfo {
-                                spec,
-                                server: &cfg.server,
-                                embedded: false,
-                                session: &session,
-                                flows: &flows,
-                            })
-                            .ok();
-                        test_end = spec
-                            .planned_seconds()
-                            .map(|t| s.started_at() + Duration::from_secs_f64(t));
-                    }
-                }
-                ClientEvent::ResultsRequested => {
-                    results_due.get_or_insert(now);
-                }
-                ClientEvent::PeerResults(r) => peer = Some(r),
-                ClientEvent::Done => done = true,
-                ClientEvent::ServerBusy => {
-                    error = Some(format!(
-                        "the iperf3 server at {server_addr} is busy running another test: try again later"
-                    ));
-                }
-                ClientEvent::ServerError { i_errno, errno } => {
-                    let what = i_errno::describe(i_errno).unwrap_or("unknown error");
-                    let os = errno
-                        .filter(|e| *e != 0)
-                        .map(|e| format!(", {}", std::io::Error::from_raw_os_error(e)))
-                        .unwrap_or_default();
-                    error = Some(format!(
-                        "the iperf3 server at {server_addr} reported: {what} (i_errno {i_errno}{os})"
-                    ));
-                }
-                ClientEvent::ServerTerminated => {
-                    error = Some(format!(
-                        "the iperf3 server at {server_addr} was stopped during the test"
-                    ));
-                }
-                ClientEvent::Failed(e) => {
-                    error.get_or_insert(format!("iperf3 server at {server_addr}: {e}"));
-                }
-            }
-        }
-        if let Some(s) = side.as_mut().filter(|s| s.was_started()) {
-            s.reap();
-            let live = s.tick(now);
-            if !live.is_empty() {
-                reporter.interval(&live).ok();
-            }
-            let presses = interrupts.load(Ordering::Relaxed);
-            if presses >= 2 {
-                error = Some("interrupted twice: aborted without the server's results".into());
-                s.abort("aborted by the user");
-                ctl.abort();
-            }
-            let time_up = test_end.is_some_and(|t| now >= t);
-            if !stop_sent && (time_up || presses == 1 || byte_limit_reached(spec, s)) {
-                if presses == 1 && !time_up {
-                    interrupted = true;
-                }
-                // Only the client ends an iperf3 test, and an iperf3
-                // server stops counting at TEST_END: send it once what our
-                // senders wrote has arrived (bounded), so both ends' totals
-                // agree. Receivers keep draining until the server closes
-                // the data connections.
-                s.stop(now);
-                stop_sent = true;
-                end_by = Some(now + END_DRAIN);
-            }
-            if let Some(by) = end_by {
-                let senders_idle = !s.any_of_role(FlowRole::Sender)
-                    || (s.all_of_role_done(FlowRole::Sender) && s.unacked_bytes() == 0);
-                if senders_idle || now >= by {
-                    ctl.end_test(now);
-                    end_by = None;
-                }
-            }
-            if let Some(since) = results_due {
-                if !s.all_done() && now >= since + RESULTS_DRAIN {
-                    s.cut(now);
-                }
-            }
-        }
-        if results_due.is_some() && report.is_none() {
-            if let Some(s) = side.take_if(|s| s.all_done() || !s.was_started()) {
-                let r = s.finish();
-                ctl.send_results(Instant::now(), &results_from_side(&r, spec.transport));
-                report = Some(r);
-            }
-        }
-        while let Some(bytes) = ctl.poll_transmit() {
-            if let Err(e) = io.send(&bytes) {
-                error.get_or_insert(format!("lost the control connection to {server_addr}: {e}"));
-                break 'run;
-            }
-        }
-        if done || error.is_some() || ctl.is_closed() {
-            break 'run;
-        }
-        let wait = [
-            side.as_ref().and_then(Side::next_tick),
-            test_end.filter(|_| !stop_sent),
-            results_due.map(|t| t + RESULTS_DRAIN),
-            end_by.map(|_| now + END_DRAIN_POLL),
-            ctl.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or(INTERRUPT_POLL, |t| {
-            t.saturating_duration_since(Instant::now())
-                .min(INTERRUPT_POLL)
-        });
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
-            Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
-        }
-    }
+    let mut role = Iperf3Role {
+        ctl: Iperf3Client::new(Instant::now(), cookie, params),
+        cfg,
+        server,
+        cookie,
+        wire,
+        tx: &tx,
+        tally: &tally,
+        session: String::from_utf8_lossy(&cookie[..cookie.len() - 1]).into_owned(),
+        prepared: None,
+        report: None,
+        results_due: None,
+        peer: None,
+        done: false,
+    };
+    // Only the client ends an iperf3 test, and an iperf3 server stops
+    // counting at TEST_END: it goes out once what our senders wrote has
+    // arrived (bounded by END_DRAIN), so both ends' totals agree.
+    let policy = Policy {
+        role: Role::Client,
+        drain: DRAIN,
+        quiesce: END_DRAIN,
+    };
+    let driven = drive(
+        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
+    );
     drop(io);
-    let client = match (report, side) {
+    let mut error = driven.error;
+    let client = match (role.report.take(), driven.workload) {
         (Some(r), _) => r,
-        (None, Some(mut s)) if s.was_started() => {
-            s.abort("the test ended early");
-            s.finish()
+        (None, Some(mut w)) if driven.run.started() => {
+            w.abort("the test ended early");
+            w.finish()
         }
         _ => {
             return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
         }
     };
     drop(cpu_guard);
-    if !done && error.is_none() {
+    if !role.done && error.is_none() {
         error = Some(format!(
-            "the iperf3 server at {server_addr} ended the session before the results exchange finished"
+            "the iperf3 server at {server} ended the session before the results exchange finished"
         ));
     }
+    let interrupted = driven.run.interrupted();
     if interrupted && error.is_none() {
         error = Some(format!(
             "interrupted by the user after {:.1} s",
             client.duration_s
         ));
     }
+    let peer = role.peer.take();
     let server_output = peer.as_ref().and_then(|r| {
         r.server_output_text.clone().or_else(|| {
             r.server_output_json
@@ -267,8 +125,9 @@ pub fn run(
                 .and_then(|j| serde_json::to_string_pretty(j).ok())
         })
     });
-    let server = peer.map(|r| side_from_results(&r, &client, &format!("iperf3 at {server_addr}")));
-    let mut result = assemble(cfg, session, wall_start, client, server, error.clone());
+    let peer_side = peer.map(|r| side_from_results(&r, &client, &format!("iperf3 at {server}")));
+    let session = std::mem::take(&mut role.session);
+    let mut result = assemble(cfg, session, wall_start, client, peer_side, error.clone());
     result.server_output = server_output;
     Ok(Outcome {
         result,
@@ -277,14 +136,213 @@ pub fn run(
     })
 }
 
-/// Whether a byte-limited test is complete, counted as iperf3 counts:
-/// every local sender reached its quota, or the bytes received reached
-/// the limit (a reverse test ends when the server's data has arrived).
-fn byte_limit_reached(spec: &TestSpec, s: &Side) -> bool {
-    let Limit::Bytes { bytes } = spec.limit else {
-        return false;
-    };
-    s.all_of_role_done(FlowRole::Sender) || s.bytes_of_role(FlowRole::Receiver) >= bytes
+/// The client's side of iperf3's control protocol: streams opened when
+/// the server asks, results handed over when it asks, TEST_END after the
+/// senders drained.
+struct Iperf3Role<'a> {
+    ctl: Iperf3Client,
+    cfg: &'a ClientConfig,
+    server: SocketAddr,
+    cookie: Cookie,
+    wire: DatagramWire,
+    tx: &'a mpsc::Sender<Wake>,
+    tally: &'a Arc<CpuTally>,
+    session: String,
+    /// The streams, opened and not yet started.
+    prepared: Option<Side>,
+    report: Option<SideReport>,
+    results_due: Option<Instant>,
+    peer: Option<Box<Results>>,
+    done: bool,
+}
+
+impl ClientRole for Iperf3Role<'_> {
+    type Ctl = Iperf3Client;
+
+    fn ctl(&mut self) -> &mut Iperf3Client {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: ClientEvent, cx: &mut Cx<'_>) {
+        let server = self.server;
+        match ev {
+            ClientEvent::OpenStreams { count } => {
+                match open_streams(self.cfg, server, &self.cookie, count) {
+                    Ok(flows) => {
+                        let mut s = Side::prepare(
+                            Endpoint::Client,
+                            false,
+                            &self.cfg.spec,
+                            flows,
+                            self.tally.clone(),
+                            crate::control::flow_done_notifier(self.tx),
+                        );
+                        s.set_datagram_wire(self.wire);
+                        self.prepared = Some(s);
+                        self.ctl.streams_open(Instant::now());
+                    }
+                    Err(e) => {
+                        self.ctl.abort();
+                        cx.fail(e);
+                    }
+                }
+            }
+            ClientEvent::Started => {}
+            ClientEvent::Running => {
+                let Some(mut s) = self.prepared.take() else {
+                    return;
+                };
+                if let Err(e) = s.start() {
+                    self.ctl.abort();
+                    cx.fail(e);
+                    self.prepared = Some(s);
+                    return;
+                }
+                cx.reporter
+                    .start(&StartInfo {
+                        spec: &self.cfg.spec,
+                        server: &self.cfg.server,
+                        embedded: false,
+                        session: &self.session,
+                        flows: &s.flow_starts(),
+                    })
+                    .ok();
+                let at = s.started_at();
+                let planned = self.cfg.spec.planned_seconds().map(Duration::from_secs_f64);
+                let streams = Iperf3Streams {
+                    side: s,
+                    limit: self.cfg.spec.limit,
+                };
+                cx.started(Box::new(streams), at, planned);
+            }
+            ClientEvent::ResultsRequested => {
+                self.results_due.get_or_insert(cx.now);
+            }
+            ClientEvent::PeerResults(r) => self.peer = Some(r),
+            ClientEvent::Done => self.done = true,
+            ClientEvent::ServerBusy => cx.fail(format!(
+                "the iperf3 server at {server} is busy running another test: try again later"
+            )),
+            ClientEvent::ServerError { i_errno, errno } => {
+                let what = i_errno::describe(i_errno).unwrap_or("unknown error");
+                let os = errno
+                    .filter(|e| *e != 0)
+                    .map(|e| format!(", {}", std::io::Error::from_raw_os_error(e)))
+                    .unwrap_or_default();
+                cx.fail(format!(
+                    "the iperf3 server at {server} reported: {what} (i_errno {i_errno}{os})"
+                ));
+            }
+            ClientEvent::ServerTerminated => cx.fail(format!(
+                "the iperf3 server at {server} was stopped during the test"
+            )),
+            ClientEvent::Failed(e) => cx.fail(format!("iperf3 server at {server}: {e}")),
+        }
+    }
+
+    fn end_peer(&mut self, now: Instant) {
+        self.ctl.end_test(now);
+    }
+
+    fn abort_peer(&mut self, _why: &str) {
+        self.ctl.abort();
+    }
+
+    fn peer_done(&self) -> bool {
+        self.done
+    }
+
+    /// Once the server asked for results: receivers that have not seen
+    /// the end of their streams within RESULTS_DRAIN are cut, and this
+    /// side's results go out when every flow has ended.
+    fn step(&mut self, cx: &mut Cx<'_>) {
+        let Some(since) = self.results_due else {
+            return;
+        };
+        if let Some(w) = cx.workload.as_mut() {
+            if !w.all_done() && cx.now >= since + RESULTS_DRAIN {
+                w.cut(cx.now);
+            }
+        }
+        if self.report.is_some() {
+            return;
+        }
+        let r = match cx.workload.take_if(|w| w.all_done()) {
+            Some(w) => w.finish(),
+            None if cx.workload.is_none() => match self.prepared.take() {
+                Some(s) => s.finish(),
+                None => return,
+            },
+            None => return,
+        };
+        self.ctl.send_results(
+            Instant::now(),
+            &results_from_side(&r, self.cfg.spec.transport),
+        );
+        self.report = Some(r);
+    }
+
+    fn deadline(&self, run: &TestRun) -> Option<Instant> {
+        let quiescing = run.quiescing().then(|| Instant::now() + END_DRAIN_POLL);
+        let due = self.results_due.map(|t| t + RESULTS_DRAIN);
+        quiescing.into_iter().chain(due).min()
+    }
+}
+
+/// The streams of a test against an iperf3 server: a [`Side`] that ends
+/// and drains by iperf3's rules.
+struct Iperf3Streams {
+    side: Side,
+    limit: Limit,
+}
+
+impl Workload for Iperf3Streams {
+    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+        Workload::tick(&mut self.side, now, out);
+    }
+
+    fn next_tick(&self) -> Option<Instant> {
+        self.side.next_tick()
+    }
+
+    /// Receivers keep draining until the server closes the data
+    /// connections.
+    fn stop(&mut self, now: Instant) {
+        self.side.stop(now);
+    }
+
+    fn abort(&mut self, why: &str) {
+        self.side.abort(why);
+    }
+
+    fn cut(&mut self, now: Instant) {
+        self.side.cut(now);
+    }
+
+    fn all_done(&self) -> bool {
+        self.side.all_done()
+    }
+
+    /// Counted as iperf3 counts: every local sender reached its quota, or
+    /// the bytes received reached the limit (a reverse test ends when the
+    /// server's data has arrived).
+    fn limit_reached(&self) -> bool {
+        let Limit::Bytes { bytes } = self.limit else {
+            return false;
+        };
+        self.side.all_of_role_done(FlowRole::Sender)
+            || self.side.bytes_of_role(FlowRole::Receiver) >= bytes
+    }
+
+    /// What our senders wrote has been acknowledged.
+    fn quiesced(&self) -> bool {
+        !self.side.any_of_role(FlowRole::Sender)
+            || (self.side.all_of_role_done(FlowRole::Sender) && self.side.unacked_bytes() == 0)
+    }
+
+    fn finish(self: Box<Self>) -> SideReport {
+        self.side.finish()
+    }
 }
 
 /// Opens the `count` data streams the server asked for, one after

@@ -22,6 +22,7 @@ use xferlab_core::iperf3::{
     i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
     WATCHDOG_GRACE,
 };
+use xferlab_core::outbox::Machine;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport};
 use xferlab_core::spec::{FlowPlan, Knobs, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
@@ -30,6 +31,7 @@ use super::RESULTS_DRAIN;
 use crate::control::{ControlIo, Wake};
 use crate::net::{self, sockopt};
 use crate::server::Shared;
+use crate::session::server::placement;
 use crate::stream::datagram::DatagramWire;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, FlowSocket, Side};
@@ -118,9 +120,10 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
                 ServerEvent::ParamsReceived(p) => match accept(&p, shared, local, &tx) {
                     Ok(a) => {
                         shared.log(format_args!(
-                            "{label} {peer}: iperf3 {} client: accepted {}",
+                            "{label} {peer}: iperf3 {} client: accepted {}{}",
                             p.client_version.as_deref().unwrap_or("(unknown)"),
-                            describe(&a.spec)
+                            describe(&a.spec),
+                            placement(&a.spec)
                         ));
                         let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
                         ctl.accept(Instant::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
@@ -458,9 +461,10 @@ fn accept_udp_streams(
 /// The text an iperf3 client prints under "Server output:".
 fn server_output(spec: &TestSpec, r: &SideReport, peer: SocketAddr) -> String {
     let mut out = format!(
-        "xferlab {} serving iperf3 client {peer}: {}\n",
+        "xferlab {} serving iperf3 client {peer}: {}{}\n",
         env!("CARGO_PKG_VERSION"),
-        describe(spec)
+        describe(spec),
+        placement(spec)
     );
     for f in &r.flows {
         let t = &f.total;

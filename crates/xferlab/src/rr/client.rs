@@ -1,297 +1,151 @@
-//! The client of an rr test: the control loop around [`ClientControl`],
-//! connecting the rr flows and any background stream flows, driving the
-//! engine threads and assembling the result.
+//! The client of an rr test: connects the rr flows and any background
+//! stream flows once the server welcomed the test, and starts the engine
+//! threads as this side's [`RrWorkload`].
 
 use std::io::Write;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use xferlab_core::interval::IntervalClock;
-use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
-use xferlab_core::result::{Endpoint, SideReport};
+use xferlab_core::proto::Welcome;
+use xferlab_core::result::Endpoint;
 use xferlab_core::rr::wire::encode_tcp_hello;
 use xferlab_core::rr::{RrMode, RrSpec};
 use xferlab_core::spec::Knobs;
 
 use super::client_flow::{self, ClientConn, ClientPlan};
 use super::side::RrSide;
-use crate::control::{ControlIo, Wake};
-use crate::net::{self, sockopt};
+use super::workload::RrWorkload;
+use crate::control::Wake;
+use crate::driver::Workload;
+use crate::net;
 use crate::output::{Reporter, StartInfo};
-use crate::stream::client::{
-    conclude, connect_flows, parse_token, ClientConfig, Ended, Interrupts, Outcome,
-};
-use crate::stream::side::Side;
+use crate::session::client::{parse_token, ClientConfig, ClientEnv, ClientPattern};
+use crate::stream::client::connect_flows;
+use crate::stream::side::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
 
-const INTERRUPT_POLL: Duration = Duration::from_millis(100);
-
-/// The interface whose /proc/net/dev line belongs to `ip`.
-pub fn interface(ip: IpAddr) -> Option<String> {
-    crate::sys::counters::interface_for(ip)
+/// The rr pattern's client: the flows between the welcome and the start.
+pub struct RrClient {
+    rr: RrSpec,
+    /// The background stream flows' spec.
+    bg_cfg: ClientConfig,
+    plan: Option<ClientPlan>,
+    conns: Vec<(u32, ClientConn)>,
+    background: Vec<ConnectedFlow>,
+    counters_before: Option<(xferlab_core::counters::CounterSnapshot, Vec<String>)>,
 }
 
-/// Runs one rr test (see [`crate::stream::client::run`] for the contract).
-pub fn run(
-    cfg: &ClientConfig,
-    reporter: &mut dyn Reporter,
-    interrupts: &Interrupts,
-) -> Result<Outcome, String> {
-    let rr = cfg.spec.rr.clone().ok_or("not an rr test")?;
-    let limit = super::raise_nofile_limit();
-    let need = u64::from(rr.flows) * if cfg.embedded { 2 } else { 1 } + 64;
-    if rr.mode != RrMode::TcpCrr && limit < need {
-        return Err(format!(
-            "{} flows need about {need} open files but the limit is {limit}; raise it (ulimit -n) or use fewer -F flows",
-            rr.flows
-        ));
-    }
-    if let Some(cc) = &cfg.spec.knobs.congestion {
-        sockopt::check_congestion(cc)?;
-    }
-    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
-    let server_addr = stream.peer_addr().map_err(|e| e.to_string())?;
-    let local_ip = stream.local_addr().map_err(|e| e.to_string())?.ip();
-    let (tx, rx) = mpsc::channel();
-    let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
-    let tally = Arc::new(CpuTally::default());
-    let cpu_guard = tally.track();
-    let wall_start = SystemTime::now();
-    let counters_before = crate::sys::counters::snapshot(interface(local_ip).as_deref());
-    let mut ctl = ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone());
-    let bg_cfg = ClientConfig {
-        spec: cfg.spec.background_spec(),
-        ..cfg.clone()
-    };
-    let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
-
-    let mut session = String::new();
-    let mut background: Option<Side> = None;
-    let mut rr_side: Option<RrSide> = None;
-    let mut conns: Vec<(u32, ClientConn)> = Vec::new();
-    let mut plan: Option<Arc<ClientPlan>> = None;
-    let mut test_end: Option<Instant> = None;
-    let mut stopping = false;
-    let mut stop_sent = false;
-    let mut server_report: Option<Box<SideReport>> = None;
-    let mut error: Option<String> = None;
-    let mut interrupted = false;
-
-    'run: loop {
-        let now = Instant::now();
-        ctl.handle_timeout(now);
-        while let Some(ev) = ctl.poll_event() {
-            match ev {
-                ClientEvent::Welcome(w) => {
-                    session = w.session.clone();
-                    let connected = connect_rr(cfg, &rr, server_addr, &w).and_then(|(p, c)| {
-                        let flows = if bg_cfg.spec.parallel > 0 {
-                            connect_flows(&bg_cfg, server_addr, &w)?
-                        } else {
-                            Vec::new()
-                        };
-                        Ok((p, c, flows))
-                    });
-                    match connected {
-                        Ok((p, c, flows)) => {
-                            plan = Some(Arc::new(p));
-                            conns = c;
-                            if !flows.is_empty() {
-                                let notify = crate::control::flow_done_notifier(&tx);
-                                background = Some(Side::prepare(
-                                    Endpoint::Client,
-                                    cfg.embedded,
-                                    &bg_cfg.spec,
-                                    flows,
-                                    tally.clone(),
-                                    notify,
-                                ));
-                            }
-                        }
-                        Err(e) => {
-                            ctl.abort(ErrorCode::Aborted, &e);
-                            error = Some(e);
-                        }
-                    }
-                }
-                ClientEvent::Started => {
-                    let Some(p) = plan.clone() else { continue };
-                    let mut side = RrSide::new(Endpoint::Client, rr.mode, p.wait, rr.flows, clock);
-                    if let Some(b) = background.as_mut() {
-                        if let Err(e) = b.start() {
-                            ctl.abort(ErrorCode::Internal, &e);
-                            error = Some(e);
-                            continue;
-                        }
-                    }
-                    let start = Instant::now();
-                    side.set_start(start);
-                    let mut p2 = ClientPlan { ..clone_plan(&p) };
-                    p2.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
-                    let p = Arc::new(p2);
-                    if let Err(e) = spawn_engines(
-                        &mut side,
-                        &p,
-                        std::mem::take(&mut conns),
-                        cfg.spec.affinity.client,
-                        &tally,
-                        &tx,
-                    ) {
-                        ctl.abort(ErrorCode::Internal, &e);
-                        error = Some(e);
-                    }
-                    let flows = background
-                        .as_ref()
-                        .map(Side::flow_starts)
-                        .unwrap_or_default();
-                    reporter
-                        .start(&StartInfo {
-                            spec: &cfg.spec,
-                            server: &cfg.server,
-                            embedded: cfg.embedded,
-                            session: &session,
-                            flows: &flows,
-                        })
-                        .ok();
-                    test_end = cfg
-                        .spec
-                        .planned_seconds()
-                        .map(|t| start + Duration::from_secs_f64(t));
-                    rr_side = Some(side);
-                }
-                ClientEvent::PeerResults(r) => server_report = Some(r),
-                ClientEvent::Failed(e) => {
-                    error.get_or_insert(e.to_string());
-                }
-            }
+impl RrClient {
+    /// Checks that this process may open the files the flows need.
+    pub fn new(env: &ClientEnv<'_>) -> Result<Self, String> {
+        let cfg = env.cfg;
+        let rr = cfg.spec.rr.clone().ok_or("not an rr test")?;
+        let limit = super::raise_nofile_limit();
+        let need = u64::from(rr.flows) * if cfg.embedded { 2 } else { 1 } + 64;
+        if rr.mode != RrMode::TcpCrr && limit < need {
+            return Err(format!(
+                "{} flows need about {need} open files but the limit is {limit}; raise it (ulimit -n) or use fewer -F flows",
+                rr.flows
+            ));
         }
-        if let Some(side) = rr_side.as_mut() {
-            if let Some(b) = background.as_mut() {
-                b.reap();
-                let live = b.tick(now);
-                if !live.is_empty() {
-                    reporter.interval(&live).ok();
-                }
-            }
-            if let Some(iv) = side.tick(now) {
-                reporter.rr_interval(&iv).ok();
-            }
-            let presses = interrupts.load(Ordering::Relaxed);
-            if presses >= 2 {
-                error = Some("interrupted twice: aborted without the server's results".into());
-                side.abort("aborted by the user");
-                if let Some(b) = background.as_mut() {
-                    b.abort("aborted by the user");
-                }
-                ctl.abort(ErrorCode::Aborted, "the user aborted the client");
-            }
-            let time_up = test_end.is_some_and(|t| now >= t);
-            if !stopping && (time_up || presses == 1) {
-                if presses == 1 && !time_up {
-                    interrupted = true;
-                }
-                side.stop(now);
-                if let Some(b) = background.as_mut() {
-                    b.stop(now);
-                }
-                stopping = true;
-            }
-            // The server is told to stop once every transaction has been
-            // answered (or given up on), so both ends count the same ones.
-            if stopping && !stop_sent && side.all_done() {
-                ctl.stop(now);
-                stop_sent = true;
-            }
-            let bg_done = background.as_ref().is_none_or(|b| b.all_done());
-            if let Some(b) = background.as_mut() {
-                if b.drain_deadline().is_some_and(|d| now >= d) && !b.all_done() {
-                    b.abort("no end of stream within 10 s after the test stopped: flows cut");
-                }
-            }
-            if server_report.is_some() && side.all_done() && bg_done {
-                break 'run;
-            }
-        } else if interrupts.load(Ordering::Relaxed) > 0 && error.is_none() {
-            ctl.abort(
-                ErrorCode::Aborted,
-                "the user interrupted the client before the test started",
-            );
-            error = Some("interrupted before the test started".into());
-        }
-        if let Some(bytes) = ctl.poll_transmit() {
-            if let Err(e) = io.send(&bytes) {
-                error.get_or_insert(format!("lost the control connection to {server_addr}: {e}"));
-                break 'run;
-            }
-        }
-        if error.is_some() {
-            break 'run;
-        }
-        let wait = [
-            rr_side.as_ref().and_then(RrSide::next_tick),
-            background.as_ref().and_then(Side::next_tick),
-            test_end.filter(|_| !stopping),
-            ctl.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or(INTERRUPT_POLL, |t| {
-            t.saturating_duration_since(Instant::now())
+        let iface = crate::sys::counters::interface_for(env.local_ip);
+        Ok(RrClient {
+            rr,
+            bg_cfg: ClientConfig {
+                spec: cfg.spec.background_spec(),
+                ..cfg.clone()
+            },
+            plan: None,
+            conns: Vec::new(),
+            background: Vec::new(),
+            counters_before: Some(crate::sys::counters::snapshot(iface.as_deref())),
         })
-        .min(INTERRUPT_POLL);
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
-            Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
-        }
     }
-
-    let Some(mut side) = rr_side else {
-        return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
-    };
-    if error.is_some() {
-        side.abort("the test ended early");
-        if let Some(b) = background.as_mut() {
-            b.abort("the test ended early");
-        }
-    }
-    drop(cpu_guard);
-    let client = super::session::build_report(
-        Endpoint::Client,
-        side,
-        background,
-        cfg.embedded,
-        &tally,
-        &counters_before,
-        local_ip,
-    );
-    Ok(conclude(
-        cfg,
-        ctl,
-        io,
-        Ended {
-            session,
-            wall_start,
-            client,
-            server: server_report.map(|b| *b),
-            error,
-            interrupted,
-        },
-    ))
 }
 
-fn clone_plan(p: &ClientPlan) -> ClientPlan {
-    ClientPlan {
-        rr: p.rr.clone(),
-        server: p.server,
-        token: p.token,
-        knobs: p.knobs.clone(),
-        measure_from: p.measure_from,
-        wait: p.wait,
+impl ClientPattern for RrClient {
+    fn connect(&mut self, env: &ClientEnv<'_>, w: &Welcome) -> Result<(), String> {
+        let (plan, conns) = connect_rr(env.cfg, &self.rr, env.server, w)?;
+        if self.bg_cfg.spec.parallel > 0 {
+            self.background = connect_flows(&self.bg_cfg, env.server, w)?;
+        }
+        self.plan = Some(plan);
+        self.conns = conns;
+        Ok(())
+    }
+
+    fn start(
+        &mut self,
+        env: &ClientEnv<'_>,
+        session: &str,
+        reporter: &mut dyn Reporter,
+    ) -> Result<(Box<dyn Workload>, Instant), String> {
+        let cfg = env.cfg;
+        let mut plan = self
+            .plan
+            .take()
+            .ok_or("the server started before welcoming")?;
+        let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
+        let mut side = RrSide::new(
+            Endpoint::Client,
+            self.rr.mode,
+            plan.wait,
+            self.rr.flows,
+            clock,
+        );
+        let mut background = None;
+        if !self.background.is_empty() {
+            let mut b = Side::prepare(
+                Endpoint::Client,
+                cfg.embedded,
+                &self.bg_cfg.spec,
+                std::mem::take(&mut self.background),
+                env.tally.clone(),
+                crate::control::flow_done_notifier(env.tx),
+            );
+            b.start()?;
+            background = Some(b);
+        }
+        let start = Instant::now();
+        side.set_start(start);
+        plan.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
+        let flows = background
+            .as_ref()
+            .map(Side::flow_starts)
+            .unwrap_or_default();
+        let mut workload = RrWorkload {
+            rr: side,
+            background,
+            endpoint: Endpoint::Client,
+            embedded: cfg.embedded,
+            tally: env.tally.clone(),
+            counters_before: self.counters_before.take().unwrap_or_default(),
+            local_ip: env.local_ip,
+            rr_drain: None,
+        };
+        if let Err(e) = spawn_engines(
+            &mut workload.rr,
+            &Arc::new(plan),
+            std::mem::take(&mut self.conns),
+            cfg.spec.affinity.client,
+            env.tally,
+            env.tx,
+        ) {
+            workload.abort(&e);
+            return Err(e);
+        }
+        reporter
+            .start(&StartInfo {
+                spec: &cfg.spec,
+                server: &cfg.server,
+                embedded: cfg.embedded,
+                session,
+                flows: &flows,
+            })
+            .ok();
+        Ok((Box::new(workload), start))
     }
 }
 

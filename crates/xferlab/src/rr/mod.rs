@@ -12,6 +12,7 @@ mod poller;
 mod server_engine;
 pub mod session;
 mod side;
+mod workload;
 
 /// Raises RLIMIT_NOFILE to its hard limit: every rr flow is a socket on
 /// each end (two in one process with the embedded server), and the soft

@@ -1,313 +1,206 @@
-//! The server's side of one rr test: the control loop around
-//! [`ServerControl`] once the hello asked for the rr pattern. It opens
-//! the session's rr socket, runs the engine threads, takes the background
-//! stream flows' data connections like a stream session, and reports.
+//! The server's side of the rr pattern: the session's one rr socket (a
+//! TCP listener for the rr flows' connections, or one UDP socket for
+//! every flow), the engine threads that answer, and the background
+//! stream flows' data connections, run together as an [`RrWorkload`].
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::IntervalClock;
-use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
-use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, Welcome};
 use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::rr::{RrMode, RrSpec};
 use xferlab_core::spec::{Knobs, TestSpec};
 
 use super::server_engine::{self, RrSocket, ServerPlan};
 use super::side::RrSide;
-use crate::control::{ControlIo, Wake};
+use super::workload::RrWorkload;
+use crate::control::Wake;
+use crate::driver::Workload;
 use crate::net;
-use crate::server::Shared;
+use crate::session::server::{Offer, SessionEnv, SessionPattern};
 use crate::stream::session::attach_flow;
-use crate::stream::side::{ConnectedFlow, Side};
-use crate::sys::cpu::CpuTally;
+use crate::stream::side::{ConnectedFlow, FlowSocket, Side};
 
 /// Socket buffer of the server's one UDP rr socket unless -w says.
 const UDP_SERVER_BUFFER: u64 = 4 << 20;
 /// How long, after the client's stop, the rr engine may take to finish.
 const RR_DRAIN: Duration = Duration::from_secs(5);
 
-/// Serves an rr test on an accepted control connection. `reg_token` is
-/// the session's registration: set it so the token is removed when the
-/// session ends.
-#[allow(clippy::too_many_arguments)]
-pub fn serve(
-    ctl: &mut ServerControl,
-    io: &mut ControlIo,
-    tx: &mpsc::Sender<Wake>,
-    rx: &mpsc::Receiver<Wake>,
-    reg_token: &mut Option<[u8; TOKEN_LEN]>,
-    peer: SocketAddr,
-    local_ip: IpAddr,
-    shared: &Shared,
+/// The rr pattern's server side, from the welcome to the start.
+pub struct RrSession {
     spec: TestSpec,
-) {
-    let Some(rr) = spec.rr.clone() else { return };
-    super::raise_nofile_limit();
-    let tally = Arc::new(CpuTally::default());
-    let cpu_guard = tally.track();
-    let (token, socket) = match open(ctl, &spec, &rr, local_ip) {
-        Ok(x) => x,
-        Err(why) => {
-            shared.log(format_args!("{peer}: refused: {why}"));
-            flush(ctl, io);
-            return;
-        }
-    };
-    let rr_port = match &socket {
-        RrSocket::Tcp(l) => l.local_addr().map_or(0, |a| a.port()),
-        RrSocket::Udp(s) => s.local_addr().map_or(0, |a| a.port()),
-    };
-    let label = token_hex(&token)[..8].to_string();
-    shared
-        .registry
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(token, tx.clone());
-    *reg_token = Some(token);
-    let clock = IntervalClock::new(spec.interval_s, spec.omit_s);
-    let wait = rr.wait.resolve(
-        &spec.affinity,
-        crate::net::canonical(peer).ip().is_loopback(),
-    );
-    let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, wait, rr.flows, clock);
-    rr_side.set_default_addrs(
-        SocketAddr::new(local_ip, rr_port).to_string(),
-        crate::net::canonical(peer).ip().to_string(),
-    );
-    let notify_tx = tx.clone();
-    let plan = Arc::new(ServerPlan {
-        wait,
-        rr: rr.clone(),
-        token,
-        peer_ip: crate::net::canonical(peer).ip(),
-        socket,
-        claimed: (0..rr.flows).map(|_| AtomicBool::new(false)).collect(),
-        attached: AtomicU32::new(0),
-        notify: Box::new(move || {
-            notify_tx.send(Wake::FlowDone).ok();
-        }),
-    });
-    let pinned = spec.affinity.server;
-    for k in 0..super::engine_threads(rr.flows) {
-        let (plan, counters, flags, tally, done) = (
-            plan.clone(),
-            rr_side.counters.clone(),
-            rr_side.flags.clone(),
-            tally.clone(),
-            tx.clone(),
-        );
-        let t = std::thread::Builder::new()
-            .name(format!("xfer-rr-srv-{k}"))
-            .spawn(move || {
-                crate::sys::affinity::pin_data_thread(pinned);
-                let cpu = tally.track();
-                let out = server_engine::run(plan, counters, flags);
-                drop(cpu);
-                done.send(Wake::FlowDone).ok();
-                out
-            });
-        match t {
-            Ok(t) => rr_side.add_thread(t),
-            Err(e) => {
-                ctl.reject(ErrorCode::Internal, &format!("cannot start a thread: {e}"));
-                flush(ctl, io);
-                return;
-            }
+    bg_spec: TestSpec,
+    /// The background stream flows as they attach.
+    pending: Vec<Option<ConnectedFlow>>,
+    plan: Option<Arc<ServerPlan>>,
+    rr_side: Option<RrSide>,
+    counters_before: Option<(xferlab_core::counters::CounterSnapshot, Vec<String>)>,
+}
+
+impl RrSession {
+    pub fn new(spec: TestSpec) -> Self {
+        let bg_spec = spec.background_spec();
+        let pending = (0..bg_spec.flows().len()).map(|_| None).collect();
+        RrSession {
+            spec,
+            bg_spec,
+            pending,
+            plan: None,
+            rr_side: None,
+            counters_before: None,
         }
     }
-    ctl.accept(
-        Instant::now(),
-        Welcome {
-            session: token_hex(&token),
-            software: crate::software(),
-            host: crate::sys::host::host_info(),
-            max_duration_s: shared.cfg.max_duration.as_secs_f64(),
+}
+
+/// A session that ends before its test started still has engine threads
+/// waiting for flows: they are told to end.
+impl Drop for RrSession {
+    fn drop(&mut self) {
+        if let Some(r) = self.rr_side.as_mut() {
+            r.abort("session ended");
+        }
+    }
+}
+
+impl SessionPattern for RrSession {
+    /// Opens the rr socket and starts the engine threads, which take the
+    /// rr flows' connections (TCP RR) or datagrams (UDP RR) as they come.
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
+        let spec = &self.spec;
+        let rr = spec.rr.clone().ok_or("not an rr test")?;
+        super::raise_nofile_limit();
+        let socket = open_socket(spec, &rr, SocketAddr::new(env.local_ip, 0))?;
+        let rr_port = match &socket {
+            RrSocket::Tcp(l) => l.local_addr().map_or(0, |a| a.port()),
+            RrSocket::Udp(s) => s.local_addr().map_or(0, |a| a.port()),
+        };
+        let peer_ip = net::canonical(env.peer).ip();
+        let clock = IntervalClock::new(spec.interval_s, spec.omit_s);
+        let wait = rr.wait.resolve(&spec.affinity, peer_ip.is_loopback());
+        let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, wait, rr.flows, clock);
+        rr_side.set_default_addrs(
+            SocketAddr::new(env.local_ip, rr_port).to_string(),
+            peer_ip.to_string(),
+        );
+        let notify_tx = env.tx.clone();
+        let plan = Arc::new(ServerPlan {
+            wait,
+            rr: rr.clone(),
+            token: env.token,
+            peer_ip,
+            socket,
+            claimed: (0..rr.flows).map(|_| AtomicBool::new(false)).collect(),
+            attached: AtomicU32::new(0),
+            notify: Box::new(move || {
+                notify_tx.send(Wake::FlowDone).ok();
+            }),
+        });
+        let pinned = spec.affinity.server;
+        for k in 0..super::engine_threads(rr.flows) {
+            let (plan, counters, flags, tally, done) = (
+                plan.clone(),
+                rr_side.counters.clone(),
+                rr_side.flags.clone(),
+                env.tally.clone(),
+                env.tx.clone(),
+            );
+            let t = std::thread::Builder::new()
+                .name(format!("xfer-rr-srv-{k}"))
+                .spawn(move || {
+                    crate::sys::affinity::pin_data_thread(pinned);
+                    let cpu = tally.track();
+                    let out = server_engine::run(plan, counters, flags);
+                    drop(cpu);
+                    done.send(Wake::FlowDone).ok();
+                    out
+                })
+                .map_err(|e| format!("cannot start a thread: {e}"));
+            match t {
+                Ok(t) => rr_side.add_thread(t),
+                Err(e) => {
+                    rr_side.abort(&e);
+                    return Err(e);
+                }
+            }
+        }
+        let iface = crate::sys::counters::interface_for(env.local_ip);
+        self.counters_before = Some(crate::sys::counters::snapshot(iface.as_deref()));
+        self.plan = Some(plan);
+        self.rr_side = Some(rr_side);
+        Ok(Offer {
             udp_ports: Vec::new(),
             rr_port: Some(rr_port),
-        },
-    );
-    shared.log(format_args!(
-        "{label} {peer}: accepted rr {} x{} ({}+{} bytes, depth {}) with {} background flows{}",
-        rr.mode.label(),
-        rr.flows,
-        rr.request_size,
-        rr.response_size,
-        rr.depth,
-        rr.background,
-        crate::stream::session::placement(&spec)
-    ));
-
-    let bg_spec = spec.background_spec();
-    let mut pending: Vec<Option<ConnectedFlow>> =
-        (0..bg_spec.flows().len()).map(|_| None).collect();
-    let mut background: Option<Side> = None;
-    let mut started = false;
-    let mut rr_side = Some(rr_side);
-    let mut report: Option<SideReport> = None;
-    let mut failure: Option<String> = None;
-    let counters_before =
-        crate::sys::counters::snapshot(super::client::interface(local_ip).as_deref());
-
-    loop {
-        let now = Instant::now();
-        ctl.handle_timeout(now);
-        let mut finished = false;
-        while let Some(ev) = ctl.poll_event() {
-            match ev {
-                ServerEvent::TestRequested(_) => {}
-                ServerEvent::StopRequested => {
-                    if let Some(r) = rr_side.as_mut() {
-                        r.stop(Instant::now());
-                    }
-                    if let Some(b) = background.as_mut() {
-                        b.stop(Instant::now());
-                    }
-                    if !started {
-                        ctl.reject(ErrorCode::Aborted, "stopped before the test started");
-                    }
-                }
-                ServerEvent::PeerResults(_) => {
-                    shared.log(format_args!(
-                        "{label} {peer}: done: {}",
-                        outcome_line(report.as_ref())
-                    ));
-                    finished = true;
-                }
-                ServerEvent::Failed(e) => {
-                    failure.get_or_insert(e.to_string());
-                    finished = true;
-                }
-            }
-        }
-        if !started
-            && !finished
-            && pending.iter().all(Option::is_some)
-            && (rr.mode != RrMode::TcpRr || plan.attached.load(Ordering::Relaxed) == rr.flows)
-        {
-            started = true;
-            let now = Instant::now();
-            if !pending.is_empty() {
-                let flows = pending.drain(..).flatten().collect();
-                let notify = crate::control::flow_done_notifier(tx);
-                let mut s = Side::prepare(
-                    Endpoint::Server,
-                    shared.cfg.embedded,
-                    &bg_spec,
-                    flows,
-                    tally.clone(),
-                    notify,
-                );
-                if let Err(e) = s.start() {
-                    ctl.reject(ErrorCode::Internal, &e);
-                }
-                background = Some(s);
-            }
-            if let Some(r) = rr_side.as_mut() {
-                r.set_start(now);
-            }
-            ctl.flows_attached(now, spec.planned_seconds().map(Duration::from_secs_f64));
-        }
-        if let Some(b) = background.as_mut() {
-            b.reap();
-            b.tick(now);
-            if b.drain_deadline().is_some_and(|d| now >= d) && !b.all_done() {
-                b.abort("no end of stream within 10 s after the client stopped: flows cut");
-            }
-        }
-        if let Some(r) = rr_side.as_mut() {
-            r.tick(now);
-            if r.stopped_at().is_some_and(|t| now >= t + RR_DRAIN) && !r.all_done() {
-                r.abort("rr flows still busy 5 s after the client stopped: cut");
-            }
-        }
-        let rr_done = rr_side
-            .as_ref()
-            .is_some_and(|r| r.stopped_at().is_some() && r.all_done());
-        let bg_done = background.as_ref().is_none_or(|b| b.all_done());
-        if rr_done && bg_done && report.is_none() && !finished {
-            let r = rr_side.take().expect("checked");
-            let rep = build_report(
-                Endpoint::Server,
-                r,
-                background.take(),
-                shared.cfg.embedded,
-                &tally,
-                &counters_before,
-                local_ip,
-            );
-            ctl.send_results(Instant::now(), &rep);
-            report = Some(rep);
-        }
-        flush(ctl, io);
-        if finished || ctl.is_closed() {
-            break;
-        }
-        let wait = [
-            rr_side.as_ref().and_then(RrSide::next_tick),
-            background.as_ref().and_then(Side::next_tick),
-            ctl.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
-        .map_or(Duration::from_millis(100), |t| {
-            t.saturating_duration_since(Instant::now())
+            describe: format!(
+                "rr {} x{} ({}+{} bytes, depth {}) with {} background flows",
+                rr.mode.label(),
+                rr.flows,
+                rr.request_size,
+                rr.response_size,
+                rr.depth,
+                rr.background,
+            ),
         })
-        .min(Duration::from_millis(100));
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
-            Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone) => {}
-            Ok(Wake::Attach(flow, sock)) => {
-                if let Err(why) = attach_flow(&mut pending, flow, sock, &bg_spec) {
-                    shared.log(format_args!("{label} {peer}: {why}"));
-                }
+    }
+
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String> {
+        attach_flow(&mut self.pending, flow, socket, &self.bg_spec)
+    }
+
+    /// Every background flow is here and, for TCP RR, every rr flow's
+    /// connection was claimed by an engine.
+    fn ready(&self) -> bool {
+        let Some(plan) = self.plan.as_ref() else {
+            return false;
+        };
+        self.pending.iter().all(Option::is_some)
+            && (plan.rr.mode != RrMode::TcpRr
+                || plan.attached.load(Ordering::Relaxed) == plan.rr.flows)
+    }
+
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+        let mut rr_side = self.rr_side.take().ok_or("the rr test was not opened")?;
+        let mut background = None;
+        if !self.pending.is_empty() {
+            let mut b = Side::prepare(
+                Endpoint::Server,
+                env.shared.cfg.embedded,
+                &self.bg_spec,
+                self.pending.drain(..).flatten().collect(),
+                env.tally.clone(),
+                crate::control::flow_done_notifier(env.tx),
+            );
+            if let Err(e) = b.start() {
+                rr_side.abort(&e);
+                return Err(e);
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            background = Some(b);
         }
+        let now = Instant::now();
+        rr_side.set_start(now);
+        let workload = RrWorkload {
+            rr: rr_side,
+            background,
+            endpoint: Endpoint::Server,
+            embedded: env.shared.cfg.embedded,
+            tally: env.tally.clone(),
+            counters_before: self.counters_before.take().unwrap_or_default(),
+            local_ip: env.local_ip,
+            rr_drain: Some(RR_DRAIN),
+        };
+        Ok((Box::new(workload), now))
     }
-    drop(cpu_guard);
-    if let Some(mut r) = rr_side.take() {
-        r.abort(failure.as_deref().unwrap_or("session ended"));
-    }
-    if let Some(mut b) = background.take() {
-        b.abort(failure.as_deref().unwrap_or("session ended"));
-    }
-    if let Some(why) = failure {
-        shared.log(format_args!("{label} {peer}: ended: {why}"));
+
+    fn outcome_line(&self, ours: Option<&SideReport>) -> String {
+        outcome_line(ours)
     }
 }
 
-fn flush(ctl: &mut ServerControl, io: &mut ControlIo) {
-    while let Some(bytes) = ctl.poll_transmit() {
-        if io.send(&bytes).is_err() {
-            break;
-        }
-    }
-}
-
-/// Makes the token and the rr socket, or refuses the test.
-fn open(
-    ctl: &mut ServerControl,
-    spec: &TestSpec,
-    rr: &RrSpec,
-    local_ip: IpAddr,
-) -> Result<([u8; TOKEN_LEN], RrSocket), String> {
-    let refuse = |ctl: &mut ServerControl, code, why: String| {
-        ctl.reject(code, &why);
-        Err(why)
-    };
-    let token = match crate::stream::session::new_token() {
-        Ok(t) => t,
-        Err(why) => return refuse(ctl, ErrorCode::Internal, why),
-    };
-    let bind = SocketAddr::new(local_ip, 0);
-    let socket = match rr.mode {
+/// Makes the session's rr socket.
+fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocket, String> {
+    match rr.mode {
         RrMode::UdpRr => {
             // One socket takes every flow's requests: give it room for a
             // burst from all of them (-w still decides when given).
@@ -316,16 +209,11 @@ fn open(
                 tos: spec.knobs.tos,
                 ..Knobs::default()
             };
-            net::udp_socket(bind, &knobs).and_then(|s| {
-                s.set_nonblocking(true).map_err(|e| e.to_string())?;
-                Ok(RrSocket::Udp(s))
-            })
+            let s = net::udp_socket(bind, &knobs)?;
+            s.set_nonblocking(true).map_err(|e| e.to_string())?;
+            Ok(RrSocket::Udp(s))
         }
         _ => rr_listener(bind).map(RrSocket::Tcp),
-    };
-    match socket {
-        Ok(s) => Ok((token, s)),
-        Err(why) => refuse(ctl, ErrorCode::Internal, format!("on the server: {why}")),
     }
 }
 
@@ -338,53 +226,6 @@ fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
     s.listen(4096).map_err(|e| format!("cannot listen: {e}"))?;
     s.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(s.into())
-}
-
-/// This side's report: the background group (if any) in `flows`, the rr
-/// group in `rr`, CPU and counters over the whole test.
-#[allow(clippy::too_many_arguments)]
-pub fn build_report(
-    endpoint: Endpoint,
-    rr_side: RrSide,
-    background: Option<Side>,
-    embedded: bool,
-    tally: &Arc<CpuTally>,
-    before: &(xferlab_core::counters::CounterSnapshot, Vec<String>),
-    local_ip: IpAddr,
-) -> SideReport {
-    let start = rr_side.started_at();
-    let mut rr_side = rr_side;
-    let mut warnings = rr_side.take_warnings();
-    let rr = rr_side.finish();
-    let mut report = match background {
-        Some(b) => b.finish(),
-        None => {
-            let wall = start.elapsed().as_secs_f64();
-            let iface = super::client::interface(local_ip);
-            let (after, more) = crate::sys::counters::snapshot(iface.as_deref());
-            warnings.extend(more);
-            SideReport {
-                endpoint,
-                host: crate::sys::host::host_info(),
-                embedded,
-                duration_s: rr.total.end_s,
-                flows: Vec::new(),
-                sums: Vec::new(),
-                cpu: tally.usage(wall),
-                counters: xferlab_core::result::KernelCounters {
-                    interface: iface,
-                    deltas: after.delta(&before.0),
-                },
-                warnings: before.1.clone(),
-                usb: None,
-                rr: None,
-            }
-        }
-    };
-    report.warnings.extend(warnings);
-    report.duration_s = report.duration_s.max(rr.total.end_s);
-    report.rr = Some(rr);
-    report
 }
 
 fn outcome_line(r: Option<&SideReport>) -> String {

@@ -1,4 +1,5 @@
-//! The stream pattern over TCP: bulk transfer one way, reverse or both.
+//! The stream pattern: bulk transfer one way, reverse or both, over TCP
+//! or UDP; its flows run as a [`Side`], the pattern's [`Workload`].
 
 pub mod client;
 pub mod datagram;
@@ -6,4 +7,45 @@ mod flow;
 pub mod session;
 pub mod side;
 
+use std::time::Instant;
+
+use xferlab_core::result::SideReport;
+
 pub use side::{ConnectedFlow, FlowSocket, Side};
+
+use crate::driver::Workload;
+use crate::output::Reporter;
+
+impl Workload for Side {
+    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+        self.reap();
+        let live = Side::tick(self, now);
+        if let Some(out) = out.filter(|_| !live.is_empty()) {
+            out.interval(&live).ok();
+        }
+    }
+
+    fn next_tick(&self) -> Option<Instant> {
+        Side::next_tick(self)
+    }
+
+    fn stop(&mut self, now: Instant) {
+        Side::stop(self, now);
+    }
+
+    fn abort(&mut self, why: &str) {
+        Side::abort(self, why);
+    }
+
+    fn cut(&mut self, now: Instant) {
+        Side::cut(self, now);
+    }
+
+    fn all_done(&self) -> bool {
+        Side::all_done(self)
+    }
+
+    fn finish(self: Box<Self>) -> SideReport {
+        Side::finish(*self)
+    }
+}

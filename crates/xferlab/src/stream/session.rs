@@ -1,316 +1,92 @@
-//! The server's side of one test: a thin event loop around the sans-IO
-//! [`ServerControl`], owning this test's flows and nothing else.
+//! The server's side of the stream pattern: one socket per flow (TCP
+//! data connections that present the session token, or UDP sockets that
+//! wait for an attach datagram), run as this side's [`Side`].
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::Ordering;
-use std::sync::{mpsc, Arc};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 use xferlab_core::proto::wire::{
-    token_hex, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN,
-    VERSION,
+    Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
 };
-use xferlab_core::proto::{
-    ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome, HANDSHAKE_TIMEOUT,
-};
+use xferlab_core::proto::HANDSHAKE_TIMEOUT;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
-use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec, Transport};
+use xferlab_core::spec::{Direction, Limit, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 
 use super::side::{ConnectedFlow, FlowSocket, Side};
-use crate::control::{ControlIo, Wake};
+use crate::control::Wake;
+use crate::driver::Workload;
 use crate::net::{
     self,
     sockopt::{self, SocketEnd},
 };
-use crate::server::Shared;
-use crate::sys::cpu::CpuTally;
+use crate::session::server::{Offer, SessionEnv, SessionPattern};
 
-/// Removes the session's token and its count when the session ends,
-/// whichever way it ends.
-struct Registration<'a> {
-    shared: &'a Shared,
-    token: Option<[u8; TOKEN_LEN]>,
+/// The stream pattern's server side: the flows as they attach.
+pub struct StreamSession {
+    spec: TestSpec,
+    pending: Vec<Option<ConnectedFlow>>,
 }
 
-impl Drop for Registration<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = self.token {
-            self.shared
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&t);
-        }
-        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+impl StreamSession {
+    pub fn new(spec: TestSpec) -> Self {
+        let pending = (0..spec.flows().len()).map(|_| None).collect();
+        StreamSession { spec, pending }
     }
 }
 
-/// Serves one control connection until its test is over.
-pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Shared) {
-    stream.set_read_timeout(None).ok();
-    stream.set_nodelay(true).ok();
-    // UDP flow sockets bind to the address the client reached us on.
-    let local_ip = stream
-        .local_addr()
-        .map_or(IpAddr::from([0u8, 0, 0, 0]), |a| net::canonical(a).ip());
-    crate::net::keepalive(&stream);
-    let policy = ServerPolicy {
-        max_duration: shared.cfg.max_duration,
-    };
-    let (tx, rx) = mpsc::channel();
-    let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
-        return;
-    };
-    let mut ctl = ServerControl::new(Instant::now(), peer_version, policy);
-    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
-    let mut reg = Registration {
-        shared,
-        token: None,
-    };
-    if running >= shared.cfg.max_sessions {
-        ctl.reject(
-            ErrorCode::Busy,
-            &format!(
-                "server busy: {running} tests running (its --max-sessions limit); try again later"
-            ),
-        );
-    }
-    let tally = Arc::new(CpuTally::default());
-    let cpu_guard = tally.track();
-    let mut spec: Option<TestSpec> = None;
-    let mut pending: Vec<Option<ConnectedFlow>> = Vec::new();
-    let mut side: Option<Side> = None;
-    let mut report: Option<SideReport> = None;
-    let mut label = String::from("--------");
-    let mut failure: Option<String> = None;
-
-    loop {
-        let now = Instant::now();
-        ctl.handle_timeout(now);
-        let mut finished = false;
-        while let Some(ev) = ctl.poll_event() {
-            let ev = match ev {
-                ServerEvent::TestRequested(mut s) => match admit(shared, &mut s) {
-                    Ok(()) => ServerEvent::TestRequested(s),
-                    Err(why) => {
-                        ctl.reject(ErrorCode::InvalidSpec, &why);
-                        shared.log(format_args!("{peer}: refused: {why}"));
-                        failure = Some(why);
-                        continue;
-                    }
-                },
-                ev => ev,
-            };
-            match ev {
-                ServerEvent::TestRequested(s) if s.pattern == Pattern::Rr => {
-                    // The rr pattern has its own loop; this session's
-                    // registration and CPU guard still frame it.
-                    crate::rr::session::serve(
-                        &mut ctl,
-                        &mut io,
-                        &tx,
-                        &rx,
-                        &mut reg.token,
-                        peer,
-                        local_ip,
-                        shared,
-                        *s,
-                    );
-                    return;
-                }
-                ServerEvent::TestRequested(s) => {
-                    match accept_test(&mut ctl, &mut reg, &tx, &s, local_ip, shared) {
-                        Ok(token) => {
-                            label = token_hex(&token)[..8].to_string();
-                            shared.log(format_args!("{label} {peer}: accepted {}", describe(&s)));
-                            pending = (0..s.flows().len()).map(|_| None).collect();
-                        }
-                        Err(why) => {
-                            shared.log(format_args!("{peer}: refused: {why}"));
-                            failure = Some(why);
-                        }
-                    }
-                    spec = Some(*s);
-                }
-                ServerEvent::StopRequested => {
-                    if let Some(s) = side.as_mut() {
-                        s.stop(Instant::now());
-                    } else {
-                        // Stopped before all flows arrived: nothing to run.
-                        ctl.reject(ErrorCode::Aborted, "stopped before the test started");
-                    }
-                }
-                ServerEvent::PeerResults(_) => {
-                    shared.log(format_args!(
-                        "{label} {peer}: done: {}",
-                        outcome_line(report.as_ref())
-                    ));
-                    finished = true;
-                }
-                ServerEvent::Failed(e) => {
-                    failure.get_or_insert(e.to_string());
-                    finished = true;
-                }
+impl SessionPattern for StreamSession {
+    /// UDP flows get a socket each, waiting for the client's attach
+    /// datagram on a thread of its own; TCP flows arrive on the server's
+    /// port and are routed here by token.
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
+        let mut udp_ports = Vec::new();
+        if self.spec.transport == Transport::Udp {
+            for plan in self.spec.flows() {
+                let sock = net::udp_socket(SocketAddr::new(env.local_ip, 0), &self.spec.knobs)?;
+                udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
+                let (tx, token) = (env.tx.clone(), env.token);
+                std::thread::Builder::new()
+                    .name("xfer-udp-attach".into())
+                    .spawn(move || await_udp_attach(sock, plan.id, token, &tx))
+                    .map_err(|e| format!("cannot start a thread: {e}"))?;
             }
         }
-        // After the events, so a stop that arrives when every flow has
-        // already ended is answered at once rather than at the next wake.
-        if let Some(s) = side.as_mut().filter(|_| !finished) {
-            s.reap();
-            s.tick(now);
-            if s.drain_deadline().is_some_and(|d| now >= d) && !s.all_done() {
-                s.abort("no end of stream within 10 s after the client stopped: flows cut");
-            }
-            if s.drain_deadline().is_some() && s.all_done() {
-                let done = side.take().expect("checked");
-                let r = done.finish();
-                ctl.send_results(Instant::now(), &r);
-                report = Some(r);
-            }
-        }
-        if let Some(bytes) = ctl.poll_transmit() {
-            if io.send(&bytes).is_err() {
-                failure.get_or_insert_with(|| "control connection lost".into());
-                break;
-            }
-        }
-        if finished || ctl.is_closed() {
-            break;
-        }
-        let wait = side
-            .as_ref()
-            .and_then(Side::next_tick)
-            .into_iter()
-            .chain(ctl.poll_timeout())
-            .chain(side.as_ref().and_then(Side::drain_deadline))
-            .min()
-            .map_or(Duration::from_secs(1), |t| {
-                t.saturating_duration_since(Instant::now())
-            });
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
-            Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            // The loop reaps and re-checks on every wake.
-            Ok(Wake::FlowDone) => {}
-            Ok(Wake::Attach(flow, stream)) => {
-                let Some(sp) = spec.as_ref() else { continue };
-                if let Err(why) = attach_flow(&mut pending, flow, stream, sp) {
-                    shared.log(format_args!("{label} {peer}: {why}"));
-                    continue;
-                }
-                if !pending.is_empty() && pending.iter().all(Option::is_some) {
-                    let flows = pending.drain(..).flatten().collect();
-                    let notify = crate::control::flow_done_notifier(&tx);
-                    let mut s = Side::prepare(
-                        Endpoint::Server,
-                        shared.cfg.embedded,
-                        sp,
-                        flows,
-                        tally.clone(),
-                        notify,
-                    );
-                    match s.start() {
-                        Ok(()) => {
-                            let planned = sp.planned_seconds().map(Duration::from_secs_f64);
-                            ctl.flows_attached(s.started_at(), planned);
-                            side = Some(s);
-                        }
-                        Err(e) => ctl.reject(ErrorCode::Internal, &e),
-                    }
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
-        }
-    }
-    drop(cpu_guard);
-    if let Some(mut s) = side.take() {
-        s.abort(failure.as_deref().unwrap_or("session ended"));
-    }
-    if let Some(why) = failure {
-        shared.log(format_args!("{label} {peer}: ended: {why}"));
-    }
-}
-
-/// What only the server can check of a test, for both patterns: where
-/// its data threads may run (the spec gets the server's CPU) and whether
-/// its congestion control exists here.
-fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
-    shared.place(spec)?;
-    if let Some(cc) = &spec.knobs.congestion {
-        sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
-    }
-    Ok(())
-}
-
-/// A fresh random session token.
-pub(crate) fn new_token() -> Result<[u8; TOKEN_LEN], String> {
-    let mut token = [0u8; TOKEN_LEN];
-    getrandom::fill(&mut token).map_err(|e| format!("no randomness for a session token: {e}"))?;
-    Ok(token)
-}
-
-/// Registers the session's token and welcomes the client.
-fn accept_test(
-    ctl: &mut ServerControl,
-    reg: &mut Registration<'_>,
-    tx: &mpsc::Sender<Wake>,
-    spec: &TestSpec,
-    local_ip: IpAddr,
-    shared: &Shared,
-) -> Result<[u8; TOKEN_LEN], String> {
-    let refuse = |ctl: &mut ServerControl, code, why: String| {
-        ctl.reject(code, &why);
-        Err(why)
-    };
-    let token = match new_token() {
-        Ok(t) => t,
-        Err(why) => return refuse(ctl, ErrorCode::Internal, why),
-    };
-    let mut udp_ports = Vec::new();
-    if spec.transport == Transport::Udp {
-        for plan in spec.flows() {
-            let sock = match net::udp_socket(SocketAddr::new(local_ip, 0), &spec.knobs) {
-                Ok(s) => s,
-                Err(why) => {
-                    return refuse(ctl, ErrorCode::Internal, format!("on the server: {why}"))
-                }
-            };
-            udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
-            let tx = tx.clone();
-            let spawned = std::thread::Builder::new()
-                .name("xfer-udp-attach".into())
-                .spawn(move || await_udp_attach(sock, plan.id, token, &tx));
-            if let Err(e) = spawned {
-                return refuse(
-                    ctl,
-                    ErrorCode::Internal,
-                    format!("cannot start a thread: {e}"),
-                );
-            }
-        }
-    }
-    shared
-        .registry
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(token, tx.clone());
-    reg.token = Some(token);
-    ctl.accept(
-        Instant::now(),
-        Welcome {
-            session: token_hex(&token),
-            software: crate::software(),
-            host: crate::sys::host::host_info(),
-            max_duration_s: shared.cfg.max_duration.as_secs_f64(),
+        Ok(Offer {
             udp_ports,
             rr_port: None,
-        },
-    );
-    Ok(token)
+            describe: describe(&self.spec),
+        })
+    }
+
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String> {
+        attach_flow(&mut self.pending, flow, socket, &self.spec)
+    }
+
+    fn ready(&self) -> bool {
+        !self.pending.is_empty() && self.pending.iter().all(Option::is_some)
+    }
+
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+        let mut side = Side::prepare(
+            Endpoint::Server,
+            env.shared.cfg.embedded,
+            &self.spec,
+            self.pending.drain(..).flatten().collect(),
+            env.tally.clone(),
+            crate::control::flow_done_notifier(env.tx),
+        );
+        side.start()?;
+        let at = side.started_at();
+        Ok((Box::new(side), at))
+    }
+
+    fn outcome_line(&self, ours: Option<&SideReport>) -> String {
+        outcome_line(ours)
+    }
 }
 
 /// Waits on one UDP flow socket for the client's attach datagram, then
@@ -399,19 +175,10 @@ pub(crate) fn describe(s: &TestSpec) -> String {
         Limit::Bytes { bytes } => format!("{bytes} bytes"),
     };
     format!(
-        "{} stream {dir} x{} {limit}{}",
+        "{} stream {dir} x{} {limit}",
         s.transport.label(),
-        s.parallel,
-        placement(s)
+        s.parallel
     )
-}
-
-/// ", data threads on CPU N" when this server pins them (`-A`), for its
-/// log lines.
-pub(crate) fn placement(s: &TestSpec) -> String {
-    s.affinity
-        .server
-        .map_or(String::new(), |c| format!(", data threads on CPU {c}"))
 }
 
 /// One line of what this server received and sent.

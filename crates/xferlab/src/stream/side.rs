@@ -23,10 +23,6 @@ use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 
-/// How long receivers may take to see end of stream after the test was
-/// stopped before their flows are cut.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Which flows a side sends on.
 pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
     match (endpoint, direction) {
@@ -178,7 +174,6 @@ pub struct Side {
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
     warnings: Vec<String>,
-    started: bool,
     stopped_at: Option<Instant>,
 }
 
@@ -232,7 +227,6 @@ impl Side {
             counters_before: Default::default(),
             interface,
             warnings: Vec::new(),
-            started: false,
             stopped_at: None,
         }
     }
@@ -248,7 +242,6 @@ impl Side {
         self.counters_before = before;
         self.warnings.extend(warnings);
         self.start = Instant::now();
-        self.started = true;
         self.next_boundary = self.clock.next_boundary(0.0);
         for i in 0..self.flows.len() {
             let start = self.flows[i].reading();
@@ -302,12 +295,6 @@ impl Side {
             }
         }
         Ok(())
-    }
-
-    /// Whether [`Side::start`] ran (a side that never started has nothing
-    /// to report).
-    pub fn was_started(&self) -> bool {
-        self.started
     }
 
     pub fn started_at(&self) -> Instant {
@@ -448,11 +435,6 @@ impl Side {
     pub fn cut(&mut self, now: Instant) {
         self.stop(now);
         self.flags.cut.store(true, Ordering::Relaxed);
-    }
-
-    /// The moment after which a stopped side's receivers are cut.
-    pub fn drain_deadline(&self) -> Option<Instant> {
-        self.stopped_at.map(|t| t + DRAIN_TIMEOUT)
     }
 
     /// Ends every flow now: flags for the threads, shutdown() to wake any

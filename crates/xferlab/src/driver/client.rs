@@ -1,0 +1,172 @@
+//! The client's event loop, for every pattern and both control protocols
+//! (xferlab's own and iperf3's): wait on one channel with one deadline,
+//! feed the control machine, tick the workload, and perform what
+//! [`TestRun`] decides.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use xferlab_core::outbox::Machine;
+use xferlab_core::run::{Action, Policy, Progress, TestRun};
+
+use super::Workload;
+use crate::control::{ControlIo, Wake};
+use crate::output::Reporter;
+use crate::session::client::Interrupts;
+
+/// How often the loop looks at the Ctrl-C counter while idle.
+const INTERRUPT_POLL: Duration = Duration::from_millis(100);
+
+/// What the loop shares with the role while it handles an event.
+pub struct Cx<'a> {
+    pub now: Instant,
+    pub workload: &'a mut Option<Box<dyn Workload>>,
+    pub run: &'a mut TestRun,
+    pub reporter: &'a mut dyn Reporter,
+    /// The first error ends the loop (after this pass).
+    pub error: &'a mut Option<String>,
+}
+
+impl Cx<'_> {
+    /// The workload started at `at`: the run's clock starts.
+    pub fn started(&mut self, w: Box<dyn Workload>, at: Instant, planned: Option<Duration>) {
+        *self.workload = Some(w);
+        self.run.start(at, planned);
+    }
+
+    /// Records the first error.
+    pub fn fail(&mut self, why: String) {
+        self.error.get_or_insert(why);
+    }
+}
+
+/// A client's side of one control protocol.
+pub trait ClientRole {
+    type Ctl: Machine;
+    fn ctl(&mut self) -> &mut Self::Ctl;
+    /// One event of the control machine. Starting the workload is the
+    /// role's job ([`Cx::started`]).
+    fn on_event(&mut self, ev: <Self::Ctl as Machine>::Event, cx: &mut Cx<'_>);
+    /// Tells the server the test is over.
+    fn end_peer(&mut self, now: Instant);
+    /// Gives up, telling the server why.
+    fn abort_peer(&mut self, why: &str);
+    /// The server's part is complete (its results arrived).
+    fn peer_done(&self) -> bool;
+    /// Anything the protocol does on every wake besides the run's
+    /// decisions (iperf3: hand over results when asked).
+    fn step(&mut self, _cx: &mut Cx<'_>) {}
+    /// When `step` must run next.
+    fn deadline(&self, _run: &TestRun) -> Option<Instant> {
+        None
+    }
+}
+
+/// How the loop ended: the workload (if it started), the run, and the
+/// first error.
+pub struct Driven {
+    pub workload: Option<Box<dyn Workload>>,
+    pub run: TestRun,
+    pub error: Option<String>,
+}
+
+const CUT: &str = "no end of stream within 10 s after the test stopped: flows cut";
+
+/// Runs the client's loop until the run finishes, an error ends it or
+/// the control connection closes.
+pub fn drive<R: ClientRole>(
+    role: &mut R,
+    io: &mut ControlIo,
+    rx: &mpsc::Receiver<Wake>,
+    reporter: &mut dyn Reporter,
+    interrupts: &Interrupts,
+    policy: Policy,
+    server: SocketAddr,
+) -> Driven {
+    let mut run = TestRun::new(policy);
+    let mut workload: Option<Box<dyn Workload>> = None;
+    let mut error: Option<String> = None;
+    'run: loop {
+        let now = Instant::now();
+        role.ctl().handle_timeout(now);
+        let mut cx = Cx {
+            now,
+            workload: &mut workload,
+            run: &mut run,
+            reporter,
+            error: &mut error,
+        };
+        while let Some(ev) = role.ctl().poll_event() {
+            role.on_event(ev, &mut cx);
+        }
+        // After the events, so conditions they change (results arrived, a
+        // flow ended) are acted on at once rather than at the next wake.
+        if let Some(w) = cx.workload.as_mut().filter(|_| cx.run.started()) {
+            w.tick(now, Some(&mut *cx.reporter));
+        }
+        role.step(&mut cx);
+        loop {
+            let p = Progress {
+                presses: interrupts.load(Ordering::Relaxed),
+                all_done: workload.as_ref().is_none_or(|w| w.all_done()),
+                limit_reached: workload.as_ref().is_some_and(|w| w.limit_reached()),
+                quiesced: workload.as_ref().is_none_or(|w| w.quiesced()),
+                peer_done: role.peer_done(),
+            };
+            let Some(action) = run.poll(now, &p) else {
+                break;
+            };
+            match action {
+                Action::Stop => workload.iter_mut().for_each(|w| w.stop(now)),
+                Action::EndPeer => role.end_peer(now),
+                Action::Cut => workload.iter_mut().for_each(|w| w.abort(CUT)),
+                Action::Abort(why) => {
+                    error = Some(why.message().into());
+                    workload
+                        .iter_mut()
+                        .for_each(|w| w.abort("aborted by the user"));
+                    role.abort_peer(why.peer_message());
+                }
+                Action::Finish => break 'run,
+                // Only a server session reports on its own.
+                Action::Report => {}
+            }
+        }
+        while let Some(bytes) = role.ctl().poll_transmit() {
+            if let Err(e) = io.send(&bytes) {
+                error.get_or_insert(format!("lost the control connection to {server}: {e}"));
+                break 'run;
+            }
+        }
+        if error.is_some() || role.ctl().is_closed() {
+            break 'run;
+        }
+        let wait = [
+            workload.as_ref().and_then(|w| w.next_tick()),
+            run.next_deadline(),
+            role.ctl().poll_timeout(),
+            role.deadline(&run),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map_or(INTERRUPT_POLL, |t| {
+            t.saturating_duration_since(Instant::now())
+                .min(INTERRUPT_POLL)
+        });
+        match rx.recv_timeout(wait) {
+            Ok(Wake::Control(b)) => role.ctl().handle_input(Instant::now(), &b),
+            Ok(Wake::ControlClosed) => role.ctl().handle_eof(),
+            // The loop reaps and re-checks on every wake.
+            Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
+        }
+    }
+    Driven {
+        workload,
+        run,
+        error,
+    }
+}

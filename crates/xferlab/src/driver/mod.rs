@@ -1,0 +1,70 @@
+//! The one event loop per role that every test runs on, and the
+//! [`Workload`] interface a pattern implements to run on it.
+//!
+//! A test is three things: a control protocol (a sans-IO
+//! [`Machine`](xferlab_core::outbox::Machine): xferlab's own or iperf3's),
+//! a workload (the data threads of a pattern: stream flows, rr engines)
+//! and the decisions of when to stop, drain, cut or abort, which
+//! [`TestRun`](xferlab_core::run::TestRun) makes on the time passed in.
+//! The loops here only wait, feed and perform: [`client::drive`] for the
+//! client of any protocol, [`session::serve`] for a server session.
+//!
+//! # Adding a pattern
+//! 1. The spec and the report in the core (`xferlab_core::spec`, `result`).
+//! 2. A [`Workload`] in the binary: the threads that move the data, with
+//!    their per-interval output and their report.
+//! 3. A [`client::ClientPattern`] (connect the pattern's flows once the
+//!    server welcomed the test, then start the workload) and a
+//!    [`session::SessionPattern`] (the server's sockets, attachments and
+//!    workload), registered in [`crate::patterns`].
+//!
+//! The loops, Ctrl-C, the drain and the results exchange come for free.
+
+pub mod client;
+pub mod session;
+
+use std::time::{Duration, Instant};
+
+use xferlab_core::result::SideReport;
+
+use crate::output::Reporter;
+
+/// How long the flows of a stopped test may take to end by themselves
+/// (receivers read what is still in flight) before they are cut.
+pub const DRAIN: Duration = Duration::from_secs(10);
+
+/// The data side of one running test, as the loops drive it. Every method
+/// is called from the loop's thread, never from the data path.
+pub trait Workload {
+    /// Reaps flows that ended and hands the intervals that ended by `now`
+    /// to `out` (a server session has none).
+    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>);
+    /// When `tick` has an interval to report next.
+    fn next_tick(&self) -> Option<Instant>;
+    /// Stops the senders; receivers keep reading what is in flight.
+    fn stop(&mut self, now: Instant);
+    /// Ends every flow now; `why` goes into the report's warnings.
+    fn abort(&mut self, why: &str);
+    /// Ends every flow now, receivers too, keeping what they counted as a
+    /// normal end (a stock iperf3 peer ends a test on the control
+    /// connection without closing its data connections first).
+    fn cut(&mut self, now: Instant) {
+        self.stop(now);
+        self.abort("cut at the end of the test");
+    }
+    /// Every flow has ended.
+    fn all_done(&self) -> bool;
+    /// A test without a planned duration reached its own end (a byte
+    /// limit: every sender sent its share).
+    fn limit_reached(&self) -> bool {
+        self.all_done()
+    }
+    /// After the stop: the peer may be told the test is over. A stream
+    /// says yes at once; rr once every transaction was answered, so both
+    /// ends count the same ones.
+    fn quiesced(&self) -> bool {
+        true
+    }
+    /// Waits for the threads and builds this side's report.
+    fn finish(self: Box<Self>) -> SideReport;
+}

@@ -1,0 +1,315 @@
+//! The client of xferlab's own control protocol, for every pattern: it
+//! connects the control channel, lets the pattern connect its flows once
+//! the server welcomed the test, runs the one client loop
+//! ([`crate::driver::client::drive`]) and builds the result.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicU32;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime};
+
+use xferlab_core::proto::wire::TOKEN_LEN;
+use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
+use xferlab_core::result::{FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
+use xferlab_core::run::{Policy, Role};
+use xferlab_core::spec::{Pattern, TestSpec};
+
+use crate::control::{ControlIo, Wake};
+use crate::driver::client::{drive, ClientRole, Cx};
+use crate::driver::{Workload, DRAIN};
+use crate::net::{self, sockopt};
+use crate::output::Reporter;
+use crate::sys::cpu::CpuTally;
+
+/// What to run against which server.
+#[derive(Clone)]
+pub struct ClientConfig {
+    pub spec: TestSpec,
+    /// The server as the user named it.
+    pub server: String,
+    pub addrs: Vec<SocketAddr>,
+    pub connect_timeout: Duration,
+    /// The server runs in this process (no server named).
+    pub embedded: bool,
+}
+
+/// A test that ran, completely or in part.
+pub struct Outcome {
+    pub result: TestResult,
+    /// Set when the test did not end normally; the result still holds what
+    /// was measured.
+    pub error: Option<String>,
+    pub interrupted: bool,
+}
+
+/// Ctrl-C presses seen so far (set from the signal handler).
+pub type Interrupts = AtomicU32;
+
+/// What a client pattern gets to set itself up.
+pub struct ClientEnv<'a> {
+    pub cfg: &'a ClientConfig,
+    /// The server's control address.
+    pub server: SocketAddr,
+    /// Our end of the control connection.
+    pub local_ip: IpAddr,
+    /// Wakes the loop (flow threads send `FlowDone`).
+    pub tx: &'a mpsc::Sender<Wake>,
+    /// The CPU accounting of this side's threads.
+    pub tally: &'a Arc<CpuTally>,
+}
+
+/// A pattern's client side on xferlab's control protocol.
+pub trait ClientPattern {
+    /// The server welcomed the test: connect the pattern's flows.
+    fn connect(&mut self, env: &ClientEnv<'_>, welcome: &Welcome) -> Result<(), String>;
+    /// The server started the test: start the workload and tell the
+    /// reporter. Returns the workload and the moment it started.
+    fn start(
+        &mut self,
+        env: &ClientEnv<'_>,
+        session: &str,
+        reporter: &mut dyn Reporter,
+    ) -> Result<(Box<dyn Workload>, Instant), String>;
+}
+
+/// The registered client patterns.
+fn pattern_for(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String> {
+    match env.cfg.spec.pattern {
+        Pattern::Stream => Ok(Box::new(crate::stream::client::StreamClient::default())),
+        Pattern::Rr => crate::rr::client::RrClient::new(env).map(|p| Box::new(p) as _),
+    }
+}
+
+struct XferlabClient<'a> {
+    ctl: ClientControl,
+    env: ClientEnv<'a>,
+    pattern: Box<dyn ClientPattern>,
+    session: String,
+    server_report: Option<Box<SideReport>>,
+}
+
+impl ClientRole for XferlabClient<'_> {
+    type Ctl = ClientControl;
+
+    fn ctl(&mut self) -> &mut ClientControl {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: ClientEvent, cx: &mut Cx<'_>) {
+        match ev {
+            ClientEvent::Welcome(w) => {
+                self.session = w.session.clone();
+                if let Err(e) = self.pattern.connect(&self.env, &w) {
+                    self.ctl.abort(ErrorCode::Aborted, &e);
+                    cx.fail(e);
+                }
+            }
+            ClientEvent::Started => {
+                match self.pattern.start(&self.env, &self.session, cx.reporter) {
+                    Ok((w, at)) => {
+                        let planned = self
+                            .env
+                            .cfg
+                            .spec
+                            .planned_seconds()
+                            .map(Duration::from_secs_f64);
+                        cx.started(w, at, planned);
+                    }
+                    Err(e) => {
+                        self.ctl.abort(ErrorCode::Internal, &e);
+                        cx.fail(e);
+                    }
+                }
+            }
+            ClientEvent::PeerResults(r) => self.server_report = Some(r),
+            ClientEvent::Failed(e) => cx.fail(e.to_string()),
+        }
+    }
+
+    fn end_peer(&mut self, now: Instant) {
+        self.ctl.stop(now);
+    }
+
+    fn abort_peer(&mut self, why: &str) {
+        self.ctl.abort(ErrorCode::Aborted, why);
+    }
+
+    fn peer_done(&self) -> bool {
+        self.server_report.is_some()
+    }
+}
+
+/// Runs one test of any pattern against an xferlab server. `Err` means
+/// nothing was measured (could not connect, the server refused); once
+/// flows have started, problems end up in [`Outcome::error`] next to the
+/// partial result.
+pub fn run(
+    cfg: &ClientConfig,
+    reporter: &mut dyn Reporter,
+    interrupts: &Interrupts,
+) -> Result<Outcome, String> {
+    if let Some(cc) = &cfg.spec.knobs.congestion {
+        sockopt::check_congestion(cc)?;
+    }
+    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
+    let server = stream.peer_addr().map_err(|e| e.to_string())?;
+    let local_ip = stream.local_addr().map_err(|e| e.to_string())?.ip();
+    let (tx, rx) = mpsc::channel();
+    let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
+    let tally = Arc::new(CpuTally::default());
+    let cpu_guard = tally.track();
+    let wall_start = SystemTime::now();
+    let env = ClientEnv {
+        cfg,
+        server,
+        local_ip,
+        tx: &tx,
+        tally: &tally,
+    };
+    let pattern = pattern_for(&env)?;
+    let mut role = XferlabClient {
+        ctl: ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone()),
+        env,
+        pattern,
+        session: String::new(),
+        server_report: None,
+    };
+    let policy = Policy {
+        role: Role::Client,
+        drain: DRAIN,
+        // Waits for the workload to say so (rr: every transaction
+        // answered); a stream says so at once.
+        quiesce: DRAIN,
+    };
+    let driven = drive(
+        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
+    );
+    let mut error = driven.error;
+    let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
+        return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
+    };
+    if error.is_some() {
+        workload.abort("the test ended early");
+    }
+    drop(cpu_guard);
+    let client = workload.finish();
+    let XferlabClient {
+        mut ctl,
+        session,
+        server_report,
+        ..
+    } = role;
+    if error.is_none() {
+        ctl.send_results(&client);
+        while let Some(bytes) = xferlab_core::outbox::Machine::poll_transmit(&mut ctl) {
+            if let Err(e) = io.send(&bytes) {
+                error = Some(format!("could not send results to the server: {e}"));
+                break;
+            }
+        }
+    }
+    drop(io);
+    let interrupted = driven.run.interrupted();
+    if interrupted && error.is_none() {
+        error = Some(format!(
+            "interrupted by the user after {:.1} s",
+            client.duration_s
+        ));
+    }
+    let server_report = server_report.map(|b| *b);
+    let result = assemble(
+        cfg,
+        session,
+        wall_start,
+        client,
+        server_report,
+        error.clone(),
+    );
+    Ok(Outcome {
+        result,
+        error,
+        interrupted,
+    })
+}
+
+pub(crate) fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
+    let bad = || format!("the server sent a malformed session id '{hex}'");
+    if hex.len() != 2 * TOKEN_LEN {
+        return Err(bad());
+    }
+    let mut t = [0u8; TOKEN_LEN];
+    for (i, b) in t.iter_mut().enumerate() {
+        *b = u8::from_str_radix(hex.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16)
+            .map_err(|_| bad())?;
+    }
+    Ok(t)
+}
+
+/// The result of a client's test, from both sides' reports.
+pub(crate) fn assemble(
+    cfg: &ClientConfig,
+    session: String,
+    wall_start: SystemTime,
+    client: SideReport,
+    server: Option<SideReport>,
+    error: Option<String>,
+) -> TestResult {
+    let summary = Summary::from_sides(&client, server.as_ref());
+    // An rr test's transaction flows count like stream flows. Failed and
+    // timed-out transactions are measurements, not a broken test.
+    let rr_completed = |s: &SideReport| {
+        s.rr.as_ref()
+            .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
+    };
+    let all_completed = client
+        .flows
+        .iter()
+        .chain(server.iter().flat_map(|s| s.flows.iter()))
+        .all(|f| f.end == FlowEnd::Completed)
+        && rr_completed(&client)
+        && server.as_ref().is_none_or(rr_completed);
+    let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
+        || client
+            .rr
+            .as_ref()
+            .is_some_and(|r| r.total.transactions_all > 0);
+    let status = if error.is_none() && server.is_some() && all_completed {
+        Status::Ok
+    } else if moved {
+        Status::Partial
+    } else {
+        Status::Failed
+    };
+    TestResult {
+        schema: SCHEMA.into(),
+        id: session,
+        started_at: humantime::format_rfc3339_millis(wall_start).to_string(),
+        software: crate::software(),
+        spec: cfg.spec.clone(),
+        server_address: cfg.server.clone(),
+        client,
+        server,
+        summary,
+        status,
+        errors: error.into_iter().collect(),
+        server_output: None,
+        lab: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_and_bad_ones_are_refused() {
+        let t = [0xab; TOKEN_LEN];
+        assert_eq!(
+            parse_token(&xferlab_core::proto::wire::token_hex(&t)),
+            Ok(t)
+        );
+        assert!(parse_token("zz").is_err());
+        assert!(parse_token(&"g".repeat(32)).is_err());
+        assert!(parse_token(&"é".repeat(16)).is_err());
+    }
+}

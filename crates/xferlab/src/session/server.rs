@@ -1,0 +1,336 @@
+//! The server's side of xferlab's control protocol, for every pattern:
+//! admission (limits, placement, congestion control), the session token
+//! and its registration, the welcome, then the one session loop
+//! ([`crate::driver::session::serve`]) with the test's pattern.
+
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
+use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use xferlab_core::result::SideReport;
+use xferlab_core::run::{Policy, Role};
+use xferlab_core::spec::{Pattern, TestSpec};
+
+use crate::control::{ControlIo, Wake};
+use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
+use crate::driver::{Workload, DRAIN};
+use crate::net::{self, sockopt};
+use crate::server::Shared;
+use crate::stream::FlowSocket;
+use crate::sys::cpu::CpuTally;
+
+/// What a pattern's server side gets to set itself up.
+pub struct SessionEnv<'a> {
+    pub shared: &'a Shared,
+    pub peer: SocketAddr,
+    /// The address the client reached us on (flow sockets bind to it).
+    pub local_ip: IpAddr,
+    pub tx: &'a mpsc::Sender<Wake>,
+    pub tally: &'a Arc<CpuTally>,
+    pub token: [u8; TOKEN_LEN],
+}
+
+/// What a pattern offers the client in the welcome.
+#[derive(Default)]
+pub struct Offer {
+    pub udp_ports: Vec<u16>,
+    pub rr_port: Option<u16>,
+    /// What the log says after "accepted".
+    pub describe: String,
+}
+
+/// A pattern's server side on xferlab's control protocol.
+pub trait SessionPattern {
+    /// The test was admitted: open the pattern's sockets. An error
+    /// refuses the test.
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String>;
+    /// A data connection or UDP socket presented this session's token.
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String>;
+    /// Every flow is here.
+    fn ready(&self) -> bool;
+    /// Starts the workload; returns it and when it started.
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String>;
+    /// One line of what this side did, for the log.
+    fn outcome_line(&self, ours: Option<&SideReport>) -> String;
+}
+
+/// The registered server patterns.
+fn pattern_for(spec: &TestSpec) -> Box<dyn SessionPattern> {
+    match spec.pattern {
+        Pattern::Stream => Box::new(crate::stream::session::StreamSession::new(spec.clone())),
+        Pattern::Rr => Box::new(crate::rr::session::RrSession::new(spec.clone())),
+    }
+}
+
+/// Removes the session's token and its count when the session ends,
+/// whichever way it ends.
+struct Registration<'a> {
+    shared: &'a Shared,
+    token: Option<[u8; TOKEN_LEN]>,
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.token {
+            self.shared
+                .registry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&t);
+        }
+        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct XferlabSession<'a> {
+    ctl: ServerControl,
+    shared: &'a Shared,
+    peer: SocketAddr,
+    local_ip: IpAddr,
+    tx: &'a mpsc::Sender<Wake>,
+    tally: &'a Arc<CpuTally>,
+    reg: Registration<'a>,
+    pattern: Option<Box<dyn SessionPattern>>,
+    label: String,
+    /// The admitted test's planned length.
+    planned: Option<Duration>,
+    report: Option<SideReport>,
+    finished: bool,
+}
+
+impl XferlabSession<'_> {
+    fn env(&self, token: [u8; TOKEN_LEN]) -> SessionEnv<'_> {
+        SessionEnv {
+            shared: self.shared,
+            peer: self.peer,
+            local_ip: self.local_ip,
+            tx: self.tx,
+            tally: self.tally,
+            token,
+        }
+    }
+
+    fn refuse(&mut self, code: ErrorCode, why: String, cx: &mut SessionCx<'_>) {
+        self.ctl.reject(code, &why);
+        self.shared
+            .log(format_args!("{}: refused: {why}", self.peer));
+        cx.fail(why);
+    }
+
+    /// Admits the test, opens its pattern, registers the token and
+    /// welcomes the client.
+    fn accept(&mut self, mut spec: TestSpec, cx: &mut SessionCx<'_>) {
+        if let Err(why) = admit(self.shared, &mut spec) {
+            return self.refuse(ErrorCode::InvalidSpec, why, cx);
+        }
+        let token = match new_token() {
+            Ok(t) => t,
+            Err(why) => return self.refuse(ErrorCode::Internal, why, cx),
+        };
+        let mut pattern = pattern_for(&spec);
+        let offer = match pattern.open(&self.env(token)) {
+            Ok(o) => o,
+            Err(why) => {
+                return self.refuse(ErrorCode::Internal, format!("on the server: {why}"), cx)
+            }
+        };
+        self.shared
+            .registry
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, self.tx.clone());
+        self.reg.token = Some(token);
+        self.ctl.accept(
+            Instant::now(),
+            Welcome {
+                session: token_hex(&token),
+                software: crate::software(),
+                host: crate::sys::host::host_info(),
+                max_duration_s: self.shared.cfg.max_duration.as_secs_f64(),
+                udp_ports: offer.udp_ports,
+                rr_port: offer.rr_port,
+            },
+        );
+        self.label = token_hex(&token)[..8].to_string();
+        self.shared.log(format_args!(
+            "{} {}: accepted {}{}",
+            self.label,
+            self.peer,
+            offer.describe,
+            placement(&spec)
+        ));
+        self.planned = spec.planned_seconds().map(Duration::from_secs_f64);
+        self.pattern = Some(pattern);
+    }
+}
+
+impl SessionRole for XferlabSession<'_> {
+    type Ctl = ServerControl;
+
+    fn ctl(&mut self) -> &mut ServerControl {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: ServerEvent, cx: &mut SessionCx<'_>) {
+        match ev {
+            ServerEvent::TestRequested(spec) => self.accept(*spec, cx),
+            ServerEvent::StopRequested => {
+                if cx.run.started() {
+                    cx.run.peer_stopped(cx.now);
+                } else {
+                    // Stopped before all flows arrived: nothing to run.
+                    self.ctl
+                        .reject(ErrorCode::Aborted, "stopped before the test started");
+                }
+            }
+            ServerEvent::PeerResults(_) => {
+                let line = self.pattern.as_ref().map_or_else(
+                    || "no local report".into(),
+                    |p| p.outcome_line(self.report.as_ref()),
+                );
+                self.shared
+                    .log(format_args!("{} {}: done: {line}", self.label, self.peer));
+                self.finished = true;
+            }
+            ServerEvent::Failed(e) => {
+                cx.fail(e.to_string());
+                self.finished = true;
+            }
+        }
+    }
+
+    fn on_attach(&mut self, flow: u32, socket: FlowSocket, _cx: &mut SessionCx<'_>) {
+        let Some(p) = self.pattern.as_mut() else {
+            return;
+        };
+        if let Err(why) = p.attach(flow, socket) {
+            self.shared
+                .log(format_args!("{} {}: {why}", self.label, self.peer));
+        }
+    }
+
+    fn step(&mut self, cx: &mut SessionCx<'_>) {
+        let (Some(token), false) = (self.reg.token, cx.run.started() || self.finished) else {
+            return;
+        };
+        if !self.pattern.as_ref().is_some_and(|p| p.ready()) {
+            return;
+        }
+        let mut pattern = self.pattern.take().expect("checked");
+        let started = pattern.start(&self.env(token));
+        match started {
+            Ok((w, at)) => {
+                let planned = self.planned;
+                self.ctl.flows_attached(at, planned);
+                cx.started(w, at, planned);
+            }
+            Err(e) => {
+                self.ctl.reject(ErrorCode::Internal, &e);
+                cx.fail(e);
+            }
+        }
+        self.pattern = Some(pattern);
+    }
+
+    fn report(&mut self, now: Instant, report: SideReport) {
+        self.ctl.send_results(now, &report);
+        self.report = Some(report);
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+}
+
+/// Serves one control connection until its test is over.
+pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Shared) {
+    stream.set_read_timeout(None).ok();
+    stream.set_nodelay(true).ok();
+    // UDP flow sockets bind to the address the client reached us on.
+    let local_ip = stream
+        .local_addr()
+        .map_or(IpAddr::from([0u8, 0, 0, 0]), |a| net::canonical(a).ip());
+    net::keepalive(&stream);
+    let policy = ServerPolicy {
+        max_duration: shared.cfg.max_duration,
+    };
+    let (tx, rx) = mpsc::channel();
+    let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
+        return;
+    };
+    let mut ctl = ServerControl::new(Instant::now(), peer_version, policy);
+    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
+    let reg = Registration {
+        shared,
+        token: None,
+    };
+    if running >= shared.cfg.max_sessions {
+        ctl.reject(
+            ErrorCode::Busy,
+            &format!(
+                "server busy: {running} tests running (its --max-sessions limit); try again later"
+            ),
+        );
+    }
+    let tally = Arc::new(CpuTally::default());
+    let cpu_guard = tally.track();
+    let mut role = XferlabSession {
+        ctl,
+        shared,
+        peer,
+        local_ip,
+        tx: &tx,
+        tally: &tally,
+        reg,
+        pattern: None,
+        label: String::from("--------"),
+        planned: None,
+        report: None,
+        finished: false,
+    };
+    let run = Policy {
+        role: Role::Server,
+        drain: DRAIN,
+        quiesce: Duration::ZERO,
+    };
+    let failure = serve_loop(
+        &mut role,
+        &mut io,
+        &rx,
+        run,
+        "no end of stream within 10 s after the client stopped: flows cut",
+    );
+    drop(cpu_guard);
+    if let Some(why) = failure {
+        shared.log(format_args!("{} {peer}: ended: {why}", role.label));
+    }
+}
+
+/// What only the server can check of a test, for every pattern: where
+/// its data threads may run (the spec gets the server's CPU) and whether
+/// its congestion control exists here.
+fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
+    shared.place(spec)?;
+    if let Some(cc) = &spec.knobs.congestion {
+        sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
+    }
+    Ok(())
+}
+
+/// A fresh random session token.
+fn new_token() -> Result<[u8; TOKEN_LEN], String> {
+    let mut token = [0u8; TOKEN_LEN];
+    getrandom::fill(&mut token).map_err(|e| format!("no randomness for a session token: {e}"))?;
+    Ok(token)
+}
+
+/// ", data threads on CPU N" when this server pins them (`-A`), for its
+/// log lines.
+pub(crate) fn placement(s: &TestSpec) -> String {
+    s.affinity
+        .server
+        .map_or(String::new(), |c| format!(", data threads on CPU {c}"))
+}
