@@ -88,6 +88,7 @@ pub fn drive<R: ClientRole>(
     let mut run = TestRun::new(policy);
     let mut workload: Option<Box<dyn Workload>> = None;
     let mut error: Option<String> = None;
+    let mut finished = false;
     'run: loop {
         let now = Instant::now();
         role.ctl().handle_timeout(now);
@@ -129,7 +130,9 @@ pub fn drive<R: ClientRole>(
                         .for_each(|w| w.abort("aborted by the user"));
                     role.abort_peer(why.peer_message());
                 }
-                Action::Finish => break 'run,
+                // What the machine queued last (iperf3's IPERF_DONE) still
+                // goes out.
+                Action::Finish => finished = true,
                 // Only a server session reports on its own.
                 Action::Report => {}
             }
@@ -140,7 +143,7 @@ pub fn drive<R: ClientRole>(
                 break 'run;
             }
         }
-        if error.is_some() || role.ctl().is_closed() {
+        if finished || error.is_some() || role.ctl().is_closed() {
             break 'run;
         }
         let wait = [
