@@ -13,10 +13,12 @@
 //! 1. The spec and the report in the core (`xferlab_core::spec`, `result`).
 //! 2. A [`Workload`] in the binary: the threads that move the data, with
 //!    their per-interval output and their report.
-//! 3. A [`client::ClientPattern`] (connect the pattern's flows once the
-//!    server welcomed the test, then start the workload) and a
-//!    [`session::SessionPattern`] (the server's sockets, attachments and
-//!    workload), registered in [`crate::patterns`].
+//! 3. A [`ClientPattern`](crate::session::client::ClientPattern) (connect
+//!    the pattern's flows once the server welcomed the test, then start
+//!    the workload) and a
+//!    [`SessionPattern`](crate::session::server::SessionPattern) (the
+//!    server's sockets, attachments and workload), each registered by one
+//!    line in its `pattern_for`.
 //!
 //! The loops, Ctrl-C, the drain and the results exchange come for free.
 
@@ -65,6 +67,10 @@ pub trait Workload {
     fn quiesced(&self) -> bool {
         true
     }
+    /// The peer's count of what it sent per flow (flow id, bytes), when
+    /// its results arrive before ours go out (an iperf3 client's do):
+    /// receivers may end once they have it.
+    fn peer_sent(&mut self, _sent: &[(u32, u64)]) {}
     /// Waits for the threads and builds this side's report.
     fn finish(self: Box<Self>) -> SideReport;
 }

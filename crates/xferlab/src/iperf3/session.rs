@@ -1,6 +1,6 @@
-//! The server's side of one test for a stock iperf3 client: a thin event
-//! loop around the sans-IO [`Iperf3Server`], running the test with the
-//! stream pattern's flows.
+//! The server's side of one test for a stock iperf3 client: iperf3's
+//! control protocol (the sans-IO [`Iperf3Server`]) as a session role on
+//! the one session loop, running the test with the stream pattern's flows.
 //!
 //! TCP streams reach the session through the server's front door (they
 //! open with this session's cookie). UDP streams open with a 4-byte
@@ -22,14 +22,17 @@ use xferlab_core::iperf3::{
     i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
     WATCHDOG_GRACE,
 };
-use xferlab_core::outbox::Machine;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport};
+use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::{FlowPlan, Knobs, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 
 use super::RESULTS_DRAIN;
 use crate::control::{ControlIo, Wake};
+use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
+use crate::driver::Workload;
 use crate::net::{self, sockopt};
+use crate::output::Reporter;
 use crate::server::Shared;
 use crate::session::server::placement;
 use crate::stream::datagram::DatagramWire;
@@ -98,174 +101,228 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
         return;
     };
-    let label = String::from_utf8_lossy(&cookie[..8]).into_owned();
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
-    let mut ctl = Iperf3Server::new(Instant::now(), &cookie);
-    let mut test: Option<Accepted> = None;
-    let mut connected: Vec<ConnectedFlow> = Vec::new();
-    let mut side: Option<Side> = None;
-    let mut stopped_at: Option<Instant> = None;
-    let mut cut_at: Option<Instant> = None;
-    let mut peer_sent: Option<Vec<(u32, u64)>> = None;
-    let mut report: Option<SideReport> = None;
-    let mut failure: Option<String> = None;
-
-    loop {
-        let now = Instant::now();
-        ctl.handle_timeout(now);
-        let mut finished = false;
-        while let Some(ev) = ctl.poll_event() {
-            match ev {
-                ServerEvent::ParamsReceived(p) => match accept(&p, shared, local, &tx) {
-                    Ok(a) => {
-                        shared.log(format_args!(
-                            "{label} {peer}: iperf3 {} client: accepted {}{}",
-                            p.client_version.as_deref().unwrap_or("(unknown)"),
-                            describe(&a.spec),
-                            placement(&a.spec)
-                        ));
-                        let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
-                        ctl.accept(Instant::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
-                        test = Some(a);
-                    }
-                    Err((code, why)) => {
-                        shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
-                        ctl.refuse(code);
-                        failure = Some(why);
-                    }
-                },
-                ServerEvent::Running => {
-                    let Some(t) = test.as_ref() else { continue };
-                    let notify = crate::control::flow_done_notifier(&tx);
-                    let mut s = Side::prepare(
-                        Endpoint::Server,
-                        shared.cfg.embedded,
-                        &t.spec,
-                        std::mem::take(&mut connected),
-                        tally.clone(),
-                        notify,
-                    );
-                    s.set_datagram_wire(t.wire);
-                    match s.start() {
-                        Ok(()) => side = Some(s),
-                        Err(e) => {
-                            shared.log(format_args!("{label} {peer}: {e}"));
-                            ctl.refuse(i_errno::IEINITTEST);
-                            failure = Some(e);
-                        }
-                    }
-                }
-                ServerEvent::Stop => {
-                    // TEST_END: senders stop now. Receivers go on until
-                    // they have what the client says it sent (its results
-                    // come next), so both ends' totals agree; a stock
-                    // iperf3 server would stop counting here.
-                    stopped_at = Some(now);
-                    if let Some(s) = side.as_mut() {
-                        s.stop(now);
-                    }
-                }
-                ServerEvent::PeerResults(r) => {
-                    peer_sent = Some(
-                        r.streams
-                            .iter()
-                            .filter_map(|s| Some((stream_index(s.id)? as u32, s.bytes)))
-                            .collect(),
-                    );
-                }
-                ServerEvent::Done => {
-                    shared.log(format_args!(
-                        "{label} {peer}: done: {}",
-                        outcome_line(report.as_ref())
-                    ));
-                    finished = true;
-                }
-                ServerEvent::Aborted => {
-                    failure.get_or_insert_with(|| "the iperf3 client was interrupted".into());
-                    finished = true;
-                }
-                ServerEvent::Failed(e) => {
-                    failure.get_or_insert(e.to_string());
-                    finished = true;
-                }
-            }
-        }
-        if let Some(s) = side.as_mut().filter(|_| !finished) {
-            s.reap();
-            s.tick(now);
-            if let Some(t) = stopped_at {
-                // UDP receivers also end by themselves once the stream
-                // has been quiet for a moment after the stop.
-                let caught_up = peer_sent.as_ref().is_some_and(|p| s.receivers_caught_up(p));
-                if cut_at.is_none() && (caught_up || now >= t + RESULTS_DRAIN) {
-                    s.cut(now);
-                    cut_at = Some(now);
-                }
-                if cut_at.is_some_and(|c| now >= c + RESULTS_DRAIN) && !s.all_done() {
-                    s.abort("flows did not stop within 2 s of TEST_END: cut");
-                }
-                if s.all_done() {
-                    let r = side.take().expect("checked").finish();
-                    if let Some(t) = test.as_ref() {
-                        let mut results = results_from_side(&r, t.spec.transport);
-                        if t.get_server_output {
-                            results.server_output_text = Some(server_output(&t.spec, &r, peer));
-                        }
-                        ctl.send_results(Instant::now(), &results);
-                    }
-                    report = Some(r);
-                }
-            }
-        }
-        let mut lost = false;
-        while let Some(bytes) = ctl.poll_transmit() {
-            if io.send(&bytes).is_err() {
-                failure.get_or_insert_with(|| "control connection lost".into());
-                lost = true;
-                break;
-            }
-        }
-        if lost || finished || ctl.is_closed() {
-            break;
-        }
-        let wait = side
-            .as_ref()
-            .and_then(Side::next_tick)
-            .into_iter()
-            .chain(ctl.poll_timeout())
-            .chain(stopped_at.map(|t| t + RESULTS_DRAIN))
-            .chain(cut_at.map(|t| t + RESULTS_DRAIN))
-            // Waiting for receivers to catch up: look again soon.
-            .chain(
-                stopped_at
-                    .filter(|_| cut_at.is_none())
-                    .map(|_| now + CATCH_UP_POLL),
-            )
-            .min()
-            .map_or(Duration::from_secs(1), |t| {
-                t.saturating_duration_since(Instant::now())
-            });
-        match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => ctl.handle_input(Instant::now(), &b),
-            Ok(Wake::ControlClosed) => ctl.handle_eof(),
-            Ok(Wake::FlowDone) => {}
-            Ok(Wake::Attach(_, socket)) => {
-                let Some(t) = test.as_ref() else { continue };
-                if let Err(why) = attach(&mut ctl, &mut connected, t, socket) {
-                    shared.log(format_args!("{label} {peer}: {why}"));
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => unreachable!("the loop holds a sender"),
-        }
-    }
+    let mut role = Iperf3Session {
+        ctl: Iperf3Server::new(Instant::now(), &cookie),
+        shared,
+        peer,
+        local,
+        tx: &tx,
+        tally: &tally,
+        label: String::from_utf8_lossy(&cookie[..8]).into_owned(),
+        test: None,
+        connected: Vec::new(),
+        report: None,
+        finished: false,
+    };
+    // TEST_END stops the senders; the receivers are cut once they have
+    // what the client sent (or after RESULTS_DRAIN), and flows still
+    // running RESULTS_DRAIN later are aborted.
+    let policy = Policy {
+        role: Role::Server,
+        drain: 2 * RESULTS_DRAIN,
+        quiesce: Duration::ZERO,
+    };
+    let failure = serve_loop(
+        &mut role,
+        &mut io,
+        &rx,
+        policy,
+        "flows did not stop within 2 s of TEST_END: cut",
+    );
     drop(cpu_guard);
-    if let Some(mut s) = side.take() {
-        s.abort(failure.as_deref().unwrap_or("session ended"));
-    }
     if let Some(why) = failure {
-        shared.log(format_args!("{label} {peer}: ended: {why}"));
+        shared.log(format_args!("{} {peer}: ended: {why}", role.label));
+    }
+}
+
+/// The server's side of iperf3's control protocol.
+struct Iperf3Session<'a> {
+    ctl: Iperf3Server,
+    shared: &'a Arc<Shared>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    tx: &'a mpsc::Sender<Wake>,
+    tally: &'a Arc<CpuTally>,
+    label: String,
+    test: Option<Accepted>,
+    /// The streams as they attach, in stream order.
+    connected: Vec<ConnectedFlow>,
+    report: Option<SideReport>,
+    finished: bool,
+}
+
+impl SessionRole for Iperf3Session<'_> {
+    type Ctl = Iperf3Server;
+
+    fn ctl(&mut self) -> &mut Iperf3Server {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: ServerEvent, cx: &mut SessionCx<'_>) {
+        let (label, peer, shared) = (&self.label, self.peer, self.shared);
+        match ev {
+            ServerEvent::ParamsReceived(p) => match accept(&p, shared, self.local, self.tx) {
+                Ok(a) => {
+                    shared.log(format_args!(
+                        "{label} {peer}: iperf3 {} client: accepted {}{}",
+                        p.client_version.as_deref().unwrap_or("(unknown)"),
+                        describe(&a.spec),
+                        placement(&a.spec)
+                    ));
+                    let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
+                    self.ctl
+                        .accept(Instant::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
+                    self.test = Some(a);
+                }
+                Err((code, why)) => {
+                    shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
+                    self.ctl.refuse(code);
+                    cx.fail(why);
+                }
+            },
+            ServerEvent::Running => {
+                let Some(t) = self.test.as_ref() else { return };
+                let mut s = Side::prepare(
+                    Endpoint::Server,
+                    shared.cfg.embedded,
+                    &t.spec,
+                    std::mem::take(&mut self.connected),
+                    self.tally.clone(),
+                    crate::control::flow_done_notifier(self.tx),
+                );
+                s.set_datagram_wire(t.wire);
+                match s.start() {
+                    Ok(()) => {
+                        let at = s.started_at();
+                        let streams = Receivers {
+                            side: s,
+                            stopped_at: None,
+                            cut: false,
+                            peer_sent: None,
+                        };
+                        cx.started(Box::new(streams), at, None);
+                    }
+                    Err(e) => {
+                        shared.log(format_args!("{label} {peer}: {e}"));
+                        self.ctl.refuse(i_errno::IEINITTEST);
+                        cx.fail(e);
+                    }
+                }
+            }
+            // TEST_END: senders stop now. Receivers go on until they have
+            // what the client says it sent (its results come next), so
+            // both ends' totals agree; a stock iperf3 server would stop
+            // counting here.
+            ServerEvent::Stop => cx.run.peer_stopped(cx.now),
+            ServerEvent::PeerResults(r) => {
+                let sent: Vec<(u32, u64)> = r
+                    .streams
+                    .iter()
+                    .filter_map(|s| Some((stream_index(s.id)? as u32, s.bytes)))
+                    .collect();
+                if let Some(w) = cx.workload.as_mut() {
+                    w.peer_sent(&sent);
+                }
+            }
+            ServerEvent::Done => {
+                shared.log(format_args!(
+                    "{label} {peer}: done: {}",
+                    outcome_line(self.report.as_ref())
+                ));
+                self.finished = true;
+            }
+            ServerEvent::Aborted => {
+                cx.fail("the iperf3 client was interrupted".into());
+                self.finished = true;
+            }
+            ServerEvent::Failed(e) => {
+                cx.fail(e.to_string());
+                self.finished = true;
+            }
+        }
+    }
+
+    fn on_attach(&mut self, _flow: u32, socket: FlowSocket, _cx: &mut SessionCx<'_>) {
+        let Some(t) = self.test.as_ref() else { return };
+        if let Err(why) = attach(&mut self.ctl, &mut self.connected, t, socket) {
+            self.shared
+                .log(format_args!("{} {}: {why}", self.label, self.peer));
+        }
+    }
+
+    fn report(&mut self, now: Instant, r: SideReport) {
+        if let Some(t) = self.test.as_ref() {
+            let mut results = results_from_side(&r, t.spec.transport);
+            if t.get_server_output {
+                results.server_output_text = Some(server_output(&t.spec, &r, self.peer));
+            }
+            self.ctl.send_results(now, &results);
+        }
+        self.report = Some(r);
+    }
+
+    fn finished(&self) -> bool {
+        self.finished
+    }
+}
+
+/// The session's streams after TEST_END: receivers are cut (keeping
+/// what they counted) once they have what the client sent, or after
+/// RESULTS_DRAIN. UDP receivers also end by themselves once the stream
+/// has been quiet for a moment after the stop.
+struct Receivers {
+    side: Side,
+    stopped_at: Option<Instant>,
+    cut: bool,
+    peer_sent: Option<Vec<(u32, u64)>>,
+}
+
+impl Workload for Receivers {
+    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+        Workload::tick(&mut self.side, now, out);
+        let Some(t) = self.stopped_at.filter(|_| !self.cut) else {
+            return;
+        };
+        let caught_up = self
+            .peer_sent
+            .as_ref()
+            .is_some_and(|p| self.side.receivers_caught_up(p));
+        if caught_up || now >= t + RESULTS_DRAIN {
+            self.side.cut(now);
+            self.cut = true;
+        }
+    }
+
+    /// While waiting for receivers to catch up: look again soon.
+    fn next_tick(&self) -> Option<Instant> {
+        let catch_up = self
+            .stopped_at
+            .filter(|_| !self.cut)
+            .map(|_| Instant::now() + CATCH_UP_POLL);
+        self.side.next_tick().into_iter().chain(catch_up).min()
+    }
+
+    fn stop(&mut self, now: Instant) {
+        self.side.stop(now);
+        self.stopped_at.get_or_insert(now);
+    }
+
+    fn abort(&mut self, why: &str) {
+        self.side.abort(why);
+    }
+
+    fn all_done(&self) -> bool {
+        self.side.all_done()
+    }
+
+    fn peer_sent(&mut self, sent: &[(u32, u64)]) {
+        self.peer_sent = Some(sent.to_vec());
+    }
+
+    fn finish(self: Box<Self>) -> SideReport {
+        self.side.finish()
     }
 }
 
