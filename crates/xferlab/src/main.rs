@@ -8,6 +8,7 @@ mod iperf3;
 mod lab;
 mod net;
 mod output;
+mod patterns;
 mod rr;
 mod series;
 mod server;
@@ -266,7 +267,7 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     let ran = if a.iperf3_mode() {
         iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
     } else {
-        client::run(&cfg, reporter.as_mut(), &INTERRUPTS)
+        client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS)
     };
     match ran {
         Ok(outcome) => {
@@ -306,7 +307,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
     install_interrupt_handler();
     let cfg = client_config(&a.stream, spec, &t);
     let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
-    match client::run(&cfg, reporter.as_mut(), &INTERRUPTS) {
+    match client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
                 return fail(&format!("cannot write the result: {e}"), 1);

@@ -22,8 +22,9 @@ use xferlab_core::result::{Status, TestResult};
 use xferlab_core::spec::TestSpec;
 use xferlab_core::units::RateUnit;
 
+use crate::driver::Interrupts;
 use crate::output::{LiveFlow, Reporter, StartInfo};
-use crate::session::client::{self, ClientConfig, Interrupts};
+use crate::session::client::{self, ClientConfig};
 
 /// What one test of a series measured, both directions summed.
 #[derive(Debug, Clone, Serialize)]
@@ -125,7 +126,7 @@ fn run_point(
         spec,
         ..base.clone()
     };
-    let outcome = client::run(&cfg, &mut Quiet, interrupts)?;
+    let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)?;
     let mut p = Point::from_result(&cfg.spec, &outcome.result, spacing_us);
     if p.error.is_none() {
         p.error = outcome.error;

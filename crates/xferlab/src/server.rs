@@ -332,7 +332,7 @@ fn classify(
             version,
         }) => {
             drop(pending);
-            session::server::serve(stream, peer, version, shared);
+            session::server::serve(stream, peer, version, shared, crate::patterns::session);
             shared.finished.fetch_add(1, Ordering::Relaxed);
         }
         Ok(Preamble {

@@ -11,10 +11,9 @@ use std::time::{Duration, Instant};
 use xferlab_core::outbox::Machine;
 use xferlab_core::run::{Action, Policy, Progress, TestRun};
 
-use super::Workload;
+use super::{Interrupts, Workload};
 use crate::control::{ControlIo, Wake};
 use crate::output::Reporter;
-use crate::session::client::Interrupts;
 
 /// How often the loop looks at the Ctrl-C counter while idle.
 const INTERRUPT_POLL: Duration = Duration::from_millis(100);

@@ -18,18 +18,22 @@
 //!    the workload) and a
 //!    [`SessionPattern`](crate::session::server::SessionPattern) (the
 //!    server's sockets, attachments and workload), each registered by one
-//!    line in its `pattern_for`.
+//!    line in [`crate::patterns`].
 //!
 //! The loops, Ctrl-C, the drain and the results exchange come for free.
 
 pub mod client;
 pub mod session;
 
+use std::sync::atomic::AtomicU32;
 use std::time::{Duration, Instant};
 
 use xferlab_core::result::SideReport;
 
 use crate::output::Reporter;
+
+/// Ctrl-C presses seen so far (set from the signal handler).
+pub type Interrupts = AtomicU32;
 
 /// How long the flows of a stopped test may take to end by themselves
 /// (receivers read what is still in flight) before they are cut.

@@ -249,7 +249,7 @@ impl Reporter for HumanReporter {
     }
 
     fn rr_interval(&mut self, sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
-        writeln!(self.out, "{}", crate::rr::output::interval_line(sum))?;
+        writeln!(self.out, "{}", super::rr::interval_line(sum))?;
         self.out.flush()
     }
 
@@ -270,7 +270,7 @@ impl Reporter for HumanReporter {
             writeln!(self.out)?;
         }
         self.write_directions(r)?;
-        write!(self.out, "{}", crate::rr::output::summary(r))?;
+        write!(self.out, "{}", super::rr::summary(r))?;
         self.write_cpu(r)?;
         // An in-process server reads the same host counters as the client:
         // show them once.
@@ -700,7 +700,7 @@ fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
 fn describe_test(spec: &TestSpec) -> String {
     let text = match spec.pattern {
         Pattern::Stream => describe_stream(spec),
-        Pattern::Rr => crate::rr::output::describe(spec),
+        Pattern::Rr => super::rr::describe(spec),
     };
     format!("{text}{}", describe_affinity(&spec.affinity))
 }

@@ -5,6 +5,7 @@ mod csv;
 mod human;
 mod iperf3_json;
 mod json;
+mod rr;
 
 use std::io;
 

@@ -7,7 +7,7 @@
 pub mod client;
 mod client_flow;
 mod counters;
-pub mod output;
+
 mod poller;
 mod server_engine;
 pub mod session;

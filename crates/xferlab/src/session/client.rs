@@ -4,7 +4,6 @@
 //! ([`crate::driver::client::drive`]) and builds the result.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::AtomicU32;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -12,10 +11,11 @@ use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
 use xferlab_core::result::{FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
 use xferlab_core::run::{Policy, Role};
-use xferlab_core::spec::{Pattern, TestSpec};
+use xferlab_core::spec::TestSpec;
 
 use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, ClientRole, Cx};
+use crate::driver::Interrupts;
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
@@ -41,9 +41,6 @@ pub struct Outcome {
     pub error: Option<String>,
     pub interrupted: bool,
 }
-
-/// Ctrl-C presses seen so far (set from the signal handler).
-pub type Interrupts = AtomicU32;
 
 /// What a client pattern gets to set itself up.
 pub struct ClientEnv<'a> {
@@ -72,13 +69,9 @@ pub trait ClientPattern {
     ) -> Result<(Box<dyn Workload>, Instant), String>;
 }
 
-/// The registered client patterns.
-fn pattern_for(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String> {
-    match env.cfg.spec.pattern {
-        Pattern::Stream => Ok(Box::new(crate::stream::client::StreamClient::default())),
-        Pattern::Rr => crate::rr::client::RrClient::new(env).map(|p| Box::new(p) as _),
-    }
-}
+/// Makes the client side of the pattern a test asks for (the
+/// registrations are in [`crate::patterns`]).
+pub type ClientPatterns = fn(&ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String>;
 
 struct XferlabClient<'a> {
     ctl: ClientControl,
@@ -145,6 +138,7 @@ impl ClientRole for XferlabClient<'_> {
 /// partial result.
 pub fn run(
     cfg: &ClientConfig,
+    patterns: ClientPatterns,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
 ) -> Result<Outcome, String> {
@@ -166,7 +160,7 @@ pub fn run(
         tx: &tx,
         tally: &tally,
     };
-    let pattern = pattern_for(&env)?;
+    let pattern = patterns(&env)?;
     let mut role = XferlabClient {
         ctl: ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone()),
         env,

@@ -12,7 +12,7 @@ use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
 use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
 use xferlab_core::result::SideReport;
 use xferlab_core::run::{Policy, Role};
-use xferlab_core::spec::{Pattern, TestSpec};
+use xferlab_core::spec::TestSpec;
 
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
@@ -57,13 +57,9 @@ pub trait SessionPattern {
     fn outcome_line(&self, ours: Option<&SideReport>) -> String;
 }
 
-/// The registered server patterns.
-fn pattern_for(spec: &TestSpec) -> Box<dyn SessionPattern> {
-    match spec.pattern {
-        Pattern::Stream => Box::new(crate::stream::session::StreamSession::new(spec.clone())),
-        Pattern::Rr => Box::new(crate::rr::session::RrSession::new(spec.clone())),
-    }
-}
+/// Makes the server side of the pattern a test asks for (the
+/// registrations are in [`crate::patterns`]).
+pub type SessionPatterns = fn(&TestSpec) -> Box<dyn SessionPattern>;
 
 /// Removes the session's token and its count when the session ends,
 /// whichever way it ends.
@@ -93,6 +89,7 @@ struct XferlabSession<'a> {
     tx: &'a mpsc::Sender<Wake>,
     tally: &'a Arc<CpuTally>,
     reg: Registration<'a>,
+    patterns: SessionPatterns,
     pattern: Option<Box<dyn SessionPattern>>,
     label: String,
     /// The admitted test's planned length.
@@ -130,7 +127,7 @@ impl XferlabSession<'_> {
             Ok(t) => t,
             Err(why) => return self.refuse(ErrorCode::Internal, why, cx),
         };
-        let mut pattern = pattern_for(&spec);
+        let mut pattern = (self.patterns)(&spec);
         let offer = match pattern.open(&self.env(token)) {
             Ok(o) => o,
             Err(why) => {
@@ -246,7 +243,13 @@ impl SessionRole for XferlabSession<'_> {
 }
 
 /// Serves one control connection until its test is over.
-pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Shared) {
+pub fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    peer_version: u16,
+    shared: &Shared,
+    patterns: SessionPatterns,
+) {
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(true).ok();
     // UDP flow sockets bind to the address the client reached us on.
@@ -285,6 +288,7 @@ pub fn serve(stream: TcpStream, peer: SocketAddr, peer_version: u16, shared: &Sh
         tx: &tx,
         tally: &tally,
         reg,
+        patterns,
         pattern: None,
         label: String::from("--------"),
         planned: None,
