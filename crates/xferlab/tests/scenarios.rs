@@ -1,8 +1,9 @@
 //! The committed scenarios (scenarios/*.toml), each run at its quick scale
 //! exactly as a user would: `xferlab run scenarios/NAME.toml --quick`.
 //! Every run must be stored (ok, or invalid when a lab emulator fell
-//! behind its accuracy target), most of them ok, and the report must hold at least a table
-//! per `[[report.table]]` and a rendered picture per `[[report.plot]]`.
+//! behind its accuracy target), most of them ok, and the report must hold
+//! at least a table per `[[report.table]]` and a rendered picture per
+//! `[[report.plot]]`.
 //! The lab scenario needs root (CI runs as root); the USB scenario boots
 //! the lab VM once (`XFERLAB_LABVM=skip` skips it, saying so).
 
