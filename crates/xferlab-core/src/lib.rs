@@ -7,11 +7,14 @@ pub mod datagram;
 pub mod experiment;
 pub mod interval;
 pub mod iperf3;
+pub mod latency;
 pub mod link;
 mod outbox;
 pub mod proto;
 pub mod result;
 pub mod rr;
+#[cfg(any(test, feature = "sample"))]
+pub mod sample;
 pub mod spec;
 pub mod units;
 pub mod usb;
