@@ -1,4 +1,4 @@
-//! `xferlab`: a transport-performance lab (see README.md and DESIGN.md).
+//! `xferlab`: a transport-performance lab (see README.md and docs/design.md).
 
 mod cli;
 mod control;
