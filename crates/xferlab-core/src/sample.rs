@@ -303,6 +303,14 @@ fn side(
     }
 }
 
+fn software() -> Software {
+    Software {
+        name: "xferlab".into(),
+        version: "0.1.0".into(),
+        protocol: 1,
+    }
+}
+
 /// The complete result of `spec`, both sides reporting.
 fn result(
     spec: TestSpec,
@@ -316,11 +324,7 @@ fn result(
         schema: SCHEMA.to_string(),
         id: "7f3a9c2e41d05b68".into(),
         started_at: "2024-05-01T12:00:00Z".into(),
-        software: Software {
-            name: "xferlab".into(),
-            version: "0.1.0".into(),
-            protocol: 1,
-        },
+        software: software(),
         spec,
         server_address: SERVER.into(),
         summary: Summary::from_sides(&client, Some(&server)),
@@ -527,11 +531,7 @@ pub fn usb_result() -> TestResult {
         schema: SCHEMA.to_string(),
         id: "0c1d2e3f40516273".into(),
         started_at: "2024-05-01T12:00:00Z".into(),
-        software: Software {
-            name: "xferlab".into(),
-            version: "0.1.0".into(),
-            protocol: 1,
-        },
+        software: software(),
         spec,
         server_address: "usb 1.2 0525:a4a0".into(),
         summary: Summary::from_sides(&client, None),

@@ -92,6 +92,17 @@ pub enum Format {
     Iperf3Json,
 }
 
+/// Where a run's output goes: the file of `-o` (created, buffered), or
+/// standard output.
+pub fn open(path: Option<&std::path::Path>) -> Result<Box<dyn io::Write + Send>, String> {
+    match path {
+        Some(path) => std::fs::File::create(path)
+            .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn io::Write + Send>)
+            .map_err(|e| format!("cannot write {}: {e}", path.display())),
+        None => Ok(Box::new(io::stdout())),
+    }
+}
+
 /// Builds the reporter for a format, writing to `out`.
 pub fn reporter(
     format: Format,

@@ -11,7 +11,6 @@ mod outcome;
 mod pipe;
 mod plan;
 
-use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -61,7 +60,7 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     plan::validate(a).map_err(Fail::usage)?;
     let dev = Claimed::open(a)?;
     let format = if a.json { Format::Json } else { a.format };
-    let out = open_output(a).map_err(Fail::usage)?;
+    let out = output::open(a.output.as_deref()).map_err(Fail::usage)?;
     let mut reporter = output::reporter(format, RateUnit::AutoBits, out);
 
     let spec = plan::spec(a);
@@ -111,16 +110,6 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         eprintln!("xferlab: {e}");
     }
     Ok(outcome::exit_code(&result, interrupted))
-}
-
-/// `-o FILE` or standard output.
-fn open_output(a: &BulkArgs) -> Result<Box<dyn Write + Send>, String> {
-    match &a.output {
-        Some(path) => std::fs::File::create(path)
-            .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
-            .map_err(|e| format!("cannot write {}: {e}", path.display())),
-        None => Ok(Box::new(io::stdout())),
-    }
 }
 
 /// One data thread per endpoint the direction needs, OUT first.
