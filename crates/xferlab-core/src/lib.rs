@@ -7,12 +7,15 @@ pub mod datagram;
 pub mod experiment;
 pub mod interval;
 pub mod iperf3;
+pub mod latency;
 pub mod link;
 pub mod outbox;
 pub mod proto;
 pub mod result;
 pub mod rr;
 pub mod run;
+#[cfg(any(test, feature = "sample"))]
+pub mod sample;
 pub mod spec;
 pub mod units;
 pub mod usb;

@@ -1,4 +1,4 @@
-//! What a test asks for: pattern x transport x knobs (see DESIGN.md).
+//! What a test asks for: pattern x transport x knobs (docs/design.md).
 //!
 //! A [`TestSpec`] is built by the client from its command line, sent to the
 //! server in the control protocol's `Hello`, validated by both sides with
@@ -122,7 +122,8 @@ pub enum Limit {
     Bytes { bytes: u64 },
 }
 
-/// The knobs shared by every transport (DESIGN.md).
+/// The knobs every socket transport shares (docs/design.md has the table
+/// of knobs per transport and pattern).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Knobs {
     /// Bytes per write() / read() call.

@@ -1,4 +1,4 @@
-//! The command line. Verbs are the patterns of DESIGN.md; flags follow
+//! The command line. Verbs are the patterns of docs/design.md; flags follow
 //! iperf3's names where the concept is the same.
 
 use std::net::IpAddr;

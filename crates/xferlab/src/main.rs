@@ -1,4 +1,4 @@
-//! `xferlab`: a transport-performance lab (see README.md and DESIGN.md).
+//! `xferlab`: a transport-performance lab (see README.md and docs/design.md).
 
 mod cli;
 mod control;
@@ -222,12 +222,7 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
 }
 
 fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, String> {
-    match &a.output {
-        Some(path) => std::fs::File::create(path)
-            .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn Write + Send>)
-            .map_err(|e| format!("cannot write {}: {e}", path.display())),
-        None => Ok(Box::new(io::stdout())),
-    }
+    output::open(a.output.as_deref())
 }
 
 fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> ClientConfig {

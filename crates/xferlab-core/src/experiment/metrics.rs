@@ -1329,9 +1329,9 @@ mod tests {
 
     #[test]
     fn usb_pipes() {
+        use crate::latency::LatencySummary;
         use crate::usb::stats::{
-            ErrorCount, ErrorKind, LatencySummary, UsbDeviceInfo, UsbPipeReport, UsbReport,
-            UsbTotals,
+            ErrorCount, ErrorKind, UsbDeviceInfo, UsbPipeReport, UsbReport, UsbTotals,
         };
         let pipe =
             |endpoint: u8, transfers: u64, errors: Vec<ErrorCount>, p99: f64| UsbPipeReport {
@@ -1353,6 +1353,7 @@ mod tests {
                         count: transfers,
                         min_us: 100.0,
                         mean_us: 200.0,
+                        stddev_us: 50.0,
                         p50_us: 190.0,
                         p90_us: 250.0,
                         p99_us: p99,

@@ -22,6 +22,7 @@
 
 mod client;
 pub mod convert;
+pub mod export;
 mod io;
 pub mod json;
 mod params;

@@ -1,10 +1,10 @@
 //! The request/response pattern (`xferlab rr`), sans-IO: what a test asks
 //! for ([`RrSpec`]), the per-flow transaction bookkeeping ([`tracker`]),
-//! latency histograms ([`latency`]), per-interval transaction counts
-//! ([`meter`]), the result types ([`report`]) and the few bytes on the wire
-//! ([`wire`]). The drivers in the `xferlab` crate own the sockets.
+//! per-interval transaction counts ([`meter`]), the result types
+//! ([`report`]) and the few bytes on the wire ([`wire`]). Latency
+//! histograms are [`crate::latency`]'s. The drivers in the `xferlab` crate
+//! own the sockets.
 
-pub mod latency;
 pub mod meter;
 pub mod report;
 pub mod tracker;

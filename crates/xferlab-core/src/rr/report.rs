@@ -5,30 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::RrMode;
+use crate::latency::{LatencySummary, Percentile};
 use crate::result::FlowEnd;
-
-/// A latency distribution in microseconds. `min`, `mean`, `stddev` and
-/// `max` are exact; the percentiles come from an HdrHistogram and are
-/// within its precision (1 %, or 0.1 % for merged and small tests).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub min_us: f64,
-    pub mean_us: f64,
-    pub stddev_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-}
-
-/// One point of a latency distribution.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Percentile {
-    pub percentile: f64,
-    pub us: f64,
-}
 
 /// Transactions of one flow (or all flows) over one interval.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::latency::LatencySummary;
+
 /// Why a transfer failed, as the host sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -73,18 +75,27 @@ impl UsbCounters {
     /// The interval from `prev` to `self`, `seconds` long.
     pub fn sample(&self, prev: &UsbCounters, start_s: f64, end_s: f64) -> UsbSample {
         let transfers = self.transfers.saturating_sub(prev.transfers);
-        let secs = end_s - start_s;
         UsbSample {
             start_s,
             end_s,
             transfers,
-            transfers_per_second: if secs > 0.0 {
-                transfers as f64 / secs
-            } else {
-                0.0
-            },
+            transfers_per_second: per_second(transfers, end_s - start_s),
             short_transfers: self.short.saturating_sub(prev.short),
             errors: self.errors_total().saturating_sub(prev.errors_total()),
+        }
+    }
+
+    /// The whole run's figures: `seconds` is the flow's measured window,
+    /// `latency` the endpoint's completion latencies.
+    pub fn totals(&self, seconds: f64, latency: LatencySummary) -> UsbTotals {
+        UsbTotals {
+            transfers: self.transfers,
+            transfers_per_second: per_second(self.transfers, seconds),
+            short_transfers: self.short,
+            errors: self.errors_by_kind(),
+            stalls_cleared: self.stalls_cleared,
+            pattern_errors: self.pattern_errors,
+            latency,
         }
     }
 
@@ -110,26 +121,35 @@ pub struct UsbSample {
     pub errors: u64,
 }
 
+impl UsbSample {
+    /// Takes in `tail`, the counts after the last interval boundary, when
+    /// the flow's meter folded that short tail into its last interval:
+    /// this sample then ends where the flow does, at `end_s`.
+    pub fn absorb(&mut self, tail: &UsbSample, end_s: f64) {
+        self.end_s = end_s;
+        self.transfers += tail.transfers;
+        self.short_transfers += tail.short_transfers;
+        self.errors += tail.errors;
+        self.transfers_per_second = per_second(self.transfers, self.end_s - self.start_s);
+    }
+}
+
+/// `count / seconds`, 0 for an empty span.
+fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct ErrorCount {
     pub kind: ErrorKind,
     pub count: u64,
 }
 
-/// Completion latency (submit to completion, queueing included), µs.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct LatencySummary {
-    pub count: u64,
-    pub min_us: f64,
-    pub mean_us: f64,
-    pub p50_us: f64,
-    pub p90_us: f64,
-    pub p99_us: f64,
-    pub p999_us: f64,
-    pub max_us: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct UsbTotals {
     pub transfers: u64,
     pub transfers_per_second: f64,
@@ -138,6 +158,7 @@ pub struct UsbTotals {
     pub stalls_cleared: u64,
     /// Transfers whose data broke the pattern (host-side check of IN data).
     pub pattern_errors: u64,
+    /// Completion latency: submit to completion, queueing included.
     pub latency: LatencySummary,
 }
 
@@ -195,5 +216,41 @@ mod tests {
         assert!((s.transfers_per_second - 100.0).abs() < 1e-9);
         let kinds: Vec<_> = b.errors_by_kind().iter().map(|e| e.kind).collect();
         assert_eq!(kinds, vec![ErrorKind::Stall, ErrorKind::Fault]);
+    }
+
+    #[test]
+    fn a_folded_tail_extends_the_last_sample() {
+        let mut prev = UsbCounters::default();
+        let mut now = prev;
+        now.transfers = 100;
+        let mut last = now.sample(&prev, 1.0, 2.0);
+        prev = now;
+        now.transfers = 110;
+        now.short = 1;
+        now.count_error(ErrorKind::Stall);
+        last.absorb(&now.sample(&prev, 2.0, 2.25), 2.25);
+        assert_eq!(last.end_s, 2.25);
+        assert_eq!(
+            (last.transfers, last.short_transfers, last.errors),
+            (110, 1, 1)
+        );
+        assert!((last.transfers_per_second - 88.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn totals_rate_is_over_the_window_and_zero_for_an_empty_one() {
+        let mut c = UsbCounters {
+            transfers: 500,
+            ..UsbCounters::default()
+        };
+        c.count_error(ErrorKind::Fault);
+        let t = c.totals(2.0, LatencySummary::default());
+        assert_eq!(t.transfers_per_second, 250.0);
+        assert_eq!(t.errors.len(), 1);
+        assert_eq!(
+            c.totals(0.0, LatencySummary::default())
+                .transfers_per_second,
+            0.0
+        );
     }
 }

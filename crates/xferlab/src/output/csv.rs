@@ -152,8 +152,8 @@ impl RrCells {
 
     fn total(
         t: &xferlab_core::rr::report::RrTotal,
-        lat: Option<&xferlab_core::rr::report::LatencySummary>,
-        connect: Option<&xferlab_core::rr::report::LatencySummary>,
+        lat: Option<&xferlab_core::latency::LatencySummary>,
+        connect: Option<&xferlab_core::latency::LatencySummary>,
     ) -> Self {
         RrCells {
             transactions: Some(t.transactions),

@@ -15,6 +15,8 @@
 //!
 //! Flow ids are printed 1-based (`[  1]`, as iperf3 users expect); ids in
 //! JSON and CSV stay 0-based. [`Label`] is the one place that converts.
+//!
+//! USB bulk runs have their own columns and summary: [`super::human_usb`].
 
 use std::fmt;
 use std::io::{self, Write};
@@ -27,10 +29,11 @@ use xferlab_core::spec::{
     Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
 };
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
+use xferlab_core::usb::stats::{UsbReport, UsbSample};
 
-use super::{LiveFlow, Reporter, StartInfo};
+use super::{human_usb, LiveFlow, Reporter, StartInfo};
 
-const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
+pub(super) const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
 
 /// Writes the human-readable table; see the module documentation.
 pub struct HumanReporter {
@@ -253,7 +256,33 @@ impl Reporter for HumanReporter {
         self.out.flush()
     }
 
+    fn usb_start(&mut self, info: &StartInfo<'_>, usb: &UsbReport) -> io::Result<()> {
+        self.transport = info.spec.transport;
+        human_usb::write_start(&mut self.out, info, usb)?;
+        self.out.flush()
+    }
+
+    fn usb_interval(&mut self, flows: &[LiveFlow], usb: &[UsbSample]) -> io::Result<()> {
+        if flows.is_empty() {
+            return Ok(());
+        }
+        if self.intervals_shown == 0 {
+            writeln!(self.out, "{}", human_usb::HEADER)?;
+        } else if flows.len() > 1 {
+            writeln!(self.out, "{SEPARATOR}")?;
+        }
+        human_usb::write_interval(&mut self.out, self.unit, flows, usb)?;
+        self.intervals_shown += 1;
+        self.out.flush()
+    }
+
     fn finish(&mut self, r: &TestResult) -> io::Result<()> {
+        if let Some(usb) = &r.client.usb {
+            let shown = usize::try_from(self.intervals_shown).unwrap_or(usize::MAX);
+            human_usb::write_finish(&mut self.out, self.unit, r, usb, shown)?;
+            writeln!(self.out, "Status: {}", status_name(r.status))?;
+            return self.out.flush();
+        }
         writeln!(self.out, "{SEPARATOR}")?;
         if r.server.is_none() {
             writeln!(self.out, "The server's report is missing: its figures (c2s receiver, s2c sender) are not shown.")?;

@@ -159,7 +159,9 @@ mod tests {
     use serde_json::{json, Value};
     use xferlab_core::result::{FlowEnd, Status, Summary};
 
-    use super::super::sample::{bidir_result, flow_starts, live_interval, udp_result, SharedBuf};
+    use super::super::sample::{
+        bidir_result, flow_starts, live_interval, udp_result, usb_result, SharedBuf,
+    };
     use super::*;
 
     const SCHEMA_TEXT: &str = include_str!(concat!(
@@ -223,6 +225,33 @@ mod tests {
             let back: TestResult = serde_json::from_value(doc).unwrap();
             assert_eq!(back, r);
         }
+    }
+
+    /// USB completion latency is the latency summary rr uses, `stddev_us`
+    /// included; a USB file written before it had `stddev_us` still
+    /// validates and reads.
+    #[test]
+    fn usb_result_validates_and_older_usb_latency_still_reads() {
+        let v = validator();
+        let r = usb_result();
+        let doc = result_json(&r);
+        assert_valid(&v, &doc);
+        let latency = |d: &Value| d["client"]["usb"]["pipes"][0]["total"]["latency"].clone();
+        assert_eq!(latency(&doc)["stddev_us"], json!(2100.0));
+        let back: TestResult = serde_json::from_value(doc.clone()).unwrap();
+        assert_eq!(back, r);
+        let old = broken(&doc, |d| {
+            d["client"]["usb"]["pipes"][0]["total"]["latency"]
+                .as_object_mut()
+                .unwrap()
+                .remove("stddev_us");
+        });
+        assert!(latency(&old).get("stddev_us").is_none());
+        assert_valid(&v, &old);
+        let back: TestResult = serde_json::from_value(old).unwrap();
+        let usb = back.client.usb.unwrap();
+        assert_eq!(usb.pipes[0].total.latency.stddev_us, 0.0);
+        assert_eq!(usb.pipes[0].total.latency.p99_us, 13_607.0);
     }
 
     /// The UDP figures sit where docs/result-schema.md says, `UdpTotal`'s

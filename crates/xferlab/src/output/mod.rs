@@ -3,6 +3,7 @@
 
 mod csv;
 mod human;
+mod human_usb;
 mod iperf3_json;
 mod json;
 mod rr;
@@ -12,6 +13,7 @@ use std::io;
 use xferlab_core::result::{FlowInterval, FlowRole, TestResult};
 use xferlab_core::spec::{FlowDirection, TestSpec};
 use xferlab_core::units::RateUnit;
+use xferlab_core::usb::stats::{UsbReport, UsbSample};
 
 pub use self::csv::CsvReporter;
 pub use self::human::HumanReporter;
@@ -63,6 +65,17 @@ pub trait Reporter {
     fn rr_interval(&mut self, _sum: &xferlab_core::rr::report::RrInterval) -> io::Result<()> {
         Ok(())
     }
+    /// USB bulk runs, instead of [`Reporter::start`]: the device and its
+    /// endpoints (`usb` as the result will have it, before any transfer).
+    /// Formats without a USB view report the start as any other.
+    fn usb_start(&mut self, info: &StartInfo<'_>, _usb: &UsbReport) -> io::Result<()> {
+        self.start(info)
+    }
+    /// USB bulk runs, instead of [`Reporter::interval`]: `usb[i]` holds
+    /// the transfer counts of the endpoint that moved `flows[i]`'s bytes.
+    fn usb_interval(&mut self, flows: &[LiveFlow], _usb: &[UsbSample]) -> io::Result<()> {
+        self.interval(flows)
+    }
 }
 
 /// `--format` values.
@@ -80,6 +93,17 @@ pub enum Format {
     Iperf3Json,
 }
 
+/// Where a run's output goes: the file of `-o` (created, buffered), or
+/// standard output.
+pub fn open(path: Option<&std::path::Path>) -> Result<Box<dyn io::Write + Send>, String> {
+    match path {
+        Some(path) => std::fs::File::create(path)
+            .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn io::Write + Send>)
+            .map_err(|e| format!("cannot write {}: {e}", path.display())),
+        None => Ok(Box::new(io::stdout())),
+    }
+}
+
 /// Builds the reporter for a format, writing to `out`.
 pub fn reporter(
     format: Format,
@@ -95,388 +119,17 @@ pub fn reporter(
     }
 }
 
-/// Realistic results shared by the tests of every format, so they all
-/// check the same documents: a bidirectional TCP test ([`sample::bidir_result`])
-/// and a forward UDP test with loss ([`sample::udp_result`]), each with two
-/// flows per direction, a one-second warm-up and both sides' reports.
+/// Shared by the tests of every format: the results of
+/// [`xferlab_core::sample`] and what a driver passes live.
 #[cfg(test)]
 pub(crate) mod sample {
-    use std::collections::BTreeMap;
     use std::io::{self, Write};
     use std::sync::{Arc, Mutex};
 
-    use xferlab_core::result::{
-        sum_intervals, CpuUsage, Endpoint, FlowEnd, FlowInterval, FlowReport, FlowRole, FlowTotal,
-        HostInfo, KernelCounters, SideReport, SocketSettings, Software, Status, Summary, TcpSample,
-        TcpTotals, TestResult, Throughput, UdpSample, UdpTotal, SCHEMA,
-    };
-    use xferlab_core::spec::{
-        Direction, FlowDirection, FlowPlan, Limit, RecvMode, TestSpec, Transport,
-    };
+    use xferlab_core::result::SideReport;
+    pub(crate) use xferlab_core::sample::{bidir_result, udp_result, usb_result};
 
     use super::{FlowStart, LiveFlow};
-
-    const CLIENT: &str = "127.0.0.1";
-    const SERVER: &str = "127.0.0.1:5290";
-    /// One-second intervals per flow; the first is the warm-up (`-O 1`).
-    const INTERVALS: usize = 4;
-
-    /// Client port of flow `id`.
-    fn client_addr(id: u32) -> String {
-        format!("{CLIENT}:{}", 41234 + id)
-    }
-
-    /// Interval `i` of a flow: one second, omitted when it is the first.
-    fn interval(i: usize, bytes: u64) -> FlowInterval {
-        let (start_s, end_s) = (i as f64, i as f64 + 1.0);
-        FlowInterval {
-            start_s,
-            end_s,
-            omitted: i == 0,
-            bytes,
-            bits_per_second: Throughput::new(bytes, end_s - start_s).bits_per_second,
-            tcp: None,
-            udp: None,
-        }
-    }
-
-    /// A flow's total over the measured window (every interval but the
-    /// warm-up), without transport figures.
-    fn total(intervals: &[FlowInterval]) -> FlowTotal {
-        let measured: u64 = intervals[1..].iter().map(|iv| iv.bytes).sum();
-        FlowTotal {
-            start_s: 1.0,
-            end_s: INTERVALS as f64,
-            bytes: measured,
-            bits_per_second: Throughput::new(measured, INTERVALS as f64 - 1.0).bits_per_second,
-            bytes_all: intervals.iter().map(|iv| iv.bytes).sum(),
-            tcp: None,
-            udp: None,
-        }
-    }
-
-    /// The parts of a flow report that do not depend on the transport:
-    /// addresses as the reporting side sees them, a completed end.
-    fn report(
-        plan: &FlowPlan,
-        role: FlowRole,
-        at_client: bool,
-        socket: SocketSettings,
-        intervals: Vec<FlowInterval>,
-        total: FlowTotal,
-    ) -> FlowReport {
-        let (local, remote) = if at_client {
-            (client_addr(plan.id), SERVER.to_string())
-        } else {
-            (SERVER.to_string(), client_addr(plan.id))
-        };
-        FlowReport {
-            id: plan.id,
-            direction: plan.direction,
-            role,
-            local,
-            remote,
-            socket,
-            intervals,
-            total,
-            end: FlowEnd::Completed,
-        }
-    }
-
-    /// A TCP flow near 10 Gbit/s. Receivers see a little less in the first
-    /// interval and the same amount more in the last (data in flight), so
-    /// both ends agree on `bytes_all` as they do for a flow read to end of
-    /// stream. Senders carry TCP samples, receivers none.
-    fn tcp_flow(plan: &FlowPlan, role: FlowRole, at_client: bool) -> FlowReport {
-        let base = 1_200_000_000 + u64::from(plan.id) * 10_000_000;
-        let in_flight = 3_000_000;
-        let mut bytes = [
-            base,
-            base + 50_000_000,
-            base + 50_000_000,
-            base + 50_000_000,
-        ];
-        if role == FlowRole::Receiver {
-            bytes[0] -= in_flight;
-            bytes[3] += in_flight;
-        }
-        let sender = role == FlowRole::Sender;
-        let intervals: Vec<FlowInterval> = bytes
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| FlowInterval {
-                tcp: sender.then(|| TcpSample {
-                    rtt_us: 40 + 5 * i as u32,
-                    rttvar_us: 10,
-                    min_rtt_us: 20,
-                    cwnd_bytes: 3_276_800,
-                    snd_mss: 65_483,
-                    retransmits: i as u64,
-                    delivery_rate_bps: 9.8e9,
-                    pacing_rate_bps: 0.0,
-                    busy_us: 1_000_000,
-                    rwnd_limited_us: 20_000,
-                    sndbuf_limited_us: 0,
-                    delivered_ce: 0,
-                }),
-                ..interval(i, b)
-            })
-            .collect();
-        let total = FlowTotal {
-            tcp: sender.then_some(TcpTotals {
-                retransmits: 1 + 2 + 3,
-                rtt_min_us: 45,
-                rtt_mean_us: 50,
-                rtt_max_us: 55,
-                rwnd_limited_fraction: 0.02,
-                sndbuf_limited_fraction: 0.0,
-                delivered_ce: 0,
-            }),
-            ..total(&intervals)
-        };
-        let socket = SocketSettings {
-            sndbuf: 4_194_304,
-            rcvbuf: 6_291_456,
-            congestion: Some("cubic".into()),
-            mss: None,
-            nodelay: false,
-            tos: None,
-            max_pacing_rate: None,
-            recv_mode: RecvMode::Discard,
-        };
-        report(plan, role, at_client, socket, intervals, total)
-    }
-
-    /// Bytes per datagram in [`udp_result`].
-    pub(crate) const DATAGRAM: u64 = 1400;
-    /// Datagrams a sender sends per one-second interval at 100 Mbit/s.
-    const PER_INTERVAL: u64 = 8928;
-    /// Datagrams flow 1 loses after the last one its receiver sees: only
-    /// the sender's count reveals them, so they are in the summary's loss
-    /// but in no interval's.
-    pub(crate) const TAIL_LOSS: u64 = 2;
-
-    /// A UDP flow at 100 Mbit/s. Flow 0 is clean; flow 1 loses datagrams
-    /// in the second interval (most of them dropped by the receiving
-    /// socket's full buffer, one arriving out of order), some in the last,
-    /// and [`TAIL_LOSS`] at the very end. Senders are late a few times.
-    fn udp_flow(plan: &FlowPlan, role: FlowRole, at_client: bool) -> FlowReport {
-        let lossy = plan.id == 1;
-        // Per interval: (lost, host drops, out of order, jitter us, late).
-        let figures: [(u64, u64, u64, f64, u64); INTERVALS] = if lossy {
-            [
-                (0, 0, 0, 9.0, 1),
-                (12, 10, 1, 21.0, 3),
-                (0, 0, 0, 12.0, 0),
-                (3, 0, 0, 11.0, 1),
-            ]
-        } else {
-            [
-                (0, 0, 0, 3.0, 0),
-                (0, 0, 0, 2.0, 2),
-                (0, 0, 0, 4.0, 0),
-                (0, 0, 0, 3.0, 0),
-            ]
-        };
-        let samples: Vec<UdpSample> = figures
-            .iter()
-            .enumerate()
-            .map(|(i, &(lost, host_drops, out_of_order, jitter_us, late))| {
-                if role == FlowRole::Sender {
-                    UdpSample {
-                        packets: PER_INTERVAL,
-                        late,
-                        max_lateness_us: if late > 0 { 1_250.0 * late as f64 } else { 0.0 },
-                        ..UdpSample::default()
-                    }
-                } else {
-                    let tail = if lossy && i == INTERVALS - 1 {
-                        TAIL_LOSS
-                    } else {
-                        0
-                    };
-                    UdpSample {
-                        packets: PER_INTERVAL - lost - tail,
-                        lost,
-                        out_of_order,
-                        duplicates: 0,
-                        host_drops,
-                        jitter_us,
-                        owd_var_mean_us: 4.5 + i as f64,
-                        owd_var_max_us: 600.0 + 10.0 * i as f64,
-                        ..UdpSample::default()
-                    }
-                }
-            })
-            .collect();
-        let intervals: Vec<FlowInterval> = samples
-            .iter()
-            .enumerate()
-            .map(|(i, u)| FlowInterval {
-                udp: Some(*u),
-                ..interval(i, u.packets * DATAGRAM)
-            })
-            .collect();
-        let window = &samples[1..];
-        let sum = |f: fn(&UdpSample) -> u64| window.iter().map(f).sum::<u64>();
-        let max = |f: fn(&UdpSample) -> f64| window.iter().map(f).fold(0.0, f64::max);
-        let packets = sum(|u| u.packets);
-        let udp = UdpTotal {
-            window: UdpSample {
-                packets,
-                lost: sum(|u| u.lost),
-                out_of_order: sum(|u| u.out_of_order),
-                duplicates: sum(|u| u.duplicates),
-                host_drops: sum(|u| u.host_drops),
-                jitter_us: samples[INTERVALS - 1].jitter_us,
-                owd_var_mean_us: if role == FlowRole::Receiver {
-                    window
-                        .iter()
-                        .map(|u| u.owd_var_mean_us * u.packets as f64)
-                        .sum::<f64>()
-                        / packets as f64
-                } else {
-                    0.0
-                },
-                owd_var_max_us: max(|u| u.owd_var_max_us),
-                late: sum(|u| u.late),
-                max_lateness_us: max(|u| u.max_lateness_us),
-            },
-            packets_all: samples.iter().map(|u| u.packets).sum(),
-            host_drops_all: samples.iter().map(|u| u.host_drops).sum(),
-        };
-        let total = FlowTotal {
-            udp: Some(udp),
-            ..total(&intervals)
-        };
-        let socket = SocketSettings {
-            sndbuf: 212_992,
-            rcvbuf: 212_992,
-            ..SocketSettings::default()
-        };
-        report(plan, role, at_client, socket, intervals, total)
-    }
-
-    /// One side's report of `spec`: every flow of the test in the role this
-    /// side plays in it.
-    fn side(
-        endpoint: Endpoint,
-        spec: &TestSpec,
-        deltas: &BTreeMap<String, i64>,
-        flow: fn(&FlowPlan, FlowRole, bool) -> FlowReport,
-    ) -> SideReport {
-        let at_client = endpoint == Endpoint::Client;
-        let flows: Vec<FlowReport> = spec
-            .flows()
-            .iter()
-            .map(|plan| {
-                let sends = (plan.direction == FlowDirection::C2s) == at_client;
-                let role = if sends {
-                    FlowRole::Sender
-                } else {
-                    FlowRole::Receiver
-                };
-                flow(plan, role, at_client)
-            })
-            .collect();
-        SideReport {
-            endpoint,
-            host: HostInfo {
-                hostname: "lab1".into(),
-                kernel: "Linux 6.1.0-18-amd64".into(),
-                cpus: 8,
-            },
-            embedded: false,
-            duration_s: INTERVALS as f64,
-            sums: sum_intervals(&flows),
-            flows,
-            cpu: if at_client {
-                CpuUsage::new(0.31, 4.2, 4.0)
-            } else {
-                CpuUsage::new(0.4, 5.1, 4.0)
-            },
-            counters: KernelCounters {
-                interface: Some("lo".into()),
-                deltas: deltas.clone(),
-            },
-            warnings: vec![],
-            usb: None,
-            rr: None,
-        }
-    }
-
-    /// The complete result of `spec`, both sides reporting.
-    fn result(
-        spec: TestSpec,
-        deltas: &[(&str, i64)],
-        flow: fn(&FlowPlan, FlowRole, bool) -> FlowReport,
-    ) -> TestResult {
-        let deltas: BTreeMap<String, i64> =
-            deltas.iter().map(|&(k, v)| (k.to_string(), v)).collect();
-        let client = side(Endpoint::Client, &spec, &deltas, flow);
-        let server = side(Endpoint::Server, &spec, &deltas, flow);
-        TestResult {
-            schema: SCHEMA.to_string(),
-            id: "7f3a9c2e41d05b68".into(),
-            started_at: "2024-05-01T12:00:00Z".into(),
-            software: Software {
-                name: "xferlab".into(),
-                version: "0.1.0".into(),
-                protocol: 1,
-            },
-            spec,
-            server_address: SERVER.into(),
-            summary: Summary::from_sides(&client, Some(&server)),
-            client,
-            server: Some(server),
-            status: Status::Ok,
-            errors: vec![],
-            server_output: None,
-            lab: None,
-        }
-    }
-
-    /// The complete result of `xferlab stream --bidir -P 2 -t 3 -O 1`.
-    pub(crate) fn bidir_result() -> TestResult {
-        let mut spec = TestSpec::default_stream();
-        spec.direction = Direction::Bidir;
-        spec.parallel = 2;
-        spec.limit = Limit::Duration { seconds: 3.0 };
-        spec.omit_s = 1.0;
-        spec.knobs.congestion = Some("cubic".into());
-        spec.knobs.recv_mode = RecvMode::Discard;
-        spec.title = Some("loopback bidir".into());
-        let deltas = [
-            ("Tcp.OutSegs", 310_442),
-            ("Tcp.RetransSegs", 12),
-            ("TcpExt.TCPSackRecovery", 2),
-            ("TcpExt.TCPDSACKRecv", 1),
-            ("dev.rx_bytes", 19_953_000_000),
-        ];
-        result(spec, &deltas, tcp_flow)
-    }
-
-    /// The complete result of `xferlab stream -u -b 100M -l 1400 --batch 32
-    /// -P 2 -t 3 -O 1`: forward, flow 1 with loss (see [`udp_flow`]).
-    pub(crate) fn udp_result() -> TestResult {
-        let mut spec = TestSpec::default_stream();
-        spec.transport = Transport::Udp;
-        spec.parallel = 2;
-        spec.limit = Limit::Duration { seconds: 3.0 };
-        spec.omit_s = 1.0;
-        spec.knobs.size = DATAGRAM;
-        spec.knobs.rate = Some(100_000_000);
-        spec.knobs.batch = 32;
-        spec.validate().expect("a valid UDP spec");
-        let deltas = [
-            ("Udp.InDatagrams", 71_407),
-            ("Udp.OutDatagrams", 71_424),
-            ("Udp.InErrors", 10),
-            ("Udp.RcvbufErrors", 10),
-            ("dev.rx_bytes", 102_000_000),
-        ];
-        result(spec, &deltas, udp_flow)
-    }
 
     /// The flows of one side as a driver announces them at start.
     pub(crate) fn flow_starts(side: &SideReport) -> Vec<FlowStart> {

@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
+use xferlab_core::latency::LatencySummary;
 use xferlab_core::result::TestResult;
-use xferlab_core::rr::report::{LatencySummary, RrInterval, RrSideReport};
+use xferlab_core::rr::report::{RrInterval, RrSideReport};
 use xferlab_core::rr::{RrMode, RrWait};
 use xferlab_core::spec::{Limit, TestSpec};
 

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use socket2::{Domain, Socket, Type};
+use xferlab_core::latency::LatencyRecorder;
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::result::FlowEnd;
-use xferlab_core::rr::latency::LatencyRecorder;
 use xferlab_core::rr::tracker::{Reply, Tracker};
 use xferlab_core::rr::wire::{
     decode_udp_header, encode_tcp_hello, encode_udp_header, TCP_HELLO_LEN,

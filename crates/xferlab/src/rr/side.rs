@@ -8,8 +8,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use xferlab_core::interval::IntervalClock;
+use xferlab_core::latency::LatencyRecorder;
 use xferlab_core::result::{Endpoint, FlowEnd};
-use xferlab_core::rr::latency::LatencyRecorder;
 use xferlab_core::rr::meter::TxMeter;
 use xferlab_core::rr::report::{sum_intervals, sum_totals, RrFlowReport, RrInterval, RrSideReport};
 use xferlab_core::rr::{RrMode, RrWait};

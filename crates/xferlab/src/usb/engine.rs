@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
 use nusb::transfer::{Buffer, Bulk, EndpointDirection, TransferError};
 use nusb::{Endpoint, MaybeFuture};
+use xferlab_core::latency::LatencyRecorder;
 use xferlab_core::usb::errors;
 use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::stats::{ErrorKind, UsbCounters};
@@ -91,7 +91,7 @@ fn gone_within(sysfs: &std::path::Path, wait: Duration) -> bool {
 
 /// How one endpoint's run ended.
 pub struct PipeOutcome {
-    pub latency_ns: Histogram<u64>,
+    pub latency: LatencyRecorder,
     /// Seconds since the run's start of the last completion.
     pub end_s: f64,
     /// Why it stopped early, if it did (one line, actionable).
@@ -120,8 +120,6 @@ pub fn run_pipe<Dir: EndpointDirection>(
     live: Arc<LiveCounters>,
     ctl: Arc<RunControl>,
 ) -> PipeOutcome {
-    let mut hist = Histogram::<u64>::new_with_bounds(1_000, 600_000_000_000, 3)
-        .expect("valid histogram bounds");
     let granule = if is_in { s.max_packet } else { 1 };
     let mut q = TransferQueue::new(s.size, s.depth, granule, s.quota);
     let mut spare: Vec<Buffer> = (0..s.depth)
@@ -136,7 +134,8 @@ pub fn run_pipe<Dir: EndpointDirection>(
         .collect();
     let now_ns = || start.elapsed().as_nanos() as u64;
     let mut out = PipeOutcome {
-        latency_ns: Histogram::new(3).expect("histogram"),
+        // 3 significant digits: ~230 KB, once per endpoint.
+        latency: LatencyRecorder::new(3),
         end_s: 0.0,
         error: None,
         first_mismatch: None,
@@ -209,7 +208,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                     if d.short {
                         live.short.fetch_add(1, Relaxed);
                     }
-                    hist.saturating_record(d.latency_ns.max(1_000));
+                    out.latency.record(d.latency_ns);
                 }
                 if is_in && s.pattern != Pattern::None {
                     if let Err(m) = checker.check(&c.buffer[..c.actual_len]) {
@@ -299,6 +298,5 @@ pub fn run_pipe<Dir: EndpointDirection>(
         }
         spare.push(c.buffer);
     }
-    out.latency_ns = hist;
     out
 }

@@ -9,7 +9,6 @@ pub mod cli;
 mod device;
 mod engine;
 mod gadget;
-mod report;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;

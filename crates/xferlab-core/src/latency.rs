@@ -1,12 +1,40 @@
-//! Latency recording: an HdrHistogram for the percentiles plus exact
-//! count, sum, sum of squares, min and max for the rest.
+//! Latency distributions, one type for every pattern and transport: a
+//! [`LatencyRecorder`] on the data path (an HdrHistogram for the
+//! percentiles plus exact count, sum, sum of squares, min and max) and the
+//! [`LatencySummary`] it reduces to in the result (rr request/response and
+//! connect latency, USB completion latency).
 
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 
-use super::report::{LatencySummary, Percentile};
+/// A latency distribution in microseconds. `min`, `mean`, `stddev` and
+/// `max` are exact; the percentiles come from an HdrHistogram and are
+/// within its precision (1 %, or 0.1 % for merged and small tests).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub min_us: f64,
+    pub mean_us: f64,
+    /// Absent in USB results written before the summary types were one.
+    #[serde(default)]
+    pub stddev_us: f64,
+    pub p50_us: f64,
+    pub p90_us: f64,
+    pub p99_us: f64,
+    pub p999_us: f64,
+    pub max_us: f64,
+}
 
-/// Largest latency recorded exactly; longer ones are clamped to it (the
-/// timeout is at most 60 s).
+/// One point of a latency distribution.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Percentile {
+    pub percentile: f64,
+    pub us: f64,
+}
+
+/// Largest latency recorded exactly in the histogram; longer ones are
+/// clamped to it (an rr timeout is at most 60 s, a USB transfer timeout
+/// ends the run long before). Min, max and mean stay exact.
 const MAX_NS: u64 = 100_000_000_000;
 /// The percentiles listed for a merged distribution.
 pub const PERCENTILES: [f64; 9] = [0.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.9, 99.99, 100.0];
