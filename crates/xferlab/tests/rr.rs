@@ -246,7 +246,7 @@ fn a_thousand_flows_complete_with_per_flow_results() {
         "-t",
         "2",
         "-i",
-        "0.5",
+        "1",
         "--format",
         "jsonl",
     ]);
