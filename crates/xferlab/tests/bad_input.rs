@@ -207,9 +207,10 @@ fn server_usage_errors() {
 #[test]
 fn server_killed_mid_test_gives_one_line_and_a_partial_result() {
     let mut srv = Server::start();
-    let client = srv.spawn_client(&["-J", "-t", "10"]);
-    srv.wait_for_log("accepted", 1, Duration::from_secs(5));
-    thread::sleep(Duration::from_secs(1));
+    // JSON lines, so the client says when data is flowing: the server dies
+    // mid-transfer, once the test is under way.
+    let client = srv.spawn_client(&["--format", "jsonl", "-i", "0.25", "-t", "10"]);
+    client.wait_for_data_interval();
     srv.proc.kill();
     let killed_at = std::time::Instant::now();
     let out = client.finish(Duration::from_secs(15));
@@ -219,7 +220,7 @@ fn server_killed_mid_test_gives_one_line_and_a_partial_result() {
         killed_at.elapsed().as_secs_f64()
     );
     out.assert_one_line_failure(1, &["closed the control connection"]);
-    let v = parse_json(&out);
+    let v = jsonl_result(&out);
     validate_schema(&v);
     assert_eq!(v["status"], "partial");
     assert!(v["server"].is_null(), "a server report from a dead server");

@@ -436,7 +436,7 @@ fn process_cpus_once_pinned(pid: u32, want: &str) -> String {
 
 #[test]
 fn affinity_travels_as_iperf3s_server_affinity() {
-    let cpus = usable_cpus();
+    let cpus = two_usable_cpus();
     let (c, s) = (cpus[0].to_string(), cpus.last().unwrap().to_string());
     let pin = format!("{c},{s}");
     // xferlab client -> stock server: the server pins itself to s.
@@ -557,7 +557,7 @@ fn stock_client_is_served(srv: &Server) {
 fn the_iperf3_front_door_survives_malformed_clients() {
     require_iperf3();
     let mut srv = Server::start();
-    let vm_before = proc_status_kb(srv.pid(), "VmHWM").unwrap_or(0);
+    let vm_before = proc_status_kb(srv.pid(), "VmHWM").expect("VmHWM of the server");
     let json_frame = |body: &[u8]| {
         let mut f = (body.len() as u32).to_be_bytes().to_vec();
         f.extend_from_slice(body);
@@ -696,7 +696,7 @@ fn the_iperf3_front_door_survives_malformed_clients() {
     stock_client_is_served(&srv);
     drop(silent);
     srv.assert_alive();
-    let vm_after = proc_status_kb(srv.pid(), "VmHWM").unwrap_or(0);
+    let vm_after = proc_status_kb(srv.pid(), "VmHWM").expect("VmHWM of the server");
     assert!(
         vm_after < vm_before + 256 * 1024,
         "server memory grew from {vm_before} kB to {vm_after} kB"

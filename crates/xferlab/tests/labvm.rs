@@ -9,10 +9,8 @@ use std::time::Duration;
 use labvm_support::*;
 
 #[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn guest_command_output_and_status_come_back() {
-    if skip() {
-        return;
-    }
     let _vm = vm_lock();
     let script = "\
 echo '== kernel =='; uname -r
@@ -46,10 +44,8 @@ exit 7
 }
 
 #[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn a_hung_guest_command_is_killed_at_its_timeout() {
-    if skip() {
-        return;
-    }
     let _vm = vm_lock();
     let r = run_vm(
         &["--no-xferlab", "--timeout", "3"],
@@ -66,10 +62,8 @@ fn a_hung_guest_command_is_killed_at_its_timeout() {
 /// SIGTERM or SIGKILL to lab/vm/run itself while the guest runs: its QEMU
 /// dies too (killed by the script, or by PR_SET_PDEATHSIG).
 #[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn killing_the_lab_script_kills_its_qemu() {
-    if skip() {
-        return;
-    }
     let _vm = vm_lock();
     for sig in [libc::SIGTERM, libc::SIGKILL] {
         let mut child = std::process::Command::new(repo_root().join("lab/vm/run"))

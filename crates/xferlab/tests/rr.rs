@@ -74,6 +74,14 @@ fn assert_counts_agree(v: &Value) {
     );
 }
 
+/// For an rr client run with `--format jsonl`: waits for its first
+/// interval in which transactions completed (the test is under way).
+fn wait_for_transactions(client: &Proc) {
+    client.wait_for_jsonl_event("rr_interval", SLACK, |ev| {
+        ev["sum"]["transactions"].as_u64().is_some_and(|n| n > 0)
+    });
+}
+
 /// Little's law for one flow: transactions/s x mean latency = the mean
 /// number outstanding, which is the depth when the client refills at once.
 fn outstanding(v: &Value) -> f64 {
@@ -197,10 +205,14 @@ fn crr_against_a_server_killed_mid_run_reports_failures_and_exits() {
         "4",
         "-t",
         "20",
-        "-J",
+        "--format",
+        "jsonl",
+        "-i",
+        "0.25",
     ]);
-    server.wait_for_log("accepted rr", 1, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(1000));
+    // The server dies once transactions are completing, as the client's
+    // first interval with any shows.
+    wait_for_transactions(&client);
     server.proc.kill();
     let out = client.finish(Duration::from_secs(15));
     assert!(!out.timed_out, "client hung\n{}", out.describe());
@@ -211,7 +223,7 @@ fn crr_against_a_server_killed_mid_run_reports_failures_and_exits() {
         "took {:?}",
         out.elapsed
     );
-    let v = parse_json(&out);
+    let v = jsonl_result(&out);
     validate_schema(&v);
     assert_eq!(v["status"], "partial");
     let t = &v["client"]["rr"]["total"];
@@ -224,24 +236,33 @@ fn a_thousand_flows_complete_with_per_flow_results() {
     let _turn = one_at_a_time();
     let server = Server::start();
     let port = server.port.to_string();
-    let out = run(
-        &[
-            "rr",
-            "127.0.0.1",
-            "-p",
-            &port,
-            "-F",
-            "1000",
-            "-t",
-            "2",
-            "-i",
-            "0",
-            "-J",
-        ],
-        deadline_for(2.0) + Duration::from_secs(20),
+    let client = Proc::spawn(&[
+        "rr",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-F",
+        "1000",
+        "-t",
+        "2",
+        "-i",
+        "1",
+        "--format",
+        "jsonl",
+    ]);
+    // A few threads, not one per flow: counted while the 1000 flows are
+    // exchanging transactions (once the test has ended, any design would
+    // pass).
+    wait_for_transactions(&client);
+    let threads = server.thread_count();
+    assert!(
+        threads < 64,
+        "{threads} server threads while 1000 flows run: {:?}",
+        thread_names(server.pid())
     );
+    let out = client.finish(deadline_for(2.0) + Duration::from_secs(20));
     out.assert_success();
-    let v = parse_json(&out);
+    let v = jsonl_result(&out);
     validate_schema(&v);
     assert_ok(&v);
     assert_counts_agree(&v);
@@ -258,12 +279,6 @@ fn a_thousand_flows_complete_with_per_flow_results() {
         assert_eq!(fl["end"]["kind"], "completed");
         assert!(fl["latency"].is_object());
     }
-    // A few threads, not one per flow.
-    assert!(
-        server.thread_count() < 64,
-        "{} threads",
-        server.thread_count()
-    );
 }
 
 #[test]
@@ -364,7 +379,7 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
 #[test]
 fn affinity_pins_the_data_threads_of_both_ends() {
     let _turn = one_at_a_time();
-    let cpus = usable_cpus();
+    let cpus = two_usable_cpus();
     let (c, s) = (cpus[0], *cpus.last().unwrap());
     let (cs, ss) = (c.to_string(), s.to_string());
     let srv = Server::start();

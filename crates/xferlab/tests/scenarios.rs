@@ -5,7 +5,7 @@
 //! at least a table per `[[report.table]]` and a rendered picture per
 //! `[[report.plot]]`.
 //! The lab scenario needs root (CI runs as root); the USB scenario boots
-//! the lab VM once (`XFERLAB_LABVM=skip` skips it, saying so).
+//! the lab VM once (built with `XFERLAB_LABVM=skip` it is listed as ignored).
 
 mod common;
 mod labvm_support;
@@ -148,10 +148,8 @@ fn ecn_sack_transactions_quick_in_the_lab() {
 }
 
 #[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn usb_bulk_levers_quick_in_the_lab_vm() {
-    if labvm_support::skip() {
-        return;
-    }
     let _vm = labvm_support::vm_lock();
     let md = run_quick("usb-bulk-levers", Duration::from_secs(1200));
     assert!(md.contains("Bulk throughput"), "{md}");

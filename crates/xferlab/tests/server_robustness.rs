@@ -20,7 +20,10 @@ fn assert_serves_a_real_client(srv: &mut Server) {
 }
 
 /// Waits until the server's thread count has not changed for 300 ms and
-/// returns it.
+/// returns it. A quiet period, not an event: nothing announces that no
+/// further thread will start (Server::start's own probe connection leaves
+/// a connection thread behind for a moment), so this polls until the count
+/// holds still.
 fn settled_thread_count(srv: &Server) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut last = srv.thread_count();
@@ -73,9 +76,10 @@ fn two_clients_at_once_both_get_complete_results() {
 #[test]
 fn killed_client_does_not_block_the_next_client() {
     let mut srv = Server::start();
-    let mut victim = srv.spawn_client(&["-J", "-t", "10"]);
-    srv.wait_for_log("accepted", 1, Duration::from_secs(5));
-    thread::sleep(Duration::from_secs(1));
+    // JSON lines, so the client says when data is flowing: it is killed
+    // mid-transfer.
+    let mut victim = srv.spawn_client(&["--format", "jsonl", "-i", "0.25", "-t", "10"]);
+    victim.wait_for_data_interval();
     assert!(victim.is_running(), "the 10 s client ended early");
     victim.kill(); // SIGKILL
     let killed_at = Instant::now();
@@ -116,7 +120,10 @@ fn killed_client_session_threads_are_released() {
     .into_iter()
     .enumerate()
     {
-        let mut victim = srv.spawn_client(args);
+        // JSON lines, so the client says when data is flowing.
+        let mut all = vec!["--format", "jsonl", "-i", "0.25"];
+        all.extend_from_slice(args);
+        let mut victim = srv.spawn_client(&all);
         srv.wait_for_log("accepted", round + 1, Duration::from_secs(5));
         // The session has its threads (session, control reader, flows).
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -128,7 +135,8 @@ fn killed_client_session_threads_are_released() {
             );
             thread::sleep(Duration::from_millis(20));
         }
-        thread::sleep(Duration::from_millis(800));
+        // Killed mid-transfer, not while its flows are being set up.
+        victim.wait_for_data_interval();
         assert!(victim.is_running(), "{args:?}: client ended early");
         victim.kill();
         let killed = Instant::now();
@@ -345,8 +353,11 @@ fn silent_connections_do_not_block_other_clients() {
     idle.push(half);
     let mut mute = raw_connect(srv.addr());
     send(&mut mute, &preamble(1, 1));
+    // The server answers a control preamble at once: once it has, it holds
+    // a session waiting for the hello, and has accepted the connections
+    // made before it (its listener accepts in order).
+    assert_eq!(read_n(&mut mute, 8), preamble(1, 1), "server preamble");
     idle.push(mute);
-    thread::sleep(Duration::from_millis(200));
 
     let out = srv.client(&["-J", "-t", "1"], deadline_for(1.0));
     assert!(

@@ -49,10 +49,8 @@ fn mbps(v: &Value, flow: usize) -> f64 {
 }
 
 #[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn host_side_against_the_kernel_sourcesink_gadget() {
-    if skip() {
-        return;
-    }
     let _vm = vm_lock();
     let script =
         std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-host-tests.sh")).unwrap();

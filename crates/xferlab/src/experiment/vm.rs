@@ -1163,14 +1163,6 @@ echo setup warns >&2"#;
 
     // ------------------------------------------------ real VM boots ----
 
-    fn labvm_skipped() -> bool {
-        if std::env::var("XFERLAB_LABVM").as_deref() == Ok("skip") {
-            eprintln!("XFERLAB_LABVM=skip: lab VM test SKIPPED (nothing was checked)");
-            return true;
-        }
-        false
-    }
-
     fn repo_runner() -> PathBuf {
         let here = Path::new(env!("CARGO_MANIFEST_DIR"));
         find_vm_runner(&[here]).expect("lab/vm/run above the crate")
@@ -1230,9 +1222,6 @@ echo setup warns >&2"#;
     #[test]
     #[ignore = "boots the lab VM (~2 min); run with --ignored"]
     fn three_jobs_in_one_boot() {
-        if labvm_skipped() {
-            return;
-        }
         let setup = VmSetup {
             timeout_s: 240,
             ..VmSetup::default()
@@ -1276,9 +1265,6 @@ echo setup warns >&2"#;
     #[test]
     #[ignore = "boots the lab VM (~2 min); run with --ignored"]
     fn usb_bulk_jobs_against_the_sourcesink_gadget() {
-        if labvm_skipped() {
-            return;
-        }
         let guest_dir = repo_runner().parent().unwrap().join("guest");
         let setup = VmSetup {
             modules: Vec::new(),
@@ -1374,9 +1360,6 @@ echo setup warns >&2"#;
     #[test]
     #[ignore = "boots the lab VM (~1 min); run with --ignored"]
     fn stop_kills_the_vm_mid_job() {
-        if labvm_skipped() {
-            return;
-        }
         let mark = nonce();
         // Inherited by lab/vm/run and its QEMU: how this test finds them.
         std::env::set_var("XFERLAB_VM_TEST_MARK", &mark);

@@ -14,7 +14,7 @@
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -45,41 +45,80 @@ pub fn free_port() -> u16 {
     l.local_addr().expect("local_addr").port()
 }
 
-/// Whether this host has a usable IPv6 loopback.
-pub fn have_ipv6_loopback() -> bool {
-    TcpListener::bind((Ipv6Addr::LOCALHOST, 0)).is_ok()
+/// Fails (does not skip) a test that needs ::1 on a host without a usable
+/// IPv6 loopback: what such a test checks would otherwise go unchecked.
+pub fn require_ipv6_loopback() {
+    if let Err(e) = TcpListener::bind((Ipv6Addr::LOCALHOST, 0)) {
+        panic!(
+            "this test needs an IPv6 loopback, and [::1] cannot be bound here ({e}): \
+             enable IPv6 on lo (sysctl net.ipv6.conf.lo.disable_ipv6=0)"
+        );
+    }
 }
 
 // ---------------------------------------------------------------- processes
 
+/// What a pipe has delivered so far, and whether it has reached end of
+/// file; the reader thread signals `more` after every chunk, so waiting
+/// for output is waiting for the output itself, not polling on a timer.
+#[derive(Default)]
+struct Piped {
+    bytes: Vec<u8>,
+    eof: bool,
+}
+
 /// Collects everything a pipe delivers, on a thread, so a chatty child can
 /// never block on a full pipe.
 struct Capture {
-    buf: Arc<Mutex<Vec<u8>>>,
+    shared: Arc<(Mutex<Piped>, Condvar)>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Capture {
     fn new(mut r: impl Read + Send + 'static) -> Capture {
-        let buf = Arc::new(Mutex::new(Vec::new()));
-        let b = buf.clone();
+        let shared = Arc::new((Mutex::new(Piped::default()), Condvar::new()));
+        let s = shared.clone();
         let thread = std::thread::spawn(move || {
             let mut chunk = [0u8; 8192];
             loop {
-                match r.read(&mut chunk) {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
+                let n = r.read(&mut chunk).unwrap_or(0);
+                let mut p = s.0.lock().unwrap();
+                if n == 0 {
+                    p.eof = true;
+                    s.1.notify_all();
+                    return;
                 }
+                p.bytes.extend_from_slice(&chunk[..n]);
+                s.1.notify_all();
             }
         });
         Capture {
-            buf,
+            shared,
             thread: Some(thread),
         }
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.buf.lock().unwrap()).into_owned()
+        String::from_utf8_lossy(&self.shared.0.lock().unwrap().bytes).into_owned()
+    }
+
+    /// Blocks until `done` holds for the text so far (true), or the pipe
+    /// reached end of file or `timeout` passed without it (false). `done`
+    /// is asked again after every chunk the child writes.
+    fn wait_for(&self, timeout: Duration, mut done: impl FnMut(&str) -> bool) -> bool {
+        let deadline = Instant::now() + timeout;
+        let (lock, more) = &*self.shared;
+        let mut p = lock.lock().unwrap();
+        loop {
+            if done(&String::from_utf8_lossy(&p.bytes)) {
+                return true;
+            }
+            let now = Instant::now();
+            if p.eof || now >= deadline {
+                return false;
+            }
+            p = more.wait_timeout(p, deadline - now).unwrap().0;
+        }
     }
 
     /// Waits for end of file (the child exited and closed the pipe).
@@ -140,6 +179,54 @@ impl Proc {
 
     pub fn stderr(&self) -> String {
         self.stderr.text()
+    }
+
+    /// Blocks until the child's stdout satisfies `done` (asked again after
+    /// every chunk the child writes); panics, saying it did not `what`, if
+    /// the child closes its stdout or `timeout` passes first.
+    pub fn wait_for_stdout(&self, what: &str, timeout: Duration, done: impl FnMut(&str) -> bool) {
+        if !self.stdout.wait_for(timeout, done) {
+            panic!(
+                "`{}` did not {what} within {timeout:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                self.label,
+                self.stdout(),
+                self.stderr()
+            );
+        }
+    }
+
+    /// Waits for the first `--format jsonl` line whose `event` is `event`
+    /// and which `accept` takes, and returns it.
+    pub fn wait_for_jsonl_event(
+        &self,
+        event: &str,
+        timeout: Duration,
+        accept: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let mut found = None;
+        self.wait_for_stdout(&format!("write a {event} line"), timeout, |text| {
+            // Only whole lines: the last one may still be half written.
+            let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+            found = whole
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| v["event"] == event && accept(v));
+            found.is_some()
+        });
+        found.expect("wait_for_stdout returned, so a line was found")
+    }
+
+    /// For a client run with `--format jsonl`: waits until it reports an
+    /// interval in which one of its flows moved data, the event that shows
+    /// a test is under way (sent or received bytes, whichever its flows
+    /// do). Returns that interval line.
+    pub fn wait_for_data_interval(&self) -> Value {
+        self.wait_for_jsonl_event("interval", SLACK, |ev| {
+            ev["flows"].as_array().is_some_and(|fs| {
+                fs.iter()
+                    .any(|f| f["bytes"].as_u64().is_some_and(|b| b > 0))
+            })
+        })
     }
 
     /// The exit status, if the process has ended (reaps it).
@@ -299,6 +386,30 @@ impl Output {
     }
 }
 
+/// The result document of a `--format jsonl` run: every stdout line is one
+/// JSON object and the last is `{"event":"result","result":{...}}`.
+pub fn jsonl_result(out: &Output) -> Value {
+    let mut events: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!("stdout line is not JSON ({e}): {l}\n{}", out.describe())
+            })
+        })
+        .collect();
+    let last = events
+        .pop()
+        .unwrap_or_else(|| panic!("no JSON lines on stdout\n{}", out.describe()));
+    assert_eq!(
+        last["event"],
+        "result",
+        "the last JSON line is not the result\n{}",
+        out.describe()
+    );
+    last["result"].clone()
+}
+
 /// Runs `xferlab ARGS`, killing it after `timeout`.
 pub fn run(args: &[&str], timeout: Duration) -> Output {
     Proc::spawn(args).finish(timeout)
@@ -441,23 +552,19 @@ impl Server {
     /// Waits (bounded) until the server log contains `needle` at least `n`
     /// times.
     pub fn wait_for_log(&self, needle: &str, n: usize, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.log().matches(needle).count() < n {
-            assert!(
-                Instant::now() < deadline,
-                "server log did not show {needle:?} x{n} within {timeout:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.proc
+            .wait_for_stdout(&format!("log {needle:?} x{n}"), timeout, |log| {
+                log.matches(needle).count() >= n
+            });
     }
 }
 
-/// Threads of a process (entries of /proc/PID/task).
+/// Threads of a process (entries of /proc/PID/task); panics when the
+/// process is gone, so a dead process never passes for one with few threads.
 pub fn thread_count(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|d| d.count())
-        .unwrap_or(0)
+        .unwrap_or_else(|e| panic!("process {pid} is gone (/proc/{pid}/task: {e})"))
+        .count()
 }
 
 /// Names of a process's threads (for assertion messages).
@@ -486,6 +593,18 @@ pub fn usable_cpus() -> Vec<u32> {
             None => cpus.push(part.parse().unwrap()),
         }
     }
+    cpus
+}
+
+/// [`usable_cpus`] for a test that pins the two ends to different CPUs;
+/// fails (does not skip) with one CPU, where a pinned thread's mask is the
+/// process's own and pinning could not be told from no pinning.
+pub fn two_usable_cpus() -> Vec<u32> {
+    let cpus = usable_cpus();
+    assert!(
+        cpus.len() >= 2,
+        "this test needs two usable CPUs to tell the ends' pinning apart; it may use only {cpus:?}"
+    );
     cpus
 }
 
