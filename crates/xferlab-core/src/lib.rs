@@ -13,5 +13,6 @@ pub mod proto;
 pub mod result;
 pub mod rr;
 pub mod spec;
+pub mod transport;
 pub mod units;
 pub mod usb;

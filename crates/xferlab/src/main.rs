@@ -12,6 +12,7 @@ mod series;
 mod server;
 mod stream;
 mod sys;
+mod transport;
 mod usb;
 
 use std::io::{self, Write};

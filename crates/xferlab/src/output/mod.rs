@@ -136,6 +136,7 @@ pub(crate) mod sample {
             bits_per_second: Throughput::new(bytes, end_s - start_s).bits_per_second,
             tcp: None,
             udp: None,
+            transport: None,
         }
     }
 
@@ -151,6 +152,7 @@ pub(crate) mod sample {
             bytes_all: intervals.iter().map(|iv| iv.bytes).sum(),
             tcp: None,
             udp: None,
+            transport: None,
         }
     }
 

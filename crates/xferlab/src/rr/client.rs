@@ -3,7 +3,7 @@
 //! engine threads and assembling the result.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
@@ -13,7 +13,7 @@ use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
 use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::rr::wire::encode_tcp_hello;
 use xferlab_core::rr::{RrMode, RrSpec};
-use xferlab_core::spec::Knobs;
+use xferlab_core::spec::{Knobs, Transport};
 
 use super::client_flow::{self, ClientConn, ClientPlan};
 use super::side::RrSide;
@@ -323,8 +323,7 @@ fn connect_rr(
     for id in 0..rr.flows {
         let c = match rr.mode {
             RrMode::TcpRr => {
-                let (mut s, _sock): (TcpStream, _) =
-                    net::connect_data(to, &cfg.spec.knobs, cfg.connect_timeout)?;
+                let mut s = crate::transport::connect(&cfg.spec, to, cfg.connect_timeout)?;
                 s.set_nodelay(true).ok();
                 s.write_all(&encode_tcp_hello(&token, id))
                     .map_err(|e| format!("cannot open rr flow {}: {e}", id + 1))?;
@@ -332,17 +331,13 @@ fn connect_rr(
                 ClientConn::Tcp(s)
             }
             RrMode::UdpRr => {
-                let any = if to.is_ipv6() {
-                    IpAddr::from([0u16; 8])
-                } else {
-                    IpAddr::from([0u8; 4])
-                };
                 let knobs = Knobs {
                     buffer: cfg.spec.knobs.buffer,
                     tos: cfg.spec.knobs.tos,
                     ..Knobs::default()
                 };
-                let s: UdpSocket = net::udp_socket(SocketAddr::new(any, 0), &knobs)?;
+                let s: UdpSocket =
+                    crate::transport::bind(Transport::Udp, net::any_port(to), &knobs, false)?;
                 s.connect(to)
                     .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
                 s.set_nonblocking(true).map_err(|e| e.to_string())?;

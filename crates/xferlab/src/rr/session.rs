@@ -14,12 +14,11 @@ use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
 use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, Welcome};
 use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::rr::{RrMode, RrSpec};
-use xferlab_core::spec::{Knobs, TestSpec};
+use xferlab_core::spec::{Knobs, TestSpec, Transport};
 
 use super::server_engine::{self, RrSocket, ServerPlan};
 use super::side::RrSide;
 use crate::control::{ControlIo, Wake};
-use crate::net;
 use crate::server::Shared;
 use crate::stream::session::attach_flow;
 use crate::stream::side::{ConnectedFlow, Side};
@@ -316,7 +315,7 @@ fn open(
                 tos: spec.knobs.tos,
                 ..Knobs::default()
             };
-            net::udp_socket(bind, &knobs).and_then(|s| {
+            crate::transport::bind(Transport::Udp, bind, &knobs, false).and_then(|s| {
                 s.set_nonblocking(true).map_err(|e| e.to_string())?;
                 Ok(RrSocket::Udp(s))
             })

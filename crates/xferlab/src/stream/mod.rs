@@ -1,9 +1,8 @@
-//! The stream pattern over TCP: bulk transfer one way, reverse or both.
+//! The stream pattern: bulk transfer one way, reverse or both, over any
+//! registered transport (see [`crate::transport`]).
 
 pub mod client;
-pub mod datagram;
-mod flow;
 pub mod session;
 pub mod side;
 
-pub use side::{ConnectedFlow, FlowSocket, Side};
+pub use side::{ConnectedFlow, Side};

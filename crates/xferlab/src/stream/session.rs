@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
 use xferlab_core::proto::wire::{
     token_hex, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN,
     VERSION,
@@ -16,17 +15,15 @@ use xferlab_core::proto::{
     ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome, HANDSHAKE_TIMEOUT,
 };
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
-use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec, Transport};
+use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec};
 use xferlab_core::units::RateUnit;
 
-use super::side::{ConnectedFlow, FlowSocket, Side};
+use super::side::{ConnectedFlow, Side};
 use crate::control::{ControlIo, Wake};
-use crate::net::{
-    self,
-    sockopt::{self, SocketEnd},
-};
+use crate::net::{self, sockopt};
 use crate::server::Shared;
 use crate::sys::cpu::CpuTally;
+use crate::transport::{self, Carrier, FlowSocket};
 
 /// Removes the session's token and its count when the session ends,
 /// whichever way it ends.
@@ -271,9 +268,10 @@ fn accept_test(
         Err(why) => return refuse(ctl, ErrorCode::Internal, why),
     };
     let mut udp_ports = Vec::new();
-    if spec.transport == Transport::Udp {
+    if spec.transport.carrier() == Carrier::Datagrams {
         for plan in spec.flows() {
-            let sock = match net::udp_socket(SocketAddr::new(local_ip, 0), &spec.knobs) {
+            let bind = SocketAddr::new(local_ip, 0);
+            let sock = match transport::bind(spec.transport, bind, &spec.knobs, false) {
                 Ok(s) => s,
                 Err(why) => {
                     return refuse(ctl, ErrorCode::Internal, format!("on the server: {why}"))
@@ -313,7 +311,7 @@ fn accept_test(
     Ok(token)
 }
 
-/// Waits on one UDP flow socket for the client's attach datagram, then
+/// Waits on one datagram flow socket for the client's attach datagram, then
 /// connects the socket to the sender, acknowledges, and hands the socket
 /// to the session. Datagrams with another token or flow are ignored; the
 /// wait ends at the handshake deadline (or when the session is gone).
@@ -339,14 +337,14 @@ fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mps
         }
         sock.send(&[AttachReply::Ok as u8]).ok();
         sock.set_read_timeout(None).ok();
-        tx.send(Wake::Attach(flow, FlowSocket::Udp(sock))).ok();
+        tx.send(Wake::Attach(flow, FlowSocket::Datagram(sock))).ok();
         return;
     }
 }
 
-/// Takes a flow socket that presented our token (a TCP data connection,
-/// answered here, or a UDP socket already acknowledged) and keeps it until
-/// every flow is here.
+/// Takes a flow socket that presented our token (a data connection,
+/// answered here, or a datagram socket already acknowledged) and keeps it
+/// until every flow is here.
 pub(crate) fn attach_flow(
     pending: &mut [Option<ConnectedFlow>],
     flow: u32,
@@ -354,7 +352,7 @@ pub(crate) fn attach_flow(
     spec: &TestSpec,
 ) -> Result<(), String> {
     let answer = |socket: &FlowSocket, reply: AttachReply| {
-        if let FlowSocket::Tcp(s) = socket {
+        if let FlowSocket::Stream(s) = socket {
             let mut w: &TcpStream = s;
             w.write_all(&[reply as u8])
                 .map_err(|e| format!("flow {flow}: {e}"))
@@ -369,11 +367,7 @@ pub(crate) fn attach_flow(
             "rejected data connection for flow {flow} (unknown or duplicate)"
         ));
     };
-    let applied = match &socket {
-        FlowSocket::Tcp(s) => sockopt::apply(&SockRef::from(s), &spec.knobs, SocketEnd::Accepted),
-        // Options were applied when the socket was made.
-        FlowSocket::Udp(_) => Ok(()),
-    };
+    let applied = transport::io(spec.transport).and_then(|io| io.accepted(&socket, &spec.knobs));
     if let Err(why) = applied {
         answer(&socket, AttachReply::BadFlow).ok();
         return Err(format!("flow {flow}: {why}"));
