@@ -29,6 +29,7 @@
 //! every interval and total); a transport added later puts its own under
 //! its name, next to them (see [`TransportSection`]).
 
+pub mod mptcp;
 mod tcp;
 mod udp;
 mod usb_bulk;
@@ -49,11 +50,18 @@ pub enum Transport {
     Udp,
     /// USB bulk endpoints through usbfs (`xferlab usb`).
     UsbBulk,
+    /// Multipath TCP: a byte stream over TCP subflows (iperf3's `-m`).
+    Mptcp,
 }
 
 impl Transport {
     /// Every registered transport.
-    pub const ALL: &'static [Transport] = &[Transport::Tcp, Transport::Udp, Transport::UsbBulk];
+    pub const ALL: &'static [Transport] = &[
+        Transport::Tcp,
+        Transport::Udp,
+        Transport::UsbBulk,
+        Transport::Mptcp,
+    ];
 
     /// What this transport means to the model.
     pub fn model(self) -> &'static dyn TransportModel {
@@ -61,6 +69,7 @@ impl Transport {
             Transport::Tcp => &tcp::Tcp,
             Transport::Udp => &udp::Udp,
             Transport::UsbBulk => &usb_bulk::UsbBulk,
+            Transport::Mptcp => &mptcp::Mptcp,
         }
     }
 
@@ -154,13 +163,19 @@ pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), String> {
 /// transport that has such state, and its arm in
 /// [`TransportCounters::sample`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum TransportCounters {}
+pub enum TransportCounters {
+    Mptcp(mptcp::MptcpCounters),
+}
 
 impl TransportCounters {
     /// The interval from `prev` to `self`, as the result shows it; None
     /// when the two readings cannot be compared.
-    pub fn sample(&self, _prev: &TransportCounters) -> Option<TransportSection> {
-        match *self {}
+    pub fn sample(&self, prev: &TransportCounters) -> Option<TransportSection> {
+        match (self, prev) {
+            (Self::Mptcp(now), Self::Mptcp(before)) => {
+                Some(TransportSection::Mptcp(now.sample(before)))
+            }
+        }
     }
 }
 
@@ -170,12 +185,16 @@ impl TransportCounters {
 /// `tcp` and `udp`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum TransportSection {}
+pub enum TransportSection {
+    Mptcp(mptcp::MptcpSample),
+}
 
 impl TransportSection {
     /// One line for people, under the flow's interval row.
     pub fn describe(&self) -> String {
-        match *self {}
+        match self {
+            Self::Mptcp(s) => s.describe(),
+        }
     }
 }
 
@@ -210,6 +229,7 @@ mod tests {
             (Transport::Tcp, "\"tcp\""),
             (Transport::Udp, "\"udp\""),
             (Transport::UsbBulk, "\"usb_bulk\""),
+            (Transport::Mptcp, "\"mptcp\""),
         ] {
             assert_eq!(serde_json::to_string(&t).unwrap(), name);
         }

@@ -36,6 +36,7 @@
 
 pub mod datagram;
 pub mod flow;
+mod mptcp;
 mod tcp;
 mod udp;
 
@@ -60,7 +61,7 @@ use flow::{FlowOutcome, FlowShared, SideFlags};
 /// lists their flags. The server's ports listen with the first
 /// [`TransportIo::listener`] the kernel grants, so a transport whose
 /// listener also accepts plain TCP comes before TCP.
-pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp];
+pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp];
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
 pub fn io(t: Transport) -> Result<&'static dyn TransportIo, String> {
