@@ -10,6 +10,7 @@ use crate::result::{
     FlowInterval, FlowTotal, TcpCounters, TcpSample, TcpTotals, Throughput, UdpCounters, UdpSample,
     UdpTotal,
 };
+use crate::transport::{TransportCounters, TransportSection};
 
 /// Intervals shorter than this share of the interval at the very end are
 /// folded into the previous one instead of printing a sliver.
@@ -49,13 +50,24 @@ impl IntervalClock {
 }
 
 /// What the driver reads from a flow at a boundary: its byte counter and,
-/// where the transport has them, TCP_INFO or the datagram counters.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// where the transport has them, TCP_INFO, the datagram counters, or
+/// state of the transport's own.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Reading {
     pub bytes: u64,
     pub tcp: Option<TcpCounters>,
     pub udp: Option<UdpCounters>,
+    pub transport: Option<TransportCounters>,
 }
+
+/// One interval's figures: bytes, then the TCP, datagram and transport
+/// parts where both ends of the interval have them.
+type Delta = (
+    u64,
+    Option<TcpSample>,
+    Option<UdpSample>,
+    Option<TransportSection>,
+);
 
 impl Reading {
     pub fn bytes(bytes: u64) -> Self {
@@ -65,9 +77,9 @@ impl Reading {
         }
     }
 
-    /// The interval from `prev` to `self`, TCP and datagram parts where
-    /// both readings have them.
-    fn delta(&self, prev: &Reading) -> (u64, Option<TcpSample>, Option<UdpSample>) {
+    /// The interval from `prev` to `self`, TCP, datagram and transport
+    /// parts where both readings have them.
+    fn delta(&self, prev: &Reading) -> Delta {
         let tcp = match (self.tcp, prev.tcp) {
             (Some(now), Some(before)) => Some(now.sample(&before)),
             _ => None,
@@ -76,16 +88,22 @@ impl Reading {
             (Some(now), Some(before)) => Some(now.sample(&before)),
             _ => None,
         };
-        (self.bytes.saturating_sub(prev.bytes), tcp, udp)
+        let transport = match (&self.transport, &prev.transport) {
+            (Some(now), Some(before)) => now.sample(before),
+            _ => None,
+        };
+        (self.bytes.saturating_sub(prev.bytes), tcp, udp, transport)
     }
 
-    /// Keeps the last known TCP and datagram parts when this reading lacks
-    /// them (a socket that could not be read at the very end).
+    /// Keeps the last known TCP, datagram and transport parts when this
+    /// reading lacks them (a socket that could not be read at the very
+    /// end).
     fn or(self, older: &Reading) -> Reading {
         Reading {
             bytes: self.bytes,
             tcp: self.tcp.or(older.tcp),
             udp: self.udp.or(older.udp),
+            transport: self.transport.or_else(|| older.transport.clone()),
         }
     }
 }
@@ -141,8 +159,8 @@ impl FlowMeter {
         FlowMeter {
             clock,
             last_t: 0.0,
-            last: start,
-            newest_start: start,
+            last: start.clone(),
+            newest_start: start.clone(),
             omit_mark: start,
             intervals: Vec::new(),
             rtt: RttStats::default(),
@@ -163,7 +181,7 @@ impl FlowMeter {
             self.push_interval(t, &now, omitted);
         }
         if omitted && (boundary - self.clock.omit_s).abs() < EPS {
-            self.omit_mark = now;
+            self.omit_mark = now.clone();
         }
         if !omitted {
             self.measure(&now);
@@ -192,8 +210,8 @@ impl FlowMeter {
     }
 
     fn push_interval(&mut self, t: f64, now: &Reading, omitted: bool) {
-        let (bytes, tcp, udp) = now.delta(&self.last);
-        self.newest_start = self.last;
+        let (bytes, tcp, udp, transport) = now.delta(&self.last);
+        self.newest_start = self.last.clone();
         self.intervals.push(FlowInterval {
             start_s: self.last_t,
             end_s: t,
@@ -202,6 +220,7 @@ impl FlowMeter {
             bits_per_second: rate(bytes, t - self.last_t),
             tcp,
             udp,
+            transport,
         });
     }
 
@@ -220,7 +239,7 @@ impl FlowMeter {
                     .last()
                     .is_some_and(|iv| !iv.omitted || ends_in_warmup);
             if fold {
-                let (bytes, tcp, udp) = end.delta(&self.newest_start);
+                let (bytes, tcp, udp, transport) = end.delta(&self.newest_start);
                 let iv = self.intervals.last_mut().expect("checked above");
                 iv.end_s = t;
                 iv.bytes = bytes;
@@ -236,6 +255,7 @@ impl FlowMeter {
                     }
                     (new, old) => new.or(old),
                 };
+                iv.transport = transport.or(iv.transport.take());
             } else if self.clock.interval_s > 0.0 {
                 self.push_interval(t, &end, ends_in_warmup);
             }
@@ -245,10 +265,10 @@ impl FlowMeter {
         }
         if ends_in_warmup {
             // Nothing was measured: the window is empty.
-            self.omit_mark = end;
+            self.omit_mark = end.clone();
         }
         let start_s = self.clock.omit_s.min(t);
-        let (measured, tcp, udp) = end.delta(&self.omit_mark);
+        let (measured, tcp, udp, transport) = end.delta(&self.omit_mark);
         let total = FlowTotal {
             start_s,
             end_s: t,
@@ -265,6 +285,7 @@ impl FlowMeter {
                     host_drops_all: all.host_drops,
                 }
             }),
+            transport,
         };
         (self.intervals, total)
     }
@@ -297,7 +318,7 @@ mod tests {
         Reading {
             bytes,
             tcp: Some(c),
-            udp: None,
+            ..Reading::default()
         }
     }
 
@@ -411,13 +432,13 @@ mod tests {
     fn datagram_totals_exclude_the_warmup_but_keep_whole_run_counts() {
         let u = |packets, host_drops, owd_max| Reading {
             bytes: packets * 100,
-            tcp: None,
             udp: Some(UdpCounters {
                 packets,
                 host_drops,
                 owd_excess_max_ns: owd_max,
                 ..Default::default()
             }),
+            ..Reading::default()
         };
         let mut m = FlowMeter::new(IntervalClock::new(1.0, 1.0), u(0, 0, 0));
         m.sample(1.0, 1.0, u(10, 1, 9_000_000)); // warm-up: its max does not count
@@ -442,12 +463,12 @@ mod tests {
     fn folding_a_sliver_keeps_the_intervals_datagram_maxima() {
         let u = |packets, late_max| Reading {
             bytes: packets,
-            tcp: None,
             udp: Some(UdpCounters {
                 packets,
                 lateness_max_ns: late_max,
                 ..Default::default()
             }),
+            ..Reading::default()
         };
         let mut m = FlowMeter::new(IntervalClock::new(1.0, 0.0), u(0, 0));
         m.sample(1.0, 1.0, u(10, 7_000));

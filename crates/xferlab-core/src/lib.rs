@@ -17,5 +17,6 @@ pub mod run;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod spec;
+pub mod transport;
 pub mod units;
 pub mod usb;

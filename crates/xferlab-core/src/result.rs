@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{FlowDirection, RecvMode, TestSpec};
+use crate::transport::TransportSection;
 
 /// Identifies the JSON layout; bump the number on incompatible changes.
 pub const SCHEMA: &str = "xferlab.result/1";
@@ -268,6 +269,10 @@ pub struct FlowInterval {
     pub tcp: Option<TcpSample>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpSample>,
+    /// The transport's own section, under its name (`"mptcp": {...}`),
+    /// for transports that read state of their own.
+    #[serde(flatten)]
+    pub transport: Option<TransportSection>,
 }
 
 /// TCP figures of one flow over the measured window.
@@ -297,6 +302,10 @@ pub struct FlowTotal {
     pub tcp: Option<TcpTotals>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<UdpTotal>,
+    /// The transport's own section over the measured window (as in
+    /// [`FlowInterval::transport`]).
+    #[serde(flatten)]
+    pub transport: Option<TransportSection>,
 }
 
 /// Socket settings as read back from the kernel after they were applied.
@@ -639,6 +648,7 @@ mod tests {
                 bits_per_second: b as f64 * 8.0,
                 tcp: None,
                 udp: None,
+                transport: None,
             })
             .collect();
         let total: u64 = bytes.iter().sum();
@@ -657,6 +667,7 @@ mod tests {
                 bytes_all: total,
                 tcp: None,
                 udp: None,
+                transport: None,
             },
             intervals,
             end: FlowEnd::Completed,

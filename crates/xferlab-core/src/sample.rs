@@ -35,6 +35,7 @@ fn interval(i: usize, bytes: u64) -> FlowInterval {
         bits_per_second: Throughput::new(bytes, end_s - start_s).bits_per_second,
         tcp: None,
         udp: None,
+        transport: None,
     }
 }
 
@@ -50,6 +51,7 @@ fn total(intervals: &[FlowInterval]) -> FlowTotal {
         bytes_all: intervals.iter().map(|iv| iv.bytes).sum(),
         tcp: None,
         udp: None,
+        transport: None,
     }
 }
 
@@ -418,6 +420,7 @@ pub fn usb_result() -> TestResult {
                     bits_per_second: Throughput::new(bytes, s.end_s - s.start_s).bits_per_second,
                     tcp: None,
                     udp: None,
+                    transport: None,
                 }
             })
             .collect();
@@ -448,6 +451,7 @@ pub fn usb_result() -> TestResult {
                 bytes_all: bytes,
                 tcp: None,
                 udp: None,
+                transport: None,
             },
             end: FlowEnd::Completed,
         };

@@ -48,26 +48,7 @@ pub enum Pattern {
     Rr,
 }
 
-/// What carries the data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Transport {
-    Tcp,
-    /// Datagrams, each carrying a sequence number and a send time.
-    Udp,
-    /// USB bulk endpoints through usbfs (`xferlab usb`).
-    UsbBulk,
-}
-
-impl Transport {
-    pub fn label(self) -> &'static str {
-        match self {
-            Transport::Tcp => "TCP",
-            Transport::Udp => "UDP",
-            Transport::UsbBulk => "USB bulk",
-        }
-    }
-}
+pub use crate::transport::Transport;
 
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -362,35 +343,8 @@ impl TestSpec {
                     "-b, --gso, --batch and --dont-fragment are stream options; rr sends one request per transaction".into(),
                 );
             }
-        } else if self.transport == Transport::Udp {
-            if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&k.size) {
-                return Err(format!(
-                    "-l/--length: a UDP datagram must be between {MIN_DATAGRAM} and {MAX_DATAGRAM} bytes (got {})",
-                    k.size
-                ));
-            }
-            if k.batch == 0 || k.batch > MAX_BATCH {
-                return Err(format!(
-                    "--batch must be between 1 and {MAX_BATCH} datagrams (got {})",
-                    k.batch
-                ));
-            }
-            if k.recv_mode == RecvMode::Discard {
-                return Err(
-                    "--skip-rx-copy is for TCP: every UDP datagram's header is read".into(),
-                );
-            }
-            if k.congestion.is_some() || k.mss.is_some() || k.nodelay || k.max_pacing_rate.is_some()
-            {
-                return Err("-C, -M, -N and --fq-rate are TCP options; pace UDP with -b".into());
-            }
         } else {
-            if k.rate.is_some() {
-                return Err("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate".into());
-            }
-            if k.gso || k.batch != 1 || k.dont_fragment {
-                return Err("--gso, --batch and --dont-fragment apply to UDP (-u)".into());
-            }
+            self.transport.model().check_knobs(k)?;
         }
         if k.max_pacing_rate == Some(0) {
             return Err("--fq-rate must be greater than 0".into());

@@ -4,8 +4,9 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 use xferlab_core::spec::{Affinity, Direction, Knobs, Limit, RecvMode, TestSpec, Transport};
+use xferlab_core::transport::Carrier;
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
 
 use crate::net::{Family, DEFAULT_PORT};
@@ -278,7 +279,10 @@ impl RrArgs {
                 (a.reverse || a.bidir) && self.background == 0,
                 "-R/--bidir without --background",
             ),
-            (a.udp, "-u/--udp (use --mode udp-rr)"),
+            (
+                a.transport.0 == Some(Transport::Udp),
+                "-u/--udp (use --mode udp-rr)",
+            ),
             (a.bitrate.is_some(), "-b/--bitrate"),
             (a.batch.is_some(), "--batch"),
             (a.gso, "--gso"),
@@ -289,6 +293,12 @@ impl RrArgs {
         if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {
             return Err(format!(
                 "{flag} is a stream option; see `xferlab rr --help`"
+            ));
+        }
+        if let Some(t) = a.transport.0 {
+            return Err(format!(
+                "{} is a stream option: rr runs over TCP, or UDP with --mode udp-rr",
+                TransportArg::name(t)
             ));
         }
         let int = |flag: &str, v: i64| {
@@ -504,10 +514,9 @@ pub struct StreamArgs {
     #[arg(short = 'l', long = "length", value_parser = parse_size, value_name = "SIZE")]
     pub length: Option<u64>,
 
-    /// UDP instead of TCP: every datagram carries a sequence number and a
-    /// send time; loss, reordering, duplicates and jitter are measured.
-    #[arg(short = 'u', long)]
-    pub udp: bool,
+    /// The transport flags (`-u/--udp`, ...), from the transport registry.
+    #[command(flatten)]
+    pub transport: TransportArg,
     /// UDP target rate per flow in bit/s (k/M/G suffixes); 0 = unlimited.
     /// Default 1M, as iperf3.
     #[arg(short = 'b', long = "bitrate", value_parser = parse_rate, value_name = "RATE")]
@@ -641,21 +650,28 @@ impl StreamArgs {
         self.spec_with(false, 10.0)
     }
 
-    /// As [`StreamArgs::spec`], for patterns that are UDP whatever `-u`
-    /// says and whose tests default to another length.
-    pub fn spec_with(&self, force_udp: bool, default_seconds: f64) -> Result<TestSpec, String> {
+    /// As [`StreamArgs::spec`], for patterns that send datagrams (UDP
+    /// unless a datagram transport's flag says otherwise) and whose tests
+    /// default to another length.
+    pub fn spec_with(&self, datagrams: bool, default_seconds: f64) -> Result<TestSpec, String> {
         let parallel = u32::try_from(self.parallel).map_err(|_| {
             format!(
                 "-P/--parallel must be between 1 and 128 (got {})",
                 self.parallel
             )
         })?;
-        let transport = if self.udp || force_udp {
-            Transport::Udp
-        } else {
-            Transport::Tcp
+        let transport = match (self.transport.0, datagrams) {
+            (Some(t), true) if t.carrier() != Carrier::Datagrams => {
+                return Err(format!(
+                    "{} does not carry datagrams: cbr and sweep run over UDP (-u, the default)",
+                    TransportArg::name(t)
+                ))
+            }
+            (Some(t), _) => t,
+            (None, true) => Transport::Udp,
+            (None, false) => Transport::Tcp,
         };
-        let udp = transport == Transport::Udp;
+        let udp = transport.carrier() == Carrier::Datagrams;
         let batch = match self.batch {
             Some(b) => u32::try_from(b)
                 .map_err(|_| format!("--batch must be between 1 and 1024 datagrams (got {b})"))?,
@@ -746,6 +762,66 @@ impl StreamArgs {
             ));
         }
         Ok(spec)
+    }
+}
+
+/// The transport a command line picks with its flag (`-u/--udp`, ...);
+/// None: the default (TCP, or UDP for the datagram verbs). The flags are
+/// those of [`crate::transport::REGISTRY`], so a new transport's flag
+/// appears here without an edit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TransportArg(pub Option<Transport>);
+
+impl TransportArg {
+    /// How messages name `t`'s flag (`-u/--udp`).
+    pub fn name(t: Transport) -> String {
+        crate::transport::io(t)
+            .ok()
+            .and_then(|io| io.flag())
+            .map_or_else(|| t.label().to_string(), |f| f.name())
+    }
+}
+
+impl FromArgMatches for TransportArg {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut arg = TransportArg::default();
+        arg.update_from_arg_matches(m)?;
+        Ok(arg)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for io in crate::transport::REGISTRY {
+            if io.flag().is_some_and(|f| m.get_flag(f.long)) {
+                self.0 = Some(io.transport());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Args for TransportArg {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        let flags: Vec<_> = crate::transport::REGISTRY
+            .iter()
+            .filter_map(|io| io.flag())
+            .collect();
+        for f in &flags {
+            let others = flags.iter().filter(|o| o.long != f.long).map(|o| o.long);
+            let mut arg = Arg::new(f.long)
+                .long(f.long)
+                .help(f.help)
+                .action(ArgAction::SetTrue)
+                .conflicts_with_all(others);
+            if let Some(c) = f.short {
+                arg = arg.short(c);
+            }
+            cmd = cmd.arg(arg);
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        TransportArg::augment_args(cmd)
     }
 }
 

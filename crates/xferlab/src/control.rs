@@ -19,7 +19,7 @@ pub enum Wake {
     FlowDone,
     /// A data connection or UDP flow socket presented this session's
     /// token (server only).
-    Attach(u32, crate::stream::FlowSocket),
+    Attach(u32, crate::transport::FlowSocket),
 }
 
 /// What a side's flow threads call when one of them ends: wakes the

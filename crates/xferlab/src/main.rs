@@ -15,6 +15,7 @@ mod server;
 mod session;
 mod stream;
 mod sys;
+mod transport;
 mod usb;
 
 use std::io::{self, Write};

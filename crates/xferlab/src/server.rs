@@ -20,7 +20,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use socket2::{Domain, Socket, Type};
+use socket2::Domain;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
     Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
@@ -29,7 +29,7 @@ use xferlab_core::proto::ProtoError;
 
 use crate::control::Wake;
 use crate::session;
-use crate::stream::FlowSocket;
+use crate::transport::FlowSocket;
 
 /// How long a new connection may take to say what it is.
 const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -265,7 +265,9 @@ impl Drop for PendingGuard<'_> {
 
 fn listen(bind: Option<IpAddr>, port: u16) -> io::Result<TcpListener> {
     let make = |addr: SocketAddr, dual: bool| -> io::Result<TcpListener> {
-        let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+        // The transports' listener: plain TCP's, or one that also accepts
+        // the connections of another byte-stream transport.
+        let s = crate::transport::listener(Domain::for_address(addr))?;
         s.set_reuse_address(true)?;
         if dual {
             s.set_only_v6(false)?;
@@ -316,7 +318,7 @@ fn classify(
             // A data stream of a running iperf3 test. If the session has
             // just ended, the connection is dropped (closed).
             Some(tx) => {
-                tx.send(Wake::Attach(0, FlowSocket::Tcp(stream))).ok();
+                tx.send(Wake::Attach(0, FlowSocket::Stream(stream))).ok();
             }
             None => {
                 drop(pending);
@@ -370,8 +372,8 @@ fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
     stream.set_read_timeout(None).ok();
     match tx {
         Some(tx) => {
-            let refused = tx.send(Wake::Attach(a.flow, FlowSocket::Tcp(stream)));
-            if let Err(mpsc::SendError(Wake::Attach(_, FlowSocket::Tcp(mut s)))) = refused {
+            let refused = tx.send(Wake::Attach(a.flow, FlowSocket::Stream(stream)));
+            if let Err(mpsc::SendError(Wake::Attach(_, FlowSocket::Stream(mut s)))) = refused {
                 s.write_all(&[AttachReply::UnknownSession as u8]).ok();
             }
         }

@@ -363,7 +363,7 @@ fn tiny_receive_buffer_drops_are_host_drops_reverse() {
 
 /// With --gso the receiver takes UDP_GRO buffers and the kernel counts
 /// dropped buffers, not datagrams; xferlab scales the count (see
-/// `HostDrops` in src/stream/datagram.rs).
+/// `HostDrops` in src/transport/datagram.rs).
 #[test]
 fn tiny_receive_buffer_drops_are_host_drops_with_gso() {
     assert_host_drops_attributed("0", &["--gso"], "c2s");

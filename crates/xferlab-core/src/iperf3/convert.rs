@@ -13,6 +13,7 @@ use crate::spec::{
     limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec,
     Transport,
 };
+use crate::transport::{Carrier, Iperf3Name};
 
 use super::params::{self, Params, Protocol, StreamInfo};
 use super::results::{Omitted, Results, StreamResult};
@@ -44,11 +45,21 @@ fn refuse(i_errno: i32, reason: impl Into<String>) -> Refusal {
 /// Only the client ends an iperf3 test, so `Limit::Duration` is what the
 /// client announced; the server uses it for its watchdog and intervals.
 pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
-    let udp = p.protocol == Protocol::Udp;
-    let transport = if udp { Transport::Udp } else { Transport::Tcp };
-    if p.mptcp {
-        return Err(refuse(i_errno::IEUNIMP, "MPTCP (-m) is not served yet"));
-    }
+    let name = Iperf3Name {
+        udp: p.protocol == Protocol::Udp,
+        mptcp: p.mptcp,
+    };
+    let transport = Transport::for_iperf3(name).ok_or_else(|| {
+        refuse(
+            i_errno::IEUNIMP,
+            format!(
+                "{}{} is not served",
+                if name.udp { "UDP" } else { "TCP" },
+                if name.mptcp { " with MPTCP (-m)" } else { "" }
+            ),
+        )
+    })?;
+    let udp = transport.carrier() == Carrier::Datagrams;
     let direction = match (p.reverse, p.bidirectional) {
         (true, true) => {
             return Err(refuse(
@@ -214,9 +225,16 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
         Limit::Bytes { bytes } => (0, bytes),
     };
     let k = &spec.knobs;
-    let udp = spec.transport == Transport::Udp;
+    let name = spec.transport.model().iperf3().ok_or_else(|| {
+        format!(
+            "iperf3 servers have no {} tests; they speak TCP and UDP",
+            spec.transport.label()
+        )
+    })?;
+    let udp = name.udp;
     Ok(Params {
         protocol: if udp { Protocol::Udp } else { Protocol::Tcp },
+        mptcp: name.mptcp,
         omit: whole(spec.omit_s, "-O/--omit")?,
         time,
         num,
@@ -263,11 +281,12 @@ pub fn results_from_side(side: &SideReport, transport: Transport) -> Results {
     let wall = side.cpu.wall_s;
     let pct = |s: f64| if wall > 0.0 { 100.0 * s / wall } else { 0.0 };
     let sends = side.flows.iter().any(|f| f.role == FlowRole::Sender);
+    let tcp = transport.model().tcp_info();
     let congestion_used = side
         .flows
         .iter()
         .find_map(|f| f.socket.congestion.clone())
-        .filter(|_| transport == Transport::Tcp);
+        .filter(|_| tcp);
     let streams = side
         .flows
         .iter()
@@ -277,10 +296,10 @@ pub fn results_from_side(side: &SideReport, transport: Transport) -> Results {
         cpu_util_total: pct(side.cpu.total_s()),
         cpu_util_user: pct(side.cpu.user_s),
         cpu_util_system: pct(side.cpu.system_s),
-        sender_has_retransmits: match (sends, transport) {
+        sender_has_retransmits: match (sends, tcp) {
             (false, _) => -1,
-            (true, Transport::Tcp) => 1,
-            (true, _) => 0,
+            (true, true) => 1,
+            (true, false) => 0,
         },
         congestion_used,
         streams,
@@ -292,8 +311,8 @@ pub fn results_from_side(side: &SideReport, transport: Transport) -> Results {
 fn stream_result(f: &FlowReport, transport: Transport) -> StreamResult {
     let t = &f.total;
     let sender = f.role == FlowRole::Sender;
-    let retransmits = match (transport, sender) {
-        (Transport::Tcp, true) => t.tcp.map_or(0, |c| c.retransmits as i64),
+    let retransmits = match (transport.model().tcp_info(), sender) {
+        (true, true) => t.tcp.map_or(0, |c| c.retransmits as i64),
         _ => -1,
     };
     let (jitter, errors, packets, omitted) = match t.udp {
@@ -409,6 +428,7 @@ pub fn side_from_results(r: &Results, ours: &SideReport, peer: &str) -> SideRepo
                 bytes_all: s.bytes,
                 tcp,
                 udp,
+                transport: None,
             },
             end: FlowEnd::Completed,
         });
@@ -504,7 +524,7 @@ mod tests {
             code(r#"{"tcp":true,"reverse":true,"bidirectional":true}"#),
             i_errno::IEREVERSEBIDIR
         );
-        assert_eq!(code(r#"{"tcp":true,"mptcp":true}"#), i_errno::IEUNIMP);
+        assert_eq!(code(r#"{"udp":true,"mptcp":true}"#), i_errno::IEUNIMP);
         assert_eq!(
             code(r#"{"tcp":true,"congestion":"x; rm"}"#),
             i_errno::IEINITTEST
@@ -599,6 +619,7 @@ mod tests {
                 bytes_all: 1200,
                 tcp: None,
                 udp,
+                transport: None,
             },
             end: FlowEnd::Completed,
         }

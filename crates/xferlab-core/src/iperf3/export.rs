@@ -602,6 +602,7 @@ fn whole_interval(f: &FlowReport) -> FlowInterval {
             ..TcpSample::default()
         }),
         udp: t.udp.map(|u| u.window),
+        transport: t.transport.clone(),
     }
 }
 

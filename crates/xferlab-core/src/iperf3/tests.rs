@@ -1606,3 +1606,25 @@ fn random_and_mutated_input_never_panics() {
     }
     assert!(completed > 1000, "{completed}");
 }
+
+/// iperf3's `-m` (3.19+) is MPTCP: a server runs it as an MPTCP test, a
+/// client asks for it with `"mptcp":true` next to `"tcp":true`. Only UDP
+/// with `-m` names no transport (refused with IEUNIMP, in convert.rs).
+#[test]
+fn mptcp_is_iperf3s_m_both_ways() {
+    use crate::spec::{TestSpec, Transport};
+    let p = Params::from_json(br#"{"tcp":true,"mptcp":true,"time":3,"parallel":2}"#).unwrap();
+    let spec = convert::spec_from_params(&p).unwrap();
+    assert_eq!((spec.transport, spec.parallel), (Transport::Mptcp, 2));
+    let mut ours = TestSpec::default_stream();
+    ours.transport = Transport::Mptcp;
+    let params = convert::params_from_spec(&ours, false).unwrap();
+    assert!(params.mptcp && params.protocol == Protocol::Tcp);
+    let json: Value = serde_json::from_slice(&params.to_json()).unwrap();
+    assert_eq!(
+        (&json["tcp"], &json["mptcp"]),
+        (&Value::Bool(true), &Value::Bool(true))
+    );
+    let back = convert::spec_from_params(&Params::from_json(&params.to_json()).unwrap()).unwrap();
+    assert_eq!(back.transport, Transport::Mptcp);
+}

@@ -274,6 +274,7 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
         bits_per_second: 8.0,
         tcp: None,
         udp: None,
+        transport: None,
     };
     let mut r = report(Endpoint::Server);
     r.flows.push(FlowReport {
@@ -292,6 +293,7 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
             bytes_all: 1000,
             tcp: None,
             udp: None,
+            transport: None,
         },
         end: FlowEnd::Completed,
     });

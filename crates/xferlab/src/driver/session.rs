@@ -12,7 +12,7 @@ use xferlab_core::run::{Action, Policy, Progress, TestRun};
 
 use super::Workload;
 use crate::control::{ControlIo, Wake};
-use crate::stream::FlowSocket;
+use crate::transport::FlowSocket;
 
 /// The longest sleep. A thread's last wake-up (`FlowDone`) is sent just
 /// before the thread exits, so the loop can find it not yet finished and

@@ -5,7 +5,7 @@
 //! after the test, and UDP streams are opened with a 4-byte handshake.
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,7 +16,7 @@ use xferlab_core::iperf3::{
 };
 use xferlab_core::result::{Endpoint, FlowRole, SideReport};
 use xferlab_core::run::{Policy, Role, TestRun};
-use xferlab_core::spec::{Limit, Transport};
+use xferlab_core::spec::Limit;
 
 use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
@@ -26,9 +26,10 @@ use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{assemble, ClientConfig, Outcome};
-use crate::stream::datagram::DatagramWire;
-use crate::stream::{ConnectedFlow, FlowSocket, Side};
+use crate::stream::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
+use crate::transport::datagram::DatagramWire;
+use crate::transport::{self, Carrier, FlowSocket};
 
 /// Longest wait, after the senders stop, for their data to be
 /// acknowledged before TEST_END goes out; and how often to look.
@@ -364,10 +365,10 @@ fn open_streams(
     }
     let mut out = Vec::with_capacity(count);
     for plan in plans {
-        let socket = match cfg.spec.transport {
-            Transport::Tcp => FlowSocket::Tcp(open_tcp(cfg, server, cookie, plan.id)?),
-            Transport::Udp => FlowSocket::Udp(open_udp(cfg, server, plan.id)?),
-            Transport::UsbBulk => return Err("iperf3 servers speak TCP and UDP only".into()),
+        let socket = match cfg.spec.transport.carrier() {
+            Carrier::Bytes => FlowSocket::Stream(open_stream(cfg, server, cookie, plan.id)?),
+            Carrier::Datagrams => FlowSocket::Datagram(open_datagram(cfg, server, plan.id)?),
+            Carrier::UsbBulk => return Err("iperf3 servers speak TCP and UDP only".into()),
         };
         out.push(ConnectedFlow::new(
             plan,
@@ -379,13 +380,13 @@ fn open_streams(
     Ok(out)
 }
 
-fn open_tcp(
+fn open_stream(
     cfg: &ClientConfig,
     server: SocketAddr,
     cookie: &Cookie,
     id: u32,
 ) -> Result<TcpStream, String> {
-    let (mut stream, _sock) = net::connect_data(server, &cfg.spec.knobs, cfg.connect_timeout)?;
+    let mut stream = transport::connect(&cfg.spec, server, cfg.connect_timeout)?;
     stream
         .write_all(cookie)
         .map_err(|e| format!("cannot open iperf3 stream {id}: {e}"))?;
@@ -393,16 +394,16 @@ fn open_tcp(
     Ok(stream)
 }
 
-/// Connects a UDP socket to the server's port, sends the 4-byte hello and
-/// waits for the answer. In reverse mode the server may already send data
-/// on the stream before its answer arrives; that is skipped.
-fn open_udp(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpSocket, String> {
-    let any = if server.is_ipv6() {
-        IpAddr::from([0u16; 8])
-    } else {
-        IpAddr::from([0u8; 4])
-    };
-    let sock = net::udp_socket(SocketAddr::new(any, 0), &cfg.spec.knobs)?;
+/// Connects a datagram socket to the server's port, sends the 4-byte
+/// hello and waits for the answer. In reverse mode the server may already
+/// send data on the stream before its answer arrives; that is skipped.
+fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpSocket, String> {
+    let sock = transport::bind(
+        cfg.spec.transport,
+        net::any_port(server),
+        &cfg.spec.knobs,
+        false,
+    )?;
     sock.connect(server)
         .map_err(|e| format!("cannot reach {server} over UDP: {e}"))?;
     sock.send(&UDP_CONNECT_MSG)

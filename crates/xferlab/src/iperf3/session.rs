@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
 use xferlab_core::iperf3::convert::{plan_for_stream, results_from_side, spec_from_params};
 use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
 use xferlab_core::iperf3::{
@@ -35,10 +34,11 @@ use crate::net::{self, sockopt};
 use crate::output::Reporter;
 use crate::server::Shared;
 use crate::session::server::placement;
-use crate::stream::datagram::DatagramWire;
 use crate::stream::session::{describe, outcome_line};
-use crate::stream::{ConnectedFlow, FlowSocket, Side};
+use crate::stream::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
+use crate::transport::datagram::DatagramWire;
+use crate::transport::{self, Carrier, FlowSocket};
 
 /// How often a stopped session looks whether its receivers have all the
 /// client sent.
@@ -353,8 +353,8 @@ fn accept(
         sockopt::check_congestion(cc).map_err(|e| (i_errno::IEINITTEST, e))?;
     }
     let plans = spec.flows();
-    if spec.transport == Transport::Udp {
-        start_udp_streams(shared, local, &spec.knobs, plans.len(), tx)
+    if spec.transport.carrier() == Carrier::Datagrams {
+        start_udp_streams(shared, local, spec.transport, &spec.knobs, plans.len(), tx)
             .map_err(|e| (i_errno::IELISTEN, e))?;
     }
     Ok(Accepted {
@@ -382,13 +382,7 @@ fn attach(
         ctl.refuse(i_errno::IESTREAMID);
         return Err(format!("stream {} does not fit the test", info.id));
     };
-    if let FlowSocket::Tcp(s) = &socket {
-        sockopt::apply(
-            &SockRef::from(s),
-            &t.spec.knobs,
-            sockopt::SocketEnd::Accepted,
-        )?;
-    }
+    transport::io(t.spec.transport)?.accepted(&socket, &t.spec.knobs)?;
     match ConnectedFlow::new(plan, socket, Endpoint::Server, &t.spec) {
         Ok(f) => {
             connected.push(f);
@@ -424,6 +418,7 @@ const UDP_CLAIM_POLL: Duration = Duration::from_millis(20);
 fn start_udp_streams(
     shared: &Arc<Shared>,
     local: SocketAddr,
+    transport: Transport,
     knobs: &Knobs,
     count: usize,
     tx: &mpsc::Sender<Wake>,
@@ -447,13 +442,13 @@ fn start_udp_streams(
         shared: shared.clone(),
         addr: local,
     };
-    let first = net::udp_socket_with(local, knobs, true)?;
+    let first = transport::bind(transport, local, knobs, true)?;
     let (knobs, tx) = (knobs.clone(), tx.clone());
     std::thread::Builder::new()
         .name("xfer-iperf3-udp".into())
         .spawn(move || {
             let _claim = claim;
-            accept_udp_streams(first, local, &knobs, count, &tx);
+            accept_udp_streams(first, local, transport, &knobs, count, &tx);
         })
         .map(|_| ())
         .map_err(|e| format!("cannot start a thread: {e}"))
@@ -465,6 +460,7 @@ fn start_udp_streams(
 fn accept_udp_streams(
     mut sock: UdpSocket,
     local: SocketAddr,
+    transport: Transport,
     knobs: &Knobs,
     count: usize,
     tx: &mpsc::Sender<Wake>,
@@ -493,7 +489,7 @@ fn accept_udp_streams(
             return;
         }
         let next = if i + 1 < count {
-            match net::udp_socket_with(local, knobs, true) {
+            match transport::bind(transport, local, knobs, true) {
                 Ok(s) => Some(s),
                 Err(_) => return,
             }
@@ -503,7 +499,7 @@ fn accept_udp_streams(
         sock.send(&UDP_CONNECT_REPLY).ok();
         sock.set_read_timeout(None).ok();
         if tx
-            .send(Wake::Attach(i as u32, FlowSocket::Udp(sock)))
+            .send(Wake::Attach(i as u32, FlowSocket::Datagram(sock)))
             .is_err()
         {
             return;

@@ -7,9 +7,6 @@ use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use socket2::{Domain, Socket, Type};
-use xferlab_core::spec::Knobs;
-
 /// Default port of `xferlab server` (iperf3 uses 5201; this is distinct so
 /// both can run on one host).
 pub const DEFAULT_PORT: u16 = 5290;
@@ -33,6 +30,17 @@ pub fn canonical(addr: SocketAddr) -> SocketAddr {
         },
         v4 => v4,
     }
+}
+
+/// Every local address of `peer`'s family with an ephemeral port: where a
+/// socket that will talk to `peer` binds.
+pub fn any_port(peer: SocketAddr) -> SocketAddr {
+    let any = if peer.is_ipv6() {
+        IpAddr::from([0u16; 8])
+    } else {
+        IpAddr::from([0u8; 4])
+    };
+    SocketAddr::new(any, 0)
 }
 
 /// Resolves `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
@@ -60,50 +68,6 @@ pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<Sock
         ));
     }
     Ok(addrs)
-}
-
-/// Connects a fresh socket to `addr` with the knobs applied before the
-/// handshake.
-pub fn connect_data(
-    addr: SocketAddr,
-    knobs: &Knobs,
-    timeout: Duration,
-) -> Result<(TcpStream, Socket), String> {
-    let sock =
-        Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(|e| e.to_string())?;
-    sockopt::apply(&sock, knobs, sockopt::SocketEnd::Connecting)?;
-    sock.connect_timeout(&addr.into(), timeout)
-        .map_err(|e| connect_error(addr, &e))?;
-    let dup = sock.try_clone().map_err(|e| e.to_string())?;
-    Ok((TcpStream::from(dup), sock))
-}
-
-/// A UDP socket bound to `bind` with the knobs applied (buffers, TOS,
-/// don't-fragment).
-pub fn udp_socket(bind: SocketAddr, knobs: &Knobs) -> Result<std::net::UdpSocket, String> {
-    udp_socket_with(bind, knobs, false)
-}
-
-/// As [`udp_socket`], with SO_REUSEADDR when `shared_port`: an iperf3
-/// server binds one socket per stream to the same port and connects each
-/// to its client, so the kernel delivers every stream to its own socket.
-pub fn udp_socket_with(
-    bind: SocketAddr,
-    knobs: &Knobs,
-    shared_port: bool,
-) -> Result<std::net::UdpSocket, String> {
-    let sock =
-        Socket::new(Domain::for_address(bind), Type::DGRAM, None).map_err(|e| e.to_string())?;
-    if shared_port {
-        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
-    }
-    sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
-    if knobs.dont_fragment {
-        sockopt::forbid_fragmentation(&sock, bind.is_ipv6())?;
-    }
-    sock.bind(&bind.into())
-        .map_err(|e| format!("cannot bind a UDP socket to {bind}: {e}"))?;
-    Ok(sock.into())
 }
 
 /// Connects the control connection, trying each resolved address.

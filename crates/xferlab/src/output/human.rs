@@ -28,6 +28,7 @@ use xferlab_core::result::{
 use xferlab_core::spec::{
     Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
 };
+use xferlab_core::transport::Carrier;
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
 use xferlab_core::usb::stats::{UsbReport, UsbSample};
 
@@ -228,6 +229,9 @@ impl Reporter for HumanReporter {
                 (None, None) => String::new(),
             };
             writeln!(self.out, "{lead}{cells}{}", omitted(iv.omitted))?;
+            if let Some(section) = &iv.transport {
+                writeln!(self.out, "{:6}{}", "", section.describe())?;
+            }
         }
         for (s, udp) in live_sums(flows) {
             let lead = table.lead(
@@ -457,11 +461,14 @@ fn retr_cell(retransmits: Option<u64>) -> String {
 /// gauges of [`tcp_cells`], its totals only [`retr_cell`]; UDP rows show
 /// [`udp_cells`] everywhere.
 fn titles(transport: Transport, live: bool) -> String {
-    match (transport, live) {
-        (Transport::Tcp, true) => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
-        (Transport::Tcp, false) => "Retr".into(),
-        (Transport::Udp, _) => format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter"),
-        (Transport::UsbBulk, _) => String::new(),
+    let model = transport.model();
+    match (model.tcp_info(), model.carrier(), live) {
+        (true, _, true) => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
+        (true, _, false) => "Retr".into(),
+        (false, Carrier::Datagrams, _) => {
+            format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter")
+        }
+        (false, _, _) => String::new(),
     }
 }
 
@@ -764,7 +771,7 @@ fn describe_stream(spec: &TestSpec) -> String {
     } else {
         String::new()
     };
-    if spec.transport == Transport::Udp {
+    if spec.transport.carrier() == Carrier::Datagrams {
         let k = &spec.knobs;
         let rate = k.rate.map_or("as fast as possible".to_string(), |r| {
             format!("at {} per flow", RateUnit::AutoBits.format_rate(r as f64))

@@ -3,7 +3,7 @@
 //! threads as this side's [`RrWorkload`].
 
 use std::io::Write;
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use xferlab_core::proto::Welcome;
 use xferlab_core::result::Endpoint;
 use xferlab_core::rr::wire::encode_tcp_hello;
 use xferlab_core::rr::{RrMode, RrSpec};
-use xferlab_core::spec::Knobs;
+use xferlab_core::spec::{Knobs, Transport};
 
 use super::client_flow::{self, ClientConn, ClientPlan};
 use super::side::RrSide;
@@ -177,8 +177,7 @@ fn connect_rr(
     for id in 0..rr.flows {
         let c = match rr.mode {
             RrMode::TcpRr => {
-                let (mut s, _sock): (TcpStream, _) =
-                    net::connect_data(to, &cfg.spec.knobs, cfg.connect_timeout)?;
+                let mut s = crate::transport::connect(&cfg.spec, to, cfg.connect_timeout)?;
                 s.set_nodelay(true).ok();
                 s.write_all(&encode_tcp_hello(&token, id))
                     .map_err(|e| format!("cannot open rr flow {}: {e}", id + 1))?;
@@ -186,17 +185,13 @@ fn connect_rr(
                 ClientConn::Tcp(s)
             }
             RrMode::UdpRr => {
-                let any = if to.is_ipv6() {
-                    IpAddr::from([0u16; 8])
-                } else {
-                    IpAddr::from([0u8; 4])
-                };
                 let knobs = Knobs {
                     buffer: cfg.spec.knobs.buffer,
                     tos: cfg.spec.knobs.tos,
                     ..Knobs::default()
                 };
-                let s: UdpSocket = net::udp_socket(SocketAddr::new(any, 0), &knobs)?;
+                let s: UdpSocket =
+                    crate::transport::bind(Transport::Udp, net::any_port(to), &knobs, false)?;
                 s.connect(to)
                     .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
                 s.set_nonblocking(true).map_err(|e| e.to_string())?;

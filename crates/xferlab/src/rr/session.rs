@@ -12,7 +12,7 @@ use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::result::{Endpoint, SideReport};
 use xferlab_core::rr::{RrMode, RrSpec};
-use xferlab_core::spec::{Knobs, TestSpec};
+use xferlab_core::spec::{Knobs, TestSpec, Transport};
 
 use super::server_engine::{self, RrSocket, ServerPlan};
 use super::side::RrSide;
@@ -22,7 +22,8 @@ use crate::driver::Workload;
 use crate::net;
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
 use crate::stream::session::attach_flow;
-use crate::stream::side::{ConnectedFlow, FlowSocket, Side};
+use crate::stream::side::{ConnectedFlow, Side};
+use crate::transport::FlowSocket;
 
 /// Socket buffer of the server's one UDP rr socket unless -w says.
 const UDP_SERVER_BUFFER: u64 = 4 << 20;
@@ -209,7 +210,7 @@ fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocke
                 tos: spec.knobs.tos,
                 ..Knobs::default()
             };
-            let s = net::udp_socket(bind, &knobs)?;
+            let s = crate::transport::bind(Transport::Udp, bind, &knobs, false)?;
             s.set_nonblocking(true).map_err(|e| e.to_string())?;
             Ok(RrSocket::Udp(s))
         }

@@ -19,8 +19,8 @@ use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::server::Shared;
-use crate::stream::FlowSocket;
 use crate::sys::cpu::CpuTally;
+use crate::transport::FlowSocket;
 
 /// What a pattern's server side gets to set itself up.
 pub struct SessionEnv<'a> {

@@ -2,19 +2,19 @@
 //! the server welcomed the test, and runs them as this side's [`Side`].
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble};
 use xferlab_core::proto::{Welcome, HANDSHAKE_TIMEOUT};
 use xferlab_core::result::Endpoint;
-use xferlab_core::spec::Transport;
 
-use super::side::{ConnectedFlow, FlowSocket, Side};
+use super::side::{ConnectedFlow, Side};
 use crate::driver::Workload;
 use crate::net;
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{parse_token, ClientConfig, ClientEnv, ClientPattern};
+use crate::transport::{self, Carrier, FlowSocket};
 
 /// The stream pattern's client: its flows, between the welcome and the
 /// start.
@@ -68,7 +68,8 @@ pub(crate) fn connect_flows(
 ) -> Result<Vec<ConnectedFlow>, String> {
     let token = parse_token(&w.session)?;
     let plans = cfg.spec.flows();
-    if cfg.spec.transport == Transport::Udp && w.udp_ports.len() != plans.len() {
+    let carrier = cfg.spec.transport.carrier();
+    if carrier == Carrier::Datagrams && w.udp_ports.len() != plans.len() {
         return Err(format!(
             "the server offered {} UDP ports for {} flows",
             w.udp_ports.len(),
@@ -85,13 +86,13 @@ pub(crate) fn connect_flows(
             }
             .encode(),
         );
-        let socket = match cfg.spec.transport {
-            Transport::Tcp => FlowSocket::Tcp(attach_tcp(cfg, server, &hello, plan.id)?),
-            Transport::Udp => {
+        let socket = match carrier {
+            Carrier::Bytes => FlowSocket::Stream(attach_stream(cfg, server, &hello, plan.id)?),
+            Carrier::Datagrams => {
                 let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
-                FlowSocket::Udp(attach_udp(cfg, to, &hello, plan.id)?)
+                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, plan.id)?)
             }
-            Transport::UsbBulk => return Err("USB bulk tests run with `xferlab usb`".into()),
+            Carrier::UsbBulk => return Err("USB bulk tests run with `xferlab usb`".into()),
         };
         out.push(ConnectedFlow::new(
             plan,
@@ -103,13 +104,13 @@ pub(crate) fn connect_flows(
     Ok(out)
 }
 
-fn attach_tcp(
+fn attach_stream(
     cfg: &ClientConfig,
     server: SocketAddr,
     hello: &[u8],
     flow: u32,
 ) -> Result<TcpStream, String> {
-    let (mut stream, _sock) = net::connect_data(server, &cfg.spec.knobs, cfg.connect_timeout)?;
+    let mut stream = transport::connect(&cfg.spec, server, cfg.connect_timeout)?;
     stream.set_nodelay(true).ok();
     stream
         .write_all(hello)
@@ -125,23 +126,23 @@ fn attach_tcp(
     Ok(stream)
 }
 
-/// How often, and how many times, a UDP attach datagram is sent before
-/// the server must have answered.
+/// How often, and how many times, a datagram flow's attach datagram is
+/// sent before the server must have answered.
 const UDP_ATTACH_RETRY: Duration = Duration::from_millis(100);
 const UDP_ATTACH_TRIES: u32 = 30;
 
-fn attach_udp(
+fn attach_datagram(
     cfg: &ClientConfig,
     to: SocketAddr,
     hello: &[u8],
     flow: u32,
 ) -> Result<UdpSocket, String> {
-    let any = if to.is_ipv6() {
-        IpAddr::from([0u16; 8])
-    } else {
-        IpAddr::from([0u8; 4])
-    };
-    let sock = net::udp_socket(SocketAddr::new(any, 0), &cfg.spec.knobs)?;
+    let sock = transport::bind(
+        cfg.spec.transport,
+        net::any_port(to),
+        &cfg.spec.knobs,
+        false,
+    )?;
     sock.connect(to)
         .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();

@@ -1,9 +1,8 @@
-//! The stream pattern: bulk transfer one way, reverse or both, over TCP
-//! or UDP; its flows run as a [`Side`], the pattern's [`Workload`].
+//! The stream pattern: bulk transfer one way, reverse or both, over any
+//! registered transport (see [`crate::transport`]); its flows run as a
+//! [`Side`], the pattern's [`Workload`].
 
 pub mod client;
-pub mod datagram;
-mod flow;
 pub mod session;
 pub mod side;
 
@@ -11,7 +10,7 @@ use std::time::Instant;
 
 use xferlab_core::result::SideReport;
 
-pub use side::{ConnectedFlow, FlowSocket, Side};
+pub use side::{ConnectedFlow, Side};
 
 use crate::driver::Workload;
 use crate::output::Reporter;

@@ -7,23 +7,19 @@ use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
 use xferlab_core::proto::wire::{
     Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
 };
 use xferlab_core::proto::HANDSHAKE_TIMEOUT;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, Throughput};
-use xferlab_core::spec::{Direction, Limit, TestSpec, Transport};
+use xferlab_core::spec::{Direction, Limit, TestSpec};
 use xferlab_core::units::RateUnit;
 
-use super::side::{ConnectedFlow, FlowSocket, Side};
+use super::side::{ConnectedFlow, Side};
 use crate::control::Wake;
 use crate::driver::Workload;
-use crate::net::{
-    self,
-    sockopt::{self, SocketEnd},
-};
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
+use crate::transport::{self, Carrier, FlowSocket};
 
 /// The stream pattern's server side: the flows as they attach.
 pub struct StreamSession {
@@ -44,9 +40,10 @@ impl SessionPattern for StreamSession {
     /// port and are routed here by token.
     fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
         let mut udp_ports = Vec::new();
-        if self.spec.transport == Transport::Udp {
+        if self.spec.transport.carrier() == Carrier::Datagrams {
             for plan in self.spec.flows() {
-                let sock = net::udp_socket(SocketAddr::new(env.local_ip, 0), &self.spec.knobs)?;
+                let bind = SocketAddr::new(env.local_ip, 0);
+                let sock = transport::bind(self.spec.transport, bind, &self.spec.knobs, false)?;
                 udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
                 let (tx, token) = (env.tx.clone(), env.token);
                 std::thread::Builder::new()
@@ -89,7 +86,7 @@ impl SessionPattern for StreamSession {
     }
 }
 
-/// Waits on one UDP flow socket for the client's attach datagram, then
+/// Waits on one datagram flow socket for the client's attach datagram, then
 /// connects the socket to the sender, acknowledges, and hands the socket
 /// to the session. Datagrams with another token or flow are ignored; the
 /// wait ends at the handshake deadline (or when the session is gone).
@@ -115,14 +112,14 @@ fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mps
         }
         sock.send(&[AttachReply::Ok as u8]).ok();
         sock.set_read_timeout(None).ok();
-        tx.send(Wake::Attach(flow, FlowSocket::Udp(sock))).ok();
+        tx.send(Wake::Attach(flow, FlowSocket::Datagram(sock))).ok();
         return;
     }
 }
 
-/// Takes a flow socket that presented our token (a TCP data connection,
-/// answered here, or a UDP socket already acknowledged) and keeps it until
-/// every flow is here.
+/// Takes a flow socket that presented our token (a data connection,
+/// answered here, or a datagram socket already acknowledged) and keeps it
+/// until every flow is here.
 pub(crate) fn attach_flow(
     pending: &mut [Option<ConnectedFlow>],
     flow: u32,
@@ -130,7 +127,7 @@ pub(crate) fn attach_flow(
     spec: &TestSpec,
 ) -> Result<(), String> {
     let answer = |socket: &FlowSocket, reply: AttachReply| {
-        if let FlowSocket::Tcp(s) = socket {
+        if let FlowSocket::Stream(s) = socket {
             let mut w: &TcpStream = s;
             w.write_all(&[reply as u8])
                 .map_err(|e| format!("flow {flow}: {e}"))
@@ -145,11 +142,7 @@ pub(crate) fn attach_flow(
             "rejected data connection for flow {flow} (unknown or duplicate)"
         ));
     };
-    let applied = match &socket {
-        FlowSocket::Tcp(s) => sockopt::apply(&SockRef::from(s), &spec.knobs, SocketEnd::Accepted),
-        // Options were applied when the socket was made.
-        FlowSocket::Udp(_) => Ok(()),
-    };
+    let applied = transport::io(spec.transport).and_then(|io| io.accepted(&socket, &spec.knobs));
     if let Err(why) = applied {
         answer(&socket, AttachReply::BadFlow).ok();
         return Err(format!("flow {flow}: {why}"));

@@ -2,8 +2,7 @@
 //! server: start the flow threads, sample them at interval boundaries, stop
 //! or abort them, and fold everything into a [`SideReport`].
 
-use std::net::{Shutdown, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,11 +16,12 @@ use xferlab_core::result::{
 };
 use xferlab_core::spec::{FlowDirection, FlowPlan, Knobs, TestSpec};
 
-use super::datagram::{self, DatagramWire};
-use super::flow::{self, FlowOutcome, FlowShared, SideFlags};
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
+use crate::transport::datagram::DatagramWire;
+use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
 
 /// Which flows a side sends on.
 pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
@@ -33,51 +33,12 @@ pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
     }
 }
 
-/// A flow's socket: a TCP connection, or a UDP socket connected to the
-/// peer's flow socket.
-pub enum FlowSocket {
-    Tcp(TcpStream),
-    Udp(UdpSocket),
-}
-
-impl AsFd for FlowSocket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        match self {
-            FlowSocket::Tcp(s) => s.as_fd(),
-            FlowSocket::Udp(s) => s.as_fd(),
-        }
-    }
-}
-
-impl FlowSocket {
-    fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        match self {
-            FlowSocket::Tcp(s) => s.local_addr(),
-            FlowSocket::Udp(s) => s.local_addr(),
-        }
-    }
-
-    fn peer_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        match self {
-            FlowSocket::Tcp(s) => s.peer_addr(),
-            FlowSocket::Udp(s) => s.peer_addr(),
-        }
-    }
-
-    /// Wakes a thread blocked on this socket at once. UDP has nothing to
-    /// shut down; its threads see the abort flag within one poll.
-    fn interrupt(&self) {
-        if let FlowSocket::Tcp(s) = self {
-            s.shutdown(Shutdown::Both).ok();
-        }
-    }
-}
-
 /// A connected data socket waiting for the start.
 pub struct ConnectedFlow {
     pub plan: FlowPlan,
     pub socket: FlowSocket,
     pub settings: SocketSettings,
+    io: &'static dyn TransportIo,
 }
 
 impl ConnectedFlow {
@@ -89,6 +50,7 @@ impl ConnectedFlow {
         endpoint: Endpoint,
         spec: &TestSpec,
     ) -> Result<Self, String> {
+        let io = transport::io(spec.transport)?;
         let role = role_of(endpoint, plan.direction);
         if role == FlowRole::Sender {
             if let Some(rate) = spec.knobs.max_pacing_rate {
@@ -100,6 +62,7 @@ impl ConnectedFlow {
             plan,
             socket,
             settings,
+            io,
         })
     }
 
@@ -122,6 +85,7 @@ fn addr(a: std::io::Result<std::net::SocketAddr>) -> String {
 struct RunningFlow {
     plan: FlowPlan,
     role: FlowRole,
+    io: &'static dyn TransportIo,
     info: FlowStart,
     settings: SocketSettings,
     socket: Arc<FlowSocket>,
@@ -135,24 +99,10 @@ struct RunningFlow {
 }
 
 impl RunningFlow {
-    /// The flow's counters now: bytes, plus TCP_INFO for TCP senders or
-    /// the datagram counters for UDP flows.
+    /// The flow's counters now: bytes, plus what its transport reads
+    /// (TCP_INFO for TCP senders, the datagram counters of UDP flows).
     fn reading(&self) -> Reading {
-        let bytes = self.shared.bytes.load(Ordering::Relaxed);
-        match &*self.socket {
-            FlowSocket::Tcp(s) => Reading {
-                bytes,
-                tcp: (self.role == FlowRole::Sender)
-                    .then(|| sys::tcp_info::read(s.as_raw_fd()).ok())
-                    .flatten(),
-                udp: None,
-            },
-            FlowSocket::Udp(_) => Reading {
-                bytes,
-                tcp: None,
-                udp: Some(self.shared.udp.read()),
-            },
-        }
+        self.io.read(&self.socket, self.role, &self.shared)
     }
 }
 
@@ -198,6 +148,7 @@ impl Side {
             .map(|c| RunningFlow {
                 plan: c.plan,
                 role: role_of(endpoint, c.plan.direction),
+                io: c.io,
                 info: c.start_info(endpoint),
                 settings: c.settings,
                 socket: Arc::new(c.socket),
@@ -256,8 +207,8 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id, wire, cpu) =
-                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu);
+            let (role, quota, id, wire, cpu, io) =
+                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu, f.io);
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -266,21 +217,15 @@ impl Side {
             let thread = flow::spawn(name, move || {
                 sys::affinity::pin_data_thread(cpu);
                 let cpu = tally.track();
-                let size = knobs.size as usize;
-                let out = match (&*socket, role) {
-                    (FlowSocket::Tcp(s), FlowRole::Sender) => {
-                        flow::send(s, size, quota, &shared, &flags)
-                    }
-                    (FlowSocket::Tcp(s), FlowRole::Receiver) => {
-                        flow::receive(s, size, knobs.recv_mode, &shared, &flags)
-                    }
-                    (FlowSocket::Udp(s), FlowRole::Sender) => {
-                        datagram::send(s, &knobs, quota, &shared, &flags, wire)
-                    }
-                    (FlowSocket::Udp(s), FlowRole::Receiver) => {
-                        datagram::receive(s, &knobs, &shared, &flags, wire)
-                    }
-                };
+                let out = io.run(FlowJob {
+                    socket: &socket,
+                    role,
+                    knobs: &knobs,
+                    quota,
+                    shared: &shared,
+                    flags: &flags,
+                    wire,
+                });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
                 done(id);
@@ -383,21 +328,13 @@ impl Side {
         of_role.peek().is_some() && of_role.all(|f| f.outcome.is_some())
     }
 
-    /// Bytes this side's TCP senders wrote that the peer has not yet
-    /// acknowledged (SIOCOUTQ): what is still in flight or queued.
+    /// Bytes this side's byte-stream senders wrote that the peer has not
+    /// yet acknowledged (SIOCOUTQ): what is still in flight or queued.
     pub fn unacked_bytes(&self) -> u64 {
         self.flows
             .iter()
             .filter(|f| f.role == FlowRole::Sender)
-            .filter_map(|f| match &*f.socket {
-                FlowSocket::Tcp(s) => {
-                    let mut queued: libc::c_int = 0;
-                    // SAFETY: TIOCOUTQ writes one int.
-                    let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-                    (r == 0).then_some(queued.max(0) as u64)
-                }
-                FlowSocket::Udp(_) => None,
-            })
+            .filter_map(|f| f.socket.unacked_bytes())
             .sum()
     }
 

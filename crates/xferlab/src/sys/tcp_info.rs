@@ -5,16 +5,16 @@
 //! into a stack buffer and never allocates.
 
 use std::io;
-use std::mem::{offset_of, size_of, size_of_val};
+use std::mem::{offset_of, size_of};
 use std::os::fd::RawFd;
 
 use xferlab_core::result::TcpCounters;
 
 /// Mirror of `struct tcp_info` from linux/tcp.h up to `tcpi_rcv_wnd`
-/// (Linux 6.2). Later kernels append fields; earlier ones return a shorter
-/// prefix, which is why [`counters_from`] checks every field against the
-/// length the kernel actually wrote. Fields xferlab does not report stay
-/// because they fix the offsets of the ones it does.
+/// (Linux 6.2), for its offsets. Later kernels append fields; earlier ones
+/// return a shorter prefix, which is why [`decode`] checks every field
+/// against the length the kernel actually wrote. Fields xferlab does not
+/// report stay because they fix the offsets of the ones it does.
 #[repr(C)]
 #[allow(dead_code)]
 #[derive(Debug, Default, Clone, Copy)]
@@ -93,57 +93,60 @@ struct TcpInfo {
     tcpi_rcv_wnd: u32,
 }
 
+/// Bytes of `struct tcp_info` as this build knows it (the kernel may
+/// write fewer or, when asked for more, more).
+pub const TCP_INFO_LEN: usize = size_of::<TcpInfo>();
+
 /// Reads TCP_INFO of the TCP socket `fd`.
 ///
 /// Fields the running kernel does not provide read as 0 (busy/limited
 /// times need Linux >= 4.10, `delivered_ce` >= 4.18).
 pub fn read(fd: RawFd) -> io::Result<TcpCounters> {
-    let mut info = TcpInfo::default();
-    let mut len = size_of::<TcpInfo>() as libc::socklen_t;
-    // SAFETY: `info` is a plain repr(C) struct of integers, valid for
-    // writes of `len` bytes; the kernel writes at most `len` bytes and
-    // stores the count it wrote back into `len`.
+    let mut raw = [0u8; TCP_INFO_LEN];
+    let mut len = TCP_INFO_LEN as libc::socklen_t;
+    // SAFETY: `raw` is valid for writes of `len` bytes; the kernel writes
+    // at most `len` bytes and stores the count it wrote back into `len`.
     let rc = unsafe {
         libc::getsockopt(
             fd,
             libc::IPPROTO_TCP,
             libc::TCP_INFO,
-            (&mut info as *mut TcpInfo).cast(),
+            raw.as_mut_ptr().cast(),
             &mut len,
         )
     };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(counters_from(&info, len as usize))
+    Ok(decode(&raw[..(len as usize).min(TCP_INFO_LEN)]))
 }
 
-/// Maps the fields xferlab reports, treating any field that does not lie
-/// entirely within the `len` bytes the kernel wrote as 0.
-fn counters_from(info: &TcpInfo, len: usize) -> TcpCounters {
+/// The fields xferlab reports from a `struct tcp_info` as the kernel
+/// wrote it into `raw` (by TCP_INFO, or as one element of another call's
+/// array, such as an MPTCP socket's subflows): any field that does not lie
+/// entirely within `raw` reads as 0.
+pub fn decode(raw: &[u8]) -> TcpCounters {
     macro_rules! field {
-        ($name:ident) => {{
-            let end = offset_of!(TcpInfo, $name) + size_of_val(&info.$name);
-            if end <= len {
-                info.$name
-            } else {
-                0
-            }
+        ($name:ident: $t:ty) => {{
+            let at = offset_of!(TcpInfo, $name);
+            raw.get(at..at + size_of::<$t>())
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, <$t>::from_ne_bytes)
         }};
     }
     TcpCounters {
-        rtt_us: field!(tcpi_rtt),
-        rttvar_us: field!(tcpi_rttvar),
-        min_rtt_us: field!(tcpi_min_rtt),
-        snd_cwnd: field!(tcpi_snd_cwnd),
-        snd_mss: field!(tcpi_snd_mss),
-        total_retrans: field!(tcpi_total_retrans),
-        delivery_rate: field!(tcpi_delivery_rate),
-        pacing_rate: field!(tcpi_pacing_rate),
-        busy_time_us: field!(tcpi_busy_time),
-        rwnd_limited_us: field!(tcpi_rwnd_limited),
-        sndbuf_limited_us: field!(tcpi_sndbuf_limited),
-        delivered_ce: field!(tcpi_delivered_ce),
+        rtt_us: field!(tcpi_rtt: u32),
+        rttvar_us: field!(tcpi_rttvar: u32),
+        min_rtt_us: field!(tcpi_min_rtt: u32),
+        snd_cwnd: field!(tcpi_snd_cwnd: u32),
+        snd_mss: field!(tcpi_snd_mss: u32),
+        total_retrans: field!(tcpi_total_retrans: u32),
+        delivery_rate: field!(tcpi_delivery_rate: u64),
+        pacing_rate: field!(tcpi_pacing_rate: u64),
+        busy_time_us: field!(tcpi_busy_time: u64),
+        rwnd_limited_us: field!(tcpi_rwnd_limited: u64),
+        sndbuf_limited_us: field!(tcpi_sndbuf_limited: u64),
+        delivered_ce: field!(tcpi_delivered_ce: u32),
     }
 }
 
@@ -176,19 +179,33 @@ mod tests {
         assert_eq!(size_of::<TcpInfo>(), 240);
     }
 
+    /// `struct tcp_info` bytes with the given fields set.
+    fn raw(fields: &[(usize, u64, usize)]) -> Vec<u8> {
+        let mut raw = vec![0u8; TCP_INFO_LEN];
+        for &(at, v, size) in fields {
+            raw[at..at + size].copy_from_slice(&v.to_ne_bytes()[..size]);
+        }
+        raw
+    }
+
     #[test]
     fn fields_beyond_the_returned_length_read_as_zero() {
-        let info = TcpInfo {
-            tcpi_snd_mss: 1448,
-            tcpi_rtt: 30,
-            tcpi_total_retrans: 4,
-            tcpi_pacing_rate: 1000,
-            tcpi_min_rtt: 20,
-            tcpi_delivery_rate: 500,
-            tcpi_busy_time: 9,
-            tcpi_delivered_ce: 3,
-            ..Default::default()
-        };
+        macro_rules! set {
+            ($name:ident: $t:ty = $v:expr) => {
+                (offset_of!(TcpInfo, $name), $v as u64, size_of::<$t>())
+            };
+        }
+        let info = raw(&[
+            set!(tcpi_snd_mss: u32 = 1448),
+            set!(tcpi_rtt: u32 = 30),
+            set!(tcpi_total_retrans: u32 = 4),
+            set!(tcpi_pacing_rate: u64 = 1000),
+            set!(tcpi_min_rtt: u32 = 20),
+            set!(tcpi_delivery_rate: u64 = 500),
+            set!(tcpi_busy_time: u64 = 9),
+            set!(tcpi_delivered_ce: u32 = 3),
+        ]);
+        let counters_from = |raw: &[u8], len: usize| decode(&raw[..len]);
         // A kernel older than 4.9 (no delivery_rate) stops before it.
         let old = counters_from(&info, offset_of!(TcpInfo, tcpi_delivery_rate));
         assert_eq!((old.snd_mss, old.rtt_us, old.min_rtt_us), (1448, 30, 20));
@@ -199,7 +216,7 @@ mod tests {
         // A length cutting through a field must not expose half of it.
         let cut = counters_from(&info, offset_of!(TcpInfo, tcpi_pacing_rate) + 4);
         assert_eq!((cut.total_retrans, cut.pacing_rate), (4, 0));
-        let full = counters_from(&info, size_of::<TcpInfo>());
+        let full = counters_from(&info, TCP_INFO_LEN);
         assert_eq!(
             (full.delivery_rate, full.busy_time_us, full.delivered_ce),
             (500, 9, 3)

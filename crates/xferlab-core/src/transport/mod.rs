@@ -1,0 +1,237 @@
+//! What carries the data: the registry of transports a test can name, and
+//! what each one means to the model (its [`TransportModel`]).
+//!
+//! A transport is three small pieces, in the spirit of iperf3's `struct
+//! protocol`:
+//!
+//! * **its model here, in the core** — a module implementing
+//!   [`TransportModel`]: the label results print, its [`Carrier`] (which
+//!   decides the data path and the handshake every pattern already has
+//!   for that carrier), the knobs it accepts, how iperf3's parameters name
+//!   it, and, if it reads per-interval state of its own beyond TCP_INFO
+//!   and the datagram counters, the state's type and the section of the
+//!   result it becomes;
+//! * **its driver in the binary** — a module implementing
+//!   `xferlab::transport::TransportIo`: the command-line flag that picks
+//!   it, socket setup (client socket, server listener, options after
+//!   accept), the data path (by default the carrier's) and the reading of
+//!   its per-interval state from the kernel;
+//! * **the registration** — a variant of [`Transport`] with its arm in
+//!   [`Transport::model`] here (and, for own state, a variant of
+//!   [`TransportCounters`] and [`TransportSection`]), and its entry in the
+//!   binary's registry.
+//!
+//! Nothing else changes: the command line, the control protocols (xferlab's
+//! and iperf3's), the server's listeners, every pattern that runs over the
+//! carrier and every exporter find the transport through these registries.
+//!
+//! TCP and UDP keep their result sections of schema 1 (`tcp` and `udp` in
+//! every interval and total); a transport added later puts its own under
+//! its name, next to them (see [`TransportSection`]).
+
+pub mod mptcp;
+mod tcp;
+mod udp;
+mod usb_bulk;
+
+use serde::{Deserialize, Serialize};
+
+use crate::spec::Knobs;
+
+/// What carries the data (the `transport` of a test spec).
+///
+/// Add a variant for a new transport, and its arm in [`Transport::model`];
+/// the serde name is the one results and the control protocol use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    Tcp,
+    /// Datagrams, each carrying a sequence number and a send time.
+    Udp,
+    /// USB bulk endpoints through usbfs (`xferlab usb`).
+    UsbBulk,
+    /// Multipath TCP: a byte stream over TCP subflows (iperf3's `-m`).
+    Mptcp,
+}
+
+impl Transport {
+    /// Every registered transport.
+    pub const ALL: &'static [Transport] = &[
+        Transport::Tcp,
+        Transport::Udp,
+        Transport::UsbBulk,
+        Transport::Mptcp,
+    ];
+
+    /// What this transport means to the model.
+    pub fn model(self) -> &'static dyn TransportModel {
+        match self {
+            Transport::Tcp => &tcp::Tcp,
+            Transport::Udp => &udp::Udp,
+            Transport::UsbBulk => &usb_bulk::UsbBulk,
+            Transport::Mptcp => &mptcp::Mptcp,
+        }
+    }
+
+    /// The name people read: `TCP`, `UDP`.
+    pub fn label(self) -> &'static str {
+        self.model().label()
+    }
+
+    /// The data path this transport runs on.
+    pub fn carrier(self) -> Carrier {
+        self.model().carrier()
+    }
+
+    /// The transport iperf3's parameters ask for, if one is registered.
+    pub fn for_iperf3(name: Iperf3Name) -> Option<Transport> {
+        Transport::ALL
+            .iter()
+            .copied()
+            .find(|t| t.model().iperf3() == Some(name))
+    }
+}
+
+/// How a transport moves data, which decides its data path and how a
+/// flow's socket is set up and attached to its test. A new transport
+/// picks the carrier it behaves like; a carrier of its own means a data
+/// path and handshakes of its own in every pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Carrier {
+    /// A connected byte stream (SOCK_STREAM: TCP, MPTCP): write as fast as
+    /// the socket takes it; a data connection is attached to its test by
+    /// the bytes it opens with.
+    Bytes,
+    /// Datagrams with a sequence number and a send time, at a rate.
+    Datagrams,
+    /// USB bulk transfers (`xferlab usb`), outside the socket patterns.
+    UsbBulk,
+}
+
+/// How iperf3's parameters name a transport: `"udp": true` or `"tcp":
+/// true`, and `"mptcp": true` for iperf3's `-m` (3.19+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Iperf3Name {
+    pub udp: bool,
+    pub mptcp: bool,
+}
+
+/// What a transport means to the model, independent of any I/O. One unit
+/// struct per transport implements it (see the module docs for the rest
+/// of a transport).
+pub trait TransportModel: Sync {
+    /// The name people read in results and logs: `TCP`.
+    fn label(&self) -> &'static str;
+
+    /// Its data path (see [`Carrier`]).
+    fn carrier(&self) -> Carrier;
+
+    /// Whether a sending flow's intervals carry TCP_INFO (`tcp`): the
+    /// retransmits, window and RTT columns, iperf3's retransmit counts.
+    fn tcp_info(&self) -> bool {
+        false
+    }
+
+    /// The transport's checks of a stream test's knobs, after the checks
+    /// every test gets: which knobs apply, and their ranges. Messages name
+    /// the flag and what to do instead.
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String>;
+
+    /// How iperf3's parameters name this transport; None where iperf3 has
+    /// no such transport (the iperf3 client then refuses the test, and
+    /// the server cannot be asked for it).
+    fn iperf3(&self) -> Option<Iperf3Name> {
+        None
+    }
+}
+
+/// The knob checks of a byte-stream transport: no datagram knobs, and a
+/// TCP stream is paced with `--fq-rate`, not `-b`.
+pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), String> {
+    if k.rate.is_some() {
+        return Err("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate".into());
+    }
+    if k.gso || k.batch != 1 || k.dont_fragment {
+        return Err("--gso, --batch and --dont-fragment apply to UDP (-u)".into());
+    }
+    Ok(())
+}
+
+/// Per-interval state a transport reads of its own, beyond TCP_INFO and
+/// the datagram counters of [`crate::interval::Reading`]: cumulative
+/// values as the driver reads them at a boundary. Add a variant for a
+/// transport that has such state, and its arm in
+/// [`TransportCounters::sample`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum TransportCounters {
+    Mptcp(mptcp::MptcpCounters),
+}
+
+impl TransportCounters {
+    /// The interval from `prev` to `self`, as the result shows it; None
+    /// when the two readings cannot be compared.
+    pub fn sample(&self, prev: &TransportCounters) -> Option<TransportSection> {
+        match (self, prev) {
+            (Self::Mptcp(now), Self::Mptcp(before)) => {
+                Some(TransportSection::Mptcp(now.sample(before)))
+            }
+        }
+    }
+}
+
+/// A transport's own section of an interval or a total, from
+/// [`TransportCounters::sample`]. It is flattened into the interval: a
+/// variant `Foo(FooSample)` appears as `"foo": {...}` next to `bytes`,
+/// `tcp` and `udp`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportSection {
+    Mptcp(mptcp::MptcpSample),
+}
+
+impl TransportSection {
+    /// One line for people, under the flow's interval row.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Mptcp(s) => s.describe(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_transport_is_registered_once_and_named_in_iperf3_at_most_once() {
+        for (i, t) in Transport::ALL.iter().enumerate() {
+            assert!(!Transport::ALL[..i].contains(t), "{t:?} listed twice");
+            if let Some(name) = t.model().iperf3() {
+                assert_eq!(Transport::for_iperf3(name), Some(*t));
+            }
+        }
+        assert_eq!(
+            Transport::for_iperf3(Iperf3Name::default()),
+            Some(Transport::Tcp)
+        );
+        assert_eq!(
+            Transport::for_iperf3(Iperf3Name {
+                udp: true,
+                mptcp: false
+            }),
+            Some(Transport::Udp)
+        );
+    }
+
+    #[test]
+    fn names_in_specs_are_the_schema_1_names() {
+        for (t, name) in [
+            (Transport::Tcp, "\"tcp\""),
+            (Transport::Udp, "\"udp\""),
+            (Transport::UsbBulk, "\"usb_bulk\""),
+            (Transport::Mptcp, "\"mptcp\""),
+        ] {
+            assert_eq!(serde_json::to_string(&t).unwrap(), name);
+        }
+    }
+}

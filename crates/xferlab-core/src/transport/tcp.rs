@@ -1,0 +1,28 @@
+//! TCP's model: a byte stream whose senders read TCP_INFO every interval.
+
+use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
+use crate::spec::Knobs;
+
+pub struct Tcp;
+
+impl TransportModel for Tcp {
+    fn label(&self) -> &'static str {
+        "TCP"
+    }
+
+    fn carrier(&self) -> Carrier {
+        Carrier::Bytes
+    }
+
+    fn tcp_info(&self) -> bool {
+        true
+    }
+
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String> {
+        check_stream_knobs(knobs)
+    }
+
+    fn iperf3(&self) -> Option<Iperf3Name> {
+        Some(Iperf3Name::default())
+    }
+}

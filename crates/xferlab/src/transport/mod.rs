@@ -1,0 +1,297 @@
+//! The binary's half of every transport: socket setup, the data path and
+//! the per-interval reading of a flow's state, behind [`TransportIo`], and
+//! the registry the command line, the patterns and the server find them
+//! in.
+//!
+//! # Adding a transport
+//!
+//! A transport is one module in the core, one here and a registration,
+//! much like iperf3's `struct protocol`:
+//!
+//! 1. **Its model**, `xferlab_core::transport::<name>`: a unit struct
+//!    implementing [`TransportModel`] — label, [`Carrier`], the knobs it
+//!    accepts, how iperf3 names it — plus, if it reads state of its own
+//!    every interval (TCP_INFO-like: a DCCP CCID's, MPTCP's subflows), the
+//!    counters and the sample they become. Register it: a variant of
+//!    [`Transport`] and its arm in `Transport::model` (and for own state a
+//!    variant of `TransportCounters` and of `TransportSection`, the
+//!    result's section, with their arms), all in
+//!    `xferlab_core::transport`.
+//! 2. **Its driver**, a module here: a unit struct implementing
+//!    [`TransportIo`]. Most of it has defaults; what a transport must give
+//!    is its [`Transport`], the [`TransportIo::socket`] its flows use and
+//!    [`TransportIo::read`] (what a flow's interval carries). It overrides
+//!    [`TransportIo::flag`] to be picked on the command line,
+//!    [`TransportIo::listener`] when the server's ports must accept its
+//!    connections, and [`TransportIo::run`] for a data path other than its
+//!    carrier's. Register it in [`REGISTRY`].
+//!
+//! The rest is generic: `stream` (and `cbr`/`sweep` for datagram
+//! transports) gets the flag, both control protocols (xferlab's and
+//! iperf3's) carry the transport's name, data connections and flows are
+//! opened with [`connect`] and [`bind`] and attached with the handshake
+//! every pattern has for the carrier, the server's ports listen with
+//! [`listener`], and exporters print the transport's section where they
+//! print TCP_INFO.
+
+pub mod datagram;
+pub mod flow;
+mod mptcp;
+mod tcp;
+mod udp;
+
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use socket2::{Domain, SockRef, Socket};
+use xferlab_core::interval::Reading;
+use xferlab_core::result::FlowRole;
+use xferlab_core::spec::{Knobs, TestSpec};
+#[cfg(doc)]
+use xferlab_core::transport::TransportModel;
+pub use xferlab_core::transport::{Carrier, Transport};
+
+use crate::net::{connect_error, sockopt};
+use datagram::DatagramWire;
+use flow::{FlowOutcome, FlowShared, SideFlags};
+
+/// Every transport this binary drives, in the order the command line
+/// lists their flags. The server's ports listen with the first
+/// [`TransportIo::listener`] the kernel grants, so a transport whose
+/// listener also accepts plain TCP comes before TCP.
+pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp];
+
+/// The driver of `t`, or why this binary cannot run it over sockets.
+pub fn io(t: Transport) -> Result<&'static dyn TransportIo, String> {
+    REGISTRY
+        .iter()
+        .copied()
+        .find(|io| io.transport() == t)
+        .ok_or_else(|| match t.carrier() {
+            Carrier::UsbBulk => "USB bulk tests run with `xferlab usb`".to_string(),
+            _ => format!("this xferlab has no driver for {}", t.label()),
+        })
+}
+
+/// The flag that picks a transport on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flag {
+    /// `udp` for `--udp`; also the argument's id.
+    pub long: &'static str,
+    pub short: Option<char>,
+    /// The help line.
+    pub help: &'static str,
+}
+
+impl Flag {
+    /// `-u/--udp`, as error messages name it.
+    pub fn name(&self) -> String {
+        match self.short {
+            Some(c) => format!("-{c}/--{}", self.long),
+            None => format!("--{}", self.long),
+        }
+    }
+}
+
+/// A flow's socket, by carrier: a connected byte stream (TCP, MPTCP), or
+/// a datagram socket connected to the peer's flow socket.
+pub enum FlowSocket {
+    Stream(TcpStream),
+    Datagram(UdpSocket),
+}
+
+impl AsFd for FlowSocket {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match self {
+            FlowSocket::Stream(s) => s.as_fd(),
+            FlowSocket::Datagram(s) => s.as_fd(),
+        }
+    }
+}
+
+impl FlowSocket {
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            FlowSocket::Stream(s) => s.local_addr(),
+            FlowSocket::Datagram(s) => s.local_addr(),
+        }
+    }
+
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            FlowSocket::Stream(s) => s.peer_addr(),
+            FlowSocket::Datagram(s) => s.peer_addr(),
+        }
+    }
+
+    /// Wakes a thread blocked on this socket at once. A datagram socket
+    /// has nothing to shut down; its threads see the abort flag within one
+    /// poll.
+    pub fn interrupt(&self) {
+        if let FlowSocket::Stream(s) = self {
+            s.shutdown(Shutdown::Both).ok();
+        }
+    }
+
+    /// Bytes written that the peer has not yet acknowledged (SIOCOUTQ) on
+    /// a byte stream; None for datagrams.
+    pub fn unacked_bytes(&self) -> Option<u64> {
+        let FlowSocket::Stream(s) = self else {
+            return None;
+        };
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int.
+        let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+        (r == 0).then_some(queued.max(0) as u64)
+    }
+}
+
+/// What a flow thread runs with.
+pub struct FlowJob<'a> {
+    pub socket: &'a FlowSocket,
+    pub role: FlowRole,
+    pub knobs: &'a Knobs,
+    /// Bytes to send (`-n`); None: until stopped.
+    pub quota: Option<u64>,
+    /// Where the thread publishes its counters for [`TransportIo::read`].
+    pub shared: &'a FlowShared,
+    pub flags: &'a SideFlags,
+    /// The header datagrams carry (xferlab's or a stock iperf3 peer's).
+    pub wire: DatagramWire,
+}
+
+/// The binary's half of a transport (see the module docs for the whole
+/// recipe). Implemented by a unit struct per transport and listed in
+/// [`REGISTRY`]; methods with a default follow the transport's
+/// [`Carrier`].
+pub trait TransportIo: Sync {
+    /// The transport this drives (its model: [`Transport::model`]).
+    fn transport(&self) -> Transport;
+
+    /// The command-line flag that picks this transport for `stream` (and
+    /// for `cbr`/`sweep` if it carries datagrams); None for the default,
+    /// TCP.
+    fn flag(&self) -> Option<Flag> {
+        None
+    }
+
+    /// A new socket for one flow, of the peer's address family, before
+    /// the knobs are applied: a byte stream's is connected by [`connect`],
+    /// a datagram transport's bound by [`bind`].
+    fn socket(&self, domain: Domain) -> Result<Socket, String>;
+
+    /// A listening socket that accepts this transport's connections *and
+    /// plain TCP's*, for the server's ports, where it needs one other than
+    /// TCP's; None when the kernel offers none. The server takes the first
+    /// one in [`REGISTRY`] order.
+    fn listener(&self, _domain: Domain) -> Option<Socket> {
+        None
+    }
+
+    /// Applies the knobs to a flow socket the server was handed (the
+    /// accepted end of a data connection; a datagram socket got them when
+    /// [`bind`] made it).
+    fn accepted(&self, socket: &FlowSocket, knobs: &Knobs) -> Result<(), String> {
+        match socket {
+            FlowSocket::Stream(s) => {
+                sockopt::apply(&SockRef::from(s), knobs, sockopt::SocketEnd::Accepted)
+            }
+            FlowSocket::Datagram(_) => Ok(()),
+        }
+    }
+
+    /// The flow's state at an interval boundary: its byte count, and what
+    /// the transport reads of its own (TCP_INFO, the datagram counters, a
+    /// CCID's or the subflows' state). Called once per interval per flow
+    /// from the side's event loop, never on the data path.
+    fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading;
+
+    /// The data path: one flow thread's whole life, until its quota, the
+    /// stop or abort flags, or the peer end it. By default the carrier's
+    /// (write/read on a byte stream, paced datagrams).
+    fn run(&self, job: FlowJob<'_>) -> FlowOutcome {
+        let k = job.knobs;
+        match (job.socket, job.role) {
+            (FlowSocket::Stream(s), FlowRole::Sender) => {
+                flow::send(s, k.size as usize, job.quota, job.shared, job.flags)
+            }
+            (FlowSocket::Stream(s), FlowRole::Receiver) => {
+                flow::receive(s, k.size as usize, k.recv_mode, job.shared, job.flags)
+            }
+            (FlowSocket::Datagram(s), FlowRole::Sender) => {
+                datagram::send(s, k, job.quota, job.shared, job.flags, job.wire)
+            }
+            (FlowSocket::Datagram(s), FlowRole::Receiver) => {
+                datagram::receive(s, k, job.shared, job.flags, job.wire)
+            }
+        }
+    }
+}
+
+/// Opens a data connection of `spec`'s byte-stream transport to `addr`,
+/// with its knobs applied before the handshake (buffers shape the window
+/// scale; the MSS goes into the SYN).
+pub fn connect(spec: &TestSpec, addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
+    let sock = io(spec.transport)?.socket(Domain::for_address(addr))?;
+    sockopt::apply(&sock, &spec.knobs, sockopt::SocketEnd::Connecting)?;
+    sock.connect_timeout(&addr.into(), timeout)
+        .map_err(|e| connect_error(addr, &e))?;
+    Ok(sock.into())
+}
+
+/// A socket of datagram transport `t` bound to `addr`, with the knobs
+/// applied (buffers, TOS, don't-fragment). With `shared_port`,
+/// SO_REUSEADDR: an iperf3 server binds one socket per stream to the same
+/// port and connects each to its client, so the kernel delivers every
+/// stream to its own socket.
+pub fn bind(
+    t: Transport,
+    addr: SocketAddr,
+    knobs: &Knobs,
+    shared_port: bool,
+) -> Result<UdpSocket, String> {
+    let sock = io(t)?.socket(Domain::for_address(addr))?;
+    if shared_port {
+        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+    }
+    sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
+    if knobs.dont_fragment {
+        sockopt::forbid_fragmentation(&sock, addr.is_ipv6())?;
+    }
+    sock.bind(&addr.into())
+        .map_err(|e| format!("cannot bind a {} socket to {addr}: {e}", t.label()))?;
+    Ok(sock.into())
+}
+
+/// A listening socket for the server's ports (not yet bound): the first
+/// transport listener the kernel grants, else plain TCP.
+pub fn listener(domain: Domain) -> io::Result<Socket> {
+    match REGISTRY.iter().find_map(|io| io.listener(domain)) {
+        Some(s) => Ok(s),
+        None => Socket::new(domain, socket2::Type::STREAM, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_socket_transport_has_one_driver_and_flags_are_distinct() {
+        for t in Transport::ALL {
+            let found = REGISTRY.iter().filter(|io| io.transport() == *t).count();
+            match t.carrier() {
+                Carrier::UsbBulk => assert!(io(*t).is_err_and(|e| e.contains("xferlab usb"))),
+                _ => assert_eq!(found, 1, "{t:?}"),
+            }
+        }
+        let flags: Vec<Flag> = REGISTRY.iter().filter_map(|io| io.flag()).collect();
+        for (i, f) in flags.iter().enumerate() {
+            assert!(flags[..i]
+                .iter()
+                .all(|o| o.long != f.long && (o.short.is_none() || o.short != f.short)));
+        }
+    }
+}
