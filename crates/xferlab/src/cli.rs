@@ -320,7 +320,7 @@ impl RrArgs {
                 RrWaitArg::Spin => RrWait::Spin,
             },
         });
-        spec.validate()?;
+        spec.validate().map_err(|e| e.to_string())?;
         Ok(spec)
     }
 }
@@ -408,9 +408,10 @@ pub fn parse_steps(
 pub fn parse_search(s: &str) -> Result<(u64, u64, u64), String> {
     let help = || format!("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{s}')");
     let parts: Vec<&str> = s.split(':').collect();
+    let rate = |r| parse_rate(r).map_err(|e| e.to_string());
     let (low, high, res) = match parts[..] {
-        [l, h] => (parse_rate(l)?, parse_rate(h)?, None),
-        [l, h, r] => (parse_rate(l)?, parse_rate(h)?, Some(parse_rate(r)?)),
+        [l, h] => (rate(l)?, rate(h)?, None),
+        [l, h, r] => (rate(l)?, rate(h)?, Some(rate(r)?)),
         _ => return Err(help()),
     };
     if low >= high {
@@ -735,7 +736,7 @@ impl StreamArgs {
             affinity: self.affinity.unwrap_or_default(),
             ..TestSpec::default_stream()
         };
-        spec.validate()?;
+        spec.validate().map_err(|e| e.to_string())?;
         if let Some(cpu) = spec.affinity.client {
             crate::sys::affinity::check(cpu, "this machine")?;
         }

@@ -440,8 +440,12 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let axis = match (&a.sizes, &a.spacing) {
-        (Some(s), _) => cli::parse_steps("--size", s, |v| units::parse_size(v).map(|b| b as f64))
-            .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
+        (Some(s), _) => cli::parse_steps("--size", s, |v| {
+            units::parse_size(v)
+                .map(|b| b as f64)
+                .map_err(|e| e.to_string())
+        })
+        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
         (None, Some(s)) => cli::parse_steps("--spacing", s, |v| {
             v.parse::<f64>()
                 .map_err(|_| format!("'{v}' is not a number of microseconds"))

@@ -754,9 +754,11 @@ fn flags_as_numbers_or_true_and_strict_output() {
     assert!(!off.reverse && !off.bidirectional && !off.nodelay);
     assert!(Params::from_json(br#"{"tcp":true,"reverse":"yes"}"#)
         .unwrap_err()
+        .to_string()
         .contains("\"reverse\""));
     assert!(Params::from_json(br#"{"tcp":true,"time":"10"}"#)
         .unwrap_err()
+        .to_string()
         .contains("\"time\""));
     assert!(Params::from_json(br#"{"tcp":true,"title":5}"#).is_err());
     assert!(Params::from_json(br#"[1,2]"#).is_err());
@@ -832,13 +834,17 @@ fn results_need_iperf3s_required_keys() {
     for key in ["cpu_util_total", "sender_has_retransmits", "streams"] {
         let mut v = base.clone();
         v.as_object_mut().unwrap().remove(key);
-        let e = Results::from_json(v.to_string().as_bytes()).unwrap_err();
+        let e = Results::from_json(v.to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(key), "{e}");
     }
     for key in ["id", "bytes", "retransmits", "jitter", "errors", "packets"] {
         let mut v = base.clone();
         v["streams"][0].as_object_mut().unwrap().remove(key);
-        let e = Results::from_json(v.to_string().as_bytes()).unwrap_err();
+        let e = Results::from_json(v.to_string().as_bytes())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains(key), "{e}");
     }
     let mut v = base.clone();

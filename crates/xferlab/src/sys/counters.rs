@@ -9,7 +9,7 @@ use std::ffi::CStr;
 use std::io;
 use std::net::IpAddr;
 
-use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
+use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterError, CounterSnapshot};
 
 /// Reads every counter source, plus the /proc/net/dev line of `iface`.
 /// Returns what could be read and one warning per source that could not.
@@ -30,7 +30,7 @@ pub fn snapshot(iface: Option<&str>) -> (CounterSnapshot, Vec<String>) {
     let snmp6 = read("/proc/net/snmp6", true);
     let dev = iface.and_then(|_| read("/proc/net/dev", false));
 
-    let mut note = |path: &str, result: Result<(), String>| {
+    let mut note = |path: &str, result: Result<(), CounterError>| {
         if let Err(e) = result {
             warnings.push(format!("kernel counters: {path} partly unreadable: {e}"));
         }
