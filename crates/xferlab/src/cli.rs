@@ -25,6 +25,10 @@ use crate::output::Format;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Diagnostics on stderr: -v debug (connections, sessions), -vv trace.
+    /// The server's log lines on stdout are printed either way.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 impl Cli {

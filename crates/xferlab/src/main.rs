@@ -5,6 +5,7 @@ mod control;
 mod experiment;
 mod iperf3;
 mod lab;
+mod logging;
 mod net;
 mod output;
 mod rr;
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    logging::init(cli.verbose);
     match cli.command {
         Command::Server(a) => run_server(&a),
         Command::Stream(a) => run_stream(&a),

@@ -93,12 +93,13 @@ impl Shared {
         }
     }
 
+    /// One line of the server's log (stdout, see [`crate::logging`]); an
+    /// embedded server's lines are debug diagnostics (`-v`).
     pub fn log(&self, line: std::fmt::Arguments<'_>) {
         if self.cfg.log {
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-            let mut out = io::stdout().lock();
-            writeln!(out, "{now} {line}").ok();
-            out.flush().ok();
+            tracing::info!(target: crate::logging::SERVER_LOG, "{line}");
+        } else {
+            tracing::debug!("{line}");
         }
     }
 }
@@ -216,8 +217,10 @@ impl Server {
             };
             if self.shared.pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING {
                 self.shared.pending.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(%peer, "closed: {MAX_PENDING} connections still announcing themselves");
                 continue;
             }
+            tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("xfer-conn".into())
@@ -315,9 +318,11 @@ fn classify(
             // A data stream of a running iperf3 test. If the session has
             // just ended, the connection is dropped (closed).
             Some(tx) => {
+                tracing::debug!(%peer, "iperf3 data stream attached");
                 tx.send(Wake::Attach(0, FlowSocket::Tcp(stream))).ok();
             }
             None => {
+                tracing::debug!(%peer, "iperf3 control connection");
                 drop(pending);
                 crate::iperf3::session::serve(stream, peer, cookie, shared);
                 shared.finished.fetch_add(1, Ordering::Relaxed);
@@ -330,6 +335,7 @@ fn classify(
             kind: ConnKind::Control,
             version,
         }) => {
+            tracing::debug!(%peer, version, "xferlab control connection");
             drop(pending);
             session::serve(stream, peer, version, shared);
             shared.finished.fetch_add(1, Ordering::Relaxed);
@@ -337,7 +343,7 @@ fn classify(
         Ok(Preamble {
             kind: ConnKind::Data,
             version,
-        }) => attach(stream, version, shared),
+        }) => attach(stream, peer, version, shared),
         Err(ProtoError::NotXferlab) => {
             shared.log(format_args!(
                 "{peer}: neither an xferlab nor an iperf3 client (first bytes {:02x?}); closed",
@@ -350,8 +356,9 @@ fn classify(
 
 /// Passes a data connection to the session that owns its token; the
 /// session answers it.
-fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
+fn attach(mut stream: TcpStream, peer: SocketAddr, version: u16, shared: &Shared) {
     if version != VERSION {
+        tracing::debug!(%peer, version, "data connection of another protocol version; refused");
         stream.write_all(&[AttachReply::VersionMismatch as u8]).ok();
         return;
     }
@@ -367,6 +374,7 @@ fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
         .get(&a.token)
         .cloned();
     stream.set_read_timeout(None).ok();
+    tracing::debug!(%peer, flow = a.flow, known = tx.is_some(), "data connection");
     match tx {
         Some(tx) => {
             let refused = tx.send(Wake::Attach(a.flow, FlowSocket::Tcp(stream)));

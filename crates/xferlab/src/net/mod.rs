@@ -74,6 +74,7 @@ pub fn connect_data(
     sockopt::apply(&sock, knobs, sockopt::SocketEnd::Connecting)?;
     sock.connect_timeout(&addr.into(), timeout)
         .map_err(|e| connect_error(addr, &e))?;
+    tracing::trace!(%addr, "data connection established");
     let dup = sock.try_clone().map_err(|e| e.to_string())?;
     Ok((TcpStream::from(dup), sock))
 }
@@ -112,11 +113,15 @@ pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStr
     for &addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {
+                tracing::debug!(%addr, "control connection established");
                 s.set_nodelay(true).ok();
                 keepalive(&s);
                 return Ok(s);
             }
-            Err(e) => last = connect_error(addr, &e),
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "control connection failed");
+                last = connect_error(addr, &e);
+            }
         }
     }
     Err(last)
