@@ -469,20 +469,11 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     }
 }
 
-extern "C" fn on_interrupt(_: libc::c_int) {
-    // Only an atomic add: async-signal-safe.
-    INTERRUPTS.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Ctrl-C once: stop the test early and still exchange results. Twice:
 /// abort at once.
 fn install_interrupt_handler() {
-    // SAFETY: installs a handler that only touches an atomic.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_interrupt as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    use sys::signals::{count_into, SIGINT, SIGTERM};
+    if let Err(e) = count_into(&INTERRUPTS, &[SIGINT, SIGTERM]) {
+        eprintln!("xferlab: warning: cannot catch Ctrl-C ({e}); it stops the test without results");
     }
 }

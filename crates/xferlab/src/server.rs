@@ -14,12 +14,12 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::{Domain, Socket, Type};
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
@@ -36,7 +36,7 @@ const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// closed at once (a flood cannot exhaust threads).
 const MAX_PENDING: usize = 256;
 /// How often the accept loop looks at its shutdown flag.
-const ACCEPT_POLL_MS: i32 = 200;
+const ACCEPT_POLL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -178,32 +178,21 @@ impl Server {
 
     /// Serves until `--one-off` is satisfied or the handle is dropped.
     pub fn run(self) {
-        let mut pfds: Vec<libc::pollfd> = self
+        let mut pfds: Vec<PollFd<'_>> = self
             .listeners
             .iter()
-            .map(|l| libc::pollfd {
-                fd: l.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|l| PollFd::new(l, PollFlags::IN))
             .collect();
+        let tick = Timespec::try_from(ACCEPT_POLL).expect("a short interval");
         let mut conn_threads: Vec<JoinHandle<()>> = Vec::new();
         while !self.shared.shutdown.load(Ordering::Relaxed) {
             if self.shared.cfg.one_off && self.shared.finished.load(Ordering::Relaxed) > 0 {
                 break;
             }
-            // SAFETY: valid pollfds, bounded timeout.
-            let ready = unsafe {
-                libc::poll(
-                    pfds.as_mut_ptr(),
-                    pfds.len() as libc::nfds_t,
-                    ACCEPT_POLL_MS,
-                )
-            };
-            if ready <= 0 {
+            if !poll(&mut pfds, Some(&tick)).is_ok_and(|n| n > 0) {
                 continue;
             }
-            let Some(i) = pfds.iter().position(|p| p.revents != 0) else {
+            let Some(i) = pfds.iter().position(|p| !p.revents().is_empty()) else {
                 continue;
             };
             let (stream, peer) = match self.listeners[i].accept() {

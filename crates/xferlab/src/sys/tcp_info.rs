@@ -97,6 +97,9 @@ struct TcpInfo {
 ///
 /// Fields the running kernel does not provide read as 0 (busy/limited
 /// times need Linux >= 4.10, `delivered_ce` >= 4.18).
+///
+/// A plain getsockopt: neither rustix nor nix reads TCP_INFO, and this
+/// struct carries fields (delivered_ce, busy times) libc's lacks.
 pub fn read(fd: RawFd) -> io::Result<TcpCounters> {
     let mut info = TcpInfo::default();
     let mut len = size_of::<TcpInfo>() as libc::socklen_t;
