@@ -47,7 +47,7 @@ fn parse_value(s: &str) -> Option<i64> {
 ///
 /// Groups that parse are stored even when others do not; the error then
 /// names every group that was skipped, on one line.
-pub fn parse_snmp(text: &str, snap: &mut CounterSnapshot) -> Result<(), String> {
+pub fn parse_snmp(text: &str, snap: &mut CounterSnapshot) -> Result<(), CounterError> {
     let mut problems = Vec::new();
     let mut lines = text
         .lines()
@@ -56,7 +56,7 @@ pub fn parse_snmp(text: &str, snap: &mut CounterSnapshot) -> Result<(), String> 
         .peekable();
     while let Some(header) = lines.next() {
         let Some((group, names)) = header.split_once(':') else {
-            problems.push(format!("line '{}' has no 'Group:' prefix", shorten(header)));
+            problems.push(CounterError::NoGroup(shorten(header)));
             continue;
         };
         // The value line must carry the same prefix. If it does not, the
@@ -68,7 +68,7 @@ pub fn parse_snmp(text: &str, snap: &mut CounterSnapshot) -> Result<(), String> 
                 values
             }
             _ => {
-                problems.push(format!("group {group}: no value line"));
+                problems.push(CounterError::NoValueLine(group.to_owned()));
                 continue;
             }
         };
@@ -80,30 +80,31 @@ pub fn parse_snmp(text: &str, snap: &mut CounterSnapshot) -> Result<(), String> 
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(CounterError::Groups(problems))
     }
 }
 
 /// Pairs the names and values of one snmp group into `Group.Name` keys.
-fn parse_group(group: &str, names: &str, values: &str) -> Result<Vec<(String, i64)>, String> {
+fn parse_group(group: &str, names: &str, values: &str) -> Result<Vec<(String, i64)>, CounterError> {
     let names: Vec<&str> = names.split_whitespace().collect();
     let values: Vec<&str> = values.split_whitespace().collect();
     if names.len() != values.len() {
-        return Err(format!(
-            "group {group}: {} names but {} values",
-            names.len(),
-            values.len()
-        ));
+        return Err(CounterError::CountMismatch {
+            group: group.to_owned(),
+            names: names.len(),
+            values: values.len(),
+        });
     }
     names
         .iter()
         .zip(&values)
         .map(|(name, value)| match parse_value(value) {
             Some(v) => Ok((format!("{group}.{name}"), v)),
-            None => Err(format!(
-                "group {group}: {name} has value '{}', not a number",
-                shorten(value)
-            )),
+            None => Err(CounterError::GroupValue {
+                group: group.to_owned(),
+                name: (*name).to_owned(),
+                value: shorten(value),
+            }),
         })
         .collect()
 }
@@ -114,7 +115,7 @@ fn parse_group(group: &str, names: &str, values: &str) -> Result<Vec<(String, i6
 ///
 /// Lines that parse are stored even when others do not; the error lists the
 /// first few bad lines.
-pub fn parse_snmp6(text: &str, snap: &mut CounterSnapshot) -> Result<(), String> {
+pub fn parse_snmp6(text: &str, snap: &mut CounterSnapshot) -> Result<(), CounterError> {
     let mut bad = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         match parse_snmp6_line(line) {
@@ -126,12 +127,9 @@ pub fn parse_snmp6(text: &str, snap: &mut CounterSnapshot) -> Result<(), String>
     }
     match bad.len() {
         0 => Ok(()),
-        n => {
-            let shown: Vec<String> = bad.iter().take(3).map(|l| format!("'{l}'")).collect();
-            Err(format!(
-                "{n} unreadable snmp6 line(s): {}",
-                shown.join(", ")
-            ))
+        count => {
+            bad.truncate(3);
+            Err(CounterError::Snmp6Lines { count, first: bad })
         }
     }
 }
@@ -175,7 +173,11 @@ const DEV_FIELDS: [&str; 16] = [
 ///
 /// The name ends at the first `:` (Linux forbids `:` in interface names);
 /// large counters can run straight into it (`eth0:123456789`).
-pub fn parse_dev(text: &str, iface: &str, snap: &mut CounterSnapshot) -> Result<bool, String> {
+pub fn parse_dev(
+    text: &str,
+    iface: &str,
+    snap: &mut CounterSnapshot,
+) -> Result<bool, CounterError> {
     let Some(fields) = text
         .lines()
         .filter_map(|l| l.split_once(':'))
@@ -186,25 +188,68 @@ pub fn parse_dev(text: &str, iface: &str, snap: &mut CounterSnapshot) -> Result<
     };
     let values: Vec<&str> = fields.split_whitespace().collect();
     if values.len() < DEV_FIELDS.len() {
-        return Err(format!(
-            "interface {iface}: {} fields in /proc/net/dev, expected {}",
-            values.len(),
-            DEV_FIELDS.len()
-        ));
+        return Err(CounterError::DevFields {
+            iface: iface.to_owned(),
+            got: values.len(),
+            expected: DEV_FIELDS.len(),
+        });
     }
     let mut parsed = [0i64; DEV_FIELDS.len()];
     for ((slot, value), name) in parsed.iter_mut().zip(&values).zip(DEV_FIELDS) {
-        *slot = parse_value(value).ok_or_else(|| {
-            format!(
-                "interface {iface}: {name} is '{}', not a number",
-                shorten(value)
-            )
+        *slot = parse_value(value).ok_or_else(|| CounterError::DevValue {
+            iface: iface.to_owned(),
+            name,
+            value: shorten(value),
         })?;
     }
     for (name, v) in DEV_FIELDS.iter().zip(parsed) {
         snap.values.insert(format!("dev.{name}"), v);
     }
     Ok(true)
+}
+
+/// A /proc/net counter file that does not read as the kernel writes it.
+/// Values quoted from the file are cut to 40 characters.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CounterError {
+    #[error("line '{0}' has no 'Group:' prefix")]
+    NoGroup(String),
+    #[error("group {0}: no value line")]
+    NoValueLine(String),
+    #[error("group {group}: {names} names but {values} values")]
+    CountMismatch {
+        group: String,
+        names: usize,
+        values: usize,
+    },
+    #[error("group {group}: {name} has value '{value}', not a number")]
+    GroupValue {
+        group: String,
+        name: String,
+        value: String,
+    },
+    /// Every group of an snmp file that was skipped, on one line.
+    #[error("{}", join(.0, "; ", |e| e.to_string()))]
+    Groups(Vec<CounterError>),
+    /// How many snmp6 lines did not parse, and the first three.
+    #[error("{count} unreadable snmp6 line(s): {}", join(.first, ", ", |l| format!("'{l}'")))]
+    Snmp6Lines { count: usize, first: Vec<String> },
+    #[error("interface {iface}: {got} fields in /proc/net/dev, expected {expected}")]
+    DevFields {
+        iface: String,
+        got: usize,
+        expected: usize,
+    },
+    #[error("interface {iface}: {name} is '{value}', not a number")]
+    DevValue {
+        iface: String,
+        name: &'static str,
+        value: String,
+    },
+}
+
+fn join<T>(items: &[T], sep: &str, show: impl Fn(&T) -> String) -> String {
+    items.iter().map(show).collect::<Vec<_>>().join(sep)
 }
 
 /// Keeps error messages to one readable line when the input is garbage.
@@ -289,7 +334,7 @@ Inter-|   Receive                                                |  Transmit
     fn snmp_count_mismatch_names_the_group_and_keeps_the_others() {
         let text = "Tcp: A B C\nTcp: 1 2\nUdp: X\nUdp: 9\n";
         let mut s = CounterSnapshot::default();
-        let err = parse_snmp(text, &mut s).unwrap_err();
+        let err = parse_snmp(text, &mut s).unwrap_err().to_string();
         assert!(
             err.contains("Tcp") && err.contains("3 names but 2 values"),
             "{err}"
@@ -302,18 +347,30 @@ Inter-|   Receive                                                |  Transmit
     fn snmp_missing_value_line_does_not_shift_later_groups() {
         let text = "Ip: A B\nTcp: C D\nTcp: 3 4\n";
         let mut s = CounterSnapshot::default();
-        let err = parse_snmp(text, &mut s).unwrap_err();
+        let err = parse_snmp(text, &mut s).unwrap_err().to_string();
         assert!(err.contains("group Ip: no value line"), "{err}");
         assert_eq!(get(&s, "Tcp.D"), Some(4));
         assert!(!s.values.keys().any(|k| k.starts_with("Ip.")));
     }
 
     #[test]
+    fn snmp_problems_of_several_groups_share_one_line() {
+        let mut s = CounterSnapshot::default();
+        let err = parse_snmp("Ip: A B\nTcp: C\nTcp: x\n", &mut s).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "group Ip: no value line; group Tcp: C has value 'x', not a number"
+        );
+    }
+
+    #[test]
     fn snmp_rejects_non_numbers_and_lone_headers() {
         let mut s = CounterSnapshot::default();
-        let err = parse_snmp("Tcp: A B\nTcp: 1 x\n", &mut s).unwrap_err();
+        let err = parse_snmp("Tcp: A B\nTcp: 1 x\n", &mut s)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("Tcp") && err.contains("'x'"), "{err}");
-        let err = parse_snmp("Udp: A\n", &mut s).unwrap_err();
+        let err = parse_snmp("Udp: A\n", &mut s).unwrap_err().to_string();
         assert!(err.contains("Udp"), "{err}");
         assert!(s.values.is_empty());
     }
@@ -344,7 +401,10 @@ Inter-|   Receive                                                |  Transmit
         let mut s = CounterSnapshot::default();
         let err =
             parse_snmp6("Ip6InReceives 5\nGarbage 1\nIp6 2\nUdp6InErrors\n", &mut s).unwrap_err();
-        assert!(err.starts_with("3 unreadable"), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "3 unreadable snmp6 line(s): 'Garbage 1', 'Ip6 2', 'Udp6InErrors'"
+        );
         assert_eq!(s.values.len(), 1);
     }
 
@@ -382,10 +442,12 @@ Inter-|   Receive                                                |  Transmit
         let mut s = CounterSnapshot::default();
         assert!(parse_dev("lo: 1 2 3\n", "lo", &mut s)
             .unwrap_err()
+            .to_string()
             .contains("3 fields"));
         let bad = "lo: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 z\n";
         assert!(parse_dev(bad, "lo", &mut s)
             .unwrap_err()
+            .to_string()
             .contains("tx_compressed"));
         assert!(s.values.is_empty());
     }

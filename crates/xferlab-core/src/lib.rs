@@ -1,6 +1,12 @@
 //! Sans-IO core of xferlab: everything here is plain, deterministic code
 //! with no sockets, files or clocks of its own, so it is unit-tested with
 //! virtual time and fuzzable. The `xferlab` crate wraps it in thin drivers.
+//!
+//! Guards: no `unsafe` here, and `clippy.toml` in this crate's directory
+//! disallows `Instant::now` and `SystemTime::now`, so a clock can only
+//! come in through a parameter.
+
+#![forbid(unsafe_code)]
 
 pub mod counters;
 pub mod datagram;
@@ -17,6 +23,8 @@ pub mod run;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod spec;
+#[cfg(test)]
+mod test_clock;
 pub mod transport;
 pub mod units;
 pub mod usb;

@@ -298,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_timed_client_stops_at_the_planned_end_and_finishes_with_the_results() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = client();
         assert_eq!(drain(&mut r, t0, Progress::default()), []);
         r.start(t0, Some(5 * S));
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn flows_that_do_not_end_within_the_drain_limit_are_cut_once() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = client();
         r.start(t0, Some(S));
         let live = Progress {
@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_byte_limited_client_stops_when_the_workload_reaches_its_limit() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = client();
         r.start(t0, None);
         assert_eq!(r.next_deadline(), None);
@@ -363,7 +363,7 @@ mod tests {
 
     #[test]
     fn the_first_ctrl_c_stops_and_marks_interrupted_the_second_aborts() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = client();
         r.start(t0, Some(10 * S));
         let one = Progress {
@@ -387,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_ctrl_c_at_the_planned_end_is_not_an_interruption() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = client();
         r.start(t0, Some(S));
         let one = Progress {
@@ -407,7 +407,7 @@ mod tests {
             ..Progress::default()
         };
         assert_eq!(
-            drain(&mut r, Instant::now(), one),
+            drain(&mut r, crate::test_clock::origin(), one),
             [Action::Abort(Abort::InterruptedBeforeStart)]
         );
         assert_eq!(
@@ -418,7 +418,7 @@ mod tests {
 
     #[test]
     fn the_peer_is_told_once_quiesced_or_after_the_quiesce_limit() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = TestRun::new(Policy {
             role: Role::Client,
             drain: 10 * S,
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn a_server_stops_when_asked_reports_when_done_and_finishes_with_the_peer() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = server();
         // No planned end and no Ctrl-C on a server: only the peer stops it.
         r.start(t0, Some(S));
@@ -472,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_server_cuts_flows_that_outlive_the_drain_and_then_reports() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = server();
         r.start(t0, None);
         r.peer_stopped(t0);
@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn a_stop_before_the_start_is_ignored_and_a_planned_end_past_instant_is_none() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut r = server();
         r.peer_stopped(t0);
         assert!(!r.started());

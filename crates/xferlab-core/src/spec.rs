@@ -219,6 +219,57 @@ pub struct FlowPlan {
     pub quota: Option<u64>,
 }
 
+/// Why a [`TestSpec`] cannot run. The message names the flag and the
+/// accepted range, so both the CLI and a server answering a remote client
+/// can pass it on as is.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Rr(#[from] crate::rr::RrSpecError),
+    #[error("an rr test needs its request/response settings")]
+    RrMissing,
+    #[error("-P/--parallel must be between 1 and {max} (got {0})", max = limits::MAX_PARALLEL)]
+    Parallel(u32),
+    #[error("-A/--affinity takes CPU numbers from 0 to {max} (got {0})", max = limits::MAX_CPU)]
+    Cpu(u32),
+    #[error("-t/--time must be a positive number of seconds up to {max} (got {0})", max = limits::MAX_DURATION_S)]
+    Time(f64),
+    #[error("-n/--bytes must be greater than 0")]
+    NoBytes,
+    #[error("-O/--omit must be between 0 and {max} seconds (got {0})", max = limits::MAX_OMIT_S)]
+    Omit(f64),
+    #[error("-i/--interval must be 0 (off) or between {min} and {max} seconds (got {0})", min = limits::MIN_INTERVAL_S, max = limits::MAX_INTERVAL_S)]
+    Interval(f64),
+    #[error("-l/--length must be between 1 byte and {max} MiB (got {0})", max = limits::MAX_WRITE_SIZE >> 20)]
+    Length(u64),
+    #[error("-w/--window must be between 1 byte and {max} MiB (got {0})", max = limits::MAX_SOCKET_BUFFER >> 20)]
+    Window(u64),
+    #[error("-C/--congestion: '{0}' is not a congestion-control name (letters, digits, '_' or '-', at most {max})", max = limits::MAX_CC_NAME)]
+    Congestion(String),
+    #[error("-M/--set-mss must be between 88 and 65495 bytes (got {0})")]
+    Mss(u32),
+    #[error("-b, --gso, --batch and --dont-fragment are stream options; rr sends one request per transaction")]
+    StreamOptionsInRr,
+    #[error("-l/--length: a UDP datagram must be between {min} and {max} bytes (got {0})", min = limits::MIN_DATAGRAM, max = limits::MAX_DATAGRAM)]
+    DatagramLength(u64),
+    #[error("--batch must be between 1 and {max} datagrams (got {0})", max = limits::MAX_BATCH)]
+    Batch(u32),
+    #[error("--skip-rx-copy is for TCP: every UDP datagram's header is read")]
+    SkipRxCopyOnUdp,
+    #[error("-C, -M, -N and --fq-rate are TCP options; pace UDP with -b")]
+    TcpOptionsOnUdp,
+    #[error("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate")]
+    BitrateOnTcp,
+    #[error("--gso, --batch and --dont-fragment apply to UDP (-u)")]
+    UdpOptionsOnTcp,
+    #[error("--fq-rate (and -b against an iperf3 server) cannot pace MPTCP: Linux has no SO_MAX_PACING_RATE for MPTCP sockets; leave out --mptcp or the rate")]
+    PacingOnMptcp,
+    #[error("--fq-rate must be greater than 0")]
+    NoFqRate,
+    #[error("-T/--title is limited to {max} bytes", max = limits::MAX_TITLE)]
+    TitleTooLong,
+}
+
 impl TestSpec {
     /// The defaults: TCP stream, forward, 1 flow, 10 s, 1 s intervals and
     /// 1 MiB writes. iperf3 writes 128 KiB; on loopback here that leaves
@@ -247,73 +298,53 @@ impl TestSpec {
     /// Checks every field against [`limits`]. The message names the flag and
     /// the accepted range, so both the CLI and a server answering a remote
     /// client can pass it on as is.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), SpecError> {
         use limits::*;
         if let Some(rr) = &self.rr {
             rr.validate(self)?;
         } else if self.pattern == Pattern::Rr {
-            return Err("an rr test needs its request/response settings".into());
+            return Err(SpecError::RrMissing);
         }
         let background_only = self.pattern == Pattern::Rr && self.parallel == 0;
         if !background_only && (self.parallel == 0 || self.parallel > MAX_PARALLEL) {
-            return Err(format!(
-                "-P/--parallel must be between 1 and {MAX_PARALLEL} (got {})",
-                self.parallel
-            ));
+            return Err(SpecError::Parallel(self.parallel));
         }
         for cpu in [self.affinity.client, self.affinity.server]
             .into_iter()
             .flatten()
         {
             if cpu > MAX_CPU {
-                return Err(format!(
-                    "-A/--affinity takes CPU numbers from 0 to {MAX_CPU} (got {cpu})"
-                ));
+                return Err(SpecError::Cpu(cpu));
             }
         }
         match self.limit {
             Limit::Duration { seconds } => {
                 if !(seconds.is_finite() && seconds > 0.0 && seconds <= MAX_DURATION_S) {
-                    return Err(format!(
-                        "-t/--time must be a positive number of seconds up to {MAX_DURATION_S} (got {seconds})"
-                    ));
+                    return Err(SpecError::Time(seconds));
                 }
             }
             Limit::Bytes { bytes } => {
                 if bytes == 0 {
-                    return Err("-n/--bytes must be greater than 0".into());
+                    return Err(SpecError::NoBytes);
                 }
             }
         }
         if !(self.omit_s.is_finite() && self.omit_s >= 0.0 && self.omit_s <= MAX_OMIT_S) {
-            return Err(format!(
-                "-O/--omit must be between 0 and {MAX_OMIT_S} seconds (got {})",
-                self.omit_s
-            ));
+            return Err(SpecError::Omit(self.omit_s));
         }
         if !(self.interval_s == 0.0
             || (self.interval_s.is_finite()
                 && (MIN_INTERVAL_S..=MAX_INTERVAL_S).contains(&self.interval_s)))
         {
-            return Err(format!(
-                "-i/--interval must be 0 (off) or between {MIN_INTERVAL_S} and {MAX_INTERVAL_S} seconds (got {})",
-                self.interval_s
-            ));
+            return Err(SpecError::Interval(self.interval_s));
         }
         let k = &self.knobs;
         if k.size == 0 || k.size > MAX_WRITE_SIZE {
-            return Err(format!(
-                "-l/--length must be between 1 byte and {} MiB (got {})",
-                MAX_WRITE_SIZE >> 20,
-                k.size
-            ));
+            return Err(SpecError::Length(k.size));
         }
         if let Some(b) = k.buffer {
             if b == 0 || b > MAX_SOCKET_BUFFER {
-                return Err(format!(
-                    "-w/--window must be between 1 byte and {} MiB (got {b})",
-                    MAX_SOCKET_BUFFER >> 20
-                ));
+                return Err(SpecError::Window(b));
             }
         }
         if let Some(cc) = &k.congestion {
@@ -323,35 +354,29 @@ impl TestSpec {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
             if !ok {
-                return Err(format!(
-                    "-C/--congestion: '{cc}' is not a congestion-control name (letters, digits, '_' or '-', at most {MAX_CC_NAME})"
-                ));
+                return Err(SpecError::Congestion(cc.clone()));
             }
         }
         if let Some(mss) = k.mss {
             if !(88..=65_495).contains(&mss) {
-                return Err(format!(
-                    "-M/--set-mss must be between 88 and 65495 bytes (got {mss})"
-                ));
+                return Err(SpecError::Mss(mss));
             }
         }
         if self.pattern == Pattern::Rr {
             // Background flows are TCP streams; the UDP knobs of the stream
             // pattern do not apply to transactions.
             if k.rate.is_some() || k.gso || k.batch != 1 || k.dont_fragment {
-                return Err(
-                    "-b, --gso, --batch and --dont-fragment are stream options; rr sends one request per transaction".into(),
-                );
+                return Err(SpecError::StreamOptionsInRr);
             }
         } else {
             self.transport.model().check_knobs(k)?;
         }
         if k.max_pacing_rate == Some(0) {
-            return Err("--fq-rate must be greater than 0".into());
+            return Err(SpecError::NoFqRate);
         }
         if let Some(t) = &self.title {
             if t.len() > MAX_TITLE {
-                return Err(format!("-T/--title is limited to {MAX_TITLE} bytes"));
+                return Err(SpecError::TitleTooLong);
             }
         }
         Ok(())
@@ -436,25 +461,59 @@ mod tests {
         s.affinity.server = Some(limits::MAX_CPU);
         s.validate().unwrap();
         s.affinity.client = Some(limits::MAX_CPU + 1);
-        assert!(s.validate().unwrap_err().contains("-A/--affinity"));
+        assert!(s
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("-A/--affinity"));
     }
 
     #[test]
     fn rejects_nonsense_with_the_flag_name() {
         let mut s = TestSpec::default_stream();
         s.parallel = 100_000;
-        assert!(s.validate().unwrap_err().contains("-P"));
+        assert!(s.validate().unwrap_err().to_string().contains("-P"));
         let mut s = TestSpec::default_stream();
         s.limit = Limit::Duration { seconds: -1.0 };
-        assert!(s.validate().unwrap_err().contains("-t"));
+        assert!(s.validate().unwrap_err().to_string().contains("-t"));
         let mut s = TestSpec::default_stream();
         s.knobs.size = 0;
-        assert!(s.validate().unwrap_err().contains("-l"));
+        assert!(s.validate().unwrap_err().to_string().contains("-l"));
         let mut s = TestSpec::default_stream();
         s.knobs.congestion = Some("cubic; rm -rf".into());
-        assert!(s.validate().unwrap_err().contains("-C"));
+        assert!(s.validate().unwrap_err().to_string().contains("-C"));
         let mut s = TestSpec::default_stream();
         s.interval_s = f64::NAN;
-        assert!(s.validate().unwrap_err().contains("-i"));
+        assert!(s.validate().unwrap_err().to_string().contains("-i"));
+    }
+
+    /// The CLI, the server's reply and tests show these texts; the typed
+    /// errors keep them word for word, limits included.
+    #[test]
+    fn error_texts_name_the_flag_and_the_range() {
+        let mut s = TestSpec::default_stream();
+        s.parallel = 0;
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "-P/--parallel must be between 1 and 128 (got 0)"
+        );
+        let mut s = TestSpec::default_stream();
+        s.limit = Limit::Duration { seconds: 1e6 };
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "-t/--time must be a positive number of seconds up to 86400 (got 1000000)"
+        );
+        let mut s = TestSpec::default_stream();
+        s.knobs.size = 1 << 30;
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "-l/--length must be between 1 byte and 64 MiB (got 1073741824)"
+        );
+        let mut s = TestSpec::default_rr(crate::rr::RrMode::UdpRr);
+        s.rr.as_mut().unwrap().timeout_s = 0.0;
+        assert_eq!(
+            s.validate().unwrap_err().to_string(),
+            "--timeout must be between 1 ms and 60 s (got 0 s)"
+        );
     }
 }

@@ -9,24 +9,33 @@ use std::fmt;
 
 /// Parses `128K`, `1.5M`, `4096`, `2G` (K/M/G/T = 2^10/2^20/2^30/2^40; an
 /// optional `B`, `iB` suffix is accepted).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let (num, mult) = split_suffix(s, 1024.0).ok_or_else(|| size_help(s))?;
+pub fn parse_size(s: &str) -> Result<u64, UnitError> {
+    let bad = || UnitError::Size(s.to_owned());
+    let (num, mult) = split_suffix(s, 1024.0).ok_or_else(bad)?;
     let v = num * mult;
     if !(v.is_finite() && (0.0..1.8e19).contains(&v)) || v.fract() != 0.0 && mult == 1.0 {
-        return Err(size_help(s));
+        return Err(bad());
     }
     Ok(v.round() as u64)
 }
 
-fn size_help(s: &str) -> String {
-    format!("'{s}' is not a size: use a whole number of bytes with an optional K, M, G or T suffix (binary: 128K = 131072)")
+/// A value that is not the size, rate, duration or unit asked for; the
+/// message quotes it and shows the accepted spelling.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    #[error("'{0}' is not a size: use a whole number of bytes with an optional K, M, G or T suffix (binary: 128K = 131072)")]
+    Size(String),
+    #[error("'{0}' is not a rate: use bits per second with an optional k, M, G or T suffix (decimal: 100M = 100000000)")]
+    Rate(String),
+    #[error("'{0}' is not a duration: use seconds (10, 2.5) or a unit (500ms, 3s, 2m, 1h)")]
+    Duration(String),
+    #[error("'{0}' is not a unit: use k, m, g, t (bit/s), K, M, G, T (bytes/s), b (auto bits) or B (auto bytes)")]
+    RateUnit(String),
 }
 
 /// Parses a rate in bit/s: `100M`, `2.5G`, `800k` (k/M/G/T = 10^3/10^6/10^9/10^12).
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let help = || {
-        format!("'{s}' is not a rate: use bits per second with an optional k, M, G or T suffix (decimal: 100M = 100000000)")
-    };
+pub fn parse_rate(s: &str) -> Result<u64, UnitError> {
+    let help = || UnitError::Rate(s.to_owned());
     let (num, mult) = split_suffix(s, 1000.0).ok_or_else(help)?;
     let v = num * mult;
     if !(v.is_finite() && (0.0..1.8e19).contains(&v)) {
@@ -37,7 +46,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
 
 /// Parses seconds: `10`, `2.5`, `500ms`, `3s`, `2m`, `1h`. Negative values
 /// parse (so the caller can say why they are wrong).
-pub fn parse_seconds(s: &str) -> Result<f64, String> {
+pub fn parse_seconds(s: &str) -> Result<f64, UnitError> {
     let t = s.trim();
     let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
         (n, 0.001)
@@ -52,9 +61,7 @@ pub fn parse_seconds(s: &str) -> Result<f64, String> {
     };
     match num.trim().parse::<f64>() {
         Ok(v) if v.is_finite() => Ok(v * mult),
-        _ => Err(format!(
-            "'{s}' is not a duration: use seconds (10, 2.5) or a unit (500ms, 3s, 2m, 1h)"
-        )),
+        _ => Err(UnitError::Duration(s.to_owned())),
     }
 }
 
@@ -96,13 +103,19 @@ pub enum RateUnit {
 impl RateUnit {
     /// iperf3's `-f` letters: k m g t (bits), K M G T (bytes), plus `b`/`B`
     /// for automatic bits/bytes.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnitError> {
         match s {
             "b" | "bits" | "auto" => Ok(RateUnit::AutoBits),
             "B" | "bytes" => Ok(RateUnit::AutoBytes),
-            "k" | "m" | "g" | "t" => Ok(RateUnit::Fixed { bytes: false, prefix: s.chars().next().unwrap() }),
-            "K" | "M" | "G" | "T" => Ok(RateUnit::Fixed { bytes: true, prefix: s.chars().next().unwrap() }),
-            _ => Err(format!("'{s}' is not a unit: use k, m, g, t (bit/s), K, M, G, T (bytes/s), b (auto bits) or B (auto bytes)")),
+            "k" | "m" | "g" | "t" => Ok(RateUnit::Fixed {
+                bytes: false,
+                prefix: s.chars().next().unwrap(),
+            }),
+            "K" | "M" | "G" | "T" => Ok(RateUnit::Fixed {
+                bytes: true,
+                prefix: s.chars().next().unwrap(),
+            }),
+            _ => Err(UnitError::RateUnit(s.to_owned())),
         }
     }
 
@@ -183,7 +196,10 @@ mod tests {
         assert!(parse_size("").is_err());
         assert_eq!(parse_rate("100M"), Ok(100_000_000));
         assert_eq!(parse_rate("2.5G"), Ok(2_500_000_000));
-        assert!(parse_rate("10X").unwrap_err().contains("not a rate"));
+        assert!(parse_rate("10X")
+            .unwrap_err()
+            .to_string()
+            .contains("not a rate"));
     }
 
     #[test]

@@ -26,6 +26,10 @@ use crate::output::Format;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Diagnostics on stderr: -v debug (connections, sessions), -vv trace.
+    /// The server's log lines on stdout are printed either way.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
 }
 
 impl Cli {
@@ -330,7 +334,7 @@ impl RrArgs {
                 RrWaitArg::Spin => RrWait::Spin,
             },
         });
-        spec.validate()?;
+        spec.validate().map_err(|e| e.to_string())?;
         Ok(spec)
     }
 }
@@ -418,9 +422,10 @@ pub fn parse_steps(
 pub fn parse_search(s: &str) -> Result<(u64, u64, u64), String> {
     let help = || format!("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{s}')");
     let parts: Vec<&str> = s.split(':').collect();
+    let rate = |r| parse_rate(r).map_err(|e| e.to_string());
     let (low, high, res) = match parts[..] {
-        [l, h] => (parse_rate(l)?, parse_rate(h)?, None),
-        [l, h, r] => (parse_rate(l)?, parse_rate(h)?, Some(parse_rate(r)?)),
+        [l, h] => (rate(l)?, rate(h)?, None),
+        [l, h, r] => (rate(l)?, rate(h)?, Some(rate(r)?)),
         _ => return Err(help()),
     };
     if low >= high {
@@ -751,7 +756,7 @@ impl StreamArgs {
             affinity: self.affinity.unwrap_or_default(),
             ..TestSpec::default_stream()
         };
-        spec.validate()?;
+        spec.validate().map_err(|e| e.to_string())?;
         if let Some(cpu) = spec.affinity.client {
             crate::sys::affinity::check(cpu, "this machine")?;
         }

@@ -6,6 +6,7 @@ mod driver;
 mod experiment;
 mod iperf3;
 mod lab;
+mod logging;
 mod net;
 mod output;
 mod patterns;
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    logging::init(cli.verbose);
     match cli.command {
         Command::Server(a) => run_server(&a),
         Command::Stream(a) => run_stream(&a),
@@ -439,8 +441,12 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let axis = match (&a.sizes, &a.spacing) {
-        (Some(s), _) => cli::parse_steps("--size", s, |v| units::parse_size(v).map(|b| b as f64))
-            .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
+        (Some(s), _) => cli::parse_steps("--size", s, |v| {
+            units::parse_size(v)
+                .map(|b| b as f64)
+                .map_err(|e| e.to_string())
+        })
+        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
         (None, Some(s)) => cli::parse_steps("--spacing", s, |v| {
             v.parse::<f64>()
                 .map_err(|_| format!("'{v}' is not a number of microseconds"))
@@ -462,20 +468,11 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     }
 }
 
-extern "C" fn on_interrupt(_: libc::c_int) {
-    // Only an atomic add: async-signal-safe.
-    INTERRUPTS.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Ctrl-C once: stop the test early and still exchange results. Twice:
 /// abort at once.
 fn install_interrupt_handler() {
-    // SAFETY: installs a handler that only touches an atomic.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_interrupt as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
+    use sys::signals::{count_into, SIGINT, SIGTERM};
+    if let Err(e) = count_into(&INTERRUPTS, &[SIGINT, SIGTERM]) {
+        eprintln!("xferlab: warning: cannot catch Ctrl-C ({e}); it stops the test without results");
     }
 }

@@ -326,7 +326,7 @@ pub fn sweep_specs(
             .collect::<Result<_, String>>()?,
     };
     for (s, _) in &specs {
-        s.validate()?;
+        s.validate().map_err(|e| e.to_string())?;
     }
     Ok(specs)
 }

@@ -14,12 +14,12 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::Domain;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
@@ -37,7 +37,7 @@ const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// closed at once (a flood cannot exhaust threads).
 const MAX_PENDING: usize = 256;
 /// How often the accept loop looks at its shutdown flag.
-const ACCEPT_POLL_MS: i32 = 200;
+const ACCEPT_POLL: Duration = Duration::from_millis(200);
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -94,12 +94,13 @@ impl Shared {
         }
     }
 
+    /// One line of the server's log (stdout, see [`crate::logging`]); an
+    /// embedded server's lines are debug diagnostics (`-v`).
     pub fn log(&self, line: std::fmt::Arguments<'_>) {
         if self.cfg.log {
-            let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
-            let mut out = io::stdout().lock();
-            writeln!(out, "{now} {line}").ok();
-            out.flush().ok();
+            tracing::info!(target: crate::logging::SERVER_LOG, "{line}");
+        } else {
+            tracing::debug!("{line}");
         }
     }
 }
@@ -178,32 +179,21 @@ impl Server {
 
     /// Serves until `--one-off` is satisfied or the handle is dropped.
     pub fn run(self) {
-        let mut pfds: Vec<libc::pollfd> = self
+        let mut pfds: Vec<PollFd<'_>> = self
             .listeners
             .iter()
-            .map(|l| libc::pollfd {
-                fd: l.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|l| PollFd::new(l, PollFlags::IN))
             .collect();
+        let tick = Timespec::try_from(ACCEPT_POLL).expect("a short interval");
         let mut conn_threads: Vec<JoinHandle<()>> = Vec::new();
         while !self.shared.shutdown.load(Ordering::Relaxed) {
             if self.shared.cfg.one_off && self.shared.finished.load(Ordering::Relaxed) > 0 {
                 break;
             }
-            // SAFETY: valid pollfds, bounded timeout.
-            let ready = unsafe {
-                libc::poll(
-                    pfds.as_mut_ptr(),
-                    pfds.len() as libc::nfds_t,
-                    ACCEPT_POLL_MS,
-                )
-            };
-            if ready <= 0 {
+            if !poll(&mut pfds, Some(&tick)).is_ok_and(|n| n > 0) {
                 continue;
             }
-            let Some(i) = pfds.iter().position(|p| p.revents != 0) else {
+            let Some(i) = pfds.iter().position(|p| !p.revents().is_empty()) else {
                 continue;
             };
             let (stream, peer) = match self.listeners[i].accept() {
@@ -217,8 +207,10 @@ impl Server {
             };
             if self.shared.pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING {
                 self.shared.pending.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(%peer, "closed: {MAX_PENDING} connections still announcing themselves");
                 continue;
             }
+            tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("xfer-conn".into())
@@ -318,9 +310,11 @@ fn classify(
             // A data stream of a running iperf3 test. If the session has
             // just ended, the connection is dropped (closed).
             Some(tx) => {
+                tracing::debug!(%peer, "iperf3 data stream attached");
                 tx.send(Wake::Attach(0, FlowSocket::Stream(stream))).ok();
             }
             None => {
+                tracing::debug!(%peer, "iperf3 control connection");
                 drop(pending);
                 crate::iperf3::session::serve(stream, peer, cookie, shared);
                 shared.finished.fetch_add(1, Ordering::Relaxed);
@@ -333,6 +327,7 @@ fn classify(
             kind: ConnKind::Control,
             version,
         }) => {
+            tracing::debug!(%peer, version, "xferlab control connection");
             drop(pending);
             session::server::serve(stream, peer, version, shared, crate::patterns::session);
             shared.finished.fetch_add(1, Ordering::Relaxed);
@@ -340,7 +335,7 @@ fn classify(
         Ok(Preamble {
             kind: ConnKind::Data,
             version,
-        }) => attach(stream, version, shared),
+        }) => attach(stream, peer, version, shared),
         Err(ProtoError::NotXferlab) => {
             shared.log(format_args!(
                 "{peer}: neither an xferlab nor an iperf3 client (first bytes {:02x?}); closed",
@@ -353,8 +348,9 @@ fn classify(
 
 /// Passes a data connection to the session that owns its token; the
 /// session answers it.
-fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
+fn attach(mut stream: TcpStream, peer: SocketAddr, version: u16, shared: &Shared) {
     if version != VERSION {
+        tracing::debug!(%peer, version, "data connection of another protocol version; refused");
         stream.write_all(&[AttachReply::VersionMismatch as u8]).ok();
         return;
     }
@@ -370,6 +366,7 @@ fn attach(mut stream: TcpStream, version: u16, shared: &Shared) {
         .get(&a.token)
         .cloned();
     stream.set_read_timeout(None).ok();
+    tracing::debug!(%peer, flow = a.flow, known = tx.is_some(), "data connection");
     match tx {
         Some(tx) => {
             let refused = tx.send(Wake::Attach(a.flow, FlowSocket::Stream(stream)));

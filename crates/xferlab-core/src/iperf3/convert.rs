@@ -203,21 +203,28 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
         ..TestSpec::default_stream()
     };
     spec.validate()
-        .map_err(|e| refuse(i_errno::IEINITTEST, e))?;
+        .map_err(|e| refuse(i_errno::IEINITTEST, e.to_string()))?;
     Ok(spec)
+}
+
+/// A test that an iperf3 server cannot be asked for.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Inexpressible {
+    #[error("{flag} must be whole seconds for an iperf3 server (got {got})")]
+    FractionalSeconds { flag: &'static str, got: f64 },
+    #[error("iperf3 servers have no {0} tests; they speak TCP and UDP")]
+    Transport(&'static str),
 }
 
 /// The parameters that ask an iperf3 server for `spec`. Fails for what
 /// iperf3 cannot express (fractions of a second, a byte limit per
 /// direction that iperf3 would count differently is fine).
-pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Params, String> {
-    let whole = |s: f64, flag: &str| -> Result<i64, String> {
-        if s.fract() != 0.0 {
-            Err(format!(
-                "{flag} must be whole seconds for an iperf3 server (got {s})"
-            ))
+pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Params, Inexpressible> {
+    let whole = |got: f64, flag: &'static str| {
+        if got.fract() != 0.0 {
+            Err(Inexpressible::FractionalSeconds { flag, got })
         } else {
-            Ok(s as i64)
+            Ok(got as i64)
         }
     };
     let (time, num) = match spec.limit {
@@ -225,12 +232,11 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
         Limit::Bytes { bytes } => (0, bytes),
     };
     let k = &spec.knobs;
-    let name = spec.transport.model().iperf3().ok_or_else(|| {
-        format!(
-            "iperf3 servers have no {} tests; they speak TCP and UDP",
-            spec.transport.label()
-        )
-    })?;
+    let name = spec
+        .transport
+        .model()
+        .iperf3()
+        .ok_or(Inexpressible::Transport(spec.transport.label()))?;
     let udp = name.udp;
     Ok(Params {
         protocol: if udp { Protocol::Udp } else { Protocol::Tcp },
@@ -569,7 +575,10 @@ mod tests {
             i_errno::IEINITTEST
         );
         s.limit = Limit::Duration { seconds: 1.5 };
-        assert!(params_from_spec(&s, false).unwrap_err().contains("-t"));
+        assert!(params_from_spec(&s, false)
+            .unwrap_err()
+            .to_string()
+            .contains("-t"));
     }
 
     #[test]

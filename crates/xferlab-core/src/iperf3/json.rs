@@ -73,18 +73,18 @@ pub fn lenient_flag(v: &Value) -> Option<bool> {
 
 /// Parses one JSON message body into an object. Trailing NUL bytes and
 /// whitespace are tolerated (C peers sometimes count the terminator).
-pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, String> {
+pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, JsonError> {
     let end = body
         .iter()
         .rposition(|b| !matches!(b, 0 | b' ' | b'\t' | b'\r' | b'\n'))
         .map_or(0, |i| i + 1);
     match serde_json::from_slice::<Value>(&body[..end]) {
         Ok(Value::Object(m)) => Ok(m),
-        Ok(other) => Err(format!("expected a JSON object, got {}", kind(&other))),
+        Ok(other) => Err(JsonError::NotObject(kind(&other))),
         Err(e) => {
             let mut m = e.to_string();
             m.truncate(200);
-            Err(m)
+            Err(JsonError::Syntax(m))
         }
     }
 }
@@ -100,6 +100,36 @@ pub(super) fn kind(v: &Value) -> &'static str {
     }
 }
 
+/// A JSON message from an iperf3 peer that does not parse or lacks what
+/// iperf3 always sends; the message names the object and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonError {
+    /// Not JSON: serde_json's message, cut to 200 bytes.
+    #[error("{0}")]
+    Syntax(String),
+    #[error("expected a JSON object, got {0}")]
+    NotObject(&'static str),
+    #[error("{what}: \"{key}\" must be {want}, got {got}")]
+    WrongType {
+        what: &'static str,
+        key: &'static str,
+        want: &'static str,
+        got: &'static str,
+    },
+    #[error("{what}: \"{key}\" is missing")]
+    Missing {
+        what: &'static str,
+        key: &'static str,
+    },
+    #[error("results: streams[{index}] must be an object, got {got}")]
+    StreamNotObject { index: usize, got: &'static str },
+    #[error("results: streams[{index}] has an invalid id {id}")]
+    StreamId { index: usize, id: i64 },
+    /// A JSON message in a state that takes none.
+    #[error("a JSON message {during}")]
+    Unexpected { during: &'static str },
+}
+
 /// Typed access to an object's keys with errors that name the key.
 pub(super) struct Fields<'a> {
     pub map: &'a Map<String, Value>,
@@ -111,15 +141,23 @@ impl Fields<'_> {
         self.map.get(key)
     }
 
-    fn bad(&self, key: &str, want: &str, v: &Value) -> String {
-        format!("{}: \"{key}\" must be {want}, got {}", self.what, kind(v))
+    fn bad(&self, key: &'static str, want: &'static str, v: &Value) -> JsonError {
+        JsonError::WrongType {
+            what: self.what,
+            key,
+            want,
+            got: kind(v),
+        }
     }
 
-    fn missing(&self, key: &str) -> String {
-        format!("{}: \"{key}\" is missing", self.what)
+    fn missing(&self, key: &'static str) -> JsonError {
+        JsonError::Missing {
+            what: self.what,
+            key,
+        }
     }
 
-    pub fn opt_i64(&self, key: &str) -> Result<Option<i64>, String> {
+    pub fn opt_i64(&self, key: &'static str) -> Result<Option<i64>, JsonError> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => lenient_i64(v)
@@ -128,7 +166,7 @@ impl Fields<'_> {
         }
     }
 
-    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>, String> {
+    pub fn opt_u64(&self, key: &'static str) -> Result<Option<u64>, JsonError> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => lenient_u64(v)
@@ -137,7 +175,7 @@ impl Fields<'_> {
         }
     }
 
-    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>, String> {
+    pub fn opt_f64(&self, key: &'static str) -> Result<Option<f64>, JsonError> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => lenient_f64(v)
@@ -146,7 +184,7 @@ impl Fields<'_> {
         }
     }
 
-    pub fn flag(&self, key: &str) -> Result<bool, String> {
+    pub fn flag(&self, key: &'static str) -> Result<bool, JsonError> {
         match self.get(key) {
             None => Ok(false),
             Some(v) => lenient_flag(v).ok_or_else(|| self.bad(key, "true/false or a number", v)),
@@ -154,7 +192,7 @@ impl Fields<'_> {
     }
 
     /// A flag that carries a value: `true` is 1, `false`/`null`/absent 0.
-    pub fn flag_value(&self, key: &str) -> Result<i64, String> {
+    pub fn flag_value(&self, key: &'static str) -> Result<i64, JsonError> {
         match self.get(key) {
             None | Some(Value::Null) | Some(Value::Bool(false)) => Ok(0),
             Some(Value::Bool(true)) => Ok(1),
@@ -162,7 +200,7 @@ impl Fields<'_> {
         }
     }
 
-    pub fn opt_string(&self, key: &str) -> Result<Option<String>, String> {
+    pub fn opt_string(&self, key: &'static str) -> Result<Option<String>, JsonError> {
         match self.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
@@ -170,15 +208,15 @@ impl Fields<'_> {
         }
     }
 
-    pub fn req_i64(&self, key: &str) -> Result<i64, String> {
+    pub fn req_i64(&self, key: &'static str) -> Result<i64, JsonError> {
         self.opt_i64(key)?.ok_or_else(|| self.missing(key))
     }
 
-    pub fn req_u64(&self, key: &str) -> Result<u64, String> {
+    pub fn req_u64(&self, key: &'static str) -> Result<u64, JsonError> {
         self.opt_u64(key)?.ok_or_else(|| self.missing(key))
     }
 
-    pub fn req_f64(&self, key: &str) -> Result<f64, String> {
+    pub fn req_f64(&self, key: &'static str) -> Result<f64, JsonError> {
         self.opt_f64(key)?.ok_or_else(|| self.missing(key))
     }
 }

@@ -30,8 +30,9 @@ mod results;
 mod server;
 pub mod wire;
 
-use std::fmt;
 use std::time::Duration;
+
+pub use json::JsonError;
 
 pub use client::{ClientEvent, Iperf3Client};
 pub use params::{Direction, Params, Protocol, StreamInfo};
@@ -141,59 +142,42 @@ pub mod i_errno {
 }
 
 /// Why a session ended badly.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Iperf3Error {
     /// The 37 bytes are not an iperf3 cookie.
+    #[error("not an iperf3 cookie (36 characters from a-z2-7 and a NUL byte)")]
     BadCookie,
     /// Our own parameters JSON exceeds what 3.18+ servers accept.
+    #[error("the parameters JSON is {len} bytes; iperf3 servers accept at most {max}")]
     ParamsTooLarge { len: usize, max: u32 },
     /// A JSON message longer than the limit for this step (checked on the
     /// length prefix, before buffering anything).
+    #[error("iperf3 JSON message of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: u32, max: u32 },
-    /// A JSON message that does not parse or lacks required keys.
-    Malformed(String),
+    /// A JSON message that does not parse, lacks required keys or comes
+    /// when none is due.
+    #[error("malformed iperf3 message: {0}")]
+    Malformed(#[from] JsonError),
     /// A state byte that is unknown or not allowed at this point.
+    #[error("{}", unexpected_state(*got, during))]
     Unexpected { got: u8, during: &'static str },
     /// More bytes than [`PAUSED_INPUT_LIMIT`] while the peer should wait.
+    #[error("the peer sent {len} unexpected bytes {during}")]
     Flooded { len: usize, during: &'static str },
     /// The peer closed the connection where it must not.
+    #[error("the peer closed the iperf3 control connection {0}")]
     Closed(&'static str),
     /// A step took longer than its deadline.
+    #[error("timed out {0}")]
     Timeout(&'static str),
 }
 
-impl fmt::Display for Iperf3Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Iperf3Error::BadCookie => write!(
-                f,
-                "not an iperf3 cookie (36 characters from a-z2-7 and a NUL byte)"
-            ),
-            Iperf3Error::ParamsTooLarge { len, max } => write!(
-                f,
-                "the parameters JSON is {len} bytes; iperf3 servers accept at most {max}"
-            ),
-            Iperf3Error::TooLarge { len, max } => write!(
-                f,
-                "iperf3 JSON message of {len} bytes exceeds the limit of {max} bytes"
-            ),
-            Iperf3Error::Malformed(m) => write!(f, "malformed iperf3 message: {m}"),
-            Iperf3Error::Unexpected { got, during } => match State::from_byte(*got) {
-                Some(s) => write!(f, "unexpected iperf3 state {} ({got}) {during}", s.name()),
-                None => write!(f, "unknown iperf3 control byte 0x{got:02x} {during}"),
-            },
-            Iperf3Error::Flooded { len, during } => {
-                write!(f, "the peer sent {len} unexpected bytes {during}")
-            }
-            Iperf3Error::Closed(when) => {
-                write!(f, "the peer closed the iperf3 control connection {when}")
-            }
-            Iperf3Error::Timeout(what) => write!(f, "timed out {what}"),
-        }
+fn unexpected_state(got: u8, during: &str) -> String {
+    match State::from_byte(got) {
+        Some(s) => format!("unexpected iperf3 state {} ({got}) {during}", s.name()),
+        None => format!("unknown iperf3 control byte 0x{got:02x} {during}"),
     }
 }
-
-impl std::error::Error for Iperf3Error {}
 
 #[cfg(test)]
 mod tests;

@@ -6,7 +6,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::json::{parse_object, Fields};
+use super::json::{parse_object, Fields, JsonError};
 use super::stream_id;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -160,11 +160,11 @@ impl Default for Params {
 
 impl Params {
     /// Parses a parameters message body (leniently, see the type's docs).
-    pub fn from_json(body: &[u8]) -> Result<Params, String> {
+    pub fn from_json(body: &[u8]) -> Result<Params, JsonError> {
         Params::from_map(&parse_object(body)?)
     }
 
-    pub fn from_map(map: &Map<String, Value>) -> Result<Params, String> {
+    pub fn from_map(map: &Map<String, Value>) -> Result<Params, JsonError> {
         let f = Fields {
             map,
             what: "parameters",

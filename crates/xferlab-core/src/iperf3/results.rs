@@ -4,7 +4,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::json::{kind, parse_object, Fields};
+use super::json::{kind, parse_object, Fields, JsonError};
 
 /// One side's totals. Reading requires what iperf3's own reader requires
 /// (the CPU figures, `sender_has_retransmits`, `streams`, and per stream
@@ -60,27 +60,34 @@ pub struct Omitted {
 
 impl Results {
     /// Parses a results message body (leniently, see the type's docs).
-    pub fn from_json(body: &[u8]) -> Result<Results, String> {
+    pub fn from_json(body: &[u8]) -> Result<Results, JsonError> {
         Results::from_map(&parse_object(body)?)
     }
 
-    pub fn from_map(map: &Map<String, Value>) -> Result<Results, String> {
+    pub fn from_map(map: &Map<String, Value>) -> Result<Results, JsonError> {
         let f = Fields {
             map,
             what: "results",
         };
         let streams = match map.get("streams") {
-            None => return Err("results: \"streams\" is missing".into()),
+            None => {
+                return Err(JsonError::Missing {
+                    what: "results",
+                    key: "streams",
+                })
+            }
             Some(Value::Array(a)) => a
                 .iter()
                 .enumerate()
                 .map(|(i, s)| StreamResult::from_value(i, s))
                 .collect::<Result<Vec<_>, _>>()?,
             Some(v) => {
-                return Err(format!(
-                    "results: \"streams\" must be an array, got {}",
-                    kind(v)
-                ))
+                return Err(JsonError::WrongType {
+                    what: "results",
+                    key: "streams",
+                    want: "an array",
+                    got: kind(v),
+                })
             }
         };
         Ok(Results {
@@ -105,12 +112,12 @@ impl Results {
 }
 
 impl StreamResult {
-    fn from_value(i: usize, v: &Value) -> Result<StreamResult, String> {
+    fn from_value(i: usize, v: &Value) -> Result<StreamResult, JsonError> {
         let Value::Object(map) = v else {
-            return Err(format!(
-                "results: streams[{i}] must be an object, got {}",
-                kind(v)
-            ));
+            return Err(JsonError::StreamNotObject {
+                index: i,
+                got: kind(v),
+            });
         };
         let f = Fields {
             map,
@@ -120,7 +127,7 @@ impl StreamResult {
         let id = u32::try_from(id)
             .ok()
             .filter(|id| *id > 0)
-            .ok_or_else(|| format!("results: streams[{i}] has an invalid id {id}"))?;
+            .ok_or(JsonError::StreamId { index: i, id })?;
         let omitted = match (f.opt_i64("omitted_errors")?, f.opt_i64("omitted_packets")?) {
             (Some(errors), Some(packets)) => Some(Omitted { errors, packets }),
             _ => None,

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use super::i_errno;
 use super::io::{Expect, Inbox, Msg};
+use super::json::JsonError;
 use super::params::{Params, StreamInfo};
 use super::results::Results;
 use super::wire::{
@@ -224,7 +225,9 @@ impl Iperf3Server {
             },
             // Only JSON states read JSON.
             state => self.fail(
-                Iperf3Error::Malformed(format!("a JSON message {}", state.during())),
+                Iperf3Error::Malformed(JsonError::Unexpected {
+                    during: state.during(),
+                }),
                 true,
             ),
         }

@@ -49,24 +49,20 @@ impl Default for LinkConfig {
 }
 
 impl LinkConfig {
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, p) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
-            if !(0.0..=1.0).contains(&p) {
-                return Err(format!(
-                    "{name} must be a probability between 0 and 100 % (got {p})"
-                ));
+    pub fn validate(&self) -> Result<(), LinkError> {
+        for (flag, got) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
+            if !(0.0..=1.0).contains(&got) {
+                return Err(LinkError::ProbabilityRange { flag, got });
             }
         }
         if self.rate_bps == Some(0) {
-            return Err("--rate must be above 0 (leave it out for no shaping)".into());
+            return Err(LinkError::ZeroRate);
         }
         if self.reorder > 0.0 && self.delay_ns == 0 {
-            return Err("--reorder needs --delay: a reordered packet skips the delay".into());
+            return Err(LinkError::ReorderWithoutDelay);
         }
         match self.queue {
-            QueueLimit::Packets(0) | QueueLimit::Bytes(0) => {
-                return Err("--queue must be at least one packet or byte".into())
-            }
+            QueueLimit::Packets(0) | QueueLimit::Bytes(0) => return Err(LinkError::EmptyQueue),
             _ => {}
         }
         if let EcnMarking::Red {
@@ -81,11 +77,39 @@ impl LinkConfig {
                 && weight > 0.0
                 && weight <= 1.0)
             {
-                return Err("--red needs min < max, p between 0 and 100 % and 0 < w <= 1 (e.g. --red min=30K,max=90K,p=10%)".into());
+                return Err(LinkError::RedRange);
             }
         }
         Ok(())
     }
+}
+
+/// A link setting that does not parse or does not make sense; the message
+/// names the flag or quotes the value and shows what is accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LinkError {
+    #[error("{flag} must be a probability between 0 and 100 % (got {got})")]
+    ProbabilityRange { flag: &'static str, got: f64 },
+    #[error("--rate must be above 0 (leave it out for no shaping)")]
+    ZeroRate,
+    #[error("--reorder needs --delay: a reordered packet skips the delay")]
+    ReorderWithoutDelay,
+    #[error("--queue must be at least one packet or byte")]
+    EmptyQueue,
+    #[error("--red needs min < max, p between 0 and 100 % and 0 < w <= 1 (e.g. --red min=30K,max=90K,p=10%)")]
+    RedRange,
+    #[error("'{0}' is not a probability: use a percentage (1%), a fraction (0.01) or 1/N")]
+    NotProbability(String),
+    #[error("'{0}' is not a probability between 0 and 100 %")]
+    ProbabilityOutOfRange(String),
+    #[error("'{0}' is not a delay: use e.g. 10ms, 250us or 0.5s")]
+    NotDelay(String),
+    #[error("'{0}': Gilbert-Elliott loss is ge:P,R[,LOSS_BAD[,LOSS_GOOD]] (e.g. ge:1%,30%)")]
+    GilbertElliott(String),
+    #[error("'{0}' is not a queue limit: use packets (1000p) or bytes (256K)")]
+    NotQueue(String),
+    #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")]
+    NotRed(String),
 }
 
 /// Random variation added to the delay of each packet.
@@ -177,10 +201,9 @@ pub enum EcnMarking {
 }
 
 /// `1%`, `0.01`, `1/50`: a probability.
-pub fn parse_probability(s: &str) -> Result<f64, String> {
+pub fn parse_probability(s: &str) -> Result<f64, LinkError> {
     let t = s.trim();
-    let help =
-        || format!("'{s}' is not a probability: use a percentage (1%), a fraction (0.01) or 1/N");
+    let help = || LinkError::NotProbability(s.to_owned());
     let p = if let Some(pct) = t.strip_suffix('%') {
         pct.trim().parse::<f64>().map_err(|_| help())? / 100.0
     } else if let Some((a, b)) = t.split_once('/') {
@@ -194,13 +217,13 @@ pub fn parse_probability(s: &str) -> Result<f64, String> {
         t.parse::<f64>().map_err(|_| help())?
     };
     if !(0.0..=1.0).contains(&p) {
-        return Err(format!("'{s}' is not a probability between 0 and 100 %"));
+        return Err(LinkError::ProbabilityOutOfRange(s.to_owned()));
     }
     Ok(p)
 }
 
 /// `10ms`, `250us`, `0.5s`, `2` (seconds): nanoseconds.
-pub fn parse_delay(s: &str) -> Result<u64, String> {
+pub fn parse_delay(s: &str) -> Result<u64, LinkError> {
     let t = s.trim();
     let v: Option<f64> = if let Some(n) = t.strip_suffix("us") {
         n.trim().parse::<f64>().ok().map(|v| v * 1e3)
@@ -211,20 +234,16 @@ pub fn parse_delay(s: &str) -> Result<u64, String> {
     };
     match v {
         Some(ns) if (0.0..3.6e12).contains(&ns) => Ok(ns.round() as u64),
-        _ => Err(format!(
-            "'{s}' is not a delay: use e.g. 10ms, 250us or 0.5s"
-        )),
+        _ => Err(LinkError::NotDelay(s.to_owned())),
     }
 }
 
 /// `1%` (Bernoulli) or `ge:P,R[,LOSS_BAD[,LOSS_GOOD]]` (Gilbert-Elliott).
-pub fn parse_loss(s: &str) -> Result<LossModel, String> {
+pub fn parse_loss(s: &str) -> Result<LossModel, LinkError> {
     if let Some(rest) = s.strip_prefix("ge:") {
         let parts: Vec<&str> = rest.split(',').collect();
         if !(2..=4).contains(&parts.len()) {
-            return Err(format!(
-                "'{s}': Gilbert-Elliott loss is ge:P,R[,LOSS_BAD[,LOSS_GOOD]] (e.g. ge:1%,30%)"
-            ));
+            return Err(LinkError::GilbertElliott(s.to_owned()));
         }
         let p = parse_probability(parts[0])?;
         let r = parse_probability(parts[1])?;
@@ -254,26 +273,26 @@ pub fn parse_loss(s: &str) -> Result<LossModel, String> {
 }
 
 /// `1000p` / `1000` (packets) or `256K`, `1M`, `64KB` (bytes).
-pub fn parse_queue(s: &str) -> Result<QueueLimit, String> {
+pub fn parse_queue(s: &str) -> Result<QueueLimit, LinkError> {
     let t = s.trim();
+    let help = || LinkError::NotQueue(s.to_owned());
     if let Some(n) = t.strip_suffix('p') {
-        return n.parse::<u64>().map(QueueLimit::Packets).map_err(|_| {
-            format!("'{s}' is not a queue limit: use packets (1000p) or bytes (256K)")
-        });
+        return n
+            .parse::<u64>()
+            .map(QueueLimit::Packets)
+            .map_err(|_| help());
     }
     if let Ok(n) = t.parse::<u64>() {
         return Ok(QueueLimit::Packets(n));
     }
     units::parse_size(t)
         .map(QueueLimit::Bytes)
-        .map_err(|_| format!("'{s}' is not a queue limit: use packets (1000p) or bytes (256K)"))
+        .map_err(|_| help())
 }
 
 /// `min=30K,max=90K,p=10%[,w=0.002]`.
-pub fn parse_red(s: &str) -> Result<EcnMarking, String> {
-    let help = || {
-        format!("'{s}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")
-    };
+pub fn parse_red(s: &str) -> Result<EcnMarking, LinkError> {
+    let help = || LinkError::NotRed(s.to_owned());
     let (mut min, mut max, mut p, mut w) = (None, None, None, 0.002);
     for kv in s.split(',') {
         let (k, v) = kv.split_once('=').ok_or_else(help)?;

@@ -14,6 +14,6 @@ pub mod rng;
 mod shaper;
 pub mod stats;
 
-pub use config::LinkConfig;
+pub use config::{LinkConfig, LinkError};
 pub use pipeline::{Arrival, Departure, DropCause, Link};
 pub use report::LabReport;

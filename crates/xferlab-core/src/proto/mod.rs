@@ -11,11 +11,9 @@ mod message;
 mod server;
 pub mod wire;
 
-use std::fmt;
-
 pub use client::{ClientControl, ClientEvent};
 pub use message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-pub use server::{ServerControl, ServerEvent, ServerPolicy};
+pub use server::{PolicyError, ServerControl, ServerEvent, ServerPolicy};
 
 use std::time::Duration;
 
@@ -60,44 +58,30 @@ fn fit_report(report: &SideReport, limit: usize) -> Box<SideReport> {
     r
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtoError {
     /// The first bytes are not xferlab's magic.
+    #[error("the peer does not speak the xferlab protocol")]
     NotXferlab,
     /// The peer speaks another protocol version.
+    #[error("protocol version mismatch: this side speaks v{ours}, the peer v{theirs}; run the same xferlab release on both ends")]
     VersionMismatch { ours: u16, theirs: u16 },
     /// A frame or message that does not parse or is not allowed now.
+    #[error("malformed control message: {0}")]
     Malformed(String),
     /// A frame longer than the current limit.
+    #[error("control message of {len} bytes exceeds the limit of {max} bytes")]
     TooLarge { len: u32, max: u32 },
     /// The peer closed the connection at a point where it must not.
+    #[error("the peer closed the control connection {0}")]
     Closed(&'static str),
     /// A step took longer than its deadline.
+    #[error("timed out {0}")]
     Timeout(&'static str),
     /// The peer sent an error message.
+    #[error("peer reported {}: {message}", code.as_str())]
     Peer { code: ErrorCode, message: String },
 }
-
-impl fmt::Display for ProtoError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ProtoError::NotXferlab => write!(f, "the peer does not speak the xferlab protocol"),
-            ProtoError::VersionMismatch { ours, theirs } => write!(
-                f,
-                "protocol version mismatch: this side speaks v{ours}, the peer v{theirs}; run the same xferlab release on both ends"
-            ),
-            ProtoError::Malformed(m) => write!(f, "malformed control message: {m}"),
-            ProtoError::TooLarge { len, max } => {
-                write!(f, "control message of {len} bytes exceeds the limit of {max} bytes")
-            }
-            ProtoError::Closed(when) => write!(f, "the peer closed the control connection {when}"),
-            ProtoError::Timeout(what) => write!(f, "timed out {what}"),
-            ProtoError::Peer { code, message } => write!(f, "peer reported {}: {message}", code.as_str()),
-        }
-    }
-}
-
-impl std::error::Error for ProtoError {}
 
 impl ProtoError {
     /// The code sent to the peer when this side fails for this reason.

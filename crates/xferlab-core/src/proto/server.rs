@@ -10,7 +10,7 @@ use super::{
 };
 use crate::outbox::{Machine, Outbox};
 use crate::result::SideReport;
-use crate::spec::TestSpec;
+use crate::spec::{SpecError, TestSpec};
 
 /// What a server allows any one test.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -22,18 +22,25 @@ pub struct ServerPolicy {
 
 impl ServerPolicy {
     /// Checks a request against [`TestSpec::validate`] and this policy.
-    pub fn check(&self, spec: &TestSpec) -> Result<(), String> {
+    pub fn check(&self, spec: &TestSpec) -> Result<(), PolicyError> {
         spec.validate()?;
         if let Some(planned) = spec.planned_seconds() {
             let max = self.max_duration.as_secs_f64();
             if planned > max {
-                return Err(format!(
-                    "this server runs tests of at most {max} s (asked for {planned} s incl. warm-up); shorten -t/-O or raise the server's --max-duration"
-                ));
+                return Err(PolicyError::TooLong { max, planned });
             }
         }
         Ok(())
     }
+}
+
+/// Why a server refuses a test request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error("this server runs tests of at most {max} s (asked for {planned} s incl. warm-up); shorten -t/-O or raise the server's --max-duration")]
+    TooLong { max: f64, planned: f64 },
 }
 
 #[derive(Debug)]
@@ -101,6 +108,7 @@ impl ServerControl {
             }
             (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
                 if let Err(why) = self.policy.check(&spec) {
+                    let why = why.to_string();
                     self.reject(ErrorCode::InvalidSpec, &why);
                     self.ch
                         .emit(ServerEvent::Failed(ProtoError::Malformed(why)));

@@ -74,7 +74,7 @@ fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Instant) {
 
 #[test]
 fn a_whole_test_exchanges_results_both_ways() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
     let mut s = server_for(&mut c, t0);
     let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
@@ -110,7 +110,7 @@ fn a_whole_test_exchanges_results_both_ways() {
 
 #[test]
 fn version_mismatch_is_reported_on_both_sides() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut s = ServerControl::new(t0, VERSION + 1, policy());
     assert!(matches!(
         s.poll_event(),
@@ -129,7 +129,7 @@ fn version_mismatch_is_reported_on_both_sides() {
 
 #[test]
 fn the_server_answers_garbage_with_an_error_and_closes() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut s = ServerControl::new(t0, VERSION, policy());
     let mut junk = 7u32.to_be_bytes().to_vec();
     junk.extend_from_slice(b"{not js");
@@ -151,7 +151,7 @@ fn the_server_answers_garbage_with_an_error_and_closes() {
 
 #[test]
 fn oversized_and_out_of_order_messages_are_refused() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut s = ServerControl::new(t0, VERSION, policy());
     s.handle_input(t0, &(2u32 << 30).to_be_bytes());
     assert!(matches!(
@@ -169,7 +169,7 @@ fn oversized_and_out_of_order_messages_are_refused() {
 
 #[test]
 fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut spec = TestSpec::default_stream();
     spec.limit = crate::spec::Limit::Duration { seconds: 120.0 };
     let mut c = ClientControl::new(t0, software(), spec);
@@ -184,7 +184,7 @@ fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
 
 #[test]
 fn every_wait_has_a_deadline() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     // Silent client after connecting.
     let mut s = ServerControl::new(t0, VERSION, policy());
     let at = s.poll_timeout().unwrap();
@@ -219,7 +219,7 @@ fn every_wait_has_a_deadline() {
 
 #[test]
 fn a_vanished_client_fails_the_session_at_once() {
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
     let mut s = server_for(&mut c, t0);
     s.poll_event();
@@ -237,7 +237,7 @@ fn random_bytes_never_panic_the_server() {
     // A small deterministic xorshift fuzz: arbitrary input must end in a
     // closed session or a pending state, never a panic.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     for round in 0..2000 {
         let mut s = ServerControl::new(t0, VERSION, policy());
         let len = (round % 64) + 1;

@@ -170,77 +170,99 @@ impl RrSpec {
         }
     }
 
-    pub fn validate(&self, spec: &TestSpec) -> Result<(), String> {
+    pub fn validate(&self, spec: &TestSpec) -> Result<(), RrSpecError> {
         use limits::*;
         if spec.pattern != Pattern::Rr {
-            return Err("request/response settings belong to an rr test".into());
+            return Err(RrSpecError::NotRr);
         }
         if spec.transport != self.mode.transport() {
-            return Err(format!(
-                "--mode {} runs over {}",
-                self.mode.label(),
-                self.mode.transport().label()
-            ));
+            return Err(RrSpecError::ModeTransport {
+                mode: self.mode.label(),
+                transport: self.mode.transport().label(),
+            });
         }
         if self.flows == 0 || self.flows > MAX_FLOWS {
-            return Err(format!(
-                "-F/--flows must be between 1 and {MAX_FLOWS} (got {})",
-                self.flows
-            ));
+            return Err(RrSpecError::Flows(self.flows));
         }
         if self.depth == 0 || self.depth > MAX_DEPTH {
-            return Err(format!(
-                "--depth must be between 1 and {MAX_DEPTH} (got {})",
-                self.depth
-            ));
+            return Err(RrSpecError::Depth(self.depth));
         }
         let max = if self.mode == RrMode::UdpRr {
             crate::spec::limits::MAX_DATAGRAM
         } else {
             MAX_SIZE
         };
-        for (flag, v) in [
+        for (flag, got) in [
             ("-r/--request-size", self.request_size),
             ("-s/--response-size", self.response_size),
         ] {
-            if v == 0 || v > max {
-                return Err(format!(
-                    "{flag} must be between 1 byte and {max} bytes for {} (got {v})",
-                    self.mode.label()
-                ));
+            if got == 0 || got > max {
+                return Err(RrSpecError::Size {
+                    flag,
+                    max,
+                    mode: self.mode.label(),
+                    got,
+                });
             }
         }
         if !(self.timeout_s.is_finite()
             && (MIN_TIMEOUT_S..=MAX_TIMEOUT_S).contains(&self.timeout_s))
         {
-            return Err(format!(
-                "--timeout must be between {} ms and {MAX_TIMEOUT_S} s (got {} s)",
-                MIN_TIMEOUT_S * 1e3,
-                self.timeout_s
-            ));
+            return Err(RrSpecError::Timeout(self.timeout_s));
         }
         if self.background > MAX_BACKGROUND || spec.parallel != self.background {
-            return Err(format!(
-                "--background must be between 0 and {MAX_BACKGROUND} stream flows (got {})",
-                self.background
-            ));
+            return Err(RrSpecError::Background(self.background));
         }
         if self.mode == RrMode::TcpCrr && self.depth != 1 {
-            return Err(
-                "--depth applies to tcp-rr and udp-rr; tcp-crr carries one transaction per connection (use -F for concurrency)".into(),
-            );
+            return Err(RrSpecError::DepthOnCrr);
         }
         if self.drop_request == Some(0) {
-            return Err("--drop-request counts from 1 (the first request)".into());
+            return Err(RrSpecError::DropRequestZero);
         }
         if self.drop_request.is_some() && self.mode != RrMode::UdpRr {
-            return Err("--drop-request is a udp-rr diagnostic".into());
+            return Err(RrSpecError::DropRequestNotUdp);
         }
         if !matches!(spec.limit, crate::spec::Limit::Duration { .. }) {
-            return Err("rr tests run for a time (-t), not a byte count (-n)".into());
+            return Err(RrSpecError::ByteLimit);
         }
         Ok(())
     }
+}
+
+/// Why the request/response settings of a test cannot run; the message
+/// names the flag and the accepted range.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RrSpecError {
+    #[error("request/response settings belong to an rr test")]
+    NotRr,
+    #[error("--mode {mode} runs over {transport}")]
+    ModeTransport {
+        mode: &'static str,
+        transport: &'static str,
+    },
+    #[error("-F/--flows must be between 1 and {max} (got {0})", max = limits::MAX_FLOWS)]
+    Flows(u32),
+    #[error("--depth must be between 1 and {max} (got {0})", max = limits::MAX_DEPTH)]
+    Depth(u32),
+    #[error("{flag} must be between 1 byte and {max} bytes for {mode} (got {got})")]
+    Size {
+        flag: &'static str,
+        max: u64,
+        mode: &'static str,
+        got: u64,
+    },
+    #[error("--timeout must be between {min} ms and {max} s (got {0} s)", min = limits::MIN_TIMEOUT_S * 1e3, max = limits::MAX_TIMEOUT_S)]
+    Timeout(f64),
+    #[error("--background must be between 0 and {max} stream flows (got {0})", max = limits::MAX_BACKGROUND)]
+    Background(u32),
+    #[error("--depth applies to tcp-rr and udp-rr; tcp-crr carries one transaction per connection (use -F for concurrency)")]
+    DepthOnCrr,
+    #[error("--drop-request counts from 1 (the first request)")]
+    DropRequestZero,
+    #[error("--drop-request is a udp-rr diagnostic")]
+    DropRequestNotUdp,
+    #[error("rr tests run for a time (-t), not a byte count (-n)")]
+    ByteLimit,
 }
 
 impl TestSpec {
@@ -278,7 +300,7 @@ mod tests {
         let bad = |f: &dyn Fn(&mut RrSpec)| {
             let mut s = TestSpec::default_rr(RrMode::TcpRr);
             f(s.rr.as_mut().unwrap());
-            s.validate().unwrap_err()
+            s.validate().unwrap_err().to_string()
         };
         assert!(bad(&|r| r.flows = 0).contains("-F/--flows"));
         assert!(bad(&|r| r.depth = 0).contains("--depth"));

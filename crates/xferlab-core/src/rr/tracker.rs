@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn depth_limits_outstanding_and_in_order_replies_measure_latency() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut t = Tracker::new(2, None);
         t.on_send(t0);
         t.on_send(t0 + ms(1));
@@ -187,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_lost_reply_times_out_frees_its_slot_and_is_recognised_when_late() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut t = Tracker::new(1, Some(ms(100)));
         let s0 = t.on_send(t0);
         assert_eq!(t.deadline(), Some(t0 + ms(100)));
@@ -210,7 +210,7 @@ mod tests {
 
     #[test]
     fn out_of_order_udp_replies_match_their_own_request() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut t = Tracker::new(3, Some(ms(50)));
         let a = t.on_send(t0);
         let b = t.on_send(t0 + ms(1));
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn failures_free_slots() {
-        let t0 = Instant::now();
+        let t0 = crate::test_clock::origin();
         let mut t = Tracker::new(4, None);
         for _ in 0..3 {
             t.on_send(t0);

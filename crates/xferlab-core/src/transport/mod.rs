@@ -36,7 +36,7 @@ mod usb_bulk;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::Knobs;
+use crate::spec::{Knobs, SpecError};
 
 /// What carries the data (the `transport` of a test spec).
 ///
@@ -135,7 +135,7 @@ pub trait TransportModel: Sync {
     /// The transport's checks of a stream test's knobs, after the checks
     /// every test gets: which knobs apply, and their ranges. Messages name
     /// the flag and what to do instead.
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String>;
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError>;
 
     /// How iperf3's parameters name this transport; None where iperf3 has
     /// no such transport (the iperf3 client then refuses the test, and
@@ -147,12 +147,12 @@ pub trait TransportModel: Sync {
 
 /// The knob checks of a byte-stream transport: no datagram knobs, and a
 /// TCP stream is paced with `--fq-rate`, not `-b`.
-pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), String> {
+pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
     if k.rate.is_some() {
-        return Err("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate".into());
+        return Err(SpecError::BitrateOnTcp);
     }
     if k.gso || k.batch != 1 || k.dont_fragment {
-        return Err("--gso, --batch and --dont-fragment apply to UDP (-u)".into());
+        return Err(SpecError::UdpOptionsOnTcp);
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
 use crate::result::{TcpCounters, TcpSample};
-use crate::spec::Knobs;
+use crate::spec::{Knobs, SpecError};
 use crate::units::{format_bytes, Micros};
 
 pub struct Mptcp;
@@ -30,14 +30,12 @@ impl TransportModel for Mptcp {
         true
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
         check_stream_knobs(knobs)?;
         // Linux answers EOPNOTSUPP for SO_MAX_PACING_RATE on an MPTCP
         // socket (6.18): the cap would not reach the subflows.
         if knobs.max_pacing_rate.is_some() {
-            return Err(
-                "--fq-rate (and -b against an iperf3 server) cannot pace MPTCP: Linux has no SO_MAX_PACING_RATE for MPTCP sockets; leave out --mptcp or the rate".into(),
-            );
+            return Err(SpecError::PacingOnMptcp);
         }
         Ok(())
     }
@@ -285,7 +283,7 @@ mod tests {
         s.transport = Transport::Mptcp;
         s.validate().unwrap();
         s.knobs.max_pacing_rate = Some(1000);
-        assert!(s.validate().unwrap_err().contains("--fq-rate"));
+        assert!(s.validate().unwrap_err().to_string().contains("--fq-rate"));
         assert_eq!(
             Transport::for_iperf3(Iperf3Name {
                 udp: false,

@@ -1,7 +1,7 @@
 //! TCP's model: a byte stream whose senders read TCP_INFO every interval.
 
 use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
-use crate::spec::Knobs;
+use crate::spec::{Knobs, SpecError};
 
 pub struct Tcp;
 
@@ -18,7 +18,7 @@ impl TransportModel for Tcp {
         true
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
         check_stream_knobs(knobs)
     }
 

@@ -3,7 +3,7 @@
 
 use super::{Carrier, Iperf3Name, TransportModel};
 use crate::spec::limits::{MAX_BATCH, MAX_DATAGRAM, MIN_DATAGRAM};
-use crate::spec::{Knobs, RecvMode};
+use crate::spec::{Knobs, RecvMode, SpecError};
 
 pub struct Udp;
 
@@ -16,24 +16,18 @@ impl TransportModel for Udp {
         Carrier::Datagrams
     }
 
-    fn check_knobs(&self, k: &Knobs) -> Result<(), String> {
+    fn check_knobs(&self, k: &Knobs) -> Result<(), SpecError> {
         if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&k.size) {
-            return Err(format!(
-                "-l/--length: a UDP datagram must be between {MIN_DATAGRAM} and {MAX_DATAGRAM} bytes (got {})",
-                k.size
-            ));
+            return Err(SpecError::DatagramLength(k.size));
         }
         if k.batch == 0 || k.batch > MAX_BATCH {
-            return Err(format!(
-                "--batch must be between 1 and {MAX_BATCH} datagrams (got {})",
-                k.batch
-            ));
+            return Err(SpecError::Batch(k.batch));
         }
         if k.recv_mode == RecvMode::Discard {
-            return Err("--skip-rx-copy is for TCP: every UDP datagram's header is read".into());
+            return Err(SpecError::SkipRxCopyOnUdp);
         }
         if k.congestion.is_some() || k.mss.is_some() || k.nodelay || k.max_pacing_rate.is_some() {
-            return Err("-C, -M, -N and --fq-rate are TCP options; pace UDP with -b".into());
+            return Err(SpecError::TcpOptionsOnUdp);
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! its own report section (`usb`), outside the socket patterns.
 
 use super::{check_stream_knobs, Carrier, TransportModel};
-use crate::spec::Knobs;
+use crate::spec::{Knobs, SpecError};
 
 pub struct UsbBulk;
 
@@ -15,7 +15,7 @@ impl TransportModel for UsbBulk {
         Carrier::UsbBulk
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), String> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
         check_stream_knobs(knobs)
     }
 }

@@ -68,9 +68,9 @@ pub struct ConfigDesc {
 
 /// Parses a whole configuration descriptor (wTotalLength bytes). Unknown
 /// descriptors (class-specific, IADs, BOS pieces) are skipped.
-pub fn parse_config(bytes: &[u8]) -> Result<ConfigDesc, String> {
+pub fn parse_config(bytes: &[u8]) -> Result<ConfigDesc, DescriptorError> {
     if bytes.len() < 9 || bytes[1] != DT_CONFIG {
-        return Err("not a configuration descriptor".into());
+        return Err(DescriptorError::NotConfig);
     }
     let total = usize::from(u16::from_le_bytes([bytes[2], bytes[3]]));
     let bytes = &bytes[..total.min(bytes.len())];
@@ -83,10 +83,11 @@ pub fn parse_config(bytes: &[u8]) -> Result<ConfigDesc, String> {
     while pos + 2 <= bytes.len() {
         let len = usize::from(bytes[pos]);
         if len < 2 || pos + len > bytes.len() {
-            return Err(format!(
-                "descriptor at offset {pos} has length {len}, past the end ({} bytes)",
-                bytes.len()
-            ));
+            return Err(DescriptorError::PastEnd {
+                pos,
+                len,
+                total: bytes.len(),
+            });
         }
         let d = &bytes[pos..pos + len];
         match d[1] {
@@ -100,9 +101,7 @@ pub fn parse_config(bytes: &[u8]) -> Result<ConfigDesc, String> {
             }),
             DT_ENDPOINT if len >= 7 => {
                 let Some(intf) = cfg.interfaces.last_mut() else {
-                    return Err(format!(
-                        "endpoint descriptor at offset {pos} before any interface"
-                    ));
+                    return Err(DescriptorError::OrphanEndpoint { pos });
                 };
                 intf.endpoints.push(EndpointDesc {
                     address: d[2],
@@ -128,6 +127,39 @@ pub fn parse_config(bytes: &[u8]) -> Result<ConfigDesc, String> {
     Ok(cfg)
 }
 
+/// A configuration descriptor that does not parse, or that lacks the
+/// endpoints a test asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DescriptorError {
+    #[error("not a configuration descriptor")]
+    NotConfig,
+    #[error("descriptor at offset {pos} has length {len}, past the end ({total} bytes)")]
+    PastEnd {
+        pos: usize,
+        len: usize,
+        total: usize,
+    },
+    #[error("endpoint descriptor at offset {pos} before any interface")]
+    OrphanEndpoint { pos: usize },
+    #[error("configuration {config} has no interface {interface} (it has: {have}); pick one with --interface")]
+    NoInterface {
+        config: u8,
+        interface: u8,
+        /// The interface numbers it has, comma-separated.
+        have: String,
+    },
+    #[error("endpoint {endpoint} on interface {interface} is not a bulk {} endpoint", if *want_in { "IN" } else { "OUT" })]
+    NotBulk {
+        endpoint: EndpointDesc,
+        interface: u8,
+        want_in: bool,
+    },
+    #[error("interface {interface} alt {alt} has no endpoint 0x{address:02x}")]
+    NoEndpoint { interface: u8, alt: u8, address: u8 },
+    #[error("the device has no bulk endpoints in its active configuration; name them with --ep-in/--ep-out or pick another --interface")]
+    NoBulk,
+}
+
 /// The endpoints a test uses: at most one bulk IN and one bulk OUT on one
 /// interface alternate setting.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,7 +182,7 @@ pub struct PipeRequest {
 /// Chooses the bulk endpoints: explicit addresses must exist and be bulk
 /// in the right direction; otherwise the first alt setting (of the named
 /// interface, or any) that has bulk endpoints wins, preferring one with both.
-pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, String> {
+pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, DescriptorError> {
     let candidates: Vec<&InterfaceDesc> = cfg
         .interfaces
         .iter()
@@ -162,17 +194,16 @@ pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, 
             .iter()
             .map(|i| i.number.to_string())
             .collect();
-        return Err(format!(
-            "configuration {} has no interface {} (it has: {}); pick one with --interface",
-            cfg.value,
-            req.interface.unwrap_or(0),
-            have.join(", ")
-        ));
+        return Err(DescriptorError::NoInterface {
+            config: cfg.value,
+            interface: req.interface.unwrap_or(0),
+            have: have.join(", "),
+        });
     }
     let explicit = |intf: &InterfaceDesc,
                     addr: Option<u8>,
                     want_in: bool|
-     -> Result<Option<EndpointDesc>, String> {
+     -> Result<Option<EndpointDesc>, DescriptorError> {
         let Some(a) = addr else {
             return Ok(intf
                 .endpoints
@@ -182,15 +213,16 @@ pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, 
         };
         match intf.endpoints.iter().find(|e| e.address == a) {
             Some(e) if e.is_bulk() && e.is_in() == want_in => Ok(Some(*e)),
-            Some(e) => Err(format!(
-                "endpoint {e} on interface {} is not a bulk {} endpoint",
-                intf.number,
-                if want_in { "IN" } else { "OUT" }
-            )),
-            None => Err(format!(
-                "interface {} alt {} has no endpoint 0x{a:02x}",
-                intf.number, intf.alt
-            )),
+            Some(e) => Err(DescriptorError::NotBulk {
+                endpoint: *e,
+                interface: intf.number,
+                want_in,
+            }),
+            None => Err(DescriptorError::NoEndpoint {
+                interface: intf.number,
+                alt: intf.alt,
+                address: a,
+            }),
         }
     };
     let mut first_err = None;
@@ -218,11 +250,7 @@ pub fn find_bulk_pipes(cfg: &ConfigDesc, req: PipeRequest) -> Result<BulkPipes, 
     if let Some(b) = best {
         return Ok(b);
     }
-    Err(first_err.unwrap_or_else(|| {
-        "the device has no bulk endpoints in its active configuration; \
-         name them with --ep-in/--ep-out or pick another --interface"
-            .into()
-    }))
+    Err(first_err.unwrap_or(DescriptorError::NoBulk))
 }
 
 #[cfg(test)]
@@ -282,7 +310,7 @@ pub(crate) mod tests {
             ep_in: Some(0x01),
             ..Default::default()
         };
-        let e = find_bulk_pipes(&cfg, req).unwrap_err();
+        let e = find_bulk_pipes(&cfg, req).unwrap_err().to_string();
         assert!(e.contains("not a bulk IN endpoint"), "{e}");
         let req = PipeRequest {
             ep_in: Some(0x85),
@@ -290,6 +318,7 @@ pub(crate) mod tests {
         };
         assert!(find_bulk_pipes(&cfg, req)
             .unwrap_err()
+            .to_string()
             .contains("no endpoint 0x85"));
         let req = PipeRequest {
             interface: Some(3),
@@ -297,6 +326,7 @@ pub(crate) mod tests {
         };
         assert!(find_bulk_pipes(&cfg, req)
             .unwrap_err()
+            .to_string()
             .contains("no interface 3"));
     }
 
@@ -313,6 +343,9 @@ pub(crate) mod tests {
         }
         let mut bad = d.clone();
         bad[9] = 200; // interface descriptor claims 200 bytes
-        assert!(parse_config(&bad).unwrap_err().contains("past the end"));
+        assert!(parse_config(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("past the end"));
     }
 }

@@ -11,7 +11,7 @@ pub mod pattern;
 pub mod queue;
 pub mod stats;
 
-pub use descriptor::{BulkPipes, ConfigDesc, EndpointDesc, InterfaceDesc};
-pub use pattern::Pattern;
+pub use descriptor::{BulkPipes, ConfigDesc, DescriptorError, EndpointDesc, InterfaceDesc};
+pub use pattern::{Pattern, UnknownPattern};
 pub use queue::TransferQueue;
 pub use stats::{ErrorKind, UsbCounters};

@@ -89,16 +89,19 @@ impl Pattern {
     }
 }
 
+/// A `--pattern` that is none of SourceSink's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pattern `{0}`: use 0/zeros, 1/mod63 or 2/none (SourceSink's numbers)")]
+pub struct UnknownPattern(pub String);
+
 impl FromStr for Pattern {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownPattern;
+    fn from_str(s: &str) -> Result<Self, UnknownPattern> {
         match s {
             "0" | "zeros" => Ok(Pattern::Zeros),
             "1" | "mod63" => Ok(Pattern::Mod63),
             "2" | "none" => Ok(Pattern::None),
-            _ => Err(format!(
-                "unknown pattern `{s}`: use 0/zeros, 1/mod63 or 2/none (SourceSink's numbers)"
-            )),
+            _ => Err(UnknownPattern(s.to_owned())),
         }
     }
 }
@@ -248,7 +251,11 @@ mod tests {
     fn parses_numbers_and_names() {
         assert_eq!("1".parse::<Pattern>().unwrap(), Pattern::Mod63);
         assert_eq!("zeros".parse::<Pattern>().unwrap(), Pattern::Zeros);
-        assert!("3".parse::<Pattern>().unwrap_err().contains("0/zeros"));
+        assert!("3"
+            .parse::<Pattern>()
+            .unwrap_err()
+            .to_string()
+            .contains("0/zeros"));
         assert_eq!(Pattern::Mod63.sourcesink_number(), 1);
     }
 }

@@ -9,7 +9,6 @@
 //! treats like Ctrl-C: a lab tears its namespaces down.
 
 use std::io::{IsTerminal, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -291,14 +290,7 @@ fn run_child(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    // SAFETY: prctl is async-signal-safe; nothing else runs between fork
-    // and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
+    crate::sys::process::die_with_parent(&mut cmd, crate::sys::process::Signal::TERM);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start xferlab {}: {e}", argv.join(" ")))?;
@@ -510,7 +502,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // SAFETY: geteuid has no preconditions.
-    if s.place == Place::Lab && unsafe { libc::geteuid() } != 0 {
+    if s.place == Place::Lab && !crate::sys::process::is_root() {
         return fail(
             "this scenario runs in the network lab (where = \"lab\"), which needs root to create namespaces and TUN devices; run it with sudo",
             1,

@@ -31,7 +31,6 @@
 
 use std::collections::VecDeque;
 use std::io::{self, BufRead, BufReader, Read};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -217,23 +216,9 @@ pub fn run_in_vm(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let parent = std::process::id();
-    // SAFETY: the closure runs between fork and exec and calls only
-    // async-signal-safe functions (prctl, getppid).
-    unsafe {
-        cmd.pre_exec(move || {
-            // SIGTERM, not SIGKILL: lab/vm/run then kills its QEMU itself
-            // (QEMU also dies with it through its own PDEATHSIG).
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != parent {
-                // We died before the prctl took effect.
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
+    // SIGTERM, not SIGKILL: lab/vm/run then kills its QEMU itself (QEMU
+    // also dies with it through its own PDEATHSIG).
+    crate::sys::process::die_with_parent(&mut cmd, crate::sys::process::Signal::TERM);
     let t0 = Instant::now();
     let mut child = cmd.spawn().map_err(|source| VmError::Spawn {
         runner: runner.to_path_buf(),
@@ -411,8 +396,7 @@ fn kill(child: &mut Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
-    // SAFETY: signals our own child, which has not been reaped yet.
-    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    crate::sys::process::signal_child(child, crate::sys::process::Signal::TERM).ok();
     let t = Instant::now();
     while t.elapsed() < TERM_GRACE {
         if let Ok(Some(_)) = child.try_wait() {

@@ -46,7 +46,7 @@ pub fn run(
     interrupts: &Interrupts,
 ) -> Result<Outcome, String> {
     let spec = &cfg.spec;
-    let params = params_from_spec(spec, get_server_output)?;
+    let params = params_from_spec(spec, get_server_output).map_err(|e| e.to_string())?;
     if let Some(cc) = &spec.knobs.congestion {
         sockopt::check_congestion(cc)?;
     }

@@ -183,10 +183,10 @@ pub enum Dist {
 }
 
 /// Applies each `[c2s:|s2c:]VALUE` of one flag to the two configs.
-fn apply<T>(
+fn apply<T, E: std::fmt::Display>(
     flag: &str,
     values: &[String],
-    parse: impl Fn(&str) -> Result<T, String>,
+    parse: impl Fn(&str) -> Result<T, E>,
     c2s: &mut LinkConfig,
     s2c: &mut LinkConfig,
     set: impl Fn(&mut LinkConfig, &T),
@@ -276,8 +276,8 @@ impl LabArgs {
             b,
             |c, &p| c.duplicate = p,
         )?;
-        c2s.validate()?;
-        s2c.validate()?;
+        c2s.validate().map_err(|e| e.to_string())?;
+        s2c.validate().map_err(|e| e.to_string())?;
         if !self.mark.is_empty() && !self.red.is_empty() {
             return Err("--mark and --red both set the ECN marker; use one per direction".into());
         }

@@ -4,11 +4,12 @@
 //! allocation, lock or formatting per packet.
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use xferlab_core::link::packet::{self, VNET_HDR_LEN};
 use xferlab_core::link::stats::DirectionReport;
 use xferlab_core::link::{Arrival, Link, LinkConfig};
@@ -58,13 +59,12 @@ fn now_ns(epoch: Instant) -> u64 {
 /// Timer slack 1 ns (default slack adds ~50 us to every wake-up) and,
 /// when permitted, SCHED_FIFO. Returns whether SCHED_FIFO took.
 fn tune_thread(realtime: bool) -> bool {
-    // SAFETY: prctl/sched_setscheduler on the calling thread.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
-        if realtime {
-            let p = libc::sched_param { sched_priority: 10 };
-            return libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) == 0;
-        }
+    crate::sys::affinity::tighten_timer_slack();
+    if realtime {
+        let p = libc::sched_param { sched_priority: 10 };
+        // Plain libc: neither rustix nor nix wraps sched_setscheduler.
+        // SAFETY: a valid sched_param for the calling thread (pid 0).
+        return unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
     }
     false
 }
@@ -79,8 +79,10 @@ impl Forwarder {
         let mut free: Vec<u32> = (0..self.slots as u32).rev().collect();
         let mut scratch = vec![0u8; slot_size];
         let (mut buffer_exhausted, mut write_errors) = (0u64, 0u64);
-        let in_fd = self.input.as_raw_fd();
-        let out_fd = self.output.as_raw_fd();
+        // rustix's read/write/poll are the bare system calls (no libc
+        // wrapper in between), so the per-packet path costs what it did.
+        let input = self.input.as_fd();
+        let output = self.output.as_fd();
         let mut flush_deadline: Option<u64> = None;
         loop {
             // A fresh clock per departure: the lateness recorded is that of
@@ -88,9 +90,7 @@ impl Forwarder {
             while let Some(d) = link.pop_due(now_ns(self.epoch)) {
                 let t = d.token as usize;
                 let buf = &pool[t * slot_size..t * slot_size + lens[t]];
-                // SAFETY: writing an initialized buffer to our fd.
-                let n = unsafe { libc::write(out_fd, buf.as_ptr().cast(), buf.len()) };
-                if n < 0 {
+                if rustix::io::write(output, buf).is_err() {
                     write_errors += 1;
                 }
                 if let Some(p) = self.pcap.as_mut() {
@@ -117,10 +117,7 @@ impl Forwarder {
                 for _ in 0..READ_BURST {
                     let Some(tok) = free.pop() else {
                         // Every buffer is in use: the packet is lost here.
-                        // SAFETY: reading into our own scratch buffer.
-                        let n =
-                            unsafe { libc::read(in_fd, scratch.as_mut_ptr().cast(), slot_size) };
-                        if n > 0 {
+                        if rustix::io::read(input, &mut scratch[..]).is_ok_and(|n| n > 0) {
                             buffer_exhausted += 1;
                             continue;
                         }
@@ -129,14 +126,14 @@ impl Forwarder {
                     };
                     let t = tok as usize;
                     let slot = &mut pool[t * slot_size..(t + 1) * slot_size];
-                    // SAFETY: reading into a buffer we own.
-                    let n = unsafe { libc::read(in_fd, slot.as_mut_ptr().cast(), slot_size) };
-                    if n <= 0 {
-                        free.push(tok);
-                        read_all = true;
-                        break;
-                    }
-                    let n = n as usize;
+                    let n = match rustix::io::read(input, &mut slot[..]) {
+                        Ok(n) if n > 0 => n,
+                        _ => {
+                            free.push(tok);
+                            read_all = true;
+                            break;
+                        }
+                    };
                     lens[t] = n;
                     let info = packet::inspect(&slot[..n]);
                     let now = now_ns(self.epoch);
@@ -173,21 +170,16 @@ impl Forwarder {
                 continue;
             }
             let wait = wait - self.spin_ns;
-            let mut pfd = libc::pollfd {
-                fd: in_fd,
-                events: if flush_deadline.is_none() {
-                    libc::POLLIN
-                } else {
-                    0
-                },
-                revents: 0,
+            let events = if flush_deadline.is_none() {
+                PollFlags::IN
+            } else {
+                PollFlags::empty()
             };
-            let ts = libc::timespec {
+            let ts = Timespec {
                 tv_sec: (wait / 1_000_000_000) as _,
                 tv_nsec: (wait % 1_000_000_000) as _,
             };
-            // SAFETY: one valid pollfd, a valid timeout, no signal mask.
-            unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+            poll(&mut [PollFd::from_borrowed_fd(input, events)], Some(&ts)).ok();
         }
         let abandoned = link.drain().filter(|d| d.release).count() as u64;
         let pcap_error = self.pcap.take().and_then(|p| {

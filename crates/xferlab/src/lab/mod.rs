@@ -18,7 +18,7 @@ mod tun;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -32,6 +32,8 @@ use xferlab_core::link::LinkConfig;
 
 use crate::cli::{Cli, Command as Verb};
 use crate::output::Format;
+use crate::sys;
+use crate::sys::process::Signal;
 pub use args::LabArgs;
 use forward::{ForwardReport, Forwarder};
 
@@ -54,19 +56,12 @@ const SERVER_PORT: u16 = 5290;
 
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
-extern "C" fn on_interrupt(_: libc::c_int) {
-    INTERRUPTS.fetch_add(1, Ordering::Relaxed);
-}
-
 fn install_interrupt_handler() {
-    // SAFETY: installs a handler that only touches an atomic.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = on_interrupt as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(libc::SIGINT, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGTERM, &sa, std::ptr::null_mut());
-        libc::sigaction(libc::SIGHUP, &sa, std::ptr::null_mut());
+    use crate::sys::signals::{count_into, SIGHUP, SIGINT, SIGTERM};
+    if let Err(e) = count_into(&INTERRUPTS, &[SIGINT, SIGTERM, SIGHUP]) {
+        eprintln!(
+            "xferlab: warning: cannot catch Ctrl-C ({e}); it stops the lab without cleaning up"
+        );
     }
 }
 
@@ -102,8 +97,7 @@ pub fn run(a: &LabArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(&e, 2),
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::process::is_root() {
         return fail(
             "lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces and TUN devices; run it with sudo",
             1,
@@ -378,32 +372,27 @@ impl Lab {
     fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> Result<Child, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
         let nsf = netns::open(ns)?;
-        let fd = nsf.as_raw_fd();
         let mut cmd = Command::new(exe);
-        cmd.args(args).stdout(stdout).stdin(Stdio::null());
-        // SAFETY: only async-signal-safe syscalls between fork and exec.
+        cmd.args(args)
+            .stdout(stdout)
+            .stdin(Stdio::null())
+            // Own process group: a terminal's Ctrl-C reaches only the
+            // runner, which forwards it to the client (the server must
+            // stay up to send its report).
+            .process_group(0);
+        // Die with the runner, even when it is SIGKILLed.
+        sys::process::die_with_parent(&mut cmd, sys::process::Signal::KILL);
+        // SAFETY: the hook runs between fork and exec and makes one system
+        // call (setns), which is async-signal-safe and allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // Own process group: a terminal's Ctrl-C reaches only the
-                // runner, which forwards it to the client (the server must
-                // stay up to send its report).
-                libc::setpgid(0, 0);
-                // Die with the runner, even when it is SIGKILLed.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
-                if libc::getppid() == 1 {
-                    libc::_exit(1);
-                }
+                use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
+                move_into_link_name_space(nsf.as_fd(), Some(LinkNameSpaceType::Network))?;
                 Ok(())
             });
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start xferlab in {ns}: {e}"))?;
-        drop(nsf);
-        Ok(child)
+        cmd.spawn()
+            .map_err(|e| format!("cannot start xferlab in {ns}: {e}"))
     }
 
     fn run(&mut self, plan: &Plan) -> Result<ExitCode, String> {
@@ -665,9 +654,8 @@ fn wait_client(c: &mut Child) -> Option<i32> {
         let n = INTERRUPTS.load(Ordering::Relaxed);
         if n > forwarded {
             forwarded = n;
-            let sig = if n == 1 { libc::SIGINT } else { libc::SIGKILL };
-            // SAFETY: signalling our own child.
-            unsafe { libc::kill(c.id() as i32, sig) };
+            let sig = if n == 1 { Signal::INT } else { Signal::KILL };
+            sys::process::signal_child(c, sig).ok();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -675,8 +663,7 @@ fn wait_client(c: &mut Child) -> Option<i32> {
 
 fn stop_children(children: &mut Vec<Child>) {
     for c in children.iter() {
-        // SAFETY: signalling our own children.
-        unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+        sys::process::signal_child(c, Signal::TERM).ok();
     }
     let deadline = Instant::now() + Duration::from_secs(2);
     for mut c in children.drain(..) {
@@ -703,8 +690,7 @@ fn remove_dead_leftovers() -> Vec<String> {
             continue;
         }
         for p in netns::pids_in(&name) {
-            // SAFETY: killing a leftover process of a dead lab.
-            unsafe { libc::kill(p, libc::SIGKILL) };
+            sys::process::signal_pid(p, Signal::KILL).ok();
         }
         if netns::delete(&name).is_ok() {
             removed.push(name);
@@ -714,8 +700,7 @@ fn remove_dead_leftovers() -> Vec<String> {
 }
 
 fn clean() -> ExitCode {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::process::is_root() {
         return fail(
             "lab clean needs root to remove network namespaces; run it with sudo",
             1,

@@ -4,11 +4,13 @@
 //! a namespace happens on a short-lived thread that joins it with setns;
 //! child processes join it in pre_exec.
 
-use std::ffi::CString;
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
+
+use rustix::mount::{mount_bind, unmount, UnmountFlags};
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType, UnshareFlags};
 
 pub const NETNS_DIR: &str = "/run/netns";
 
@@ -19,12 +21,8 @@ pub fn path(name: &str) -> PathBuf {
     PathBuf::from(NETNS_DIR).join(name)
 }
 
-fn cstr(p: &std::path::Path) -> CString {
-    CString::new(p.as_os_str().as_encoded_bytes()).expect("no NUL in paths")
-}
-
-fn os_err(what: &str) -> String {
-    format!("{what}: {}", io::Error::last_os_error())
+fn os_err(what: &str, e: rustix::io::Errno) -> String {
+    format!("{what}: {}", io::Error::from(e))
 }
 
 /// Creates the named namespace (with its loopback up).
@@ -34,24 +32,12 @@ pub fn create(name: &str) -> Result<(), String> {
     File::create(&target).map_err(|e| format!("cannot create {}: {e}", target.display()))?;
     let t = target.clone();
     let made = std::thread::spawn(move || -> Result<(), String> {
-        // SAFETY: plain syscalls on this thread only.
-        unsafe {
-            if libc::unshare(libc::CLONE_NEWNET) != 0 {
-                return Err(os_err("unshare(CLONE_NEWNET)"));
-            }
-            let src = CString::new("/proc/thread-self/ns/net").unwrap();
-            let dst = cstr(&t);
-            if libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND,
-                std::ptr::null(),
-            ) != 0
-            {
-                return Err(os_err("bind-mounting the namespace"));
-            }
-        }
+        // SAFETY: only the network namespace is unshared, on this thread;
+        // the file-descriptor table (UnshareFlags::FILES, the hazard) is kept.
+        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }
+            .map_err(|e| os_err("unshare(CLONE_NEWNET)", e))?;
+        mount_bind("/proc/thread-self/ns/net", &t)
+            .map_err(|e| os_err("bind-mounting the namespace", e))?;
         super::tun::set_up("lo")
     })
     .join()
@@ -67,10 +53,8 @@ pub fn create(name: &str) -> Result<(), String> {
 /// is left in it.
 pub fn delete(name: &str) -> Result<(), String> {
     let p = path(name);
-    // SAFETY: umount2 on a path we own.
-    unsafe {
-        libc::umount2(cstr(&p).as_ptr(), libc::MNT_DETACH);
-    }
+    // Not mounted (a leftover file) is fine: the file goes either way.
+    let _ = unmount(&p, UnmountFlags::DETACH);
     match fs::remove_file(&p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -104,10 +88,8 @@ pub fn spawn_in<T: Send + 'static>(
     std::thread::Builder::new()
         .name(thread_name.chars().take(15).collect())
         .spawn(move || {
-            // SAFETY: setns on this thread with a namespace fd we hold.
-            if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(os_err("setns"));
-            }
+            move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Network))
+                .map_err(|e| os_err("setns", e))?;
             drop(ns);
             f()
         })

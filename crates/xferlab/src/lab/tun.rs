@@ -6,8 +6,15 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
+
+use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
+
+// The ioctls below (TUNSETIFF, TUNSETOFFLOAD, SIOC[GS]IF*) stay plain libc
+// calls: neither rustix nor nix wraps them, and their generic ioctl
+// helpers are unsafe to construct all the same. They run once per device
+// while the lab is set up.
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
 const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
@@ -72,14 +79,13 @@ fn ioctl(fd: i32, req: libc::c_ulong, r: &mut IfReq, what: &str) -> Result<(), S
 }
 
 /// A socket to hang interface ioctls on (in the calling thread's namespace).
-fn ctl_socket() -> Result<OwnedFd, String> {
-    // SAFETY: socket() returns a new fd or -1.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(format!("socket: {}", io::Error::last_os_error()));
-    }
-    // SAFETY: fd is new and ours.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn ctl_socket(family: AddressFamily) -> io::Result<OwnedFd> {
+    Ok(socket_with(
+        family,
+        SocketType::DGRAM,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
 }
 
 /// Creates TUN device `name` (IP packets, no packet-info header, with a
@@ -120,17 +126,21 @@ pub fn open(name: &str, offload: bool) -> Result<File, String> {
 }
 
 fn make_tun_node() {
+    use rustix::fs::{makedev, mknodat, FileType, Mode, CWD};
     let _ = std::fs::create_dir_all("/dev/net");
-    let path = std::ffi::CString::new("/dev/net/tun").unwrap();
-    // SAFETY: mknod with a valid path; failure just leaves the open error.
-    unsafe {
-        libc::mknod(path.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(10, 200));
-    }
+    // Failure just leaves the open error.
+    let _ = mknodat(
+        CWD,
+        "/dev/net/tun",
+        FileType::CharacterDevice,
+        Mode::from_raw_mode(0o666),
+        makedev(10, 200),
+    );
 }
 
 /// Brings interface `name` up.
 pub fn set_up(name: &str) -> Result<(), String> {
-    let s = ctl_socket()?;
+    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
     let mut r = IfReq::new(name);
     ioctl(s.as_raw_fd(), SIOCGIFFLAGS, &mut r, "SIOCGIFFLAGS")?;
     let flags = i16::from_ne_bytes([r.data[0], r.data[1]]) | libc::IFF_UP as i16;
@@ -154,7 +164,7 @@ pub fn configure(
     mtu: u32,
     txqueuelen: u32,
 ) -> Result<(), String> {
-    let s = ctl_socket()?;
+    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
     let fd = s.as_raw_fd();
     let mut r = IfReq::new(name);
     r.set_ipv4(local);
@@ -185,17 +195,11 @@ struct In6IfReq {
 /// Adds an IPv6 address with its on-link prefix to `name` (a TUN device
 /// is point-to-point and NOARP: no neighbour discovery, no DAD wait).
 pub fn add_ipv6(name: &str, addr: Ipv6Addr, prefixlen: u32) -> Result<(), String> {
-    let s = ctl_socket()?;
+    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
     let mut r = IfReq::new(name);
     ioctl(s.as_raw_fd(), SIOCGIFINDEX, &mut r, "SIOCGIFINDEX")?;
     let ifindex = i32::from_ne_bytes([r.data[0], r.data[1], r.data[2], r.data[3]]);
-    // SAFETY: socket() returns a new fd or -1.
-    let fd6 = unsafe { libc::socket(libc::AF_INET6, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd6 < 0 {
-        return Err(format!("IPv6 socket: {}", io::Error::last_os_error()));
-    }
-    // SAFETY: fd6 is new and ours.
-    let fd6 = unsafe { OwnedFd::from_raw_fd(fd6) };
+    let fd6 = ctl_socket(AddressFamily::INET6).map_err(|e| format!("IPv6 socket: {e}"))?;
     let mut req = In6IfReq {
         addr: addr.octets(),
         prefixlen,

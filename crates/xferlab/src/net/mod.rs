@@ -76,11 +76,15 @@ pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStr
     for &addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {
+                tracing::debug!(%addr, "control connection established");
                 s.set_nodelay(true).ok();
                 keepalive(&s);
                 return Ok(s);
             }
-            Err(e) => last = connect_error(addr, &e),
+            Err(e) => {
+                tracing::debug!(%addr, error = %e, "control connection failed");
+                last = connect_error(addr, &e);
+            }
         }
     }
     Err(last)

@@ -18,26 +18,24 @@ mod workload;
 /// each end (two in one process with the embedded server), and the soft
 /// limit is often 1024. Returns the limit now in force.
 pub fn raise_nofile_limit() -> u64 {
-    let mut rl = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    // None is RLIM_INFINITY.
+    let rl = getrlimit(Resource::Nofile);
+    let now = if rl.current != rl.maximum
+        && setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: rl.maximum,
+                maximum: rl.maximum,
+            },
+        )
+        .is_ok()
+    {
+        rl.maximum
+    } else {
+        rl.current
     };
-    // SAFETY: getrlimit/setrlimit with a valid, owned struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
-            return 1024;
-        }
-        if rl.rlim_cur < rl.rlim_max {
-            let want = libc::rlimit {
-                rlim_cur: rl.rlim_max,
-                rlim_max: rl.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-                rl.rlim_cur = rl.rlim_max;
-            }
-        }
-    }
-    rl.rlim_cur
+    now.unwrap_or(u64::MAX)
 }
 
 /// Engine threads for `flows` flows: one per core, at most 4, never more

@@ -1,21 +1,19 @@
-//! CPU affinity of data threads (`-A`): which CPUs this process may use,
-//! and pinning the calling thread to one of them.
+//! CPU affinity and timing of data threads: which CPUs this process may
+//! use, pinning the calling thread to one of them (`-A`), and the timer
+//! slack of threads that pace.
 
 use std::io;
+
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
 
 /// The CPUs this process may run on (its affinity mask: cgroup and
 /// taskset limits included), ascending.
 pub fn usable_cpus() -> io::Result<Vec<u32>> {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the kernel fills
-    // at most size_of::<cpu_set_t>() bytes.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((0..libc::CPU_SETSIZE as u32)
-        // SAFETY: the index is below CPU_SETSIZE.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c as usize, &set) })
+    // None: the calling thread.
+    let set = sched_getaffinity(None)?;
+    Ok((0..CpuSet::MAX_CPU)
+        .filter(|&c| set.is_set(c))
+        .map(|c| c as u32)
         .collect())
 }
 
@@ -34,15 +32,20 @@ pub fn check(cpu: u32, whose: &str) -> Result<(), String> {
 
 /// Pins the calling thread to `cpu`.
 pub fn pin_current_thread(cpu: u32) -> io::Result<()> {
-    // SAFETY: as in usable_cpus; the index was range-checked by the spec.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    unsafe { libc::CPU_SET(cpu as usize, &mut set) };
-    // pid 0: the calling thread.
-    let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
+    let cpu = cpu as usize;
+    if cpu >= CpuSet::MAX_CPU {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
     }
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    sched_setaffinity(None, &set)?;
     Ok(())
+}
+
+/// Sets the calling thread's timer slack to 1 ns: the default 50 us would
+/// make every paced wake-up late.
+pub fn tighten_timer_slack() {
+    rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1)).ok();
 }
 
 /// Pins the calling data thread to `cpu`, if any. The CPU was checked
@@ -92,7 +95,10 @@ mod tests {
         let last = *cpus.last().unwrap();
         let seen = std::thread::spawn(move || {
             pin_current_thread(last).unwrap();
-            (usable_cpus().unwrap(), unsafe { libc::sched_getcpu() })
+            (
+                usable_cpus().unwrap(),
+                rustix::thread::sched_getcpu() as i32,
+            )
         })
         .join()
         .unwrap();

@@ -5,11 +5,12 @@
 //! Counters are a bonus, never a reason to fail a test: anything missing
 //! becomes a one-line warning in the report.
 
-use std::ffi::CStr;
 use std::io;
 use std::net::IpAddr;
 
-use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
+use nix::ifaddrs::getifaddrs;
+use nix::net::if_::InterfaceFlags;
+use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterError, CounterSnapshot};
 
 /// Reads every counter source, plus the /proc/net/dev line of `iface`.
 /// Returns what could be read and one warning per source that could not.
@@ -30,7 +31,7 @@ pub fn snapshot(iface: Option<&str>) -> (CounterSnapshot, Vec<String>) {
     let snmp6 = read("/proc/net/snmp6", true);
     let dev = iface.and_then(|_| read("/proc/net/dev", false));
 
-    let mut note = |path: &str, result: Result<(), String>| {
+    let mut note = |path: &str, result: Result<(), CounterError>| {
         if let Err(e) = result {
             warnings.push(format!("kernel counters: {path} partly unreadable: {e}"));
         }
@@ -56,62 +57,21 @@ pub fn snapshot(iface: Option<&str>) -> (CounterSnapshot, Vec<String>) {
     (snap, warnings)
 }
 
-/// Owns the list getifaddrs returns and frees it when dropped.
-struct IfAddrs(*mut libc::ifaddrs);
-
-impl IfAddrs {
-    fn new() -> Option<IfAddrs> {
-        let mut head = std::ptr::null_mut();
-        // SAFETY: on success getifaddrs stores a list we free in Drop.
-        (unsafe { libc::getifaddrs(&mut head) } == 0).then_some(IfAddrs(head))
-    }
-
-    /// (name, address, flags) of every entry that has an IP address.
-    fn entries(&self) -> impl Iterator<Item = (&CStr, Option<IpAddr>, libc::c_uint)> + '_ {
-        let mut next = self.0;
-        std::iter::from_fn(move || {
-            // SAFETY: `next` is null or a node of the list `self` owns,
-            // which outlives this iterator.
-            let node = unsafe { next.as_ref()? };
-            next = node.ifa_next;
-            // SAFETY: the kernel's list gives every node a NUL-terminated
-            // name; `ifa_addr`, if set, points to a sockaddr of the
-            // family it names.
-            let name = unsafe { CStr::from_ptr(node.ifa_name) };
-            let addr = unsafe { sockaddr_ip(node.ifa_addr) };
-            Some((name, addr, node.ifa_flags))
+/// (name, address, loopback?) of every local interface address.
+fn interface_addresses() -> Option<Vec<(String, Option<IpAddr>, bool)>> {
+    let list = getifaddrs().ok()?;
+    Some(
+        list.map(|a| {
+            let ip = a.address.as_ref().and_then(|sa| {
+                sa.as_sockaddr_in()
+                    .map(|v4| IpAddr::V4(v4.ip()))
+                    .or_else(|| sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
+            });
+            let loopback = a.flags.contains(InterfaceFlags::IFF_LOOPBACK);
+            (a.interface_name, ip, loopback)
         })
-    }
-}
-
-impl Drop for IfAddrs {
-    fn drop(&mut self) {
-        // SAFETY: the pointer came from a successful getifaddrs.
-        unsafe { libc::freeifaddrs(self.0) }
-    }
-}
-
-/// The IP address in `sa`, if it is an AF_INET or AF_INET6 sockaddr.
-///
-/// # Safety
-/// `sa` must be null or point to a sockaddr whose size matches its family.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    // SAFETY: guaranteed by the caller; the family tells which struct it is.
-    unsafe {
-        match i32::from(sa.as_ref()?.sa_family) {
-            libc::AF_INET => {
-                // s_addr holds the address in network order, so its bytes
-                // as laid out in memory are the address's octets.
-                let sin = &*sa.cast::<libc::sockaddr_in>();
-                Some(IpAddr::from(sin.sin_addr.s_addr.to_ne_bytes()))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*sa.cast::<libc::sockaddr_in6>();
-                Some(IpAddr::from(sin6.sin6_addr.s6_addr))
-            }
-            _ => None,
-        }
-    }
+        .collect(),
+    )
 }
 
 /// The local interface that owns `addr`: `lo` for 127.0.0.1 and ::1, and
@@ -121,19 +81,13 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
 /// traffic is counted even though only 127.0.0.1 is assigned.
 pub fn interface_for(addr: IpAddr) -> Option<String> {
     let addr = addr.to_canonical();
-    let list = IfAddrs::new()?;
-    let owner = list
-        .entries()
-        .find(|(_, a, _)| *a == Some(addr))
-        .or_else(|| {
-            addr.is_loopback()
-                .then(|| {
-                    list.entries()
-                        .find(|(_, _, flags)| flags & libc::IFF_LOOPBACK as libc::c_uint != 0)
-                })
-                .flatten()
-        });
-    owner.map(|(name, _, _)| name.to_string_lossy().into_owned())
+    let list = interface_addresses()?;
+    let owner = list.iter().find(|(_, a, _)| *a == Some(addr)).or_else(|| {
+        addr.is_loopback()
+            .then(|| list.iter().find(|(_, _, loopback)| *loopback))
+            .flatten()
+    });
+    owner.map(|(name, _, _)| name.clone())
 }
 
 #[cfg(test)]

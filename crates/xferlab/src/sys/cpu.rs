@@ -10,32 +10,29 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
 use xferlab_core::result::CpuUsage;
 
 /// (user, system) seconds of `who`, or zeros if getrusage fails (it can
 /// only fail on an invalid argument, which would be a bug here, and a
 /// missing CPU figure must not abort a test).
-fn rusage_times(who: libc::c_int) -> (f64, f64) {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: `ru` is a valid, writable rusage; getrusage fills it.
-    if unsafe { libc::getrusage(who, ru.as_mut_ptr()) } != 0 {
+fn rusage_times(who: UsageWho) -> (f64, f64) {
+    let Ok(ru) = getrusage(who) else {
         return (0.0, 0.0);
-    }
-    // SAFETY: zero-initialised and then filled in by the kernel.
-    let ru = unsafe { ru.assume_init() };
-    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-    (secs(ru.ru_utime), secs(ru.ru_stime))
+    };
+    let secs = |tv: TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 * 1e-6;
+    (secs(ru.user_time()), secs(ru.system_time()))
 }
 
 /// User and system CPU seconds used so far by the calling thread.
 pub fn thread_times() -> (f64, f64) {
-    rusage_times(libc::RUSAGE_THREAD)
+    rusage_times(UsageWho::RUSAGE_THREAD)
 }
 
 /// User and system CPU seconds used so far by the whole process.
-#[cfg(test)]
 pub fn process_times() -> (f64, f64) {
-    rusage_times(libc::RUSAGE_SELF)
+    rusage_times(UsageWho::RUSAGE_SELF)
 }
 
 /// CPU time summed over the threads that worked for one test. Held as

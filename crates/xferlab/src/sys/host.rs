@@ -1,7 +1,5 @@
 //! Who measured: host name, kernel and CPU count for the report header.
 
-use std::ffi::CStr;
-
 use xferlab_core::result::HostInfo;
 
 const UNKNOWN: &str = "unknown";
@@ -17,34 +15,24 @@ pub fn host_info() -> HostInfo {
     }
 }
 
+/// The node name uname reports, which is what gethostname returns on
+/// Linux.
 fn hostname() -> Option<String> {
-    // Linux host names are at most 64 bytes; the rest is headroom.
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is writable for its full length, which we pass.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return None;
-    }
-    // POSIX leaves termination unspecified on truncation; require a NUL.
-    let name = CStr::from_bytes_until_nul(&buf).ok()?.to_string_lossy();
-    (!name.is_empty()).then(|| name.into_owned())
+    let name = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    (!name.is_empty()).then_some(name)
 }
 
 /// `uname -sr`, e.g. "Linux 6.18.4".
 fn kernel() -> Option<String> {
-    // SAFETY: utsname is plain C chars; all-zero is a valid value.
-    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
-    // SAFETY: `uts` is a valid, writable utsname.
-    if unsafe { libc::uname(&mut uts) } != 0 {
-        return None;
-    }
-    let field = |chars: &[libc::c_char]| {
-        // c_char is i8 or u8 depending on the target; reinterpret as bytes.
-        let bytes: Vec<u8> = chars.iter().map(|&c| c as u8).collect();
-        CStr::from_bytes_until_nul(&bytes)
-            .ok()
-            .map(|s| s.to_string_lossy().into_owned())
-    };
-    Some(format!("{} {}", field(&uts.sysname)?, field(&uts.release)?))
+    let uts = rustix::system::uname();
+    Some(format!(
+        "{} {}",
+        uts.sysname().to_string_lossy(),
+        uts.release().to_string_lossy()
+    ))
 }
 
 #[cfg(test)]

@@ -101,6 +101,9 @@ pub const TCP_INFO_LEN: usize = size_of::<TcpInfo>();
 ///
 /// Fields the running kernel does not provide read as 0 (busy/limited
 /// times need Linux >= 4.10, `delivered_ce` >= 4.18).
+///
+/// A plain getsockopt: neither rustix nor nix reads TCP_INFO, and this
+/// struct carries fields (delivered_ce, busy times) libc's lacks.
 pub fn read(fd: RawFd) -> io::Result<TcpCounters> {
     let mut raw = [0u8; TCP_INFO_LEN];
     let mut len = TCP_INFO_LEN as libc::socklen_t;

@@ -92,7 +92,7 @@ pub fn send(
     wire: DatagramWire,
 ) -> FlowOutcome {
     sock.set_write_timeout(Some(POLL_FLAGS)).ok();
-    set_timer_slack_1ns();
+    crate::sys::affinity::tighten_timer_slack();
     let size = knobs.size as usize;
     let limit = quota.map(|q| q.div_ceil(size as u64));
     let per_call = if knobs.gso {
@@ -339,14 +339,6 @@ fn pause(start: Instant, at_ns: u64) {
     }
 }
 
-/// Default timer slack (50 us) would make every paced wake-up late.
-fn set_timer_slack_1ns() {
-    // SAFETY: PR_SET_TIMERSLACK takes a plain integer.
-    unsafe {
-        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);
-    }
-}
-
 fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -372,7 +364,9 @@ fn describe(e: &io::Error, what: &str) -> String {
     }
 }
 
-/// Sets an int socket option; false when the kernel refuses it.
+/// Sets an int socket option; false when the kernel refuses it. Plain
+/// libc: neither socket2 nor rustix names the options it sets
+/// (SO_RXQ_OVFL, SO_TIMESTAMPNS, UDP_GRO, UDP_SEGMENT).
 pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> bool {
     // SAFETY: plain int option on an open socket.
     unsafe {
@@ -387,6 +381,13 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc:
 }
 
 /// Datagram buffers and message headers for one sending flow, built once.
+///
+/// The send and receive batches call sendmmsg/recvmmsg (and send with GSO)
+/// through libc on purpose: this is the per-datagram path, one system
+/// call per batch at line rate. rustix has no recvmmsg, and its sendmmsg
+/// takes headers built from borrowed slices on every call; here the
+/// headers are built once and reused, so a batch costs one system call
+/// and no allocation or setup.
 struct SendBatch {
     fd: RawFd,
     size: usize,

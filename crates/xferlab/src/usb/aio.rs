@@ -42,6 +42,8 @@ pub struct Context {
 }
 
 impl Context {
+    /// The io_* calls are raw syscalls: neither rustix nor nix wraps
+    /// Linux AIO (the FunctionFS data path's interface).
     pub fn new(max_events: u32) -> io::Result<Context> {
         let mut ctx: libc::c_ulong = 0;
         // SAFETY: io_setup writes the context id into `ctx`.

@@ -77,7 +77,7 @@ pub struct BulkArgs {
     /// Data pattern, as the kernel's SourceSink: 0/zeros, 1/mod63 (byte i of
     /// each packet = i % 63), 2/none. OUT data is written in it; IN data is
     /// checked against it.
-    #[arg(long, default_value = "none", value_parser = parse_pattern)]
+    #[arg(long, default_value = "none", value_parser = str::parse::<Pattern>)]
     pub pattern: Pattern,
     /// A transfer not done after this long means the device stopped
     /// answering: the run ends with what it measured.
@@ -131,7 +131,7 @@ pub struct GadgetArgs {
     #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
     pub size: u64,
     /// Data pattern sent on IN and checked on OUT (0/zeros, 1/mod63, 2/none).
-    #[arg(long, default_value = "mod63", value_parser = parse_pattern)]
+    #[arg(long, default_value = "mod63", value_parser = str::parse::<Pattern>)]
     pub pattern: Pattern,
     /// The UDC to bind to (default: the only one in /sys/class/udc).
     #[arg(long)]
@@ -164,10 +164,6 @@ fn parse_ep(s: &str) -> Result<u8, String> {
         s.parse::<u8>()
     };
     v.map_err(|_| format!("`{s}` is not an endpoint address (0x81 for IN 1, 0x01 for OUT 1)"))
-}
-
-fn parse_pattern(s: &str) -> Result<Pattern, String> {
-    s.parse()
 }
 
 /// VID:PID in hex.

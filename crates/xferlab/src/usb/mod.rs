@@ -19,15 +19,7 @@ use cli::{UsbArgs, UsbCommand};
 /// process, and nusb reaps URBs on its own event thread, so process-wide
 /// rusage is the honest figure here.
 pub(crate) fn process_cpu() -> (f64, f64) {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: a valid, writable rusage.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) } != 0 {
-        return (0.0, 0.0);
-    }
-    // SAFETY: zero-initialised, then filled in by the kernel.
-    let ru = unsafe { ru.assume_init() };
-    let secs = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-    (secs(ru.ru_utime), secs(ru.ru_stime))
+    crate::sys::cpu::process_times()
 }
 
 pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {

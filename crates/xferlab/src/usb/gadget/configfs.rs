@@ -2,10 +2,11 @@
 //! the UDC, mounting FunctionFS, and removing all of it again (on drop, and
 //! for `--cleanup` after a killed run).
 
-use std::ffi::CString;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 pub const CONFIGFS: &str = "/sys/kernel/config/usb_gadget";
 
@@ -50,10 +51,8 @@ impl Gadget {
     }
     fn unmount(&mut self) {
         if let Some(m) = self.mount.take() {
-            if let Ok(c) = CString::new(m.as_os_str().as_encoded_bytes()) {
-                // SAFETY: a path string; lazy detach so a late fd cannot keep it busy.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
+            // Lazy detach, so a late fd cannot keep it busy.
+            let _ = unmount(&m, UnmountFlags::DETACH);
             let _ = fs::remove_dir(&m);
         }
     }
@@ -156,17 +155,13 @@ pub fn check_configfs() -> Result<(), String> {
     }
     if Path::new("/sys/kernel/config").is_dir() {
         // configfs not mounted yet (minimal systems): mount it, quietly.
-        let (src, target, fstype) = (c"none", c"/sys/kernel/config", c"configfs");
-        // SAFETY: valid C strings, no data.
-        unsafe {
-            libc::mount(
-                src.as_ptr(),
-                target.as_ptr(),
-                fstype.as_ptr(),
-                0,
-                std::ptr::null(),
-            )
-        };
+        let _ = mount(
+            "none",
+            "/sys/kernel/config",
+            "configfs",
+            MountFlags::empty(),
+            None,
+        );
     }
     if Path::new(CONFIGFS).is_dir() {
         return Ok(());

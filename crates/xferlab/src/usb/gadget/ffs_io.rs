@@ -8,6 +8,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use xferlab_core::usb::ffs::{self, Event};
 use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::Pattern;
@@ -47,14 +48,11 @@ pub struct Shared {
 pub fn ep0_loop(mut ep0: File, s: &Shared, udc: &str) {
     let mut buf = [0u8; ffs::EVENT_SIZE * 4];
     while !s.stop.load(Relaxed) {
-        let mut pfd = libc::pollfd {
-            fd: ep0.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
+        let tick = Timespec {
+            tv_sec: 0,
+            tv_nsec: 100_000_000,
         };
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut pfd, 1, 100) };
-        if r <= 0 {
+        if !poll(&mut [PollFd::new(&ep0, PollFlags::IN)], Some(&tick)).is_ok_and(|n| n > 0) {
             continue;
         }
         let n = match ep0.read(&mut buf) {

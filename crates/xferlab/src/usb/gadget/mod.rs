@@ -9,7 +9,6 @@
 mod configfs;
 mod ffs_io;
 
-use std::ffi::CString;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -19,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
 use super::cli::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
@@ -70,8 +70,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             }
         },
     };
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::process::is_root() {
         return fail(
             "setting up a gadget needs root (configfs, mount); run it with sudo",
             1,
@@ -157,21 +156,15 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             GadgetFunction::Ffs => {
                 let mp = mount_point(&a.name);
                 let _ = fs::create_dir_all(&mp);
-                let src = CString::new(a.name.as_str()).expect("checked name");
-                let target = CString::new(mp.as_os_str().as_encoded_bytes()).expect("path");
-                let fstype = CString::new("functionfs").expect("literal");
-                // SAFETY: valid C strings; no mount data.
-                let r = unsafe {
-                    libc::mount(
-                        src.as_ptr(),
-                        target.as_ptr(),
-                        fstype.as_ptr(),
-                        0,
-                        std::ptr::null(),
-                    )
-                };
-                if r != 0 {
-                    let e = io::Error::last_os_error();
+                let mounted = mount(
+                    a.name.as_str(),
+                    &mp,
+                    "functionfs",
+                    MountFlags::empty(),
+                    None,
+                );
+                if let Err(e) = mounted {
+                    let e = io::Error::from(e);
                     let _ = fs::remove_dir(&mp);
                     return Err(format!(
                         "cannot mount FunctionFS `{}` on {}: {e}",
