@@ -21,6 +21,8 @@
 //!   [`TransportCounters`] and [`TransportSection`]), and its entry in the
 //!   binary's registry.
 //!
+//! [`mptcp`] is a complete example of a transport with state of its own.
+//!
 //! Nothing else changes: the command line, the control protocols (xferlab's
 //! and iperf3's), the server's listeners, every pattern that runs over the
 //! carrier and every exporter find the transport through these registries.

@@ -26,13 +26,17 @@
 //!    connections, and [`TransportIo::run`] for a data path other than its
 //!    carrier's. Register it in [`REGISTRY`].
 //!
+//! MPTCP is the worked example: `xferlab_core::transport::mptcp` (model,
+//! subflow counters and their section) and `mptcp` here (socket, listener,
+//! the SOL_MPTCP reads), listed in the two registries.
+//!
 //! The rest is generic: `stream` (and `cbr`/`sweep` for datagram
 //! transports) gets the flag, both control protocols (xferlab's and
 //! iperf3's) carry the transport's name, data connections and flows are
 //! opened with [`connect`] and [`bind`] and attached with the handshake
 //! every pattern has for the carrier, the server's ports listen with
-//! [`listener`], and exporters print the transport's section where they
-//! print TCP_INFO.
+//! [`listener`], the JSON results carry the transport's section and the
+//! human output prints it under each interval's row.
 
 pub mod datagram;
 pub mod flow;
