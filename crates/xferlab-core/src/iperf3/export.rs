@@ -431,7 +431,7 @@ fn interval_stream(r: &TestResult, p: &Piece<'_>) -> IntervalStream {
     let (start, end) = interval_times(f, iv);
     let sender = f.role == FlowRole::Sender;
     let tcp = match (sender, iv.tcp) {
-        (true, Some(t)) if r.spec.transport == Transport::Tcp => Some(TcpIntervalFields {
+        (true, Some(t)) if r.spec.transport.model().tcp_info() => Some(TcpIntervalFields {
             retransmits: t.retransmits,
             snd_cwnd: (!p.whole).then_some(t.cwnd_bytes),
             rtt: (!p.whole).then_some(t.rtt_us),
@@ -509,7 +509,7 @@ fn interval_sum(r: &TestResult, row: &[Piece<'_>], dir: FlowDirection) -> Interv
     }
     let bytes: u64 = members.iter().map(|(_, iv)| iv.bytes).sum();
     let seconds = (end - start).max(0.0);
-    let retransmits = (r.spec.transport == Transport::Tcp && sender).then(|| {
+    let retransmits = (r.spec.transport.model().tcp_info() && sender).then(|| {
         members
             .iter()
             .filter_map(|(_, iv)| iv.tcp)
@@ -901,7 +901,7 @@ fn end(r: &TestResult) -> End {
 fn start(r: &TestResult) -> Start {
     let spec = &r.spec;
     let knobs = &spec.knobs;
-    let tcp = spec.transport == Transport::Tcp;
+    let tcp = spec.transport.model().tcp_info();
     let mut flows: Vec<&FlowReport> = r.client.flows.iter().collect();
     flows.sort_by_key(|f| f.id);
     let connected = flows
