@@ -932,6 +932,19 @@ mod tests {
         s.spec()
     }
 
+    /// clap's own consistency checks over every verb: the global `-v`
+    /// must not collide with any verb's short flags.
+    #[test]
+    fn the_command_tree_is_consistent_and_v_counts_anywhere() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let v = |args: &[&str]| Cli::try_parse_from(args).unwrap().verbose;
+        assert_eq!(v(&["xferlab", "server"]), 0);
+        assert_eq!(v(&["xferlab", "-v", "server"]), 1);
+        assert_eq!(v(&["xferlab", "server", "-vv"]), 2);
+        assert_eq!(v(&["xferlab", "stream", "-v", "-t", "1", "-v"]), 2);
+    }
+
     #[test]
     fn iperf3_flags_build_the_spec() {
         let s = parse(&[

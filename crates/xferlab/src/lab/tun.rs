@@ -13,7 +13,7 @@ use rustix::net::{socket_with, AddressFamily, SocketFlags, SocketType};
 
 // The ioctls below (TUNSETIFF, TUNSETOFFLOAD, SIOC[GS]IF*) stay plain libc
 // calls: neither rustix nor nix wraps them, and their generic ioctl
-// helpers are unsafe to construct all the same. They run once per device
+// helpers need a raw opcode and pointer all the same. They run once per device
 // while the lab is set up.
 
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;

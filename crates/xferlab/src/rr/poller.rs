@@ -5,7 +5,7 @@
 //! epoll and the busy poll below stay hand-written libc calls: they run
 //! once per transaction, the rate `rr` measures. rustix's epoll makes the
 //! same system calls (epoll_ctl; epoll_pwait with the timeout rounded up
-//! to milliseconds, as here) without `unsafe`; moving this path to it is
+//! to milliseconds, as here) as safe calls; moving this path to it is
 //! for a change that runs `bench/rr-vs-peers` before and after.
 
 use std::io;
