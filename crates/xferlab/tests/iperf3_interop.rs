@@ -174,34 +174,7 @@ fn stock_client(args: &[&str]) {
 /// A one-off stock iperf3 server on a free port.
 fn stock_server() -> (Proc, u16) {
     require_iperf3();
-    for _ in 0..5 {
-        let port = free_port();
-        let p = port.to_string();
-        let mut proc = Proc::spawn_program(IPERF3, &["-s", "-1", "-J", "-p", &p]);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        // Not probed by connecting: a one-off (-1) server counts any
-        // connection as its one test.
-        while Instant::now() < deadline && proc.is_running() {
-            if is_listening(port) {
-                return (proc, port);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!("could not start a stock iperf3 server");
-}
-
-/// Whether some socket listens on TCP `port` (from /proc/net/tcp*).
-fn is_listening(port: u16) -> bool {
-    let needle = format!(":{port:04X} ");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
-        std::fs::read_to_string(path).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                f.len() > 3 && format!("{} ", &f[1][f[1].len() - 5..]) == needle && f[3] == "0A"
-            })
-        })
-    })
+    common::one_off_iperf3_server(IPERF3)
 }
 
 fn xferlab_client(args: &[&str]) {

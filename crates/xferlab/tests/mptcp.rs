@@ -15,7 +15,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -212,7 +212,7 @@ fn a_second_subflow_shows_up_with_its_own_tcp_info() {
 #[test]
 fn a_peer_without_mptcp_is_a_fallback_in_every_interval() {
     let _one = serial();
-    let (server, port) = stock_server("iperf3");
+    let (server, port) = common::one_off_iperf3_server("iperf3");
     let p = port.to_string();
     let out = run(
         &[
@@ -239,38 +239,6 @@ fn a_peer_without_mptcp_is_a_fallback_in_every_interval() {
         assert_eq!(iv["mptcp"]["subflows"], serde_json::json!([]), "{iv}");
     }
     server.finish(Duration::from_secs(10)).assert_success();
-}
-
-/// A one-off stock iperf3 server (`program`) on a free port, once it
-/// listens.
-fn stock_server(program: &str) -> (Proc, u16) {
-    for _ in 0..5 {
-        let port = free_port();
-        let p = port.to_string();
-        let mut proc = Proc::spawn_program(program, &["-s", "-1", "-J", "-p", &p]);
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline && proc.is_running() {
-            if listening(port) {
-                return (proc, port);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    panic!("could not start {program} -s");
-}
-
-/// Whether a socket listens on TCP `port` (from /proc/net/tcp*; a one-off
-/// server counts any probe connection as its test).
-fn listening(port: u16) -> bool {
-    let needle = format!(":{port:04X}");
-    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
-        std::fs::read_to_string(path).is_ok_and(|t| {
-            t.lines().skip(1).any(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                f.len() > 3 && f[1].ends_with(&needle) && f[3] == "0A"
-            })
-        })
-    })
 }
 
 /// iperf3 3.21's `-m` client against `xferlab server`, forward and
@@ -331,7 +299,7 @@ fn xferlab_with_mptcp_against_iperf3_321_server() {
     let Some(iperf3) = iperf3_321() else { return };
     let _one = serial();
     for extra in [&[][..], &["-R"][..]] {
-        let (server, port) = stock_server(iperf3.to_str().unwrap());
+        let (server, port) = common::one_off_iperf3_server(iperf3.to_str().unwrap());
         let p = port.to_string();
         let mut args = vec!["stream", "--iperf3", "127.0.0.1", "-p", &p, "--mptcp"];
         args.extend(["-t", "1", "-i", "0.5", "-J"]);

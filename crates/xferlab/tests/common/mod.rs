@@ -919,3 +919,35 @@ pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// A one-off stock iperf3 server (`program -s -1 -J`) on a free port, once
+/// it listens. Not probed by connecting: a one-off server counts any
+/// connection as its one test, so the port is looked up in /proc/net/tcp*.
+pub fn one_off_iperf3_server(program: &str) -> (Proc, u16) {
+    for _ in 0..5 {
+        let port = free_port();
+        let p = port.to_string();
+        let mut proc = Proc::spawn_program(program, &["-s", "-1", "-J", "-p", &p]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::time::Instant::now() < deadline && proc.is_running() {
+            if is_listening(port) {
+                return (proc, port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    panic!("could not start {program} -s");
+}
+
+/// Whether some socket listens on TCP `port` (from /proc/net/tcp*).
+pub fn is_listening(port: u16) -> bool {
+    let needle = format!(":{port:04X}");
+    ["/proc/net/tcp", "/proc/net/tcp6"].iter().any(|path| {
+        std::fs::read_to_string(path).is_ok_and(|t| {
+            t.lines().skip(1).any(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[1].ends_with(&needle) && f[3] == "0A"
+            })
+        })
+    })
+}
