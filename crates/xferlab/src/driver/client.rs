@@ -71,6 +71,12 @@ pub struct Driven {
     pub error: Option<String>,
 }
 
+/// What a result says when the first Ctrl-C ended the test after
+/// `duration_s` seconds and nothing else went wrong.
+pub fn interruption(duration_s: f64) -> String {
+    format!("interrupted by the user after {duration_s:.1} s")
+}
+
 const CUT: &str = "no end of stream within 10 s after the test stopped: flows cut";
 
 /// Runs the client's loop until the run finishes, an error ends it or

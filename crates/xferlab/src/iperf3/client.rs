@@ -20,7 +20,7 @@ use xferlab_core::spec::Limit;
 
 use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
-use crate::driver::client::{drive, ClientRole, Cx};
+use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
@@ -113,11 +113,8 @@ pub fn run(
         ));
     }
     let interrupted = driven.run.interrupted();
-    if interrupted && error.is_none() {
-        error = Some(format!(
-            "interrupted by the user after {:.1} s",
-            client.duration_s
-        ));
+    if interrupted {
+        error.get_or_insert_with(|| interruption(client.duration_s));
     }
     let peer = role.peer.take();
     let server_output = peer.as_ref().and_then(|r| {

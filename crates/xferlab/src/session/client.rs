@@ -14,7 +14,7 @@ use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::TestSpec;
 
 use crate::control::{ControlIo, Wake};
-use crate::driver::client::{drive, ClientRole, Cx};
+use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
@@ -204,11 +204,8 @@ pub fn run(
     }
     drop(io);
     let interrupted = driven.run.interrupted();
-    if interrupted && error.is_none() {
-        error = Some(format!(
-            "interrupted by the user after {:.1} s",
-            client.duration_s
-        ));
+    if interrupted {
+        error.get_or_insert_with(|| interruption(client.duration_s));
     }
     let server_report = server_report.map(|b| *b);
     let result = assemble(
