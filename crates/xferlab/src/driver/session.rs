@@ -14,11 +14,10 @@ use super::Workload;
 use crate::control::{ControlIo, Wake};
 use crate::transport::FlowSocket;
 
-/// The longest sleep. A thread's last wake-up (`FlowDone`) is sent just
-/// before the thread exits, so the loop can find it not yet finished and
-/// must look again soon rather than at the next deadline (up to the 10 s
-/// drain): measured, rr sessions then took 11 s instead of 1 s.
-const WAKE_AT_LEAST: Duration = Duration::from_millis(100);
+/// The longest sleep with no deadline: every flow or engine thread wakes
+/// the loop when it ends (after recording its end), so this only bounds
+/// how stale a missed wake-up can leave the session.
+const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 /// What the loop shares with the role while it handles an event.
 pub struct SessionCx<'a> {
@@ -130,10 +129,7 @@ pub fn serve<R: SessionRole>(
         .into_iter()
         .flatten()
         .min()
-        .map_or(WAKE_AT_LEAST, |t| {
-            t.saturating_duration_since(Instant::now())
-                .min(WAKE_AT_LEAST)
-        });
+        .map_or(IDLE_WAKE, |t| t.saturating_duration_since(Instant::now()));
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => role.ctl().handle_input(Instant::now(), &b),
             Ok(Wake::ControlClosed) => role.ctl().handle_eof(),

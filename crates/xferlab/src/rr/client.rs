@@ -232,8 +232,12 @@ fn spawn_engines(
             .spawn(move || {
                 crate::sys::affinity::pin_data_thread(cpu);
                 let cpu = tally.track();
+                let ended = flags.clone();
                 let out = client_flow::run(plan, share, counters, flags);
                 drop(cpu);
+                ended
+                    .ended
+                    .fetch_add(1, std::sync::atomic::Ordering::Release);
                 done.send(Wake::FlowDone).ok();
                 out
             })

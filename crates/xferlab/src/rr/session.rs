@@ -113,8 +113,12 @@ impl SessionPattern for RrSession {
                 .spawn(move || {
                     crate::sys::affinity::pin_data_thread(pinned);
                     let cpu = tally.track();
+                    let ended = flags.clone();
                     let out = server_engine::run(plan, counters, flags);
                     drop(cpu);
+                    ended
+                        .ended
+                        .fetch_add(1, std::sync::atomic::Ordering::Release);
                     done.send(Wake::FlowDone).ok();
                     out
                 })

@@ -2,7 +2,7 @@
 //! per-flow counters they publish, interval sampling on the control
 //! thread, and the fold into an [`RrSideReport`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -23,6 +23,10 @@ pub struct EngineFlags {
     pub stop: AtomicBool,
     /// End now.
     pub abort: AtomicBool,
+    /// Engine threads that have returned their results. Counted before
+    /// the thread's last wake-up goes out, so the loop that wakes sees it
+    /// (a JoinHandle is not finished until the thread has exited).
+    pub ended: AtomicUsize,
 }
 
 /// What an engine thread hands back for one flow it owned.
@@ -146,7 +150,9 @@ impl RrSide {
     }
 
     pub fn all_done(&self) -> bool {
-        self.threads.iter().all(|t| t.is_finished())
+        // A thread that panicked never counts itself, but has exited.
+        self.flags.ended.load(Ordering::Acquire) >= self.threads.len()
+            || self.threads.iter().all(|t| t.is_finished())
     }
 
     pub fn take_warnings(&mut self) -> Vec<String> {

@@ -54,9 +54,16 @@ impl Workload for RrWorkload {
         }
     }
 
+    /// The next interval boundary, or the moment a server cuts rr flows
+    /// still busy after the stop.
     fn next_tick(&self) -> Option<Instant> {
         let bg = self.background.as_ref().and_then(Side::next_tick);
-        self.rr.next_tick().into_iter().chain(bg).min()
+        let cut = self
+            .rr_drain
+            .zip(self.rr.stopped_at())
+            .filter(|_| !self.rr.all_done())
+            .map(|(d, t)| t + d);
+        self.rr.next_tick().into_iter().chain(bg).chain(cut).min()
     }
 
     fn stop(&mut self, now: Instant) {
