@@ -4,8 +4,8 @@
 use std::time::SystemTime;
 
 use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, KernelCounters, SideReport, Status, Summary, TestResult,
-    SCHEMA,
+    sum_intervals, CpuUsage, Endpoint, KernelCounters, PatternReport, SideReport,
+    SideTransportReport, Status, Summary, TestResult, SCHEMA,
 };
 use xferlab_core::spec::TestSpec;
 use xferlab_core::usb::stats::UsbReport;
@@ -63,8 +63,8 @@ pub fn result(
         cpu,
         counters: KernelCounters::default(),
         warnings: Vec::new(),
-        usb: Some(usb),
-        rr: None,
+        pattern: PatternReport::Stream,
+        transport: Some(SideTransportReport::UsbBulk(usb)),
     };
     let mut id = [0u8; 16];
     let _ = getrandom::fill(&mut id);
@@ -90,8 +90,7 @@ pub fn result(
 pub fn exit_code(r: &TestResult, interrupted: bool) -> std::process::ExitCode {
     let pattern_failed = r
         .client
-        .usb
-        .as_ref()
+        .usb()
         .is_some_and(|u| u.pipes.iter().any(|p| p.total.pattern_errors > 0));
     if interrupted {
         std::process::ExitCode::from(130)
