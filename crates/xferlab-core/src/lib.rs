@@ -10,6 +10,7 @@
 
 pub mod counters;
 pub mod datagram;
+pub mod dccp;
 pub mod experiment;
 pub mod interval;
 pub mod iperf3;
