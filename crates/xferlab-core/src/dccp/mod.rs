@@ -8,6 +8,7 @@ pub mod checksum;
 pub mod options;
 pub mod packet;
 pub mod seq;
+pub mod window;
 
 pub use packet::{Body, Header, Packet, PacketType, ResetCode};
 pub use seq::Seq;
