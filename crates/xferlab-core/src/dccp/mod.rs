@@ -5,6 +5,7 @@
 
 pub mod ackvec;
 pub mod checksum;
+pub mod feature;
 pub mod options;
 pub mod packet;
 pub mod seq;
