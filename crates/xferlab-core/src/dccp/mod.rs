@@ -4,6 +4,7 @@
 //! IP protocol 33 by a driver in the binary.
 
 pub mod ackvec;
+pub mod ccid;
 pub mod checksum;
 pub mod feature;
 pub mod options;
