@@ -18,6 +18,18 @@ pub enum Pseudo {
     V6 { src: [u8; 16], dst: [u8; 16] },
 }
 
+impl Pseudo {
+    /// The same pseudo-header seen from the other end (source and
+    /// destination swapped), for checking received packets.
+    pub fn reversed(self) -> Self {
+        match self {
+            Pseudo::None => Pseudo::None,
+            Pseudo::V4 { src, dst } => Pseudo::V4 { src: dst, dst: src },
+            Pseudo::V6 { src, dst } => Pseudo::V6 { src: dst, dst: src },
+        }
+    }
+}
+
 fn sum_bytes(mut acc: u64, bytes: &[u8]) -> u64 {
     let mut chunks = bytes.chunks_exact(2);
     for c in &mut chunks {

@@ -6,12 +6,17 @@
 pub mod ackvec;
 pub mod ccid;
 pub mod checksum;
+pub mod conn;
 pub mod feature;
 pub mod options;
 pub mod packet;
+pub mod queue;
 pub mod seq;
+#[cfg(test)]
+pub(crate) mod sim;
 pub mod window;
 
+pub use conn::{CloseReason, Config, Connection, Event, State, Stats};
 pub use packet::{Body, Header, Packet, PacketType, ResetCode};
 pub use seq::Seq;
 

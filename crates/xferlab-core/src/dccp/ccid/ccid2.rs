@@ -252,7 +252,7 @@ impl CcidTx for Ccid2Tx {
         self.pipe < self.cwnd
     }
 
-    fn next_send_time(&self, _now: Instant) -> Option<Instant> {
+    fn next_send_time(&self) -> Option<Instant> {
         None
     }
 

@@ -202,7 +202,7 @@ impl CcidTx for Ccid3Tx {
         now + self.t_ipi() / 2 >= self.t_nom
     }
 
-    fn next_send_time(&self, _now: Instant) -> Option<Instant> {
+    fn next_send_time(&self) -> Option<Instant> {
         Some(
             self.t_nom
                 .checked_sub(self.t_ipi() / 2)
@@ -561,7 +561,7 @@ mod tests {
         tx.on_packet_sent(t0, Seq::new(1), 1400, true);
         assert!(!tx.can_send(t0));
         assert!(tx.can_send(t0 + ipi - ipi / 2));
-        assert_eq!(tx.next_send_time(t0), Some(t0 + ipi - ipi / 2));
+        assert_eq!(tx.next_send_time(), Some(t0 + ipi - ipi / 2));
     }
 
     /// The receiver counts loss events and reports 1/p.

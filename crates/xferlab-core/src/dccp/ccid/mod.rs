@@ -70,7 +70,7 @@ pub trait CcidTx: Send {
     fn can_send(&self, now: Instant) -> bool;
     /// When a data packet may leave without waiting for an ack (a pacing
     /// CCID); `None` for a window CCID that waits for acks.
-    fn next_send_time(&self, now: Instant) -> Option<Instant>;
+    fn next_send_time(&self) -> Option<Instant>;
     /// The CCVal header value for the next packet.
     fn ccval(&mut self, now: Instant) -> u8;
     fn state(&self) -> CcidState;
