@@ -207,8 +207,8 @@ mod tests {
             s ^= s >> 7;
             s ^= s << 17;
             let seq = Seq::new(base + i);
-            if s % 7 != 0 {
-                let ecn = s % 11 == 0;
+            if !s.is_multiple_of(7) {
+                let ecn = s.is_multiple_of(11);
                 h.record(seq, ecn);
                 truth.insert(i, ecn);
             }

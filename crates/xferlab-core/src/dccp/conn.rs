@@ -383,7 +383,7 @@ impl Connection {
         self.finish(CloseReason::Reset { code, by_peer }, State::Closed);
     }
 
-    fn to_timewait(&mut self, now: Instant, why: CloseReason) {
+    fn enter_timewait(&mut self, now: Instant, why: CloseReason) {
         self.finish(why, State::TimeWait);
         self.timewait_until = Some(now + 2 * self.cfg.msl);
     }
@@ -530,7 +530,10 @@ impl Connection {
         self.seqs.on_valid(h.seq, ack);
         if t == PacketType::Reset {
             if let Body::Reset { code, .. } = h.body {
-                let why = if code == ResetCode::Closed {
+                // While closing, any Reset ends the close (a lost
+                // Reset(Closed) is answered by No Connection, sec. 8.3).
+                let closing = matches!(self.state, State::Closing | State::CloseReq);
+                let why = if code == ResetCode::Closed || closing {
                     CloseReason::Closed
                 } else {
                     CloseReason::Reset {
@@ -538,7 +541,7 @@ impl Connection {
                         by_peer: true,
                     }
                 };
-                self.to_timewait(now, why);
+                self.enter_timewait(now, why);
             }
             return None;
         }
@@ -693,7 +696,7 @@ impl Connection {
             .ack()
             .is_some_and(|a| a.within(self.seqs.iss, self.seqs.gss));
         match h.body {
-            Body::Reset { code, .. } if ack_ok => self.to_timewait(
+            Body::Reset { code, .. } if ack_ok => self.enter_timewait(
                 now,
                 CloseReason::Reset {
                     code,

@@ -471,7 +471,7 @@ mod tests {
     fn the_sawtooth_follows_the_loss_pattern() {
         // A loss every 20 packets: each loss in a new window halves cwnd;
         // between losses it grows by one per window.
-        let (w, tx) = sawtooth(40, |s: u64| s % 20 == 0);
+        let (w, tx) = sawtooth(40, |s: u64| s.is_multiple_of(20));
         assert!(tx.losses >= 10, "{}", tx.losses);
         let mut halvings = 0;
         for pair in w.windows(2) {
