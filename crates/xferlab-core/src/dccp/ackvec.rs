@@ -78,23 +78,29 @@ impl Iterator for Runs<'_> {
     }
 }
 
-/// What a receiver keeps to build Ack Vectors: the state of every packet
-/// from the newest received one (`head`) back, bounded to `capacity`
-/// packets so a long connection holds constant memory.
+/// What a receiver keeps to build Ack Vectors: runs of packet states from
+/// the newest received packet (`head`) back, bounded to `capacity`
+/// packets. Kept run-length encoded like the cells themselves, so an
+/// in-order arrival is O(1) and an Ack Vector is a copy of at most 253
+/// runs, however long the history (a per-state list cost one pass over
+/// ~cwnd entries per acknowledgement).
 #[derive(Clone, Debug)]
 pub struct RecvHistory {
     head: Option<Seq>,
-    /// `states[i]` is the state of `head - i`.
-    states: VecDeque<State>,
-    capacity: usize,
+    /// (state, packets 1..=64), newest first; the first run ends at head.
+    runs: VecDeque<(State, u8)>,
+    /// Packets the runs cover.
+    total: u64,
+    capacity: u64,
 }
 
 impl RecvHistory {
     pub fn new(capacity: usize) -> Self {
         RecvHistory {
             head: None,
-            states: VecDeque::with_capacity(capacity),
-            capacity: capacity.max(1),
+            runs: VecDeque::new(),
+            total: 0,
+            capacity: capacity.max(1) as u64,
         }
     }
 
@@ -103,16 +109,70 @@ impl RecvHistory {
         self.head
     }
 
+    /// Packets the history describes.
+    pub fn len(&self) -> u64 {
+        self.total
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total == 0
+    }
+
     /// Whether `s` was already recorded as received (a duplicate).
     pub fn received(&self, s: Seq) -> bool {
         self.get(s).is_some_and(|st| st != State::NotReceived)
     }
 
+    /// The run holding offset `i` back from head, and the run's first
+    /// (newest) offset.
+    fn find(&self, i: u64) -> Option<(usize, u64)> {
+        let mut start = 0;
+        for (k, &(_, len)) in self.runs.iter().enumerate() {
+            if i < start + u64::from(len) {
+                return Some((k, start));
+            }
+            start += u64::from(len);
+        }
+        None
+    }
+
     pub fn get(&self, s: Seq) -> Option<State> {
-        let d = self.head?.dist(s);
-        usize::try_from(d)
-            .ok()
-            .and_then(|i| self.states.get(i).copied())
+        let i = u64::try_from(self.head?.dist(s)).ok()?;
+        self.find(i).map(|(k, _)| self.runs[k].0)
+    }
+
+    fn push_newest(&mut self, st: State, mut n: u64) {
+        self.total += n;
+        while n > 0 {
+            match self.runs.front_mut() {
+                Some((s, len)) if *s == st && usize::from(*len) < MAX_RUN => {
+                    let k = n.min((MAX_RUN - usize::from(*len)) as u64);
+                    *len += k as u8;
+                    n -= k;
+                }
+                _ => {
+                    let k = n.min(MAX_RUN as u64);
+                    self.runs.push_front((st, k as u8));
+                    n -= k;
+                }
+            }
+        }
+    }
+
+    fn trim_to(&mut self, keep: u64) {
+        while self.total > keep {
+            let excess = self.total - keep;
+            let Some(back) = self.runs.back_mut() else {
+                break;
+            };
+            if u64::from(back.1) <= excess {
+                self.total -= u64::from(back.1);
+                self.runs.pop_back();
+            } else {
+                back.1 -= excess as u8;
+                self.total -= excess;
+            }
+        }
     }
 
     /// Records the arrival of packet `s`.
@@ -124,24 +184,37 @@ impl RecvHistory {
         };
         let Some(head) = self.head else {
             self.head = Some(s);
-            self.states.push_front(st);
+            self.push_newest(st, 1);
             return;
         };
         let d = s.dist(head);
         if d > 0 {
-            let gap = (d as usize - 1).min(self.capacity);
-            for _ in 0..gap {
-                self.states.push_front(State::NotReceived);
-            }
-            self.states.push_front(st);
-            self.states.truncate(self.capacity);
+            let gap = (d as u64 - 1).min(self.capacity);
+            self.push_newest(State::NotReceived, gap);
+            self.push_newest(st, 1);
             self.head = Some(s);
-        } else if let Some(slot) = usize::try_from(-d)
-            .ok()
-            .and_then(|i| self.states.get_mut(i))
-        {
-            if *slot == State::NotReceived {
-                *slot = st;
+            self.trim_to(self.capacity);
+            return;
+        }
+        // A late packet: split the not-received run that holds it.
+        let i = d.unsigned_abs();
+        let Some((k, start)) = self.find(i) else {
+            return;
+        };
+        let (old, len) = self.runs[k];
+        if old != State::NotReceived {
+            return;
+        }
+        let newer = (i - start) as u8;
+        let older = len - newer - 1;
+        self.runs.remove(k);
+        for (state, n) in [
+            (State::NotReceived, older),
+            (st, 1),
+            (State::NotReceived, newer),
+        ] {
+            if n > 0 {
+                self.runs.insert(k, (state, n));
             }
         }
     }
@@ -153,7 +226,7 @@ impl RecvHistory {
         if let Some(head) = self.head {
             let keep = head.dist(s);
             if keep >= 0 {
-                self.states.truncate(keep as usize);
+                self.trim_to(keep as u64);
             }
         }
     }
@@ -162,17 +235,8 @@ impl RecvHistory {
     /// and returns how many cells were written (at most `out.len()`).
     pub fn encode(&self, out: &mut [u8]) -> usize {
         let mut n = 0;
-        let mut it = self.states.iter().copied().peekable();
-        while let Some(st) = it.next() {
-            if n == out.len() {
-                break;
-            }
-            let mut run = 1;
-            while run < MAX_RUN && it.peek() == Some(&st) {
-                it.next();
-                run += 1;
-            }
-            out[n] = (st as u8) << 6 | (run - 1) as u8;
+        for (cell, &(st, len)) in out.iter_mut().zip(&self.runs) {
+            *cell = (st as u8) << 6 | (len - 1);
             n += 1;
         }
         n
@@ -235,7 +299,7 @@ mod tests {
                 seen += 1;
             }
         }
-        assert_eq!(seen, h.states.len() as u64);
+        assert_eq!(seen, h.len());
         assert!(n < 1000, "runs compress");
     }
 
@@ -247,13 +311,22 @@ mod tests {
         }
         let mut cells = [0u8; 8];
         let n = h.encode(&mut cells);
-        assert_eq!(&cells[..n], &[0x3F, 0x23]);
+        // Newest 2, then a full 64, then the 34 the bound leaves.
+        assert_eq!(&cells[..n], &[0x01, 0x3F, 0x21]);
+        assert_eq!(h.len(), 100);
         h.record(Seq::new(1000), false);
-        assert_eq!(h.states.len(), 100);
+        assert_eq!(h.len(), 100);
         assert_eq!(h.get(Seq::new(999)), Some(State::NotReceived));
         assert!(h.received(Seq::new(1000)));
+        h.record(Seq::new(995), true);
+        assert_eq!(h.get(Seq::new(995)), Some(State::ReceivedEcnMarked));
+        assert_eq!(h.get(Seq::new(996)), Some(State::NotReceived));
+        assert_eq!(h.get(Seq::new(994)), Some(State::NotReceived));
         h.forget_through(Seq::new(990));
-        assert_eq!(h.states.len(), 10);
+        assert_eq!(h.len(), 10);
         assert_eq!(h.get(Seq::new(990)), None);
+        let n = h.encode(&mut cells);
+        // 1000, 996..999 lost, 995 marked, 991..994 lost.
+        assert_eq!(&cells[..n], &[0x00, 0xC3, 0x40, 0xC3]);
     }
 }
