@@ -237,13 +237,17 @@ mod tests {
     /// Client sends `n` datagrams of `size` bytes (each starts with its
     /// index) to the server, then closes.
     fn transfer(ccid: u8, n: u64, size: usize, ab: Path, ba: Path) -> Outcome {
+        transfer_with(ccid, n, size, ab, ba, 20_000)
+    }
+
+    fn transfer_with(ccid: u8, n: u64, size: usize, ab: Path, ba: Path, window: u64) -> Outcome {
         let t0 = crate::test_clock::origin();
         let mut cc = Config::client(40000, 5001, SERVICE, ccid);
-        cc.seq_window = 20_000;
+        cc.seq_window = window;
         cc.mss = size + 40;
         cc.iss = crate::dccp::Seq::new((1 << 48) - 500);
         let mut sc = Config::server(5001, vec![SERVICE]);
-        sc.seq_window = 20_000;
+        sc.seq_window = window;
         sc.iss = crate::dccp::Seq::new(77);
         let client = Connection::connect(t0, cc);
         let server = Connection::listen(sc);
@@ -401,6 +405,70 @@ mod tests {
         assert!(p > 0.005 && p < 0.05, "p {p}");
         let eq = crate::dccp::ccid::tfrc::x_calc(1040.0, rtt.unwrap(), p);
         assert!(x > eq / 3.0 && x < eq * 3.0, "x {x} eq {eq}");
+        check_clean_close(&o);
+    }
+
+    /// The issue's long fat path: 1 Gbit/s, 94 ms RTT, a BDP of buffer.
+    /// Reports the goodput CCID2 reaches in virtual time and the wall
+    /// time the two machines and the bench take per packet. Run with
+    /// `cargo test -p xferlab-core --release --lib dccp::sim -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement (prints numbers), slow in debug builds"]
+    #[allow(clippy::disallowed_methods)]
+    fn ccid2_on_a_1_gbit_94_ms_path() {
+        let n = 1_000_000;
+        let wall = std::time::Instant::now();
+        let o = transfer_with(
+            2,
+            n,
+            1400,
+            bottleneck(1000, 47, 8400, 0),
+            Path::ideal(47),
+            100_000,
+        );
+        let took = wall.elapsed();
+        let rate = (o.delivered * 1456 * 8) as f64 / o.elapsed.as_secs_f64();
+        println!(
+            "CCID2 1 Gbit/s 94 ms: {} of {n} delivered in {:.2} s virtual: {:.0} Mbit/s on the wire; \
+             wall {:.2} s, {:.0} ns per data packet (both machines and the bench)",
+            o.delivered,
+            o.elapsed.as_secs_f64(),
+            rate / 1e6,
+            took.as_secs_f64(),
+            took.as_nanos() as f64 / n as f64
+        );
+        assert!(rate > 900e6, "{rate}");
+        check_clean_close(&o);
+    }
+
+    /// CCID3 on the same path, for comparison (TFRC is meant to be
+    /// smoother, not faster).
+    #[test]
+    #[ignore = "a measurement (prints numbers), slow in debug builds"]
+    #[allow(clippy::disallowed_methods)]
+    fn ccid3_on_a_1_gbit_94_ms_path() {
+        let n = 500_000;
+        let wall = std::time::Instant::now();
+        let o = transfer_with(
+            3,
+            n,
+            1400,
+            bottleneck(1000, 47, 8400, 0),
+            Path::ideal(47),
+            100_000,
+        );
+        let took = wall.elapsed();
+        let rate = (o.delivered * 1456 * 8) as f64 / o.elapsed.as_secs_f64();
+        println!(
+            "CCID3 1 Gbit/s 94 ms: {} of {n} delivered in {:.2} s virtual: {:.0} Mbit/s; \
+             final {:?}; wall {:.0} ns per data packet",
+            o.delivered,
+            o.elapsed.as_secs_f64(),
+            rate / 1e6,
+            o.max_state,
+            took.as_nanos() as f64 / n as f64
+        );
+        assert!(rate > 100e6, "{rate}");
         check_clean_close(&o);
     }
 }
