@@ -7,7 +7,6 @@
 //! die with it (PR_SET_PDEATHSIG), and `xferlab lab clean` removes
 //! namespaces whose owner is gone (also after SIGKILL).
 
-pub mod args;
 mod forward;
 mod netns;
 mod pcap;
@@ -30,11 +29,11 @@ use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
+use crate::cli::lab::LabArgs;
 use crate::cli::{Cli, Command as Verb};
 use crate::output::Format;
 use crate::sys;
 use crate::sys::process::Signal;
-pub use args::LabArgs;
 use forward::{ForwardReport, Forwarder};
 
 const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);

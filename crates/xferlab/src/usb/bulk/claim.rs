@@ -9,7 +9,7 @@ use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport};
 
 use super::Fail;
-use crate::usb::cli::{BulkArgs, UsbDir};
+use crate::cli::usb::{BulkArgs, UsbDir};
 use crate::usb::device;
 
 pub struct Claimed {

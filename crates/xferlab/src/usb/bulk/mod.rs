@@ -22,8 +22,8 @@ use xferlab_core::units::RateUnit;
 
 use self::claim::Claimed;
 use self::pipe::Pipe;
-use super::cli::BulkArgs;
 use super::engine::{PipeSetup, RunControl};
+use crate::cli::usb::BulkArgs;
 use crate::output::{self, Format, Reporter, StartInfo};
 
 /// Why a run could not start or report: the one line printed, and the
