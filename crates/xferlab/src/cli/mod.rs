@@ -49,23 +49,6 @@ impl Cli {
     pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, String> {
         Cli::try_parse_from(args).map_err(|e| one_line(&e))
     }
-
-    /// The checks a verb makes on its values before it runs (ranges,
-    /// combinations), without running anything.
-    pub fn check_values(self) -> Result<(), String> {
-        match &self.command {
-            Command::Stream(a) => a.spec().map(drop),
-            Command::Rr(a) => a.spec().map(drop),
-            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
-            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
-            Command::Lab(a) => {
-                crate::lab::check(a)?;
-                let inner = std::iter::once("xferlab".to_string()).chain(a.command.iter().cloned());
-                Cli::try_parse_from_args(inner)?.check_values()
-            }
-            _ => Ok(()),
-        }
-    }
 }
 
 /// clap's multi-line error, folded into the one line this tool promises:
@@ -125,6 +108,38 @@ pub enum Command {
     /// The results database: list experiments, show runs, export them as
     /// CSV, JSON lines or SQL.
     Db(DbArgs),
+}
+
+impl Command {
+    /// The checks a verb makes on its values before it runs (ranges,
+    /// combinations), without running anything.
+    pub fn check_values(&self) -> Result<(), String> {
+        match self {
+            Command::Stream(a) => a.spec().map(drop),
+            Command::Rr(a) => a.spec().map(drop),
+            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
+            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
+            Command::Lab(a) => a
+                .check()
+                .map_err(|e| e.message)?
+                .test
+                .command
+                .check_values(),
+            _ => Ok(()),
+        }
+    }
+
+    /// The network flags of a test verb over sockets (stream, cbr, sweep,
+    /// rr); None for the others.
+    pub fn stream_args(&self) -> Option<&StreamArgs> {
+        match self {
+            Command::Stream(s) => Some(s),
+            Command::Cbr(c) => Some(&c.stream),
+            Command::Sweep(s) => Some(&s.stream),
+            Command::Rr(r) => Some(&r.stream),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]
