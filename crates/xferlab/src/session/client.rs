@@ -176,7 +176,12 @@ pub fn run(
         quiesce: DRAIN,
     };
     let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
+        &mut role,
+        Some((&mut io, server)),
+        &rx,
+        reporter,
+        interrupts,
+        policy,
     );
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
@@ -186,7 +191,7 @@ pub fn run(
         workload.abort("the test ended early");
     }
     drop(cpu_guard);
-    let client = workload.finish();
+    let client = workload.finish().into_report(&mut error);
     let XferlabClient {
         mut ctl,
         session,

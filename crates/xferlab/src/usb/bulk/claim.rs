@@ -100,6 +100,18 @@ impl Claimed {
         )
     }
 
+    /// The device as the result's server address: `usb BUS.ADDR VID:PID`.
+    pub fn address(&self) -> String {
+        let i = &self.info;
+        format!(
+            "usb {}.{} {:04x}:{:04x}",
+            i.busnum(),
+            i.device_address(),
+            i.vendor_id(),
+            i.product_id()
+        )
+    }
+
     /// An endpoint as a flow's local end: `usb BUS.ADDR ep 0x81`.
     pub fn local(&self, ep: &EndpointDesc) -> String {
         format!(
