@@ -141,17 +141,15 @@ impl RrArgs {
         };
         let background = int("--background", self.background)?;
         let mut spec = a.spec_with(false, 10.0)?;
-        spec.pattern = Pattern::Rr;
         spec.transport = mode.transport();
         spec.parallel = background;
-        spec.rr = Some(RrSpec {
+        spec.pattern = Pattern::Rr(RrSpec {
             mode,
             request_size: self.request_size,
             response_size: self.response_size,
             depth: int("--depth", self.depth)?,
             flows: int("-F/--flows", self.flows)?,
             timeout_s: self.timeout,
-            background,
             drop_request: self.drop_request,
             wait: match self.wait {
                 RrWaitArg::Auto => RrWait::Auto,

@@ -174,7 +174,7 @@ impl RrCells {
 /// The rr rows of one side: per flow its intervals then its total, then
 /// the interval sums and one sum over the measured window.
 fn rr_rows<'a>(session: &'a str, side: &'a SideReport) -> Vec<Line<'a>> {
-    let Some(rr) = side.rr.as_ref() else {
+    let Some(rr) = side.rr() else {
         return Vec::new();
     };
     let role = if side.endpoint == Endpoint::Client {

@@ -126,14 +126,14 @@ impl Workload for RrWorkload {
                         deltas: after.delta(&before.0),
                     },
                     warnings: before.1,
-                    usb: None,
-                    rr: None,
+                    pattern: xferlab_core::result::PatternReport::Stream,
+                    transport: None,
                 }
             }
         };
         report.warnings.extend(warnings);
         report.duration_s = report.duration_s.max(rr.total.end_s);
-        report.rr = Some(rr);
+        report.pattern = xferlab_core::result::PatternReport::Rr(rr);
         report.into()
     }
 }

@@ -254,7 +254,7 @@ pub(crate) fn assemble(
     // An rr test's transaction flows count like stream flows. Failed and
     // timed-out transactions are measurements, not a broken test.
     let rr_completed = |s: &SideReport| {
-        s.rr.as_ref()
+        s.rr()
             .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
     };
     let all_completed = client
@@ -265,10 +265,7 @@ pub(crate) fn assemble(
         && rr_completed(&client)
         && server.as_ref().is_none_or(rr_completed);
     let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
-        || client
-            .rr
-            .as_ref()
-            .is_some_and(|r| r.total.transactions_all > 0);
+        || client.rr().is_some_and(|r| r.total.transactions_all > 0);
     let status = if error.is_none() && server.is_some() && all_completed {
         Status::Ok
     } else if moved {

@@ -5,8 +5,8 @@
 use std::time::SystemTime;
 
 use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, KernelCounters, SideReport, Status, Summary, TestResult,
-    SCHEMA,
+    sum_intervals, CpuUsage, Endpoint, KernelCounters, PatternReport, SideReport,
+    SideTransportReport, Status, Summary, TestResult, SCHEMA,
 };
 use xferlab_core::spec::TestSpec;
 use xferlab_core::usb::stats::UsbReport;
@@ -51,8 +51,8 @@ pub fn side(
         cpu,
         counters: KernelCounters::default(),
         warnings,
-        usb: Some(usb),
-        rr: None,
+        pattern: PatternReport::Stream,
+        transport: Some(SideTransportReport::UsbBulk(usb)),
     };
     Finished { report, errors }
 }

@@ -98,7 +98,6 @@ pub fn spec(a: &BulkArgs) -> TestSpec {
             ..Knobs::default()
         },
         title: a.title.clone(),
-        rr: None,
         affinity: Default::default(),
     }
 }
