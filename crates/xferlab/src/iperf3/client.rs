@@ -91,14 +91,8 @@ pub fn run(
         drain: DRAIN,
         quiesce: END_DRAIN,
     };
-    let driven = drive(
-        &mut role,
-        Some((&mut io, server)),
-        &rx,
-        reporter,
-        interrupts,
-        policy,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     drop(io);
     let mut error = driven.error;
     let client = match (role.report.take(), driven.workload) {

@@ -175,14 +175,8 @@ pub fn run(
         // answered); a stream says so at once.
         quiesce: DRAIN,
     };
-    let driven = drive(
-        &mut role,
-        Some((&mut io, server)),
-        &rx,
-        reporter,
-        interrupts,
-        policy,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
         return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
