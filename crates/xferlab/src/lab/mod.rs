@@ -7,7 +7,6 @@
 //! die with it (PR_SET_PDEATHSIG), and `xferlab lab clean` removes
 //! namespaces whose owner is gone (also after SIGKILL).
 
-pub mod args;
 mod forward;
 mod netns;
 mod pcap;
@@ -25,16 +24,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
 use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
-use crate::cli::{Cli, Command as Verb};
+use crate::cli::lab::{CheckedLab, LabArgs, LabArgsError};
 use crate::output::Format;
 use crate::sys;
 use crate::sys::process::Signal;
-pub use args::LabArgs;
 use forward::{ForwardReport, Forwarder};
 
 const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -83,19 +80,16 @@ pub fn run(a: &LabArgs) -> ExitCode {
             2,
         );
     }
-    // `xferlab lab stream --help`: the test's own help.
-    let mut argv = vec!["xferlab".to_string()];
-    argv.extend(a.command.iter().cloned());
-    if let Err(e) = Cli::try_parse_from(&argv) {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.print().ok();
-            return ExitCode::SUCCESS;
-        }
-    }
     let plan = match Plan::new(a) {
         Ok(p) => p,
-        Err(e) => return fail(&e, 2),
+        // `xferlab lab stream --help`: the test's own help.
+        Err(LabArgsError {
+            help: Some(help), ..
+        }) => {
+            help.print().ok();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(&e.message, 2),
     };
     if !crate::sys::process::is_root() {
         return fail(
@@ -121,18 +115,6 @@ pub fn run(a: &LabArgs) -> ExitCode {
     };
     lab.teardown();
     exit
-}
-
-/// Checks a lab command line as `run` would, without building anything
-/// (the experiment runner checks every point before the first runs).
-pub fn check(a: &LabArgs) -> Result<(), String> {
-    if a.command.is_empty() {
-        return Err(
-            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
-                .into(),
-        );
-    }
-    Plan::new(a).map(drop)
 }
 
 /// The validated request.
@@ -163,41 +145,17 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(a: &LabArgs) -> Result<Self, String> {
-        let (c2s, s2c) = a.link_configs()?;
+    fn new(a: &LabArgs) -> Result<Self, LabArgsError> {
+        let CheckedLab {
+            c2s,
+            s2c,
+            client_sysctls,
+            server_sysctls,
+            test,
+        } = a.check()?;
         let offload = a.offload.resolve([&c2s, &s2c]);
         let buffers = a.buffers.unwrap_or_else(|| default_buffers(&c2s, &s2c));
-        let (client_sysctls, server_sysctls) = a.sysctls()?;
-        let verb = &a.command[0];
-        let mut argv = vec!["xferlab".to_string()];
-        argv.extend(a.command.iter().cloned());
-        let cli = Cli::try_parse_from(&argv).map_err(|e| {
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or("bad usage")
-                .trim_start_matches("error: ")
-                .to_string();
-            format!("the test to run: {first} (see `xferlab {verb} --help`)")
-        })?;
-        let stream = match &cli.command {
-            Verb::Stream(s) => s.as_ref(),
-            Verb::Cbr(c) => &c.stream,
-            Verb::Sweep(s) => &s.stream,
-            Verb::Rr(r) => &r.stream,
-            _ => {
-                return Err(format!(
-                    "lab runs a test verb (stream, cbr, sweep, rr), not `{verb}`"
-                ))
-            }
-        };
-        if stream.host.is_some() {
-            return Err(
-                "lab runs the server itself, inside its server namespace: leave out HOST".into(),
-            );
-        }
+        let stream = test.stream();
         let (server_addr, server_addr6) = if a.router {
             (ROUTED_SERVER, ROUTED_SERVER6)
         } else {
@@ -207,12 +165,9 @@ impl Plan {
             crate::net::Family::V6 => server_addr6.to_string(),
             _ => server_addr.to_string(),
         };
-        let mut client_args = vec![verb.clone(), server];
-        client_args.extend(a.command[1..].iter().cloned());
+        let mut client_args = vec![test.verb().to_string(), server];
+        client_args.extend(test.words[1..].iter().cloned());
         client_args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
-        if a.pcap_snaplen == 0 {
-            return Err("--pcap-snaplen must be at least 1".into());
-        }
         Ok(Plan {
             c2s,
             s2c,
