@@ -14,6 +14,7 @@ mod probe;
 mod report;
 mod tun;
 
+use anyhow::{anyhow, bail, Context};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -110,7 +111,7 @@ pub fn run(a: &LabArgs) -> ExitCode {
             } else {
                 1
             };
-            return fail(&e, code);
+            return fail(&format!("{e:#}"), code);
         }
     };
     lab.teardown();
@@ -253,11 +254,9 @@ impl Lab {
         format!("{}{}-{role}", netns::PREFIX, self.pid)
     }
 
-    fn check_interrupt(&self) -> Result<(), String> {
+    fn check_interrupt(&self) -> anyhow::Result<()> {
         if INTERRUPTS.load(Ordering::Relaxed) > 0 {
-            return Err(
-                "interrupted while setting up the lab; everything it made is removed".into(),
-            );
+            bail!("interrupted while setting up the lab; everything it made is removed");
         }
         Ok(())
     }
@@ -270,13 +269,13 @@ impl Lab {
         ifaces: &[Iface],
         plan: &Plan,
         sysctls: &[(String, String)],
-    ) -> Result<LabHost, String> {
+    ) -> anyhow::Result<LabHost> {
         let ns = self.ns_name(role);
         netns::create(&ns).map_err(|e| {
-            if e.contains("Operation not permitted") {
-                format!("cannot create a network namespace ({e}); lab needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
+            if netns::errno(&e) == Some(libc::EPERM) {
+                anyhow!("cannot create a network namespace ({e:#}); lab needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
             } else {
-                format!("cannot create network namespace {ns}: {e}")
+                e.context(format!("cannot create network namespace {ns}"))
             }
         })?;
         self.namespaces.push(ns.clone());
@@ -296,7 +295,7 @@ impl Lab {
                 tun::configure(i.name, i.local, i.peer, i.mask, mtu, txqueuelen)?;
                 if let Err(e) = tun::add_ipv6(i.name, i.local6, i.prefix6) {
                     // A kernel without IPv6: the lab still runs over IPv4.
-                    if !e.contains("Address family not supported") {
+                    if netns::errno(&e) != Some(libc::EAFNOSUPPORT) {
                         return Err(e);
                     }
                 }
@@ -324,8 +323,8 @@ impl Lab {
         })
     }
 
-    fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> Result<Child, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> anyhow::Result<Child> {
+        let exe = std::env::current_exe().context("cannot find my own binary")?;
         let nsf = netns::open(ns)?;
         let mut cmd = Command::new(exe);
         cmd.args(args)
@@ -347,10 +346,10 @@ impl Lab {
             });
         }
         cmd.spawn()
-            .map_err(|e| format!("cannot start xferlab in {ns}: {e}"))
+            .with_context(|| format!("cannot start xferlab in {ns}"))
     }
 
-    fn run(&mut self, plan: &Plan) -> Result<ExitCode, String> {
+    fn run(&mut self, plan: &Plan) -> anyhow::Result<ExitCode> {
         let v4 = |local, peer, prefix: u32| (local, peer, u32::MAX << (32 - prefix));
         let iface = |name, (local, peer, mask): (Ipv4Addr, Ipv4Addr, u32), local6, prefix6| Iface {
             name,
@@ -426,7 +425,7 @@ impl Lab {
             let dup = |i: usize| {
                 self.tuns[i]
                     .try_clone()
-                    .map_err(|e| format!("cannot duplicate the TUN handle: {e}"))
+                    .context("cannot duplicate the TUN handle")
             };
             // Only the emulated link is captured.
             let pcap = match pcap_path(name).filter(|_| !name.starts_with("router")) {
@@ -453,7 +452,7 @@ impl Lab {
             let h = std::thread::Builder::new()
                 .name(format!("xl-fwd-{name}"))
                 .spawn(move || fwd.run())
-                .map_err(|e| format!("cannot start the forwarder: {e}"))?;
+                .context("cannot start the forwarder")?;
             self.forwarders.push(h);
         }
 
@@ -509,10 +508,7 @@ impl Lab {
         let reports: Vec<ForwardReport> = self
             .forwarders
             .drain(..)
-            .map(|h| {
-                h.join()
-                    .map_err(|_| "a forwarder thread panicked".to_string())
-            })
+            .map(|h| h.join().map_err(|_| anyhow!("a forwarder thread panicked")))
             .collect::<Result<_, _>>()?;
         let after = self.snapshots()?;
         stop_children(&mut self.children);
@@ -547,14 +543,14 @@ impl Lab {
         self.ports.clear();
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = netns::delete(&ns) {
-                eprintln!("xferlab: {e}; run `xferlab lab clean`");
+                eprintln!("xferlab: {e:#}; run `xferlab lab clean`");
             }
         }
     }
 }
 
 /// Counters of one namespace: netstat/snmp/snmp6 and one link device.
-fn snapshot(ns: &str, iface: &'static str) -> Result<CounterSnapshot, String> {
+fn snapshot(ns: &str, iface: &'static str) -> anyhow::Result<CounterSnapshot> {
     netns::run_in(ns, move || {
         let mut s = CounterSnapshot::default();
         for f in ["snmp", "netstat"] {
@@ -572,13 +568,13 @@ fn snapshot(ns: &str, iface: &'static str) -> Result<CounterSnapshot, String> {
 
 impl Lab {
     /// One snapshot per port (TUN device), in port order.
-    fn snapshots(&self) -> Result<Vec<CounterSnapshot>, String> {
+    fn snapshots(&self) -> anyhow::Result<Vec<CounterSnapshot>> {
         self.ports.iter().map(|(ns, i)| snapshot(ns, i)).collect()
     }
 }
 
-fn wait_listening(out: Option<std::process::ChildStdout>) -> Result<(), String> {
-    let out = out.ok_or("the lab server has no output")?;
+fn wait_listening(out: Option<std::process::ChildStdout>) -> anyhow::Result<()> {
+    let out = out.context("the lab server has no output")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = BufReader::new(out);
@@ -592,7 +588,7 @@ fn wait_listening(out: Option<std::process::ChildStdout>) -> Result<(), String> 
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(true) => Ok(()),
-        _ => Err("the xferlab server in the lab's server namespace did not start".into()),
+        _ => bail!("the xferlab server in the lab's server namespace did not start"),
     }
 }
 
