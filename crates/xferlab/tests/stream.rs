@@ -1,7 +1,7 @@
 //! `xferlab stream` end to end: the real binary against a real `xferlab
 //! server` (or its embedded server) over loopback. What is checked is what
 //! the result documents (docs/result-schema.json, crates/xferlab-core/src/
-//! result.rs) and the flags document (crates/xferlab/src/cli.rs); never an
+//! result.rs) and the flags document (crates/xferlab/src/cli/stream.rs); never an
 //! absolute throughput.
 
 mod common;

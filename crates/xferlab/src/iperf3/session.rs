@@ -29,10 +29,10 @@ use xferlab_core::units::RateUnit;
 use super::RESULTS_DRAIN;
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
-use crate::driver::Workload;
+use crate::driver::{Finished, Workload};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
-use crate::server::Shared;
+use crate::session::registry::Shared;
 use crate::session::server::placement;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};
@@ -321,8 +321,8 @@ impl Workload for Receivers {
         self.peer_sent = Some(sent.to_vec());
     }
 
-    fn finish(self: Box<Self>) -> SideReport {
-        self.side.finish()
+    fn finish(self: Box<Self>) -> Finished {
+        self.side.finish().into()
     }
 }
 

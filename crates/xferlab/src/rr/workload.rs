@@ -9,7 +9,7 @@ use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::result::{Endpoint, KernelCounters, SideReport};
 
 use super::side::RrSide;
-use crate::driver::Workload;
+use crate::driver::{Finished, Workload};
 use crate::output::Reporter;
 use crate::stream::Side;
 use crate::sys::cpu::CpuTally;
@@ -92,7 +92,7 @@ impl Workload for RrWorkload {
 
     /// This side's report: the background group (if any) in `flows`, the
     /// rr group in `rr`, CPU and counters over the whole test.
-    fn finish(self: Box<Self>) -> SideReport {
+    fn finish(self: Box<Self>) -> Finished {
         let RrWorkload {
             mut rr,
             background,
@@ -134,6 +134,6 @@ impl Workload for RrWorkload {
         report.warnings.extend(warnings);
         report.duration_s = report.duration_s.max(rr.total.end_s);
         report.pattern = xferlab_core::result::PatternReport::Rr(rr);
-        report
+        report.into()
     }
 }

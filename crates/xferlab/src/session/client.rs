@@ -175,9 +175,8 @@ pub fn run(
         // answered); a stream says so at once.
         quiesce: DRAIN,
     };
-    let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
         return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
@@ -186,7 +185,7 @@ pub fn run(
         workload.abort("the test ended early");
     }
     drop(cpu_guard);
-    let client = workload.finish();
+    let client = workload.finish().into_report(&mut error);
     let XferlabClient {
         mut ctl,
         session,
