@@ -656,6 +656,12 @@ impl Connection {
                 Ok((Opt::Feature { op, feature, value }, m)) => {
                     self.neg.handle(op, feature, value, m)?
                 }
+                // Mandatory before an option we do not understand (sec.
+                // 5.8.2). CCID-specific options are the CCIDs' business.
+                Ok((Opt::ReservedSingle(_), true)) => return Err(ResetCode::MandatoryError),
+                Ok((Opt::Other { kind, .. }, true)) if kind < 128 => {
+                    return Err(ResetCode::MandatoryError)
+                }
                 Ok((_, _)) => {}
                 Err(super::DccpError::MandatoryError(_)) => return Err(ResetCode::MandatoryError),
                 Err(_) => return Err(ResetCode::OptionError),
@@ -1036,6 +1042,43 @@ mod tests {
         );
         assert!(net.b.is_drained());
         assert!(!net.a.send(b"x"), "nothing is sent on a refused connection");
+    }
+
+    #[test]
+    fn a_mandatory_unknown_option_resets_the_request() {
+        let t0 = crate::test_clock::origin();
+        let mut server = Connection::listen(Config::server(5001, vec![SVC]));
+        let h = Header {
+            src_port: 40000,
+            dst_port: 5001,
+            ccval: 0,
+            cscov: 0,
+            long: true,
+            seq: Seq::new(9),
+            body: Body::Request { service: SVC },
+        };
+        let mut buf = [0u8; 64];
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.option(&Opt::Mandatory).unwrap();
+        w.option(&Opt::Other {
+            kind: 100,
+            data: &[1],
+        })
+        .unwrap();
+        let n = w.finish(&[], &Pseudo::None).unwrap();
+        assert_eq!(server.handle_datagram(t0, &buf[..n]), None);
+        let mut out = [0u8; 64];
+        let m = server.poll_transmit(t0, &mut out).unwrap();
+        let p = packet::parse(&out[..m]).unwrap();
+        assert!(matches!(
+            p.header.body,
+            Body::Reset {
+                code: ResetCode::MandatoryError,
+                ack,
+                ..
+            } if ack == Seq::new(9)
+        ));
+        assert!(server.is_drained());
     }
 
     #[test]
