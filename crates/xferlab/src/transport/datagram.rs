@@ -16,6 +16,8 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::sys::clock;
+
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
 use xferlab_core::iperf3::UdpHeader;
 use xferlab_core::proto::wire::{AttachReply, MAGIC};
@@ -153,7 +155,7 @@ pub fn send(
             Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
         }
     };
-    let at = Instant::now();
+    let at = clock::now();
     if end == FlowEnd::Completed && wire == DatagramWire::Xferlab {
         for _ in 0..END_MARKER_COPIES {
             let mut marker = [0u8; HEADER_LEN];
@@ -191,11 +193,11 @@ pub fn receive(
     let mut stats = RecvStats::new();
     let mut bytes: u64 = 0;
     let mut drops = HostDrops::default();
-    let mut last_heard = Instant::now();
+    let mut last_heard = clock::now();
     let end = loop {
         match batch.recv() {
             Ok(n) => {
-                last_heard = Instant::now();
+                last_heard = clock::now();
                 // One clock read per call, for datagrams without a kernel
                 // time stamp.
                 let fallback_ns = realtime_ns();
@@ -247,7 +249,7 @@ pub fn receive(
                 }
                 if flags.cut.load(Ordering::Relaxed)
                     || (flags.stop.load(Ordering::Relaxed)
-                        && last_heard.elapsed() >= QUIET_AFTER_STOP)
+                        && clock::since(last_heard) >= QUIET_AFTER_STOP)
                 {
                     break FlowEnd::Completed;
                 }
