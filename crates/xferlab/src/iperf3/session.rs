@@ -34,7 +34,7 @@ use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Finished, Workload};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
-use crate::server::Shared;
+use crate::session::registry::Shared;
 use crate::session::server::placement;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};

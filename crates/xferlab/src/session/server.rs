@@ -20,7 +20,7 @@ use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
-use crate::server::Shared;
+use crate::session::registry::Shared;
 use crate::sys::cpu::CpuTally;
 use crate::transport::FlowSocket;
 
