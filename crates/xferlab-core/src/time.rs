@@ -51,6 +51,13 @@ impl Time {
         self.0.saturating_sub(start.0) as f64 / 1e9
     }
 
+    pub fn checked_sub(self, d: Duration) -> Option<Time> {
+        u64::try_from(d.as_nanos())
+            .ok()
+            .and_then(|ns| self.0.checked_sub(ns))
+            .map(Time)
+    }
+
     pub fn checked_add(self, d: Duration) -> Option<Time> {
         u64::try_from(d.as_nanos())
             .ok()
@@ -106,6 +113,8 @@ mod tests {
         assert_eq!(Time::ZERO - Duration::from_secs(1), Time::ZERO);
         assert_eq!((t + Duration::MAX).as_nanos(), u64::MAX);
         assert_eq!(t.checked_add(Duration::MAX), None);
+        assert_eq!(t.checked_sub(Duration::from_secs(2)), None);
+        assert_eq!(t.checked_sub(t - Time::ZERO), Some(Time::ZERO));
         assert_eq!(t.secs_since(Time::from_nanos(500_000_000)), 1.0);
         let mut u = t;
         u += Duration::from_nanos(1);

@@ -5,7 +5,9 @@
 //! feeds datagrams and time in and polls packets, deadlines and events.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::ccid::{self, Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
 use super::checksum::Pseudo;
@@ -162,14 +164,14 @@ pub struct Connection {
     events: VecDeque<Event>,
     owed: Owed,
     /// Retransmission of the current handshake/close step.
-    retx_at: Option<Instant>,
+    retx_at: Option<Time>,
     backoff: Duration,
-    give_up_at: Option<Instant>,
-    timewait_until: Option<Instant>,
+    give_up_at: Option<Time>,
+    timewait_until: Option<Time>,
     /// Request or Response send time, cleared on retransmission (Karn).
-    probe_sent: Option<Instant>,
+    probe_sent: Option<Time>,
     handshake_rtt: Option<Duration>,
-    last_sync: Option<Instant>,
+    last_sync: Option<Time>,
     /// Non-data packets sent since the last data packet (NDP Count).
     ndp: u64,
     close_wanted: bool,
@@ -234,7 +236,7 @@ impl Connection {
     }
 
     /// A client that starts its handshake at `now`.
-    pub fn connect(now: Instant, cfg: Config) -> Self {
+    pub fn connect(now: Time, cfg: Config) -> Self {
         let (up, down) = cfg.ccids;
         let mut c = Connection::new(cfg, false);
         c.neg.change_sp(Feature::Ccid, Loc::Local, &[up], true);
@@ -319,7 +321,7 @@ impl Connection {
 
     /// Closes after the queued data left (sec. 8.3): a client sends
     /// Close, a server CloseReq so the client keeps TIMEWAIT.
-    pub fn close(&mut self, now: Instant) {
+    pub fn close(&mut self, now: Time) {
         match self.state {
             State::Open | State::PartOpen => {
                 self.close_wanted = true;
@@ -333,7 +335,7 @@ impl Connection {
         }
     }
 
-    fn maybe_start_close(&mut self, now: Instant) {
+    fn maybe_start_close(&mut self, now: Time) {
         if !self.close_wanted || !self.queue.is_empty() {
             return;
         }
@@ -357,7 +359,7 @@ impl Connection {
         })
     }
 
-    fn arm(&mut self, now: Instant, first: Duration) {
+    fn arm(&mut self, now: Time, first: Duration) {
         self.backoff = first;
         self.retx_at = Some(now + first);
         self.give_up_at = Some(now + self.cfg.give_up);
@@ -383,13 +385,13 @@ impl Connection {
         self.finish(CloseReason::Reset { code, by_peer }, State::Closed);
     }
 
-    fn enter_timewait(&mut self, now: Instant, why: CloseReason) {
+    fn enter_timewait(&mut self, now: Time, why: CloseReason) {
         self.finish(why, State::TimeWait);
         self.timewait_until = Some(now + 2 * self.cfg.msl);
     }
 
     /// When [`Connection::handle_timeout`] must run next.
-    pub fn poll_timeout(&self) -> Option<Instant> {
+    pub fn poll_timeout(&self) -> Option<Time> {
         let mut t = [self.retx_at, self.give_up_at, self.timewait_until]
             .into_iter()
             .flatten()
@@ -411,7 +413,7 @@ impl Connection {
         t
     }
 
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Time) {
         if self.timewait_until.is_some_and(|t| now >= t) {
             self.timewait_until = None;
             self.state = State::Closed;
@@ -447,14 +449,14 @@ impl Connection {
     /// Handles one received DCCP packet (the bytes after the IP or UDP
     /// header). Returns the payload of an accepted Data/DataAck packet,
     /// borrowed from `bytes`.
-    pub fn handle_datagram<'a>(&mut self, now: Instant, bytes: &'a [u8]) -> Option<&'a [u8]> {
+    pub fn handle_datagram<'a>(&mut self, now: Time, bytes: &'a [u8]) -> Option<&'a [u8]> {
         self.handle_datagram_ecn(now, bytes, false)
     }
 
     /// As [`Connection::handle_datagram`], with the IP header's ECN CE mark.
     pub fn handle_datagram_ecn<'a>(
         &mut self,
-        now: Instant,
+        now: Time,
         bytes: &'a [u8],
         ecn_ce: bool,
     ) -> Option<&'a [u8]> {
@@ -670,7 +672,7 @@ impl Connection {
         Ok(())
     }
 
-    fn on_listen(&mut self, now: Instant, h: &Header, options: &[u8]) {
+    fn on_listen(&mut self, now: Time, h: &Header, options: &[u8]) {
         let Body::Request { service } = h.body else {
             if h.body.packet_type() != PacketType::Reset {
                 self.cfg.remote_port = h.src_port;
@@ -694,7 +696,7 @@ impl Connection {
         self.give_up_at = Some(now + self.cfg.give_up);
     }
 
-    fn on_request_state(&mut self, now: Instant, h: &Header, options: &[u8]) {
+    fn on_request_state(&mut self, now: Time, h: &Header, options: &[u8]) {
         // Sec. 8.5 step 5: only a Response or Reset acknowledging one of
         // our Requests counts.
         let ack_ok = h
@@ -739,7 +741,7 @@ impl Connection {
     }
 
     /// Creates the CCIDs the negotiation chose and reports the connection.
-    fn open(&mut self, now: Instant) {
+    fn open(&mut self, now: Time) {
         let tx_ccid = self.neg.value(Feature::Ccid, Loc::Local) as u8;
         let rx_ccid = self.neg.value(Feature::Ccid, Loc::Remote) as u8;
         self.seqs.w_remote = self.neg.value(Feature::SequenceWindow, Loc::Remote);
@@ -755,7 +757,7 @@ impl Connection {
     }
 
     /// Writes the next packet to send into `buf` and returns its length.
-    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    pub fn poll_transmit(&mut self, now: Time, buf: &mut [u8]) -> Option<usize> {
         let gsr = self.seqs.gsr;
         if let Some((code, ack)) = self.owed.reset.take() {
             let seq = self.seqs.next_seq();
@@ -820,13 +822,13 @@ impl Connection {
         self.emit(now, buf, seq, body)
     }
 
-    fn data_allowed(&self, now: Instant) -> bool {
+    fn data_allowed(&self, now: Time) -> bool {
         matches!(self.state, State::Open | State::PartOpen)
             && !self.queue.is_empty()
             && self.tx.as_ref().is_some_and(|t| t.can_send(now))
     }
 
-    fn emit_data(&mut self, now: Instant, buf: &mut [u8], seq: Seq, gsr: Seq) -> Option<usize> {
+    fn emit_data(&mut self, now: Time, buf: &mut [u8], seq: Seq, gsr: Seq) -> Option<usize> {
         let ccval = self.tx.as_mut().map_or(0, |t| t.ccval(now));
         let h = Header {
             src_port: self.cfg.local_port,
@@ -862,7 +864,7 @@ impl Connection {
     /// when an acknowledgement is due.
     fn common_options(
         &mut self,
-        now: Instant,
+        now: Time,
         w: &mut PacketWriter<'_>,
         seq: Seq,
         ack: Seq,
@@ -881,7 +883,7 @@ impl Connection {
         Some(())
     }
 
-    fn emit(&mut self, now: Instant, buf: &mut [u8], seq: Seq, body: Body) -> Option<usize> {
+    fn emit(&mut self, now: Time, buf: &mut [u8], seq: Seq, body: Body) -> Option<usize> {
         let h = Header {
             src_port: self.cfg.local_port,
             dst_port: self.cfg.remote_port,
@@ -914,7 +916,7 @@ mod tests {
     const SVC: u32 = 42;
 
     fn pair(ccid: u8, server_ccids: Vec<u8>, services: Vec<u32>) -> Net {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut sc = Config::server(5001, services);
         sc.supported_ccids = server_ccids;
         Net::new(
@@ -1046,7 +1048,7 @@ mod tests {
 
     #[test]
     fn a_mandatory_unknown_option_resets_the_request() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut server = Connection::listen(Config::server(5001, vec![SVC]));
         let h = Header {
             src_port: 40000,

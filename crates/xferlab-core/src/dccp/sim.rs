@@ -3,7 +3,9 @@
 //! deterministic random loss; and the end-to-end transfer tests on it.
 
 use std::collections::BinaryHeap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::conn::{Connection, Event};
 
@@ -31,7 +33,7 @@ impl Path {
 }
 
 struct Flight {
-    at: Instant,
+    at: Time,
     n: u64,
     to_b: bool,
     bytes: Vec<u8>,
@@ -67,14 +69,14 @@ pub(crate) struct LinkStats {
 pub(crate) struct Net {
     pub a: Connection,
     pub b: Connection,
-    pub now: Instant,
+    pub now: Time,
     pub ab: Path,
     pub ba: Path,
     heap: BinaryHeap<Flight>,
     n: u64,
     rng: u64,
     /// When each direction's bottleneck is free again, and its backlog.
-    busy_until: [Instant; 2],
+    busy_until: [Time; 2],
     pub stats: LinkStats,
     /// Drop the next k packets from a to b / b to a (scripted loss).
     pub drop_next: [u32; 2],
@@ -83,7 +85,7 @@ pub(crate) struct Net {
 }
 
 impl Net {
-    pub fn new(now: Instant, a: Connection, b: Connection, ab: Path, ba: Path) -> Self {
+    pub fn new(now: Time, a: Connection, b: Connection, ab: Path, ba: Path) -> Self {
         Net {
             a,
             b,
@@ -181,7 +183,7 @@ impl Net {
     /// Advances to the next arrival or deadline and handles it; calls
     /// `on_data(to_b, payload)` for payloads delivered. False when nothing
     /// is left to happen before `limit`.
-    pub fn step(&mut self, limit: Instant, on_data: &mut dyn FnMut(bool, &[u8])) -> bool {
+    pub fn step(&mut self, limit: Time, on_data: &mut dyn FnMut(bool, &[u8])) -> bool {
         self.flush();
         let next = [
             self.heap.peek().map(|f| f.at),
@@ -241,7 +243,7 @@ mod tests {
     }
 
     fn transfer_with(ccid: u8, n: u64, size: usize, ab: Path, ba: Path, window: u64) -> Outcome {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut cc = Config::client(40000, 5001, SERVICE, ccid);
         cc.seq_window = window;
         cc.mss = size + 40;

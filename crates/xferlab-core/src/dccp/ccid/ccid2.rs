@@ -4,7 +4,9 @@
 //! Ack Ratio data packets with an Ack Vector.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::{Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
 use crate::dccp::ackvec::{RecvHistory, Runs, State};
@@ -25,7 +27,7 @@ const MAX_RTO: Duration = Duration::from_secs(60);
 #[derive(Clone, Copy, Debug)]
 struct Sent {
     seq: Seq,
-    at: Instant,
+    at: Time,
     acked: bool,
 }
 
@@ -48,7 +50,7 @@ pub struct Ccid2Tx {
     srtt: Option<Duration>,
     rttvar: Duration,
     rto: Duration,
-    rto_at: Option<Instant>,
+    rto_at: Option<Time>,
     /// Counts for tests and results.
     pub losses: u64,
     pub ecn_marks: u64,
@@ -135,7 +137,7 @@ impl Ccid2Tx {
 }
 
 impl CcidTx for Ccid2Tx {
-    fn on_packet_sent(&mut self, now: Instant, seq: Seq, _bytes: usize, data: bool) {
+    fn on_packet_sent(&mut self, now: Time, seq: Seq, _bytes: usize, data: bool) {
         if !data {
             return;
         }
@@ -151,7 +153,7 @@ impl CcidTx for Ccid2Tx {
         }
     }
 
-    fn on_ack(&mut self, now: Instant, fb: &Feedback<'_>) {
+    fn on_ack(&mut self, now: Time, fb: &Feedback<'_>) {
         let mut progress = false;
         for o in Options::new(fb.options).flatten() {
             let (Opt::AckVector { cells, .. }, _) = o else {
@@ -223,7 +225,7 @@ impl CcidTx for Ccid2Tx {
         }
     }
 
-    fn on_timeout(&mut self, now: Instant) {
+    fn on_timeout(&mut self, now: Time) {
         if self.rto_at.is_none_or(|t| now < t) {
             return;
         }
@@ -244,19 +246,19 @@ impl CcidTx for Ccid2Tx {
         self.rto_at = None;
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Time> {
         self.rto_at
     }
 
-    fn can_send(&self, _now: Instant) -> bool {
+    fn can_send(&self, _now: Time) -> bool {
         self.pipe < self.cwnd
     }
 
-    fn next_send_time(&self) -> Option<Instant> {
+    fn next_send_time(&self) -> Option<Time> {
         None
     }
 
-    fn ccval(&mut self, _now: Instant) -> u8 {
+    fn ccval(&mut self, _now: Time) -> u8 {
         0
     }
 
@@ -284,7 +286,7 @@ pub struct Ccid2Rx {
     history: RecvHistory,
     ack_ratio: u64,
     unacked: u64,
-    first_unacked_at: Option<Instant>,
+    first_unacked_at: Option<Time>,
     /// (our ack packet, the newest packet its Ack Vector described).
     sent_acks: VecDeque<(Seq, Seq)>,
 }
@@ -304,7 +306,7 @@ impl Ccid2Rx {
 }
 
 impl CcidRx for Ccid2Rx {
-    fn on_packet(&mut self, now: Instant, a: &Arrival) {
+    fn on_packet(&mut self, now: Time, a: &Arrival) {
         self.history.record(a.seq, a.ecn_ce);
         if a.data {
             self.unacked += 1;
@@ -330,20 +332,20 @@ impl CcidRx for Ccid2Rx {
         }
     }
 
-    fn ack_due(&self, now: Instant) -> bool {
+    fn ack_due(&self, now: Time) -> bool {
         self.unacked >= self.ack_ratio
             || self
                 .first_unacked_at
                 .is_some_and(|t| now.saturating_duration_since(t) >= ACK_DELAY)
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Time> {
         self.first_unacked_at.map(|t| t + ACK_DELAY)
     }
 
     fn write_feedback(
         &mut self,
-        _now: Instant,
+        _now: Time,
         our_seq: Seq,
         ack: Seq,
         w: &mut PacketWriter<'_>,
@@ -383,7 +385,7 @@ mod tests {
     }
 
     /// The receiver's real acknowledgement for what it has seen, as bytes.
-    fn ack_bytes(rx: &mut Ccid2Rx, now: Instant, ack: Seq, buf: &mut [u8]) -> usize {
+    fn ack_bytes(rx: &mut Ccid2Rx, now: Time, ack: Seq, buf: &mut [u8]) -> usize {
         let h = Header {
             src_port: 2,
             dst_port: 1,
@@ -402,7 +404,7 @@ mod tests {
     /// the pattern names, acks the rest through a real Ccid2Rx and Ack
     /// Vectors; returns cwnd after each round.
     fn sawtooth(rounds: usize, drop: impl Fn(u64) -> bool) -> (Vec<u64>, Ccid2Tx) {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let rtt = Duration::from_millis(50);
         let mut tx = Ccid2Tx::new(&cfg());
         let mut rx = Ccid2Rx::new(&cfg());
@@ -505,7 +507,7 @@ mod tests {
 
     #[test]
     fn rto_collapses_the_window() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut tx = Ccid2Tx::new(&cfg());
         for s in 1..=3 {
             tx.on_packet_sent(t0, Seq::new(s), 1400, true);

@@ -5,7 +5,9 @@
 //! with Loss Event Rate and Receive Rate options.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::tfrc::{p_for_rate, x_calc, LossIntervals};
 use super::{Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
@@ -30,20 +32,20 @@ pub struct Ccid3Tx {
     p: f64,
     rtt: Option<Duration>,
     /// When X last doubled in slow start (tld).
-    tld: Option<Instant>,
-    nofeedback_at: Instant,
+    tld: Option<Time>,
+    nofeedback_at: Time,
     /// Nominal send time of the next packet.
-    t_nom: Instant,
+    t_nom: Time,
     /// Data packets' send times, for RTT samples from feedback.
-    sent: VecDeque<(Seq, Instant)>,
+    sent: VecDeque<(Seq, Time)>,
     feedback_seen: bool,
     /// CCVal window counter and when it last moved (RFC 4342 sec. 8.1).
     wc: u8,
-    wc_at: Instant,
+    wc_at: Time,
 }
 
 impl Ccid3Tx {
-    pub fn new(now: Instant, cfg: &CcidConfig) -> Self {
+    pub fn new(now: Time, cfg: &CcidConfig) -> Self {
         let s = cfg.mss.max(1) as f64;
         let mut tx = Ccid3Tx {
             s,
@@ -85,7 +87,7 @@ impl Ccid3Tx {
     }
 
     /// Sec. 4.3 step 4 (and 4.4's use of it): the new X from X_recv and p.
-    fn update_x(&mut self, now: Instant) {
+    fn update_x(&mut self, now: Time) {
         let recv_limit = 2.0 * self.x_recv;
         let floor = self.s / T_MBI;
         let r = self.rtt.unwrap_or(Duration::from_secs(1));
@@ -104,7 +106,7 @@ impl Ccid3Tx {
 }
 
 impl CcidTx for Ccid3Tx {
-    fn on_packet_sent(&mut self, now: Instant, seq: Seq, _bytes: usize, data: bool) {
+    fn on_packet_sent(&mut self, now: Time, seq: Seq, _bytes: usize, data: bool) {
         if !data {
             return;
         }
@@ -120,7 +122,7 @@ impl CcidTx for Ccid3Tx {
         }
     }
 
-    fn on_ack(&mut self, now: Instant, fb: &Feedback<'_>) {
+    fn on_ack(&mut self, now: Time, fb: &Feedback<'_>) {
         let (mut rate, mut ler, mut elapsed) = (None, None, Duration::ZERO);
         for o in Options::new(fb.options).flatten() {
             match o.0 {
@@ -164,7 +166,7 @@ impl CcidTx for Ccid3Tx {
         self.nofeedback_at = now + self.rto();
     }
 
-    fn on_timeout(&mut self, now: Instant) {
+    fn on_timeout(&mut self, now: Time) {
         if now < self.nofeedback_at {
             return;
         }
@@ -193,16 +195,16 @@ impl CcidTx for Ccid3Tx {
         self.nofeedback_at = now + self.rto();
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Time> {
         Some(self.nofeedback_at)
     }
 
-    fn can_send(&self, now: Instant) -> bool {
+    fn can_send(&self, now: Time) -> bool {
         // Send up to half an interval early (sec. 4.6's delta).
         now + self.t_ipi() / 2 >= self.t_nom
     }
 
-    fn next_send_time(&self) -> Option<Instant> {
+    fn next_send_time(&self) -> Option<Time> {
         Some(
             self.t_nom
                 .checked_sub(self.t_ipi() / 2)
@@ -210,7 +212,7 @@ impl CcidTx for Ccid3Tx {
         )
     }
 
-    fn ccval(&mut self, now: Instant) -> u8 {
+    fn ccval(&mut self, now: Time) -> u8 {
         if let Some(r) = self.rtt {
             let quarter = (r / 4).max(Duration::from_micros(1));
             let q =
@@ -242,15 +244,15 @@ pub struct Ccid3Rx {
     /// Highest data sequence number seen.
     last_data: Option<Seq>,
     /// Start of the current loss event: its CCVal and time.
-    event: Option<(u8, Instant)>,
+    event: Option<(u8, Time)>,
     /// Arrival of the first packet with each window counter value, for
     /// the receiver's RTT estimate (RFC 4342 sec. 8.1).
-    wc_seen: [Option<Instant>; 16],
+    wc_seen: [Option<Time>; 16],
     last_wc: Option<u8>,
     rtt: Duration,
     bytes_since: u64,
-    last_feedback: Option<Instant>,
-    last_arrival: Option<Instant>,
+    last_feedback: Option<Time>,
+    last_arrival: Option<Time>,
     /// X_recv over the previous feedback interval, for the first loss.
     x_recv: f64,
     loss_pending: bool,
@@ -258,7 +260,7 @@ pub struct Ccid3Rx {
 }
 
 impl Ccid3Rx {
-    pub fn new(_now: Instant, cfg: &CcidConfig) -> Self {
+    pub fn new(_now: Time, cfg: &CcidConfig) -> Self {
         Ccid3Rx {
             s: cfg.mss.max(1) as f64,
             intervals: LossIntervals::default(),
@@ -281,7 +283,7 @@ impl Ccid3Rx {
         self.intervals.p()
     }
 
-    fn track_rtt(&mut self, now: Instant, wc: u8) {
+    fn track_rtt(&mut self, now: Time, wc: u8) {
         match self.last_wc {
             Some(prev) if prev == wc => return,
             Some(prev) => {
@@ -304,7 +306,7 @@ impl Ccid3Rx {
 }
 
 impl CcidRx for Ccid3Rx {
-    fn on_packet(&mut self, now: Instant, a: &Arrival) {
+    fn on_packet(&mut self, now: Time, a: &Arrival) {
         if !a.data {
             return;
         }
@@ -359,7 +361,7 @@ impl CcidRx for Ccid3Rx {
 
     fn on_peer_ack(&mut self, _ack: Seq) {}
 
-    fn ack_due(&self, now: Instant) -> bool {
+    fn ack_due(&self, now: Time) -> bool {
         self.loss_pending
             || (self.data_since
                 && self
@@ -367,7 +369,7 @@ impl CcidRx for Ccid3Rx {
                     .is_none_or(|t| now.saturating_duration_since(t) >= self.rtt))
     }
 
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Time> {
         if !self.data_since && !self.loss_pending {
             return None;
         }
@@ -379,7 +381,7 @@ impl CcidRx for Ccid3Rx {
 
     fn write_feedback(
         &mut self,
-        now: Instant,
+        now: Time,
         _our_seq: Seq,
         _ack: Seq,
         w: &mut PacketWriter<'_>,
@@ -429,7 +431,7 @@ mod tests {
     }
 
     /// A real feedback packet: the options a receiver writes.
-    fn feedback(tx: &mut Ccid3Tx, now: Instant, ack: u64, ler: u32, rate: u32) {
+    fn feedback(tx: &mut Ccid3Tx, now: Time, ack: u64, ler: u32, rate: u32) {
         let h = Header {
             src_port: 2,
             dst_port: 1,
@@ -465,7 +467,7 @@ mod tests {
     #[test]
     fn the_rate_is_rfc_5348s_equation_for_p_and_rtt() {
         for (p_inv, rtt_ms) in [(100u32, 100u64), (1000, 94), (20, 10)] {
-            let t0 = crate::test_clock::origin();
+            let t0 = Time::ZERO;
             let mut tx = Ccid3Tx::new(t0, &cfg(None));
             tx.on_packet_sent(t0, Seq::new(1), 1400, true);
             let now = t0 + MS * rtt_ms as u32;
@@ -481,7 +483,7 @@ mod tests {
             assert!((t_ipi.as_secs_f64() - 1400.0 / want).abs() < 1e-6);
         }
         // The receiver's rate caps it: X <= 2 X_recv.
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut tx = Ccid3Tx::new(t0, &cfg(None));
         tx.on_packet_sent(t0, Seq::new(1), 1400, true);
         feedback(&mut tx, t0 + 100 * MS, 1, 100, 10_000);
@@ -490,7 +492,7 @@ mod tests {
 
     #[test]
     fn slow_start_doubles_once_per_rtt() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let rtt = 50 * MS;
         let mut tx = Ccid3Tx::new(t0, &cfg(Some(rtt)));
         // W_init / R = min(4*1400, max(2800, 4380)) / 50 ms = 87 600 B/s.
@@ -515,7 +517,7 @@ mod tests {
 
     #[test]
     fn the_no_feedback_timer_halves_the_rate() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut tx = Ccid3Tx::new(t0, &cfg(None));
         // Before any feedback: the 2 s timer halves the 1 packet/s start.
         assert_eq!(tx.poll_timeout(), Some(t0 + Duration::from_secs(2)));
@@ -554,7 +556,7 @@ mod tests {
 
     #[test]
     fn pacing_spaces_packets_by_t_ipi() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut tx = Ccid3Tx::new(t0, &cfg(Some(10 * MS)));
         let ipi = Duration::from_secs_f64(1400.0 / x_of_any(&tx));
         assert!(tx.can_send(t0));
@@ -567,7 +569,7 @@ mod tests {
     /// The receiver counts loss events and reports 1/p.
     #[test]
     fn receiver_loss_intervals_and_feedback() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut rx = Ccid3Rx::new(t0, &cfg(Some(100 * MS)));
         let mut seq = 0u64;
         let mut now = t0;

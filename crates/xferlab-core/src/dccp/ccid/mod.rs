@@ -7,7 +7,9 @@ pub mod ccid2;
 pub mod ccid3;
 pub mod tfrc;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::packet::PacketWriter;
 use super::seq::Seq;
@@ -60,36 +62,36 @@ pub enum CcidState {
 /// The sending half of a CCID.
 pub trait CcidTx: Send {
     /// A packet left; `data` says whether it carried application data.
-    fn on_packet_sent(&mut self, now: Instant, seq: Seq, bytes: usize, data: bool);
+    fn on_packet_sent(&mut self, now: Time, seq: Seq, bytes: usize, data: bool);
     /// An acknowledgement (or CCID3 feedback) arrived.
-    fn on_ack(&mut self, now: Instant, fb: &Feedback<'_>);
+    fn on_ack(&mut self, now: Time, fb: &Feedback<'_>);
     /// [`CcidTx::poll_timeout`] passed (RTO, no-feedback timer).
-    fn on_timeout(&mut self, now: Instant);
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn on_timeout(&mut self, now: Time);
+    fn poll_timeout(&self) -> Option<Time>;
     /// Whether a data packet may leave now.
-    fn can_send(&self, now: Instant) -> bool;
+    fn can_send(&self, now: Time) -> bool;
     /// When a data packet may leave without waiting for an ack (a pacing
     /// CCID); `None` for a window CCID that waits for acks.
-    fn next_send_time(&self) -> Option<Instant>;
+    fn next_send_time(&self) -> Option<Time>;
     /// The CCVal header value for the next packet.
-    fn ccval(&mut self, now: Instant) -> u8;
+    fn ccval(&mut self, now: Time) -> u8;
     fn state(&self) -> CcidState;
 }
 
 /// The receiving half of a CCID: decides when acknowledgements go and
 /// what they carry.
 pub trait CcidRx: Send {
-    fn on_packet(&mut self, now: Instant, a: &Arrival);
+    fn on_packet(&mut self, now: Time, a: &Arrival);
     /// The peer acknowledged our packet `ack` (lets Ack Vectors shrink).
     fn on_peer_ack(&mut self, ack: Seq);
     /// Whether an acknowledgement should go now.
-    fn ack_due(&self, now: Instant) -> bool;
-    fn poll_timeout(&self) -> Option<Instant>;
+    fn ack_due(&self, now: Time) -> bool;
+    fn poll_timeout(&self) -> Option<Time>;
     /// Writes the acknowledgement's CCID options; `our_seq` is the
     /// sequence number of the packet carrying them, `ack` its ack number.
     fn write_feedback(
         &mut self,
-        now: Instant,
+        now: Time,
         our_seq: Seq,
         ack: Seq,
         w: &mut PacketWriter<'_>,
@@ -107,7 +109,7 @@ pub struct CcidConfig {
     pub handshake_rtt: Option<Duration>,
 }
 
-pub fn new_tx(ccid: u8, now: Instant, cfg: &CcidConfig) -> Option<Box<dyn CcidTx>> {
+pub fn new_tx(ccid: u8, now: Time, cfg: &CcidConfig) -> Option<Box<dyn CcidTx>> {
     match ccid {
         2 => Some(Box::new(ccid2::Ccid2Tx::new(cfg))),
         3 => Some(Box::new(ccid3::Ccid3Tx::new(now, cfg))),
@@ -115,7 +117,7 @@ pub fn new_tx(ccid: u8, now: Instant, cfg: &CcidConfig) -> Option<Box<dyn CcidTx
     }
 }
 
-pub fn new_rx(ccid: u8, now: Instant, cfg: &CcidConfig) -> Option<Box<dyn CcidRx>> {
+pub fn new_rx(ccid: u8, now: Time, cfg: &CcidConfig) -> Option<Box<dyn CcidRx>> {
     match ccid {
         2 => Some(Box::new(ccid2::Ccid2Rx::new(cfg))),
         3 => Some(Box::new(ccid3::Ccid3Rx::new(now, cfg))),
