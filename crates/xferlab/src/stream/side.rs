@@ -21,6 +21,7 @@ use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
 use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::transport::sizing::StreamSizes;
 use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
 
 /// Which flows a side sends on.
@@ -38,6 +39,7 @@ pub struct ConnectedFlow {
     pub plan: FlowPlan,
     pub socket: FlowSocket,
     pub settings: SocketSettings,
+    sizes: StreamSizes,
     io: &'static dyn TransportIo,
 }
 
@@ -57,11 +59,27 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
-        let settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let cpu = match endpoint {
+            Endpoint::Client => spec.affinity.client,
+            Endpoint::Server => spec.affinity.server,
+        };
+        let sizes = StreamSizes::for_receiver(&spec.knobs, &sys::cache::caches(cpu));
+        if matches!(socket, FlowSocket::Stream(_)) {
+            match role {
+                FlowRole::Sender => settings.send_mode = Some(spec.knobs.send_mode),
+                FlowRole::Receiver => {
+                    settings.read_size = Some(sizes.read_size as u64);
+                    settings.read_size_from = Some(sizes.read_size_from);
+                    settings.rcvlowat = Some(sizes.rcvlowat as u64);
+                }
+            }
+        }
         Ok(ConnectedFlow {
             plan,
             socket,
             settings,
+            sizes,
             io,
         })
     }
@@ -88,6 +106,7 @@ struct RunningFlow {
     io: &'static dyn TransportIo,
     info: FlowStart,
     settings: SocketSettings,
+    sizes: StreamSizes,
     socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
@@ -151,6 +170,7 @@ impl Side {
                 io: c.io,
                 info: c.start_info(endpoint),
                 settings: c.settings,
+                sizes: c.sizes,
                 socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
@@ -207,8 +227,15 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id, wire, cpu, io) =
-                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu, f.io);
+            let (role, quota, id, wire, cpu, io, sizes) = (
+                f.role,
+                f.plan.quota,
+                f.plan.id,
+                self.wire,
+                self.cpu,
+                f.io,
+                f.sizes,
+            );
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -225,6 +252,7 @@ impl Side {
                     shared: &shared,
                     flags: &flags,
                     wire,
+                    sizes,
                 });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
@@ -309,6 +337,7 @@ impl Side {
                     end: FlowEnd::Aborted("flow thread panicked".into()),
                     at: Instant::now(),
                     bytes: f.shared.bytes.load(Ordering::Relaxed),
+                    note: None,
                 });
             }
         }
@@ -407,7 +436,11 @@ impl Side {
                 end: FlowEnd::Aborted("flow thread panicked".into()),
                 at: now,
                 bytes: f.shared.bytes.load(Ordering::Relaxed),
+                note: None,
             });
+            if let Some(note) = &outcome.note {
+                self.warnings.push(format!("flow {}: {note}", f.plan.id));
+            }
             let t = outcome
                 .at
                 .saturating_duration_since(self.start)
@@ -434,9 +467,12 @@ impl Side {
         let (after, more) = sys::counters::snapshot(self.interface.as_deref());
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
+        let mut host = sys::host::host_info();
+        // The caches the sizes were derived from: those of the pinned CPU.
+        host.caches = Some(sys::cache::caches(self.cpu));
         SideReport {
             endpoint: self.endpoint,
-            host: sys::host::host_info(),
+            host,
             embedded: self.embedded,
             duration_s,
             sums: sum_intervals(&flows),

@@ -165,6 +165,7 @@ pub fn send(
         end,
         at,
         bytes: seq * size as u64,
+        note: None,
     }
 }
 
@@ -260,6 +261,7 @@ pub fn receive(
         end,
         at: last_heard,
         bytes,
+        note: None,
     }
 }
 
