@@ -6,9 +6,13 @@ from round to round.  Imported by tcp-vs-iperf3 and udp-vs-iperf3."""
 import os
 import platform
 import re
+import shutil
 import subprocess
+import sys
 
 DEFAULT_IPERF3 = "/usr/bin/iperf3"
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_XFERLAB = os.path.join(REPO_ROOT, "target", "release", "xferlab")
 
 
 class BadTool(Exception):
@@ -22,6 +26,34 @@ def first_line(argv):
         return out.decode("utf-8", "replace").strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError, IndexError):
         return "?"
+
+
+def help_text(path):
+    try:
+        return subprocess.run([path, "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=10).stdout.decode("utf-8", "replace")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def find_xferlab(path):
+    """The xferlab binary: path if given, else the repo's release build
+    (built with cargo when missing)."""
+    if path is not None:
+        if not os.access(path, os.X_OK):
+            raise BadTool("xferlab binary %s is missing or not executable" % path)
+        return path
+    if not os.access(DEFAULT_XFERLAB, os.X_OK):
+        cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+        print("# %s missing: cargo build --release" % DEFAULT_XFERLAB, flush=True)
+        try:
+            rc = subprocess.run([cargo, "build", "--release"], cwd=REPO_ROOT,
+                                stdin=subprocess.DEVNULL, stdout=sys.stderr).returncode
+        except OSError as e:
+            raise BadTool("cannot run cargo to build xferlab: %s" % e)
+        if rc != 0 or not os.access(DEFAULT_XFERLAB, os.X_OK):
+            raise BadTool("cargo build --release failed (exit %d)" % rc)
+    return DEFAULT_XFERLAB
 
 
 class Tool:
