@@ -249,7 +249,10 @@ pub fn receive(
                     };
                     sock.read(&mut buf[..want])
                 }
-                Err(e) => Err(e),
+                // The kernel refuses to map once the peer has closed
+                // (EIO): a plain read gives end of stream or the socket's
+                // real error.
+                Err(_) => sock.read(&mut buf),
             },
             _ => sock.read(&mut buf),
         };
