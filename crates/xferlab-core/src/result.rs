@@ -60,9 +60,10 @@ pub struct HostInfo {
     /// The CPU's model name (/proc/cpuinfo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_model: Option<String>,
-    /// The cache sizes data-path sizes were derived from.
+    /// The cache sizes data-path sizes were derived from (boxed: most
+    /// HostInfo values, e.g. in the control protocol's Welcome, carry none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caches: Option<CacheSizes>,
+    pub caches: Option<Box<CacheSizes>>,
 }
 
 /// Cache sizes of the CPU the data threads start on, in bytes (sysfs);

@@ -469,7 +469,7 @@ impl Side {
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
         let mut host = sys::host::host_info();
         // The caches the sizes were derived from: those of the pinned CPU.
-        host.caches = Some(sys::cache::caches(self.cpu));
+        host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
         SideReport {
             endpoint: self.endpoint,
             host,

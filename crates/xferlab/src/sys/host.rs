@@ -14,7 +14,7 @@ pub fn host_info() -> HostInfo {
         cpus: std::thread::available_parallelism()
             .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         cpu_model: super::cache::cpu_model(),
-        caches: Some(super::cache::caches(None)),
+        caches: Some(Box::new(super::cache::caches(None))),
     }
 }
 
