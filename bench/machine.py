@@ -141,19 +141,23 @@ def kib(n):
 
 
 def xferlab_choice(doc):
-    """What xferlab's receivers chose, from its result, as one line."""
+    """What xferlab's senders and receivers chose, from its result, as one line."""
     out = []
     for side in ("client", "server"):
         s = doc.get(side) or {}
         l2 = ((s.get("host") or {}).get("caches") or {}).get("l2")
-        for f in s.get("flows") or []:
-            sock = f.get("socket") or {}
-            if f.get("role") == "receiver" and sock.get("read_size"):
-                low = sock.get("rcvlowat") or 0
-                out.append("%s receivers read %s per call (%s%s), rcvlowat %s" % (
-                    side, kib(sock["read_size"]), sock.get("read_size_from"),
-                    ", L2 %s" % kib(l2) if l2 else "", kib(low) if low else "off"))
-                break
-            if f.get("role") == "sender" and sock.get("send_mode"):
-                out.append("%s senders: %s" % (side, sock["send_mode"]))
+        flows = s.get("flows") or []
+        recv = next((f["socket"] for f in flows
+                     if f.get("role") == "receiver" and (f.get("socket") or {}).get("read_size")),
+                    None)
+        send = next((f["socket"] for f in flows
+                     if f.get("role") == "sender" and (f.get("socket") or {}).get("send_mode")),
+                    None)
+        if send:
+            out.append("%s senders: %s" % (side, send["send_mode"]))
+        if recv:
+            low = recv.get("rcvlowat") or 0
+            out.append("%s receivers read %s per call (%s%s), rcvlowat %s" % (
+                side, kib(recv["read_size"]), recv.get("read_size_from"),
+                ", L2 %s" % kib(l2) if l2 else "", kib(low) if low else "off"))
     return "; ".join(out) or "nothing recorded"
