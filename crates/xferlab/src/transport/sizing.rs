@@ -32,9 +32,9 @@
 //! | 512K (real) | 128K | 17.9   | 0.22          |
 //! | 4M          | 1M   | 13.3   | 0.34          |
 //!
-//! A small L2 costs calls, not misses; a large one overruns the real L2
-//! and brings the cliff back, as it would on a CPU that has that L2 only
-//! if its L2 really were that large.
+//! Believing in a smaller L2 than the real one costs calls, not misses;
+//! believing in a larger one makes reads overrun the real L2 and brings
+//! the cliff back: the size has to come from the machine that reads.
 
 use xferlab_core::result::{CacheSizes, SizeSource};
 use xferlab_core::spec::Knobs;
