@@ -1,15 +1,17 @@
 //! The client's event loop, for every pattern and both control protocols
-//! (xferlab's own and iperf3's): wait on one channel with one deadline,
-//! feed the control machine, tick the workload, and perform what
-//! [`TestRun`] decides.
+//! (xferlab's own and iperf3's) and for tests without one (USB bulk): wait
+//! on one channel with one deadline, feed the control machine, tick the
+//! workload, and perform what [`TestRun`] decides.
 
+use crate::sys::clock;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
-use xferlab_core::outbox::Machine;
-use xferlab_core::run::{Action, Policy, Progress, TestRun};
+use xferlab_core::outbox::{Machine, NoPeer};
+use xferlab_core::run::{Action, Policy, Progress, Role, TestRun};
 
 use super::{Interrupts, Workload};
 use crate::control::{ControlIo, Wake};
@@ -20,7 +22,7 @@ const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 /// What the loop shares with the role while it handles an event.
 pub struct Cx<'a> {
-    pub now: Instant,
+    pub now: Time,
     pub workload: &'a mut Option<Box<dyn Workload>>,
     pub run: &'a mut TestRun,
     pub reporter: &'a mut dyn Reporter,
@@ -30,7 +32,7 @@ pub struct Cx<'a> {
 
 impl Cx<'_> {
     /// The workload started at `at`: the run's clock starts.
-    pub fn started(&mut self, w: Box<dyn Workload>, at: Instant, planned: Option<Duration>) {
+    pub fn started(&mut self, w: Box<dyn Workload>, at: Time, planned: Option<Duration>) {
         *self.workload = Some(w);
         self.run.start(at, planned);
     }
@@ -49,7 +51,7 @@ pub trait ClientRole {
     /// role's job ([`Cx::started`]).
     fn on_event(&mut self, ev: <Self::Ctl as Machine>::Event, cx: &mut Cx<'_>);
     /// Tells the server the test is over.
-    fn end_peer(&mut self, now: Instant);
+    fn end_peer(&mut self, now: Time);
     /// Gives up, telling the server why.
     fn abort_peer(&mut self, why: &str);
     /// The server's part is complete (its results arrived).
@@ -58,7 +60,7 @@ pub trait ClientRole {
     /// decisions (iperf3: hand over results when asked).
     fn step(&mut self, _cx: &mut Cx<'_>) {}
     /// When `step` must run next.
-    fn deadline(&self, _run: &TestRun) -> Option<Instant> {
+    fn deadline(&self, _run: &TestRun) -> Option<Time> {
         None
     }
 }
@@ -79,23 +81,27 @@ pub fn interruption(duration_s: f64) -> String {
 
 const CUT: &str = "no end of stream within 10 s after the test stopped: flows cut";
 
+/// The connection a client's control machine talks to its peer over, and
+/// the peer's address (for messages).
+pub type Control<'a> = (&'a mut ControlIo, SocketAddr);
+
 /// Runs the client's loop until the run finishes, an error ends it or
-/// the control connection closes.
+/// the control connection closes. `control` is None for a test without
+/// one (see [`drive_alone`]), whose machine sends nothing.
 pub fn drive<R: ClientRole>(
     role: &mut R,
-    io: &mut ControlIo,
+    mut control: Option<Control<'_>>,
     rx: &mpsc::Receiver<Wake>,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
     policy: Policy,
-    server: SocketAddr,
 ) -> Driven {
     let mut run = TestRun::new(policy);
     let mut workload: Option<Box<dyn Workload>> = None;
     let mut error: Option<String> = None;
     let mut finished = false;
     'run: loop {
-        let now = Instant::now();
+        let now = clock::now();
         role.ctl().handle_timeout(now);
         let mut cx = Cx {
             now,
@@ -143,6 +149,9 @@ pub fn drive<R: ClientRole>(
             }
         }
         while let Some(bytes) = role.ctl().poll_transmit() {
+            let Some((io, server)) = control.as_mut() else {
+                unreachable!("a test without a control connection has a machine that sends nothing")
+            };
             if let Err(e) = io.send(&bytes) {
                 error.get_or_insert(format!("lost the control connection to {server}: {e}"));
                 break 'run;
@@ -161,11 +170,11 @@ pub fn drive<R: ClientRole>(
         .flatten()
         .min()
         .map_or(INTERRUPT_POLL, |t| {
-            t.saturating_duration_since(Instant::now())
+            t.saturating_duration_since(clock::now())
                 .min(INTERRUPT_POLL)
         });
         match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => role.ctl().handle_input(Instant::now(), &b),
+            Ok(Wake::Control(b)) => role.ctl().handle_input(clock::now(), &b),
             Ok(Wake::ControlClosed) => role.ctl().handle_eof(),
             // The loop reaps and re-checks on every wake.
             Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -177,4 +186,64 @@ pub fn drive<R: ClientRole>(
         run,
         error,
     }
+}
+
+/// The client's side of a test without a control connection: its workload
+/// starts before the loop, and the loop only keeps the test's time, the
+/// intervals, Ctrl-C and the drain.
+struct Alone {
+    ctl: NoPeer,
+    start: Option<(Box<dyn Workload>, Time, Option<Duration>)>,
+}
+
+impl ClientRole for Alone {
+    type Ctl = NoPeer;
+
+    fn ctl(&mut self) -> &mut NoPeer {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: std::convert::Infallible, _cx: &mut Cx<'_>) {
+        match ev {}
+    }
+
+    fn end_peer(&mut self, _now: Time) {}
+
+    fn abort_peer(&mut self, _why: &str) {}
+
+    fn peer_done(&self) -> bool {
+        true
+    }
+
+    fn step(&mut self, cx: &mut Cx<'_>) {
+        if let Some((w, at, planned)) = self.start.take() {
+            cx.started(w, at, planned);
+        }
+    }
+}
+
+/// Runs `workload`, started at `at` for `planned` (None: until it reaches
+/// its own limit), on the client's loop without a peer: the loop stops it
+/// at the planned end or the first Ctrl-C, and cuts it when it has not
+/// ended `drain` after the stop. Its threads wake the loop through `rx`'s
+/// sender.
+pub fn drive_alone(
+    workload: Box<dyn Workload>,
+    (at, planned): (Time, Option<Duration>),
+    drain: Duration,
+    rx: &mpsc::Receiver<Wake>,
+    reporter: &mut dyn Reporter,
+    interrupts: &Interrupts,
+) -> Driven {
+    let mut role = Alone {
+        ctl: NoPeer::new(),
+        start: Some((workload, at, planned)),
+    };
+    let policy = Policy {
+        role: Role::Client,
+        drain,
+        // No peer to tell.
+        quiesce: Duration::ZERO,
+    };
+    drive(&mut role, None, rx, reporter, interrupts, policy)
 }

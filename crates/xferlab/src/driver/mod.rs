@@ -7,7 +7,8 @@
 //! and the decisions of when to stop, drain, cut or abort, which
 //! [`TestRun`](xferlab_core::run::TestRun) makes on the time passed in.
 //! The loops here only wait, feed and perform: [`client::drive`] for the
-//! client of any protocol, [`session::serve`] for a server session.
+//! client of any protocol, [`client::drive_alone`] for a test without a
+//! peer (USB bulk), [`session::serve`] for a server session.
 //!
 //! # Adding a pattern
 //! 1. The spec and the report in the core (`xferlab_core::spec`, `result`).
@@ -26,7 +27,8 @@ pub mod client;
 pub mod session;
 
 use std::sync::atomic::AtomicU32;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::result::SideReport;
 
@@ -44,17 +46,17 @@ pub const DRAIN: Duration = Duration::from_secs(10);
 pub trait Workload {
     /// Reaps flows that ended and hands the intervals that ended by `now`
     /// to `out` (a server session has none).
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>);
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>);
     /// When `tick` has an interval to report next.
-    fn next_tick(&self) -> Option<Instant>;
+    fn next_tick(&self) -> Option<Time>;
     /// Stops the senders; receivers keep reading what is in flight.
-    fn stop(&mut self, now: Instant);
+    fn stop(&mut self, now: Time);
     /// Ends every flow now; `why` goes into the report's warnings.
     fn abort(&mut self, why: &str);
     /// Ends every flow now, receivers too, keeping what they counted as a
     /// normal end (a stock iperf3 peer ends a test on the control
     /// connection without closing its data connections first).
-    fn cut(&mut self, now: Instant) {
+    fn cut(&mut self, now: Time) {
         self.stop(now);
         self.abort("cut at the end of the test");
     }
@@ -76,5 +78,35 @@ pub trait Workload {
     /// receivers may end once they have it.
     fn peer_sent(&mut self, _sent: &[(u32, u64)]) {}
     /// Waits for the threads and builds this side's report.
-    fn finish(self: Box<Self>) -> SideReport;
+    fn finish(self: Box<Self>) -> Finished;
+}
+
+/// What a workload ends with: this side's report, and what went wrong that
+/// the report cannot say, one actionable line each, for the result's
+/// errors (a USB endpoint that stalled, data that broke the pattern).
+/// Socket workloads have none: a flow's end is in its report.
+pub struct Finished {
+    pub report: SideReport,
+    pub errors: Vec<String>,
+}
+
+impl From<SideReport> for Finished {
+    fn from(report: SideReport) -> Self {
+        Finished {
+            report,
+            errors: Vec::new(),
+        }
+    }
+}
+
+impl Finished {
+    /// The report, the workload's errors folded into `error`: the one
+    /// error line of a test that has a peer (the first error wins, as in
+    /// the loops).
+    pub fn into_report(self, error: &mut Option<String>) -> SideReport {
+        if let Some(e) = self.errors.into_iter().next() {
+            error.get_or_insert(e);
+        }
+        self.report
+    }
 }

@@ -4,10 +4,12 @@
 //! the server closes the data connections, results are totals exchanged
 //! after the test, and UDP streams are opened with a 4-byte handshake.
 
+use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use xferlab_core::time::Time;
 
 use xferlab_core::iperf3::convert::{params_from_spec, results_from_side, side_from_results};
 use xferlab_core::iperf3::wire::{is_udp_connect_reply, UDP_CONNECT_MSG};
@@ -22,7 +24,7 @@ use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
-use crate::driver::{Workload, DRAIN};
+use crate::driver::{Finished, Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{assemble, ClientConfig, Outcome};
@@ -69,7 +71,7 @@ pub fn run(
         counters_64bit: params.udp_counters_64bit,
     });
     let mut role = Iperf3Role {
-        ctl: Iperf3Client::new(Instant::now(), cookie, params),
+        ctl: Iperf3Client::new(clock::now(), cookie, params),
         cfg,
         server,
         cookie,
@@ -91,16 +93,15 @@ pub fn run(
         drain: DRAIN,
         quiesce: END_DRAIN,
     };
-    let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     drop(io);
     let mut error = driven.error;
     let client = match (role.report.take(), driven.workload) {
         (Some(r), _) => r,
         (None, Some(mut w)) if driven.run.started() => {
             w.abort("the test ended early");
-            w.finish()
+            w.finish().into_report(&mut error)
         }
         _ => {
             return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
@@ -150,7 +151,7 @@ struct Iperf3Role<'a> {
     /// The streams, opened and not yet started.
     prepared: Option<Side>,
     report: Option<SideReport>,
-    results_due: Option<Instant>,
+    results_due: Option<Time>,
     peer: Option<Box<Results>>,
     done: bool,
 }
@@ -178,7 +179,7 @@ impl ClientRole for Iperf3Role<'_> {
                         );
                         s.set_datagram_wire(self.wire);
                         self.prepared = Some(s);
-                        self.ctl.streams_open(Instant::now());
+                        self.ctl.streams_open(clock::now());
                     }
                     Err(e) => {
                         self.ctl.abort();
@@ -239,7 +240,7 @@ impl ClientRole for Iperf3Role<'_> {
         }
     }
 
-    fn end_peer(&mut self, now: Instant) {
+    fn end_peer(&mut self, now: Time) {
         self.ctl.end_test(now);
     }
 
@@ -267,7 +268,7 @@ impl ClientRole for Iperf3Role<'_> {
             return;
         }
         let r = match cx.workload.take_if(|w| w.all_done()) {
-            Some(w) => w.finish(),
+            Some(w) => w.finish().into_report(cx.error),
             None if cx.workload.is_none() => match self.prepared.take() {
                 Some(s) => s.finish(),
                 None => return,
@@ -275,14 +276,14 @@ impl ClientRole for Iperf3Role<'_> {
             None => return,
         };
         self.ctl.send_results(
-            Instant::now(),
+            clock::now(),
             &results_from_side(&r, self.cfg.spec.transport),
         );
         self.report = Some(r);
     }
 
-    fn deadline(&self, run: &TestRun) -> Option<Instant> {
-        let quiescing = run.quiescing().then(|| Instant::now() + END_DRAIN_POLL);
+    fn deadline(&self, run: &TestRun) -> Option<Time> {
+        let quiescing = run.quiescing().then(|| clock::now() + END_DRAIN_POLL);
         let due = self.results_due.map(|t| t + RESULTS_DRAIN);
         quiescing.into_iter().chain(due).min()
     }
@@ -296,17 +297,17 @@ struct Iperf3Streams {
 }
 
 impl Workload for Iperf3Streams {
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         Workload::tick(&mut self.side, now, out);
     }
 
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         self.side.next_tick()
     }
 
     /// Receivers keep draining until the server closes the data
     /// connections.
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         self.side.stop(now);
     }
 
@@ -314,7 +315,7 @@ impl Workload for Iperf3Streams {
         self.side.abort(why);
     }
 
-    fn cut(&mut self, now: Instant) {
+    fn cut(&mut self, now: Time) {
         self.side.cut(now);
     }
 
@@ -339,8 +340,8 @@ impl Workload for Iperf3Streams {
             || (self.side.all_of_role_done(FlowRole::Sender) && self.side.unacked_bytes() == 0)
     }
 
-    fn finish(self: Box<Self>) -> SideReport {
-        self.side.finish()
+    fn finish(self: Box<Self>) -> Finished {
+        self.side.finish().into()
     }
 }
 
@@ -405,10 +406,10 @@ fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpS
         .map_err(|e| format!("cannot reach {server} over UDP: {e}"))?;
     sock.send(&UDP_CONNECT_MSG)
         .map_err(|e| format!("cannot send to {server} over UDP: {e}"))?;
-    let deadline = Instant::now() + UDP_HANDSHAKE_TIMEOUT;
+    let deadline = clock::now() + UDP_HANDSHAKE_TIMEOUT;
     let mut buf = vec![0u8; 65_536];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(clock::now());
         if left.is_zero() {
             return Err(format!(
                 "no answer to UDP stream {id}'s handshake from {server} within {} s: is UDP to that port blocked?",

@@ -3,10 +3,12 @@
 //! every flow), the engine threads that answer, and the background
 //! stream flows' data connections, run together as an [`RrWorkload`].
 
+use crate::sys::clock;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::IntervalClock;
@@ -71,7 +73,7 @@ impl SessionPattern for RrSession {
     /// rr flows' connections (TCP RR) or datagrams (UDP RR) as they come.
     fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
         let spec = &self.spec;
-        let rr = spec.rr.clone().ok_or("not an rr test")?;
+        let rr = spec.pattern.rr().cloned().ok_or("not an rr test")?;
         super::raise_nofile_limit();
         let socket = open_socket(spec, &rr, SocketAddr::new(env.local_ip, 0))?;
         let rr_port = match &socket {
@@ -145,7 +147,7 @@ impl SessionPattern for RrSession {
                 rr.request_size,
                 rr.response_size,
                 rr.depth,
-                rr.background,
+                spec.parallel,
             ),
         })
     }
@@ -165,7 +167,7 @@ impl SessionPattern for RrSession {
                 || plan.attached.load(Ordering::Relaxed) == plan.rr.flows)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
         let mut rr_side = self.rr_side.take().ok_or("the rr test was not opened")?;
         let mut background = None;
         if !self.pending.is_empty() {
@@ -183,7 +185,7 @@ impl SessionPattern for RrSession {
             }
             background = Some(b);
         }
-        let now = Instant::now();
+        let now = clock::now();
         rr_side.set_start(now);
         let workload = RrWorkload {
             rr: rr_side,
@@ -234,7 +236,7 @@ fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
 }
 
 fn outcome_line(r: Option<&SideReport>) -> String {
-    let Some(rr) = r.and_then(|r| r.rr.as_ref()) else {
+    let Some(rr) = r.and_then(|r| r.rr()) else {
         return "no local report".into();
     };
     format!(

@@ -3,9 +3,11 @@
 //! the server welcomed the test, runs the one client loop
 //! ([`crate::driver::client::drive`]) and builds the result.
 
+use crate::sys::clock;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
@@ -66,7 +68,7 @@ pub trait ClientPattern {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Instant), String>;
+    ) -> Result<(Box<dyn Workload>, Time), String>;
 }
 
 /// Makes the client side of the pattern a test asks for (the
@@ -119,7 +121,7 @@ impl ClientRole for XferlabClient<'_> {
         }
     }
 
-    fn end_peer(&mut self, now: Instant) {
+    fn end_peer(&mut self, now: Time) {
         self.ctl.stop(now);
     }
 
@@ -162,7 +164,7 @@ pub fn run(
     };
     let pattern = patterns(&env)?;
     let mut role = XferlabClient {
-        ctl: ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone()),
+        ctl: ClientControl::new(clock::now(), crate::software(), cfg.spec.clone()),
         env,
         pattern,
         session: String::new(),
@@ -175,9 +177,8 @@ pub fn run(
         // answered); a stream says so at once.
         quiesce: DRAIN,
     };
-    let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
         return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
@@ -186,7 +187,7 @@ pub fn run(
         workload.abort("the test ended early");
     }
     drop(cpu_guard);
-    let client = workload.finish();
+    let client = workload.finish().into_report(&mut error);
     let XferlabClient {
         mut ctl,
         session,
@@ -249,7 +250,7 @@ pub(crate) fn assemble(
     // An rr test's transaction flows count like stream flows. Failed and
     // timed-out transactions are measurements, not a broken test.
     let rr_completed = |s: &SideReport| {
-        s.rr.as_ref()
+        s.rr()
             .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
     };
     let all_completed = client
@@ -260,10 +261,7 @@ pub(crate) fn assemble(
         && rr_completed(&client)
         && server.as_ref().is_none_or(rr_completed);
     let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
-        || client
-            .rr
-            .as_ref()
-            .is_some_and(|r| r.total.transactions_all > 0);
+        || client.rr().is_some_and(|r| r.total.transactions_all > 0);
     let status = if error.is_none() && server.is_some() && all_completed {
         Status::Ok
     } else if moved {

@@ -7,6 +7,7 @@
 
 pub mod affinity;
 pub mod cache;
+pub mod clock;
 pub mod counters;
 pub mod cpu;
 pub mod host;

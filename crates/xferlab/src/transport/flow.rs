@@ -6,11 +6,13 @@
 //! Sampling (TCP_INFO, intervals) happens on the side's control thread,
 //! which reads the shared counter.
 
+use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::result::FlowEnd;
 use xferlab_core::spec::{RecvMode, SendMode};
@@ -94,7 +96,7 @@ pub struct SideFlags {
 #[derive(Debug)]
 pub struct FlowOutcome {
     pub end: FlowEnd,
-    pub at: Instant,
+    pub at: Time,
     pub bytes: u64,
     /// What the result should say about how the bytes moved (a copy-free
     /// path that copied after all).
@@ -157,7 +159,7 @@ pub fn send(
             Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
         }
     };
-    let at = Instant::now();
+    let at = clock::now();
     if end == FlowEnd::Completed {
         sock.shutdown(Shutdown::Write).ok();
     }
@@ -182,7 +184,7 @@ enum Source {
 fn failed(why: String) -> FlowOutcome {
     FlowOutcome {
         end: FlowEnd::Aborted(why),
-        at: Instant::now(),
+        at: clock::now(),
         bytes: 0,
         note: None,
     }
@@ -280,7 +282,7 @@ pub fn receive(
     };
     FlowOutcome {
         end,
-        at: Instant::now(),
+        at: clock::now(),
         bytes: got,
         note: window.and_then(|_| zerocopy::receive_note(mapped, got)),
     }
@@ -299,7 +301,7 @@ struct WakeThreshold {
     /// window cannot fill.
     cap: usize,
     reads: u32,
-    mark: (Instant, u64),
+    mark: (Time, u64),
 }
 
 fn retry(e: &io::Error) -> bool {
@@ -341,7 +343,7 @@ impl WakeThreshold {
             lowat: 1,
             cap: (rcvbuf / 4).min(max),
             reads: 0,
-            mark: (Instant::now(), 0),
+            mark: (clock::now(), 0),
         }
     }
 
@@ -357,7 +359,7 @@ impl WakeThreshold {
         if !self.reads.is_multiple_of(RETUNE_EVERY) {
             return;
         }
-        let now = Instant::now();
+        let now = clock::now();
         let dt = now.duration_since(self.mark.0);
         if dt < 10 * WAKE_AFTER {
             return;
@@ -376,7 +378,7 @@ impl WakeThreshold {
             return;
         }
         self.reads = 0;
-        self.mark = (Instant::now(), total);
+        self.mark = (clock::now(), total);
         self.set(1);
     }
 

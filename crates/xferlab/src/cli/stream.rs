@@ -1,10 +1,9 @@
-//! The command line. Verbs are the patterns of docs/design.md; flags follow
-//! iperf3's names where the concept is the same.
+//! `xferlab stream`: the flags every network test shares (server, length,
+//! transport, socket knobs, output), and the test spec they make.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 
-use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches, Parser, Subcommand};
+use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use xferlab_core::spec::{
     Affinity, Direction, Knobs, Limit, RecvMode, SendMode, TestSpec, Transport,
 };
@@ -14,187 +13,6 @@ use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
 use crate::net::{Family, DEFAULT_PORT};
 use crate::output::Format;
 
-#[derive(Debug, Parser)]
-#[command(
-    name = "xferlab",
-    version,
-    about = "Measure how fast data really moves through a transport, and why.",
-    long_about = "Measure how fast data really moves through a transport, and why.\n\n\
-        Every test is pattern x transport x knobs -> measurements. With no server named, \
-        a test runs against an in-process server on loopback.",
-    after_help = "Exit status: 0 test ok; 1 test failed or incomplete (partial results are still written); \
-        2 bad usage; 130 interrupted (results so far are written)."
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-    /// Diagnostics on stderr: -v debug (connections, sessions), -vv trace.
-    /// The server's log lines on stdout are printed either way.
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-}
-
-impl Cli {
-    /// Parses a command line without printing or exiting: the error is the
-    /// one line the tool would print (`xferlab run` checks every point of
-    /// a scenario this way before anything runs).
-    pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, String> {
-        Cli::try_parse_from(args).map_err(|e| one_line(&e))
-    }
-
-    /// The checks a verb makes on its values before it runs (ranges,
-    /// combinations), without running anything.
-    pub fn check_values(self) -> Result<(), String> {
-        match &self.command {
-            Command::Stream(a) => a.spec().map(drop),
-            Command::Rr(a) => a.spec().map(drop),
-            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
-            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
-            Command::Lab(a) => {
-                crate::lab::check(a)?;
-                let inner = std::iter::once("xferlab".to_string()).chain(a.command.iter().cloned());
-                Cli::try_parse_from_args(inner)?.check_values()
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// clap's multi-line error, folded into the one line this tool promises:
-/// the message, then its tips after `;`.
-pub fn one_line(e: &clap::Error) -> String {
-    let text = e.render().to_string();
-    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines
-        .next()
-        .unwrap_or("bad usage")
-        .trim_start_matches("error: ");
-    let mut msg = first.to_string();
-    for t in lines.filter_map(|l| l.strip_prefix("tip: ")) {
-        msg.push_str("; ");
-        msg.push_str(t);
-    }
-    msg
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Serve tests from xferlab and stock iperf3 clients, several at once.
-    Server(ServerArgs),
-    /// Bulk transfer: as much data as possible (TCP), or datagrams at a
-    /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
-    Stream(Box<StreamArgs>),
-    /// Constant rate over UDP with a pass/fail verdict: was rate R
-    /// sustained without loss, receive-buffer overruns or late sends? With
-    /// --ladder or --search, the highest sustained rate (max and median of
-    /// --repeat runs).
-    Cbr(Box<CbrArgs>),
-    /// UDPmon-style sweep over UDP: throughput and loss versus datagram
-    /// size (--size) or versus the spacing between datagrams (--spacing).
-    Sweep(Box<SweepArgs>),
-    /// USB bulk throughput: host side through usbfs (`usb bulk`), device
-    /// side as a configfs gadget (`usb gadget`), `usb list`.
-    Usb(crate::usb::cli::UsbArgs),
-    /// Client and server in network namespaces joined by xferlab's own
-    /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
-    /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.
-    Lab(Box<crate::lab::LabArgs>),
-    /// Request/response transactions: TCP RR (persistent connection),
-    /// TCP CRR (a connection per transaction) or UDP RR (with a timeout),
-    /// many flows at once, optionally next to background stream flows.
-    /// Reports transactions per second over time and latency percentiles.
-    Rr(Box<RrArgs>),
-    /// Run an experiment: a scenario file's grid of knob values x repeats,
-    /// each point an ordinary xferlab invocation, stored run by run in an
-    /// SQLite database; ends with its report. Run it again to resume.
-    Run(RunArgs),
-    /// Tables (Markdown, CSV) and plots (SVG, one HTML page) of a stored
-    /// experiment (default: the newest).
-    Report(ReportArgs),
-    /// Did this change help? Per metric, the difference between two runs
-    /// or points with its 95 % confidence interval and Welch's t-test.
-    Compare(CompareArgs),
-    /// The results database: list experiments, show runs, export them as
-    /// CSV, JSON lines or SQL.
-    Db(crate::experiment::db::DbArgs),
-}
-
-/// The results database, for every experiment command.
-#[derive(Debug, Args)]
-pub struct DbPathArg {
-    /// The results database (SQLite).
-    #[arg(long, default_value = "xferlab.db", value_name = "PATH")]
-    pub db: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The scenario (TOML; see scenarios/ and docs/experiments.md).
-    pub scenario: PathBuf,
-    /// The scenario's quick scale (its [quick] section): fewer points,
-    /// repeats and seconds, as CI runs it.
-    #[arg(long)]
-    pub quick: bool,
-    /// List the expanded points and their command lines; run nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Start a new experiment even if this scenario has stored runs.
-    #[arg(long, conflicts_with = "resume_anyway")]
-    pub fresh: bool,
-    /// Resume the stored experiment even though the scenario file changed
-    /// since (points are matched by their knob values).
-    #[arg(long)]
-    pub resume_anyway: bool,
-    /// Where the report goes (default xferlab-reports/NAME-ID).
-    #[arg(long, value_name = "DIR")]
-    pub report_dir: Option<PathBuf>,
-    /// Skip the report at the end.
-    #[arg(long)]
-    pub no_report: bool,
-    #[command(flatten)]
-    pub db: DbPathArg,
-}
-
-#[derive(Debug, Args)]
-pub struct ReportArgs {
-    /// Experiment id or scenario name (default: the newest experiment).
-    pub experiment: Option<String>,
-    /// Output directory (default xferlab-reports/NAME-ID).
-    #[arg(short = 'o', long = "output", value_name = "DIR")]
-    pub output: Option<PathBuf>,
-    #[command(flatten)]
-    pub db: DbPathArg,
-}
-
-#[derive(Debug, Args)]
-pub struct CompareArgs {
-    /// A run (`run:N`) or a point with all its repeats (`EXPERIMENT/POINT`,
-    /// e.g. `udpmon/3` or `4/3`; POINT numbered as in --dry-run).
-    pub a: String,
-    /// The other run or point.
-    pub b: String,
-    /// Only these metrics (repeatable).
-    #[arg(short = 'm', long = "metric", value_name = "NAME")]
-    pub metrics: Vec<String>,
-    /// JSON instead of a table.
-    #[arg(short = 'J', long = "json")]
-    pub json: bool,
-    #[command(flatten)]
-    pub db: DbPathArg,
-}
-
-/// `--mode` values of `xferlab rr`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RrModeArg {
-    /// Persistent TCP connection per flow (netperf TCP_RR).
-    TcpRr,
-    /// New TCP connection per transaction: connect, request, response,
-    /// close (netperf TCP_CRR).
-    TcpCrr,
-    /// One datagram each way with a sequence number; lost ones time out.
-    UdpRr,
-}
-
 /// `-Z/--zerocopy` values: how a TCP sender avoids copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ZerocopyArg {
@@ -202,278 +20,6 @@ pub enum ZerocopyArg {
     Sendfile,
     /// send(MSG_ZEROCOPY) from the pattern buffer.
     Msg,
-}
-
-/// `--wait` values of `xferlab rr`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum RrWaitArg {
-    /// As `read` when both ends are pinned to one CPU over loopback
-    /// (-A N,N), where that is cheapest; as `epoll` otherwise.
-    Auto,
-    /// Sleep in epoll_wait(), then read: how event-driven applications
-    /// wait, the same for one flow and for thousands.
-    Epoll,
-    /// One ping-pong TCP flow per thread sleeps in read() itself, as
-    /// netperf, sockperf and iperf2 do: a system call less per
-    /// transaction, faster when both ends share a CPU, slower when a
-    /// wake-up crosses CPUs (the woken reader waits for the socket lock).
-    Read,
-    /// Busy-poll: spin on the socket (or on epoll) instead of sleeping;
-    /// lower latency and more transactions per second for a busy CPU.
-    Spin,
-}
-
-#[derive(Debug, Args)]
-pub struct RrArgs {
-    #[command(flatten)]
-    pub stream: StreamArgs,
-    /// How a transaction is carried.
-    #[arg(long, value_enum, default_value_t = RrModeArg::TcpRr)]
-    pub mode: RrModeArg,
-    /// Bytes per request (K/M suffixes). UDP datagrams are at least 16
-    /// bytes (sequence number and flow id).
-    #[arg(short = 'r', long = "request-size", value_parser = parse_size, default_value = "1", value_name = "SIZE")]
-    pub request_size: u64,
-    /// Bytes per response.
-    #[arg(short = 's', long = "response-size", value_parser = parse_size, default_value = "1", value_name = "SIZE")]
-    pub response_size: u64,
-    /// Transactions outstanding per flow (1 = ping-pong; more = pipelined).
-    #[arg(
-        long,
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        value_name = "N"
-    )]
-    pub depth: i64,
-    /// Request/response flows, spread over a few event-driven threads.
-    #[arg(
-        short = 'F',
-        long = "flows",
-        default_value_t = 1,
-        allow_negative_numbers = true,
-        value_name = "N"
-    )]
-    pub flows: i64,
-    /// A transaction without its response after this long counts as timed
-    /// out and the flow moves on (udp-rr, tcp-crr).
-    #[arg(long, default_value = "1", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION")]
-    pub timeout: f64,
-    /// Long-lived TCP stream flows running at the same time, reported as
-    /// their own group. The client sends them; with -R the server does,
-    /// with --bidir both (K each way).
-    #[arg(
-        long,
-        default_value_t = 0,
-        allow_negative_numbers = true,
-        value_name = "K"
-    )]
-    pub background: i64,
-    /// Diagnostic (udp-rr): the server leaves the Nth request of every
-    /// flow unanswered, to show a loss is timed out and the flow goes on.
-    #[arg(long = "drop-request", value_name = "N")]
-    pub drop_request: Option<u64>,
-    /// How both ends wait for the peer's next message. Part of what is
-    /// measured: on loopback a thread's wake-up is most of a
-    /// transaction's cost.
-    #[arg(long, value_enum, default_value_t = RrWaitArg::Auto, value_name = "HOW")]
-    pub wait: RrWaitArg,
-}
-
-impl RrArgs {
-    /// The rr test this command line asks for, validated.
-    pub fn spec(&self) -> Result<TestSpec, String> {
-        use xferlab_core::rr::{RrMode, RrSpec, RrWait};
-        use xferlab_core::spec::Pattern;
-        let a = &self.stream;
-        let stream_only = [
-            (
-                a.parallel != 1,
-                "-P/--parallel (rr uses -F/--flows and --background)",
-            ),
-            (
-                (a.reverse || a.bidir) && self.background == 0,
-                "-R/--bidir without --background",
-            ),
-            (
-                a.transport.0 == Some(Transport::Udp),
-                "-u/--udp (use --mode udp-rr)",
-            ),
-            (a.bitrate.is_some(), "-b/--bitrate"),
-            (a.batch.is_some(), "--batch"),
-            (a.gso, "--gso"),
-            (a.bytes.is_some(), "-n/--bytes (rr runs for a time, -t)"),
-            (a.skip_rx_copy, "--skip-rx-copy"),
-            (a.rx_zerocopy, "--rx-zerocopy"),
-            (a.zerocopy.is_some(), "-Z/--zerocopy"),
-            (a.read_size.is_some(), "--read-size"),
-            (a.rcvlowat.is_some(), "--rcvlowat"),
-            (a.dont_fragment, "--dont-fragment"),
-        ];
-        if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {
-            return Err(format!(
-                "{flag} is a stream option; see `xferlab rr --help`"
-            ));
-        }
-        if let Some(t) = a.transport.0 {
-            return Err(format!(
-                "{} is a stream option: rr runs over TCP, or UDP with --mode udp-rr",
-                TransportArg::name(t)
-            ));
-        }
-        let int = |flag: &str, v: i64| {
-            u32::try_from(v).map_err(|_| format!("{flag} must be a positive number (got {v})"))
-        };
-        let mode = match self.mode {
-            RrModeArg::TcpRr => RrMode::TcpRr,
-            RrModeArg::TcpCrr => RrMode::TcpCrr,
-            RrModeArg::UdpRr => RrMode::UdpRr,
-        };
-        let background = int("--background", self.background)?;
-        let mut spec = a.spec_with(false, 10.0)?;
-        spec.pattern = Pattern::Rr;
-        spec.transport = mode.transport();
-        spec.parallel = background;
-        spec.rr = Some(RrSpec {
-            mode,
-            request_size: self.request_size,
-            response_size: self.response_size,
-            depth: int("--depth", self.depth)?,
-            flows: int("-F/--flows", self.flows)?,
-            timeout_s: self.timeout,
-            background,
-            drop_request: self.drop_request,
-            wait: match self.wait {
-                RrWaitArg::Auto => RrWait::Auto,
-                RrWaitArg::Epoll => RrWait::Epoll,
-                RrWaitArg::Read => RrWait::Read,
-                RrWaitArg::Spin => RrWait::Spin,
-            },
-        });
-        spec.validate().map_err(|e| e.to_string())?;
-        Ok(spec)
-    }
-}
-
-#[derive(Debug, Args)]
-pub struct CbrArgs {
-    #[command(flatten)]
-    pub stream: StreamArgs,
-    /// Rates to try in ascending order, comma separated (e.g.
-    /// 128M,146.4M,170.4M); the series stops at the first one not
-    /// sustained.
-    #[arg(long, value_delimiter = ',', value_parser = parse_rate, value_name = "RATES", conflicts_with = "search")]
-    pub ladder: Vec<u64>,
-    /// Bisect between LOW:HIGH[:RESOLUTION] (bit/s, k/M/G suffixes;
-    /// default resolution 1 % of HIGH).
-    #[arg(long, value_name = "LOW:HIGH[:RES]")]
-    pub search: Option<String>,
-    /// Runs of the whole ladder or search; max and median are reported.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub repeat: u32,
-    /// Largest datagram loss, in percent, still counted as sustained.
-    #[arg(long, default_value_t = 0.0, value_name = "PERCENT")]
-    pub max_loss: f64,
-    /// Largest number of receive-buffer overruns (host drops) allowed.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub max_host_drops: u64,
-    /// Largest share, in percent, of datagrams sent more than 1 ms late
-    /// (sender underruns) allowed.
-    #[arg(long, default_value_t = 0.0, value_name = "PERCENT")]
-    pub max_late: f64,
-}
-
-#[derive(Debug, Args)]
-pub struct SweepArgs {
-    #[command(flatten)]
-    pub stream: StreamArgs,
-    /// Datagram sizes FROM:TO:STEP in bytes, at the -b rate.
-    #[arg(
-        long = "size",
-        value_name = "FROM:TO:STEP",
-        conflicts_with = "spacing",
-        required_unless_present = "spacing"
-    )]
-    pub sizes: Option<String>,
-    /// Microseconds between datagrams FROM:TO:STEP (0 = back to back), at
-    /// the -l size.
-    #[arg(long, value_name = "FROM:TO:STEP")]
-    pub spacing: Option<String>,
-}
-
-/// The rate that spaces datagrams of `size` bytes `us` microseconds apart
-/// (None: back to back), as `sweep --spacing` computes it.
-pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
-    if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
-        return Err(format!(
-            "--gap is microseconds between datagrams, 0 to 10000000 (got {us})"
-        ));
-    }
-    Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
-}
-
-/// Parses `FROM:TO:STEP` into the values from FROM up to TO inclusive.
-pub fn parse_steps(
-    flag: &str,
-    s: &str,
-    parse: impl Fn(&str) -> Result<f64, String>,
-) -> Result<Vec<f64>, String> {
-    let help = || format!("{flag} takes FROM:TO:STEP with FROM <= TO and STEP > 0 (got '{s}')");
-    let parts: Vec<&str> = s.split(':').collect();
-    let [from, to, step] = parts[..] else {
-        return Err(help());
-    };
-    let (from, to, step) = (parse(from)?, parse(to)?, parse(step)?);
-    if !(from <= to && step > 0.0 && from >= 0.0) {
-        return Err(help());
-    }
-    let n = ((to - from) / step + 1e-9).floor() as usize + 1;
-    if n > 1000 {
-        return Err(format!("{flag}: {n} points is too many (at most 1000)"));
-    }
-    Ok((0..n).map(|i| from + i as f64 * step).collect())
-}
-
-/// Parses `LOW:HIGH[:RES]` rates for `--search`.
-pub fn parse_search(s: &str) -> Result<(u64, u64, u64), String> {
-    let help = || format!("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{s}')");
-    let parts: Vec<&str> = s.split(':').collect();
-    let rate = |r| parse_rate(r).map_err(|e| e.to_string());
-    let (low, high, res) = match parts[..] {
-        [l, h] => (rate(l)?, rate(h)?, None),
-        [l, h, r] => (rate(l)?, rate(h)?, Some(rate(r)?)),
-        _ => return Err(help()),
-    };
-    if low >= high {
-        return Err(help());
-    }
-    Ok((low, high, res.unwrap_or((high / 100).max(1))))
-}
-
-#[derive(Debug, Args)]
-pub struct ServerArgs {
-    /// Port to listen on.
-    #[arg(short, long, default_value_t = DEFAULT_PORT)]
-    pub port: u16,
-    /// A second port, for stock iperf3 clients, or `off`. Both ports serve
-    /// both protocols (recognised by a connection's first bytes).
-    #[arg(long, default_value = "5201", value_parser = parse_port_or_off, value_name = "PORT|off")]
-    pub iperf3_port: PortOrOff,
-    /// Listen on this address only (default: every IPv6 and IPv4 address).
-    #[arg(short = 'B', long = "bind", value_name = "ADDR")]
-    pub bind: Option<IpAddr>,
-    /// Longest test accepted, warm-up included (seconds or 10m, 1h).
-    #[arg(long, default_value = "1h", value_parser = parse_seconds, value_name = "DURATION")]
-    pub max_duration: f64,
-    /// Tests served at the same time; more are refused as busy.
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub max_sessions: usize,
-    /// Exit after serving one test.
-    #[arg(short = '1', long)]
-    pub one_off: bool,
-    /// Pin the data threads of every test to CPU N, unless the client
-    /// asks for another (its -A n,m).
-    #[arg(short = 'A', long, value_name = "N")]
-    pub affinity: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -874,11 +420,23 @@ impl Args for TransportArg {
     }
 }
 
-/// TCP bytes per write (see `-l`). Not derived from the cache like the
-/// read size: the sender copies into fresh socket pages, whose misses cost
-/// the same whatever the source's size. Sender CPU s/GB on loopback here
-/// (AMD EPYC, 512 KiB L2), medians of 3: 0.105 at 128K, 0.100 at 256K,
-/// 0.104 at 1M; the larger write just makes 8x fewer calls.
+/// The rate that spaces datagrams of `size` bytes `us` microseconds apart
+/// (None: back to back), as `sweep --spacing` computes it.
+pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
+    if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
+        return Err(format!(
+            "--gap is microseconds between datagrams, 0 to 10000000 (got {us})"
+        ));
+    }
+    Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
+}
+
+/// TCP bytes per write (see `-l`).
+/// Not derived from the cache like the read size: the sender copies into
+/// fresh socket pages, whose misses cost the same whatever the source's
+/// size. Sender CPU s/GB on loopback here (AMD EPYC, 512 KiB L2), medians
+/// of 3: 0.105 at 128K, 0.100 at 256K, 0.104 at 1M; the larger write just
+/// makes 8x fewer calls.
 const DEFAULT_TCP_SIZE: u64 = 1 << 20;
 /// UDP datagram size: fits an Ethernet MTU over IPv4 and IPv6 with room
 /// for a tunnel header.
@@ -892,10 +450,6 @@ const DEFAULT_UDP_BATCH: u32 = 32;
 
 /// `iperf3://HOST[:PORT]` names a stock iperf3 server.
 const IPERF3_SCHEME: &str = "iperf3://";
-
-/// A port, or `off` for none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PortOrOff(pub Option<u16>);
 
 /// `N` or `N,M` (iperf3's -A): this side's CPU, and the server's.
 fn parse_affinity(s: &str) -> Result<Affinity, String> {
@@ -914,15 +468,6 @@ fn parse_affinity(s: &str) -> Result<Affinity, String> {
             server: Some(cpu(m)?),
         },
     })
-}
-
-fn parse_port_or_off(s: &str) -> Result<PortOrOff, String> {
-    if s.eq_ignore_ascii_case("off") {
-        return Ok(PortOrOff(None));
-    }
-    s.parse::<u16>()
-        .map(|p| PortOrOff(Some(p)))
-        .map_err(|_| format!("'{s}' is not a port: use 0-65535 or off"))
 }
 
 fn parse_tos(s: &str) -> Result<u8, String> {
@@ -969,6 +514,8 @@ fn parse_dscp(s: &str) -> Result<u8, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
 
     fn parse(args: &[&str]) -> Result<TestSpec, String> {
         let mut all = vec!["xferlab", "stream"];
@@ -978,19 +525,6 @@ mod tests {
             unreachable!()
         };
         s.spec()
-    }
-
-    /// clap's own consistency checks over every verb: the global `-v`
-    /// must not collide with any verb's short flags.
-    #[test]
-    fn the_command_tree_is_consistent_and_v_counts_anywhere() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
-        let v = |args: &[&str]| Cli::try_parse_from(args).unwrap().verbose;
-        assert_eq!(v(&["xferlab", "server"]), 0);
-        assert_eq!(v(&["xferlab", "-v", "server"]), 1);
-        assert_eq!(v(&["xferlab", "server", "-vv"]), 2);
-        assert_eq!(v(&["xferlab", "stream", "-v", "-t", "1", "-v"]), 2);
     }
 
     #[test]
@@ -1054,30 +588,6 @@ mod tests {
         assert!(parse(&["-b", "10M"]).unwrap_err().contains("-u"));
         assert!(parse(&["--gso"]).unwrap_err().contains("UDP"));
         assert_eq!(parse(&[]).unwrap().knobs.size, 1 << 20);
-    }
-
-    #[test]
-    fn sweep_and_search_ranges() {
-        let num = |v: &str| v.parse::<f64>().map_err(|e| e.to_string());
-        assert_eq!(
-            parse_steps("--spacing", "0:20:10", num),
-            Ok(vec![0.0, 10.0, 20.0])
-        );
-        assert_eq!(parse_steps("--spacing", "5:6:2", num), Ok(vec![5.0]));
-        assert!(parse_steps("--size", "9:1:1", num)
-            .unwrap_err()
-            .contains("FROM <= TO"));
-        assert!(parse_steps("--size", "1:9", num).is_err());
-        assert!(parse_steps("--size", "0:1000000:1", num)
-            .unwrap_err()
-            .contains("too many"));
-        assert_eq!(
-            parse_search("100M:1G"),
-            Ok((100_000_000, 1_000_000_000, 10_000_000))
-        );
-        assert_eq!(parse_search("1M:2M:5k"), Ok((1_000_000, 2_000_000, 5_000)));
-        assert!(parse_search("2G:1G").is_err());
-        assert!(parse_search("1G").is_err());
     }
 
     #[test]
