@@ -23,6 +23,7 @@ use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
 use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::transport::sizing::StreamSizes;
 use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
 
 /// Which flows a side sends on.
@@ -40,6 +41,7 @@ pub struct ConnectedFlow {
     pub plan: FlowPlan,
     pub socket: FlowSocket,
     pub settings: SocketSettings,
+    sizes: StreamSizes,
     io: &'static dyn TransportIo,
 }
 
@@ -59,11 +61,27 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
-        let settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let cpu = match endpoint {
+            Endpoint::Client => spec.affinity.client,
+            Endpoint::Server => spec.affinity.server,
+        };
+        let sizes = StreamSizes::for_receiver(&spec.knobs, &sys::cache::caches(cpu));
+        if matches!(socket, FlowSocket::Stream(_)) {
+            match role {
+                FlowRole::Sender => settings.send_mode = Some(spec.knobs.send_mode),
+                FlowRole::Receiver => {
+                    settings.read_size = Some(sizes.read_size as u64);
+                    settings.read_size_from = Some(sizes.read_size_from);
+                    settings.rcvlowat = Some(sizes.rcvlowat as u64);
+                }
+            }
+        }
         Ok(ConnectedFlow {
             plan,
             socket,
             settings,
+            sizes,
             io,
         })
     }
@@ -90,6 +108,7 @@ struct RunningFlow {
     io: &'static dyn TransportIo,
     info: FlowStart,
     settings: SocketSettings,
+    sizes: StreamSizes,
     socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
@@ -153,6 +172,7 @@ impl Side {
                 io: c.io,
                 info: c.start_info(endpoint),
                 settings: c.settings,
+                sizes: c.sizes,
                 socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
@@ -209,8 +229,15 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id, wire, cpu, io) =
-                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu, f.io);
+            let (role, quota, id, wire, cpu, io, sizes) = (
+                f.role,
+                f.plan.quota,
+                f.plan.id,
+                self.wire,
+                self.cpu,
+                f.io,
+                f.sizes,
+            );
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -227,6 +254,7 @@ impl Side {
                     shared: &shared,
                     flags: &flags,
                     wire,
+                    sizes,
                 });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
@@ -311,6 +339,7 @@ impl Side {
                     end: FlowEnd::Aborted("flow thread panicked".into()),
                     at: clock::now(),
                     bytes: f.shared.bytes.load(Ordering::Relaxed),
+                    note: None,
                 });
             }
         }
@@ -409,7 +438,11 @@ impl Side {
                 end: FlowEnd::Aborted("flow thread panicked".into()),
                 at: now,
                 bytes: f.shared.bytes.load(Ordering::Relaxed),
+                note: None,
             });
+            if let Some(note) = &outcome.note {
+                self.warnings.push(format!("flow {}: {note}", f.plan.id));
+            }
             let t = outcome
                 .at
                 .saturating_duration_since(self.start)
@@ -436,9 +469,12 @@ impl Side {
         let (after, more) = sys::counters::snapshot(self.interface.as_deref());
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
+        let mut host = sys::host::host_info();
+        // The caches the sizes were derived from: those of the pinned CPU.
+        host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
         SideReport {
             endpoint: self.endpoint,
-            host: sys::host::host_info(),
+            host,
             embedded: self.embedded,
             duration_s,
             sums: sum_intervals(&flows),

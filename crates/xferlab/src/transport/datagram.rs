@@ -171,6 +171,7 @@ pub fn send(
         end,
         at,
         bytes: seq * size as u64,
+        note: None,
     }
 }
 
@@ -194,6 +195,10 @@ pub fn receive(
         (knobs.size as usize).max(wire.header_len())
     };
     let mut batch = RecvBatch::new(fd, buf_len, knobs.batch as usize);
+    let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
+    let mut nap = Nap::new(knobs.batch as usize, rcvbuf / truesize(buf_len));
+    crate::sys::affinity::tighten_timer_slack();
+    let mut messages: u64 = 0;
     let mut stats = RecvStats::new();
     let mut bytes: u64 = 0;
     let mut drops = HostDrops::default();
@@ -246,6 +251,10 @@ pub fn receive(
                 if ended || flags.cut.load(Ordering::Relaxed) {
                     break FlowEnd::Completed;
                 }
+                messages += n as u64;
+                if let Some(d) = nap.after_call(last_heard, messages, n) {
+                    std::thread::sleep(d);
+                }
             }
             Err(e) if transient(&e) => {
                 if flags.abort.load(Ordering::Relaxed) {
@@ -266,7 +275,75 @@ pub fn receive(
         end,
         at: last_heard,
         bytes,
+        note: None,
     }
+}
+
+/// Wake-up batching for a datagram receiver, what SO_RCVLOWAT does for
+/// TCP (UDP sockets ignore it). A receiver that blocks again as soon as
+/// its queue is empty is woken by every datagram that finds it asleep:
+/// at 64 B unpaced, perf showed 32 % of the receiver in
+/// finish_task_switch and 12 % in the return to user space, recvmmsg
+/// returning a handful of datagrams per call, and the sender spending 10 %
+/// of its time waking it. So after a call that emptied the queue (fewer
+/// than a batch) the receiver sleeps for about the time a batch takes to
+/// arrive at the measured rate, and the sender wakes no one: no waiter.
+/// The sleep never exceeds [`NAP_MAX`] nor the time it takes to fill a
+/// quarter of the receive buffer, so a nap cannot cause a drop.
+struct Nap {
+    batch: usize,
+    /// Messages the receive buffer holds (estimated from truesize).
+    capacity: usize,
+    mark: Option<(Time, u64)>,
+    /// Messages per second, measured over the last [`RATE_WINDOW`].
+    rate: f64,
+}
+
+/// Longest nap: far below the 100 ms flag poll, and short enough that a
+/// flow ending is seen at once.
+const NAP_MAX: Duration = Duration::from_millis(1);
+/// Shorter naps are not worth a timer.
+const NAP_MIN: Duration = Duration::from_micros(5);
+/// How often the arrival rate is re-measured.
+const RATE_WINDOW: Duration = Duration::from_millis(2);
+
+impl Nap {
+    fn new(batch: usize, capacity: usize) -> Self {
+        Nap {
+            batch,
+            capacity,
+            mark: None,
+            rate: 0.0,
+        }
+    }
+
+    /// After a call that returned `n` messages (`total` so far) at `now`:
+    /// how long to sleep before the next call, if at all.
+    fn after_call(&mut self, now: Time, total: u64, n: usize) -> Option<Duration> {
+        match self.mark {
+            None => self.mark = Some((now, total)),
+            Some((t, count)) => {
+                let dt = now.duration_since(t);
+                if dt >= RATE_WINDOW {
+                    self.rate = (total - count) as f64 / dt.as_secs_f64();
+                    self.mark = Some((now, total));
+                }
+            }
+        }
+        if n >= self.batch || self.batch <= 1 || self.rate <= 0.0 {
+            return None;
+        }
+        let fill = self.batch.min(self.capacity / 4) as f64 / self.rate;
+        let nap = Duration::from_secs_f64(fill).min(NAP_MAX);
+        (nap >= NAP_MIN).then_some(nap)
+    }
+}
+
+/// What one received datagram of `len` bytes costs the receive buffer
+/// (skb truesize): its data rounded up to the allocation bucket, plus the
+/// sk_buff and skb_shared_info (about 576 B on x86-64), rounded up.
+fn truesize(len: usize) -> usize {
+    len.next_power_of_two().max(64) + 1024
 }
 
 /// The receiving socket's drop counter (SO_RXQ_OVFL) counts socket

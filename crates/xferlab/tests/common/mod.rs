@@ -147,11 +147,23 @@ impl Proc {
         p
     }
 
+    /// Starts `xferlab ARGS` with extra environment variables.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut p = Proc::spawn_program_env(BIN, args, env);
+        p.label = format!("xferlab {}", args.join(" "));
+        p
+    }
+
     /// Starts another program (a peer tool such as iperf3), captured the
     /// same way.
     pub fn spawn_program(program: &str, args: &[&str]) -> Proc {
+        Proc::spawn_program_env(program, args, &[])
+    }
+
+    fn spawn_program_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
