@@ -153,7 +153,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {
-            return fail(&e, 2);
+            return fail(&e.to_string(), 2);
         }
     }
     // rr tests hold a socket per flow: lift the open-file limit.
