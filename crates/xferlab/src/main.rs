@@ -436,7 +436,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
     match series::run_cbr(&run.cfg, &plan, run.json, &mut run.out, &INTERRUPTS) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e) => fail(&e, interrupted_or(1)),
+        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
     }
 }
 
@@ -459,7 +459,9 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         .map(SweepAxis::Spacing),
         (None, None) => Err("sweep needs --size or --spacing".into()),
     };
-    let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
+    let specs = match axis
+        .and_then(|axis| series::sweep_specs(&spec, &axis).map_err(|e| format!("{e:#}")))
+    {
         Ok(x) => x,
         Err(e) => return fail(&e, 2),
     };
@@ -469,7 +471,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     };
     match series::run_sweep(&run.cfg, specs, run.json, &mut run.out, &INTERRUPTS) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e, interrupted_or(1)),
+        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
     }
 }
 
