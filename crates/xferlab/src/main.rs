@@ -398,7 +398,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
                 high,
                 resolution,
             }),
-            Err(e) => return fail(&e, 2),
+            Err(e) => return fail(&e.to_string(), 2),
         },
         (None, false) => Some(Plan::Ladder(a.ladder.clone())),
         (None, true) => None,
@@ -451,19 +451,19 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
                 .map(|b| b as f64)
                 .map_err(|e| e.to_string())
         })
-        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
+        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect()))
+        .map_err(anyhow::Error::from),
         (None, Some(s)) => cli::series::parse_steps("--spacing", s, |v| {
             v.parse::<f64>()
                 .map_err(|_| format!("'{v}' is not a number of microseconds"))
         })
-        .map(SweepAxis::Spacing),
-        (None, None) => Err("sweep needs --size or --spacing".into()),
+        .map(SweepAxis::Spacing)
+        .map_err(anyhow::Error::from),
+        (None, None) => Err(anyhow::anyhow!("sweep needs --size or --spacing")),
     };
-    let specs = match axis
-        .and_then(|axis| series::sweep_specs(&spec, &axis).map_err(|e| format!("{e:#}")))
-    {
+    let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
         Ok(x) => x,
-        Err(e) => return fail(&e, 2),
+        Err(e) => return fail(&format!("{e:#}"), 2),
     };
     let mut run = match prepare_series(&a.stream, spec) {
         Ok(r) => r,
