@@ -70,10 +70,10 @@ pub enum RangeError {
 }
 
 /// Parses `FROM:TO:STEP` into the values from FROM up to TO inclusive.
-pub fn parse_steps(
+pub fn parse_steps<E: std::fmt::Display>(
     flag: &str,
     s: &str,
-    parse: impl Fn(&str) -> Result<f64, String>,
+    parse: impl Fn(&str) -> Result<f64, E>,
 ) -> Result<Vec<f64>, RangeError> {
     let help = || RangeError::Steps {
         flag: flag.to_string(),
@@ -83,7 +83,7 @@ pub fn parse_steps(
     let [from, to, step] = parts[..] else {
         return Err(help());
     };
-    let value = |v| parse(v).map_err(RangeError::Value);
+    let value = |v| parse(v).map_err(|e| RangeError::Value(e.to_string()));
     let (from, to, step) = (value(from)?, value(to)?, value(step)?);
     if !(from <= to && step > 0.0 && from >= 0.0) {
         return Err(help());
