@@ -156,7 +156,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {
-            return fail(&e, 2);
+            return fail(&e.to_string(), 2);
         }
     }
     // rr tests hold a socket per flow: lift the open-file limit.
@@ -401,7 +401,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
                 high,
                 resolution,
             }),
-            Err(e) => return fail(&e, 2),
+            Err(e) => return fail(&e.to_string(), 2),
         },
         (None, false) => Some(Plan::Ladder(a.ladder.clone())),
         (None, true) => None,
@@ -439,7 +439,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
     match series::run_cbr(&run.cfg, &plan, run.json, &mut run.out, &INTERRUPTS) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e) => fail(&e, interrupted_or(1)),
+        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
     }
 }
 
@@ -454,17 +454,19 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
                 .map(|b| b as f64)
                 .map_err(|e| e.to_string())
         })
-        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
+        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect()))
+        .map_err(anyhow::Error::from),
         (None, Some(s)) => cli::series::parse_steps("--spacing", s, |v| {
             v.parse::<f64>()
                 .map_err(|_| format!("'{v}' is not a number of microseconds"))
         })
-        .map(SweepAxis::Spacing),
-        (None, None) => Err("sweep needs --size or --spacing".into()),
+        .map(SweepAxis::Spacing)
+        .map_err(anyhow::Error::from),
+        (None, None) => Err(anyhow::anyhow!("sweep needs --size or --spacing")),
     };
     let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
         Ok(x) => x,
-        Err(e) => return fail(&e, 2),
+        Err(e) => return fail(&format!("{e:#}"), 2),
     };
     let mut run = match prepare_series(&a.stream, spec) {
         Ok(r) => r,
@@ -472,7 +474,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     };
     match series::run_sweep(&run.cfg, specs, run.json, &mut run.out, &INTERRUPTS) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e, interrupted_or(1)),
+        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
     }
 }
 

@@ -14,6 +14,7 @@
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
 
+use anyhow::{anyhow, bail};
 use serde::Serialize;
 use xferlab_core::datagram::{
     repeat_summary, Criterion, Plan, RateSearch, RepeatSummary, TrialOutcome, Verdict,
@@ -121,12 +122,13 @@ fn run_point(
     spec: TestSpec,
     spacing_us: Option<f64>,
     interrupts: &Interrupts,
-) -> Result<Point, String> {
+) -> anyhow::Result<Point> {
     let cfg = ClientConfig {
         spec,
         ..base.clone()
     };
-    let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)?;
+    let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)
+        .map_err(|e| anyhow!("{e:#}"))?;
     let mut p = Point::from_result(&cfg.spec, &outcome.result, spacing_us);
     if p.error.is_none() {
         p.error = outcome.error;
@@ -175,7 +177,7 @@ pub fn run_cbr(
     json: bool,
     out: &mut dyn Write,
     interrupts: &Interrupts,
-) -> Result<bool, String> {
+) -> anyhow::Result<bool> {
     let unit = RateUnit::AutoBits;
     let single = plan.search.is_none();
     let mut runs = Vec::new();
@@ -188,7 +190,7 @@ pub fn run_cbr(
         let mut trials = Vec::new();
         while let Some(rate) = search.next_rate() {
             if interrupts.load(Ordering::Relaxed) > 0 {
-                return Err("interrupted".into());
+                bail!("interrupted");
             }
             let mut spec = base.spec.clone();
             spec.knobs.rate = Some(rate);
@@ -214,8 +216,7 @@ pub fn run_cbr(
                     point.loss_fraction * 100.0,
                     point.host_drops,
                     point.late
-                )
-                .map_err(|e| e.to_string())?;
+                )?;
                 out.flush().ok();
             }
             let reason = match verdict {
@@ -249,8 +250,8 @@ pub fn run_cbr(
             runs,
             summary,
         };
-        serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| e.to_string())?;
-        writeln!(out).map_err(|e| e.to_string())?;
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
     } else if single {
         writeln!(
             out,
@@ -260,8 +261,7 @@ pub fn run_cbr(
             } else {
                 "constant rate NOT sustained"
             }
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     } else {
         let show = |r: Option<u64>| r.map_or("none".to_string(), |r| unit.format_rate(r as f64));
         writeln!(
@@ -279,8 +279,7 @@ pub fn run_cbr(
             } else {
                 String::new()
             }
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     Ok(ok)
 }
@@ -306,7 +305,7 @@ struct SweepReport<'a> {
 pub fn sweep_specs(
     base: &TestSpec,
     axis: &SweepAxis,
-) -> Result<Vec<(TestSpec, Option<f64>)>, String> {
+) -> anyhow::Result<Vec<(TestSpec, Option<f64>)>> {
     let specs: Vec<(TestSpec, Option<f64>)> = match axis {
         SweepAxis::Size(sizes) => sizes
             .iter()
@@ -320,13 +319,14 @@ pub fn sweep_specs(
             .iter()
             .map(|&us| {
                 let mut s = base.clone();
-                s.knobs.rate = crate::cli::stream::gap_rate(s.knobs.size, us)?;
+                s.knobs.rate =
+                    crate::cli::stream::gap_rate(s.knobs.size, us).map_err(|e| anyhow!("{e:#}"))?;
                 Ok((s, Some(us)))
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<anyhow::Result<_>>()?,
     };
     for (s, _) in &specs {
-        s.validate().map_err(|e| e.to_string())?;
+        s.validate()?;
     }
     Ok(specs)
 }
@@ -338,7 +338,7 @@ pub fn run_sweep(
     json: bool,
     out: &mut dyn Write,
     interrupts: &Interrupts,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     if !json {
         writeln!(
             out,
@@ -352,14 +352,13 @@ pub fn run_sweep(
             "host drop",
             "received rate",
             "jitter us"
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
     }
     let unit = RateUnit::AutoBits;
     let mut points = Vec::new();
     for (spec, spacing) in specs {
         if interrupts.load(Ordering::Relaxed) > 0 {
-            return Err("interrupted".into());
+            bail!("interrupted");
         }
         let p = run_point(base, spec, spacing, interrupts)?;
         if !json {
@@ -379,8 +378,7 @@ pub fn run_sweep(
                 p.error
                     .as_ref()
                     .map_or(String::new(), |e| format!("  (failed: {e})"))
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             out.flush().ok();
         }
         points.push(p);
@@ -392,8 +390,8 @@ pub fn run_sweep(
             server_address: &base.server,
             points,
         };
-        serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| e.to_string())?;
-        writeln!(out).map_err(|e| e.to_string())?;
+        serde_json::to_writer_pretty(&mut *out, &report)?;
+        writeln!(out)?;
     }
     Ok(())
 }

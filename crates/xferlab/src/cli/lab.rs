@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, ValueEnum};
 use xferlab_core::link::config::{
     parse_delay, parse_loss, parse_probability, parse_queue, parse_red, EcnMarking, Jitter,
-    JitterDistribution, LinkConfig,
+    JitterDistribution, LinkConfig, LinkError,
 };
 use xferlab_core::units::{parse_rate, parse_size};
 
@@ -179,6 +179,36 @@ pub struct LabArgsError {
     pub help: Option<clap::Error>,
 }
 
+/// A link or host flag of `lab` that cannot be used: the one line printed.
+#[derive(Debug, thiserror::Error)]
+pub enum LabFlagError {
+    #[error("{flag}: {reason}")]
+    Value { flag: &'static str, reason: String },
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("--mark and --red both set the ECN marker; use one per direction")]
+    MarkAndRed,
+    #[error("--mtu must be between 576 and 65535 (got {0})")]
+    Mtu(u32),
+    #[error("--txqueuelen must be at least 1")]
+    Txqueuelen,
+    #[error("--buffers must be between 16 and 1048576 (got {0})")]
+    Buffers(usize),
+    #[error("{flag} '{kv}': use KEY=VALUE (net.ipv4.tcp_sack=0)")]
+    NotKeyValue { flag: &'static str, kv: String },
+    #[error("{flag} '{kv}': only net.* sysctls are per namespace")]
+    NotNet { flag: &'static str, kv: String },
+}
+
+impl From<LabFlagError> for LabArgsError {
+    fn from(e: LabFlagError) -> Self {
+        LabArgsError {
+            message: e.to_string(),
+            help: None,
+        }
+    }
+}
+
 impl From<String> for LabArgsError {
     fn from(message: String) -> Self {
         LabArgsError {
@@ -240,13 +270,13 @@ pub enum Dist {
 
 /// Applies each `[c2s:|s2c:]VALUE` of one flag to the two configs.
 fn apply<T, E: std::fmt::Display>(
-    flag: &str,
+    flag: &'static str,
     values: &[String],
     parse: impl Fn(&str) -> Result<T, E>,
     c2s: &mut LinkConfig,
     s2c: &mut LinkConfig,
     set: impl Fn(&mut LinkConfig, &T),
-) -> Result<(), String> {
+) -> Result<(), LabFlagError> {
     for v in values {
         let (dirs, text) = if let Some(t) = v.strip_prefix("c2s:") {
             ((true, false), t)
@@ -255,7 +285,10 @@ fn apply<T, E: std::fmt::Display>(
         } else {
             ((true, true), v.as_str())
         };
-        let x = parse(text).map_err(|e| format!("{flag}: {e}"))?;
+        let x = parse(text).map_err(|e| LabFlagError::Value {
+            flag,
+            reason: e.to_string(),
+        })?;
         if dirs.0 {
             set(c2s, &x);
         }
@@ -268,7 +301,7 @@ fn apply<T, E: std::fmt::Display>(
 
 impl LabArgs {
     /// The two directions' configurations.
-    pub fn link_configs(&self) -> Result<(LinkConfig, LinkConfig), String> {
+    pub fn link_configs(&self) -> Result<(LinkConfig, LinkConfig), LabFlagError> {
         let mut c2s = LinkConfig {
             seed: self.seed,
             ..LinkConfig::default()
@@ -291,8 +324,10 @@ impl LabArgs {
         apply("--delay", &self.delay, parse_delay, a, b, |c, &d| {
             c.delay_ns = d
         })?;
-        let corr =
-            parse_probability(&self.jitter_corr).map_err(|e| format!("--jitter-corr: {e}"))?;
+        let corr = parse_probability(&self.jitter_corr).map_err(|e| LabFlagError::Value {
+            flag: "--jitter-corr",
+            reason: e.to_string(),
+        })?;
         let distribution = match self.jitter_dist {
             Dist::Uniform => JitterDistribution::Uniform,
             Dist::Normal => JitterDistribution::Normal,
@@ -332,32 +367,27 @@ impl LabArgs {
             b,
             |c, &p| c.duplicate = p,
         )?;
-        c2s.validate().map_err(|e| e.to_string())?;
-        s2c.validate().map_err(|e| e.to_string())?;
+        c2s.validate()?;
+        s2c.validate()?;
         if !self.mark.is_empty() && !self.red.is_empty() {
-            return Err("--mark and --red both set the ECN marker; use one per direction".into());
+            return Err(LabFlagError::MarkAndRed);
         }
         if !(576..=65_535).contains(&self.mtu) {
-            return Err(format!(
-                "--mtu must be between 576 and 65535 (got {})",
-                self.mtu
-            ));
+            return Err(LabFlagError::Mtu(self.mtu));
         }
         if self.txqueuelen == 0 {
-            return Err("--txqueuelen must be at least 1".into());
+            return Err(LabFlagError::Txqueuelen);
         }
         if let Some(b) = self.buffers {
             if !(16..=1 << 20).contains(&b) {
-                return Err(format!(
-                    "--buffers must be between 16 and 1048576 (got {b})"
-                ));
+                return Err(LabFlagError::Buffers(b));
             }
         }
         Ok((c2s, s2c))
     }
 
     /// Sysctls per host: (client, server), KEY -> VALUE.
-    pub fn sysctls(&self) -> Result<(Sysctls, Sysctls), String> {
+    pub fn sysctls(&self) -> Result<(Sysctls, Sysctls), LabFlagError> {
         let mut both = Vec::new();
         if let Some(s) = self.sack {
             both.push(("net.ipv4.tcp_sack".to_string(), on_off(s).to_string()));
@@ -370,16 +400,20 @@ impl LabArgs {
             both.push(("net.ipv4.tcp_rmem".to_string(), v.clone()));
             both.push(("net.ipv4.tcp_wmem".to_string(), v));
         }
-        let parse = |flag: &str, list: &[String]| -> Result<Vec<(String, String)>, String> {
+        let parse = |flag: &'static str, list: &[String]| -> Result<Sysctls, LabFlagError> {
             list.iter()
                 .map(|kv| {
-                    let (k, v) = kv.split_once('=').ok_or_else(|| {
-                        format!("{flag} '{kv}': use KEY=VALUE (net.ipv4.tcp_sack=0)")
-                    })?;
+                    let (k, v) = kv
+                        .split_once('=')
+                        .ok_or_else(|| LabFlagError::NotKeyValue {
+                            flag,
+                            kv: kv.clone(),
+                        })?;
                     if !k.trim().starts_with("net.") {
-                        return Err(format!(
-                            "{flag} '{kv}': only net.* sysctls are per namespace"
-                        ));
+                        return Err(LabFlagError::NotNet {
+                            flag,
+                            kv: kv.clone(),
+                        });
                     }
                     Ok((k.trim().to_string(), v.trim().to_string()))
                 })
@@ -533,8 +567,12 @@ mod tests {
         assert!(server.contains(&("net.ipv4.tcp_ecn".into(), "1".into())));
         assert!(!server.iter().any(|(k, _)| k == "net.ipv4.tcp_dsack"));
         let bad = parse(&["--client-sysctl", "kernel.panic=1", "stream"]);
-        assert!(bad.sysctls().unwrap_err().contains("net.*"));
+        assert!(bad.sysctls().unwrap_err().to_string().contains("net.*"));
         let bad = parse(&["--loss", "c2s:2", "stream"]);
-        assert!(bad.link_configs().unwrap_err().starts_with("--loss"));
+        assert!(bad
+            .link_configs()
+            .unwrap_err()
+            .to_string()
+            .starts_with("--loss"));
     }
 }

@@ -46,9 +46,21 @@ impl Cli {
     /// Parses a command line without printing or exiting: the error is the
     /// one line the tool would print (`xferlab run` checks every point of
     /// a scenario this way before anything runs).
-    pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, String> {
-        Cli::try_parse_from(args).map_err(|e| one_line(&e))
+    pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, CheckError> {
+        Cli::try_parse_from(args).map_err(CheckError::Parse)
     }
+}
+
+/// Why a command line cannot run, found without running it: the one line
+/// the tool would print.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// clap refused it (an unknown flag, a value its parser rejects).
+    #[error("{}", one_line(.0))]
+    Parse(clap::Error),
+    /// The verb's own checks of its values refused it.
+    #[error("{0}")]
+    Values(String),
 }
 
 /// clap's multi-line error, folded into the one line this tool promises:
@@ -113,15 +125,24 @@ pub enum Command {
 impl Command {
     /// The checks a verb makes on its values before it runs (ranges,
     /// combinations), without running anything.
-    pub fn check_values(&self) -> Result<(), String> {
+    pub fn check_values(&self) -> Result<(), CheckError> {
+        let values = |e: &dyn std::fmt::Display| CheckError::Values(format!("{e:#}"));
         match self {
-            Command::Stream(a) => a.spec().map(drop),
-            Command::Rr(a) => a.spec().map(drop),
-            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
-            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
+            Command::Stream(a) => a.spec().map(drop).map_err(|e| values(&e)),
+            Command::Rr(a) => a.spec().map(drop).map_err(|e| values(&e)),
+            Command::Cbr(a) => a
+                .stream
+                .spec_with(true, 5.0)
+                .map(drop)
+                .map_err(|e| values(&e)),
+            Command::Sweep(a) => a
+                .stream
+                .spec_with(true, 1.0)
+                .map(drop)
+                .map_err(|e| values(&e)),
             Command::Lab(a) => a
                 .check()
-                .map_err(|e| e.message)?
+                .map_err(|e| CheckError::Values(e.message))?
                 .test
                 .command
                 .check_values(),

@@ -3,7 +3,7 @@
 //! `LOW:HIGH[:RES]`).
 
 use clap::Args;
-use xferlab_core::units::parse_rate;
+use xferlab_core::units::{parse_rate, UnitError};
 
 use super::stream::StreamArgs;
 
@@ -53,36 +53,58 @@ pub struct SweepArgs {
     pub spacing: Option<String>,
 }
 
+/// A range flag of `sweep` or `cbr` that does not parse: the one line printed.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum RangeError {
+    #[error("{flag} takes FROM:TO:STEP with FROM <= TO and STEP > 0 (got '{got}')")]
+    Steps { flag: String, got: String },
+    /// One of the values: the value parser's own line.
+    #[error("{0}")]
+    Value(String),
+    #[error("{flag}: {n} points is too many (at most 1000)")]
+    TooMany { flag: String, n: usize },
+    #[error("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{0}')")]
+    Search(String),
+    #[error(transparent)]
+    Rate(#[from] UnitError),
+}
+
 /// Parses `FROM:TO:STEP` into the values from FROM up to TO inclusive.
-pub fn parse_steps(
+pub fn parse_steps<E: std::fmt::Display>(
     flag: &str,
     s: &str,
-    parse: impl Fn(&str) -> Result<f64, String>,
-) -> Result<Vec<f64>, String> {
-    let help = || format!("{flag} takes FROM:TO:STEP with FROM <= TO and STEP > 0 (got '{s}')");
+    parse: impl Fn(&str) -> Result<f64, E>,
+) -> Result<Vec<f64>, RangeError> {
+    let help = || RangeError::Steps {
+        flag: flag.to_string(),
+        got: s.to_string(),
+    };
     let parts: Vec<&str> = s.split(':').collect();
     let [from, to, step] = parts[..] else {
         return Err(help());
     };
-    let (from, to, step) = (parse(from)?, parse(to)?, parse(step)?);
+    let value = |v| parse(v).map_err(|e| RangeError::Value(e.to_string()));
+    let (from, to, step) = (value(from)?, value(to)?, value(step)?);
     if !(from <= to && step > 0.0 && from >= 0.0) {
         return Err(help());
     }
     let n = ((to - from) / step + 1e-9).floor() as usize + 1;
     if n > 1000 {
-        return Err(format!("{flag}: {n} points is too many (at most 1000)"));
+        return Err(RangeError::TooMany {
+            flag: flag.to_string(),
+            n,
+        });
     }
     Ok((0..n).map(|i| from + i as f64 * step).collect())
 }
 
 /// Parses `LOW:HIGH[:RES]` rates for `--search`.
-pub fn parse_search(s: &str) -> Result<(u64, u64, u64), String> {
-    let help = || format!("--search takes LOW:HIGH[:RESOLUTION] rates with LOW < HIGH (got '{s}')");
+pub fn parse_search(s: &str) -> Result<(u64, u64, u64), RangeError> {
+    let help = || RangeError::Search(s.to_string());
     let parts: Vec<&str> = s.split(':').collect();
-    let rate = |r| parse_rate(r).map_err(|e| e.to_string());
     let (low, high, res) = match parts[..] {
-        [l, h] => (rate(l)?, rate(h)?, None),
-        [l, h, r] => (rate(l)?, rate(h)?, Some(rate(r)?)),
+        [l, h] => (parse_rate(l)?, parse_rate(h)?, None),
+        [l, h, r] => (parse_rate(l)?, parse_rate(h)?, Some(parse_rate(r)?)),
         _ => return Err(help()),
     };
     if low >= high {
@@ -105,10 +127,12 @@ mod tests {
         assert_eq!(parse_steps("--spacing", "5:6:2", num), Ok(vec![5.0]));
         assert!(parse_steps("--size", "9:1:1", num)
             .unwrap_err()
+            .to_string()
             .contains("FROM <= TO"));
         assert!(parse_steps("--size", "1:9", num).is_err());
         assert!(parse_steps("--size", "0:1000000:1", num)
             .unwrap_err()
+            .to_string()
             .contains("too many"));
         assert_eq!(
             parse_search("100M:1G"),

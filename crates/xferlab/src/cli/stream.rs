@@ -348,7 +348,7 @@ impl StreamArgs {
         };
         spec.validate().map_err(|e| e.to_string())?;
         if let Some(cpu) = spec.affinity.client {
-            crate::sys::affinity::check(cpu, "this machine")?;
+            crate::sys::affinity::check(cpu, "this machine").map_err(|e| e.to_string())?;
         }
         if !(self.connect_timeout.is_finite() && self.connect_timeout > 0.0) {
             return Err(format!(

@@ -336,7 +336,8 @@ fn check_parses(
 ) -> Result<(), ArgvError> {
     let full = std::iter::once("xferlab".to_string()).chain(argv.iter().cloned());
     let parsed = Cli::try_parse_from_args(full).and_then(|cli| cli.command.check_values());
-    parsed.map_err(|message| {
+    parsed.map_err(|e| {
+        let message = e.to_string();
         let line = blame(s, p, infos, &message);
         err(
             line,

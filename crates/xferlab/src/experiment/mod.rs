@@ -22,6 +22,13 @@ use xferlab_core::experiment::metrics;
 
 use store::Store;
 
+/// One of this crate's typed errors (a [`store::StoreError`], a
+/// [`vm::VmError`]) as an anyhow error, by its line: that line already
+/// names its cause, which `{:#}` would print twice as a source.
+fn line(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{e}")
+}
+
 fn fail(msg: &str, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
     ExitCode::from(code)
@@ -62,54 +69,60 @@ pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>) -> Ex
         .unwrap_or_else(|| report::default_dir(&e.name, e.id));
     match report::write(&store, e.id, &dir, &mut std::io::stdout()) {
         Ok(_) => ExitCode::SUCCESS,
-        Err(err) => fail(&err, 1),
+        Err(err) => fail(&format!("{err:#}"), 1),
     }
+}
+
+/// Why one side of a comparison names nothing to compare: the one line printed.
+#[derive(Debug, thiserror::Error)]
+enum SideError {
+    #[error("`{0}` names neither a run (run:N) nor a point (EXPERIMENT/POINT, e.g. udpmon/3 or 4/3); `xferlab db show EXPERIMENT` lists both")]
+    BadName(String),
+    #[error("no run {0} in the database")]
+    NoRun(i64),
+    #[error("no experiment `{0}` in the database; `xferlab db list` shows them")]
+    NoExperiment(String),
+    #[error("experiment {experiment} has no measured run of point {point}")]
+    NoMeasuredRun { experiment: i64, point: i64 },
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }
 
 /// Metric values of one side of a comparison: a run (`run:N`) or every
 /// repeat of a point (`EXPERIMENT/POINT`, POINT 1-based as `--dry-run`
 /// and reports number them).
-fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)>, String> {
+fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)>, SideError> {
     let mut out: BTreeMap<String, (Vec<f64>, String)> = BTreeMap::new();
     let mut add = |ms: Vec<(String, f64, String)>| {
         for (n, v, u) in ms {
             out.entry(n).or_insert_with(|| (Vec::new(), u)).0.push(v);
         }
     };
-    let bad = || {
-        format!("`{what}` names neither a run (run:N) nor a point (EXPERIMENT/POINT, e.g. udpmon/3 or 4/3); `xferlab db show EXPERIMENT` lists both")
-    };
+    let bad = || SideError::BadName(what.to_string());
     if let Some(id) = what.strip_prefix("run:") {
         let id: i64 = id.parse().map_err(|_| bad())?;
-        let run = store
-            .run(id)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("no run {id} in the database"))?;
-        add(store.metrics_of_run(run.id).map_err(|e| e.to_string())?);
+        let run = store.run(id)?.ok_or(SideError::NoRun(id))?;
+        add(store.metrics_of_run(run.id)?);
         return Ok(out);
     }
     let (exp, point) = what.rsplit_once('/').ok_or_else(bad)?;
     let idx: i64 = point.parse().map_err(|_| bad())?;
     let e = store
-        .find_experiment(exp)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!("no experiment `{exp}` in the database; `xferlab db list` shows them")
-        })?;
+        .find_experiment(exp)?
+        .ok_or_else(|| SideError::NoExperiment(exp.to_string()))?;
     let runs: Vec<_> = store
-        .latest_runs(e.id)
-        .map_err(|e| e.to_string())?
+        .latest_runs(e.id)?
         .into_iter()
         .filter(|r| r.point_idx == Some(idx - 1) && matches!(r.status.as_str(), "ok" | "invalid"))
         .collect();
     if runs.is_empty() {
-        return Err(format!(
-            "experiment {} has no measured run of point {idx}",
-            e.id
-        ));
+        return Err(SideError::NoMeasuredRun {
+            experiment: e.id,
+            point: idx,
+        });
     }
     for r in runs {
-        add(store.metrics_of_run(r.id).map_err(|e| e.to_string())?);
+        add(store.metrics_of_run(r.id)?);
     }
     Ok(out)
 }
@@ -122,7 +135,7 @@ pub fn compare_cmd(db: &Path, a: &str, b: &str, only: &[String], json: bool) -> 
     };
     let (mut sa, mut sb) = match (side(&store, a), side(&store, b)) {
         (Ok(x), Ok(y)) => (x, y),
-        (Err(e), _) | (_, Err(e)) => return fail(&e, 2),
+        (Err(e), _) | (_, Err(e)) => return fail(&e.to_string(), 2),
     };
     if !only.is_empty() {
         for m in only {
@@ -165,8 +178,8 @@ pub fn store_single(
     argv: &[String],
     exit_code: i32,
     doc: &serde_json::Value,
-) -> Result<i64, String> {
-    let store = Store::open(db).map_err(|e| e.to_string())?;
+) -> Result<i64, store::StoreError> {
+    let store = Store::open(db)?;
     let ms: Vec<(String, f64, String)> = metrics::extract(doc)
         .into_iter()
         .map(|m| (m.name, m.value, m.unit.to_string()))
@@ -185,22 +198,20 @@ pub fn store_single(
     let json = doc.to_string();
     let host = doc.pointer("/client/host").map(|h| h.to_string());
     let command = serde_json::to_string(argv).unwrap_or_default();
-    store
-        .insert_run(&store::NewRun {
-            experiment_id: None,
-            point_id: None,
-            repeat: None,
-            status,
-            exit_code: Some(exit_code),
-            error: None,
-            started_at: &started,
-            ended_at: &ended,
-            duration_s: duration,
-            command_json: &command,
-            host_json: host.as_deref(),
-            xferlab_version: env!("CARGO_PKG_VERSION"),
-            result_json: Some(&json),
-            metrics: &ms,
-        })
-        .map_err(|e| e.to_string())
+    store.insert_run(&store::NewRun {
+        experiment_id: None,
+        point_id: None,
+        repeat: None,
+        status,
+        exit_code: Some(exit_code),
+        error: None,
+        started_at: &started,
+        ended_at: &ended,
+        duration_s: duration,
+        command_json: &command,
+        host_json: host.as_deref(),
+        xferlab_version: env!("CARGO_PKG_VERSION"),
+        result_json: Some(&json),
+        metrics: &ms,
+    })
 }

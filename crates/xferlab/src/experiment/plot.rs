@@ -869,10 +869,11 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
 /// Renders `svg` to a PNG file at `path` with resvg, using the system fonts for text. For
 /// tests and looking at plots; resvg is a dev-dependency.
 #[cfg(test)]
-pub fn svg_to_png(svg: &str, path: &std::path::Path) -> Result<(), String> {
+pub fn svg_to_png(svg: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    use anyhow::Context;
     tests::rasterize(svg)?
         .save_png(path)
-        .map_err(|e| format!("writing {}: {e}", path.display()))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
@@ -901,15 +902,15 @@ mod tests {
         .clone()
     }
 
-    pub(super) fn rasterize(svg: &str) -> Result<Pixmap, String> {
+    pub(super) fn rasterize(svg: &str) -> anyhow::Result<Pixmap> {
+        use anyhow::Context;
         let opt = usvg::Options {
             fontdb: fontdb(),
             ..usvg::Options::default()
         };
-        let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("parsing SVG: {e}"))?;
+        let tree = usvg::Tree::from_str(svg, &opt).context("parsing SVG")?;
         let size = tree.size().to_int_size();
-        let mut pixmap =
-            Pixmap::new(size.width(), size.height()).ok_or_else(|| "zero-sized SVG".to_string())?;
+        let mut pixmap = Pixmap::new(size.width(), size.height()).context("zero-sized SVG")?;
         resvg::render(
             &tree,
             resvg::tiny_skia::Transform::default(),

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use anyhow::{anyhow, Context};
 use xferlab_core::experiment::metrics;
 use xferlab_core::experiment::scenario::{
     PlotKindSpec, PlotSpec, Point, Scale, Scenario, TableSpec, Value,
@@ -118,21 +119,21 @@ struct Data {
 }
 
 impl Data {
-    fn load(store: &Store, experiment: i64) -> Result<(Data, String, String), String> {
+    fn load(store: &Store, experiment: i64) -> anyhow::Result<(Data, String, String)> {
         let e = store
             .experiment(experiment)
-            .map_err(|e| e.to_string())?
+            .map_err(super::line)?
             .ok_or_else(|| {
-                format!("no experiment {experiment} in the database; `xferlab db list` shows them")
+                anyhow!("no experiment {experiment} in the database; `xferlab db list` shows them")
             })?;
-        let text = store.scenario_text(experiment).map_err(|e| e.to_string())?;
+        let text = store.scenario_text(experiment).map_err(super::line)?;
         let scale = if e.scale == "quick" {
             Scale::Quick
         } else {
             Scale::Full
         };
         let scenario = Scenario::parse(&text, scale)
-            .map_err(|err| format!("the stored scenario of experiment {experiment} no longer parses ({err}); report it with an older xferlab"))?;
+            .map_err(|err| anyhow!("the stored scenario of experiment {experiment} no longer parses ({err}); report it with an older xferlab"))?;
         let points = scenario.points();
         let index: BTreeMap<String, usize> = points
             .iter()
@@ -141,7 +142,7 @@ impl Data {
             .collect();
         let mut runs: Vec<Vec<RunData>> = points.iter().map(|_| Vec::new()).collect();
         let mut failed = Vec::new();
-        for r in store.latest_runs(experiment).map_err(|e| e.to_string())? {
+        for r in store.latest_runs(experiment).map_err(super::line)? {
             let Some(i) = r.point_key.as_ref().and_then(|k| index.get(k)) else {
                 continue;
             };
@@ -151,7 +152,7 @@ impl Data {
             }
             let metrics = store
                 .metrics_of_run(r.id)
-                .map_err(|e| e.to_string())?
+                .map_err(super::line)?
                 .into_iter()
                 .map(|(n, v, u)| (n, (v, u)))
                 .collect();
@@ -689,9 +690,9 @@ pub fn write(
     experiment: i64,
     dir: &Path,
     out: &mut dyn Write,
-) -> Result<PathBuf, String> {
+) -> anyhow::Result<PathBuf> {
     let (d, name, title) = Data::load(store, experiment)?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     // A report made again must not leave an earlier one's extra tables
     // and plots beside it.
     if let Ok(entries) = std::fs::read_dir(dir) {
@@ -757,7 +758,7 @@ pub fn write(
             n_table += 1;
             let csv_name = format!("table-{n_table}.csv");
             std::fs::write(dir.join(&csv_name), &t.csv)
-                .map_err(|e| format!("cannot write {}: {e}", dir.join(&csv_name).display()))?;
+                .with_context(|| format!("cannot write {}", dir.join(&csv_name).display()))?;
             md.push_str(&t.markdown);
             let _ = writeln!(md, "\n([CSV]({csv_name}))\n");
             printed.push_str(&t.markdown);
@@ -791,7 +792,7 @@ pub fn write(
         n_plot += 1;
         let svg_name = format!("plot-{n_plot}.svg");
         std::fs::write(dir.join(&svg_name), &svg)
-            .map_err(|e| format!("cannot write {}: {e}", dir.join(&svg_name).display()))?;
+            .with_context(|| format!("cannot write {}", dir.join(&svg_name).display()))?;
         let _ = writeln!(md, "![{}]({svg_name})\n\n{}\n", p.title, p.caption);
         sections.push(HtmlSection::Plot {
             svg,
@@ -817,10 +818,10 @@ pub fn write(
         sections.push(HtmlSection::TableHtml(list));
     }
     std::fs::write(dir.join("report.md"), &md)
-        .map_err(|e| format!("cannot write {}: {e}", dir.join("report.md").display()))?;
+        .with_context(|| format!("cannot write {}", dir.join("report.md").display()))?;
     let html = html::html_page(&title, d.scenario.description.trim(), &sections);
     let page = dir.join("report.html");
-    std::fs::write(&page, html).map_err(|e| format!("cannot write {}: {e}", page.display()))?;
+    std::fs::write(&page, html).with_context(|| format!("cannot write {}", page.display()))?;
     let _ = write!(out, "{printed}");
     let _ = writeln!(out, "report: {}", page.display());
     Ok(page)

@@ -14,6 +14,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use xferlab_core::experiment::metrics;
 use xferlab_core::experiment::plan::{self, RunSlot};
@@ -21,7 +22,7 @@ use xferlab_core::experiment::scenario::{Place, Point, Scale, Scenario};
 use xferlab_core::experiment::stats;
 
 use super::argv;
-use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, Store};
+use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, Store, StoreError};
 use super::vm;
 
 /// What `xferlab run` was asked to do.
@@ -224,7 +225,7 @@ impl Ctx<'_> {
         started: SystemTime,
         secs: f64,
         out: Outcome,
-    ) -> Result<(), String> {
+    ) -> Result<(), StoreError> {
         let doc = out
             .json
             .as_deref()
@@ -242,24 +243,22 @@ impl Ctx<'_> {
         let started_at = humantime::format_rfc3339_micros(started).to_string();
         let ended_at = now_rfc3339();
         let t = Instant::now();
-        self.store
-            .insert_run(&NewRun {
-                experiment_id: Some(self.experiment),
-                point_id: Some(self.point_ids[slot.point]),
-                repeat: Some(slot.repeat),
-                status: out.status,
-                exit_code: out.exit_code,
-                error: out.error.as_deref(),
-                started_at: &started_at,
-                ended_at: &ended_at,
-                duration_s: secs,
-                command_json: &command,
-                host_json: host.as_deref(),
-                xferlab_version: env!("CARGO_PKG_VERSION"),
-                result_json: out.json.as_deref(),
-                metrics: &metric_rows,
-            })
-            .map_err(|e| e.to_string())?;
+        self.store.insert_run(&NewRun {
+            experiment_id: Some(self.experiment),
+            point_id: Some(self.point_ids[slot.point]),
+            repeat: Some(slot.repeat),
+            status: out.status,
+            exit_code: out.exit_code,
+            error: out.error.as_deref(),
+            started_at: &started_at,
+            ended_at: &ended_at,
+            duration_s: secs,
+            command_json: &command,
+            host_json: host.as_deref(),
+            xferlab_version: env!("CARGO_PKG_VERSION"),
+            result_json: out.json.as_deref(),
+            metrics: &metric_rows,
+        })?;
         self.overhead.store_ms.push(t.elapsed().as_secs_f64() * 1e3);
         if is_done(out.status) {
             self.ok += 1;
@@ -279,8 +278,8 @@ impl Ctx<'_> {
 fn run_child(
     argv: &[String],
     out_file: &Path,
-) -> Result<(Option<i32>, Option<String>, String), String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+) -> anyhow::Result<(Option<i32>, Option<String>, String)> {
+    let exe = std::env::current_exe().context("cannot find my own binary")?;
     let _ = std::fs::remove_file(out_file);
     let mut cmd = Command::new(exe);
     cmd.args(argv)
@@ -293,23 +292,21 @@ fn run_child(
     crate::sys::process::die_with_parent(&mut cmd, crate::sys::process::Signal::TERM);
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start xferlab {}: {e}", argv.join(" ")))?;
+        .with_context(|| format!("cannot start xferlab {}", argv.join(" ")))?;
     let mut stderr = String::new();
     if let Some(mut s) = child.stderr.take() {
         s.read_to_string(&mut stderr).ok();
     }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for a run: {e}"))?;
+    let status = child.wait().context("waiting for a run")?;
     let json = std::fs::read_to_string(out_file)
         .ok()
         .filter(|s| !s.trim().is_empty());
     Ok((status.code(), json, stderr))
 }
 
-fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> Result<bool, String> {
+fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyhow::Result<bool> {
     let dir = std::env::temp_dir().join(format!("xferlab-run-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let out_file = dir.join("result.json");
     let mut last_end: Option<Instant> = None;
     let mut interrupted = false;
@@ -331,7 +328,8 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> Resu
         let secs = (ended - t0).as_secs_f64();
         let outcome = classify(code, json, &stderr);
         let was_interrupted = outcome.status == "interrupted";
-        ctx.commit(*slot, started, secs, outcome)?;
+        ctx.commit(*slot, started, secs, outcome)
+            .map_err(super::line)?;
         last_end = Some(ended);
         if was_interrupted {
             interrupted = true;
@@ -348,7 +346,7 @@ fn run_vm(
     scenario_path: &Path,
     pending: &[RunSlot],
     interrupts: &AtomicU32,
-) -> Result<bool, String> {
+) -> anyhow::Result<bool> {
     let scen_dir = scenario_path
         .parent()
         .map(Path::to_path_buf)
@@ -358,7 +356,7 @@ fn run_vm(
         .ok()
         .and_then(|e| e.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| cwd.clone());
-    let runner = vm::find_vm_runner(&[&scen_dir, &cwd, &exe_dir]).ok_or(
+    let runner = vm::find_vm_runner(&[&scen_dir, &cwd, &exe_dir]).context(
         "cannot find lab/vm/run (the lab VM); run from the xferlab source tree or set XFERLAB_LABVM_RUN",
     )?;
     // HOST paths of `add` are relative to the scenario file.
@@ -401,7 +399,7 @@ fn run_vm(
     // makes run_in_vm stop reading and tear the guest down.
     let stop = AtomicBool::new(false);
     let done = AtomicBool::new(false);
-    let stop_watch = std::thread::scope(|scope| -> Result<(), String> {
+    let stop_watch = std::thread::scope(|scope| -> anyhow::Result<()> {
         scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 if interrupts.load(Ordering::Relaxed) > 0 {
@@ -447,9 +445,9 @@ fn run_vm(
         });
         done.store(true, Ordering::Relaxed);
         if let Some(e) = commit_err {
-            return Err(e);
+            return Err(super::line(e));
         }
-        r.map_err(|e| e.to_string())
+        r.map_err(super::line)
     });
     match stop_watch {
         Ok(()) => Ok(interrupts.load(Ordering::Relaxed) > 0),
@@ -616,7 +614,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             Err(e) => {
                 return fail(
                     &format!(
-                        "{e} ({} runs stored in {}; run the same command again to resume)",
+                        "{e:#} ({} runs stored in {}; run the same command again to resume)",
                         ctx.ok + ctx.failed,
                         o.db.display()
                     ),
@@ -647,7 +645,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             .clone()
             .unwrap_or_else(|| super::report::default_dir(&name, experiment));
         if let Err(e) = super::report::write(&store, experiment, &dir, &mut std::io::stdout()) {
-            return fail(&format!("cannot write the report: {e}"), 1);
+            return fail(&format!("cannot write the report: {e:#}"), 1);
         }
     }
     if failed > 0 {

@@ -79,7 +79,7 @@ impl Shared {
     pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), String> {
         spec.affinity.server = spec.affinity.server.or(self.cfg.affinity);
         match spec.affinity.server {
-            Some(cpu) => crate::sys::affinity::check(cpu, "the server"),
+            Some(cpu) => crate::sys::affinity::check(cpu, "the server").map_err(|e| e.to_string()),
             None => Ok(()),
         }
     }

@@ -17,17 +17,32 @@ pub fn usable_cpus() -> io::Result<Vec<u32>> {
         .collect())
 }
 
-/// Ok when `cpu` is one this process may use; otherwise the one-line
-/// error (`whose` says which end: "this machine", "the server").
-pub fn check(cpu: u32, whose: &str) -> Result<(), String> {
-    let cpus = usable_cpus().map_err(|e| format!("cannot read the CPU affinity: {e}"))?;
+/// Why a thread may not be pinned where `-A` asked: the one line printed.
+#[derive(Debug, thiserror::Error)]
+pub enum AffinityError {
+    #[error("cannot read the CPU affinity: {0}")]
+    Read(io::Error),
+    #[error("-A/--affinity: {whose} cannot run on CPU {cpu}; it may use CPUs {usable}")]
+    NotUsable {
+        whose: &'static str,
+        cpu: u32,
+        /// The usable CPUs, runs folded ("0-3,6").
+        usable: String,
+    },
+}
+
+/// Ok when `cpu` is one this process may use; otherwise why not
+/// (`whose` says which end: "this machine", "the server").
+pub fn check(cpu: u32, whose: &'static str) -> Result<(), AffinityError> {
+    let cpus = usable_cpus().map_err(AffinityError::Read)?;
     if cpus.contains(&cpu) {
         return Ok(());
     }
-    Err(format!(
-        "-A/--affinity: {whose} cannot run on CPU {cpu}; it may use CPUs {}",
-        list(&cpus)
-    ))
+    Err(AffinityError::NotUsable {
+        whose,
+        cpu,
+        usable: list(&cpus),
+    })
 }
 
 /// Pins the calling thread to `cpu`.
@@ -108,7 +123,7 @@ mod tests {
 
     #[test]
     fn a_cpu_out_of_the_mask_is_refused_with_the_usable_ones_named() {
-        let e = check(1023, "the server").unwrap_err();
+        let e = check(1023, "the server").unwrap_err().to_string();
         assert!(
             e.starts_with("-A/--affinity: the server cannot run on CPU 1023; it may use CPUs "),
             "{e}"

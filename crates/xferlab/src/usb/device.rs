@@ -1,6 +1,7 @@
 //! Finding, opening and claiming a USB device through usbfs (nusb), with
 //! errors that say what to do.
 
+use anyhow::{anyhow, bail, Context};
 use nusb::{DeviceInfo, MaybeFuture};
 use xferlab_core::usb::descriptor::{self, BulkPipes, ConfigDesc, PipeRequest};
 use xferlab_core::usb::errors;
@@ -17,23 +18,23 @@ pub enum Selector {
     Auto,
 }
 
-pub fn parse_selector(s: Option<&str>) -> Result<Selector, String> {
+pub fn parse_selector(s: Option<&str>) -> anyhow::Result<Selector> {
     let Some(s) = s else {
         return Ok(Selector::Auto);
     };
     if s.contains(':') {
         return parse_vid_pid(s)
             .map(|(v, p)| Selector::VidPid(v, p))
-            .ok_or_else(|| format!("-d {s}: VID:PID must be two hex numbers, e.g. 0525:a4a0"));
+            .with_context(|| format!("-d {s}: VID:PID must be two hex numbers, e.g. 0525:a4a0"));
     }
     if let Some((b, a)) = s.split_once(['.', '/', '-']) {
         if let (Ok(b), Ok(a)) = (b.parse(), a.parse()) {
             return Ok(Selector::BusAddr(b, a));
         }
     }
-    Err(format!(
+    bail!(
         "-d {s}: name the device as VID:PID (0525:a4a0) or BUS.ADDR (1.2); `xferlab usb list` shows both"
-    ))
+    )
 }
 
 pub fn speed_label(s: Option<nusb::Speed>) -> Option<&'static str> {
@@ -71,23 +72,24 @@ pub fn info_of(d: &DeviceInfo) -> UsbDeviceInfo {
     }
 }
 
-pub fn list_devices() -> Result<Vec<DeviceInfo>, String> {
+pub fn list_devices() -> anyhow::Result<Vec<DeviceInfo>> {
     nusb::list_devices()
         .wait()
         .map(|it| it.collect())
         .map_err(|e| {
             if !std::path::Path::new("/sys/bus/usb/devices").exists() {
-                "this machine has no USB host controller (/sys/bus/usb is missing); run on a host \
-                 with USB, or in the lab VM (lab/vm/run, dummy_hcd)"
-                    .to_string()
+                anyhow!(
+                    "this machine has no USB host controller (/sys/bus/usb is missing); run on a \
+                     host with USB, or in the lab VM (lab/vm/run, dummy_hcd)"
+                )
             } else {
-                format!("cannot list USB devices: {e}")
+                anyhow::Error::new(e).context("cannot list USB devices")
             }
         })
 }
 
 /// The device the selector names: exactly one, or an error listing the candidates.
-pub fn select(sel: &Selector, serial: Option<&str>) -> Result<DeviceInfo, String> {
+pub fn select(sel: &Selector, serial: Option<&str>) -> anyhow::Result<DeviceInfo> {
     let all = list_devices()?;
     let matches: Vec<&DeviceInfo> = all
         .iter()
@@ -114,12 +116,12 @@ pub fn select(sel: &Selector, serial: Option<&str>) -> Result<DeviceInfo, String
             let serial = serial
                 .map(|s| format!(" and serial {s}"))
                 .unwrap_or_default();
-            Err(format!(
+            Err(anyhow!(
                 "no USB device {what}{serial} (present: {}); is it plugged in and enumerated (`xferlab usb list`, dmesg)?",
                 if seen.is_empty() { "none".into() } else { seen.join(", ") }
             ))
         }
-        many => Err(format!(
+        many => Err(anyhow!(
             "{} devices match ({}); pick one with -d BUS.ADDR or --serial",
             many.len(),
             many.iter()
@@ -138,27 +140,32 @@ fn usbfs_path(d: &DeviceInfo) -> String {
 pub fn open(
     d: &DeviceInfo,
     req: PipeRequest,
-) -> Result<(nusb::Device, ConfigDesc, BulkPipes), String> {
+) -> anyhow::Result<(nusb::Device, ConfigDesc, BulkPipes)> {
     let dev = d.open().wait().map_err(|e| match e.kind() {
-        nusb::ErrorKind::PermissionDenied => {
-            errors::permission_denied(&usbfs_path(d), d.vendor_id(), d.product_id())
-        }
-        nusb::ErrorKind::Disconnected | nusb::ErrorKind::NotFound => format!(
+        nusb::ErrorKind::PermissionDenied => anyhow!(errors::permission_denied(
+            &usbfs_path(d),
+            d.vendor_id(),
+            d.product_id()
+        )),
+        nusb::ErrorKind::Disconnected | nusb::ErrorKind::NotFound => anyhow!(
             "{} went away while opening it; check the cable and dmesg",
             describe(d)
         ),
-        _ => format!("cannot open {} ({}): {e}", usbfs_path(d), describe(d)),
+        _ => anyhow::Error::new(e).context(format!(
+            "cannot open {} ({})",
+            usbfs_path(d),
+            describe(d)
+        )),
     })?;
     let cfg = dev.active_configuration().map_err(|_| {
-        format!(
+        anyhow!(
             "{} is not configured (no active configuration); is a driver or the gadget side still setting it up?",
             describe(d)
         )
     })?;
     let cfg = descriptor::parse_config(cfg.as_bytes())
-        .map_err(|e| format!("{}: bad configuration descriptor: {e}", describe(d)))?;
-    let pipes =
-        descriptor::find_bulk_pipes(&cfg, req).map_err(|e| format!("{}: {e}", describe(d)))?;
+        .with_context(|| format!("{}: bad configuration descriptor", describe(d)))?;
+    let pipes = descriptor::find_bulk_pipes(&cfg, req).with_context(|| describe(d))?;
     Ok((dev, cfg, pipes))
 }
 
@@ -184,7 +191,7 @@ pub fn claim(
     dev: &nusb::Device,
     pipes: &BulkPipes,
     detach: bool,
-) -> Result<nusb::Interface, String> {
+) -> anyhow::Result<nusb::Interface> {
     let n = pipes.interface;
     let res = if detach {
         dev.detach_and_claim_interface(n).wait()
@@ -194,15 +201,21 @@ pub fn claim(
     let intf = res.map_err(|e| match e.kind() {
         nusb::ErrorKind::Busy => {
             let intf_name = sysfs_interface(d, n).unwrap_or_else(|| format!("<interface {n}>"));
-            errors::interface_busy(n, interface_driver(d, n).as_deref(), &intf_name)
+            anyhow!(errors::interface_busy(
+                n,
+                interface_driver(d, n).as_deref(),
+                &intf_name
+            ))
         }
-        nusb::ErrorKind::Disconnected => format!("{} went away while claiming it", describe(d)),
-        _ => format!("cannot claim interface {n} of {}: {e}", describe(d)),
+        nusb::ErrorKind::Disconnected => anyhow!("{} went away while claiming it", describe(d)),
+        _ => {
+            anyhow::Error::new(e).context(format!("cannot claim interface {n} of {}", describe(d)))
+        }
     })?;
     if pipes.alt != 0 {
-        intf.set_alt_setting(pipes.alt).wait().map_err(|e| {
+        intf.set_alt_setting(pipes.alt).wait().with_context(|| {
             format!(
-                "cannot select alternate setting {} of interface {n}: {e}",
+                "cannot select alternate setting {} of interface {n}",
                 pipes.alt
             )
         })?;

@@ -33,7 +33,7 @@ fn list() -> ExitCode {
     let devs = match device::list_devices() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("xferlab: {e}");
+            eprintln!("xferlab: {e:#}");
             return ExitCode::from(1);
         }
     };

@@ -40,17 +40,19 @@ pub struct Fail {
 }
 
 impl Fail {
-    fn usage(msg: impl Into<String>) -> Fail {
+    /// `why` is a message or an error with its context, printed `{:#}`
+    /// (each cause after a colon).
+    fn usage(why: impl std::fmt::Display) -> Fail {
         Fail {
             code: 2,
-            msg: msg.into(),
+            msg: format!("{why:#}"),
         }
     }
 
-    fn run(msg: impl Into<String>) -> Fail {
+    fn run(why: impl std::fmt::Display) -> Fail {
         Fail {
             code: 1,
-            msg: msg.into(),
+            msg: format!("{why:#}"),
         }
     }
 }
@@ -138,7 +140,7 @@ fn start_pipes(
     dev: &Claimed,
     clock: IntervalClock,
     link: &RunLink,
-) -> Result<Vec<Pipe>, String> {
+) -> anyhow::Result<Vec<Pipe>> {
     let mut pipes = Vec::new();
     for (id, ep) in (0u32..).zip(dev.endpoints(a.dir)) {
         let setup = PipeSetup {

@@ -25,7 +25,7 @@ pub fn cpu_since(start: (f64, f64), wall: f64) -> CpuUsage {
 /// died), and what went wrong on the endpoints.
 pub fn side(
     mut usb: UsbReport,
-    ends: Vec<Result<PipeEnd, String>>,
+    ends: Vec<anyhow::Result<PipeEnd>>,
     cpu: CpuUsage,
     warnings: Vec<String>,
 ) -> Finished {
@@ -38,7 +38,7 @@ pub fn side(
                 usb.pipes.push(e.usb);
                 errors.extend(e.errors);
             }
-            Err(e) => errors.push(e),
+            Err(e) => errors.push(format!("{e:#}")),
         }
     }
     let report = SideReport {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use xferlab_core::time::Time;
 
+use anyhow::{anyhow, Context};
 use nusb::transfer::{Bulk, In, Out};
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{FlowEnd, FlowReport, FlowRole, SocketSettings};
@@ -84,16 +85,18 @@ impl Pipe {
         setup: PipeSetup,
         clock: IntervalClock,
         link: &RunLink,
-    ) -> Result<Pipe, String> {
+    ) -> anyhow::Result<Pipe> {
         let intf = dev.interface();
         let live = Arc::new(LiveCounters::default());
         let (transfer_size, depth, pattern) =
             (setup.size as u64, setup.depth as u32, setup.pattern);
         let ended = Arc::new(AtomicBool::new(false));
         let (l2, link2, e2) = (live.clone(), link.clone(), ended.clone());
-        let no_endpoint = |e| format!("cannot open endpoint 0x{:02x}: {e}", ep.address);
+        let no_endpoint = || format!("cannot open endpoint 0x{:02x}", ep.address);
         let thread = if ep.is_in() {
-            let e = intf.endpoint::<Bulk, In>(ep.address).map_err(no_endpoint)?;
+            let e = intf
+                .endpoint::<Bulk, In>(ep.address)
+                .with_context(no_endpoint)?;
             std::thread::Builder::new()
                 .name(format!("usb-in-{:02x}", ep.address))
                 .spawn(move || {
@@ -104,7 +107,7 @@ impl Pipe {
         } else {
             let e = intf
                 .endpoint::<Bulk, Out>(ep.address)
-                .map_err(no_endpoint)?;
+                .with_context(no_endpoint)?;
             std::thread::Builder::new()
                 .name(format!("usb-out-{:02x}", ep.address))
                 .spawn(move || {
@@ -113,7 +116,7 @@ impl Pipe {
                     })
                 })
         }
-        .map_err(|e| format!("cannot start a thread: {e}"))?;
+        .context("cannot start a thread")?;
         Ok(Pipe {
             flow_id,
             ep,
@@ -201,7 +204,7 @@ impl Pipe {
     /// Waits for the data thread and closes the books at the endpoint's
     /// last completion, or at `wall` seconds when it had none. Err when
     /// the thread panicked.
-    pub fn finish(self, wall: f64) -> Result<PipeEnd, String> {
+    pub fn finish(self, wall: f64) -> anyhow::Result<PipeEnd> {
         let (direction, role) = (self.direction(), self.role());
         let Pipe {
             flow_id,
@@ -221,7 +224,7 @@ impl Pipe {
         } = self;
         let outcome = thread
             .join()
-            .map_err(|_| format!("endpoint 0x{:02x}: its thread panicked", ep.address))?;
+            .map_err(|_| anyhow!("endpoint 0x{:02x}: its thread panicked", ep.address))?;
         let c = live.read();
         let end_s = if outcome.end_s > 0.0 {
             outcome.end_s

@@ -13,41 +13,62 @@ const USBFS_DEFAULT_MB: u64 = 16;
 /// Seconds a run lasts without -t or -n.
 const DEFAULT_SECONDS: f64 = 10.0;
 
+/// Arguments no device could run with: the one line printed.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("-l/--size must be 1 byte to 64M per transfer (got {0})")]
+    Size(u64),
+    #[error("-Q/--depth must be 1 to 4096 transfers in flight (got {0})")]
+    Depth(u32),
+    #[error("-t/--time must be a positive duration (got {0})")]
+    Time(f64),
+    #[error("-n/--bytes must be at least 1")]
+    NoBytes,
+    #[error("--transfer-timeout must be positive")]
+    TransferTimeout,
+    #[error("--format iperf3-json has no shape for USB results; use json, jsonl or csv")]
+    Iperf3Json,
+    #[error(
+        "-l {size} x -Q {depth} {both}= {need} in flight, more than usbfs allows ({limit_mb} MiB, \
+         /sys/module/usbcore/parameters/usbfs_memory_mb); lower -l or -Q, or raise that limit as root"
+    )]
+    UsbfsMemory {
+        size: u64,
+        depth: u32,
+        /// "x 2 directions " for --dir both, else empty.
+        both: &'static str,
+        need: String,
+        limit_mb: u64,
+    },
+}
+
 /// Rejects arguments no device could run with.
-pub fn validate(a: &BulkArgs) -> Result<(), String> {
+pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
     if a.size == 0 || a.size > 64 << 20 {
-        return Err(format!(
-            "-l/--size must be 1 byte to 64M per transfer (got {})",
-            a.size
-        ));
+        return Err(PlanError::Size(a.size));
     }
     if a.depth == 0 || a.depth > 4096 {
-        return Err(format!(
-            "-Q/--depth must be 1 to 4096 transfers in flight (got {})",
-            a.depth
-        ));
+        return Err(PlanError::Depth(a.depth));
     }
     if let Some(t) = a.time {
         if !(t > 0.0 && t.is_finite()) {
-            return Err(format!("-t/--time must be a positive duration (got {t})"));
+            return Err(PlanError::Time(t));
         }
     }
     if a.bytes == Some(0) {
-        return Err("-n/--bytes must be at least 1".into());
+        return Err(PlanError::NoBytes);
     }
     if a.transfer_timeout.is_nan() || a.transfer_timeout <= 0.0 {
-        return Err("--transfer-timeout must be positive".into());
+        return Err(PlanError::TransferTimeout);
     }
     if a.format == Format::Iperf3Json {
-        return Err(
-            "--format iperf3-json has no shape for USB results; use json, jsonl or csv".into(),
-        );
+        return Err(PlanError::Iperf3Json);
     }
     check_usbfs_memory(a)
 }
 
 /// The transfers in flight must fit in what usbfs lets a process pin.
-fn check_usbfs_memory(a: &BulkArgs) -> Result<(), String> {
+fn check_usbfs_memory(a: &BulkArgs) -> Result<(), PlanError> {
     let dirs = if a.dir == UsbDir::Both { 2 } else { 1 };
     let need = a.size * u64::from(a.depth) * dirs;
     let limit_mb = std::fs::read_to_string("/sys/module/usbcore/parameters/usbfs_memory_mb")
@@ -55,14 +76,13 @@ fn check_usbfs_memory(a: &BulkArgs) -> Result<(), String> {
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(USBFS_DEFAULT_MB);
     if limit_mb > 0 && need > limit_mb << 20 {
-        return Err(format!(
-            "-l {} x -Q {} {}= {} in flight, more than usbfs allows ({limit_mb} MiB, \
-             /sys/module/usbcore/parameters/usbfs_memory_mb); lower -l or -Q, or raise that limit as root",
-            a.size,
-            a.depth,
-            if dirs == 2 { "x 2 directions " } else { "" },
-            format_bytes(need)
-        ));
+        return Err(PlanError::UsbfsMemory {
+            size: a.size,
+            depth: a.depth,
+            both: if dirs == 2 { "x 2 directions " } else { "" },
+            need: format_bytes(need),
+            limit_mb,
+        });
     }
     Ok(())
 }

@@ -6,16 +6,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use anyhow::{anyhow, bail, Context};
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 
 pub const CONFIGFS: &str = "/sys/kernel/config/usb_gadget";
 
-pub fn write_attr(path: &Path, value: &str) -> Result<(), String> {
-    fs::write(path, value).map_err(|e| format!("cannot write `{value}` to {}: {e}", path.display()))
+pub fn write_attr(path: &Path, value: &str) -> anyhow::Result<()> {
+    fs::write(path, value).with_context(|| format!("cannot write `{value}` to {}", path.display()))
 }
 
-pub fn mkdir(path: &Path) -> Result<(), String> {
-    fs::create_dir(path).map_err(|e| format!("cannot create {}: {e}", path.display()))
+pub fn mkdir(path: &Path) -> anyhow::Result<()> {
+    fs::create_dir(path).with_context(|| format!("cannot create {}", path.display()))
 }
 
 /// The configfs gadget and the FunctionFS mount: created step by step,
@@ -117,7 +118,7 @@ pub fn cleanup(name: &str) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub fn pick_udc(want: Option<&str>) -> Result<String, String> {
+pub fn pick_udc(want: Option<&str>) -> anyhow::Result<String> {
     let udcs: Vec<String> = fs::read_dir("/sys/class/udc")
         .map(|rd| {
             rd.flatten()
@@ -130,7 +131,7 @@ pub fn pick_udc(want: Option<&str>) -> Result<String, String> {
                 dtoverlay=dwc2) and load its UDC driver; for a lab without hardware: modprobe dummy_hcd";
     match want {
         Some(w) if udcs.iter().any(|u| u == w) => Ok(w.to_string()),
-        Some(w) => Err(format!(
+        Some(w) => Err(anyhow!(
             "no UDC `{w}` (present: {})",
             if udcs.is_empty() {
                 "none".into()
@@ -140,8 +141,8 @@ pub fn pick_udc(want: Option<&str>) -> Result<String, String> {
         )),
         None => match udcs.as_slice() {
             [one] => Ok(one.clone()),
-            [] => Err(none.into()),
-            many => Err(format!(
+            [] => Err(anyhow!(none)),
+            many => Err(anyhow!(
                 "several UDCs ({}); pick one with --udc",
                 many.join(", ")
             )),
@@ -149,7 +150,7 @@ pub fn pick_udc(want: Option<&str>) -> Result<String, String> {
     }
 }
 
-pub fn check_configfs() -> Result<(), String> {
+pub fn check_configfs() -> anyhow::Result<()> {
     if Path::new(CONFIGFS).is_dir() {
         return Ok(());
     }
@@ -166,8 +167,8 @@ pub fn check_configfs() -> Result<(), String> {
     if Path::new(CONFIGFS).is_dir() {
         return Ok(());
     }
-    Err(format!(
+    bail!(
         "{CONFIGFS} does not exist: load the gadget framework (`modprobe libcomposite`) and mount configfs \
          (`mount -t configfs none /sys/kernel/config`), as root"
-    ))
+    )
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, Context};
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
@@ -77,11 +78,11 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         );
     }
     if let Err(e) = check_configfs() {
-        return fail(&e, 1);
+        return fail(&format!("{e:#}"), 1);
     }
     let udc = match pick_udc(a.udc.as_deref()) {
         Ok(u) => u,
-        Err(e) => return fail(&e, 1),
+        Err(e) => return fail(&format!("{e:#}"), 1),
     };
     let dir = Path::new(CONFIGFS).join(&a.name);
     if dir.exists() {
@@ -114,9 +115,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         output: DirCounters::default(),
     });
     let mut threads = Vec::new();
-    let setup = (|| -> Result<(), String> {
+    let setup = (|| -> anyhow::Result<()> {
         mkdir(&dir)
-            .map_err(|e| format!("{e}; is libcomposite loaded (`modprobe libcomposite`)?"))?;
+            .map_err(|e| anyhow!("{e:#}; is libcomposite loaded (`modprobe libcomposite`)?"))?;
         write_attr(&dir.join("idVendor"), &format!("0x{vid:04x}"))?;
         write_attr(&dir.join("idProduct"), &format!("0x{pid:04x}"))?;
         write_attr(&dir.join("bcdUSB"), "0x0200")?;
@@ -129,11 +130,11 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         };
         write_attr(&dir.join("strings/0x409/product"), product)?;
         mkdir(&g.func_dir()).map_err(|e| match a.function {
-            GadgetFunction::Ffs => format!(
-                "{e}; is FunctionFS available (CONFIG_USB_CONFIGFS_F_FS, `modprobe usb_f_fs`)?"
+            GadgetFunction::Ffs => anyhow!(
+                "{e:#}; is FunctionFS available (CONFIG_USB_CONFIGFS_F_FS, `modprobe usb_f_fs`)?"
             ),
             GadgetFunction::Sourcesink => {
-                format!("{e}; load the SourceSink function: `modprobe usb_f_ss_lb`")
+                anyhow!("{e:#}; load the SourceSink function: `modprobe usb_f_ss_lb`")
             }
         })?;
         mkdir(&dir.join("configs/c.1"))?;
@@ -164,31 +165,28 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                     None,
                 );
                 if let Err(e) = mounted {
-                    let e = io::Error::from(e);
                     let _ = fs::remove_dir(&mp);
-                    return Err(format!(
-                        "cannot mount FunctionFS `{}` on {}: {e}",
-                        a.name,
-                        mp.display()
-                    ));
+                    return Err(io::Error::from(e)).with_context(|| {
+                        format!("cannot mount FunctionFS `{}` on {}", a.name, mp.display())
+                    });
                 }
                 g.mount = Some(mp.clone());
                 let mut ep0 = OpenOptions::new()
                     .read(true)
                     .write(true)
                     .open(mp.join("ep0"))
-                    .map_err(|e| format!("cannot open {}/ep0: {e}", mp.display()))?;
+                    .with_context(|| format!("cannot open {}/ep0", mp.display()))?;
                 ep0.write_all(&ffs::descriptors(0))
-                    .map_err(|e| format!("FunctionFS refused the descriptors: {e}"))?;
+                    .context("FunctionFS refused the descriptors")?;
                 ep0.write_all(&ffs::strings("xferlab source/sink"))
-                    .map_err(|e| format!("FunctionFS refused the strings: {e}"))?;
+                    .context("FunctionFS refused the strings")?;
                 let open_ep = |n: u32| {
                     OpenOptions::new()
                         .read(true)
                         .write(true)
                         .custom_flags(libc::O_NONBLOCK)
                         .open(mp.join(format!("ep{n}")))
-                        .map_err(|e| format!("cannot open {}/ep{n}: {e}", mp.display()))
+                        .with_context(|| format!("cannot open {}/ep{n}", mp.display()))
                 };
                 let ep_in = open_ep(1)?;
                 let ep_out = open_ep(2)?;
@@ -207,9 +205,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             }
         }
         std::os::unix::fs::symlink(g.func_dir(), g.link())
-            .map_err(|e| format!("cannot link the function into the configuration: {e}"))?;
+            .context("cannot link the function into the configuration")?;
         write_attr(&dir.join("UDC"), &udc)
-            .map_err(|e| format!("{e}; is the UDC `{udc}` used by another gadget?"))?;
+            .map_err(|e| anyhow!("{e:#}; is the UDC `{udc}` used by another gadget?"))?;
         g.bound = true;
         Ok(())
     })();
@@ -220,7 +218,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             let _ = t.join();
         }
         drop(g);
-        return fail(&e, 1);
+        return fail(&format!("{e:#}"), 1);
     }
     let t0 = Instant::now();
     let cpu0 = super::process_cpu();
@@ -335,9 +333,9 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64)) {
 fn spawn(
     name: &str,
     f: impl FnOnce() + Send + 'static,
-) -> Result<std::thread::JoinHandle<()>, String> {
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name(name.into())
         .spawn(f)
-        .map_err(|e| format!("cannot start a thread: {e}"))
+        .context("cannot start a thread")
 }
