@@ -452,6 +452,16 @@ pub struct ServerArgs {
     /// Tests served at the same time; more are refused as busy.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub max_sessions: usize,
+    /// Tests served at the same time for one client address (default:
+    /// --max-sessions); more are refused as busy.
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_client: Option<usize>,
+    /// Accept UDP flows from any address, not only from the address of
+    /// the test's control connection (for clients behind NATs that map
+    /// UDP and TCP to different addresses). This lets a client direct a
+    /// UDP test's data at a third party: leave it off on public servers.
+    #[arg(long)]
+    pub udp_any_peer: bool,
     /// Exit after serving one test.
     #[arg(short = '1', long)]
     pub one_off: bool,

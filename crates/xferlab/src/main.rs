@@ -34,8 +34,9 @@ use xferlab_core::units;
 
 use cli::{CbrArgs, Cli, Command, RrArgs, ServerArgs, StreamArgs, SweepArgs};
 use series::{CbrPlan, SweepAxis};
-use server::{Server, ServerConfig, ServerHandle};
+use server::{Server, ServerHandle};
 use session::client::{self, ClientConfig};
+use session::ServerConfig;
 
 /// Ctrl-C presses, counted by the signal handler.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
@@ -135,16 +136,21 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if a.max_sessions == 0 {
         return fail("--max-sessions must be at least 1", 2);
     }
+    if a.max_sessions_per_client == Some(0) {
+        return fail("--max-sessions-per-client must be at least 1", 2);
+    }
     let cfg = ServerConfig {
         bind: a.bind,
         port: a.port,
         iperf3_port: a.iperf3_port.0,
         max_duration: Duration::from_secs_f64(a.max_duration),
         max_sessions: a.max_sessions,
+        max_sessions_per_client: a.max_sessions_per_client.unwrap_or(a.max_sessions),
         one_off: a.one_off,
         embedded: false,
         log: true,
         affinity: a.affinity,
+        udp_any_peer: a.udp_any_peer,
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {
@@ -197,17 +203,7 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
     } else {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     };
-    let cfg = ServerConfig {
-        bind: Some(loopback),
-        port: 0,
-        iperf3_port: None,
-        max_duration: Duration::from_secs(86_400),
-        max_sessions: 1,
-        one_off: !series,
-        embedded: true,
-        log: false,
-        affinity: None,
-    };
+    let cfg = ServerConfig::embedded(loopback, !series);
     let server =
         Server::bind(cfg).map_err(|e| format!("cannot start the in-process server: {e}"))?;
     let addr = server

@@ -5,8 +5,7 @@ use std::time::Instant;
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
 use super::{
-    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
-    RESULTS_TIMEOUT,
+    results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
 };
 use crate::outbox::{Machine, Outbox};
 use crate::result::{SideReport, Software};
@@ -41,6 +40,10 @@ pub struct ClientControl {
     state: State,
     preamble: Vec<u8>,
     decoder: FrameDecoder,
+    spec: TestSpec,
+    /// The test's results frame limit, once the server said how long its
+    /// tests may last (both ways).
+    results_max: u32,
     ch: Outbox<ClientEvent>,
 }
 
@@ -51,6 +54,8 @@ impl ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
+            spec: spec.clone(),
+            results_max: MAX_SMALL_FRAME,
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         c.ch.wait(
@@ -69,6 +74,9 @@ impl ClientControl {
                 self.fail(ProtoError::Peer { code, message }, false)
             }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
+                let max = std::time::Duration::try_from_secs_f64(w.max_duration_s)
+                    .unwrap_or(std::time::Duration::MAX);
+                self.results_max = results_frame_limit(&self.spec, max);
                 self.state = State::AwaitStart;
                 self.ch.wait(
                     now,
@@ -109,7 +117,7 @@ impl ClientControl {
             State::Running => {
                 self.ch.queue_frame(&ClientMsg::Stop);
                 self.state = State::AwaitResults;
-                self.decoder.set_max_len(MAX_RESULTS_FRAME);
+                self.decoder.set_max_len(self.results_max);
                 self.ch
                     .wait(now, RESULTS_TIMEOUT, "waiting for the server's results");
             }
@@ -126,7 +134,7 @@ impl ClientControl {
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
             self.ch.queue_frame(&ClientMsg::Results {
-                report: super::fit_report(report, RESULTS_LIMIT),
+                report: super::fit_report(report, self.results_max as usize - FRAMING),
             });
             self.state = State::Done;
         }

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
-    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
-    RESULTS_TIMEOUT, RUNNING_GRACE,
+    results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
+    RUNNING_GRACE,
 };
 use crate::outbox::{Machine, Outbox};
 use crate::result::SideReport;
@@ -75,6 +75,8 @@ pub struct ServerControl {
     state: State,
     policy: ServerPolicy,
     decoder: FrameDecoder,
+    /// The admitted test's results frame limit (both ways).
+    results_max: u32,
     ch: Outbox<ServerEvent>,
 }
 
@@ -85,6 +87,7 @@ impl ServerControl {
             state: State::AwaitHello,
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
+            results_max: MAX_SMALL_FRAME,
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         s.ch.wait(now, HANDSHAKE_TIMEOUT, "waiting for the client's hello");
@@ -101,7 +104,7 @@ impl ServerControl {
     }
 
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
-        let msg: ClientMsg = decode_json(frame)?;
+        let msg = decode_client_msg(frame)?;
         match (self.state, msg) {
             (_, ClientMsg::Error { code, message }) => {
                 self.fail(ProtoError::Peer { code, message }, false);
@@ -113,6 +116,7 @@ impl ServerControl {
                     self.ch
                         .emit(ServerEvent::Failed(ProtoError::Malformed(why)));
                 } else {
+                    self.results_max = results_frame_limit(&spec, self.policy.max_duration);
                     self.state = State::Deciding;
                     self.ch.no_deadline();
                     self.ch.emit(ServerEvent::TestRequested(Box::new(spec)));
@@ -139,7 +143,7 @@ impl ServerControl {
         }
         self.decoder
             .set_max_len(if self.state == State::AwaitResults {
-                MAX_RESULTS_FRAME
+                self.results_max
             } else {
                 MAX_SMALL_FRAME
             });
@@ -197,10 +201,10 @@ impl ServerControl {
             return;
         }
         self.ch.queue_frame(&ServerMsg::Results {
-            report: super::fit_report(report, RESULTS_LIMIT),
+            report: super::fit_report(report, self.results_max as usize - FRAMING),
         });
         self.state = State::AwaitResults;
-        self.decoder.set_max_len(MAX_RESULTS_FRAME);
+        self.decoder.set_max_len(self.results_max);
         self.ch
             .wait(now, RESULTS_TIMEOUT, "waiting for the client's results");
     }
@@ -300,4 +304,32 @@ fn state_name(s: State) -> &'static str {
         State::Done => "done",
         State::Failed => "failed",
     }
+}
+
+/// A client message. A results frame (the only large one) is read
+/// straight into its report: no intermediate tree of the whole frame,
+/// which serde's tagged enums would build; unknown keys are skipped
+/// without being kept.
+fn decode_client_msg(frame: &[u8]) -> Result<ClientMsg, ProtoError> {
+    #[derive(serde::Deserialize)]
+    struct Tag {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct ResultsFrame {
+        report: Box<crate::result::SideReport>,
+    }
+    let tag: Tag = decode_json(frame)?;
+    if tag.kind == "results" {
+        let r: ResultsFrame = decode_json(frame)?;
+        return Ok(ClientMsg::Results { report: r.report });
+    }
+    if frame.len() > MAX_SMALL_FRAME as usize {
+        return Err(ProtoError::TooLarge {
+            len: frame.len() as u32,
+            max: MAX_SMALL_FRAME,
+        });
+    }
+    decode_json(frame)
 }

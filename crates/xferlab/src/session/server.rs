@@ -4,7 +4,6 @@
 //! ([`crate::driver::session::serve`]) with the test's pattern.
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -14,11 +13,12 @@ use xferlab_core::result::SideReport;
 use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::TestSpec;
 
+use super::end::{session_end, EndWatch};
+use super::shared::{lock, SessionSlot, Shared};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
-use crate::server::Shared;
 use crate::sys::cpu::CpuTally;
 use crate::transport::FlowSocket;
 
@@ -31,6 +31,8 @@ pub struct SessionEnv<'a> {
     pub tx: &'a mpsc::Sender<Wake>,
     pub tally: &'a Arc<CpuTally>,
     pub token: [u8; TOKEN_LEN],
+    /// Fires when the session ends: helpers waiting on its behalf stop.
+    pub end: &'a EndWatch,
 }
 
 /// What a pattern offers the client in the welcome.
@@ -61,23 +63,19 @@ pub trait SessionPattern {
 /// registrations are in [`crate::patterns`]).
 pub type SessionPatterns = fn(&TestSpec) -> Box<dyn SessionPattern>;
 
-/// Removes the session's token and its count when the session ends,
-/// whichever way it ends.
+/// Removes the session's token and gives back its slot when the session
+/// ends, whichever way it ends.
 struct Registration<'a> {
     shared: &'a Shared,
     token: Option<[u8; TOKEN_LEN]>,
+    _slot: Option<SessionSlot<'a>>,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.token {
-            self.shared
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&t);
+            lock(&self.shared.registry).remove(&t);
         }
-        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -88,6 +86,7 @@ struct XferlabSession<'a> {
     local_ip: IpAddr,
     tx: &'a mpsc::Sender<Wake>,
     tally: &'a Arc<CpuTally>,
+    end: &'a EndWatch,
     reg: Registration<'a>,
     patterns: SessionPatterns,
     pattern: Option<Box<dyn SessionPattern>>,
@@ -107,6 +106,7 @@ impl XferlabSession<'_> {
             tx: self.tx,
             tally: self.tally,
             token,
+            end: self.end,
         }
     }
 
@@ -134,11 +134,7 @@ impl XferlabSession<'_> {
                 return self.refuse(ErrorCode::Internal, format!("on the server: {why}"), cx)
             }
         };
-        self.shared
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token, self.tx.clone());
+        lock(&self.shared.registry).insert(token, self.tx.clone());
         self.reg.token = Some(token);
         self.ctl.accept(
             Instant::now(),
@@ -265,19 +261,22 @@ pub fn serve(
         return;
     };
     let mut ctl = ServerControl::new(Instant::now(), peer_version, policy);
-    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
+    let slot = match shared.enter(peer.ip()) {
+        Ok(s) => Some(s),
+        Err(busy) => {
+            shared.log(format_args!("{peer}: refused: {busy}"));
+            ctl.reject(ErrorCode::Busy, &busy);
+            None
+        }
+    };
     let reg = Registration {
         shared,
         token: None,
+        _slot: slot,
     };
-    if running >= shared.cfg.max_sessions {
-        ctl.reject(
-            ErrorCode::Busy,
-            &format!(
-                "server busy: {running} tests running (its --max-sessions limit); try again later"
-            ),
-        );
-    }
+    let Ok((end_signal, end)) = session_end() else {
+        return;
+    };
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let mut role = XferlabSession {
@@ -287,6 +286,7 @@ pub fn serve(
         local_ip,
         tx: &tx,
         tally: &tally,
+        end: &end,
         reg,
         patterns,
         pattern: None,
@@ -308,6 +308,7 @@ pub fn serve(
         "no end of stream within 10 s after the client stopped: flows cut",
     );
     drop(cpu_guard);
+    drop(end_signal);
     if let Some(why) = failure {
         shared.log(format_args!("{} {peer}: ended: {why}", role.label));
     }
@@ -318,6 +319,7 @@ pub fn serve(
 /// its congestion control exists here.
 fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
     shared.place(spec)?;
+    shared.budget_intervals(spec);
     if let Some(cc) = &spec.knobs.congestion {
         sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
     }
