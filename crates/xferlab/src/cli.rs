@@ -462,6 +462,21 @@ pub struct ServerArgs {
     /// UDP test's data at a third party: leave it off on public servers.
     #[arg(long)]
     pub udp_any_peer: bool,
+    /// Most this server sends for one test (bit/s, e.g. 100M): flows it
+    /// sends are paced to their share; tests asking for more with -b are
+    /// refused.
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub max_rate: Option<u64>,
+    /// Most this server sends for all tests together (bit/s); a test that
+    /// does not fit in what is left is refused as busy.
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub max_total_rate: Option<u64>,
+    /// Most flows one test may have (both directions together).
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<usize>,
+    /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
+    #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
+    pub min_interval: Option<f64>,
     /// Exit after serving one test.
     #[arg(short = '1', long)]
     pub one_off: bool,

@@ -139,6 +139,20 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if a.max_sessions_per_client == Some(0) {
         return fail("--max-sessions-per-client must be at least 1", 2);
     }
+    for (flag, v) in [
+        ("--max-rate", a.max_rate),
+        ("--max-total-rate", a.max_total_rate),
+    ] {
+        if v == Some(0) {
+            return fail(
+                &format!("{flag} must be above 0 (leave it out for no limit)"),
+                2,
+            );
+        }
+    }
+    if a.max_flows == Some(0) {
+        return fail("--max-flows must be at least 1", 2);
+    }
     let cfg = ServerConfig {
         bind: a.bind,
         port: a.port,
@@ -151,6 +165,12 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         log: true,
         affinity: a.affinity,
         udp_any_peer: a.udp_any_peer,
+        budgets: session::budget::Budgets {
+            max_rate: a.max_rate,
+            max_total_rate: a.max_total_rate,
+            max_flows: a.max_flows,
+            min_interval: a.min_interval,
+        },
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {

@@ -101,7 +101,9 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> 
 fn raise_nofile(n: u64) {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
     let rl = getrlimit(Resource::Nofile);
-    let want = rl.maximum.map_or(n, |m| m.min(n.max(rl.current.unwrap_or(0))));
+    let want = rl
+        .maximum
+        .map_or(n, |m| m.min(n.max(rl.current.unwrap_or(0))));
     setrlimit(
         Resource::Nofile,
         Rlimit {
@@ -224,10 +226,7 @@ fn a_client_is_served_within_a_second_next_to_1000_slow_connections() {
         srv.log()
     );
     // Every one of the 1000 is still open: nothing was shed for them.
-    let open = held
-        .iter()
-        .filter(|s| still_open(s))
-        .count();
+    let open = held.iter().filter(|s| still_open(s)).count();
     assert_eq!(open, 1000, "the server closed some slow connections early");
 }
 
@@ -303,10 +302,7 @@ fn udp_flows_attach_only_from_the_control_peers_address() {
     let port = welcome["udp_ports"][0].as_u64().unwrap() as u16;
     let stranger = udp_from(Ipv4Addr::new(127, 0, 0, 2));
     stranger
-        .send_to(
-            &attach_datagram(&welcome, 0),
-            (Ipv4Addr::LOCALHOST, port),
-        )
+        .send_to(&attach_datagram(&welcome, 0), (Ipv4Addr::LOCALHOST, port))
         .unwrap();
     let (n, _) = stranger
         .recv_from(&mut reply)
@@ -340,9 +336,13 @@ fn iperf3_udp_streams_open_only_from_the_control_peers_address() {
     let srv = Server::start();
     let _ctl = iperf3_udp_waiting(Ipv4Addr::LOCALHOST, &srv, 1);
     let stranger = udp_from(Ipv4Addr::new(127, 0, 0, 3));
-    stranger.send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr()).unwrap();
+    stranger
+        .send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr())
+        .unwrap();
     let client = udp_from(Ipv4Addr::LOCALHOST);
-    client.send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr()).unwrap();
+    client
+        .send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr())
+        .unwrap();
     let mut reply = [0u8; 2048];
     let (n, _) = client
         .recv_from(&mut reply)
@@ -430,7 +430,10 @@ fn xferlab_results_larger_than_the_test_needs_are_refused_at_once() {
     let err = read_json_frame(&mut s);
     assert_eq!(err["code"], "bad_message", "{err}");
     assert!(
-        err["message"].as_str().unwrap().contains(&(8u32 << 20).to_string()),
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains(&(8u32 << 20).to_string()),
         "{err}"
     );
 }
@@ -451,9 +454,19 @@ fn the_server_keeps_its_intervals_within_a_budget() {
             .map(|i| i["end_s"].as_f64().unwrap() - i["start_s"].as_f64().unwrap())
             .fold(0.0, f64::max)
     };
-    assert!(width("client") < 0.1, "client intervals {}", width("client"));
-    let n_server = flows(&v, "server")[0]["intervals"].as_array().unwrap().len();
-    let n_client = flows(&v, "client")[0]["intervals"].as_array().unwrap().len();
+    assert!(
+        width("client") < 0.1,
+        "client intervals {}",
+        width("client")
+    );
+    let n_server = flows(&v, "server")[0]["intervals"]
+        .as_array()
+        .unwrap()
+        .len();
+    let n_client = flows(&v, "client")[0]["intervals"]
+        .as_array()
+        .unwrap()
+        .len();
     assert!(
         n_client >= 4 && n_server * 4 <= n_client,
         "server kept {n_server} intervals per flow, the client {n_client}"
@@ -468,8 +481,11 @@ fn the_server_keeps_its_intervals_within_a_budget() {
 fn iperf3_sctp_is_refused_as_not_implemented() {
     let srv = Server::start();
     let port = srv.port.to_string();
-    let out = Proc::spawn_program(IPERF3, &["-c", "127.0.0.1", "-p", &port, "--sctp", "-t", "1"])
-        .finish(Duration::from_secs(10));
+    let out = Proc::spawn_program(
+        IPERF3,
+        &["-c", "127.0.0.1", "-p", &port, "--sctp", "-t", "1"],
+    )
+    .finish(Duration::from_secs(10));
     assert_ne!(out.code, Some(0), "{}", out.describe());
     assert!(
         format!("{}{}", out.stdout, out.stderr).contains("not implemented"),
@@ -477,4 +493,99 @@ fn iperf3_sctp_is_refused_as_not_implemented() {
         out.describe()
     );
     srv.wait_for_log("SCTP (--sctp) is not served", 1, Duration::from_secs(3));
+}
+
+// ------------------------------------------------------------ budgets
+
+/// Each budget refuses what exceeds it with one line that names the
+/// limit, for xferlab and iperf3 clients alike.
+#[test]
+fn budgets_refuse_with_one_line_naming_the_limit() {
+    let srv = Server::start_with(&[
+        "--max-rate",
+        "50M",
+        "--max-flows",
+        "4",
+        "--min-interval",
+        "0.5",
+    ]);
+    for (args, needle) in [
+        (
+            &["-u", "-b", "100M", "-t", "1"][..],
+            "--max-rate of 50.0 Mbits/sec",
+        ),
+        (&["-P", "5", "-t", "1"][..], "--max-flows of 4"),
+        (&["-i", "0.1", "-t", "1"][..], "--min-interval of 0.5 s"),
+    ] {
+        let out = srv.client(args, deadline_for(1.0));
+        out.assert_one_line_failure(1, &[needle]);
+    }
+    let port = srv.port.to_string();
+    let out = Proc::spawn_program(
+        IPERF3,
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "-b",
+            "100M",
+            "-t",
+            "1",
+        ],
+    )
+    .finish(Duration::from_secs(10));
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("total required bandwidth is larger than server limit")
+            || out
+                .stdout
+                .contains("total required bandwidth is larger than server limit"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// --max-rate is enforced while the test runs: what the server sends is
+/// paced to it, however fast the client could receive.
+#[test]
+fn max_rate_paces_what_the_server_sends() {
+    let srv = Server::start_with(&["--max-rate", "40M"]);
+    let v = srv.json(&["-R", "-P", "2", "-t", "1"], 1.0);
+    let got = summary_dir(&v, "s2c")["receiver"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (10e6..48e6).contains(&got),
+        "received {got:.0} bit/s from a server held to 40 Mbit/s"
+    );
+}
+
+/// --max-total-rate is shared by the tests running at once and given
+/// back when one ends; a test that does not fit is refused as busy.
+#[test]
+fn max_total_rate_is_shared_and_given_back() {
+    let srv = Server::start_with(&["--max-rate", "50M", "--max-total-rate", "60M"]);
+    let a = srv.spawn_client(&["-R", "-t", "1.5"]);
+    srv.wait_for_log("accepted", 1, Duration::from_secs(5));
+    let out = srv.client(&["-u", "-R", "-b", "20M", "-t", "0.3"], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["busy", "--max-total-rate"]);
+    a.finish(deadline_for(1.5)).assert_success();
+    srv.wait_for_log("done:", 1, Duration::from_secs(5));
+    srv.json(&["-u", "-R", "-b", "20M", "-t", "0.3"], 0.3);
+}
+
+/// --max-sessions-per-client holds one address to its share of the
+/// sessions; other addresses are still served.
+#[test]
+fn max_sessions_per_client_refuses_one_address_only() {
+    let srv = Server::start_with(&["--max-sessions-per-client", "1"]);
+    let spec = spec_of(&srv, &["-t", "0.2"]);
+    let (_held, _) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let out = srv.client(&["-t", "0.3"], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["busy", "--max-sessions-per-client"]);
+    let (_other, welcome) = hello_from(Ipv4Addr::new(127, 0, 0, 5), &srv, &spec);
+    assert_eq!(welcome["type"], "welcome");
 }

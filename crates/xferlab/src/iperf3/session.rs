@@ -32,6 +32,7 @@ use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::Workload;
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
+use crate::session::budget::{OverBudget, RateGrant};
 use crate::session::end::{session_end, EndWatch};
 use crate::session::server::placement;
 use crate::session::shared::{lock, SessionSlot, Shared};
@@ -61,7 +62,9 @@ impl Drop for Registration<'_> {
 }
 
 /// The test as accepted: what to run and the flows in stream order.
-struct Accepted {
+struct Accepted<'a> {
+    /// Its share of the server-wide rate.
+    _rate: Option<RateGrant<'a>>,
     spec: TestSpec,
     plans: Vec<FlowPlan>,
     wire: DatagramWire,
@@ -150,7 +153,7 @@ struct Iperf3Session<'a> {
     tally: &'a Arc<CpuTally>,
     end: &'a EndWatch,
     label: String,
-    test: Option<Accepted>,
+    test: Option<Accepted<'a>>,
     /// The streams as they attach, in stream order.
     connected: Vec<ConnectedFlow>,
     report: Option<SideReport>,
@@ -334,19 +337,28 @@ impl Workload for Receivers {
 
 /// Checks the parameters against what this server runs, and for UDP
 /// opens the first stream socket before CREATE_STREAMS goes out.
-fn accept(
+fn accept<'a>(
     p: &Params,
-    shared: &Arc<Shared>,
+    shared: &'a Arc<Shared>,
     tx: &mpsc::Sender<Wake>,
     end: &EndWatch,
     peer: SocketAddr,
     local: SocketAddr,
-) -> Result<Accepted, (i32, String)> {
+) -> Result<Accepted<'a>, (i32, String)> {
     let mut spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
     shared
         .place(&mut spec)
         .map_err(|e| (i_errno::IEAFFINITY, e))?;
     shared.budget_intervals(&mut spec);
+    let rate = shared.budget(&mut spec).map_err(|e| {
+        let code = match e {
+            OverBudget::Flows(_) => i_errno::IENUMSTREAMS,
+            OverBudget::Rate(_) => i_errno::IETOTALRATE,
+            OverBudget::Busy(_) => i_errno::IEACCESSDENIED,
+            OverBudget::Test(_) => i_errno::IEINITTEST,
+        };
+        (code, e.message().to_string())
+    })?;
     if let Some(d) = spec.planned_seconds() {
         if d > shared.cfg.max_duration.as_secs_f64() {
             return Err((
@@ -384,6 +396,7 @@ fn accept(
             .map_err(|e| (i_errno::IELISTEN, e))?;
     }
     Ok(Accepted {
+        _rate: rate,
         wire: DatagramWire::Iperf3(UdpHeader {
             counters_64bit: p.udp_counters_64bit,
         }),
@@ -398,7 +411,7 @@ fn accept(
 fn attach(
     ctl: &mut Iperf3Server,
     connected: &mut Vec<ConnectedFlow>,
-    t: &Accepted,
+    t: &Accepted<'_>,
     socket: FlowSocket,
 ) -> Result<(), String> {
     let Some(info) = ctl.stream_attached(Instant::now()) else {

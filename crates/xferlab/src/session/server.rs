@@ -13,6 +13,7 @@ use xferlab_core::result::SideReport;
 use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::TestSpec;
 
+use super::budget::{OverBudget, RateGrant};
 use super::end::{session_end, EndWatch};
 use super::shared::{lock, SessionSlot, Shared};
 use crate::control::{ControlIo, Wake};
@@ -69,6 +70,8 @@ struct Registration<'a> {
     shared: &'a Shared,
     token: Option<[u8; TOKEN_LEN]>,
     _slot: Option<SessionSlot<'a>>,
+    /// The test's share of the server-wide rate.
+    rate: Option<RateGrant<'a>>,
 }
 
 impl Drop for Registration<'_> {
@@ -122,6 +125,11 @@ impl XferlabSession<'_> {
     fn accept(&mut self, mut spec: TestSpec, cx: &mut SessionCx<'_>) {
         if let Err(why) = admit(self.shared, &mut spec) {
             return self.refuse(ErrorCode::InvalidSpec, why, cx);
+        }
+        match self.shared.budget(&mut spec) {
+            Ok(grant) => self.reg.rate = grant,
+            Err(OverBudget::Busy(why)) => return self.refuse(ErrorCode::Busy, why, cx),
+            Err(e) => return self.refuse(ErrorCode::InvalidSpec, e.message().to_string(), cx),
         }
         let token = match new_token() {
             Ok(t) => t,
@@ -273,6 +281,7 @@ pub fn serve(
         shared,
         token: None,
         _slot: slot,
+        rate: None,
     };
     let Ok((end_signal, end)) = session_end() else {
         return;

@@ -12,6 +12,7 @@ use std::time::Duration;
 use xferlab_core::iperf3::Cookie;
 use xferlab_core::proto::wire::TOKEN_LEN;
 
+use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
 use super::udp_door::Doors;
 use crate::control::Wake;
 
@@ -41,6 +42,8 @@ pub struct ServerConfig {
     /// Accept UDP flows (attach datagrams, iperf3 stream hellos) from
     /// any address, not only from the control connection's peer.
     pub udp_any_peer: bool,
+    /// Rates, flows and intervals a test may use.
+    pub budgets: Budgets,
 }
 
 impl ServerConfig {
@@ -59,6 +62,7 @@ impl ServerConfig {
             log: false,
             affinity: None,
             udp_any_peer: false,
+            budgets: Budgets::default(),
         }
     }
 }
@@ -77,6 +81,7 @@ pub struct Shared {
     pub udp_doors: Doors,
     sessions: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
+    rates: RateBook,
 }
 
 /// Locks a registry; a panicked holder leaves it usable (its entries are
@@ -113,7 +118,18 @@ impl Shared {
             udp_doors: Doors::default(),
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
+            rates: RateBook::default(),
         }
+    }
+
+    /// Checks a test against the operator's budgets and paces what this
+    /// server sends for it (see [`super::budget`]); the grant holds the
+    /// test's share of the server-wide rate until dropped.
+    pub fn budget(
+        &self,
+        spec: &mut xferlab_core::spec::TestSpec,
+    ) -> Result<Option<RateGrant<'_>>, OverBudget> {
+        self.cfg.budgets.admit(&self.rates, spec)
     }
 
     /// Tests running now.
