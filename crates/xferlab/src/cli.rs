@@ -474,6 +474,20 @@ pub struct ServerArgs {
     /// Most flows one test may have (both directions together).
     #[arg(long, value_name = "N")]
     pub max_flows: Option<usize>,
+    /// Require clients to authenticate: xferlab clients prove they hold
+    /// one of the keys in FILE (one per line, at least 16 bytes; their
+    /// --auth-key). iperf3 clients then need --rsa-private-key-path and
+    /// --authorized-users-path, or are refused.
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: Option<std::path::PathBuf>,
+    /// Require iperf3 clients to authenticate with iperf3's own scheme:
+    /// the RSA private key (PEM) their --rsa-public-key-path matches.
+    #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// iperf3 users and their passwords: `user,sha256hex` per line, the
+    /// hash of "{user}password" (as iperf3's server reads it).
+    #[arg(long, value_name = "FILE", requires = "rsa_private_key_path")]
+    pub authorized_users_path: Option<std::path::PathBuf>,
     /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
     #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
     pub min_interval: Option<f64>,
@@ -605,6 +619,10 @@ pub struct StreamArgs {
     /// Seconds to wait for each connection.
     #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "DURATION")]
     pub connect_timeout: f64,
+    /// Answer the server's authentication challenge with the first key in
+    /// FILE (one key per line, at least 16 bytes).
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: Option<std::path::PathBuf>,
     /// Free text stored with the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,

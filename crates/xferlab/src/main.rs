@@ -153,7 +153,23 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if a.max_flows == Some(0) {
         return fail("--max-flows must be at least 1", 2);
     }
+    let auth_keys = match &a.auth_key {
+        Some(path) => match session::auth::load_keys(path) {
+            Ok(k) => Some(std::sync::Arc::new(k)),
+            Err(e) => return fail(&e, 2),
+        },
+        None => None,
+    };
+    let iperf3_users = match (&a.rsa_private_key_path, &a.authorized_users_path) {
+        (Some(key), Some(users)) => match session::auth::Iperf3Users::load(key, users) {
+            Ok(u) => Some(std::sync::Arc::new(u)),
+            Err(e) => return fail(&e, 2),
+        },
+        _ => None,
+    };
     let cfg = ServerConfig {
+        auth_keys,
+        iperf3_users,
         bind: a.bind,
         port: a.port,
         iperf3_port: a.iperf3_port.0,
@@ -244,14 +260,19 @@ fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, String> {
     output::open(a.output.as_deref())
 }
 
-fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> ClientConfig {
-    ClientConfig {
+fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> Result<ClientConfig, String> {
+    let auth_key = match &a.auth_key {
+        Some(path) => session::auth::load_keys(path)?.into_iter().next(),
+        None => None,
+    };
+    Ok(ClientConfig {
         spec,
         server: t.label.clone(),
         addrs: t.addrs.clone(),
         connect_timeout: Duration::from_secs_f64(a.connect_timeout),
         embedded: t.embedded,
-    }
+        auth_key,
+    })
 }
 
 fn interrupted_or(code: u8) -> u8 {
@@ -276,7 +297,10 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
         Err(e) => return fail(&e, 1),
     };
     install_interrupt_handler();
-    let cfg = client_config(a, spec, &t);
+    let cfg = match client_config(a, spec, &t) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, 2),
+    };
     let mut reporter = output::reporter(a.format(), a.units, out);
     let ran = if a.iperf3_mode() {
         iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
@@ -319,7 +343,10 @@ fn run_rr(a: &RrArgs) -> ExitCode {
         Err(e) => return fail(&e, 1),
     };
     install_interrupt_handler();
-    let cfg = client_config(&a.stream, spec, &t);
+    let cfg = match client_config(&a.stream, spec, &t) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, 2),
+    };
     let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
     match client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
@@ -391,7 +418,7 @@ fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode>
     install_interrupt_handler();
     Ok(SeriesRun {
         out,
-        cfg: client_config(a, spec, &target),
+        cfg: client_config(a, spec, &target).map_err(|e| fail(&e, 2))?,
         json: format == output::Format::Json,
         _target: target,
     })

@@ -2,8 +2,11 @@
 
 use std::time::Instant;
 
+use super::auth::{answer, hex, unhex};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
+use super::wire::{
+    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION,
+};
 use super::{
     results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
 };
@@ -41,6 +44,10 @@ pub struct ClientControl {
     preamble: Vec<u8>,
     decoder: FrameDecoder,
     spec: TestSpec,
+    /// The key that answers a server's challenge, and the hello payload
+    /// the answer covers.
+    auth_key: Option<Vec<u8>>,
+    hello: Vec<u8>,
     /// The test's results frame limit, once the server said how long its
     /// tests may last (both ways).
     results_max: u32,
@@ -55,6 +62,8 @@ impl ClientControl {
             preamble: Vec::with_capacity(PREAMBLE_LEN),
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
             spec: spec.clone(),
+            auth_key: None,
+            hello: Vec::new(),
             results_max: MAX_SMALL_FRAME,
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
@@ -63,8 +72,16 @@ impl ClientControl {
             HANDSHAKE_TIMEOUT,
             "waiting for the server to accept the test",
         );
-        c.ch.queue_frame(&ClientMsg::Hello { software, spec });
+        let hello = encode_frame(&ClientMsg::Hello { software, spec });
+        c.ch.send(&hello);
+        c.hello = hello[4..].to_vec();
         c
+    }
+
+    /// Answers a server's challenge with `key` (`--auth-key`).
+    pub fn with_auth_key(mut self, key: Option<Vec<u8>>) -> Self {
+        self.auth_key = key;
+        self
     }
 
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
@@ -72,6 +89,17 @@ impl ClientControl {
         match (self.state, msg) {
             (_, ServerMsg::Error { code, message }) => {
                 self.fail(ProtoError::Peer { code, message }, false)
+            }
+            (State::AwaitWelcome, ServerMsg::Challenge { nonce }) => {
+                let Some(key) = self.auth_key.take() else {
+                    self.fail(ProtoError::AuthRequired, true);
+                    return Ok(());
+                };
+                let nonce = unhex(&nonce).ok_or_else(|| {
+                    ProtoError::Malformed("the server's challenge is not hex".into())
+                })?;
+                let mac = answer(&key, &nonce, &self.hello);
+                self.ch.queue_frame(&ClientMsg::Auth { mac: hex(&mac) });
             }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
                 let max = std::time::Duration::try_from_secs_f64(w.max_duration_s)
@@ -100,6 +128,7 @@ impl ClientControl {
                     "unexpected {} message from the server",
                     match msg {
                         ServerMsg::Welcome(_) => "welcome",
+                        ServerMsg::Challenge { .. } => "challenge",
                         ServerMsg::Start => "start",
                         ServerMsg::Results { .. } => "results",
                         ServerMsg::Error { .. } => "error",

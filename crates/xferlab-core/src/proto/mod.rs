@@ -6,6 +6,7 @@
 //! events from `poll_event`. Every wait has a deadline, so a silent or
 //! half-open peer always ends in an event rather than a hang.
 
+pub mod auth;
 mod client;
 mod message;
 mod server;
@@ -144,6 +145,14 @@ pub enum ProtoError {
     /// A step took longer than its deadline.
     #[error("timed out {0}")]
     Timeout(&'static str),
+    /// The server asks for a key and this client has none.
+    #[error("the server requires authentication: pass --auth-key FILE with a key it holds")]
+    AuthRequired,
+    /// The client's answer to the challenge does not verify.
+    #[error(
+        "authentication failed: the client's key does not match any key of the server (--auth-key)"
+    )]
+    AuthFailed,
     /// The peer sent an error message.
     #[error("peer reported {}: {message}", code.as_str())]
     Peer { code: ErrorCode, message: String },
@@ -158,6 +167,7 @@ impl ProtoError {
                 ErrorCode::BadMessage
             }
             ProtoError::Timeout(_) => ErrorCode::Timeout,
+            ProtoError::AuthRequired | ProtoError::AuthFailed => ErrorCode::AuthFailed,
             ProtoError::Closed(_) | ProtoError::Peer { .. } => ErrorCode::Aborted,
         }
     }

@@ -2,6 +2,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::auth::{hex, unhex, verify, ServerAuth};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
@@ -61,6 +62,8 @@ pub enum ServerEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     AwaitHello,
+    /// Challenge sent: the hello waits for the client's answer.
+    AwaitAuth,
     Deciding,
     AwaitFlows,
     Running,
@@ -77,6 +80,9 @@ pub struct ServerControl {
     decoder: FrameDecoder,
     /// The admitted test's results frame limit (both ways).
     results_max: u32,
+    /// Authentication, when on; the hello frame it covers.
+    auth: Option<ServerAuth>,
+    hello: Vec<u8>,
     ch: Outbox<ServerEvent>,
 }
 
@@ -88,6 +94,8 @@ impl ServerControl {
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
             results_max: MAX_SMALL_FRAME,
+            auth: None,
+            hello: Vec::new(),
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         s.ch.wait(now, HANDSHAKE_TIMEOUT, "waiting for the client's hello");
@@ -103,11 +111,36 @@ impl ServerControl {
         s
     }
 
+    /// Requires the client to prove it holds one of `auth.keys` before
+    /// its hello counts (call right after [`ServerControl::new`]).
+    pub fn require_auth(&mut self, auth: ServerAuth) {
+        self.auth = Some(auth);
+    }
+
     fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
         let msg = decode_client_msg(frame)?;
         match (self.state, msg) {
             (_, ClientMsg::Error { code, message }) => {
                 self.fail(ProtoError::Peer { code, message }, false);
+            }
+            (State::AwaitHello, ClientMsg::Hello { .. }) if self.auth.is_some() => {
+                let nonce = self.auth.as_ref().map(|a| a.nonce).expect("checked");
+                self.hello = frame.to_vec();
+                self.state = State::AwaitAuth;
+                self.ch
+                    .queue_frame(&ServerMsg::Challenge { nonce: hex(&nonce) });
+            }
+            (State::AwaitAuth, ClientMsg::Auth { mac }) => {
+                let auth = self.auth.take().expect("set while awaiting it");
+                let ok = unhex(&mac)
+                    .is_some_and(|mac| verify(&auth.keys, &auth.nonce, &self.hello, &mac));
+                if !ok {
+                    self.fail(ProtoError::AuthFailed, true);
+                    return Ok(());
+                }
+                let hello = std::mem::take(&mut self.hello);
+                self.state = State::AwaitHello;
+                return self.handle_frame(now, &hello);
             }
             (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
                 if let Err(why) = self.policy.check(&spec) {
@@ -265,7 +298,7 @@ impl Machine for ServerControl {
     fn handle_eof(&mut self) {
         let when = match self.state {
             State::Done | State::Failed => return,
-            State::AwaitHello => "before saying hello",
+            State::AwaitHello | State::AwaitAuth => "before saying hello",
             State::AwaitResults => "before sending its results",
             _ => "in the middle of the test",
         };
@@ -287,6 +320,7 @@ impl Machine for ServerControl {
 fn client_msg_name(m: &ClientMsg) -> &'static str {
     match m {
         ClientMsg::Hello { .. } => "hello",
+        ClientMsg::Auth { .. } => "auth",
         ClientMsg::Stop => "stop",
         ClientMsg::Results { .. } => "results",
         ClientMsg::Error { .. } => "error",
@@ -296,6 +330,7 @@ fn client_msg_name(m: &ClientMsg) -> &'static str {
 fn state_name(s: State) -> &'static str {
     match s {
         State::AwaitHello => "waiting for hello",
+        State::AwaitAuth => "waiting for the answer to the challenge",
         State::Deciding => "deciding on the request",
         State::AwaitFlows => "waiting for data connections",
         State::Running => "running",

@@ -309,3 +309,81 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
     );
     assert!(serde_json::to_vec(&*small).unwrap().len() < 10_000);
 }
+
+/// A server with authentication on, having read the client's preamble.
+fn auth_server_for(client: &mut ClientControl, t0: Instant, key: &[u8]) -> ServerControl {
+    let bytes = client.poll_transmit().unwrap();
+    let mut server = ServerControl::new(t0, VERSION, policy());
+    server.require_auth(auth::ServerAuth {
+        keys: std::sync::Arc::new(vec![b"some other key of the server".to_vec(), key.to_vec()]),
+        nonce: [0x5a; auth::NONCE_LEN],
+    });
+    server.handle_input(t0, &bytes[PREAMBLE_LEN..]);
+    server
+}
+
+#[test]
+fn with_auth_on_the_hello_counts_only_once_the_challenge_is_answered() {
+    let t0 = crate::test_clock::origin();
+    let key = b"a key both ends hold".to_vec();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+        .with_auth_key(Some(key.clone()));
+    let mut s = auth_server_for(&mut c, t0, &key);
+    assert!(
+        s.poll_event().is_none(),
+        "the hello counted before the answer"
+    );
+    pump(&mut c, &mut s, t0);
+    let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
+        panic!("no request after a right answer")
+    };
+    assert_eq!(*spec, TestSpec::default_stream());
+    s.accept(t0, welcome());
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(c.poll_event(), Some(ClientEvent::Welcome(_))));
+}
+
+#[test]
+fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
+    let t0 = crate::test_clock::origin();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+        .with_auth_key(Some(b"the wrong key, 20 bytes".to_vec()));
+    let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::AuthFailed))
+    ));
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Failed(ProtoError::Peer {
+            code: ErrorCode::AuthFailed,
+            ..
+        }))
+    ));
+
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Failed(ProtoError::AuthRequired))
+    ));
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Peer {
+            code: ErrorCode::AuthFailed,
+            ..
+        }))
+    ));
+
+    // An answer to a challenge never sent (auth off) is out of place.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.handle_input(t0, &encode_frame(&ClientMsg::Auth { mac: "00".into() }));
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Malformed(_)))
+    ));
+}

@@ -345,6 +345,7 @@ fn accept<'a>(
     peer: SocketAddr,
     local: SocketAddr,
 ) -> Result<Accepted<'a>, (i32, String)> {
+    authenticate(p, shared, peer)?;
     let mut spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
     shared
         .place(&mut spec)
@@ -404,6 +405,50 @@ fn accept<'a>(
         spec,
         plans,
     })
+}
+
+/// With authentication on, the client's `authtoken` must name a user of
+/// `--authorized-users-path` with the right password (iperf3's scheme,
+/// see [`crate::session::auth::Iperf3Users`]); failures count against the
+/// client's address.
+fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i32, String)> {
+    if !shared.cfg.auth_on() {
+        return Ok(());
+    }
+    let refuse = |why: String| (i_errno::IEAUTHTEST, why);
+    if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+        return Err(refuse(format!(
+            "too many failed authentication attempts from {}; try again in {} s",
+            peer.ip(),
+            wait.as_secs() + 1
+        )));
+    }
+    let Some(users) = &shared.cfg.iperf3_users else {
+        return Err(refuse(
+            "this server requires authentication and has no iperf3 credentials (--rsa-private-key-path, --authorized-users-path)".into(),
+        ));
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let checked = match p.authtoken.as_deref() {
+        None => Err("no credentials (iperf3 --username and --rsa-public-key-path)".to_string()),
+        Some(t) => users.check(t, now),
+    };
+    match checked {
+        Ok(user) => {
+            tracing::debug!(%peer, user, "iperf3 client authenticated");
+            Ok(())
+        }
+        Err(why) => {
+            let n = shared.auth_failures.record(peer.ip());
+            Err(refuse(format!(
+                "authentication failed: {why} ({n} of {} allowed per {} s from this address)",
+                crate::session::auth::MAX_FAILURES,
+                crate::session::auth::WINDOW.as_secs()
+            )))
+        }
+    }
 }
 
 /// Takes a data stream that presented this session's cookie (or answered

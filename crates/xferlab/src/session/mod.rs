@@ -3,6 +3,7 @@
 //! server's sessions share (limits, the registries of live sessions, the
 //! log) and the plumbing that ties a session's helpers to its lifetime.
 
+pub mod auth;
 pub mod budget;
 pub mod client;
 pub mod end;

@@ -7,12 +7,16 @@ use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use xferlab_core::proto::auth::ServerAuth;
 use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
-use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use xferlab_core::proto::{
+    ErrorCode, ProtoError, ServerControl, ServerEvent, ServerPolicy, Welcome,
+};
 use xferlab_core::result::SideReport;
 use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::TestSpec;
 
+use super::auth;
 use super::budget::{OverBudget, RateGrant};
 use super::end::{session_end, EndWatch};
 use super::shared::{lock, SessionSlot, Shared};
@@ -197,6 +201,23 @@ impl SessionRole for XferlabSession<'_> {
                 self.finished = true;
             }
             ServerEvent::Failed(e) => {
+                let auth = matches!(
+                    e,
+                    ProtoError::AuthFailed
+                        | ProtoError::Peer {
+                            code: ErrorCode::AuthFailed,
+                            ..
+                        }
+                );
+                if auth {
+                    let n = self.shared.auth_failures.record(self.peer.ip());
+                    self.shared.log(format_args!(
+                        "{}: authentication failed ({n} of {} allowed per {} s from this address)",
+                        self.peer,
+                        auth::MAX_FAILURES,
+                        auth::WINDOW.as_secs()
+                    ));
+                }
                 cx.fail(e.to_string());
                 self.finished = true;
             }
@@ -286,6 +307,29 @@ pub fn serve(
     let Ok((end_signal, end)) = session_end() else {
         return;
     };
+    if shared.cfg.auth_on() && shared.cfg.auth_keys.is_none() {
+        let why = "this server authenticates iperf3 clients only (it has no --auth-key for xferlab clients)";
+        shared.log(format_args!("{peer}: refused: {why}"));
+        ctl.reject(ErrorCode::AuthFailed, why);
+    } else if let Some(keys) = &shared.cfg.auth_keys {
+        if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+            let why = format!(
+                "too many failed authentication attempts from {}; try again in {} s",
+                peer.ip(),
+                wait.as_secs() + 1
+            );
+            shared.log(format_args!("{peer}: refused: {why}"));
+            ctl.reject(ErrorCode::AuthFailed, &why);
+        } else {
+            match auth::nonce() {
+                Ok(nonce) => ctl.require_auth(ServerAuth {
+                    keys: keys.clone(),
+                    nonce,
+                }),
+                Err(why) => ctl.reject(ErrorCode::Internal, &why),
+            }
+        }
+    }
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let mut role = XferlabSession {

@@ -6,12 +6,13 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use xferlab_core::iperf3::Cookie;
 use xferlab_core::proto::wire::TOKEN_LEN;
 
+use super::auth::{Failures, Iperf3Users};
 use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
 use super::udp_door::Doors;
 use crate::control::Wake;
@@ -44,6 +45,20 @@ pub struct ServerConfig {
     pub udp_any_peer: bool,
     /// Rates, flows and intervals a test may use.
     pub budgets: Budgets,
+    /// Keys xferlab clients must prove they hold (`--auth-key`); None:
+    /// authentication off.
+    pub auth_keys: Option<Arc<Vec<Vec<u8>>>>,
+    /// iperf3 clients' credentials (`--rsa-private-key-path`,
+    /// `--authorized-users-path`); None: iperf3 authentication off.
+    pub iperf3_users: Option<Arc<Iperf3Users>>,
+}
+
+impl ServerConfig {
+    /// Whether clients must authenticate (each protocol with its own
+    /// scheme; a protocol without credentials configured is refused).
+    pub fn auth_on(&self) -> bool {
+        self.auth_keys.is_some() || self.iperf3_users.is_some()
+    }
 }
 
 impl ServerConfig {
@@ -63,6 +78,8 @@ impl ServerConfig {
             affinity: None,
             udp_any_peer: false,
             budgets: Budgets::default(),
+            auth_keys: None,
+            iperf3_users: None,
         }
     }
 }
@@ -82,6 +99,8 @@ pub struct Shared {
     sessions: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
     rates: RateBook,
+    /// Failed authentication attempts per client address.
+    pub auth_failures: Failures,
 }
 
 /// Locks a registry; a panicked holder leaves it usable (its entries are
@@ -119,6 +138,7 @@ impl Shared {
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
             rates: RateBook::default(),
+            auth_failures: Failures::default(),
         }
     }
 
