@@ -1638,7 +1638,7 @@ fn mptcp_is_iperf3s_m_both_ways() {
 #[test]
 fn a_clients_results_may_be_no_larger_than_its_tests_streams_need() {
     use super::wire::max_client_results_json;
-    let t0 = Instant::now();
+    let t0 = crate::test_clock::origin();
     for n in [1i64, 4, 128] {
         let max = max_client_results_json(n as usize);
         // Plenty for real results: 128 streams of iperf3 3.21's totals.

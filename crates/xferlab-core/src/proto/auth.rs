@@ -51,7 +51,7 @@ pub fn hex(b: &[u8]) -> String {
 
 /// Bytes from hex; None if it is not hex of even length.
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

@@ -72,23 +72,6 @@ impl Failures {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_address_is_refused_after_its_failures_and_others_are_not() {
-        let f = Failures::default();
-        let a: IpAddr = [192, 0, 2, 1].into();
-        for i in 1..=MAX_FAILURES {
-            assert_eq!(f.locked_out(a), None);
-            assert_eq!(f.record(a), i);
-        }
-        assert!(f.locked_out(a).is_some_and(|d| d <= WINDOW));
-        assert_eq!(f.locked_out([192, 0, 2, 2].into()), None);
-    }
-}
-
 /// iperf3's own authentication (`--rsa-private-key-path`,
 /// `--authorized-users-path`): the client sends, in its parameters, a
 /// base64 `authtoken`: `user: U\npwd:  P\nts:   T` encrypted with the
@@ -188,5 +171,22 @@ impl Iperf3Users {
         } else {
             Err(format!("user {user}: unknown user or wrong password"))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_refused_after_its_failures_and_others_are_not() {
+        let f = Failures::default();
+        let a: IpAddr = [192, 0, 2, 1].into();
+        for i in 1..=MAX_FAILURES {
+            assert_eq!(f.locked_out(a), None);
+            assert_eq!(f.record(a), i);
+        }
+        assert!(f.locked_out(a).is_some_and(|d| d <= WINDOW));
+        assert_eq!(f.locked_out([192, 0, 2, 2].into()), None);
     }
 }

@@ -161,12 +161,9 @@ impl Budgets {
                 total
             }
             None => {
-                if ours == 0 {
-                    // Only the client sends, under TCP's own control: no
-                    // share of the server's sending rate.
-                    0
-                } else {
-                    let per_flow = cap / ours;
+                // Only the client sends (ours == 0), under TCP's own
+                // control: no share of the server's sending rate.
+                if let Some(per_flow) = cap.checked_div(ours) {
                     if per_flow < MIN_GRANT_PER_FLOW {
                         return Err(OverBudget::Busy(format!(
                             "server busy: {} of its --max-total-rate of {} is in use; try again later",
@@ -180,6 +177,8 @@ impl Budgets {
                         spec.knobs.max_pacing_rate = Some((per_flow / 8).max(1));
                     }
                     per_flow * ours
+                } else {
+                    0
                 }
             }
         };
