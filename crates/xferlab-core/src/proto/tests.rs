@@ -387,3 +387,47 @@ fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
         Some(ServerEvent::Failed(ProtoError::Malformed(_)))
     ));
 }
+
+#[test]
+fn the_results_limit_follows_the_tests_flows_and_intervals() {
+    let hour = Duration::from_secs(3600);
+    let small = TestSpec::default_stream();
+    let limit = results_frame_limit(&small, hour);
+    assert!(limit < 1 << 20, "a 10 s one-flow test: {limit}");
+    let mut big = TestSpec::default_stream();
+    big.parallel = 128;
+    big.direction = crate::spec::Direction::Bidir;
+    big.interval_s = 0.05;
+    big.limit = crate::spec::Limit::Duration { seconds: 3600.0 };
+    assert_eq!(results_frame_limit(&big, hour), MAX_RESULTS_FRAME);
+    // A byte-limited test may last the server's --max-duration.
+    let mut bytes = TestSpec::default_stream();
+    bytes.limit = crate::spec::Limit::Bytes { bytes: 1 << 30 };
+    assert!(
+        results_frame_limit(&bytes, Duration::from_secs(10)) < results_frame_limit(&bytes, hour)
+    );
+    // And the server's own intervals stay within the budget.
+    assert_eq!(interval_budget(&small, hour), small.interval_s);
+    let i = interval_budget(&big, hour);
+    assert!(256.0 * 3600.0 / i <= INTERVAL_BUDGET as f64, "{i}");
+    assert_eq!((i / 0.05).round() * 0.05, i, "a multiple of -i");
+}
+
+#[test]
+fn a_results_frame_over_the_tests_limit_is_refused_on_its_prefix() {
+    let t0 = crate::test_clock::origin();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.accept(t0, welcome());
+    s.flows_attached(t0, Some(Duration::from_secs(10)));
+    s.handle_input(t0, &encode_frame(&ClientMsg::Stop));
+    assert!(matches!(s.poll_event(), Some(ServerEvent::StopRequested)));
+    s.send_results(t0, &report(Endpoint::Server));
+    let limit = results_frame_limit(&TestSpec::default_stream(), policy().max_duration);
+    s.handle_input(t0, &(limit + 1).to_be_bytes());
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::TooLarge { len, max })) if len == limit + 1 && max == limit
+    ));
+}
