@@ -27,11 +27,12 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::Domain;
+use xferlab_core::iperf3::wire::access_denied;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
-    Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
+    encode_frame, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
 };
-use xferlab_core::proto::ProtoError;
+use xferlab_core::proto::{ErrorCode, ProtoError, ServerMsg};
 
 use crate::control::Wake;
 use crate::session::shared::lock;
@@ -417,6 +418,18 @@ impl FrontDoor {
             Said::Data(a) => attach(stream, peer, a, &self.shared),
             Said::Control(version) => {
                 tracing::debug!(%peer, version, "xferlab control connection");
+                if let Some(busy) = self.shared.busy(peer.ip()) {
+                    // Answered here: a flood of requests past the limit
+                    // costs no session thread.
+                    let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();
+                    answer.extend(encode_frame(&ServerMsg::Error {
+                        code: ErrorCode::Busy,
+                        message: busy.clone(),
+                    }));
+                    refuse(stream, &answer);
+                    self.shared.log(format_args!("{peer}: refused: {busy}"));
+                    return;
+                }
                 self.start_session(stream, peer, move |stream, shared| {
                     session::server::serve(stream, peer, version, shared, crate::patterns::session);
                 });
@@ -432,6 +445,15 @@ impl FrontDoor {
                     }
                     None => {
                         tracing::debug!(%peer, "iperf3 control connection");
+                        if let Some(busy) = self.shared.busy(peer.ip()) {
+                            // What a busy iperf3 server answers; every
+                            // iperf3 client reports it as "the server is
+                            // busy running a test".
+                            refuse(stream, &access_denied());
+                            self.shared
+                                .log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                            return;
+                        }
                         self.start_session(stream, peer, move |stream, shared| {
                             crate::iperf3::session::serve(stream, peer, cookie, shared);
                         });
@@ -462,6 +484,13 @@ impl FrontDoor {
             )),
         }
     }
+}
+
+/// Answers a connection that is refused at the door, and closes it.
+fn refuse(mut stream: TcpStream, answer: &[u8]) {
+    stream.set_write_timeout(Some(Duration::from_secs(1))).ok();
+    stream.write_all(answer).ok();
+    stream.shutdown(std::net::Shutdown::Write).ok();
 }
 
 /// Looks at a pending connection's first `need` bytes: asks for more,

@@ -157,21 +157,33 @@ impl Shared {
         self.sessions.load(Ordering::Relaxed)
     }
 
-    /// Takes a session slot for a test from `client`, or says why the
-    /// server is busy (`--max-sessions`, `--max-sessions-per-client`).
-    pub fn enter(&self, client: IpAddr) -> Result<SessionSlot<'_>, String> {
-        let mut per = lock(&self.per_client);
+    /// Why a test from `client` would be refused as busy now
+    /// (`--max-sessions`, `--max-sessions-per-client`), if it would.
+    pub fn busy(&self, client: IpAddr) -> Option<String> {
+        self.busy_with(&lock(&self.per_client), client)
+    }
+
+    fn busy_with(&self, per: &HashMap<IpAddr, usize>, client: IpAddr) -> Option<String> {
         let running = self.sessions();
         if running >= self.cfg.max_sessions {
-            return Err(format!(
+            return Some(format!(
                 "server busy: {running} tests running (its --max-sessions limit); try again later"
             ));
         }
         let mine = per.get(&client).copied().unwrap_or(0);
-        if mine >= self.cfg.max_sessions_per_client {
-            return Err(format!(
+        (mine >= self.cfg.max_sessions_per_client).then(|| {
+            format!(
                 "server busy: {mine} tests from {client} running (its --max-sessions-per-client limit); try again later"
-            ));
+            )
+        })
+    }
+
+    /// Takes a session slot for a test from `client`, or says why the
+    /// server is busy.
+    pub fn enter(&self, client: IpAddr) -> Result<SessionSlot<'_>, String> {
+        let mut per = lock(&self.per_client);
+        if let Some(busy) = self.busy_with(&per, client) {
+            return Err(busy);
         }
         *per.entry(client).or_default() += 1;
         self.sessions.fetch_add(1, Ordering::Relaxed);
