@@ -2,16 +2,24 @@
 """Writes the seed corpus of each fuzz target (fuzz/corpus/<target>/):
 whole, valid exchanges taken from the iperf3 byte captures in
 crates/xferlab-core/src/iperf3/captures and from xferlab's own messages,
-so mutations start from inputs that reach every state. The first byte of
-each input is the read size the drivers cut the rest into (see
-crates/xferlab-core/src/fuzz.rs). Run from the repository root."""
+so mutations start from inputs that reach every state. The xferlab
+messages are built around a real result of the current build (its spec,
+software and both sides' reports), so they match the protocol version:
+
+    xferlab stream -J -t 0.3 -i 0.1 -P 2 --bidir > /tmp/r.json
+    python3 fuzz/make-corpus.py /tmp/r.json
+
+The first byte of each input is the read size the drivers cut the rest
+into (see crates/xferlab-core/src/fuzz.rs)."""
 
 import ast
 import hashlib
+import hmac
 import json
 import os
 import re
 import struct
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAPTURES = os.path.join(ROOT, "crates/xferlab-core/src/iperf3/captures")
@@ -47,42 +55,35 @@ def capture_streams(text):
     return cs, sc
 
 
-SPEC = {
-    "pattern": "stream", "transport": "tcp", "direction": "bidir", "parallel": 2,
-    "limit": {"duration": {"seconds": 1.0}}, "omit_s": 0.0, "interval_s": 0.5,
-    "knobs": {"size": 131072, "buffer": None, "congestion": None, "nodelay": False,
-              "mss": None, "tos": None, "max_pacing_rate": None, "recv_mode": "copy"},
-}
-SOFTWARE = {"name": "xferlab", "version": "0.1.0", "protocol": 1}
-INTERVAL = {"start_s": 0.0, "end_s": 0.5, "omitted": False, "bytes": 1000, "bits_per_second": 16000.0}
-TOTAL = {"start_s": 0.0, "end_s": 1.0, "bytes": 2000, "bits_per_second": 16000.0, "bytes_all": 2000}
-REPORT = {
-    "endpoint": "client", "host": {}, "embedded": False, "duration_s": 1.0,
-    "flows": [{"id": 0, "direction": "c2s", "role": "sender", "intervals": [INTERVAL, INTERVAL],
-               "total": TOTAL}],
-    "sums": [], "cpu": {"percent": 1.0, "user_s": 0.0, "system_s": 0.0},
-    "counters": {}, "warnings": [],
-}
-
-
 def main():
-    hello = frame({"type": "hello", "software": SOFTWARE, "spec": SPEC})
-    results = frame({"type": "results", "report": REPORT})
+    result = json.load(open(sys.argv[1]))
+    software, spec = result["software"], result["spec"]
+    version = software["protocol"]
+    hello = frame({"type": "hello", "software": software, "spec": spec})
+    results = frame({"type": "results", "report": result["client"]})
     stop = frame({"type": "stop"})
-    auth = frame({"type": "auth", "mac": "00" * 32})
+    # The drivers' key and nonce (crates/xferlab-core/src/fuzz.rs), so the
+    # answer verifies: HMAC-SHA256(key, label || nonce || hello payload).
+    mac = hmac.new(b"a key of sixteen bytes", b"xferlab auth v1\0" + b"\x01" * 32 + hello[4:],
+                   hashlib.sha256).hexdigest()
+    auth = frame({"type": "auth", "mac": mac})
+    bad_auth = frame({"type": "auth", "mac": "00" * 32})
+    # Messages that answer the server's go one byte per read, so the
+    # driver acts (accepts, starts) before the next one arrives.
     write("xferlab_server", "hello", b"\xff" + hello)
     write("xferlab_server", "hello-split", b"\x03" + hello)
-    write("xferlab_server", "hello-auth", b"\xff" + hello + auth)
-    write("xferlab_server", "hello-stop-results", b"\xff" + hello + stop + results)
+    write("xferlab_server", "hello-auth", b"\x01" + hello + auth + stop + results)
+    write("xferlab_server", "hello-bad-auth", b"\x01" + hello + bad_auth)
+    write("xferlab_server", "hello-stop-results", b"\x01" + hello + stop + results)
     write("xferlab_server", "error", b"\x10" + frame({"type": "error", "code": "busy", "message": "x"}))
-    write("xferlab_server", "records", b"\x08XFRL\x00\x01\x02\x00" + bytes(range(20)))
-    pre = b"XFRL\x00\x01\x01\x00"
-    welcome = frame({"type": "welcome", "session": "ab" * 16, "software": SOFTWARE, "host": {},
+    write("xferlab_server", "records", b"\x08XFRL" + struct.pack(">H", version) + b"\x02\x00" + bytes(range(20)))
+    pre = b"XFRL" + struct.pack(">H", version) + b"\x01\x00"
+    welcome = frame({"type": "welcome", "session": "ab" * 16, "software": software, "host": result["client"]["host"],
                      "max_duration_s": 3600.0, "udp_ports": [5001, 5002], "rr_port": None})
-    server_report = dict(REPORT, endpoint="server")
+    server_report = result["server"]
     write("xferlab_client", "welcome-start", b"\xff" + pre + welcome + frame({"type": "start"}))
     write("xferlab_client", "challenge", b"\xff" + pre + frame({"type": "challenge", "nonce": "11" * 32}) + welcome)
-    write("xferlab_client", "results", b"\x40" + pre + welcome + frame({"type": "start"})
+    write("xferlab_client", "results", b"\x01" + pre + welcome + frame({"type": "start"})
           + frame({"type": "results", "report": server_report}))
     for name in sorted(os.listdir(CAPTURES)):
         with open(os.path.join(CAPTURES, name)) as f:

@@ -9,36 +9,102 @@
 
 use std::time::{Duration, Instant};
 
-use crate::iperf3::{Iperf3Client, Iperf3Server, Params, Results, UdpHeader};
+use crate::iperf3::{
+    ClientEvent as Iperf3ClientEvent, Iperf3Client, Iperf3Server, Params, Results,
+    ServerEvent as Iperf3ServerEvent, UdpHeader,
+};
 use crate::outbox::Machine;
 use crate::proto::auth::{ServerAuth, NONCE_LEN};
 use crate::proto::wire::{Attach, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION};
-use crate::proto::{ClientControl, ServerControl, ServerPolicy};
-use crate::result::Software;
+use crate::proto::{ClientControl, ClientEvent, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
 use crate::spec::TestSpec;
 
 /// Feeds `data` (after its first byte) to `m` in reads of a size the
-/// first byte picks, draining what the machine produces as a driver
-/// would, then ends the input both ways (timeout, end of stream).
-fn feed<M: Machine>(m: &mut M, data: &[u8]) {
+/// first byte picks, acting on each event as a driver would (`act`) and
+/// draining what the machine sends, then ends the input both ways
+/// (timeout, end of stream).
+fn feed<M: Machine>(m: &mut M, data: &[u8], mut act: impl FnMut(&mut M, Instant, M::Event)) {
     let t0 = origin();
     let (chunk, rest) = match data.split_first() {
         Some((c, rest)) => (usize::from(*c).max(1), rest),
         None => (1, data),
     };
+    let drain = |m: &mut M, now: Instant, act: &mut dyn FnMut(&mut M, Instant, M::Event)| {
+        while let Some(ev) = m.poll_event() {
+            act(m, now, ev);
+        }
+        while m.poll_transmit().is_some() {}
+    };
+    drain(m, t0, &mut act);
     for (i, part) in rest.chunks(chunk).enumerate() {
         let now = t0 + Duration::from_millis(i as u64);
         m.handle_input(now, part);
-        while m.poll_event().is_some() {}
-        while m.poll_transmit().is_some() {}
+        drain(m, now, &mut act);
         if m.is_closed() {
             break;
         }
     }
-    m.handle_timeout(t0 + Duration::from_secs(86_400 * 2));
+    let end = t0 + Duration::from_secs(86_400 * 2);
+    m.handle_timeout(end);
     m.handle_eof();
-    while m.poll_event().is_some() {}
-    while m.poll_transmit().is_some() {}
+    drain(m, end, &mut act);
+}
+
+fn report(endpoint: Endpoint) -> SideReport {
+    SideReport {
+        endpoint,
+        host: HostInfo::default(),
+        embedded: false,
+        duration_s: 1.0,
+        flows: vec![],
+        sums: vec![],
+        cpu: CpuUsage::default(),
+        counters: KernelCounters::default(),
+        warnings: vec![],
+        pattern: crate::result::PatternReport::Stream,
+        transport: None,
+    }
+}
+
+fn welcome() -> Welcome {
+    Welcome {
+        session: "00".repeat(16),
+        software: software(),
+        host: HostInfo::default(),
+        max_duration_s: 3600.0,
+        udp_ports: vec![],
+        rr_port: None,
+    }
+}
+
+fn software() -> Software {
+    Software {
+        name: "xferlab".into(),
+        version: "fuzz".into(),
+        protocol: VERSION,
+    }
+}
+
+/// A server's driver: accepts what is asked, starts, reports.
+fn xferlab_server_act(s: &mut ServerControl, now: Instant, ev: ServerEvent) {
+    match ev {
+        ServerEvent::TestRequested(_) => {
+            s.accept(now, welcome());
+            s.flows_attached(now, Some(Duration::from_secs(1)));
+        }
+        ServerEvent::StopRequested => s.send_results(now, &report(Endpoint::Server)),
+        ServerEvent::PeerResults(_) | ServerEvent::Failed(_) => {}
+    }
+}
+
+/// A client's driver: stops once started, reports once the server did.
+fn xferlab_client_act(c: &mut ClientControl, now: Instant, ev: ClientEvent) {
+    match ev {
+        ClientEvent::Started => c.stop(now),
+        ClientEvent::PeerResults(_) => c.send_results(&report(Endpoint::Client)),
+        _ => {}
+    }
 }
 
 /// Where virtual time starts (the machines take time, never read it).
@@ -57,13 +123,17 @@ fn policy() -> ServerPolicy {
 /// authentication), and the preamble and attach records.
 pub fn xferlab_server(data: &[u8]) {
     let t0 = origin();
-    feed(&mut ServerControl::new(t0, VERSION, policy()), data);
+    feed(
+        &mut ServerControl::new(t0, VERSION, policy()),
+        data,
+        xferlab_server_act,
+    );
     let mut s = ServerControl::new(t0, VERSION, policy());
     s.require_auth(ServerAuth {
         keys: std::sync::Arc::new(vec![b"a key of sixteen bytes".to_vec()]),
         nonce: [1; NONCE_LEN],
     });
-    feed(&mut s, data);
+    feed(&mut s, data, xferlab_server_act);
     if let Some(p) = data.get(..PREAMBLE_LEN) {
         let _ = Preamble::decode(p.try_into().expect("8 bytes"));
     }
@@ -74,21 +144,27 @@ pub fn xferlab_server(data: &[u8]) {
 
 /// xferlab's control protocol, client side (a hostile server).
 pub fn xferlab_client(data: &[u8]) {
-    let software = Software {
-        name: "xferlab".into(),
-        version: "fuzz".into(),
-        protocol: VERSION,
-    };
-    let mut c = ClientControl::new(origin(), software, TestSpec::default_stream())
+    let mut c = ClientControl::new(origin(), software(), TestSpec::default_stream())
         .with_auth_key(Some(b"a key of sixteen bytes".to_vec()));
     c.poll_transmit();
-    feed(&mut c, data);
+    feed(&mut c, data, xferlab_client_act);
 }
 
 /// iperf3's control protocol, server side (after the cookie).
 pub fn iperf3_server(data: &[u8]) {
     let cookie = *b"fuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzzfuzz\0";
-    feed(&mut Iperf3Server::new(origin(), &cookie), data);
+    let mut s = Iperf3Server::new(origin(), &cookie);
+    feed(&mut s, data, |s, now, ev| match ev {
+        Iperf3ServerEvent::ParamsReceived(p) => {
+            let n = p.stream_count();
+            s.accept(now, Duration::from_secs(60));
+            for _ in 0..n.min(256) {
+                s.stream_attached(now);
+            }
+        }
+        Iperf3ServerEvent::Stop => s.send_results(now, &iperf3_results()),
+        _ => {}
+    });
 }
 
 /// iperf3's control protocol, client side (a hostile server).
@@ -99,7 +175,23 @@ pub fn iperf3_client(data: &[u8]) {
         time: 1,
         ..Params::default()
     };
-    feed(&mut Iperf3Client::new(origin(), cookie, p), data);
+    feed(
+        &mut Iperf3Client::new(origin(), cookie, p),
+        data,
+        |c, now, ev| match ev {
+            Iperf3ClientEvent::OpenStreams { .. } => c.streams_open(now),
+            Iperf3ClientEvent::Running => c.end_test(now),
+            Iperf3ClientEvent::ResultsRequested => c.send_results(now, &iperf3_results()),
+            _ => {}
+        },
+    );
+}
+
+fn iperf3_results() -> Results {
+    crate::iperf3::convert::results_from_side(
+        &report(Endpoint::Server),
+        crate::spec::Transport::Tcp,
+    )
 }
 
 /// iperf3's parameters and results JSON, parsed directly.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// A latency distribution in microseconds. `min`, `mean`, `stddev` and
 /// `max` are exact; the percentiles come from an HdrHistogram and are
 /// within its precision (1 %, or 0.1 % for merged and small tests).
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LatencySummary {
     pub count: u64,
     pub min_us: f64,
@@ -26,7 +26,7 @@ pub struct LatencySummary {
 }
 
 /// One point of a latency distribution.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Percentile {
     pub percentile: f64,
     pub us: f64,

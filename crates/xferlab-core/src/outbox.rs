@@ -109,3 +109,45 @@ impl<E> Outbox<E> {
         self.deadline.map(|d| d.0)
     }
 }
+
+/// The control machine of a test without a control connection (USB bulk:
+/// the device answers on the data path, and nothing else is said): no
+/// bytes in or out, no events, no deadline, never closed. It lets such a
+/// test run on the same driver loop, with the same stop, drain and Ctrl-C
+/// decisions, as the tests that have a peer.
+#[derive(Debug)]
+pub struct NoPeer(Outbox<std::convert::Infallible>);
+
+impl NoPeer {
+    pub fn new() -> Self {
+        NoPeer(Outbox::new())
+    }
+}
+
+impl Default for NoPeer {
+    fn default() -> Self {
+        NoPeer::new()
+    }
+}
+
+impl Machine for NoPeer {
+    type Event = std::convert::Infallible;
+
+    fn outbox(&mut self) -> &mut Outbox<Self::Event> {
+        &mut self.0
+    }
+
+    fn outbox_ref(&self) -> &Outbox<Self::Event> {
+        &self.0
+    }
+
+    fn handle_input(&mut self, _now: Instant, _data: &[u8]) {}
+
+    fn handle_eof(&mut self) {}
+
+    fn handle_timeout(&mut self, _now: Instant) {}
+
+    fn is_closed(&self) -> bool {
+        false
+    }
+}

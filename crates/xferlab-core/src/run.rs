@@ -13,8 +13,10 @@
 //! ```
 //!
 //! * A **client** stops when the planned time is up, when a test without
-//!   a planned time (a byte limit) reached its limit, or at the first
-//!   Ctrl-C (then the result says *interrupted*). A second Ctrl-C aborts
+//!   a planned time (a byte limit) reached its limit, when every flow of
+//!   the workload has ended before either (errors ended them: nothing is
+//!   left to measure), or at the first Ctrl-C (then the result says
+//!   *interrupted*). A second Ctrl-C aborts
 //!   without waiting for the peer's results; one before the test started
 //!   aborts it.
 //! * A **server session** stops when the peer asks ([`TestRun::peer_stopped`]).
@@ -224,7 +226,7 @@ impl TestRun {
             Phase::Running if client => {
                 let time_up = self.planned_end.is_some_and(|t| now >= t);
                 let limit = self.planned_end.is_none() && p.limit_reached;
-                if time_up || limit || p.presses == 1 {
+                if time_up || limit || p.all_done || p.presses == 1 {
                     self.interrupted = p.presses == 1 && !time_up;
                     self.begin_stop(now);
                     self.stop_issued = true;
@@ -359,6 +361,23 @@ mod tests {
             [Action::Stop, Action::EndPeer]
         );
         assert!(!r.interrupted());
+    }
+
+    #[test]
+    fn a_timed_client_whose_flows_all_ended_early_stops_at_once() {
+        let t0 = crate::test_clock::origin();
+        let mut r = client();
+        r.start(t0, Some(10 * S));
+        assert_eq!(
+            drain(&mut r, t0 + 2 * S, done()),
+            [Action::Stop, Action::EndPeer]
+        );
+        assert!(!r.interrupted());
+        let results = Progress {
+            peer_done: true,
+            ..done()
+        };
+        assert_eq!(drain(&mut r, t0 + 2 * S, results), [Action::Finish]);
     }
 
     #[test]

@@ -300,8 +300,8 @@ fn side(
             deltas: deltas.clone(),
         },
         warnings: vec![],
-        usb: None,
-        rr: None,
+        pattern: crate::result::PatternReport::Stream,
+        transport: None,
     }
 }
 
@@ -508,7 +508,8 @@ pub fn usb_result() -> TestResult {
         cpu: CpuUsage::new(0.42, 1.52, 2.25),
         counters: KernelCounters::default(),
         warnings: vec![],
-        usb: Some(UsbReport {
+        pattern: crate::result::PatternReport::Stream,
+        transport: Some(crate::result::SideTransportReport::UsbBulk(UsbReport {
             device: UsbDeviceInfo {
                 bus: 1,
                 address: 2,
@@ -522,8 +523,7 @@ pub fn usb_result() -> TestResult {
             interface: 0,
             alt_setting: 0,
             pipes: vec![out_pipe, in_pipe],
-        }),
-        rr: None,
+        })),
     };
     let mut spec = TestSpec::default_stream();
     spec.transport = Transport::UsbBulk;

@@ -37,21 +37,43 @@ pub mod limits {
     pub const MAX_GSO_SEGMENTS: u32 = 64;
 }
 
-/// What the application does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// What the application does, with the settings only that pattern has
+/// (`"pattern": {"kind": "rr", ...}` in a result).
+///
+/// Add a variant for a new pattern, with its own settings type, and its
+/// entry in the binary's pattern registry (`xferlab::patterns`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Pattern {
     /// Move as much as possible, one way, reverse or both ways.
     Stream,
-    /// Request/response transactions (see [`RrSpec`]); `parallel` then
-    /// counts the optional background stream flows (0 = none).
-    Rr,
+    /// Request/response transactions; `parallel` counts the optional
+    /// background stream flows (0 = none), as it counts a stream test's.
+    Rr(crate::rr::RrSpec),
+}
+
+impl Pattern {
+    /// The name results and the command line use: `stream`, `rr`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Pattern::Stream => "stream",
+            Pattern::Rr(_) => "rr",
+        }
+    }
+
+    /// The request/response settings of an rr test.
+    pub fn rr(&self) -> Option<&crate::rr::RrSpec> {
+        match self {
+            Pattern::Rr(rr) => Some(rr),
+            Pattern::Stream => None,
+        }
+    }
 }
 
 pub use crate::transport::Transport;
 
 /// Which way data flows, seen from the client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// Client sends, server receives (the default).
@@ -63,7 +85,19 @@ pub enum Direction {
 }
 
 /// Direction of one flow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowDirection {
     /// client -> server
@@ -82,7 +116,9 @@ impl FlowDirection {
 }
 
 /// How the receiving side consumes data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum RecvMode {
     /// read() into a user buffer: what applications do (the default).
@@ -94,7 +130,7 @@ pub enum RecvMode {
 }
 
 /// When a test ends.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Limit {
     /// Measured seconds, after the warm-up (`-t`).
@@ -105,7 +141,7 @@ pub enum Limit {
 
 /// The knobs every socket transport shares (docs/design.md has the table
 /// of knobs per transport and pattern).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Knobs {
     /// Bytes per write() / read() call.
     pub size: u64,
@@ -127,10 +163,12 @@ pub struct Knobs {
     /// Target rate per flow, bit/s (`-b`); None = as fast as possible.
     /// UDP only for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub rate: Option<u64>,
     /// Datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
     /// buffer with `gso` (`--batch`). UDP only.
     #[serde(default = "one")]
+    #[schemars(range(min = 1))]
     pub batch: u32,
     /// Coalesce datagrams into one buffer: UDP_SEGMENT on send, UDP_GRO
     /// on receive (`--gso`).
@@ -167,12 +205,12 @@ impl Default for Knobs {
 }
 
 /// A complete test request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestSpec {
     pub pattern: Pattern,
     pub transport: Transport,
     pub direction: Direction,
-    /// Flows per direction.
+    /// Stream flows per direction (an rr test's background flows).
     pub parallel: u32,
     pub limit: Limit,
     /// Warm-up seconds excluded from totals.
@@ -183,9 +221,6 @@ pub struct TestSpec {
     /// Free text carried into the result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub title: Option<String>,
-    /// The request/response part of an `rr` test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rr: Option<crate::rr::RrSpec>,
     /// CPUs the data threads run on (`-A`).
     #[serde(default, skip_serializing_if = "Affinity::is_unset")]
     pub affinity: Affinity,
@@ -195,11 +230,15 @@ pub struct TestSpec {
 /// pinned to, as iperf3's `-A n[,m]`; None leaves placement to the
 /// scheduler. Placement is part of what is measured: a ping-pong whose
 /// two ends share a CPU never pays a cross-CPU wake-up.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Affinity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::MAX_CPU))]
     pub client: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = limits::MAX_CPU))]
     pub server: Option<u32>,
 }
 
@@ -226,8 +265,6 @@ pub struct FlowPlan {
 pub enum SpecError {
     #[error(transparent)]
     Rr(#[from] crate::rr::RrSpecError),
-    #[error("an rr test needs its request/response settings")]
-    RrMissing,
     #[error("-P/--parallel must be between 1 and {max} (got {0})", max = limits::MAX_PARALLEL)]
     Parallel(u32),
     #[error("-A/--affinity takes CPU numbers from 0 to {max} (got {0})", max = limits::MAX_CPU)]
@@ -290,7 +327,6 @@ impl TestSpec {
                 ..Knobs::default()
             },
             title: None,
-            rr: None,
             affinity: Affinity::default(),
         }
     }
@@ -300,14 +336,13 @@ impl TestSpec {
     /// client can pass it on as is.
     pub fn validate(&self) -> Result<(), SpecError> {
         use limits::*;
-        if let Some(rr) = &self.rr {
-            rr.validate(self)?;
-        } else if self.pattern == Pattern::Rr {
-            return Err(SpecError::RrMissing);
-        }
-        let background_only = self.pattern == Pattern::Rr && self.parallel == 0;
-        if !background_only && (self.parallel == 0 || self.parallel > MAX_PARALLEL) {
-            return Err(SpecError::Parallel(self.parallel));
+        match &self.pattern {
+            Pattern::Rr(rr) => rr.validate(self)?,
+            Pattern::Stream => {
+                if self.parallel == 0 || self.parallel > MAX_PARALLEL {
+                    return Err(SpecError::Parallel(self.parallel));
+                }
+            }
         }
         for cpu in [self.affinity.client, self.affinity.server]
             .into_iter()
@@ -362,7 +397,7 @@ impl TestSpec {
                 return Err(SpecError::Mss(mss));
             }
         }
-        if self.pattern == Pattern::Rr {
+        if let Pattern::Rr(_) = self.pattern {
             // Background flows are TCP streams; the UDP knobs of the stream
             // pattern do not apply to transactions.
             if k.rate.is_some() || k.gso || k.batch != 1 || k.dont_fragment {
@@ -510,7 +545,9 @@ mod tests {
             "-l/--length must be between 1 byte and 64 MiB (got 1073741824)"
         );
         let mut s = TestSpec::default_rr(crate::rr::RrMode::UdpRr);
-        s.rr.as_mut().unwrap().timeout_s = 0.0;
+        if let Pattern::Rr(rr) = &mut s.pattern {
+            rr.timeout_s = 0.0;
+        }
         assert_eq!(
             s.validate().unwrap_err().to_string(),
             "--timeout must be between 1 ms and 60 s (got 0 s)"

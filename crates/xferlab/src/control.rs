@@ -22,8 +22,8 @@ pub enum Wake {
     Attach(u32, crate::transport::FlowSocket),
 }
 
-/// What a side's flow threads call when one of them ends: wakes the
-/// event loop that owns `tx` (see [`crate::stream::Side::prepare`]).
+/// What a side's flow threads (or a USB endpoint's) call when one of them
+/// ends: wakes the event loop that owns `tx`.
 pub fn flow_done_notifier(tx: &mpsc::Sender<Wake>) -> Arc<dyn Fn(u32) + Send + Sync> {
     let tx = tx.clone();
     Arc::new(move |_flow| {

@@ -32,7 +32,11 @@ use xferlab_core::result::Software;
 use xferlab_core::spec::TestSpec;
 use xferlab_core::units;
 
-use cli::{CbrArgs, Cli, Command, RrArgs, ServerArgs, StreamArgs, SweepArgs};
+use cli::rr::RrArgs;
+use cli::series::{CbrArgs, SweepArgs};
+use cli::server::ServerArgs;
+use cli::stream::StreamArgs;
+use cli::{Cli, Command};
 use series::{CbrPlan, SweepAxis};
 use server::{Server, ServerHandle};
 use session::client::{self, ClientConfig};
@@ -430,7 +434,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let search = match (&a.search, a.ladder.is_empty()) {
-        (Some(s), _) => match cli::parse_search(s) {
+        (Some(s), _) => match cli::series::parse_search(s) {
             Ok((low, high, resolution)) => Some(Plan::Bisect {
                 low,
                 high,
@@ -484,13 +488,13 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let axis = match (&a.sizes, &a.spacing) {
-        (Some(s), _) => cli::parse_steps("--size", s, |v| {
+        (Some(s), _) => cli::series::parse_steps("--size", s, |v| {
             units::parse_size(v)
                 .map(|b| b as f64)
                 .map_err(|e| e.to_string())
         })
         .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect())),
-        (None, Some(s)) => cli::parse_steps("--spacing", s, |v| {
+        (None, Some(s)) => cli::series::parse_steps("--spacing", s, |v| {
             v.parse::<f64>()
                 .map_err(|_| format!("'{v}' is not a number of microseconds"))
         })

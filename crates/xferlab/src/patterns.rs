@@ -10,7 +10,7 @@ use crate::session::server::SessionPattern;
 pub fn client(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String> {
     match env.cfg.spec.pattern {
         Pattern::Stream => Ok(Box::new(crate::stream::client::StreamClient::default())),
-        Pattern::Rr => crate::rr::client::RrClient::new(env).map(|p| Box::new(p) as _),
+        Pattern::Rr(_) => crate::rr::client::RrClient::new(env).map(|p| Box::new(p) as _),
     }
 }
 
@@ -18,6 +18,6 @@ pub fn client(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String> {
 pub fn session(spec: &TestSpec) -> Box<dyn SessionPattern> {
     match spec.pattern {
         Pattern::Stream => Box::new(crate::stream::session::StreamSession::new(spec.clone())),
-        Pattern::Rr => Box::new(crate::rr::session::RrSession::new(spec.clone())),
+        Pattern::Rr(_) => Box::new(crate::rr::session::RrSession::new(spec.clone())),
     }
 }

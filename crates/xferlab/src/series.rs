@@ -320,7 +320,7 @@ pub fn sweep_specs(
             .iter()
             .map(|&us| {
                 let mut s = base.clone();
-                s.knobs.rate = crate::cli::gap_rate(s.knobs.size, us)?;
+                s.knobs.rate = crate::cli::stream::gap_rate(s.knobs.size, us)?;
                 Ok((s, Some(us)))
             })
             .collect::<Result<_, String>>()?,

@@ -119,8 +119,13 @@ fn server_of_another_protocol_version_is_named() {
     let p = port.to_string();
     let out = run(&["stream", "127.0.0.1", "-p", &p, "-t", "1"], QUICK);
     let client_preamble = fake.join().expect("fake server");
-    assert_eq!(client_preamble, preamble(1, 1), "the client's preamble");
-    out.assert_one_line_failure(1, &["version", "v99", "v1"]);
+    assert_eq!(
+        client_preamble,
+        preamble(PROTOCOL, 1),
+        "the client's preamble"
+    );
+    let ours = format!("v{PROTOCOL}");
+    out.assert_one_line_failure(1, &["version", "v99", &ours]);
 }
 
 #[test]

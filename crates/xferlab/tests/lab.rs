@@ -174,7 +174,7 @@ fn transactions_across_the_link_take_at_least_its_round_trip() {
         3.0,
     );
     assert_ok(&v);
-    let rr = &v["summary"]["rr"];
+    let rr = &v["summary"]["pattern"];
     let lat = &rr["latency"];
     let min = f64_at(lat, "/min_us");
     let mean = f64_at(lat, "/mean_us");

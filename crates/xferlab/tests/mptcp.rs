@@ -128,6 +128,27 @@ fn stream_mptcp_shows_the_subflows_every_interval_on_both_ends() {
         "{}",
         out.describe()
     );
+
+    // The CSV has the subflow count of every interval row.
+    let out = srv.client(
+        &["-m", "-t", "1", "-i", "0.5", "--format", "csv"],
+        deadline_for(1.0),
+    );
+    out.assert_success();
+    let mut lines = out.stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap_or_default().split(',').collect();
+    let at = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    let (kind, subflows) = (at("kind"), at("mptcp_subflows"));
+    let intervals: Vec<Vec<&str>> = lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[kind] == "interval")
+        .collect();
+    assert!(intervals.len() >= 2, "{}", out.stdout);
+    assert!(
+        intervals.iter().all(|r| r[subflows] == "1"),
+        "{}",
+        out.stdout
+    );
 }
 
 /// Removes the namespace when the test ends, however it ends.

@@ -49,8 +49,8 @@ fn assert_monotone(l: &Value) {
 
 /// Client completed == server answered, per flow and in total.
 fn assert_counts_agree(v: &Value) {
-    let c = &v["client"]["rr"];
-    let s = &v["server"]["rr"];
+    let c = &v["client"]["pattern"];
+    let s = &v["server"]["pattern"];
     assert_eq!(
         u(&c["total"]["transactions_all"]),
         u(&s["total"]["transactions_all"]),
@@ -69,8 +69,8 @@ fn assert_counts_agree(v: &Value) {
         );
     }
     assert_eq!(
-        v["summary"]["rr"]["server_transactions_all"],
-        v["summary"]["rr"]["client_transactions_all"]
+        v["summary"]["pattern"]["server_transactions_all"],
+        v["summary"]["pattern"]["client_transactions_all"]
     );
 }
 
@@ -85,7 +85,7 @@ fn wait_for_transactions(client: &Proc) {
 /// Little's law for one flow: transactions/s x mean latency = the mean
 /// number outstanding, which is the depth when the client refills at once.
 fn outstanding(v: &Value) -> f64 {
-    let c = &v["client"]["rr"];
+    let c = &v["client"]["pattern"];
     f(&c["total"]["per_second"]) * f(&c["latency"]["mean_us"]) / 1e6
 }
 
@@ -93,9 +93,9 @@ fn outstanding(v: &Value) -> f64 {
 fn tcp_rr_counts_agree_percentiles_are_ordered_and_mean_latency_matches_the_rate() {
     let _turn = one_at_a_time();
     let v = rr_json(&["-t", "2", "-i", "0.5"], 2.0);
-    assert_eq!(v["spec"]["pattern"], "rr");
+    assert_eq!(v["spec"]["pattern"]["kind"], "rr");
     assert_counts_agree(&v);
-    let c = &v["client"]["rr"];
+    let c = &v["client"]["pattern"];
     assert_monotone(&c["latency"]);
     let flow = &c["flows"][0];
     assert_monotone(&flow["latency"]);
@@ -121,7 +121,7 @@ fn pipelining_keeps_depth_transactions_outstanding() {
     let _turn = one_at_a_time();
     let v = rr_json(&["-t", "2", "--depth", "8", "-r", "100", "-s", "1000"], 2.0);
     assert_counts_agree(&v);
-    assert_monotone(&v["client"]["rr"]["latency"]);
+    assert_monotone(&v["client"]["pattern"]["latency"]);
     let n = outstanding(&v);
     assert!(
         (4.0..=8.4).contains(&n),
@@ -149,8 +149,8 @@ fn udp_rr_with_a_dropped_request_times_out_and_goes_on() {
         ],
         2.0,
     );
-    let c = &v["client"]["rr"];
-    let s = &v["server"]["rr"];
+    let c = &v["client"]["pattern"];
+    let s = &v["server"]["pattern"];
     assert_eq!(u(&s["total"]["dropped"]), 2, "one drop per flow");
     assert_eq!(u(&c["total"]["timed_out"]), 2, "each drop timed out once");
     for flow in c["flows"].as_array().unwrap() {
@@ -173,7 +173,7 @@ fn udp_rr_with_a_dropped_request_times_out_and_goes_on() {
     assert_monotone(&c["latency"]);
     // Without the knob nothing times out.
     let clean = rr_json(&["--mode", "udp-rr", "-t", "1"], 1.0);
-    assert_eq!(u(&clean["client"]["rr"]["total"]["timed_out"]), 0);
+    assert_eq!(u(&clean["client"]["pattern"]["total"]["timed_out"]), 0);
 }
 
 #[test]
@@ -181,7 +181,7 @@ fn tcp_crr_measures_connect_time_and_counts_agree() {
     let _turn = one_at_a_time();
     let v = rr_json(&["--mode", "tcp-crr", "-F", "2", "-t", "2"], 2.0);
     assert_counts_agree(&v);
-    let c = &v["client"]["rr"];
+    let c = &v["client"]["pattern"];
     assert_monotone(&c["latency"]);
     assert_monotone(&c["connect"]);
     // A transaction includes its connection set-up.
@@ -226,7 +226,7 @@ fn crr_against_a_server_killed_mid_run_reports_failures_and_exits() {
     let v = jsonl_result(&out);
     validate_schema(&v);
     assert_eq!(v["status"], "partial");
-    let t = &v["client"]["rr"]["total"];
+    let t = &v["client"]["pattern"]["total"];
     assert!(u(&t["transactions_all"]) > 0, "{t}");
     assert!(u(&t["failed"]) > 0, "no failures counted: {t}");
 }
@@ -266,7 +266,7 @@ fn a_thousand_flows_complete_with_per_flow_results() {
     validate_schema(&v);
     assert_ok(&v);
     assert_counts_agree(&v);
-    let flows = v["client"]["rr"]["flows"].as_array().unwrap();
+    let flows = v["client"]["pattern"]["flows"].as_array().unwrap();
     assert_eq!(flows.len(), 1000);
     let ids: std::collections::BTreeSet<u64> = flows.iter().map(|f| u(&f["id"])).collect();
     assert_eq!(ids.len(), 1000);
@@ -293,7 +293,7 @@ fn background_streams_and_a_transaction_flow_are_reported_as_two_groups() {
         v["summary"]["directions"][0]["sender"]["bytes"],
         v["summary"]["directions"][0]["receiver"]["bytes"]
     );
-    let rr = &v["client"]["rr"];
+    let rr = &v["client"]["pattern"];
     assert_eq!(rr["flows"].as_array().unwrap().len(), 1);
     assert!(u(&rr["total"]["transactions"]) > 0);
     assert_counts_agree(&v);
@@ -320,7 +320,7 @@ fn every_format_carries_the_rr_group() {
         .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
         .collect();
     assert!(lines.iter().filter(|l| l["event"] == "rr_interval").count() >= 2);
-    assert!(lines.last().unwrap()["result"]["client"]["rr"].is_object());
+    assert!(lines.last().unwrap()["result"]["client"]["pattern"].is_object());
     let out = run(&["rr", "-t", "1", "--format", "csv"], deadline_for(1.0));
     out.assert_success();
     assert!(
@@ -346,13 +346,13 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
         let mut all = vec!["-t", "1", "-i", "0"];
         all.extend_from_slice(args);
         let v = rr_json(&all, 1.0);
-        assert_eq!(v["spec"]["rr"]["wait"], args[1], "{args:?}");
-        assert_eq!(v["client"]["rr"]["wait"], args[1], "{args:?}");
-        assert_eq!(v["server"]["rr"]["wait"], args[1], "{args:?}");
+        assert_eq!(v["spec"]["pattern"]["wait"], args[1], "{args:?}");
+        assert_eq!(v["client"]["pattern"]["wait"], args[1], "{args:?}");
+        assert_eq!(v["server"]["pattern"]["wait"], args[1], "{args:?}");
         assert_counts_agree(&v);
-        assert_monotone(&v["client"]["rr"]["latency"]);
+        assert_monotone(&v["client"]["pattern"]["latency"]);
         assert!(
-            u(&v["summary"]["rr"]["client_transactions_all"]) > 100,
+            u(&v["summary"]["pattern"]["client_transactions_all"]) > 100,
             "{args:?}"
         );
     }
@@ -360,16 +360,16 @@ fn every_wait_mode_keeps_client_and_server_counts_equal() {
     // it decided: read() when both ends share a CPU on loopback, epoll
     // otherwise.
     let v = rr_json(&["-t", "0.5", "-i", "0"], 0.5);
-    assert!(v["spec"]["rr"].get("wait").is_none(), "{}", v["spec"]);
-    assert_eq!(v["client"]["rr"]["wait"], "epoll");
-    assert_eq!(v["server"]["rr"]["wait"], "epoll");
+    assert!(v["spec"]["pattern"].get("wait").is_none(), "{}", v["spec"]);
+    assert_eq!(v["client"]["pattern"]["wait"], "epoll");
+    assert_eq!(v["server"]["pattern"]["wait"], "epoll");
     let cpu = usable_cpus()[0];
     let v = rr_json(
         &["-t", "0.5", "-i", "0", "-A", &format!("{cpu},{cpu}")],
         0.5,
     );
-    assert_eq!(v["client"]["rr"]["wait"], "read");
-    assert_eq!(v["server"]["rr"]["wait"], "read");
+    assert_eq!(v["client"]["pattern"]["wait"], "read");
+    assert_eq!(v["server"]["pattern"]["wait"], "read");
     assert_counts_agree(&v);
 }
 

@@ -46,14 +46,14 @@ fn spec_of(srv: &Server, args: &[&str]) -> Value {
 fn hello_from(src: Ipv4Addr, srv: &Server, spec: &Value) -> (TcpStream, Value) {
     let hello = json!({
         "type": "hello",
-        "software": {"name": "xferlab", "version": "0.1.0", "protocol": 1},
+        "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
         "spec": spec,
     });
     let mut s = tcp_from(src, srv.addr());
-    let mut msg = preamble(1, 1).to_vec();
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
     msg.extend(frame(hello.to_string().as_bytes()));
     send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
     let welcome = read_json_frame(&mut s);
     assert_eq!(welcome["type"], "welcome", "{welcome}\n{}", srv.log());
     (s, welcome)
@@ -62,7 +62,7 @@ fn hello_from(src: Ipv4Addr, srv: &Server, spec: &Value) -> (TcpStream, Value) {
 /// A UDP attach datagram for flow `flow` of the session in `welcome`.
 fn attach_datagram(welcome: &Value, flow: u32) -> Vec<u8> {
     let hex = welcome["session"].as_str().unwrap();
-    let mut out = preamble(1, 2).to_vec();
+    let mut out = preamble(PROTOCOL, 2).to_vec();
     out.extend((0..16).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()));
     out.extend(flow.to_be_bytes());
     out
@@ -416,7 +416,7 @@ fn xferlab_results_larger_than_the_test_needs_are_refused_at_once() {
     let spec = spec_of(&srv, &["-t", "0.3"]);
     let (mut s, welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
     let mut data = raw_connect(srv.addr());
-    let mut attach = preamble(1, 2).to_vec();
+    let mut attach = preamble(PROTOCOL, 2).to_vec();
     attach.extend_from_slice(&attach_datagram(&welcome, 0)[8..]);
     send(&mut data, &attach);
     assert_eq!(read_n(&mut data, 1), [0], "attach accepted");
@@ -604,8 +604,8 @@ fn requests_past_the_session_limit_are_answered_busy_without_a_thread() {
     let mut refused = Vec::new();
     for _ in 0..100 {
         let mut s = raw_connect(srv.addr());
-        send(&mut s, &preamble(1, 1));
-        assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+        send(&mut s, &preamble(PROTOCOL, 1));
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
         let err = read_json_frame(&mut s);
         assert_eq!(err["code"], "busy", "{err}");
         refused.push(s);

@@ -51,9 +51,9 @@ fn a_congestion_name_in_a_hello_is_logged_escaped() {
     let srv = Server::start();
     let hello = json!({
         "type": "hello",
-        "software": {"name": "xferlab", "version": "0.1.0", "protocol": 1},
+        "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
         "spec": {
-            "pattern": "stream", "transport": "tcp", "direction": "forward",
+            "pattern": {"kind": "stream"}, "transport": "tcp", "direction": "forward",
             "parallel": 1, "limit": {"duration": {"seconds": 1.0}},
             "omit_s": 0.0, "interval_s": 1.0,
             "knobs": {"size": 131072, "buffer": null, "congestion": format!("cc{HOSTILE}"),
@@ -62,10 +62,10 @@ fn a_congestion_name_in_a_hello_is_logged_escaped() {
         }
     });
     let mut s = raw_connect(srv.addr());
-    let mut msg = preamble(1, 1).to_vec();
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
     msg.extend(frame(hello.to_string().as_bytes()));
     send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
     let err = read_json_frame(&mut s);
     assert_eq!(err["code"], "invalid_spec", "{err}");
     assert!(reads_to_eof(&mut s));

@@ -173,10 +173,10 @@ fn busy_server_refuses_beyond_max_sessions_with_one_line() {
 fn garbage_control_message_gets_an_error_frame_and_the_server_survives() {
     let mut srv = Server::start();
     let mut s = raw_connect(srv.addr());
-    let mut msg = preamble(1, 1).to_vec();
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
     msg.extend(frame(b"this is { not json"));
     send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1), "server preamble");
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1), "server preamble");
     let err = read_json_frame(&mut s);
     assert_eq!(err["type"], "error", "{err}");
     assert_eq!(err["code"], "bad_message", "{err}");
@@ -189,10 +189,10 @@ fn well_formed_but_wrong_messages_are_refused() {
     let mut srv = Server::start();
     // A stop before any hello.
     let mut s = raw_connect(srv.addr());
-    let mut msg = preamble(1, 1).to_vec();
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
     msg.extend(frame(br#"{"type":"stop"}"#));
     send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
     let err = read_json_frame(&mut s);
     assert_eq!(
         (&err["type"], &err["code"]),
@@ -205,9 +205,9 @@ fn well_formed_but_wrong_messages_are_refused() {
     // server validates what strangers send.
     let hello = json!({
         "type": "hello",
-        "software": {"name": "xferlab", "version": "0.1.0", "protocol": 1},
+        "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
         "spec": {
-            "pattern": "stream", "transport": "tcp", "direction": "forward",
+            "pattern": {"kind": "stream"}, "transport": "tcp", "direction": "forward",
             "parallel": 100000, "limit": {"duration": {"seconds": 1.0}},
             "omit_s": 0.0, "interval_s": 1.0,
             "knobs": {"size": 131072, "buffer": null, "congestion": null, "nodelay": false,
@@ -215,10 +215,10 @@ fn well_formed_but_wrong_messages_are_refused() {
         }
     });
     let mut s = raw_connect(srv.addr());
-    let mut msg = preamble(1, 1).to_vec();
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
     msg.extend(frame(hello.to_string().as_bytes()));
     send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
     let err = read_json_frame(&mut s);
     assert_eq!(err["code"], "invalid_spec", "{err}");
     assert!(
@@ -243,16 +243,15 @@ fn what_only_the_server_can_check_is_refused_for_both_patterns() {
                "mss": null, "tos": null, "max_pacing_rate": null, "recv_mode": "copy"})
     };
     let stream = |cc: &str| {
-        json!({"pattern": "stream", "transport": "tcp", "direction": "forward",
+        json!({"pattern": {"kind": "stream"}, "transport": "tcp", "direction": "forward",
                "parallel": 1, "limit": {"duration": {"seconds": 1.0}},
                "omit_s": 0.0, "interval_s": 1.0, "knobs": knobs(cc)})
     };
     let rr = |cc: &str| {
         let mut s = stream(cc);
-        s["pattern"] = json!("rr");
+        s["pattern"] = json!({"kind": "rr", "mode": "tcp_rr", "request_size": 1,
+                              "response_size": 1, "depth": 1, "flows": 1, "timeout_s": 1.0});
         s["parallel"] = json!(0);
-        s["rr"] = json!({"mode": "tcp_rr", "request_size": 1, "response_size": 1,
-                         "depth": 1, "flows": 1, "timeout_s": 1.0});
         s
     };
     let far_cpu = |mut s: serde_json::Value| {
@@ -268,14 +267,14 @@ fn what_only_the_server_can_check_is_refused_for_both_patterns() {
     ] {
         let hello = json!({
             "type": "hello",
-            "software": {"name": "xferlab", "version": "0.1.0", "protocol": 1},
+            "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
             "spec": spec,
         });
         let mut s = raw_connect(srv.addr());
-        let mut msg = preamble(1, 1).to_vec();
+        let mut msg = preamble(PROTOCOL, 1).to_vec();
         msg.extend(frame(hello.to_string().as_bytes()));
         send(&mut s, &msg);
-        assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
         let err = read_json_frame(&mut s);
         assert_eq!(err["code"], "invalid_spec", "{err}");
         assert!(
@@ -294,11 +293,14 @@ fn client_of_another_protocol_version_is_told_so() {
     send(&mut s, &preamble(99, 1));
     // The preamble format is frozen across versions, so the server still
     // answers with its own version and a readable error.
-    assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
     let err = read_json_frame(&mut s);
     assert_eq!(err["code"], "version_mismatch", "{err}");
     let m = err["message"].as_str().unwrap_or("");
-    assert!(m.contains("v1") && m.contains("v99"), "{err}");
+    assert!(
+        m.contains(&format!("v{PROTOCOL}")) && m.contains("v99"),
+        "{err}"
+    );
     assert!(reads_to_eof(&mut s));
     assert_serves_a_real_client(&mut srv);
 }
@@ -313,10 +315,10 @@ fn oversized_length_prefix_is_refused_without_allocating() {
 
     for len in [0x7fff_ffffu32, 0xffff_ffff, 64 * 1024 + 1] {
         let mut s = raw_connect(srv.addr());
-        let mut msg = preamble(1, 1).to_vec();
+        let mut msg = preamble(PROTOCOL, 1).to_vec();
         msg.extend_from_slice(&len.to_be_bytes());
         send(&mut s, &msg);
-        assert_eq!(read_n(&mut s, 8), preamble(1, 1), "len {len:#x}");
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1), "len {len:#x}");
         let err = read_json_frame(&mut s);
         assert_eq!(err["code"], "bad_message", "len {len:#x}: {err}");
         assert!(
@@ -352,11 +354,15 @@ fn silent_connections_do_not_block_other_clients() {
     send(&mut half, b"XFR");
     idle.push(half);
     let mut mute = raw_connect(srv.addr());
-    send(&mut mute, &preamble(1, 1));
+    send(&mut mute, &preamble(PROTOCOL, 1));
     // The server answers a control preamble at once: once it has, it holds
     // a session waiting for the hello, and has accepted the connections
     // made before it (its listener accepts in order).
-    assert_eq!(read_n(&mut mute, 8), preamble(1, 1), "server preamble");
+    assert_eq!(
+        read_n(&mut mute, 8),
+        preamble(PROTOCOL, 1),
+        "server preamble"
+    );
     idle.push(mute);
 
     let out = srv.client(&["-J", "-t", "1"], deadline_for(1.0));
@@ -395,7 +401,7 @@ fn stray_connections_are_closed_and_answered() {
 
     // A data connection with a token no session owns: "unknown session".
     let mut data = raw_connect(srv.addr());
-    let mut msg = preamble(1, 2).to_vec();
+    let mut msg = preamble(PROTOCOL, 2).to_vec();
     msg.extend_from_slice(&[0x5a; 16]);
     msg.extend_from_slice(&0u32.to_be_bytes());
     send(&mut data, &msg);
@@ -421,10 +427,10 @@ fn hostile_traffic_between_real_tests_leaves_results_intact() {
     let before: Value = srv.json(&["-t", "0.5", "-P", "2"], 0.5);
     for payload in [&b"\0\0\0\x05hello"[..], b"\0\0\0\0", b"\0\0\0\x02{}"] {
         let mut s = raw_connect(srv.addr());
-        let mut msg = preamble(1, 1).to_vec();
+        let mut msg = preamble(PROTOCOL, 1).to_vec();
         msg.extend_from_slice(payload);
         send(&mut s, &msg);
-        assert_eq!(read_n(&mut s, 8), preamble(1, 1));
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
         let err = read_json_frame(&mut s);
         assert_eq!(err["type"], "error", "payload {payload:?}: {err}");
     }

@@ -1,7 +1,7 @@
 //! `xferlab stream` end to end: the real binary against a real `xferlab
 //! server` (or its embedded server) over loopback. What is checked is what
 //! the result documents (docs/result-schema.json, crates/xferlab-core/src/
-//! result.rs) and the flags document (crates/xferlab/src/cli.rs); never an
+//! result.rs) and the flags document (crates/xferlab/src/cli/stream.rs); never an
 //! absolute throughput.
 
 mod common;
@@ -35,7 +35,7 @@ fn forward_sender_and_receiver_agree_on_every_byte() {
     let srv = Server::start();
     let v = srv.json(&["-t", "2"], 2.0);
 
-    assert_eq!(v["schema"], "xferlab.result/1");
+    assert_eq!(v["schema"], "xferlab.result/2");
     assert_eq!(v["spec"]["direction"], "forward");
     assert_eq!(v["spec"]["limit"]["duration"]["seconds"], 2.0);
     assert_eq!(v["server_address"], "127.0.0.1");

@@ -2,7 +2,7 @@
 //! server` (or its embedded server) over loopback. What is checked is what
 //! the result documents for datagrams (`UdpSample`, `UdpTotal`,
 //! `UdpSummary` in crates/xferlab-core/src/result.rs) and what the UDP
-//! flags document (crates/xferlab/src/cli.rs).
+//! flags document (crates/xferlab/src/cli/stream.rs).
 //!
 //! The timing-sensitive tests (exact counts, pacing, forced host drops)
 //! run one at a time ([`one_at_a_time`]): on 2 vCPUs a neighbouring

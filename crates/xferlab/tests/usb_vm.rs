@@ -90,7 +90,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
                 common::validate_schema(&v);
                 assert_eq!(v["status"], "ok", "{name}");
                 assert_eq!(v["spec"]["transport"], "usb_bulk");
-                let pipe = &v["client"]["usb"]["pipes"][0];
+                let pipe = &v["client"]["transport"]["pipes"][0];
                 assert_eq!(pipe["depth"], depth.parse::<u64>().unwrap());
                 assert_eq!(pipe["max_packet"], 512, "{name}: high speed");
                 assert_eq!(pipe["pattern"], "mod63");
@@ -130,7 +130,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
     let stall = cell(&r.out, "out-wrong-pattern");
     assert_eq!(stall.rc, 1, "a sink rejecting the data is a failed run");
     let v = stall.json.unwrap();
-    let tot = &v["client"]["usb"]["pipes"][0]["total"];
+    let tot = &v["client"]["transport"]["pipes"][0]["total"];
     let stalls = tot["errors"]
         .as_array()
         .unwrap()
@@ -159,12 +159,12 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
     let want = field(section(&r.out, "select-busaddr"), "busaddr")
         .unwrap()
         .to_string();
-    let dev = &by_addr.json.unwrap()["client"]["usb"]["device"];
+    let dev = &by_addr.json.unwrap()["client"]["transport"]["device"];
     assert_eq!(format!("{}.{}", dev["bus"], dev["address"]), want);
     let auto = cell(&r.out, "select-auto");
     assert_eq!(auto.rc, 0, "{}", auto.stderr);
     assert_eq!(
-        auto.json.unwrap()["client"]["usb"]["device"]["product_id"],
+        auto.json.unwrap()["client"]["transport"]["device"]["product_id"],
         0xa4a0
     );
     let wrong = cell(&r.out, "select-wrong-serial");
@@ -261,8 +261,8 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
             let v = c.json.unwrap();
             common::validate_schema(&v);
             assert_eq!(v["status"], "ok", "{name}");
-            assert_eq!(v["client"]["usb"]["device"]["vendor_id"], 0x1d6b);
-            for (i, p) in v["client"]["usb"]["pipes"]
+            assert_eq!(v["client"]["transport"]["device"]["vendor_id"], 0x1d6b);
+            for (i, p) in v["client"]["transport"]["pipes"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -294,7 +294,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
     assert_eq!(ssg.rc, 0, "{}", ssg.stderr);
     let v = ssg.json.unwrap();
     assert_eq!(
-        v["client"]["usb"]["device"]["product"],
+        v["client"]["transport"]["device"]["product"],
         "xferlab Gadget Zero (SourceSink)"
     );
     assert_eq!(v["client"]["flows"].as_array().unwrap().len(), 2);
@@ -329,7 +329,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
     let ok = cell(&r.out, "super-in-64K");
     assert_eq!(ok.rc, 0, "{}", ok.stderr);
     assert_eq!(
-        ok.json.unwrap()["client"]["usb"]["pipes"][0]["max_packet"],
+        ok.json.unwrap()["client"]["transport"]["pipes"][0]["max_packet"],
         1024
     );
     assert_no_qemu_left();

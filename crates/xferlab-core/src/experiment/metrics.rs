@@ -7,8 +7,8 @@
 //! `TestResult`, so that results written by older (or newer, same major
 //! version) xferlab builds still yield whatever metrics they carry: a
 //! field that is missing simply gives no metric. Three schemas are known:
-//! `xferlab.result/1` (stream, rr, usb and lab runs, see
-//! docs/result-schema.md), `xferlab.cbr/1` (`cbr -J`) and
+//! `xferlab.result/2` (stream, rr, usb and lab runs, see
+//! docs/result-schema.md; schema 1 results are upgraded first), `xferlab.cbr/1` (`cbr -J`) and
 //! `xferlab.sweep/1` (`sweep -J`); any other schema, or another major
 //! version, yields no metrics ([`kind`] tells them apart).
 //!
@@ -123,6 +123,7 @@
 //! the two clocks' zeros differ by the connection setup, milliseconds. See
 //! [`SERIES`] for the names.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -447,7 +448,8 @@ pub fn unit_of(name: &str) -> Option<&'static str> {
 /// Which known schema a document follows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DocKind {
-    /// `xferlab.result/1`: stream, rr, usb and lab tests.
+    /// `xferlab.result/2` (and /1, read through [`crate::result::v1`]):
+    /// stream, rr, usb and lab tests.
     Result,
     /// `xferlab.cbr/1`.
     Cbr,
@@ -459,11 +461,30 @@ pub enum DocKind {
 /// (another major version included: its fields may mean something else).
 pub fn kind(doc: &Value) -> Option<DocKind> {
     match doc.get("schema")?.as_str()? {
-        "xferlab.result/1" => Some(DocKind::Result),
+        crate::result::SCHEMA | crate::result::v1::SCHEMA_V1 => Some(DocKind::Result),
         "xferlab.cbr/1" => Some(DocKind::Cbr),
         "xferlab.sweep/1" => Some(DocKind::Sweep),
         _ => None,
     }
+}
+
+/// `doc` in the current result schema: a schema 1 result is upgraded (a
+/// copy; nothing here is per packet), anything else is left as it is.
+fn current(doc: &Value) -> Cow<'_, Value> {
+    if doc.get("schema").and_then(Value::as_str) == Some(crate::result::v1::SCHEMA_V1) {
+        let mut doc = doc.clone();
+        crate::result::v1::upgrade(&mut doc);
+        Cow::Owned(doc)
+    } else {
+        Cow::Borrowed(doc)
+    }
+}
+
+/// The `kind`-tagged section at `key` of `v` (`"pattern": {"kind": "rr"}`)
+/// when it is of that kind.
+fn section<'a>(v: &'a Value, key: &str, kind: &str) -> Option<&'a Value> {
+    v.get(key)
+        .filter(|s| s.get("kind").and_then(Value::as_str) == Some(kind))
 }
 
 /// A number at a path of object keys.
@@ -518,6 +539,7 @@ impl Out {
 /// The headline metrics of one document, by schema (see the module docs
 /// for every name). Unknown schemas give none.
 pub fn extract(doc: &Value) -> Vec<Metric> {
+    let doc = &*current(doc);
     let mut out = Out::default();
     match kind(doc) {
         Some(DocKind::Result) => result_metrics(doc, &mut out),
@@ -575,10 +597,13 @@ fn result_metrics(doc: &Value, out: &mut Out) {
     tcp_rtt_metrics(doc, out);
     out.push_opt("cpu_client_pct", num(doc, &["client", "cpu", "percent"]));
     out.push_opt("cpu_server_pct", num(doc, &["server", "cpu", "percent"]));
-    if let Some(rr) = summary.get("rr").filter(|v| v.is_object()) {
+    if let Some(rr) = section(summary, "pattern", "rr") {
         rr_metrics(rr, out);
     }
-    if let Some(usb) = doc.get("client").and_then(|c| c.get("usb")) {
+    if let Some(usb) = doc
+        .get("client")
+        .and_then(|c| section(c, "transport", "usb_bulk"))
+    {
         usb_metrics(usb, out);
     }
 }
@@ -867,7 +892,7 @@ fn flow_series(doc: &Value, role: &str, value: impl Fn(&Value) -> Option<f64>) -
 }
 
 fn rr_sums_series(doc: &Value, field: &str) -> Option<Points> {
-    let sums = arr(doc.get("client")?.get("rr")?, "sums");
+    let sums = arr(section(doc.get("client")?, "pattern", "rr")?, "sums");
     let out: Points = sums
         .iter()
         .filter_map(|s| Some((num(s, &["end_s"])?, num(s, &[field])?)))
@@ -884,6 +909,7 @@ pub fn series(doc: &Value, name: &str) -> Option<Vec<(f64, f64)>> {
     if kind(doc) != Some(DocKind::Result) {
         return None;
     }
+    let doc = &*current(doc);
     let sum = |v: &[f64]| v.iter().sum::<f64>();
     match name {
         "throughput_bps" => {
@@ -943,7 +969,8 @@ pub fn series(doc: &Value, name: &str) -> Option<Vec<(f64, f64)>> {
 /// order. `None` when the document has no percentiles (not rr, or no
 /// transaction completed).
 pub fn latency_cdf(doc: &Value) -> Option<Vec<(f64, f64)>> {
-    let pct = arr(doc.get("client")?.get("rr")?, "percentiles");
+    let doc = &*current(doc);
+    let pct = arr(section(doc.get("client")?, "pattern", "rr")?, "percentiles");
     let mut points: Vec<(f64, f64)> = pct
         .iter()
         .filter_map(|p| Some((num(p, &["us"])?, num(p, &["percentile"])? / 100.0)))
@@ -1319,7 +1346,7 @@ mod tests {
     #[test]
     fn unknown_schema_gives_nothing() {
         let mut doc = fixture("rr_tcp");
-        doc["schema"] = "xferlab.result/2".into();
+        doc["schema"] = "xferlab.result/3".into();
         assert!(extract(&doc).is_empty());
         assert_eq!(kind(&doc), None);
         assert!(series(&doc, "tps").is_none());

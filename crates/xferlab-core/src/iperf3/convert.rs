@@ -7,7 +7,7 @@
 
 use crate::result::{
     sum_intervals, CpuUsage, Endpoint, FlowEnd, FlowReport, FlowRole, FlowTotal, HostInfo,
-    SideReport, SocketSettings, TcpTotals, UdpSample, UdpTotal,
+    PatternReport, SideReport, SocketSettings, TcpTotals, UdpSample, UdpTotal,
 };
 use crate::spec::{
     limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec,
@@ -464,8 +464,8 @@ pub fn side_from_results(r: &Results, ours: &SideReport, peer: &str) -> SideRepo
         cpu: CpuUsage::new(cpu_s(r.cpu_util_user), cpu_s(r.cpu_util_system), wall),
         counters: Default::default(),
         warnings,
-        usb: None,
-        rr: None,
+        pattern: PatternReport::Stream,
+        transport: None,
     }
 }
 
@@ -648,8 +648,8 @@ mod tests {
             cpu: CpuUsage::new(0.5, 0.5, 2.0),
             counters: Default::default(),
             warnings: Vec::new(),
-            usb: None,
-            rr: None,
+            pattern: crate::result::PatternReport::Stream,
+            transport: None,
         }
     }
 

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::units;
 
 /// One direction of the link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkConfig {
     /// Bottleneck rate in bit/s; None = no shaping (as fast as the
     /// forwarder goes).
@@ -113,7 +113,7 @@ pub enum LinkError {
 }
 
 /// Random variation added to the delay of each packet.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Jitter {
     pub distribution: JitterDistribution,
     /// Uniform: half-width of the range (delay +- amount); normal: the
@@ -124,14 +124,14 @@ pub struct Jitter {
     pub correlation: f64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum JitterDistribution {
     Uniform,
     Normal,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "model", rename_all = "snake_case")]
 pub enum LossModel {
     None,
@@ -174,14 +174,14 @@ impl LossModel {
 
 /// Drop-tail limit of the bottleneck queue (packets waiting for or in
 /// serialization). Packets count per wire segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum QueueLimit {
     Packets(u64),
     Bytes(u64),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "mode", rename_all = "snake_case")]
 pub enum EcnMarking {
     None,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::config::{EcnMarking, LinkConfig, LossModel};
 use super::stats::DirectionReport;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabReport {
     pub topology: Topology,
     /// Client to server.
@@ -18,7 +18,7 @@ pub struct LabReport {
     pub accuracy: Accuracy,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Topology {
     /// Host namespaces joined by the emulator: `client`, `server`.
     pub hosts: Vec<LabHost>,
@@ -36,7 +36,7 @@ pub struct Topology {
     pub pcap: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabHost {
     pub role: String,
     pub namespace: String,
@@ -49,7 +49,7 @@ pub struct LabHost {
     pub sysctls: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Accuracy {
     pub c2s: DirectionAccuracy,
     pub s2c: DirectionAccuracy,
@@ -66,13 +66,13 @@ pub struct Accuracy {
     pub violations: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HopAccuracy {
     pub c2s: DirectionAccuracy,
     pub s2c: DirectionAccuracy,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DirectionAccuracy {
     #[serde(flatten)]
     pub emulator: DirectionReport,
@@ -86,7 +86,7 @@ pub struct DirectionAccuracy {
     pub receiver_in_ce_pkts: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UnintendedDrops {
     /// The sending host's TUN device could not queue a packet for the
     /// emulator (its ring was full).
@@ -103,7 +103,7 @@ impl UnintendedDrops {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RttProbe {
     pub sent: u32,
     pub received: u32,
@@ -115,7 +115,7 @@ pub struct RttProbe {
 }
 
 /// What a run must hold to be valid.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Targets {
     /// Largest |achieved / configured - 1| over >= 1 s busy windows.
     pub rate_error: f64,

@@ -129,7 +129,7 @@ impl RateMeter {
 
 /// Counters of one direction. Packets are what the emulator handled (a
 /// GSO superpacket is one); segments are what the wire carries.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkCounters {
     pub arrived_packets: u64,
     pub arrived_segments: u64,
@@ -163,7 +163,7 @@ pub struct LinkCounters {
 }
 
 /// One direction's self-report, as stored in a result file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DirectionReport {
     pub counters: LinkCounters,
     /// Departures with a lateness sample.

@@ -113,7 +113,7 @@ fn fit_report(report: &SideReport, limit: usize) -> Box<SideReport> {
         for f in &mut r.flows {
             f.intervals.clear();
         }
-        if let Some(rr) = r.rr.as_mut() {
+        if let crate::result::PatternReport::Rr(rr) = &mut r.pattern {
             for f in &mut rr.flows {
                 f.intervals.clear();
             }

@@ -33,8 +33,8 @@ fn report(endpoint: Endpoint) -> SideReport {
         cpu: CpuUsage::default(),
         counters: KernelCounters::default(),
         warnings: vec![],
-        usb: None,
-        rr: None,
+        pattern: crate::result::PatternReport::Stream,
+        transport: None,
     }
 }
 

@@ -5,8 +5,10 @@ use serde::{de::DeserializeOwned, Serialize};
 
 use super::ProtoError;
 
-/// Control-protocol version this build speaks.
-pub const VERSION: u16 = 1;
+/// Control-protocol version this build speaks. 2: the spec and the side
+/// reports carry their pattern as an enum (result schema 2).
+pub const VERSION: u16 = 2;
+
 /// First four bytes of every xferlab connection. Upper case, so it can never
 /// be mistaken for an iperf3 cookie (lower case and digits).
 pub const MAGIC: [u8; 4] = *b"XFRL";

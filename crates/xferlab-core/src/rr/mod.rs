@@ -30,7 +30,7 @@ pub mod limits {
 }
 
 /// How one transaction is carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RrMode {
     /// A persistent TCP connection per flow (netperf TCP_RR).
@@ -59,8 +59,8 @@ impl RrMode {
     }
 }
 
-/// The request/response part of a [`TestSpec`] (`spec.rr`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The settings of an rr test (its [`Pattern::Rr`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrSpec {
     pub mode: RrMode,
     /// Bytes per request (`-r`). UDP datagrams are at least
@@ -75,10 +75,6 @@ pub struct RrSpec {
     /// A transaction without its response after this long is counted as
     /// timed out and the flow moves on (UDP, and CRR connections).
     pub timeout_s: f64,
-    /// Long-lived TCP stream flows running at the same time, reported as
-    /// their own group (`spec.parallel` holds the same number).
-    #[serde(default)]
-    pub background: u32,
     /// Diagnostic: the server ignores the Nth request (1-based) of every
     /// UDP flow, to prove that a lost datagram does not stall a flow.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -91,7 +87,9 @@ pub struct RrSpec {
 /// How a flow's thread waits for the peer's next message. This is part
 /// of what is measured: on loopback the wake-up of a sleeping thread is
 /// most of a transaction's cost, so each choice gives other figures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum RrWait {
     /// `Read` when both ends are pinned to one CPU over loopback,
@@ -148,7 +146,6 @@ impl RrSpec {
             depth: 1,
             flows: 1,
             timeout_s: 1.0,
-            background: 0,
             drop_request: None,
             wait: RrWait::Epoll,
         }
@@ -172,9 +169,6 @@ impl RrSpec {
 
     pub fn validate(&self, spec: &TestSpec) -> Result<(), RrSpecError> {
         use limits::*;
-        if spec.pattern != Pattern::Rr {
-            return Err(RrSpecError::NotRr);
-        }
         if spec.transport != self.mode.transport() {
             return Err(RrSpecError::ModeTransport {
                 mode: self.mode.label(),
@@ -210,8 +204,8 @@ impl RrSpec {
         {
             return Err(RrSpecError::Timeout(self.timeout_s));
         }
-        if self.background > MAX_BACKGROUND || spec.parallel != self.background {
-            return Err(RrSpecError::Background(self.background));
+        if spec.parallel > MAX_BACKGROUND {
+            return Err(RrSpecError::Background(spec.parallel));
         }
         if self.mode == RrMode::TcpCrr && self.depth != 1 {
             return Err(RrSpecError::DepthOnCrr);
@@ -233,8 +227,6 @@ impl RrSpec {
 /// names the flag and the accepted range.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RrSpecError {
-    #[error("request/response settings belong to an rr test")]
-    NotRr,
     #[error("--mode {mode} runs over {transport}")]
     ModeTransport {
         mode: &'static str,
@@ -270,10 +262,9 @@ impl TestSpec {
     /// depth 1, one flow, 10 s, no background flows.
     pub fn default_rr(mode: RrMode) -> Self {
         let mut s = TestSpec::default_stream();
-        s.pattern = Pattern::Rr;
+        s.pattern = Pattern::Rr(RrSpec::new(mode));
         s.transport = mode.transport();
         s.parallel = 0;
-        s.rr = Some(RrSpec::new(mode));
         s
     }
 
@@ -283,7 +274,6 @@ impl TestSpec {
         let mut s = self.clone();
         s.pattern = Pattern::Stream;
         s.transport = Transport::Tcp;
-        s.rr = None;
         s
     }
 }
@@ -299,7 +289,9 @@ mod tests {
         }
         let bad = |f: &dyn Fn(&mut RrSpec)| {
             let mut s = TestSpec::default_rr(RrMode::TcpRr);
-            f(s.rr.as_mut().unwrap());
+            if let Pattern::Rr(rr) = &mut s.pattern {
+                f(rr);
+            }
             s.validate().unwrap_err().to_string()
         };
         assert!(bad(&|r| r.flows = 0).contains("-F/--flows"));
@@ -309,7 +301,6 @@ mod tests {
         assert!(bad(&|r| r.timeout_s = 0.0).contains("--timeout"));
         assert!(bad(&|r| r.drop_request = Some(3)).contains("--drop-request"));
         let mut s = TestSpec::default_rr(RrMode::TcpRr);
-        s.rr.as_mut().unwrap().background = 20;
         s.parallel = 20;
         s.validate().unwrap();
         assert_eq!(s.flows().len(), 20);

@@ -9,7 +9,7 @@ use crate::latency::{LatencySummary, Percentile};
 use crate::result::FlowEnd;
 
 /// Transactions of one flow (or all flows) over one interval.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrInterval {
     pub start_s: f64,
     pub end_s: f64,
@@ -25,7 +25,7 @@ pub struct RrInterval {
 }
 
 /// Transactions of one flow (or all flows) over the whole test.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrTotal {
     /// The measured window (after the warm-up).
     pub start_s: f64,
@@ -47,7 +47,7 @@ pub struct RrTotal {
 }
 
 /// One request/response flow as one side saw it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrFlowReport {
     pub id: u32,
     pub local: String,
@@ -64,7 +64,7 @@ pub struct RrFlowReport {
 }
 
 /// The request/response group of one side.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrSideReport {
     pub mode: RrMode,
     /// How this end's threads waited for messages (`--wait`, `auto`
@@ -86,7 +86,7 @@ pub struct RrSideReport {
 }
 
 /// The request/response group of a test, both ends' view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrSummary {
     pub mode: RrMode,
     pub flows: u32,

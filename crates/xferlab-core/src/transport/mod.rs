@@ -44,7 +44,7 @@ use crate::spec::{Knobs, SpecError};
 ///
 /// Add a variant for a new transport, and its arm in [`Transport::model`];
 /// the serde name is the one results and the control protocol use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Transport {
     Tcp,
@@ -185,7 +185,7 @@ impl TransportCounters {
 /// [`TransportCounters::sample`]. It is flattened into the interval: a
 /// variant `Foo(FooSample)` appears as `"foo": {...}` next to `bytes`,
 /// `tcp` and `udp`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TransportSection {
     Mptcp(mptcp::MptcpSample),

@@ -88,7 +88,7 @@ pub struct SubflowCounters {
 
 /// MPTCP's section of an interval (or, in a total, of the measured
 /// window): counts are deltas, the subflow list is the one at the end.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct MptcpSample {
     /// The connection fell back to plain TCP: one path, no subflows.
     pub fallback: bool,
@@ -108,7 +108,7 @@ pub struct MptcpSample {
 /// One subflow over the interval. Its TCP figures count from the previous
 /// reading of the same subflow (same addresses), or from its start when
 /// it is new.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubflowSample {
     pub local: String,
     pub remote: String,

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::latency::LatencySummary;
 
 /// Why a transfer failed, as the host sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorKind {
     /// EPIPE: the endpoint is halted (cleared and counted, the run goes on).
@@ -111,7 +111,7 @@ impl UsbCounters {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsbSample {
     pub start_s: f64,
     pub end_s: f64,
@@ -143,13 +143,13 @@ fn per_second(count: u64, seconds: f64) -> f64 {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorCount {
     pub kind: ErrorKind,
     pub count: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsbTotals {
     pub transfers: u64,
     pub transfers_per_second: f64,
@@ -164,7 +164,7 @@ pub struct UsbTotals {
 
 /// One endpoint's part of a run; `flow_id` links it to the FlowReport that
 /// carries its bytes and rates.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsbPipeReport {
     pub flow_id: u32,
     pub endpoint: u8,
@@ -176,7 +176,7 @@ pub struct UsbPipeReport {
     pub total: UsbTotals,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsbDeviceInfo {
     pub bus: u8,
     pub address: u8,
@@ -190,7 +190,7 @@ pub struct UsbDeviceInfo {
 }
 
 /// The `usb` section of a side's report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsbReport {
     pub device: UsbDeviceInfo,
     pub interface: u8,

@@ -1,15 +1,15 @@
 //! The client's event loop, for every pattern and both control protocols
-//! (xferlab's own and iperf3's): wait on one channel with one deadline,
-//! feed the control machine, tick the workload, and perform what
-//! [`TestRun`] decides.
+//! (xferlab's own and iperf3's) and for tests without one (USB bulk): wait
+//! on one channel with one deadline, feed the control machine, tick the
+//! workload, and perform what [`TestRun`] decides.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use xferlab_core::outbox::Machine;
-use xferlab_core::run::{Action, Policy, Progress, TestRun};
+use xferlab_core::outbox::{Machine, NoPeer};
+use xferlab_core::run::{Action, Policy, Progress, Role, TestRun};
 
 use super::{Interrupts, Workload};
 use crate::control::{ControlIo, Wake};
@@ -79,16 +79,20 @@ pub fn interruption(duration_s: f64) -> String {
 
 const CUT: &str = "no end of stream within 10 s after the test stopped: flows cut";
 
+/// The connection a client's control machine talks to its peer over, and
+/// the peer's address (for messages).
+pub type Control<'a> = (&'a mut ControlIo, SocketAddr);
+
 /// Runs the client's loop until the run finishes, an error ends it or
-/// the control connection closes.
+/// the control connection closes. `control` is None for a test without
+/// one (see [`drive_alone`]), whose machine sends nothing.
 pub fn drive<R: ClientRole>(
     role: &mut R,
-    io: &mut ControlIo,
+    mut control: Option<Control<'_>>,
     rx: &mpsc::Receiver<Wake>,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
     policy: Policy,
-    server: SocketAddr,
 ) -> Driven {
     let mut run = TestRun::new(policy);
     let mut workload: Option<Box<dyn Workload>> = None;
@@ -143,6 +147,9 @@ pub fn drive<R: ClientRole>(
             }
         }
         while let Some(bytes) = role.ctl().poll_transmit() {
+            let Some((io, server)) = control.as_mut() else {
+                unreachable!("a test without a control connection has a machine that sends nothing")
+            };
             if let Err(e) = io.send(&bytes) {
                 error.get_or_insert(format!("lost the control connection to {server}: {e}"));
                 break 'run;
@@ -177,4 +184,64 @@ pub fn drive<R: ClientRole>(
         run,
         error,
     }
+}
+
+/// The client's side of a test without a control connection: its workload
+/// starts before the loop, and the loop only keeps the test's time, the
+/// intervals, Ctrl-C and the drain.
+struct Alone {
+    ctl: NoPeer,
+    start: Option<(Box<dyn Workload>, Instant, Option<Duration>)>,
+}
+
+impl ClientRole for Alone {
+    type Ctl = NoPeer;
+
+    fn ctl(&mut self) -> &mut NoPeer {
+        &mut self.ctl
+    }
+
+    fn on_event(&mut self, ev: std::convert::Infallible, _cx: &mut Cx<'_>) {
+        match ev {}
+    }
+
+    fn end_peer(&mut self, _now: Instant) {}
+
+    fn abort_peer(&mut self, _why: &str) {}
+
+    fn peer_done(&self) -> bool {
+        true
+    }
+
+    fn step(&mut self, cx: &mut Cx<'_>) {
+        if let Some((w, at, planned)) = self.start.take() {
+            cx.started(w, at, planned);
+        }
+    }
+}
+
+/// Runs `workload`, started at `at` for `planned` (None: until it reaches
+/// its own limit), on the client's loop without a peer: the loop stops it
+/// at the planned end or the first Ctrl-C, and cuts it when it has not
+/// ended `drain` after the stop. Its threads wake the loop through `rx`'s
+/// sender.
+pub fn drive_alone(
+    workload: Box<dyn Workload>,
+    (at, planned): (Instant, Option<Duration>),
+    drain: Duration,
+    rx: &mpsc::Receiver<Wake>,
+    reporter: &mut dyn Reporter,
+    interrupts: &Interrupts,
+) -> Driven {
+    let mut role = Alone {
+        ctl: NoPeer::new(),
+        start: Some((workload, at, planned)),
+    };
+    let policy = Policy {
+        role: Role::Client,
+        drain,
+        // No peer to tell.
+        quiesce: Duration::ZERO,
+    };
+    drive(&mut role, None, rx, reporter, interrupts, policy)
 }

@@ -7,7 +7,8 @@
 //! and the decisions of when to stop, drain, cut or abort, which
 //! [`TestRun`](xferlab_core::run::TestRun) makes on the time passed in.
 //! The loops here only wait, feed and perform: [`client::drive`] for the
-//! client of any protocol, [`session::serve`] for a server session.
+//! client of any protocol, [`client::drive_alone`] for a test without a
+//! peer (USB bulk), [`session::serve`] for a server session.
 //!
 //! # Adding a pattern
 //! 1. The spec and the report in the core (`xferlab_core::spec`, `result`).
@@ -76,5 +77,35 @@ pub trait Workload {
     /// receivers may end once they have it.
     fn peer_sent(&mut self, _sent: &[(u32, u64)]) {}
     /// Waits for the threads and builds this side's report.
-    fn finish(self: Box<Self>) -> SideReport;
+    fn finish(self: Box<Self>) -> Finished;
+}
+
+/// What a workload ends with: this side's report, and what went wrong that
+/// the report cannot say, one actionable line each, for the result's
+/// errors (a USB endpoint that stalled, data that broke the pattern).
+/// Socket workloads have none: a flow's end is in its report.
+pub struct Finished {
+    pub report: SideReport,
+    pub errors: Vec<String>,
+}
+
+impl From<SideReport> for Finished {
+    fn from(report: SideReport) -> Self {
+        Finished {
+            report,
+            errors: Vec::new(),
+        }
+    }
+}
+
+impl Finished {
+    /// The report, the workload's errors folded into `error`: the one
+    /// error line of a test that has a peer (the first error wins, as in
+    /// the loops).
+    pub fn into_report(self, error: &mut Option<String>) -> SideReport {
+        if let Some(e) = self.errors.into_iter().next() {
+            error.get_or_insert(e);
+        }
+        self.report
+    }
 }

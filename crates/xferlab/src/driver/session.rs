@@ -103,7 +103,7 @@ pub fn serve<R: SessionRole>(
                     Some(Action::Cut) => workload.iter_mut().for_each(|w| w.abort(cut)),
                     Some(Action::Report) => {
                         if let Some(w) = workload.take() {
-                            role.report(Instant::now(), w.finish());
+                            role.report(Instant::now(), w.finish().into_report(&mut failure));
                         }
                     }
                     Some(_) => {}

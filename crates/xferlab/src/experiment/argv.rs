@@ -335,7 +335,7 @@ fn check_parses(
     infos: &[(KnobAt, FlagInfo)],
 ) -> Result<(), ArgvError> {
     let full = std::iter::once("xferlab".to_string()).chain(argv.iter().cloned());
-    let parsed = Cli::try_parse_from_args(full).and_then(|cli| cli.check_values());
+    let parsed = Cli::try_parse_from_args(full).and_then(|cli| cli.command.check_values());
     parsed.map_err(|message| {
         let line = blame(s, p, infos, &message);
         err(

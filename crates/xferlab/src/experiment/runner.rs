@@ -663,19 +663,19 @@ mod tests {
 
     #[test]
     fn outcomes_from_exit_codes_and_documents() {
-        let ok = r#"{"schema":"xferlab.result/1","status":"ok"}"#.to_string();
+        let ok = r#"{"schema":"xferlab.result/2","status":"ok"}"#.to_string();
         assert_eq!(classify(Some(0), Some(ok.clone()), "").status, "ok");
         assert_eq!(
             classify(Some(130), Some(ok.clone()), "").status,
             "interrupted"
         );
-        let partial = r#"{"schema":"xferlab.result/1","status":"partial"}"#.to_string();
+        let partial = r#"{"schema":"xferlab.result/2","status":"partial"}"#.to_string();
         let o = classify(Some(1), Some(partial), "xferlab: the peer vanished\n");
         assert_eq!(o.status, "partial");
         assert_eq!(o.error.as_deref(), Some("the peer vanished"));
         let cbr = r#"{"schema":"xferlab.cbr/1"}"#.to_string();
         assert_eq!(classify(Some(1), Some(cbr), "").status, "ok");
-        let lab = r#"{"schema":"xferlab.result/1","status":"ok","lab":{}}"#.to_string();
+        let lab = r#"{"schema":"xferlab.result/2","status":"ok","lab":{}}"#.to_string();
         assert_eq!(classify(Some(1), Some(lab), "").status, "invalid");
         let o = classify(Some(1), None, "xferlab: cannot connect\n");
         assert_eq!(o.status, "error");
@@ -688,19 +688,19 @@ mod tests {
         let docs = [
             (
                 Some(0),
-                Some(r#"{"schema":"xferlab.result/1","status":"ok"}"#),
+                Some(r#"{"schema":"xferlab.result/2","status":"ok"}"#),
             ),
             (
                 Some(1),
-                Some(r#"{"schema":"xferlab.result/1","status":"ok","lab":{}}"#),
+                Some(r#"{"schema":"xferlab.result/2","status":"ok","lab":{}}"#),
             ),
             (
                 Some(1),
-                Some(r#"{"schema":"xferlab.result/1","status":"partial"}"#),
+                Some(r#"{"schema":"xferlab.result/2","status":"partial"}"#),
             ),
             (
                 Some(1),
-                Some(r#"{"schema":"xferlab.result/1","status":"failed"}"#),
+                Some(r#"{"schema":"xferlab.result/2","status":"failed"}"#),
             ),
             (Some(1), None),
             (Some(130), None),

@@ -40,9 +40,6 @@ use rusqlite::{Transaction, TransactionBehavior};
 /// newer version, which an older binary could only misread.
 pub const SCHEMA_VERSION: i64 = 1;
 
-/// The file name used when no `--db` is given.
-pub const DEFAULT_DB: &str = "xferlab.db";
-
 /// Run statuses, in the order of the CHECK constraint. `error`: the
 /// invocation failed before producing a result.
 pub const STATUSES: [&str; 6] = ["ok", "invalid", "partial", "failed", "error", "interrupted"];

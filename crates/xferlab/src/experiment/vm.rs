@@ -1234,7 +1234,7 @@ echo setup warns >&2"#;
             let (rc, json, stderr, elapsed) = finished(&events, id);
             assert_eq!(rc, 0, "{stderr}");
             let v = json.expect("JSON");
-            assert_eq!(v["schema"], "xferlab.result/1");
+            assert_eq!(v["schema"], "xferlab.result/2");
             assert_eq!(v["status"], "ok");
             assert!(elapsed >= 1.0, "{elapsed}");
         }
@@ -1310,7 +1310,7 @@ echo setup warns >&2"#;
             assert_eq!(rc, 0, "job {id}: {stderr}");
             let v = json.expect("JSON");
             assert_eq!(v["status"], "ok", "job {id}");
-            let pipe = &v["client"]["usb"]["pipes"][0];
+            let pipe = &v["client"]["transport"]["pipes"][0];
             assert_eq!(pipe["depth"], depth);
             assert_eq!(pipe["max_packet"], 512, "high speed");
             let t = &v["client"]["flows"][0]["total"];

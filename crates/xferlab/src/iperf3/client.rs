@@ -22,7 +22,7 @@ use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
-use crate::driver::{Workload, DRAIN};
+use crate::driver::{Finished, Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{assemble, ClientConfig, Outcome};
@@ -91,16 +91,15 @@ pub fn run(
         drain: DRAIN,
         quiesce: END_DRAIN,
     };
-    let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     drop(io);
     let mut error = driven.error;
     let client = match (role.report.take(), driven.workload) {
         (Some(r), _) => r,
         (None, Some(mut w)) if driven.run.started() => {
             w.abort("the test ended early");
-            w.finish()
+            w.finish().into_report(&mut error)
         }
         _ => {
             return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
@@ -267,7 +266,7 @@ impl ClientRole for Iperf3Role<'_> {
             return;
         }
         let r = match cx.workload.take_if(|w| w.all_done()) {
-            Some(w) => w.finish(),
+            Some(w) => w.finish().into_report(cx.error),
             None if cx.workload.is_none() => match self.prepared.take() {
                 Some(s) => s.finish(),
                 None => return,
@@ -339,8 +338,8 @@ impl Workload for Iperf3Streams {
             || (self.side.all_of_role_done(FlowRole::Sender) && self.side.unacked_bytes() == 0)
     }
 
-    fn finish(self: Box<Self>) -> SideReport {
-        self.side.finish()
+    fn finish(self: Box<Self>) -> Finished {
+        self.side.finish().into()
     }
 }
 

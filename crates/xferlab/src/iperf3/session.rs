@@ -29,7 +29,7 @@ use xferlab_core::units::RateUnit;
 use super::RESULTS_DRAIN;
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
-use crate::driver::Workload;
+use crate::driver::{Finished, Workload};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
 use crate::session::budget::{OverBudget, RateGrant};
@@ -330,8 +330,8 @@ impl Workload for Receivers {
         self.peer_sent = Some(sent.to_vec());
     }
 
-    fn finish(self: Box<Self>) -> SideReport {
-        self.side.finish()
+    fn finish(self: Box<Self>) -> Finished {
+        self.side.finish().into()
     }
 }
 

@@ -185,7 +185,7 @@ impl Forwarder {
         let pcap_error = self.pcap.take().and_then(|p| {
             let errors = p.errors;
             match p.finish() {
-                Err(e) => Some(e),
+                Err(e) => Some(format!("{e:#}")),
                 Ok(()) if errors > 0 => Some(format!("{errors} packets could not be captured")),
                 Ok(()) => None,
             }

@@ -7,7 +7,6 @@
 //! die with it (PR_SET_PDEATHSIG), and `xferlab lab clean` removes
 //! namespaces whose owner is gone (also after SIGKILL).
 
-pub mod args;
 mod forward;
 mod netns;
 mod pcap;
@@ -15,6 +14,7 @@ mod probe;
 mod report;
 mod tun;
 
+use anyhow::{anyhow, bail, Context};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -25,16 +25,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::Parser;
 use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
-use crate::cli::{Cli, Command as Verb};
+use crate::cli::lab::{CheckedLab, LabArgs, LabArgsError};
 use crate::output::Format;
 use crate::sys;
 use crate::sys::process::Signal;
-pub use args::LabArgs;
 use forward::{ForwardReport, Forwarder};
 
 const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
@@ -83,19 +81,16 @@ pub fn run(a: &LabArgs) -> ExitCode {
             2,
         );
     }
-    // `xferlab lab stream --help`: the test's own help.
-    let mut argv = vec!["xferlab".to_string()];
-    argv.extend(a.command.iter().cloned());
-    if let Err(e) = Cli::try_parse_from(&argv) {
-        use clap::error::ErrorKind;
-        if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
-            e.print().ok();
-            return ExitCode::SUCCESS;
-        }
-    }
     let plan = match Plan::new(a) {
         Ok(p) => p,
-        Err(e) => return fail(&e, 2),
+        // `xferlab lab stream --help`: the test's own help.
+        Err(LabArgsError {
+            help: Some(help), ..
+        }) => {
+            help.print().ok();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return fail(&e.message, 2),
     };
     if !crate::sys::process::is_root() {
         return fail(
@@ -116,23 +111,11 @@ pub fn run(a: &LabArgs) -> ExitCode {
             } else {
                 1
             };
-            return fail(&e, code);
+            return fail(&format!("{e:#}"), code);
         }
     };
     lab.teardown();
     exit
-}
-
-/// Checks a lab command line as `run` would, without building anything
-/// (the experiment runner checks every point before the first runs).
-pub fn check(a: &LabArgs) -> Result<(), String> {
-    if a.command.is_empty() {
-        return Err(
-            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
-                .into(),
-        );
-    }
-    Plan::new(a).map(drop)
 }
 
 /// The validated request.
@@ -163,41 +146,17 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(a: &LabArgs) -> Result<Self, String> {
-        let (c2s, s2c) = a.link_configs()?;
+    fn new(a: &LabArgs) -> Result<Self, LabArgsError> {
+        let CheckedLab {
+            c2s,
+            s2c,
+            client_sysctls,
+            server_sysctls,
+            test,
+        } = a.check()?;
         let offload = a.offload.resolve([&c2s, &s2c]);
         let buffers = a.buffers.unwrap_or_else(|| default_buffers(&c2s, &s2c));
-        let (client_sysctls, server_sysctls) = a.sysctls()?;
-        let verb = &a.command[0];
-        let mut argv = vec!["xferlab".to_string()];
-        argv.extend(a.command.iter().cloned());
-        let cli = Cli::try_parse_from(&argv).map_err(|e| {
-            let text = e.render().to_string();
-            let first = text
-                .lines()
-                .map(str::trim)
-                .find(|l| !l.is_empty())
-                .unwrap_or("bad usage")
-                .trim_start_matches("error: ")
-                .to_string();
-            format!("the test to run: {first} (see `xferlab {verb} --help`)")
-        })?;
-        let stream = match &cli.command {
-            Verb::Stream(s) => s.as_ref(),
-            Verb::Cbr(c) => &c.stream,
-            Verb::Sweep(s) => &s.stream,
-            Verb::Rr(r) => &r.stream,
-            _ => {
-                return Err(format!(
-                    "lab runs a test verb (stream, cbr, sweep, rr), not `{verb}`"
-                ))
-            }
-        };
-        if stream.host.is_some() {
-            return Err(
-                "lab runs the server itself, inside its server namespace: leave out HOST".into(),
-            );
-        }
+        let stream = test.stream();
         let (server_addr, server_addr6) = if a.router {
             (ROUTED_SERVER, ROUTED_SERVER6)
         } else {
@@ -207,12 +166,9 @@ impl Plan {
             crate::net::Family::V6 => server_addr6.to_string(),
             _ => server_addr.to_string(),
         };
-        let mut client_args = vec![verb.clone(), server];
-        client_args.extend(a.command[1..].iter().cloned());
+        let mut client_args = vec![test.verb().to_string(), server];
+        client_args.extend(test.words[1..].iter().cloned());
         client_args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
-        if a.pcap_snaplen == 0 {
-            return Err("--pcap-snaplen must be at least 1".into());
-        }
         Ok(Plan {
             c2s,
             s2c,
@@ -298,11 +254,9 @@ impl Lab {
         format!("{}{}-{role}", netns::PREFIX, self.pid)
     }
 
-    fn check_interrupt(&self) -> Result<(), String> {
+    fn check_interrupt(&self) -> anyhow::Result<()> {
         if INTERRUPTS.load(Ordering::Relaxed) > 0 {
-            return Err(
-                "interrupted while setting up the lab; everything it made is removed".into(),
-            );
+            bail!("interrupted while setting up the lab; everything it made is removed");
         }
         Ok(())
     }
@@ -315,13 +269,13 @@ impl Lab {
         ifaces: &[Iface],
         plan: &Plan,
         sysctls: &[(String, String)],
-    ) -> Result<LabHost, String> {
+    ) -> anyhow::Result<LabHost> {
         let ns = self.ns_name(role);
         netns::create(&ns).map_err(|e| {
-            if e.contains("Operation not permitted") {
-                format!("cannot create a network namespace ({e}); lab needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
+            if netns::errno(&e) == Some(libc::EPERM) {
+                anyhow!("cannot create a network namespace ({e:#}); lab needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
             } else {
-                format!("cannot create network namespace {ns}: {e}")
+                e.context(format!("cannot create network namespace {ns}"))
             }
         })?;
         self.namespaces.push(ns.clone());
@@ -341,7 +295,7 @@ impl Lab {
                 tun::configure(i.name, i.local, i.peer, i.mask, mtu, txqueuelen)?;
                 if let Err(e) = tun::add_ipv6(i.name, i.local6, i.prefix6) {
                     // A kernel without IPv6: the lab still runs over IPv4.
-                    if !e.contains("Address family not supported") {
+                    if netns::errno(&e) != Some(libc::EAFNOSUPPORT) {
                         return Err(e);
                     }
                 }
@@ -369,8 +323,8 @@ impl Lab {
         })
     }
 
-    fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> Result<Child, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find my own binary: {e}"))?;
+    fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> anyhow::Result<Child> {
+        let exe = std::env::current_exe().context("cannot find my own binary")?;
         let nsf = netns::open(ns)?;
         let mut cmd = Command::new(exe);
         cmd.args(args)
@@ -392,10 +346,10 @@ impl Lab {
             });
         }
         cmd.spawn()
-            .map_err(|e| format!("cannot start xferlab in {ns}: {e}"))
+            .with_context(|| format!("cannot start xferlab in {ns}"))
     }
 
-    fn run(&mut self, plan: &Plan) -> Result<ExitCode, String> {
+    fn run(&mut self, plan: &Plan) -> anyhow::Result<ExitCode> {
         let v4 = |local, peer, prefix: u32| (local, peer, u32::MAX << (32 - prefix));
         let iface = |name, (local, peer, mask): (Ipv4Addr, Ipv4Addr, u32), local6, prefix6| Iface {
             name,
@@ -471,7 +425,7 @@ impl Lab {
             let dup = |i: usize| {
                 self.tuns[i]
                     .try_clone()
-                    .map_err(|e| format!("cannot duplicate the TUN handle: {e}"))
+                    .context("cannot duplicate the TUN handle")
             };
             // Only the emulated link is captured.
             let pcap = match pcap_path(name).filter(|_| !name.starts_with("router")) {
@@ -498,7 +452,7 @@ impl Lab {
             let h = std::thread::Builder::new()
                 .name(format!("xl-fwd-{name}"))
                 .spawn(move || fwd.run())
-                .map_err(|e| format!("cannot start the forwarder: {e}"))?;
+                .context("cannot start the forwarder")?;
             self.forwarders.push(h);
         }
 
@@ -554,10 +508,7 @@ impl Lab {
         let reports: Vec<ForwardReport> = self
             .forwarders
             .drain(..)
-            .map(|h| {
-                h.join()
-                    .map_err(|_| "a forwarder thread panicked".to_string())
-            })
+            .map(|h| h.join().map_err(|_| anyhow!("a forwarder thread panicked")))
             .collect::<Result<_, _>>()?;
         let after = self.snapshots()?;
         stop_children(&mut self.children);
@@ -592,14 +543,14 @@ impl Lab {
         self.ports.clear();
         for ns in self.namespaces.drain(..).rev() {
             if let Err(e) = netns::delete(&ns) {
-                eprintln!("xferlab: {e}; run `xferlab lab clean`");
+                eprintln!("xferlab: {e:#}; run `xferlab lab clean`");
             }
         }
     }
 }
 
 /// Counters of one namespace: netstat/snmp/snmp6 and one link device.
-fn snapshot(ns: &str, iface: &'static str) -> Result<CounterSnapshot, String> {
+fn snapshot(ns: &str, iface: &'static str) -> anyhow::Result<CounterSnapshot> {
     netns::run_in(ns, move || {
         let mut s = CounterSnapshot::default();
         for f in ["snmp", "netstat"] {
@@ -617,13 +568,13 @@ fn snapshot(ns: &str, iface: &'static str) -> Result<CounterSnapshot, String> {
 
 impl Lab {
     /// One snapshot per port (TUN device), in port order.
-    fn snapshots(&self) -> Result<Vec<CounterSnapshot>, String> {
+    fn snapshots(&self) -> anyhow::Result<Vec<CounterSnapshot>> {
         self.ports.iter().map(|(ns, i)| snapshot(ns, i)).collect()
     }
 }
 
-fn wait_listening(out: Option<std::process::ChildStdout>) -> Result<(), String> {
-    let out = out.ok_or("the lab server has no output")?;
+fn wait_listening(out: Option<std::process::ChildStdout>) -> anyhow::Result<()> {
+    let out = out.context("the lab server has no output")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut r = BufReader::new(out);
@@ -637,7 +588,7 @@ fn wait_listening(out: Option<std::process::ChildStdout>) -> Result<(), String> 
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(true) => Ok(()),
-        _ => Err("the xferlab server in the lab's server namespace did not start".into()),
+        _ => bail!("the xferlab server in the lab's server namespace did not start"),
     }
 }
 

@@ -2,6 +2,7 @@
 //! at the IP header), written through a large buffer so capturing costs a
 //! memcpy per packet, not a system call.
 
+use anyhow::Context;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -16,8 +17,8 @@ pub struct PcapWriter {
 }
 
 impl PcapWriter {
-    pub fn create(path: &Path, snaplen: u32) -> Result<Self, String> {
-        let f = File::create(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    pub fn create(path: &Path, snaplen: u32) -> anyhow::Result<Self> {
+        let f = File::create(path).with_context(|| format!("cannot write {}", path.display()))?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         let mut h = [0u8; 24];
         h[0..4].copy_from_slice(&MAGIC_NANOS.to_ne_bytes());
@@ -26,7 +27,7 @@ impl PcapWriter {
         h[16..20].copy_from_slice(&snaplen.to_ne_bytes());
         h[20..24].copy_from_slice(&LINKTYPE_RAW.to_ne_bytes());
         out.write_all(&h)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot write {}", path.display()))?;
         Ok(PcapWriter {
             out,
             snaplen,
@@ -47,10 +48,8 @@ impl PcapWriter {
         }
     }
 
-    pub fn finish(mut self) -> Result<(), String> {
-        self.out
-            .flush()
-            .map_err(|e| format!("cannot write the capture: {e}"))
+    pub fn finish(mut self) -> anyhow::Result<()> {
+        self.out.flush().context("cannot write the capture")
     }
 }
 

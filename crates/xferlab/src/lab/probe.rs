@@ -1,6 +1,7 @@
 //! A ping through the emulator before the test: small UDP probes from the
 //! client namespace echoed in the server namespace, one at a time.
 
+use anyhow::{anyhow, Context};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -21,12 +22,12 @@ pub fn measure(
     count: u32,
     gap: Duration,
     expected_us: f64,
-) -> Result<RttProbe, String> {
+) -> anyhow::Result<RttProbe> {
     let stop = Arc::new(AtomicBool::new(false));
     let echo_stop = stop.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let echo = netns::spawn_in(netns::open(server_ns)?, "xl-echo", move || {
-        let s = UdpSocket::bind(server).map_err(|e| format!("probe echo bind {server}: {e}"))?;
+        let s = UdpSocket::bind(server).with_context(|| format!("probe echo bind {server}"))?;
         s.set_read_timeout(Some(Duration::from_millis(50))).ok();
         let _ = ready_tx.send(());
         let mut buf = [0u8; 64];
@@ -41,14 +42,13 @@ pub fn measure(
         stop.store(true, Ordering::Relaxed);
         return Err(echo
             .join()
-            .map_err(|_| "probe echo panicked".to_string())?
+            .map_err(|_| anyhow!("probe echo panicked"))?
             .err()
-            .unwrap_or_else(|| "probe echo did not start".into()));
+            .unwrap_or_else(|| anyhow!("probe echo did not start")));
     }
     let rtts = netns::run_in(client_ns, move || {
-        let s = UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("probe socket: {e}"))?;
-        s.connect(server)
-            .map_err(|e| format!("probe connect: {e}"))?;
+        let s = UdpSocket::bind("0.0.0.0:0").context("probe socket")?;
+        s.connect(server).context("probe connect")?;
         s.set_read_timeout(Some(Duration::from_secs(1))).ok();
         let mut rtts = Vec::new();
         let mut buf = [0u8; 64];

@@ -2,6 +2,7 @@
 //! the namespaces' counters, judged against the accuracy targets, and
 //! written next to the test's own output.
 
+use anyhow::Context;
 use std::io::Write;
 
 use xferlab_core::counters::CounterSnapshot;
@@ -142,7 +143,7 @@ fn inject(doc: &str, lab: &impl serde::Serialize) -> Option<String> {
     Some(format!("{body}{sep}\n  \"lab\": {lab}\n}}\n"))
 }
 
-pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> Result<(), String> {
+pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> anyhow::Result<()> {
     match (plan.format, &plan.output) {
         (Format::Json, None) => {
             let text = inject(captured, lab).unwrap_or_else(|| {
@@ -152,13 +153,13 @@ pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> Result<(), S
             let mut out = std::io::stdout();
             out.write_all(text.as_bytes())
                 .and_then(|_| out.flush())
-                .map_err(|e| format!("cannot write the result: {e}"))
+                .context("cannot write the result")
         }
         (Format::Json, Some(path)) => {
             let doc = std::fs::read_to_string(path).unwrap_or_default();
             match inject(&doc, lab) {
                 Some(text) => std::fs::write(path, text)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display())),
+                    .with_context(|| format!("cannot write {}", path.display())),
                 None => {
                     eprintln!("{}", serde_json::to_string(lab).unwrap_or_default());
                     Ok(())
@@ -173,7 +174,7 @@ pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> Result<(), S
                     .create(true)
                     .open(path)
                     .and_then(|mut f| f.write_all(text.as_bytes()))
-                    .map_err(|e| format!("cannot write {}: {e}", path.display())),
+                    .with_context(|| format!("cannot write {}", path.display())),
                 None => {
                     print!("{text}");
                     Ok(())

@@ -3,6 +3,7 @@
 //! point-to-point peer, MTU, queue length, up). Everything acts on the
 //! calling thread's network namespace.
 
+use anyhow::Context;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -66,14 +67,15 @@ impl IfReq {
     }
 }
 
-fn ioctl(fd: i32, req: libc::c_ulong, r: &mut IfReq, what: &str) -> Result<(), String> {
+fn ioctl(fd: i32, req: libc::c_ulong, r: &mut IfReq, what: &str) -> anyhow::Result<()> {
     // SAFETY: r is a valid ifreq for these requests.
     if unsafe { libc::ioctl(fd, req as _, r as *mut IfReq) } != 0 {
-        return Err(format!(
-            "{what} on {}: {}",
-            String::from_utf8_lossy(&r.name).trim_end_matches('\0'),
-            io::Error::last_os_error()
-        ));
+        return Err(io::Error::last_os_error()).with_context(|| {
+            format!(
+                "{what} on {}",
+                String::from_utf8_lossy(&r.name).trim_end_matches('\0')
+            )
+        });
     }
     Ok(())
 }
@@ -92,7 +94,7 @@ fn ctl_socket(family: AddressFamily) -> io::Result<OwnedFd> {
 /// virtio-net header) in the calling thread's namespace; with `offload`
 /// the kernel may hand it checksum-less GSO superpackets. Non-blocking.
 /// The device disappears when the returned file is closed.
-pub fn open(name: &str, offload: bool) -> Result<File, String> {
+pub fn open(name: &str, offload: bool) -> anyhow::Result<File> {
     let open = || {
         OpenOptions::new()
             .read(true)
@@ -109,7 +111,7 @@ pub fn open(name: &str, offload: bool) -> Result<File, String> {
         }
         r => r,
     }
-    .map_err(|e| format!("cannot open /dev/net/tun: {e} (is the tun module loaded?)"))?;
+    .map_err(|e| anyhow::anyhow!("cannot open /dev/net/tun: {e} (is the tun module loaded?)"))?;
     let mut r = IfReq::new(name);
     r.set_short(IFF_TUN | IFF_NO_PI | IFF_VNET_HDR);
     ioctl(f.as_raw_fd(), TUNSETIFF, &mut r, "TUNSETIFF")?;
@@ -120,7 +122,7 @@ pub fn open(name: &str, offload: bool) -> Result<File, String> {
     };
     // SAFETY: TUNSETOFFLOAD takes an unsigned int by value.
     if unsafe { libc::ioctl(f.as_raw_fd(), TUNSETOFFLOAD as _, flags as libc::c_ulong) } != 0 {
-        return Err(format!("TUNSETOFFLOAD: {}", io::Error::last_os_error()));
+        return Err(io::Error::last_os_error()).context("TUNSETOFFLOAD");
     }
     Ok(f)
 }
@@ -139,8 +141,8 @@ fn make_tun_node() {
 }
 
 /// Brings interface `name` up.
-pub fn set_up(name: &str) -> Result<(), String> {
-    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
+pub fn set_up(name: &str) -> anyhow::Result<()> {
+    let s = ctl_socket(AddressFamily::INET).context("socket")?;
     let mut r = IfReq::new(name);
     ioctl(s.as_raw_fd(), SIOCGIFFLAGS, &mut r, "SIOCGIFFLAGS")?;
     let flags = i16::from_ne_bytes([r.data[0], r.data[1]]) | libc::IFF_UP as i16;
@@ -163,8 +165,8 @@ pub fn configure(
     mask: Ipv4Addr,
     mtu: u32,
     txqueuelen: u32,
-) -> Result<(), String> {
-    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
+) -> anyhow::Result<()> {
+    let s = ctl_socket(AddressFamily::INET).context("socket")?;
     let fd = s.as_raw_fd();
     let mut r = IfReq::new(name);
     r.set_ipv4(local);
@@ -194,12 +196,12 @@ struct In6IfReq {
 
 /// Adds an IPv6 address with its on-link prefix to `name` (a TUN device
 /// is point-to-point and NOARP: no neighbour discovery, no DAD wait).
-pub fn add_ipv6(name: &str, addr: Ipv6Addr, prefixlen: u32) -> Result<(), String> {
-    let s = ctl_socket(AddressFamily::INET).map_err(|e| format!("socket: {e}"))?;
+pub fn add_ipv6(name: &str, addr: Ipv6Addr, prefixlen: u32) -> anyhow::Result<()> {
+    let s = ctl_socket(AddressFamily::INET).context("socket")?;
     let mut r = IfReq::new(name);
     ioctl(s.as_raw_fd(), SIOCGIFINDEX, &mut r, "SIOCGIFINDEX")?;
     let ifindex = i32::from_ne_bytes([r.data[0], r.data[1], r.data[2], r.data[3]]);
-    let fd6 = ctl_socket(AddressFamily::INET6).map_err(|e| format!("IPv6 socket: {e}"))?;
+    let fd6 = ctl_socket(AddressFamily::INET6).context("IPv6 socket")?;
     let mut req = In6IfReq {
         addr: addr.octets(),
         prefixlen,
@@ -207,10 +209,8 @@ pub fn add_ipv6(name: &str, addr: Ipv6Addr, prefixlen: u32) -> Result<(), String
     };
     // SAFETY: SIOCSIFADDR on an AF_INET6 socket takes an in6_ifreq.
     if unsafe { libc::ioctl(fd6.as_raw_fd(), SIOCSIFADDR as _, &mut req as *mut In6IfReq) } != 0 {
-        return Err(format!(
-            "adding {addr}/{prefixlen} to {name}: {}",
-            io::Error::last_os_error()
-        ));
+        return Err(io::Error::last_os_error())
+            .with_context(|| format!("adding {addr}/{prefixlen} to {name}"));
     }
     Ok(())
 }

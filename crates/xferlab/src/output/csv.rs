@@ -33,6 +33,9 @@
 //! | `timed_out`, `failed` | rr rows: transactions timed out / failed in the span |
 //! | `latency_mean_us` … `latency_max_us` | rr client rows: latency mean, p50, p90, p99, p99.9, max (`rr_total` rows; `rr_interval`/`rr_sum` rows have the mean only) |
 //! | `connect_mean_us` | tcp-crr client `rr_total` rows: mean connection set-up time |
+//! | `mptcp_subflows` | MPTCP: subflows at the end of the interval |
+//! | `mptcp_fallback` | MPTCP: `true` when the connection fell back to plain TCP |
+//! | `mptcp_retransmits`, `mptcp_bytes_retrans` | MPTCP: data-level retransmissions in the span and their bytes (Linux ≥ 6.5) |
 //!
 //! rr tests add rows of kind `rr_interval`, `rr_total` (per rr flow) and
 //! `rr_sum` (all rr flows per interval, plus one over the measured window
@@ -49,6 +52,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, TcpSample, TestResult, UdpSample};
 use xferlab_core::spec::FlowDirection;
+use xferlab_core::transport::TransportSection;
 
 use super::{LiveFlow, Reporter, StartInfo};
 
@@ -66,7 +70,7 @@ impl CsvReporter {
 /// The column names, written even when there are no rows so a consumer
 /// always finds the header. Must match the fields of [`Line`]'s parts (a
 /// test checks).
-const HEADER: [&str; 37] = [
+const HEADER: [&str; 41] = [
     "session",
     "endpoint",
     "flow",
@@ -104,6 +108,10 @@ const HEADER: [&str; 37] = [
     "latency_p999_us",
     "latency_max_us",
     "connect_mean_us",
+    "mptcp_subflows",
+    "mptcp_fallback",
+    "mptcp_retransmits",
+    "mptcp_bytes_retrans",
 ];
 
 #[derive(Serialize, Clone, Copy)]
@@ -117,10 +125,35 @@ enum Kind {
     RrSum,
 }
 
-/// One CSV line: the cells every row has, then the TCP and the UDP cells.
-/// The csv crate writes a tuple of structs as their fields in order, which
-/// lets each transport's cells be filled in one place.
-type Line<'a> = (Row<'a>, TcpCells, UdpCells, RrCells);
+/// One CSV line: the cells every row has, then the TCP and the UDP cells,
+/// the rr cells and a transport's own. The csv crate writes a tuple of
+/// structs as their fields in order, which lets each transport's cells be
+/// filled in one place.
+type Line<'a> = (Row<'a>, TcpCells, UdpCells, RrCells, TransportCells);
+
+/// The cells of a transport's own section ([`TransportSection`]); a
+/// transport with a section adds its columns here and to [`HEADER`].
+#[derive(Serialize, Default)]
+struct TransportCells {
+    mptcp_subflows: Option<usize>,
+    mptcp_fallback: Option<bool>,
+    mptcp_retransmits: Option<u64>,
+    mptcp_bytes_retrans: Option<u64>,
+}
+
+impl TransportCells {
+    fn new(section: Option<&TransportSection>) -> Self {
+        match section {
+            None => TransportCells::default(),
+            Some(TransportSection::Mptcp(m)) => TransportCells {
+                mptcp_subflows: Some(m.subflows.len()),
+                mptcp_fallback: Some(m.fallback),
+                mptcp_retransmits: Some(m.retransmits),
+                mptcp_bytes_retrans: Some(m.bytes_retrans),
+            },
+        }
+    }
+}
 
 /// Request/response figures (rr rows only).
 #[derive(Serialize, Default)]
@@ -174,7 +207,7 @@ impl RrCells {
 /// The rr rows of one side: per flow its intervals then its total, then
 /// the interval sums and one sum over the measured window.
 fn rr_rows<'a>(session: &'a str, side: &'a SideReport) -> Vec<Line<'a>> {
-    let Some(rr) = side.rr.as_ref() else {
+    let Some(rr) = side.rr() else {
         return Vec::new();
     };
     let role = if side.endpoint == Endpoint::Client {
@@ -196,7 +229,15 @@ fn rr_rows<'a>(session: &'a str, side: &'a SideReport) -> Vec<Line<'a>> {
         bits_per_second: 0.0,
     };
     let mut out = Vec::new();
-    let mut push = |r, c| out.push((r, TcpCells::default(), UdpCells::default(), c));
+    let mut push = |r, c| {
+        out.push((
+            r,
+            TcpCells::default(),
+            UdpCells::default(),
+            c,
+            TransportCells::default(),
+        ))
+    };
     for f in &rr.flows {
         for iv in &f.intervals {
             push(
@@ -334,6 +375,7 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
                 tcp,
                 UdpCells::new(iv.udp.as_ref(), f.role),
                 RrCells::default(),
+                TransportCells::new(iv.transport.as_ref()),
             )
         });
         let t = &f.total;
@@ -357,7 +399,14 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             ..TcpCells::default()
         };
         let udp = UdpCells::new(t.udp.as_ref().map(|u| &u.window), f.role);
-        intervals.chain(std::iter::once((row, tcp, udp, RrCells::default())))
+        let transport = TransportCells::new(t.transport.as_ref());
+        intervals.chain(std::iter::once((
+            row,
+            tcp,
+            udp,
+            RrCells::default(),
+            transport,
+        )))
     });
     let sums = side.sums.iter().map(move |s| {
         let row = Row {
@@ -377,7 +426,13 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             retransmits: s.retransmits,
             ..TcpCells::default()
         };
-        (row, tcp, UdpCells::default(), RrCells::default())
+        (
+            row,
+            tcp,
+            UdpCells::default(),
+            RrCells::default(),
+            TransportCells::default(),
+        )
     });
     flows.chain(sums).chain(rr_rows(session, side))
 }
@@ -452,6 +507,36 @@ mod tests {
                     && &r[col("kind")] == kind
             })
             .collect()
+    }
+
+    /// A transport's own section has its own columns, on the rows of the
+    /// flows that carry it, and nowhere else.
+    #[test]
+    fn mptcp_cells_come_from_the_flows_section() {
+        use xferlab_core::transport::mptcp::{MptcpSample, SubflowSample};
+        let mut r = bidir_result();
+        let section = TransportSection::Mptcp(MptcpSample {
+            retransmits: 3,
+            bytes_retrans: 4344,
+            subflows: vec![SubflowSample::default(); 2],
+            ..MptcpSample::default()
+        });
+        let f = &mut r.client.flows[0];
+        f.intervals[0].transport = Some(section.clone());
+        f.total.transport = Some(section);
+        let id = f.id.to_string();
+        let rows = rows(&r);
+        let cols = |row: &csv::StringRecord| cells(row, "mptcp_subflows", 4).join(",");
+        let intervals = select(&rows, "client", &id, "interval");
+        assert_eq!(cols(intervals[0]), "2,false,3,4344");
+        assert_eq!(cols(intervals[1]), ",,,");
+        assert_eq!(
+            cols(select(&rows, "client", &id, "total")[0]),
+            "2,false,3,4344"
+        );
+        assert!(select(&rows, "server", &id, "interval")
+            .iter()
+            .all(|row| cols(row) == ",,,"));
     }
 
     #[test]

@@ -281,7 +281,7 @@ impl Reporter for HumanReporter {
     }
 
     fn finish(&mut self, r: &TestResult) -> io::Result<()> {
-        if let Some(usb) = &r.client.usb {
+        if let Some(usb) = r.client.usb() {
             let shown = usize::try_from(self.intervals_shown).unwrap_or(usize::MAX);
             human_usb::write_finish(&mut self.out, self.unit, r, usb, shown)?;
             writeln!(self.out, "Status: {}", status_name(r.status))?;
@@ -298,7 +298,7 @@ impl Reporter for HumanReporter {
             .chain(r.server.iter().flat_map(|s| &s.flows));
         let table = Table::new(self.unit, all_flows.map(|f| f.direction));
         // An rr test without background flows has no stream table.
-        if !(r.client.flows.is_empty() && r.client.rr.is_some()) {
+        if !(r.client.flows.is_empty() && r.client.rr().is_some()) {
             self.write_totals(r, &table)?;
             writeln!(self.out)?;
         }
@@ -736,7 +736,7 @@ fn notable_counters(c: &KernelCounters) -> impl Iterator<Item = (&str, i64)> {
 fn describe_test(spec: &TestSpec) -> String {
     let text = match spec.pattern {
         Pattern::Stream => describe_stream(spec),
-        Pattern::Rr => super::rr::describe(spec),
+        Pattern::Rr(_) => super::rr::describe(spec),
     };
     format!("{text}{}", describe_affinity(&spec.affinity))
 }

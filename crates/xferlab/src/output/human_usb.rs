@@ -249,7 +249,7 @@ mod tests {
             session: &r.id,
             flows: &flows,
         };
-        let mut usb = r.client.usb.clone().unwrap();
+        let mut usb = r.client.usb().cloned().unwrap();
         let samples: Vec<Vec<UsbSample>> = usb
             .pipes
             .iter_mut()

@@ -236,12 +236,12 @@ mod tests {
         let r = usb_result();
         let doc = result_json(&r);
         assert_valid(&v, &doc);
-        let latency = |d: &Value| d["client"]["usb"]["pipes"][0]["total"]["latency"].clone();
+        let latency = |d: &Value| d["client"]["transport"]["pipes"][0]["total"]["latency"].clone();
         assert_eq!(latency(&doc)["stddev_us"], json!(2100.0));
         let back: TestResult = serde_json::from_value(doc.clone()).unwrap();
         assert_eq!(back, r);
         let old = broken(&doc, |d| {
-            d["client"]["usb"]["pipes"][0]["total"]["latency"]
+            d["client"]["transport"]["pipes"][0]["total"]["latency"]
                 .as_object_mut()
                 .unwrap()
                 .remove("stddev_us");
@@ -249,7 +249,7 @@ mod tests {
         assert!(latency(&old).get("stddev_us").is_none());
         assert_valid(&v, &old);
         let back: TestResult = serde_json::from_value(old).unwrap();
-        let usb = back.client.usb.unwrap();
+        let usb = back.client.usb().unwrap();
         assert_eq!(usb.pipes[0].total.latency.stddev_us, 0.0);
         assert_eq!(usb.pipes[0].total.latency.p99_us, 13_607.0);
     }
@@ -374,7 +374,7 @@ mod tests {
             ),
             (
                 "other schema version",
-                broken(&|d| d["schema"] = json!("xferlab.result/2")),
+                broken(&|d| d["schema"] = json!("xferlab.result/3")),
             ),
             (
                 "unknown enum value",

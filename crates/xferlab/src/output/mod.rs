@@ -83,7 +83,7 @@ pub trait Reporter {
 pub enum Format {
     /// Live table, one line per interval, then a summary.
     Human,
-    /// One JSON document (schema xferlab.result/1) at the end.
+    /// One JSON document (schema xferlab.result/2) at the end.
     Json,
     /// One JSON object per interval as it happens, then the result.
     Jsonl,

@@ -14,7 +14,7 @@ const MAX_FLOW_LINES: usize = 16;
 
 /// The test in one line.
 pub fn describe(spec: &TestSpec) -> String {
-    let Some(rr) = &spec.rr else {
+    let Some(rr) = spec.pattern.rr() else {
         return "rr".into();
     };
     let limit = match spec.limit {
@@ -41,7 +41,7 @@ pub fn describe(spec: &TestSpec) -> String {
         write!(s, ", timeout {} ms", rr.timeout_s * 1e3).ok();
     }
     write!(s, ", {limit}{omit}").ok();
-    if rr.background > 0 {
+    if spec.parallel > 0 {
         let who = match spec.direction {
             xferlab_core::spec::Direction::Forward => "client sends",
             xferlab_core::spec::Direction::Reverse => "server sends",
@@ -50,8 +50,8 @@ pub fn describe(spec: &TestSpec) -> String {
         write!(
             s,
             "; background: {} TCP stream flow{} ({who})",
-            rr.background,
-            if rr.background == 1 { "" } else { "s" }
+            spec.parallel,
+            if spec.parallel == 1 { "" } else { "s" }
         )
         .ok();
     }
@@ -108,7 +108,7 @@ fn latency_line(l: &LatencySummary) -> String {
 /// The rr part of the final summary.
 pub fn summary(r: &TestResult) -> String {
     let mut s = String::new();
-    let Some(c) = r.client.rr.as_ref() else {
+    let Some(c) = r.client.rr() else {
         return s;
     };
     flow_lines(&mut s, c);
@@ -123,7 +123,7 @@ pub fn summary(r: &TestResult) -> String {
         c.flows.len()
     )
     .ok();
-    if let Some(sum) = &r.summary.rr {
+    if let Some(sum) = r.summary.rr() {
         let server = sum
             .server_transactions_all
             .map_or("server report missing".to_string(), |n| {
@@ -142,11 +142,7 @@ pub fn summary(r: &TestResult) -> String {
     if let Some(l) = &c.connect {
         writeln!(s, "Connect: {}", latency_line(l)).ok();
     }
-    let server_wait = r
-        .server
-        .as_ref()
-        .and_then(|s| s.rr.as_ref())
-        .and_then(|s| s.wait);
+    let server_wait = r.server.as_ref().and_then(|s| s.rr()).and_then(|s| s.wait);
     if let (Some(cw), Some(sw)) = (c.wait, server_wait) {
         writeln!(
             s,
@@ -159,7 +155,7 @@ pub fn summary(r: &TestResult) -> String {
     if let Some(dropped) = r
         .server
         .as_ref()
-        .and_then(|s| s.rr.as_ref())
+        .and_then(|s| s.rr())
         .map(|s| s.total.dropped)
     {
         if dropped > 0 {

@@ -41,7 +41,7 @@ impl RrClient {
     /// Checks that this process may open the files the flows need.
     pub fn new(env: &ClientEnv<'_>) -> Result<Self, String> {
         let cfg = env.cfg;
-        let rr = cfg.spec.rr.clone().ok_or("not an rr test")?;
+        let rr = cfg.spec.pattern.rr().cloned().ok_or("not an rr test")?;
         let limit = super::raise_nofile_limit();
         let need = u64::from(rr.flows) * if cfg.embedded { 2 } else { 1 } + 64;
         if rr.mode != RrMode::TcpCrr && limit < need {

@@ -71,7 +71,7 @@ impl SessionPattern for RrSession {
     /// rr flows' connections (TCP RR) or datagrams (UDP RR) as they come.
     fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
         let spec = &self.spec;
-        let rr = spec.rr.clone().ok_or("not an rr test")?;
+        let rr = spec.pattern.rr().cloned().ok_or("not an rr test")?;
         super::raise_nofile_limit();
         let socket = open_socket(spec, &rr, SocketAddr::new(env.local_ip, 0))?;
         let rr_port = match &socket {
@@ -145,7 +145,7 @@ impl SessionPattern for RrSession {
                 rr.request_size,
                 rr.response_size,
                 rr.depth,
-                rr.background,
+                spec.parallel,
             ),
         })
     }
@@ -234,7 +234,7 @@ fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
 }
 
 fn outcome_line(r: Option<&SideReport>) -> String {
-    let Some(rr) = r.and_then(|r| r.rr.as_ref()) else {
+    let Some(rr) = r.and_then(|r| r.rr()) else {
         return "no local report".into();
     };
     format!(

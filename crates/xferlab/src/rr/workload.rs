@@ -9,7 +9,7 @@ use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::result::{Endpoint, KernelCounters, SideReport};
 
 use super::side::RrSide;
-use crate::driver::Workload;
+use crate::driver::{Finished, Workload};
 use crate::output::Reporter;
 use crate::stream::Side;
 use crate::sys::cpu::CpuTally;
@@ -92,7 +92,7 @@ impl Workload for RrWorkload {
 
     /// This side's report: the background group (if any) in `flows`, the
     /// rr group in `rr`, CPU and counters over the whole test.
-    fn finish(self: Box<Self>) -> SideReport {
+    fn finish(self: Box<Self>) -> Finished {
         let RrWorkload {
             mut rr,
             background,
@@ -126,14 +126,14 @@ impl Workload for RrWorkload {
                         deltas: after.delta(&before.0),
                     },
                     warnings: before.1,
-                    usb: None,
-                    rr: None,
+                    pattern: xferlab_core::result::PatternReport::Stream,
+                    transport: None,
                 }
             }
         };
         report.warnings.extend(warnings);
         report.duration_s = report.duration_s.max(rr.total.end_s);
-        report.rr = Some(rr);
-        report
+        report.pattern = xferlab_core::result::PatternReport::Rr(rr);
+        report.into()
     }
 }

@@ -178,9 +178,8 @@ pub fn run(
         // answered); a stream says so at once.
         quiesce: DRAIN,
     };
-    let driven = drive(
-        &mut role, &mut io, &rx, reporter, interrupts, policy, server,
-    );
+    let control = Some((&mut io, server));
+    let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
         return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
@@ -189,7 +188,7 @@ pub fn run(
         workload.abort("the test ended early");
     }
     drop(cpu_guard);
-    let client = workload.finish();
+    let client = workload.finish().into_report(&mut error);
     let XferlabClient {
         mut ctl,
         session,
@@ -252,7 +251,7 @@ pub(crate) fn assemble(
     // An rr test's transaction flows count like stream flows. Failed and
     // timed-out transactions are measurements, not a broken test.
     let rr_completed = |s: &SideReport| {
-        s.rr.as_ref()
+        s.rr()
             .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
     };
     let all_completed = client
@@ -263,10 +262,7 @@ pub(crate) fn assemble(
         && rr_completed(&client)
         && server.as_ref().is_none_or(rr_completed);
     let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
-        || client
-            .rr
-            .as_ref()
-            .is_some_and(|r| r.total.transactions_all > 0);
+        || client.rr().is_some_and(|r| r.total.transactions_all > 0);
     let status = if error.is_none() && server.is_some() && all_completed {
         Status::Ok
     } else if moved {

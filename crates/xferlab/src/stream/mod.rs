@@ -8,11 +8,9 @@ pub mod side;
 
 use std::time::Instant;
 
-use xferlab_core::result::SideReport;
-
 pub use side::{ConnectedFlow, Side};
 
-use crate::driver::Workload;
+use crate::driver::{Finished, Workload};
 use crate::output::Reporter;
 
 impl Workload for Side {
@@ -44,7 +42,7 @@ impl Workload for Side {
         Side::all_done(self)
     }
 
-    fn finish(self: Box<Self>) -> SideReport {
-        Side::finish(*self)
+    fn finish(self: Box<Self>) -> Finished {
+        Side::finish(*self).into()
     }
 }

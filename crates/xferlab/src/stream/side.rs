@@ -447,8 +447,8 @@ impl Side {
                 deltas: after.delta(&self.counters_before),
             },
             warnings: std::mem::take(&mut self.warnings),
-            usb: None,
-            rr: None,
+            pattern: xferlab_core::result::PatternReport::Stream,
+            transport: None,
         }
     }
 }

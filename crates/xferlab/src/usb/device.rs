@@ -6,7 +6,7 @@ use xferlab_core::usb::descriptor::{self, BulkPipes, ConfigDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::UsbDeviceInfo;
 
-use super::cli::parse_vid_pid;
+use crate::cli::usb::parse_vid_pid;
 
 /// How the user named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]

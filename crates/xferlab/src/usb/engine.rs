@@ -1,6 +1,6 @@
 //! The data path of one bulk endpoint: keep `depth` transfers queued on
 //! usbfs, resubmit each buffer as it completes, count, time and check.
-//! Counters are atomics read by the reporting thread at interval
+//! Counters are atomics read by the driver loop at interval
 //! boundaries; the latency histogram is this thread's own. Nothing on the
 //! per-transfer path allocates, locks or formats.
 
@@ -51,7 +51,7 @@ impl LiveCounters {
     }
 }
 
-/// Shared by the endpoint threads and the reporting thread.
+/// Shared by the endpoint threads and the driver loop.
 #[derive(Debug, Default)]
 pub struct RunControl {
     /// Time is up, Ctrl-C, or another endpoint ended the run.

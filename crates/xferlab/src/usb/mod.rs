@@ -5,7 +5,6 @@
 
 mod aio;
 mod bulk;
-pub mod cli;
 mod device;
 mod engine;
 mod gadget;
@@ -13,7 +12,7 @@ mod gadget;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 
-use cli::{UsbArgs, UsbCommand};
+use crate::cli::usb::{UsbArgs, UsbCommand};
 
 /// (user, system) CPU seconds of the whole process. A USB run owns its
 /// process, and nusb reaps URBs on its own event thread, so process-wide

@@ -657,6 +657,9 @@ pub fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
 
 // ---------------------------------------------------------------- wire
 
+/// The control-protocol version this build speaks (docs/protocol.md).
+pub const PROTOCOL: u16 = 2;
+
 /// The 8-byte preamble: `XFRL`, u16 BE version, kind (1 control, 2 data), 0.
 pub fn preamble(version: u16, kind: u8) -> [u8; 8] {
     let v = version.to_be_bytes();

@@ -9,7 +9,7 @@ use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport};
 
 use super::Fail;
-use crate::usb::cli::{BulkArgs, UsbDir};
+use crate::cli::usb::{BulkArgs, UsbDir};
 use crate::usb::device;
 
 pub struct Claimed {
@@ -97,6 +97,18 @@ impl Claimed {
             i.product_string()
                 .map(|p| format!(" ({p})"))
                 .unwrap_or_default()
+        )
+    }
+
+    /// The device as the result's server address: `usb BUS.ADDR VID:PID`.
+    pub fn address(&self) -> String {
+        let i = &self.info;
+        format!(
+            "usb {}.{} {:04x}:{:04x}",
+            i.busnum(),
+            i.device_address(),
+            i.vendor_id(),
+            i.product_id()
         )
     }
 

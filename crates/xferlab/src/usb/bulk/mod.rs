@@ -1,30 +1,35 @@
 //! `xferlab usb bulk`: a host-side run over one or two bulk endpoints,
 //! reported through the same result type and [`Reporter`]s as every
-//! transport. The steps, each in its own module: check the arguments
-//! ([`plan`]), claim the device ([`claim`]), run one data thread per
-//! endpoint ([`pipe`], on [`super::engine`]), watch the clock and report
-//! intervals (here), and turn what the endpoints did into the result
-//! ([`outcome`]).
+//! transport, on the same driver loop ([`crate::driver`]) as every test.
+//! The steps, each in its own module: check the arguments ([`plan`]),
+//! claim the device ([`claim`]), run one data thread per endpoint
+//! ([`pipe`], on [`super::engine`]) as the loop's [`workload`], and turn
+//! what the endpoints did into the result ([`outcome`]).
+//!
+//! [`Reporter`]: crate::output::Reporter
 
 mod claim;
 mod outcome;
 mod pipe;
 mod plan;
+mod workload;
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant, SystemTime};
 
 use xferlab_core::interval::IntervalClock;
-use xferlab_core::spec::Limit;
 use xferlab_core::units::RateUnit;
 
 use self::claim::Claimed;
-use self::pipe::Pipe;
-use super::cli::BulkArgs;
+use self::pipe::{Pipe, RunLink};
+use self::workload::BulkWorkload;
 use super::engine::{PipeSetup, RunControl};
-use crate::output::{self, Format, Reporter, StartInfo};
+use crate::cli::usb::BulkArgs;
+use crate::driver::client::drive_alone;
+use crate::driver::DRAIN;
+use crate::output::{self, Format, StartInfo};
 
 /// Why a run could not start or report: the one line printed, and the
 /// exit code (2 for arguments, 1 for the device or the system).
@@ -65,11 +70,15 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
 
     let spec = plan::spec(a);
     let clock = IntervalClock::new(a.interval, 0.0);
-    let ctl = Arc::new(RunControl::default());
+    let (tx, rx) = mpsc::channel();
     let cpu_start = super::process_cpu();
     let wall_start = SystemTime::now();
-    let start = Instant::now();
-    let mut pipes = start_pipes(a, &dev, clock, start, &ctl).map_err(Fail::run)?;
+    let link = RunLink {
+        ctl: Arc::new(RunControl::default()),
+        start: Instant::now(),
+        done: crate::control::flow_done_notifier(&tx),
+    };
+    let pipes = start_pipes(a, &dev, clock, &link).map_err(Fail::run)?;
 
     let flows: Vec<_> = pipes.iter().map(Pipe::flow_start).collect();
     let session = format!("usb-{}", dev.name.replace([' ', ':', '.'], "-"));
@@ -83,26 +92,36 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let usb = dev.report(pipes.iter().map(Pipe::report_start).collect());
     let _ = reporter.usb_start(&started, &usb);
 
-    let limit = match spec.limit {
-        Limit::Duration { seconds } => Some(Duration::from_secs_f64(seconds)),
-        Limit::Bytes { .. } => None,
-    };
-    let interrupted = watch(
-        &mut pipes,
-        &ctl,
+    let workload = BulkWorkload::new(
+        pipes,
+        link.ctl.clone(),
         clock,
-        (start, limit),
-        interrupts,
-        &mut *reporter,
+        link.start,
+        dev.report(Vec::new()),
+        cpu_start,
     );
-
-    let wall = start.elapsed().as_secs_f64();
-    let ends: Vec<_> = pipes.into_iter().map(|p| p.finish(wall)).collect();
-    let usb = dev.report(Vec::new());
+    let planned = spec.planned_seconds().map(Duration::from_secs_f64);
+    // A stopped endpoint gives up a transfer the device never completes
+    // after --transfer-timeout: only then may the loop call it stuck.
+    let drain = DRAIN.max(Duration::from_secs_f64(a.transfer_timeout + 1.0));
+    let driven = drive_alone(
+        Box::new(workload),
+        (link.start, planned),
+        drain,
+        &rx,
+        &mut *reporter,
+        interrupts,
+    );
+    let interrupted = driven.run.interrupted();
+    let mut finished = driven
+        .workload
+        .expect("drive_alone starts the workload on its first pass")
+        .finish();
+    finished.errors.extend(driven.error);
+    let server_address = dev.address();
     // Release the interface (and give it back to its driver) before reporting.
     drop(dev);
-    let cpu = outcome::cpu_since(cpu_start, wall);
-    let result = outcome::result(spec, usb, ends, cpu, wall_start, interrupted);
+    let result = outcome::result(spec, server_address, finished, wall_start, interrupted);
     reporter
         .finish(&result)
         .map_err(|e| Fail::run(format!("cannot write the result: {e}")))?;
@@ -117,8 +136,7 @@ fn start_pipes(
     a: &BulkArgs,
     dev: &Claimed,
     clock: IntervalClock,
-    start: Instant,
-    ctl: &Arc<RunControl>,
+    link: &RunLink,
 ) -> Result<Vec<Pipe>, String> {
     let mut pipes = Vec::new();
     for (id, ep) in (0u32..).zip(dev.endpoints(a.dir)) {
@@ -134,11 +152,11 @@ fn start_pipes(
             speed: dev.speed,
             sysfs: dev.info.sysfs_path().to_path_buf(),
         };
-        match Pipe::start(id, ep, dev, setup, clock, start, ctl) {
+        match Pipe::start(id, ep, dev, setup, clock, link) {
             Ok(p) => pipes.push(p),
             Err(e) => {
                 // Stop the endpoints already running before giving up.
-                ctl.stop.store(true, Relaxed);
+                link.ctl.stop.store(true, Relaxed);
                 for p in pipes {
                     let _ = p.finish(0.0);
                 }
@@ -147,46 +165,4 @@ fn start_pipes(
         }
     }
     Ok(pipes)
-}
-
-/// How often the reporting thread looks at the clock, Ctrl-C and the
-/// endpoint threads: interval boundaries land within this of their time.
-const TICK: Duration = Duration::from_millis(20);
-
-/// Reports an interval at each boundary until every endpoint is done, and
-/// stops them at the time limit (`limit`, from `start`) or on Ctrl-C.
-/// True when Ctrl-C ended the run.
-fn watch(
-    pipes: &mut [Pipe],
-    ctl: &RunControl,
-    clock: IntervalClock,
-    (start, limit): (Instant, Option<Duration>),
-    interrupts: &AtomicU32,
-    reporter: &mut dyn Reporter,
-) -> bool {
-    let mut interrupted = false;
-    let mut boundary = clock.next_boundary(0.0);
-    while !pipes.iter().all(Pipe::is_finished) {
-        let now = start.elapsed();
-        if interrupts.load(Relaxed) > 0 && !interrupted {
-            interrupted = true;
-            ctl.stop.store(true, Relaxed);
-        }
-        if limit.is_some_and(|d| now >= d) {
-            ctl.stop.store(true, Relaxed);
-        }
-        let t = now.as_secs_f64();
-        if let Some(b) = boundary.filter(|&b| t >= b && !ctl.stop.load(Relaxed)) {
-            let (flows, usb): (Vec<_>, Vec<_>) =
-                pipes.iter_mut().filter_map(|p| p.sample(t, b)).unzip();
-            let _ = reporter.usb_interval(&flows, &usb);
-            boundary = clock.next_boundary(t);
-        }
-        let left = limit.map_or(TICK, |d| {
-            d.saturating_sub(now).max(Duration::from_millis(1))
-        });
-        std::thread::sleep(TICK.min(left));
-    }
-    ctl.stop.store(true, Relaxed);
-    interrupted
 }

@@ -1,16 +1,18 @@
-//! What a bulk run comes to: the endpoints' reports assembled into the
-//! [`TestResult`] every transport writes, its status, and the exit code.
+//! What a bulk run comes to: the endpoints' reports assembled into this
+//! side's report ([`side`]), then into the [`TestResult`] every transport
+//! writes, with its status ([`result`]), and the exit code.
 
 use std::time::SystemTime;
 
 use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, KernelCounters, SideReport, Status, Summary, TestResult,
-    SCHEMA,
+    sum_intervals, CpuUsage, Endpoint, KernelCounters, PatternReport, SideReport,
+    SideTransportReport, Status, Summary, TestResult, SCHEMA,
 };
 use xferlab_core::spec::TestSpec;
 use xferlab_core::usb::stats::UsbReport;
 
 use super::pipe::PipeEnd;
+use crate::driver::Finished;
 
 /// CPU the process used since `start` (user, system seconds), over `wall` seconds.
 pub fn cpu_since(start: (f64, f64), wall: f64) -> CpuUsage {
@@ -18,16 +20,15 @@ pub fn cpu_since(start: (f64, f64), wall: f64) -> CpuUsage {
     CpuUsage::new(user - start.0, system - start.1, wall)
 }
 
-/// The result of `spec` on the device of `usb` (its pipes are filled in
-/// from `ends`, one per endpoint, Err for an endpoint whose thread died).
-pub fn result(
-    spec: TestSpec,
+/// The host's side of a run on the device of `usb` (its pipes are filled
+/// in from `ends`, one per endpoint, Err for an endpoint whose thread
+/// died), and what went wrong on the endpoints.
+pub fn side(
     mut usb: UsbReport,
     ends: Vec<Result<PipeEnd, String>>,
     cpu: CpuUsage,
-    started_at: SystemTime,
-    interrupted: bool,
-) -> TestResult {
+    warnings: Vec<String>,
+) -> Finished {
     let mut flows = Vec::new();
     let mut errors = Vec::new();
     for end in ends {
@@ -40,20 +41,7 @@ pub fn result(
             Err(e) => errors.push(e),
         }
     }
-    let moved = flows.iter().any(|f| f.total.bytes_all > 0);
-    let status = if errors.is_empty() && !interrupted {
-        Status::Ok
-    } else if moved {
-        Status::Partial
-    } else {
-        Status::Failed
-    };
-    let d = &usb.device;
-    let server_address = format!(
-        "usb {}.{} {:04x}:{:04x}",
-        d.bus, d.address, d.vendor_id, d.product_id
-    );
-    let side = SideReport {
+    let report = SideReport {
         endpoint: Endpoint::Client,
         host: crate::sys::host::host_info(),
         embedded: false,
@@ -62,9 +50,29 @@ pub fn result(
         flows,
         cpu,
         counters: KernelCounters::default(),
-        warnings: Vec::new(),
-        usb: Some(usb),
-        rr: None,
+        warnings,
+        pattern: PatternReport::Stream,
+        transport: Some(SideTransportReport::UsbBulk(usb)),
+    };
+    Finished { report, errors }
+}
+
+/// The result of `spec` on the device at `server_address`, from the
+/// host's side and the run's errors.
+pub fn result(
+    spec: TestSpec,
+    server_address: String,
+    Finished { report, errors }: Finished,
+    started_at: SystemTime,
+    interrupted: bool,
+) -> TestResult {
+    let moved = report.flows.iter().any(|f| f.total.bytes_all > 0);
+    let status = if errors.is_empty() && !interrupted {
+        Status::Ok
+    } else if moved {
+        Status::Partial
+    } else {
+        Status::Failed
     };
     let mut id = [0u8; 16];
     let _ = getrandom::fill(&mut id);
@@ -75,8 +83,8 @@ pub fn result(
         software: crate::software(),
         spec,
         server_address,
-        summary: Summary::from_sides(&side, None),
-        client: side,
+        summary: Summary::from_sides(&report, None),
+        client: report,
         server: None,
         status,
         errors,
@@ -85,17 +93,12 @@ pub fn result(
     }
 }
 
-/// 130 after Ctrl-C; 1 for a run that is not clean (errors, or data that
-/// broke the pattern); else 0.
+/// 130 after Ctrl-C; 1 for a run that is not clean (errors, among them
+/// data that broke the pattern); else 0.
 pub fn exit_code(r: &TestResult, interrupted: bool) -> std::process::ExitCode {
-    let pattern_failed = r
-        .client
-        .usb
-        .as_ref()
-        .is_some_and(|u| u.pipes.iter().any(|p| p.total.pattern_errors > 0));
     if interrupted {
         std::process::ExitCode::from(130)
-    } else if r.status != Status::Ok || pattern_failed {
+    } else if r.status != Status::Ok {
         std::process::ExitCode::from(1)
     } else {
         std::process::ExitCode::SUCCESS

@@ -1,8 +1,10 @@
-//! One endpoint of a bulk run as the reporting thread sees it: the data
+//! One endpoint of a bulk run as the driver's loop sees it: the data
 //! thread it starts ([`engine::run_pipe`]), the counters it samples at
 //! interval boundaries, and at the end the endpoint's flow report, its
 //! `usb` pipe report and what went wrong.
 
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -19,6 +21,31 @@ use super::claim::Claimed;
 use crate::output::{FlowStart, LiveFlow};
 use crate::usb::engine::{self, LiveCounters, PipeOutcome, PipeSetup, RunControl};
 
+/// What every endpoint's thread shares with the loop: the run's stop
+/// flag and time origin, and the wake-up it sends when it ends.
+#[derive(Clone)]
+pub struct RunLink {
+    pub ctl: Arc<RunControl>,
+    pub start: Instant,
+    pub done: Arc<dyn Fn(u32) + Send + Sync>,
+}
+
+impl RunLink {
+    /// Runs endpoint `flow`'s data path, then marks it `ended` and wakes
+    /// the loop.
+    fn run(
+        self,
+        flow: u32,
+        ended: &AtomicBool,
+        data_path: impl FnOnce(Instant, Arc<RunControl>) -> PipeOutcome,
+    ) -> PipeOutcome {
+        let outcome = data_path(self.start, self.ctl);
+        ended.store(true, Release);
+        (self.done)(flow);
+        outcome
+    }
+}
+
 pub struct Pipe {
     flow_id: u32,
     ep: EndpointDesc,
@@ -29,6 +56,8 @@ pub struct Pipe {
     depth: u32,
     pattern: Pattern,
     live: Arc<LiveCounters>,
+    /// Set by the data thread as it ends, before it wakes the loop.
+    ended: Arc<AtomicBool>,
     meter: FlowMeter,
     /// The counters at the last boundary, and when it was.
     prev: UsbCounters,
@@ -47,34 +76,42 @@ pub struct PipeEnd {
 
 impl Pipe {
     /// Starts the data thread of endpoint `ep` of `dev` as flow
-    /// `flow_id`; times count from `start`.
+    /// `flow_id`; times count from `link.start`.
     pub fn start(
         flow_id: u32,
         ep: EndpointDesc,
         dev: &Claimed,
         setup: PipeSetup,
         clock: IntervalClock,
-        start: Instant,
-        ctl: &Arc<RunControl>,
+        link: &RunLink,
     ) -> Result<Pipe, String> {
         let intf = dev.interface();
         let live = Arc::new(LiveCounters::default());
         let (transfer_size, depth, pattern) =
             (setup.size as u64, setup.depth as u32, setup.pattern);
-        let (l2, c2) = (live.clone(), ctl.clone());
+        let ended = Arc::new(AtomicBool::new(false));
+        let (l2, link2, e2) = (live.clone(), link.clone(), ended.clone());
         let no_endpoint = |e| format!("cannot open endpoint 0x{:02x}: {e}", ep.address);
         let thread = if ep.is_in() {
             let e = intf.endpoint::<Bulk, In>(ep.address).map_err(no_endpoint)?;
             std::thread::Builder::new()
                 .name(format!("usb-in-{:02x}", ep.address))
-                .spawn(move || engine::run_pipe(e, true, setup, start, l2, c2))
+                .spawn(move || {
+                    link2.run(flow_id, &e2, |start, ctl| {
+                        engine::run_pipe(e, true, setup, start, l2, ctl)
+                    })
+                })
         } else {
             let e = intf
                 .endpoint::<Bulk, Out>(ep.address)
                 .map_err(no_endpoint)?;
             std::thread::Builder::new()
                 .name(format!("usb-out-{:02x}", ep.address))
-                .spawn(move || engine::run_pipe(e, false, setup, start, l2, c2))
+                .spawn(move || {
+                    link2.run(flow_id, &e2, |start, ctl| {
+                        engine::run_pipe(e, false, setup, start, l2, ctl)
+                    })
+                })
         }
         .map_err(|e| format!("cannot start a thread: {e}"))?;
         Ok(Pipe {
@@ -86,6 +123,7 @@ impl Pipe {
             depth,
             pattern,
             live,
+            ended,
             meter: FlowMeter::new(clock, Reading::bytes(0)),
             prev: UsbCounters::default(),
             prev_t: 0.0,
@@ -94,8 +132,9 @@ impl Pipe {
         })
     }
 
+    /// The data thread ended (or died).
     pub fn is_finished(&self) -> bool {
-        self.thread.is_finished()
+        self.ended.load(Acquire) || self.thread.is_finished()
     }
 
     /// The host is the client: IN data flows from the device to it.
@@ -173,6 +212,7 @@ impl Pipe {
             depth,
             pattern,
             live,
+            ended: _,
             meter,
             prev,
             prev_t,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
-use super::cli::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
+use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
 use configfs::{
     check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
 };

@@ -4,8 +4,15 @@
 //! docs/result-schema.json): a [`TestResult`] holds the [`TestSpec`], one
 //! [`SideReport`] per endpoint (each side measures only what it can see
 //! itself: its flows, its CPU, its kernel counters) and a [`Summary`] derived
-//! from both. Later patterns add optional fields; the `schema` string
-//! changes its major number only when a field changes meaning or goes away.
+//! from both. What only one pattern or transport measures sits in a
+//! section of its own, an enum with a variant per pattern
+//! ([`PatternReport`], [`PatternSummary`]) or transport
+//! ([`SideTransportReport`]), never in optional fields of another's. The
+//! `schema` string changes its major number only when a field changes
+//! meaning or goes away; [`v1`] reads the previous one.
+
+pub mod schema;
+pub mod v1;
 
 use std::collections::BTreeMap;
 
@@ -15,23 +22,23 @@ use crate::spec::{FlowDirection, RecvMode, TestSpec};
 use crate::transport::TransportSection;
 
 /// Identifies the JSON layout; bump the number on incompatible changes.
-pub const SCHEMA: &str = "xferlab.result/1";
+pub const SCHEMA: &str = "xferlab.result/2";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Endpoint {
     Client,
     Server,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FlowRole {
     Sender,
     Receiver,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Everything ran and both sides reported.
@@ -43,7 +50,7 @@ pub enum Status {
     Failed,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Software {
     pub name: String,
     pub version: String,
@@ -51,7 +58,7 @@ pub struct Software {
     pub protocol: u16,
 }
 
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct HostInfo {
     pub hostname: String,
     /// `uname -sr`.
@@ -60,7 +67,7 @@ pub struct HostInfo {
 }
 
 /// CPU time used by one side of one test, from getrusage.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CpuUsage {
     pub user_s: f64,
     pub system_s: f64,
@@ -96,7 +103,7 @@ impl CpuUsage {
 /// `dev.<field>` for the interface's /proc/net/dev line (`dev.rx_bytes`).
 /// Only counters that changed are listed. They are host- (namespace-) wide:
 /// other traffic during the test shows up too.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KernelCounters {
     /// The interface the test's traffic used (`lo` on loopback).
     pub interface: Option<String>,
@@ -107,7 +114,7 @@ pub struct KernelCounters {
 ///
 /// Gauges (rtt, cwnd, rates) are the value at the end of the interval;
 /// fields named as counts or times are deltas over the interval.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TcpSample {
     pub rtt_us: u32,
     pub rttvar_us: u32,
@@ -179,7 +186,7 @@ impl TcpCounters {
 /// Datagram figures of one flow: over one interval, or over the measured
 /// window in a total. Counts are deltas; `jitter_us` is the RFC 3550
 /// estimate at the end.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UdpSample {
     /// Sender: datagrams sent. Receiver: distinct datagrams received.
     pub packets: u64,
@@ -246,7 +253,7 @@ impl UdpCounters {
 
 /// A flow's datagram figures over the measured window, plus the whole-run
 /// counts the loss summary compares across the two ends.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UdpTotal {
     #[serde(flatten)]
     pub window: UdpSample,
@@ -256,7 +263,7 @@ pub struct UdpTotal {
 }
 
 /// One flow over one reporting interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FlowInterval {
     /// Seconds since this side started the test (warm-up included).
     pub start_s: f64,
@@ -276,7 +283,7 @@ pub struct FlowInterval {
 }
 
 /// TCP figures of one flow over the measured window.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TcpTotals {
     pub retransmits: u64,
     pub rtt_min_us: u32,
@@ -289,7 +296,7 @@ pub struct TcpTotals {
 }
 
 /// One flow over the measured window (after the warm-up).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FlowTotal {
     pub start_s: f64,
     pub end_s: f64,
@@ -309,7 +316,7 @@ pub struct FlowTotal {
 }
 
 /// Socket settings as read back from the kernel after they were applied.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SocketSettings {
     pub sndbuf: u64,
     pub rcvbuf: u64,
@@ -322,7 +329,7 @@ pub struct SocketSettings {
 }
 
 /// How a flow ended on this side.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "reason")]
 pub enum FlowEnd {
     /// Sender: quota or time reached and the write side shut down.
@@ -332,7 +339,7 @@ pub enum FlowEnd {
     Aborted(String),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FlowReport {
     pub id: u32,
     pub direction: FlowDirection,
@@ -346,7 +353,7 @@ pub struct FlowReport {
 }
 
 /// The flows of one direction summed, per interval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SumInterval {
     pub direction: FlowDirection,
     pub role: FlowRole,
@@ -360,7 +367,7 @@ pub struct SumInterval {
 }
 
 /// Everything one endpoint measured.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SideReport {
     pub endpoint: Endpoint,
     pub host: HostInfo,
@@ -377,17 +384,57 @@ pub struct SideReport {
     pub counters: KernelCounters,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
-    /// USB bulk runs: per-endpoint transfer counts, latency, errors.
+    /// What only this test's pattern measures (an rr test's transactions;
+    /// `flows` then holds its background stream flows).
+    pub pattern: PatternReport,
+    /// What only this test's transport measures for the side as a whole
+    /// (per-flow transport state is in each flow's intervals).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usb: Option<crate::usb::stats::UsbReport>,
-    /// The request/response group of an rr test (`flows` then holds its
-    /// background stream flows).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rr: Option<crate::rr::report::RrSideReport>,
+    pub transport: Option<SideTransportReport>,
+}
+
+impl SideReport {
+    /// The request/response group of an rr test.
+    pub fn rr(&self) -> Option<&crate::rr::report::RrSideReport> {
+        match &self.pattern {
+            PatternReport::Rr(rr) => Some(rr),
+            PatternReport::Stream => None,
+        }
+    }
+
+    /// The endpoints of a USB bulk test.
+    pub fn usb(&self) -> Option<&crate::usb::stats::UsbReport> {
+        match &self.transport {
+            Some(SideTransportReport::UsbBulk(usb)) => Some(usb),
+            None => None,
+        }
+    }
+}
+
+/// One side's figures that belong to the test's pattern
+/// (`"pattern": {"kind": "rr", ...}`); a variant per [`crate::spec::Pattern`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+// One per side report, never in a collection or on a hot path: boxing the
+// large variant would only add an indirection.
+#[allow(clippy::large_enum_variant)]
+pub enum PatternReport {
+    /// A stream test's figures are its flows, common to every pattern.
+    Stream,
+    Rr(crate::rr::report::RrSideReport),
+}
+
+/// One side's figures that belong to the test's transport as a whole
+/// (`"transport": {"kind": "usb_bulk", ...}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SideTransportReport {
+    /// Per-endpoint transfer counts, latency and errors.
+    UsbBulk(crate::usb::stats::UsbReport),
 }
 
 /// Bytes and rate of one side of one direction.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Throughput {
     pub bytes: u64,
     pub seconds: f64,
@@ -412,7 +459,7 @@ impl Throughput {
 /// Datagram loss of one direction over the whole run: the sender's count
 /// against the receiver's, so datagrams lost after the last one received
 /// count too.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UdpSummary {
     pub sent: u64,
     pub received: u64,
@@ -432,7 +479,7 @@ pub struct UdpSummary {
 }
 
 /// One direction of the test, both ends' view.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DirectionSummary {
     pub direction: FlowDirection,
     pub flows: u32,
@@ -445,15 +492,33 @@ pub struct DirectionSummary {
     pub udp: Option<UdpSummary>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     pub directions: Vec<DirectionSummary>,
-    /// The request/response group of an rr test.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rr: Option<crate::rr::report::RrSummary>,
+    /// Both sides' figures of the test's pattern combined.
+    pub pattern: PatternSummary,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+impl Summary {
+    /// The request/response group of an rr test.
+    pub fn rr(&self) -> Option<&crate::rr::report::RrSummary> {
+        match &self.pattern {
+            PatternSummary::Rr(rr) => Some(rr),
+            PatternSummary::Stream => None,
+        }
+    }
+}
+
+/// Both sides' pattern figures combined (`"pattern": {"kind": "rr", ...}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // one per result, as PatternReport
+pub enum PatternSummary {
+    Stream,
+    Rr(crate::rr::report::RrSummary),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TestResult {
     pub schema: String,
     /// Session id shared by both sides' logs.
@@ -578,10 +643,17 @@ impl Summary {
                 ),
             });
         }
-        let rr = client.rr.as_ref().map(|c| {
-            crate::rr::report::RrSummary::from_sides(c, server.and_then(|s| s.rr.as_ref()))
-        });
-        Summary { directions, rr }
+        let pattern = match client.rr() {
+            Some(c) => PatternSummary::Rr(crate::rr::report::RrSummary::from_sides(
+                c,
+                server.and_then(SideReport::rr),
+            )),
+            None => PatternSummary::Stream,
+        };
+        Summary {
+            directions,
+            pattern,
+        }
     }
 }
 
@@ -685,8 +757,8 @@ mod tests {
             cpu: CpuUsage::default(),
             counters: KernelCounters::default(),
             warnings: vec![],
-            usb: None,
-            rr: None,
+            pattern: PatternReport::Stream,
+            transport: None,
         }
     }
 

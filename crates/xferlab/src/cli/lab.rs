@@ -1,15 +1,19 @@
 //! `xferlab lab` flags: the link (both directions, or one with a `c2s:` /
 //! `s2c:` prefix on the value), the hosts, the emulator, and the test to
-//! run (the rest of the command line: a verb and its flags).
+//! run (the rest of the command line: a verb and its flags, parsed here as
+//! that verb's own Args).
 
 use std::path::PathBuf;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Parser, ValueEnum};
 use xferlab_core::link::config::{
     parse_delay, parse_loss, parse_probability, parse_queue, parse_red, EcnMarking, Jitter,
     JitterDistribution, LinkConfig,
 };
 use xferlab_core::units::{parse_rate, parse_size};
+
+use super::stream::StreamArgs;
+use super::{Cli, Command};
 
 #[derive(Debug, Args)]
 #[command(
@@ -142,6 +146,58 @@ pub struct LabArgs {
 
 /// KEY -> VALUE pairs for one namespace, in the order given.
 pub type Sysctls = Vec<(String, String)>;
+
+/// The test a lab runs: its words, as given after the lab flags (the
+/// client inside the client namespace runs them), and the same words
+/// parsed as `xferlab VERB ...` parses them.
+#[derive(Debug)]
+pub struct LabTest {
+    /// The verb and its flags (`stream -t 5 -C cubic`).
+    pub words: Vec<String>,
+    /// A test verb over sockets: stream, cbr, sweep or rr.
+    pub command: Command,
+}
+
+impl LabTest {
+    pub fn verb(&self) -> &str {
+        &self.words[0]
+    }
+
+    /// The test's network flags (family, output).
+    pub fn stream(&self) -> &StreamArgs {
+        self.command
+            .stream_args()
+            .expect("LabArgs::test admits only verbs with stream flags")
+    }
+}
+
+/// A lab command line that cannot run: the one line naming cause and fix,
+/// or the test verb's `--help`, which `lab` prints instead of failing.
+#[derive(Debug)]
+pub struct LabArgsError {
+    pub message: String,
+    pub help: Option<clap::Error>,
+}
+
+impl From<String> for LabArgsError {
+    fn from(message: String) -> Self {
+        LabArgsError {
+            message,
+            help: None,
+        }
+    }
+}
+
+/// Everything a lab command line says, checked: the two directions' links,
+/// each host's sysctls and the test.
+#[derive(Debug)]
+pub struct CheckedLab {
+    pub c2s: LinkConfig,
+    pub s2c: LinkConfig,
+    pub client_sysctls: Sysctls,
+    pub server_sysctls: Sysctls,
+    pub test: LabTest,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnOff {
@@ -334,6 +390,75 @@ impl LabArgs {
         let mut server = both;
         server.extend(parse("--server-sysctl", &self.server_sysctl)?);
         Ok((client, server))
+    }
+
+    /// Checks a lab command line as `lab` does before it builds anything
+    /// (the experiment runner checks every point this way before the first
+    /// runs). The test's `--help` comes first, as `xferlab stream --help`
+    /// would.
+    pub fn check(&self) -> Result<CheckedLab, LabArgsError> {
+        let test = self.test();
+        if let Err(e @ LabArgsError { help: Some(_), .. }) = test {
+            return Err(e);
+        }
+        let (c2s, s2c) = self.link_configs()?;
+        let (client_sysctls, server_sysctls) = self.sysctls()?;
+        let test = test?;
+        if self.pcap_snaplen == 0 {
+            return Err("--pcap-snaplen must be at least 1".to_string().into());
+        }
+        Ok(CheckedLab {
+            c2s,
+            s2c,
+            client_sysctls,
+            server_sysctls,
+            test,
+        })
+    }
+
+    /// The test to run: the verb's own Args, or why the words are not a
+    /// test the lab can run.
+    fn test(&self) -> Result<LabTest, LabArgsError> {
+        let Some(verb) = self.command.first() else {
+            return Err(
+                "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
+                    .to_string()
+                    .into(),
+            );
+        };
+        let argv = std::iter::once("xferlab").chain(self.command.iter().map(String::as_str));
+        let cli = Cli::try_parse_from(argv).map_err(|e| {
+            use clap::error::ErrorKind;
+            let text = e.render().to_string();
+            let first = text
+                .lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("bad usage")
+                .trim_start_matches("error: ")
+                .to_string();
+            LabArgsError {
+                message: format!("the test to run: {first} (see `xferlab {verb} --help`)"),
+                help: matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+                    .then_some(e),
+            }
+        })?;
+        let Some(stream) = cli.command.stream_args() else {
+            return Err(
+                format!("lab runs a test verb (stream, cbr, sweep, rr), not `{verb}`").into(),
+            );
+        };
+        if stream.host.is_some() {
+            return Err(
+                "lab runs the server itself, inside its server namespace: leave out HOST"
+                    .to_string()
+                    .into(),
+            );
+        }
+        Ok(LabTest {
+            words: self.command.clone(),
+            command: cli.command,
+        })
     }
 }
 

@@ -1,0 +1,161 @@
+//! The command line: [`Cli`] and its verbs ([`Command`]), one submodule of
+//! clap `Args` per verb group. Verbs are the patterns of docs/design.md;
+//! flags follow iperf3's names where the concept is the same.
+
+pub mod db;
+pub mod experiment;
+pub mod lab;
+pub mod rr;
+pub mod series;
+pub mod server;
+pub mod stream;
+pub mod usb;
+
+use clap::{Parser, Subcommand};
+
+use db::DbArgs;
+use experiment::{CompareArgs, ReportArgs, RunArgs};
+use lab::LabArgs;
+use rr::RrArgs;
+use series::{CbrArgs, SweepArgs};
+use server::ServerArgs;
+use stream::StreamArgs;
+use usb::UsbArgs;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "xferlab",
+    version,
+    about = "Measure how fast data really moves through a transport, and why.",
+    long_about = "Measure how fast data really moves through a transport, and why.\n\n\
+        Every test is pattern x transport x knobs -> measurements. With no server named, \
+        a test runs against an in-process server on loopback.",
+    after_help = "Exit status: 0 test ok; 1 test failed or incomplete (partial results are still written); \
+        2 bad usage; 130 interrupted (results so far are written)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Diagnostics on stderr: -v debug (connections, sessions), -vv trace.
+    /// The server's log lines on stdout are printed either way.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+}
+
+impl Cli {
+    /// Parses a command line without printing or exiting: the error is the
+    /// one line the tool would print (`xferlab run` checks every point of
+    /// a scenario this way before anything runs).
+    pub fn try_parse_from_args<I: IntoIterator<Item = String>>(args: I) -> Result<Cli, String> {
+        Cli::try_parse_from(args).map_err(|e| one_line(&e))
+    }
+}
+
+/// clap's multi-line error, folded into the one line this tool promises:
+/// the message, then its tips after `;`.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines
+        .next()
+        .unwrap_or("bad usage")
+        .trim_start_matches("error: ");
+    let mut msg = first.to_string();
+    for t in lines.filter_map(|l| l.strip_prefix("tip: ")) {
+        msg.push_str("; ");
+        msg.push_str(t);
+    }
+    msg
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve tests from xferlab and stock iperf3 clients, several at once.
+    Server(ServerArgs),
+    /// Bulk transfer: as much data as possible (TCP), or datagrams at a
+    /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
+    Stream(Box<StreamArgs>),
+    /// Constant rate over UDP with a pass/fail verdict: was rate R
+    /// sustained without loss, receive-buffer overruns or late sends? With
+    /// --ladder or --search, the highest sustained rate (max and median of
+    /// --repeat runs).
+    Cbr(Box<CbrArgs>),
+    /// UDPmon-style sweep over UDP: throughput and loss versus datagram
+    /// size (--size) or versus the spacing between datagrams (--spacing).
+    Sweep(Box<SweepArgs>),
+    /// USB bulk throughput: host side through usbfs (`usb bulk`), device
+    /// side as a configfs gadget (`usb gadget`), `usb list`.
+    Usb(UsbArgs),
+    /// Client and server in network namespaces joined by xferlab's own
+    /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
+    /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.
+    Lab(Box<LabArgs>),
+    /// Request/response transactions: TCP RR (persistent connection),
+    /// TCP CRR (a connection per transaction) or UDP RR (with a timeout),
+    /// many flows at once, optionally next to background stream flows.
+    /// Reports transactions per second over time and latency percentiles.
+    Rr(Box<RrArgs>),
+    /// Run an experiment: a scenario file's grid of knob values x repeats,
+    /// each point an ordinary xferlab invocation, stored run by run in an
+    /// SQLite database; ends with its report. Run it again to resume.
+    Run(RunArgs),
+    /// Tables (Markdown, CSV) and plots (SVG, one HTML page) of a stored
+    /// experiment (default: the newest).
+    Report(ReportArgs),
+    /// Did this change help? Per metric, the difference between two runs
+    /// or points with its 95 % confidence interval and Welch's t-test.
+    Compare(CompareArgs),
+    /// The results database: list experiments, show runs, export them as
+    /// CSV, JSON lines or SQL.
+    Db(DbArgs),
+}
+
+impl Command {
+    /// The checks a verb makes on its values before it runs (ranges,
+    /// combinations), without running anything.
+    pub fn check_values(&self) -> Result<(), String> {
+        match self {
+            Command::Stream(a) => a.spec().map(drop),
+            Command::Rr(a) => a.spec().map(drop),
+            Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
+            Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
+            Command::Lab(a) => a
+                .check()
+                .map_err(|e| e.message)?
+                .test
+                .command
+                .check_values(),
+            _ => Ok(()),
+        }
+    }
+
+    /// The network flags of a test verb over sockets (stream, cbr, sweep,
+    /// rr); None for the others.
+    pub fn stream_args(&self) -> Option<&StreamArgs> {
+        match self {
+            Command::Stream(s) => Some(s),
+            Command::Cbr(c) => Some(&c.stream),
+            Command::Sweep(s) => Some(&s.stream),
+            Command::Rr(r) => Some(&r.stream),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// clap's own consistency checks over every verb: the global `-v`
+    /// must not collide with any verb's short flags.
+    #[test]
+    fn the_command_tree_is_consistent_and_v_counts_anywhere() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let v = |args: &[&str]| Cli::try_parse_from(args).unwrap().verbose;
+        assert_eq!(v(&["xferlab", "server"]), 0);
+        assert_eq!(v(&["xferlab", "-v", "server"]), 1);
+        assert_eq!(v(&["xferlab", "server", "-vv"]), 2);
+        assert_eq!(v(&["xferlab", "stream", "-v", "-t", "1", "-v"]), 2);
+    }
+}
