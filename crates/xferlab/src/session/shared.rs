@@ -208,8 +208,12 @@ impl Shared {
     /// intervals would exceed its budget
     /// ([`xferlab_core::proto::interval_budget`]): one long test with many
     /// flows and fine intervals cannot make the server's memory grow
-    /// without bound. The client's own intervals are untouched.
+    /// without bound. The client's own intervals are untouched, and an
+    /// in-process server (the user's own memory) keeps them as asked.
     pub fn budget_intervals(&self, spec: &mut xferlab_core::spec::TestSpec) {
+        if self.cfg.embedded {
+            return;
+        }
         let i = xferlab_core::proto::interval_budget(spec, self.cfg.max_duration);
         if i != spec.interval_s {
             tracing::debug!(
