@@ -5,9 +5,12 @@
 //! hello goes to the oldest waiting session whose control connection
 //! comes from the hello's address, on a socket of its own connected to
 //! the sender. So setup state is per session: an idle session holds back
-//! nobody else's streams, and a hello from an address that runs no test
-//! gets nothing (the server cannot be made to send a stream's data to a
-//! third party).
+//! no other client's streams, and a hello from an address that runs no
+//! test gets nothing (the server cannot be made to send a stream's data
+//! to a third party). Two sessions from one address cannot be told apart
+//! by their hellos, so they take turns: a session waits for its turn
+//! (before it tells its client to open streams) while another from the
+//! same address is waiting at the same door.
 //!
 //! The door's thread lives while some session waits; each waiting
 //! session is dropped from it the moment that session ends.
@@ -15,7 +18,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
@@ -87,13 +90,19 @@ impl Waiter {
         len == self.hello_len
             && (self.any_peer || crate::net::canonical(from).ip() == self.peer.ip())
     }
+
+    /// Whether this session's hellos could be mistaken for `other`'s.
+    fn overlaps(&self, other: &Waiter) -> bool {
+        self.any_peer || other.any_peer || self.peer.ip() == other.peer.ip()
+    }
 }
 
-type Waiting = Arc<Mutex<HashMap<SocketAddr, Vec<Waiter>>>>;
+type Waiting = Arc<(Mutex<HashMap<SocketAddr, Vec<Waiter>>>, Condvar)>;
 
 /// Every door of one server, by local address.
 #[derive(Default)]
 pub struct Doors {
+    /// The waiting sessions per door, and the signal that one has left.
     waiting: Waiting,
 }
 
@@ -106,7 +115,27 @@ impl Doors {
         w: Waiter,
         bind: impl FnOnce() -> Result<UdpSocket, String>,
     ) -> Result<(), String> {
-        let mut waiting = lock(&self.waiting);
+        let (map, left) = &*self.waiting;
+        let mut waiting = lock(map);
+        // Our turn: no other session from this address waits here.
+        loop {
+            let now = Instant::now();
+            let busy = waiting
+                .get(&local)
+                .is_some_and(|q| q.iter().any(|o| !o.gone(now) && o.overlaps(&w)));
+            if !busy {
+                break;
+            }
+            let Some(left_s) = w.deadline.checked_duration_since(now) else {
+                return Err(format!(
+                    "another iperf3 UDP test from {} kept {local} busy",
+                    w.peer.ip()
+                ));
+            };
+            waiting = left
+                .wait_timeout(waiting, left_s.min(PRUNE_EVERY))
+                .map_or_else(|p| p.into_inner().0, |(g, _)| g);
+        }
         if let Some(q) = waiting.get_mut(&local) {
             q.push(w);
             return Ok(());
@@ -125,15 +154,20 @@ impl Doors {
 }
 
 fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
+    let (map, left) = &**all;
     let mut buf = [0u8; 64];
     loop {
         let wait = {
-            let mut waiting = lock(all);
+            let mut waiting = lock(map);
             let now = Instant::now();
             let Some(q) = waiting.get_mut(&local) else {
                 return;
             };
+            let before = q.len();
             q.retain(|w| !w.gone(now));
+            if q.len() != before {
+                left.notify_all();
+            }
             if q.is_empty() {
                 waiting.remove(&local);
                 return;
@@ -158,7 +192,7 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => break,
             };
-            let mut waiting = lock(all);
+            let mut waiting = lock(map);
             let Some(q) = waiting.get_mut(&local) else {
                 return;
             };
@@ -178,6 +212,12 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
                     tracing::debug!(%from, %local, "stream socket: {e}");
                     w.remaining = 0;
                 }
+            }
+            if w.remaining == 0 {
+                // Its last stream: the next session from its address may
+                // go.
+                q.retain(|w| !w.gone(now));
+                left.notify_all();
             }
         }
     }
