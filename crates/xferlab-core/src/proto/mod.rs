@@ -41,6 +41,17 @@ const INTERVAL_JSON: u64 = 1024;
 /// [`interval_budget`]).
 pub const INTERVAL_BUDGET: u64 = 64 * 1024;
 
+/// Every flow a side reports on: the stream flows (an rr test's
+/// background streams among them) and an rr test's request/response
+/// flows.
+fn flow_count(spec: &TestSpec) -> usize {
+    let rr = match &spec.pattern {
+        crate::spec::Pattern::Rr(r) => r.flows as usize,
+        crate::spec::Pattern::Stream => 0,
+    };
+    spec.flows().len() + rr
+}
+
 /// The largest results frame for `spec` on a server whose tests last at
 /// most `max_duration`: what a report with all of the test's flows and
 /// intervals needs, never more than [`MAX_RESULTS_FRAME`]. Both sides
@@ -49,7 +60,7 @@ pub const INTERVAL_BUDGET: u64 = 64 * 1024;
 /// prefix. So what a peer can make the other side buffer and parse is
 /// proportional to its own test's flows x intervals.
 pub fn results_frame_limit(spec: &TestSpec, max_duration: Duration) -> u32 {
-    let flows = spec.flows().len() as u64;
+    let flows = flow_count(spec) as u64;
     let secs = spec
         .planned_seconds()
         .unwrap_or(f64::INFINITY)
@@ -81,7 +92,7 @@ pub fn interval_budget(spec: &TestSpec, max_duration: Duration) -> f64 {
     if i <= 0.0 {
         return i;
     }
-    let flows = spec.flows().len().max(1) as f64;
+    let flows = flow_count(spec).max(1) as f64;
     let secs = spec
         .planned_seconds()
         .unwrap_or(f64::INFINITY)

@@ -406,6 +406,12 @@ fn the_results_limit_follows_the_tests_flows_and_intervals() {
     assert!(
         results_frame_limit(&bytes, Duration::from_secs(10)) < results_frame_limit(&bytes, hour)
     );
+    // An rr test's request/response flows count as flows.
+    let mut rr = TestSpec::default_rr(crate::rr::RrMode::TcpRr);
+    if let crate::spec::Pattern::Rr(r) = &mut rr.pattern {
+        r.flows = 1000;
+    }
+    assert!(results_frame_limit(&rr, hour) > 1000 * 16 * 1024);
     // And the server's own intervals stay within the budget.
     assert_eq!(interval_budget(&small, hour), small.interval_s);
     let i = interval_budget(&big, hour);
