@@ -7,7 +7,9 @@
 //! The first byte of an input picks how the rest is cut into reads, so
 //! the fuzzer also explores frames split across reads.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use crate::iperf3::{
     ClientEvent as Iperf3ClientEvent, Iperf3Client, Iperf3Server, Params, Results,
@@ -24,13 +26,13 @@ use crate::spec::TestSpec;
 /// first byte picks, acting on each event as a driver would (`act`) and
 /// draining what the machine sends, then ends the input both ways
 /// (timeout, end of stream).
-fn feed<M: Machine>(m: &mut M, data: &[u8], mut act: impl FnMut(&mut M, Instant, M::Event)) {
+fn feed<M: Machine>(m: &mut M, data: &[u8], mut act: impl FnMut(&mut M, Time, M::Event)) {
     let t0 = origin();
     let (chunk, rest) = match data.split_first() {
         Some((c, rest)) => (usize::from(*c).max(1), rest),
         None => (1, data),
     };
-    let drain = |m: &mut M, now: Instant, act: &mut dyn FnMut(&mut M, Instant, M::Event)| {
+    let drain = |m: &mut M, now: Time, act: &mut dyn FnMut(&mut M, Time, M::Event)| {
         while let Some(ev) = m.poll_event() {
             act(m, now, ev);
         }
@@ -87,7 +89,7 @@ fn software() -> Software {
 }
 
 /// A server's driver: accepts what is asked, starts, reports.
-fn xferlab_server_act(s: &mut ServerControl, now: Instant, ev: ServerEvent) {
+fn xferlab_server_act(s: &mut ServerControl, now: Time, ev: ServerEvent) {
     match ev {
         ServerEvent::TestRequested(_) => {
             s.accept(now, welcome());
@@ -99,7 +101,7 @@ fn xferlab_server_act(s: &mut ServerControl, now: Instant, ev: ServerEvent) {
 }
 
 /// A client's driver: stops once started, reports once the server did.
-fn xferlab_client_act(c: &mut ClientControl, now: Instant, ev: ClientEvent) {
+fn xferlab_client_act(c: &mut ClientControl, now: Time, ev: ClientEvent) {
     match ev {
         ClientEvent::Started => c.stop(now),
         ClientEvent::PeerResults(_) => c.send_results(&report(Endpoint::Client)),
@@ -108,9 +110,8 @@ fn xferlab_client_act(c: &mut ClientControl, now: Instant, ev: ClientEvent) {
 }
 
 /// Where virtual time starts (the machines take time, never read it).
-#[allow(clippy::disallowed_methods)]
-fn origin() -> Instant {
-    Instant::now()
+fn origin() -> Time {
+    Time::ZERO
 }
 
 fn policy() -> ServerPolicy {

@@ -10,6 +10,7 @@
 
 pub mod counters;
 pub mod datagram;
+pub mod dccp;
 pub mod experiment;
 #[cfg(any(test, feature = "fuzz"))]
 pub mod fuzz;
@@ -25,8 +26,7 @@ pub mod run;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod spec;
-#[cfg(test)]
-mod test_clock;
+pub mod time;
 pub mod transport;
 pub mod units;
 pub mod usb;

@@ -143,6 +143,7 @@ fn tcp_flow(plan: &FlowPlan, role: FlowRole, at_client: bool) -> FlowReport {
         tos: None,
         max_pacing_rate: None,
         recv_mode: RecvMode::Discard,
+        ..SocketSettings::default()
     };
     report(plan, role, at_client, socket, intervals, total)
 }
@@ -285,6 +286,7 @@ fn side(
             hostname: "lab1".into(),
             kernel: "Linux 6.1.0-18-amd64".into(),
             cpus: 8,
+            ..HostInfo::default()
         },
         embedded: false,
         duration_s: INTERVALS as f64,
@@ -500,6 +502,7 @@ pub fn usb_result() -> TestResult {
             hostname: "lab1".into(),
             kernel: "Linux 6.1.0-18-amd64".into(),
             cpus: 1,
+            ..HostInfo::default()
         },
         embedded: false,
         duration_s: 2.25,

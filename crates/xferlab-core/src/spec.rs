@@ -15,6 +15,9 @@ pub mod limits {
     pub const MAX_CPU: u32 = 1023;
     /// Bytes per write/read call (`-l`).
     pub const MAX_WRITE_SIZE: u64 = 64 << 20;
+    /// Bytes per read call (`--read-size`) and wake-up batch
+    /// (`--rcvlowat`).
+    pub const MAX_READ_SIZE: u64 = 64 << 20;
     /// Socket buffer request (`-w`).
     pub const MAX_SOCKET_BUFFER: u64 = 1 << 30;
     /// Test duration a client may ask for (`-t`); servers may lower it.
@@ -127,6 +130,33 @@ pub enum RecvMode {
     /// recv(MSG_TRUNC): the kernel discards the data without copying it to
     /// user space. Measures the transport without the final copy.
     Discard,
+    /// TCP_ZEROCOPY_RECEIVE: the kernel maps whole received pages into the
+    /// receiver's address space instead of copying them; what it cannot
+    /// map (partial pages, unaligned segments) is copied (`--rx-zerocopy`).
+    Zerocopy,
+}
+
+/// How byte-stream senders hand data to the kernel.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SendMode {
+    /// write() from a user buffer (the default).
+    #[default]
+    Copy,
+    /// sendfile() from a file holding the pattern, as iperf3 `-Z`: the
+    /// kernel attaches page-cache pages instead of copying (`-Z`).
+    Sendfile,
+    /// send(MSG_ZEROCOPY): the kernel pins the user buffer's pages; the
+    /// completions are read from the error queue (`--zerocopy msg`).
+    MsgZerocopy,
+}
+
+impl SendMode {
+    pub fn is_copy(&self) -> bool {
+        *self == SendMode::Copy
+    }
 }
 
 /// When a test ends.
@@ -160,6 +190,19 @@ pub struct Knobs {
     pub max_pacing_rate: Option<u64>,
     /// How receivers consume data.
     pub recv_mode: RecvMode,
+    /// How byte-stream senders hand data to the kernel.
+    #[serde(default, skip_serializing_if = "SendMode::is_copy")]
+    pub send_mode: SendMode,
+    /// Bytes per read() on byte-stream receivers (`--read-size`); None:
+    /// each receiver picks it from its own CPU's L2 cache size (the
+    /// result's `socket.read_size` says what it picked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_size: Option<u64>,
+    /// Largest SO_RCVLOWAT a byte-stream receiver may set to batch its
+    /// wake-ups (`--rcvlowat`); Some(0) turns batching off; None: the
+    /// receiver's default (the result's `socket.rcvlowat`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcvlowat: Option<u64>,
     /// Target rate per flow, bit/s (`-b`); None = as fast as possible.
     /// UDP only for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -196,6 +239,9 @@ impl Default for Knobs {
             tos: None,
             max_pacing_rate: None,
             recv_mode: RecvMode::Copy,
+            send_mode: SendMode::Copy,
+            read_size: None,
+            rcvlowat: None,
             rate: None,
             batch: 1,
             gso: false,
@@ -293,8 +339,12 @@ pub enum SpecError {
     Batch(u32),
     #[error("--skip-rx-copy is for TCP: every UDP datagram's header is read")]
     SkipRxCopyOnUdp,
-    #[error("-C, -M, -N and --fq-rate are TCP options; pace UDP with -b")]
+    #[error("-C, -M, -N, --fq-rate, -Z, --rx-zerocopy, --read-size and --rcvlowat are TCP options; pace UDP with -b")]
     TcpOptionsOnUdp,
+    #[error("--read-size must be between 1 and 64M bytes (got {0})")]
+    ReadSize(u64),
+    #[error("--rcvlowat must be between 0 (off) and 64M bytes (got {0})")]
+    Rcvlowat(u64),
     #[error("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate")]
     BitrateOnTcp,
     #[error("--gso, --batch and --dont-fragment apply to UDP (-u)")]
@@ -376,6 +426,14 @@ impl TestSpec {
         let k = &self.knobs;
         if k.size == 0 || k.size > MAX_WRITE_SIZE {
             return Err(SpecError::Length(k.size));
+        }
+        if let Some(r) = k.read_size {
+            if r == 0 || r > MAX_READ_SIZE {
+                return Err(SpecError::ReadSize(r));
+            }
+        }
+        if k.rcvlowat.is_some_and(|l| l > MAX_READ_SIZE) {
+            return Err(SpecError::Rcvlowat(k.rcvlowat.unwrap_or(0)));
         }
         if let Some(b) = k.buffer {
             if b == 0 || b > MAX_SOCKET_BUFFER {

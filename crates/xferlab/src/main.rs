@@ -59,6 +59,9 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     logging::init(cli.verbose);
+    if let Err(e) = sys::cache::l2_override() {
+        return fail(&e, 2);
+    }
     match cli.command {
         Command::Server(a) => run_server(&a),
         Command::Stream(a) => run_stream(&a),

@@ -10,8 +10,8 @@ use crate::result::{
     PatternReport, SideReport, SocketSettings, TcpTotals, UdpSample, UdpTotal,
 };
 use crate::spec::{
-    limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, TestSpec,
-    Transport,
+    limits, Affinity, Direction, FlowDirection, FlowPlan, Knobs, Limit, RecvMode, SendMode,
+    TestSpec, Transport,
 };
 use crate::transport::{Carrier, Iperf3Name};
 
@@ -192,6 +192,14 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             } else {
                 RecvMode::Copy
             },
+            // iperf3's -Z is sendfile (TCP only).
+            send_mode: if p.zerocopy != 0 && !udp {
+                SendMode::Sendfile
+            } else {
+                SendMode::Copy
+            },
+            read_size: None,
+            rcvlowat: None,
             rate,
             batch: if udp { SERVER_UDP_BATCH } else { 1 },
             gso: false,
@@ -266,6 +274,7 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
         udp_counters_64bit: udp,
         dont_fragment: k.dont_fragment,
         skip_rx_copy: k.recv_mode == RecvMode::Discard,
+        zerocopy: i64::from(k.send_mode == SendMode::Sendfile),
         server_affinity: spec.affinity.server.map(i64::from),
         ..Params::default()
     })
@@ -456,6 +465,7 @@ pub fn side_from_results(r: &Results, ours: &SideReport, peer: &str) -> SideRepo
             hostname: peer.to_string(),
             kernel: String::new(),
             cpus: 0,
+            ..HostInfo::default()
         },
         embedded: false,
         duration_s: wall,

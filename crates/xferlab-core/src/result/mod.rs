@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{FlowDirection, RecvMode, TestSpec};
+use crate::spec::{FlowDirection, RecvMode, SendMode, TestSpec};
 use crate::transport::TransportSection;
 
 /// Identifies the JSON layout; bump the number on incompatible changes.
@@ -64,6 +64,28 @@ pub struct HostInfo {
     /// `uname -sr`.
     pub kernel: String,
     pub cpus: u32,
+    /// The CPU's model name (/proc/cpuinfo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_model: Option<String>,
+    /// The cache sizes data-path sizes were derived from (boxed: most
+    /// HostInfo values, e.g. in the control protocol's Welcome, carry none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caches: Option<Box<CacheSizes>>,
+}
+
+/// Cache sizes of the CPU the data threads start on, in bytes (sysfs);
+/// None where the kernel does not say.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct CacheSizes {
+    pub l1d: Option<u64>,
+    /// The size used, which is the override when `l2_override` is set.
+    pub l2: Option<u64>,
+    pub l3: Option<u64>,
+    /// `l2` came from XFERLAB_L2_CACHE rather than the hardware.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub l2_override: bool,
 }
 
 /// CPU time used by one side of one test, from getrusage.
@@ -326,6 +348,31 @@ pub struct SocketSettings {
     pub tos: Option<u8>,
     pub max_pacing_rate: Option<u64>,
     pub recv_mode: RecvMode,
+    /// Senders of a byte stream: how data reaches the kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub send_mode: Option<SendMode>,
+    /// Byte-stream receivers: bytes asked for per read() call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_size: Option<u64>,
+    /// Where `read_size` came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_size_from: Option<SizeSource>,
+    /// Byte-stream receivers: the largest SO_RCVLOWAT the receiver sets
+    /// to batch its wake-ups; 0 = it never sets one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rcvlowat: Option<u64>,
+}
+
+/// Where a data-path size came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SizeSource {
+    /// Derived from this machine's L2 cache size.
+    L2Cache,
+    /// The fallback for a machine whose cache sizes are unknown.
+    Fallback,
+    /// Given on the command line.
+    Option,
 }
 
 /// How a flow ended on this side.

@@ -3,7 +3,7 @@
 
 use super::{Carrier, Iperf3Name, TransportModel};
 use crate::spec::limits::{MAX_BATCH, MAX_DATAGRAM, MIN_DATAGRAM};
-use crate::spec::{Knobs, RecvMode, SpecError};
+use crate::spec::{Knobs, RecvMode, SendMode, SpecError};
 
 pub struct Udp;
 
@@ -26,7 +26,15 @@ impl TransportModel for Udp {
         if k.recv_mode == RecvMode::Discard {
             return Err(SpecError::SkipRxCopyOnUdp);
         }
-        if k.congestion.is_some() || k.mss.is_some() || k.nodelay || k.max_pacing_rate.is_some() {
+        if k.congestion.is_some()
+            || k.mss.is_some()
+            || k.nodelay
+            || k.max_pacing_rate.is_some()
+            || k.send_mode != SendMode::Copy
+            || k.recv_mode == RecvMode::Zerocopy
+            || k.read_size.is_some()
+            || k.rcvlowat.is_some()
+        {
             return Err(SpecError::TcpOptionsOnUdp);
         }
         Ok(())

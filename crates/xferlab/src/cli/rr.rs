@@ -118,6 +118,10 @@ impl RrArgs {
             (a.gso, "--gso"),
             (a.bytes.is_some(), "-n/--bytes (rr runs for a time, -t)"),
             (a.skip_rx_copy, "--skip-rx-copy"),
+            (a.rx_zerocopy, "--rx-zerocopy"),
+            (a.zerocopy.is_some(), "-Z/--zerocopy"),
+            (a.read_size.is_some(), "--read-size"),
+            (a.rcvlowat.is_some(), "--rcvlowat"),
             (a.dont_fragment, "--dont-fragment"),
         ];
         if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {

@@ -4,12 +4,23 @@
 use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
-use xferlab_core::spec::{Affinity, Direction, Knobs, Limit, RecvMode, TestSpec, Transport};
+use xferlab_core::spec::{
+    Affinity, Direction, Knobs, Limit, RecvMode, SendMode, TestSpec, Transport,
+};
 use xferlab_core::transport::Carrier;
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
 
 use crate::net::{Family, DEFAULT_PORT};
 use crate::output::Format;
+
+/// `-Z/--zerocopy` values: how a TCP sender avoids copying.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ZerocopyArg {
+    /// sendfile() from a file holding the pattern, as iperf3 -Z.
+    Sendfile,
+    /// send(MSG_ZEROCOPY) from the pattern buffer.
+    Msg,
+}
 
 #[derive(Debug, Args)]
 pub struct StreamArgs {
@@ -62,10 +73,9 @@ pub struct StreamArgs {
     #[arg(long)]
     pub bidir: bool,
 
-    /// TCP: bytes per write() call (default 1M; iperf3 uses 128K, and a
-    /// larger default keeps the sending application from being the
-    /// bottleneck; receivers read at least 512K per call). UDP: datagram
-    /// size, header included (default 1400).
+    /// TCP: bytes per write() call (default 1M; iperf3 uses 128K: fewer
+    /// calls, the same cost per byte; receivers read --read-size per
+    /// call). UDP: datagram size, header included (default 1400).
     #[arg(short = 'l', long = "length", value_parser = parse_size, value_name = "SIZE")]
     pub length: Option<u64>,
 
@@ -120,6 +130,27 @@ pub struct StreamArgs {
     /// copying it to user space (labelled in results).
     #[arg(long = "skip-rx-copy")]
     pub skip_rx_copy: bool,
+    /// TCP: receive with TCP_ZEROCOPY_RECEIVE: the kernel maps whole
+    /// received pages instead of copying them; the rest is copied
+    /// (labelled in results, with the share mapped).
+    #[arg(long = "rx-zerocopy", conflicts_with = "skip_rx_copy")]
+    pub rx_zerocopy: bool,
+    /// TCP: send without copying: sendfile() from a file holding the
+    /// pattern (-Z, as iperf3), or send(MSG_ZEROCOPY) with `--zerocopy
+    /// msg` (labelled in results).
+    #[arg(short = 'Z', long = "zerocopy", value_enum, num_args = 0..=1, require_equals = false, default_missing_value = "sendfile", value_name = "HOW")]
+    pub zerocopy: Option<ZerocopyArg>,
+    /// TCP: bytes per read() call on receivers (default: a quarter of the
+    /// receiving CPU's L2 cache, which keeps the copy in L2; the
+    /// environment variable XFERLAB_L2_CACHE overrides the detected L2).
+    /// The result's socket.read_size says what each receiver used.
+    #[arg(long = "read-size", value_parser = parse_size, value_name = "SIZE")]
+    pub read_size: Option<u64>,
+    /// TCP: let receivers batch their wake-ups with SO_RCVLOWAT, up to
+    /// SIZE (at most one read; about 1 ms of data at the flow's rate).
+    /// Default off: it did not pay on loopback here.
+    #[arg(long = "rcvlowat", value_parser = parse_size, value_name = "SIZE")]
+    pub rcvlowat: Option<u64>,
 
     /// Use IPv4 only.
     #[arg(short = '4', long = "version4", conflicts_with = "v6")]
@@ -289,9 +320,18 @@ impl StreamArgs {
                 max_pacing_rate: self.fq_rate.or(tcp_rate).map(|bits| (bits / 8).max(1)),
                 recv_mode: if self.skip_rx_copy {
                     RecvMode::Discard
+                } else if self.rx_zerocopy {
+                    RecvMode::Zerocopy
                 } else {
                     RecvMode::Copy
                 },
+                send_mode: match self.zerocopy {
+                    None => SendMode::Copy,
+                    Some(ZerocopyArg::Sendfile) => SendMode::Sendfile,
+                    Some(ZerocopyArg::Msg) => SendMode::MsgZerocopy,
+                },
+                read_size: self.read_size,
+                rcvlowat: self.rcvlowat,
                 rate: if udp {
                     match self.gap {
                         Some(us) => gap_rate(size, us)?,
@@ -396,6 +436,11 @@ pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
 }
 
 /// TCP bytes per write (see `-l`).
+/// Not derived from the cache like the read size: the sender copies into
+/// fresh socket pages, whose misses cost the same whatever the source's
+/// size. Sender CPU s/GB on loopback here (AMD EPYC, 512 KiB L2), medians
+/// of 3: 0.105 at 128K, 0.100 at 256K, 0.104 at 1M; the larger write just
+/// makes 8x fewer calls.
 const DEFAULT_TCP_SIZE: u64 = 1 << 20;
 /// UDP datagram size: fits an Ethernet MTU over IPv4 and IPv6 with room
 /// for a tunnel header.

@@ -11,9 +11,11 @@
 //! address share that port's door ([`crate::session::udp_door`]), which
 //! gives each session the hellos from its own client's address.
 
+use crate::sys::clock;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::iperf3::convert::{plan_for_stream, results_from_side, spec_from_params};
 use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
@@ -108,7 +110,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let mut role = Iperf3Session {
-        ctl: Iperf3Server::new(Instant::now(), &cookie),
+        ctl: Iperf3Server::new(clock::now(), &cookie),
         shared,
         peer,
         local,
@@ -181,7 +183,7 @@ impl SessionRole for Iperf3Session<'_> {
                         ));
                         let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
                         self.ctl
-                            .accept(Instant::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
+                            .accept(clock::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
                         self.test = Some(a);
                     }
                     Err((code, why)) => {
@@ -261,7 +263,7 @@ impl SessionRole for Iperf3Session<'_> {
         }
     }
 
-    fn report(&mut self, now: Instant, r: SideReport) {
+    fn report(&mut self, now: Time, r: SideReport) {
         if let Some(t) = self.test.as_ref() {
             let mut results = results_from_side(&r, t.spec.transport);
             if t.get_server_output {
@@ -283,13 +285,13 @@ impl SessionRole for Iperf3Session<'_> {
 /// has been quiet for a moment after the stop.
 struct Receivers {
     side: Side,
-    stopped_at: Option<Instant>,
+    stopped_at: Option<Time>,
     cut: bool,
     peer_sent: Option<Vec<(u32, u64)>>,
 }
 
 impl Workload for Receivers {
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         Workload::tick(&mut self.side, now, out);
         let Some(t) = self.stopped_at.filter(|_| !self.cut) else {
             return;
@@ -305,15 +307,15 @@ impl Workload for Receivers {
     }
 
     /// While waiting for receivers to catch up: look again soon.
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         let catch_up = self
             .stopped_at
             .filter(|_| !self.cut)
-            .map(|_| Instant::now() + CATCH_UP_POLL);
+            .map(|_| clock::now() + CATCH_UP_POLL);
         self.side.next_tick().into_iter().chain(catch_up).min()
     }
 
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         self.side.stop(now);
         self.stopped_at.get_or_insert(now);
     }
@@ -383,7 +385,7 @@ fn accept<'a>(
             plans.len(),
             tx.clone(),
             end.clone(),
-            Instant::now() + SETUP_TIMEOUT,
+            clock::now() + SETUP_TIMEOUT,
             Box::new(move || transport::bind(transport, local, &knobs, true)),
             UDP_HELLO_LEN,
             &UDP_CONNECT_REPLY,
@@ -459,7 +461,7 @@ fn attach(
     t: &Accepted<'_>,
     socket: FlowSocket,
 ) -> Result<(), String> {
-    let Some(info) = ctl.stream_attached(Instant::now()) else {
+    let Some(info) = ctl.stream_attached(clock::now()) else {
         return Err("closed a data connection that no stream was due for".into());
     };
     let Some(plan) = plan_for_stream(&t.plans, &info) else {

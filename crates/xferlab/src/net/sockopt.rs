@@ -197,5 +197,6 @@ pub fn read_back(sock: &Socket, knobs: &Knobs, role: FlowRole) -> SocketSettings
             None
         },
         recv_mode: knobs.recv_mode,
+        ..SocketSettings::default()
     }
 }

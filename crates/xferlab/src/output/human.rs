@@ -26,7 +26,8 @@ use xferlab_core::result::{
     SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample, UdpSummary,
 };
 use xferlab_core::spec::{
-    Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, TestSpec, Transport,
+    Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, SendMode, TestSpec,
+    Transport,
 };
 use xferlab_core::transport::Carrier;
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
@@ -789,9 +790,15 @@ fn describe_stream(spec: &TestSpec) -> String {
     let receive = match spec.knobs.recv_mode {
         RecvMode::Copy => "read() into user space",
         RecvMode::Discard => "kernel discard (MSG_TRUNC), no copy to user space",
+        RecvMode::Zerocopy => "TCP_ZEROCOPY_RECEIVE (pages mapped, the rest copied)",
+    };
+    let send = match spec.knobs.send_mode {
+        SendMode::Copy => "write",
+        SendMode::Sendfile => "sendfile",
+        SendMode::MsgZerocopy => "MSG_ZEROCOPY send",
     };
     format!(
-        "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} per write, receive: {receive}",
+        "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} per {send}, receive: {receive}",
         format_bytes(spec.knobs.size)
     )
 }

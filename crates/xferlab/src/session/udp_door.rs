@@ -15,11 +15,13 @@
 //! The door's thread lives while some session waits; each waiting
 //! session is dropped from it the moment that session ends.
 
+use crate::sys::clock;
 use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
@@ -47,7 +49,7 @@ pub struct Waiter {
     pub tx: mpsc::Sender<Wake>,
     pub end: EndWatch,
     /// The session's own setup deadline.
-    pub deadline: Instant,
+    pub deadline: Time,
     pub open: OpenStream,
     /// The exact hello (iperf3: any 4 bytes) and the answer to it.
     pub hello_len: usize,
@@ -63,7 +65,7 @@ impl Waiter {
         streams: usize,
         tx: mpsc::Sender<Wake>,
         end: EndWatch,
-        deadline: Instant,
+        deadline: Time,
         open: OpenStream,
         hello_len: usize,
         reply: &'static [u8],
@@ -82,7 +84,7 @@ impl Waiter {
         }
     }
 
-    fn gone(&self, now: Instant) -> bool {
+    fn gone(&self, now: Time) -> bool {
         self.remaining == 0 || now >= self.deadline || self.end.ended()
     }
 
@@ -119,7 +121,7 @@ impl Doors {
         let mut waiting = lock(map);
         // Our turn: no other session from this address waits here.
         loop {
-            let now = Instant::now();
+            let now = clock::now();
             let busy = waiting
                 .get(&local)
                 .is_some_and(|q| q.iter().any(|o| !o.gone(now) && o.overlaps(&w)));
@@ -159,7 +161,7 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
     loop {
         let wait = {
             let mut waiting = lock(map);
-            let now = Instant::now();
+            let now = clock::now();
             let Some(q) = waiting.get_mut(&local) else {
                 return;
             };
@@ -196,7 +198,7 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
             let Some(q) = waiting.get_mut(&local) else {
                 return;
             };
-            let now = Instant::now();
+            let now = clock::now();
             let Some(w) = q.iter_mut().find(|w| !w.gone(now) && w.takes(from, n)) else {
                 tracing::debug!(%from, %local, len = n, "datagram at a stream door: no test waits for it; dropped");
                 continue;

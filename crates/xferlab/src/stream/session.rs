@@ -2,10 +2,11 @@
 //! data connections that present the session token, or UDP sockets that
 //! wait for an attach datagram), run as this side's [`Side`].
 
+use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
-use std::time::Instant;
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{
     Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
@@ -57,7 +58,7 @@ impl SessionPattern for StreamSession {
                 any_peer: env.shared.cfg.udp_any_peer,
                 tx: env.tx.clone(),
                 end: env.end.clone(),
-                deadline: Instant::now() + HANDSHAKE_TIMEOUT,
+                deadline: clock::now() + HANDSHAKE_TIMEOUT,
             };
             std::thread::Builder::new()
                 .name("xfer-udp-attach".into())
@@ -79,7 +80,7 @@ impl SessionPattern for StreamSession {
         !self.pending.is_empty() && self.pending.iter().all(Option::is_some)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
         let mut side = Side::prepare(
             Endpoint::Server,
             env.shared.cfg.embedded,
@@ -110,7 +111,7 @@ struct AttachWait {
     any_peer: bool,
     tx: mpsc::Sender<Wake>,
     end: EndWatch,
-    deadline: Instant,
+    deadline: Time,
 }
 
 impl AttachWait {
@@ -120,7 +121,7 @@ impl AttachWait {
         }
         let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
         while !socks.is_empty() {
-            let left = self.deadline.saturating_duration_since(Instant::now());
+            let left = self.deadline.saturating_duration_since(clock::now());
             if left.is_zero() {
                 return;
             }

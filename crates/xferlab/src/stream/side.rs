@@ -2,11 +2,13 @@
 //! server: start the flow threads, sample them at interval boundaries, stop
 //! or abort them, and fold everything into a [`SideReport`].
 
+use crate::sys::clock;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use socket2::SockRef;
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
@@ -21,6 +23,7 @@ use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
 use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::transport::sizing::StreamSizes;
 use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
 
 /// Which flows a side sends on.
@@ -38,6 +41,7 @@ pub struct ConnectedFlow {
     pub plan: FlowPlan,
     pub socket: FlowSocket,
     pub settings: SocketSettings,
+    sizes: StreamSizes,
     io: &'static dyn TransportIo,
 }
 
@@ -57,11 +61,27 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
-        let settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        let cpu = match endpoint {
+            Endpoint::Client => spec.affinity.client,
+            Endpoint::Server => spec.affinity.server,
+        };
+        let sizes = StreamSizes::for_receiver(&spec.knobs, &sys::cache::caches(cpu));
+        if matches!(socket, FlowSocket::Stream(_)) {
+            match role {
+                FlowRole::Sender => settings.send_mode = Some(spec.knobs.send_mode),
+                FlowRole::Receiver => {
+                    settings.read_size = Some(sizes.read_size as u64);
+                    settings.read_size_from = Some(sizes.read_size_from);
+                    settings.rcvlowat = Some(sizes.rcvlowat as u64);
+                }
+            }
+        }
         Ok(ConnectedFlow {
             plan,
             socket,
             settings,
+            sizes,
             io,
         })
     }
@@ -88,6 +108,7 @@ struct RunningFlow {
     io: &'static dyn TransportIo,
     info: FlowStart,
     settings: SocketSettings,
+    sizes: StreamSizes,
     socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
@@ -110,7 +131,7 @@ impl RunningFlow {
 pub struct Side {
     endpoint: Endpoint,
     embedded: bool,
-    start: Instant,
+    start: Time,
     clock: IntervalClock,
     next_boundary: Option<f64>,
     flows: Vec<RunningFlow>,
@@ -124,7 +145,7 @@ pub struct Side {
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
     warnings: Vec<String>,
-    stopped_at: Option<Instant>,
+    stopped_at: Option<Time>,
 }
 
 impl Side {
@@ -151,6 +172,7 @@ impl Side {
                 io: c.io,
                 info: c.start_info(endpoint),
                 settings: c.settings,
+                sizes: c.sizes,
                 socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
@@ -162,7 +184,7 @@ impl Side {
         Side {
             endpoint,
             embedded,
-            start: Instant::now(),
+            start: clock::now(),
             clock: IntervalClock::new(spec.interval_s, spec.omit_s),
             next_boundary: None,
             knobs: Arc::new(spec.knobs.clone()),
@@ -192,7 +214,7 @@ impl Side {
         let (before, warnings) = sys::counters::snapshot(self.interface.as_deref());
         self.counters_before = before;
         self.warnings.extend(warnings);
-        self.start = Instant::now();
+        self.start = clock::now();
         self.next_boundary = self.clock.next_boundary(0.0);
         for i in 0..self.flows.len() {
             let start = self.flows[i].reading();
@@ -207,8 +229,15 @@ impl Side {
                 f.slot.clone(),
                 self.knobs.clone(),
             );
-            let (role, quota, id, wire, cpu, io) =
-                (f.role, f.plan.quota, f.plan.id, self.wire, self.cpu, f.io);
+            let (role, quota, id, wire, cpu, io, sizes) = (
+                f.role,
+                f.plan.quota,
+                f.plan.id,
+                self.wire,
+                self.cpu,
+                f.io,
+                f.sizes,
+            );
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -225,6 +254,7 @@ impl Side {
                     shared: &shared,
                     flags: &flags,
                     wire,
+                    sizes,
                 });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);
@@ -242,7 +272,7 @@ impl Side {
         Ok(())
     }
 
-    pub fn started_at(&self) -> Instant {
+    pub fn started_at(&self) -> Time {
         self.start
     }
 
@@ -251,14 +281,14 @@ impl Side {
     }
 
     /// When the next interval boundary falls.
-    pub fn next_tick(&self) -> Option<Instant> {
+    pub fn next_tick(&self) -> Option<Time> {
         self.next_boundary
             .map(|b| self.start + Duration::from_secs_f64(b))
     }
 
     /// Samples every flow still running if a boundary has passed; returns
     /// the finished intervals for live output (empty when no boundary).
-    pub fn tick(&mut self, now: Instant) -> Vec<LiveFlow> {
+    pub fn tick(&mut self, now: Time) -> Vec<LiveFlow> {
         let Some(boundary) = self.next_boundary else {
             return Vec::new();
         };
@@ -307,8 +337,9 @@ impl Side {
             if f.outcome.is_none() && finished {
                 f.outcome = Some(FlowOutcome {
                     end: FlowEnd::Aborted("flow thread panicked".into()),
-                    at: Instant::now(),
+                    at: clock::now(),
                     bytes: f.shared.bytes.load(Ordering::Relaxed),
+                    note: None,
                 });
             }
         }
@@ -359,7 +390,7 @@ impl Side {
     }
 
     /// Asks senders to finish; receivers keep reading to end of stream.
-    pub fn stop(&mut self, now: Instant) {
+    pub fn stop(&mut self, now: Time) {
         if self.stopped_at.is_none() {
             self.stopped_at = Some(now);
             self.flags.stop.store(true, Ordering::Relaxed);
@@ -369,7 +400,7 @@ impl Side {
     /// Stops senders and receivers alike, keeping what they counted: a
     /// stock iperf3 peer ends a test on the control connection without
     /// closing its data connections first.
-    pub fn cut(&mut self, now: Instant) {
+    pub fn cut(&mut self, now: Time) {
         self.stop(now);
         self.flags.cut.store(true, Ordering::Relaxed);
     }
@@ -399,7 +430,7 @@ impl Side {
             }
         }
         self.reap();
-        let now = Instant::now();
+        let now = clock::now();
         let mut flows = Vec::with_capacity(self.flows.len());
         for mut f in std::mem::take(&mut self.flows) {
             let mut end = f.reading();
@@ -407,7 +438,11 @@ impl Side {
                 end: FlowEnd::Aborted("flow thread panicked".into()),
                 at: now,
                 bytes: f.shared.bytes.load(Ordering::Relaxed),
+                note: None,
             });
+            if let Some(note) = &outcome.note {
+                self.warnings.push(format!("flow {}: {note}", f.plan.id));
+            }
             let t = outcome
                 .at
                 .saturating_duration_since(self.start)
@@ -434,9 +469,12 @@ impl Side {
         let (after, more) = sys::counters::snapshot(self.interface.as_deref());
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
+        let mut host = sys::host::host_info();
+        // The caches the sizes were derived from: those of the pinned CPU.
+        host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
         SideReport {
             endpoint: self.endpoint,
-            host: sys::host::host_info(),
+            host,
             embedded: self.embedded,
             duration_s,
             sums: sum_intervals(&flows),

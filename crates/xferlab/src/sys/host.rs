@@ -1,4 +1,5 @@
-//! Who measured: host name, kernel and CPU count for the report header.
+//! Who measured: host name, kernel, CPU count, model and caches for the
+//! report header.
 
 use xferlab_core::result::HostInfo;
 
@@ -12,6 +13,8 @@ pub fn host_info() -> HostInfo {
         kernel: kernel().unwrap_or_else(|| UNKNOWN.to_string()),
         cpus: std::thread::available_parallelism()
             .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+        cpu_model: super::cache::cpu_model(),
+        caches: Some(Box::new(super::cache::caches(None))),
     }
 }
 

@@ -1,18 +1,24 @@
 //! The data path: one thread per flow moving bytes as fast as the socket
 //! takes them. Per call it does one syscall, one relaxed atomic store and
-//! one relaxed atomic load — no allocation, locking or formatting; the
-//! receiver also reads the clock once every [`RETUNE_EVERY`] calls.
+//! one relaxed atomic load — no allocation, locking or formatting; a
+//! receiver batching its wake-ups (`--rcvlowat`) also reads the clock once
+//! every [`RETUNE_EVERY`] calls. Per-call sizes come from [`StreamSizes`].
 //! Sampling (TCP_INFO, intervals) happens on the side's control thread,
 //! which reads the shared counter.
 
+use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::result::FlowEnd;
-use xferlab_core::spec::RecvMode;
+use xferlab_core::spec::{RecvMode, SendMode};
+
+use super::sizing::StreamSizes;
+use super::zerocopy::{self, MsgZerocopy, SendfileSource, ZerocopyWindow};
 
 /// How often a blocked send/recv comes back to look at the stop and abort
 /// flags. Only matters when the peer stalls; a busy flow never waits.
@@ -21,15 +27,9 @@ pub const POLL_FLAGS: Duration = Duration::from_millis(100);
 /// Bytes asked of the kernel per discard-mode recv: nothing is copied, so
 /// a large request just means fewer syscalls.
 const DISCARD_CHUNK: usize = 4 << 20;
-/// Smallest copy-mode read: twice the largest wake-up threshold, so one
-/// wake-up is usually drained by one read whatever `-l` is.
-const MIN_READ: usize = 2 * MAX_LOWAT;
-/// Receivers ask the kernel (SO_RCVLOWAT) to wake them only once about
-/// [`WAKE_AFTER`] worth of data at the flow's current rate is queued, at
-/// most this much. On loopback, waking the reader for every segment costs
-/// the *sender* a cross-CPU wake-up each time; batching the wake-ups
-/// lifted single-flow throughput ~15 % and cut receiver CPU ~20 % here.
-const MAX_LOWAT: usize = 256 << 10;
+/// With `--rcvlowat`, receivers ask the kernel (SO_RCVLOWAT) to wake them
+/// only once about this much time's worth of data at the flow's current
+/// rate is queued (at most the `--rcvlowat` cap, itself at most one read).
 const WAKE_AFTER: Duration = Duration::from_millis(1);
 /// Reads between re-estimates of the flow's rate.
 const RETUNE_EVERY: u32 = 32;
@@ -96,8 +96,11 @@ pub struct SideFlags {
 #[derive(Debug)]
 pub struct FlowOutcome {
     pub end: FlowEnd,
-    pub at: Instant,
+    pub at: Time,
     pub bytes: u64,
+    /// What the result should say about how the bytes moved (a copy-free
+    /// path that copied after all).
+    pub note: Option<String>,
 }
 
 /// Sends until stopped or `quota` bytes are written, then shuts down the
@@ -105,6 +108,7 @@ pub struct FlowOutcome {
 pub fn send(
     mut sock: &TcpStream,
     write_size: usize,
+    mode: SendMode,
     quota: Option<u64>,
     shared: &FlowShared,
     flags: &SideFlags,
@@ -113,6 +117,17 @@ pub fn send(
     // A repeating pattern rather than zeros, so compressing links or
     // zero-page tricks do not flatter the result.
     let buf: Vec<u8> = (0..write_size).map(|i| (i % 251) as u8).collect();
+    let mut source = match mode {
+        SendMode::Copy => Source::Copy,
+        SendMode::Sendfile => match SendfileSource::new(&buf) {
+            Ok(f) => Source::File(f),
+            Err(e) => return failed(format!("cannot set up sendfile (-Z): {e}")),
+        },
+        SendMode::MsgZerocopy => match MsgZerocopy::enable(sock.as_raw_fd()) {
+            Ok(z) => Source::Zerocopy(z),
+            Err(e) => return failed(e),
+        },
+    };
     let mut sent: u64 = 0;
     let end = loop {
         if flags.stop.load(Ordering::Relaxed) || flags.abort.load(Ordering::Relaxed) {
@@ -129,7 +144,12 @@ pub fn send(
         if want == 0 {
             break FlowEnd::Completed;
         }
-        match sock.write(&buf[..want]) {
+        let r = match &mut source {
+            Source::Copy => sock.write(&buf[..want]),
+            Source::File(f) => f.send(sock, want),
+            Source::Zerocopy(z) => z.send(&buf[..want]),
+        };
+        match r {
             Ok(0) => break FlowEnd::Aborted("the connection accepted no more data".into()),
             Ok(n) => {
                 sent += n as u64;
@@ -139,7 +159,7 @@ pub fn send(
             Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
         }
     };
-    let at = Instant::now();
+    let at = clock::now();
     if end == FlowEnd::Completed {
         sock.shutdown(Shutdown::Write).ok();
     }
@@ -147,29 +167,64 @@ pub fn send(
         end,
         at,
         bytes: sent,
+        note: match &source {
+            Source::Zerocopy(z) => z.note(),
+            _ => None,
+        },
     }
 }
 
-/// Receives until end of stream. `Copy` reads into a user buffer as an
-/// application would; `Discard` uses recv(MSG_TRUNC), which for TCP drops
-/// the data in the kernel without copying it out.
+/// Where a sender's bytes come from.
+enum Source {
+    Copy,
+    File(SendfileSource),
+    Zerocopy(MsgZerocopy),
+}
+
+fn failed(why: String) -> FlowOutcome {
+    FlowOutcome {
+        end: FlowEnd::Aborted(why),
+        at: clock::now(),
+        bytes: 0,
+        note: None,
+    }
+}
+
+/// Receives until end of stream. `Copy` reads `sizes.read_size` bytes per
+/// call into a user buffer as an application would; `Discard` uses
+/// recv(MSG_TRUNC), which for TCP drops the data in the kernel without
+/// copying it out; `Zerocopy` has the kernel map whole pages instead and
+/// reads (copies) only what it cannot map.
 pub fn receive(
     mut sock: &TcpStream,
-    read_size: usize,
+    sizes: StreamSizes,
     mode: RecvMode,
     shared: &FlowShared,
     flags: &SideFlags,
 ) -> FlowOutcome {
     sock.set_read_timeout(Some(POLL_FLAGS)).ok();
-    let copy_len = read_size.max(MIN_READ);
-    let mut buf = vec![0u8; if mode == RecvMode::Copy { copy_len } else { 1 }];
-    let mut wake = WakeThreshold::new(sock);
+    let mut buf = vec![
+        0u8;
+        if mode == RecvMode::Discard {
+            1
+        } else {
+            sizes.read_size
+        }
+    ];
+    let mut window = match mode {
+        RecvMode::Zerocopy => match ZerocopyWindow::new(sock, sizes.read_size) {
+            Ok(w) => Some(w),
+            Err(e) => return failed(e),
+        },
+        _ => None,
+    };
+    let mut wake = WakeThreshold::new(sock, sizes.rcvlowat);
     let fd = sock.as_raw_fd();
     let mut got: u64 = 0;
+    let mut mapped: u64 = 0;
     let end = loop {
-        let r = match mode {
-            RecvMode::Copy => sock.read(&mut buf),
-            RecvMode::Discard => {
+        let r = match (mode, window.as_mut()) {
+            (RecvMode::Discard, _) => {
                 // SAFETY: with MSG_TRUNC the kernel writes nothing to the
                 // buffer for TCP; the pointer is valid for its 1 byte anyway.
                 let n = unsafe {
@@ -181,6 +236,27 @@ pub fn receive(
                     Ok(n as usize)
                 }
             }
+            (RecvMode::Zerocopy, Some(w)) => match w.receive() {
+                Ok(zc) if zc.mapped > 0 => {
+                    mapped += zc.mapped as u64;
+                    Ok(zc.mapped)
+                }
+                // Unmappable bytes come next (or nothing is queued yet: a
+                // blocking read waits for data, or reads end of stream).
+                Ok(zc) => {
+                    let want = if zc.skip > 0 {
+                        zc.skip.min(buf.len())
+                    } else {
+                        buf.len()
+                    };
+                    sock.read(&mut buf[..want])
+                }
+                // The kernel refuses to map once the peer has closed
+                // (EIO): a plain read gives end of stream or the socket's
+                // real error.
+                Err(_) => sock.read(&mut buf),
+            },
+            _ => sock.read(&mut buf),
         };
         match r {
             Ok(0) => break FlowEnd::Completed,
@@ -206,8 +282,9 @@ pub fn receive(
     };
     FlowOutcome {
         end,
-        at: Instant::now(),
+        at: clock::now(),
         bytes: got,
+        note: window.and_then(|_| zerocopy::receive_note(mapped, got)),
     }
 }
 
@@ -219,11 +296,12 @@ pub fn receive(
 struct WakeThreshold {
     fd: RawFd,
     lowat: usize,
-    /// At most a quarter of the receive buffer, so a small `-w` can never
-    /// hold back a wake-up the window cannot fill.
+    /// The `--rcvlowat` cap (0: never set), and at most a quarter of the
+    /// receive buffer, so a small `-w` can never hold back a wake-up the
+    /// window cannot fill.
     cap: usize,
     reads: u32,
-    mark: (Instant, u64),
+    mark: (Time, u64),
 }
 
 fn retry(e: &io::Error) -> bool {
@@ -258,18 +336,21 @@ pub fn spawn(
 }
 
 impl WakeThreshold {
-    fn new(sock: &TcpStream) -> Self {
+    fn new(sock: &TcpStream, max: usize) -> Self {
         let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
         WakeThreshold {
             fd: sock.as_raw_fd(),
             lowat: 1,
-            cap: (rcvbuf / 4).clamp(1, MAX_LOWAT),
+            cap: (rcvbuf / 4).min(max),
             reads: 0,
-            mark: (Instant::now(), 0),
+            mark: (clock::now(), 0),
         }
     }
 
     fn after_read(&mut self, n: usize, total: u64) {
+        if self.cap <= 1 {
+            return;
+        }
         if n < self.lowat {
             self.reset(total);
             return;
@@ -278,7 +359,7 @@ impl WakeThreshold {
         if !self.reads.is_multiple_of(RETUNE_EVERY) {
             return;
         }
-        let now = Instant::now();
+        let now = clock::now();
         let dt = now.duration_since(self.mark.0);
         if dt < 10 * WAKE_AFTER {
             return;
@@ -293,8 +374,11 @@ impl WakeThreshold {
 
     /// Back to waking on every byte (a timeout or a short read).
     fn reset(&mut self, total: u64) {
+        if self.cap <= 1 {
+            return;
+        }
         self.reads = 0;
-        self.mark = (Instant::now(), total);
+        self.mark = (clock::now(), total);
         self.set(1);
     }
 

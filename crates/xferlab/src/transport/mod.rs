@@ -41,8 +41,10 @@
 pub mod datagram;
 pub mod flow;
 mod mptcp;
+pub mod sizing;
 mod tcp;
 mod udp;
+mod zerocopy;
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
@@ -60,6 +62,7 @@ pub use xferlab_core::transport::{Carrier, Transport};
 use crate::net::{connect_error, sockopt};
 use datagram::DatagramWire;
 use flow::{FlowOutcome, FlowShared, SideFlags};
+use sizing::StreamSizes;
 
 /// Every transport this binary drives, in the order the command line
 /// lists their flags. The server's ports listen with the first
@@ -164,6 +167,8 @@ pub struct FlowJob<'a> {
     pub flags: &'a SideFlags,
     /// The header datagrams carry (xferlab's or a stock iperf3 peer's).
     pub wire: DatagramWire,
+    /// A byte-stream receiver's per-call sizes.
+    pub sizes: StreamSizes,
 }
 
 /// The binary's half of a transport (see the module docs for the whole
@@ -218,11 +223,16 @@ pub trait TransportIo: Sync {
     fn run(&self, job: FlowJob<'_>) -> FlowOutcome {
         let k = job.knobs;
         match (job.socket, job.role) {
-            (FlowSocket::Stream(s), FlowRole::Sender) => {
-                flow::send(s, k.size as usize, job.quota, job.shared, job.flags)
-            }
+            (FlowSocket::Stream(s), FlowRole::Sender) => flow::send(
+                s,
+                k.size as usize,
+                k.send_mode,
+                job.quota,
+                job.shared,
+                job.flags,
+            ),
             (FlowSocket::Stream(s), FlowRole::Receiver) => {
-                flow::receive(s, k.size as usize, k.recv_mode, job.shared, job.flags)
+                flow::receive(s, job.sizes, k.recv_mode, job.shared, job.flags)
             }
             (FlowSocket::Datagram(s), FlowRole::Sender) => {
                 datagram::send(s, k, job.quota, job.shared, job.flags, job.wire)

@@ -147,11 +147,23 @@ impl Proc {
         p
     }
 
+    /// Starts `xferlab ARGS` with extra environment variables.
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Proc {
+        let mut p = Proc::spawn_program_env(BIN, args, env);
+        p.label = format!("xferlab {}", args.join(" "));
+        p
+    }
+
     /// Starts another program (a peer tool such as iperf3), captured the
     /// same way.
     pub fn spawn_program(program: &str, args: &[&str]) -> Proc {
+        Proc::spawn_program_env(program, args, &[])
+    }
+
+    fn spawn_program_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut child = Command::new(program)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -619,10 +631,11 @@ pub fn cpus_allowed(status_path: &std::path::Path) -> Option<String> {
     Some(list.trim().to_string())
 }
 
-/// Waits (up to 10 s) for a thread of `pid` named `name` and returns its
-/// Cpus_allowed_list.
-pub fn thread_cpus(pid: u32, name: &str) -> String {
+/// Waits (up to 10 s) for a thread of `pid` named `name` whose
+/// Cpus_allowed_list is `want`, and returns the list it has by then.
+pub fn thread_cpus(pid: u32, name: &str, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = None;
     loop {
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for e in dir.filter_map(|e| e.ok()) {
@@ -630,16 +643,24 @@ pub fn thread_cpus(pid: u32, name: &str) -> String {
                 if comm.trim() != name {
                     continue;
                 }
+                // A thread is named before its first instruction pins it:
+                // wait for the pin, not just for the name.
                 if let Some(cpus) = cpus_allowed(&e.path().join("status")) {
-                    return cpus;
+                    if cpus == want {
+                        return cpus;
+                    }
+                    last = Some(cpus);
                 }
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no thread {name} in process {pid} within 10 s (threads: {:?})",
-            thread_names(pid)
-        );
+        if Instant::now() >= deadline {
+            return last.unwrap_or_else(|| {
+                panic!(
+                    "no thread {name} in process {pid} within 10 s (threads: {:?})",
+                    thread_names(pid)
+                )
+            });
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }

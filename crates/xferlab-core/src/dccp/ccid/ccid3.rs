@@ -1,0 +1,625 @@
+//! CCID3, TFRC congestion control (RFC 4342 with RFC 5348): the sender's
+//! allowed rate X from the throughput equation, slow start, the
+//! no-feedback timer and pacing at t_ipi = s/X, the CCVal window counter;
+//! and the receiver's loss history, loss intervals, X_recv and feedback
+//! with Loss Event Rate and Receive Rate options.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::time::Time;
+
+use super::tfrc::{p_for_rate, x_calc, LossIntervals};
+use super::{Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
+use crate::dccp::options::{Elapsed, Opt, Options};
+use crate::dccp::packet::PacketWriter;
+use crate::dccp::seq::Seq;
+use crate::dccp::DccpError;
+
+/// t_mbi: the longest back-off interval (RFC 5348 sec. 4.3).
+const T_MBI: f64 = 64.0;
+/// Initial no-feedback timeout before any RTT is known (sec. 4.2).
+const INITIAL_NOFEEDBACK: Duration = Duration::from_secs(2);
+/// RTT smoothing q (sec. 4.3).
+const Q: f64 = 0.9;
+
+/// The CCID3 sender.
+#[derive(Debug)]
+pub struct Ccid3Tx {
+    s: f64,
+    x: f64,
+    x_recv: f64,
+    p: f64,
+    rtt: Option<Duration>,
+    /// When X last doubled in slow start (tld).
+    tld: Option<Time>,
+    nofeedback_at: Time,
+    /// Nominal send time of the next packet.
+    t_nom: Time,
+    /// Data packets' send times, for RTT samples from feedback.
+    sent: VecDeque<(Seq, Time)>,
+    feedback_seen: bool,
+    /// CCVal window counter and when it last moved (RFC 4342 sec. 8.1).
+    wc: u8,
+    wc_at: Time,
+}
+
+impl Ccid3Tx {
+    pub fn new(now: Time, cfg: &CcidConfig) -> Self {
+        let s = cfg.mss.max(1) as f64;
+        let mut tx = Ccid3Tx {
+            s,
+            // One packet per second until an RTT is known (sec. 4.2).
+            x: s,
+            x_recv: 0.0,
+            p: 0.0,
+            rtt: None,
+            tld: None,
+            nofeedback_at: now + INITIAL_NOFEEDBACK,
+            t_nom: now,
+            sent: VecDeque::new(),
+            feedback_seen: false,
+            wc: 0,
+            wc_at: now,
+        };
+        if let Some(r) = cfg.handshake_rtt {
+            // RFC 4342 sec. 5: the handshake's RTT sets the initial rate
+            // X = W_init / R (RFC 5348 sec. 4.2).
+            tx.rtt = Some(r);
+            tx.x = tx.initial_rate(r);
+            tx.tld = Some(now);
+        }
+        tx
+    }
+
+    fn initial_rate(&self, r: Duration) -> f64 {
+        let w_init = (4.0 * self.s).min((2.0 * self.s).max(4380.0));
+        w_init / r.as_secs_f64().max(1e-6)
+    }
+
+    fn t_ipi(&self) -> Duration {
+        Duration::from_secs_f64((self.s / self.x).min(T_MBI))
+    }
+
+    fn rto(&self) -> Duration {
+        let r = self.rtt.unwrap_or(INITIAL_NOFEEDBACK / 4);
+        (4 * r).max(Duration::from_secs_f64(2.0 * self.s / self.x))
+    }
+
+    /// Sec. 4.3 step 4 (and 4.4's use of it): the new X from X_recv and p.
+    fn update_x(&mut self, now: Time) {
+        let recv_limit = 2.0 * self.x_recv;
+        let floor = self.s / T_MBI;
+        let r = self.rtt.unwrap_or(Duration::from_secs(1));
+        if self.p > 0.0 {
+            self.x = x_calc(self.s, r, self.p).min(recv_limit).max(floor);
+        } else if self
+            .tld
+            .is_none_or(|t| now.saturating_duration_since(t) >= r)
+        {
+            // Slow start: double once per RTT, capped by twice what the
+            // receiver saw, never below the initial rate.
+            self.x = (2.0 * self.x).min(recv_limit).max(self.initial_rate(r));
+            self.tld = Some(now);
+        }
+    }
+}
+
+impl CcidTx for Ccid3Tx {
+    fn on_packet_sent(&mut self, now: Time, seq: Seq, _bytes: usize, data: bool) {
+        if !data {
+            return;
+        }
+        let ipi = self.t_ipi();
+        // After idle, do not bank credit (sec. 4.6).
+        if self.t_nom + ipi < now {
+            self.t_nom = now;
+        }
+        self.t_nom += ipi;
+        self.sent.push_back((seq, now));
+        if self.sent.len() > 1 << 16 {
+            self.sent.pop_front();
+        }
+    }
+
+    fn on_ack(&mut self, now: Time, fb: &Feedback<'_>) {
+        let (mut rate, mut ler, mut elapsed) = (None, None, Duration::ZERO);
+        for o in Options::new(fb.options).flatten() {
+            match o.0 {
+                Opt::ReceiveRate(r) => rate = Some(r),
+                Opt::LossEventRate(l) => ler = Some(l),
+                Opt::ElapsedTime(e) => {
+                    elapsed = Duration::from_micros(u64::from(e.value().unwrap_or(0)) * 10)
+                }
+                _ => {}
+            }
+        }
+        // Only packets with CCID3 feedback count (sec. 6 of RFC 4342).
+        let (Some(rate), Some(ler)) = (rate, ler) else {
+            return;
+        };
+        // RTT sample from the acknowledged data packet.
+        let front = self.sent.front().map(|e| e.0);
+        if let Some(front) = front {
+            let d = fb.ack.dist(front);
+            if d >= 0 {
+                if let Ok(i) = self.sent.binary_search_by(|e| e.0.dist(front).cmp(&d)) {
+                    let t = self.sent[i].1;
+                    let sample = now.saturating_duration_since(t).saturating_sub(elapsed);
+                    let sample = sample.max(Duration::from_micros(10));
+                    self.rtt = Some(match self.rtt.filter(|_| self.feedback_seen) {
+                        None => sample,
+                        Some(r) => r.mul_f64(Q) + sample.mul_f64(1.0 - Q),
+                    });
+                    self.sent.drain(..i);
+                }
+            }
+        }
+        self.feedback_seen = true;
+        self.x_recv = f64::from(rate);
+        self.p = if ler == u32::MAX || ler == 0 {
+            0.0
+        } else {
+            1.0 / f64::from(ler)
+        };
+        self.update_x(now);
+        self.nofeedback_at = now + self.rto();
+    }
+
+    fn on_timeout(&mut self, now: Time) {
+        if now < self.nofeedback_at {
+            return;
+        }
+        // The no-feedback timer (sec. 4.4): halve the allowed rate.
+        let floor = self.s / T_MBI;
+        if !self.feedback_seen {
+            self.x = (self.x / 2.0).max(floor);
+        } else {
+            let r = self.rtt.unwrap_or(Duration::from_secs(1));
+            let x_calc = if self.p > 0.0 {
+                x_calc(self.s, r, self.p)
+            } else {
+                f64::INFINITY
+            };
+            if self.p == 0.0 || x_calc > 2.0 * self.x_recv {
+                self.x_recv = (self.x_recv / 2.0).max(self.s / (2.0 * T_MBI));
+            } else {
+                self.x_recv = x_calc / 4.0;
+            }
+            if self.p > 0.0 {
+                self.x = x_calc.min(2.0 * self.x_recv).max(floor);
+            } else {
+                self.x = (self.x / 2.0).max(floor);
+            }
+        }
+        self.nofeedback_at = now + self.rto();
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        Some(self.nofeedback_at)
+    }
+
+    fn can_send(&self, now: Time) -> bool {
+        // Send up to half an interval early (sec. 4.6's delta).
+        now + self.t_ipi() / 2 >= self.t_nom
+    }
+
+    fn next_send_time(&self) -> Option<Time> {
+        Some(
+            self.t_nom
+                .checked_sub(self.t_ipi() / 2)
+                .unwrap_or(self.t_nom),
+        )
+    }
+
+    fn ccval(&mut self, now: Time) -> u8 {
+        if let Some(r) = self.rtt {
+            let quarter = (r / 4).max(Duration::from_micros(1));
+            let q =
+                (now.saturating_duration_since(self.wc_at).as_nanos() / quarter.as_nanos()) as u64;
+            if q > 0 {
+                self.wc = ((u64::from(self.wc) + q.min(5)) % 16) as u8;
+                self.wc_at = now;
+            }
+        }
+        self.wc
+    }
+
+    fn state(&self) -> CcidState {
+        CcidState::Ccid3 {
+            x: self.x,
+            x_recv: self.x_recv,
+            p: self.p,
+            rtt: self.rtt,
+            t_ipi: self.t_ipi(),
+        }
+    }
+}
+
+/// The CCID3 receiver.
+#[derive(Debug)]
+pub struct Ccid3Rx {
+    s: f64,
+    intervals: LossIntervals,
+    /// Highest data sequence number seen.
+    last_data: Option<Seq>,
+    /// Start of the current loss event: its CCVal and time.
+    event: Option<(u8, Time)>,
+    /// Arrival of the first packet with each window counter value, for
+    /// the receiver's RTT estimate (RFC 4342 sec. 8.1).
+    wc_seen: [Option<Time>; 16],
+    last_wc: Option<u8>,
+    rtt: Duration,
+    bytes_since: u64,
+    last_feedback: Option<Time>,
+    last_arrival: Option<Time>,
+    /// X_recv over the previous feedback interval, for the first loss.
+    x_recv: f64,
+    loss_pending: bool,
+    data_since: bool,
+}
+
+impl Ccid3Rx {
+    pub fn new(_now: Time, cfg: &CcidConfig) -> Self {
+        Ccid3Rx {
+            s: cfg.mss.max(1) as f64,
+            intervals: LossIntervals::default(),
+            last_data: None,
+            event: None,
+            wc_seen: [None; 16],
+            last_wc: None,
+            rtt: cfg.handshake_rtt.unwrap_or(Duration::from_millis(100)),
+            bytes_since: 0,
+            last_feedback: None,
+            last_arrival: None,
+            x_recv: 0.0,
+            loss_pending: false,
+            data_since: false,
+        }
+    }
+
+    /// The loss event rate the receiver currently reports.
+    pub fn p(&self) -> f64 {
+        self.intervals.p()
+    }
+
+    fn track_rtt(&mut self, now: Time, wc: u8) {
+        match self.last_wc {
+            Some(prev) if prev == wc => return,
+            Some(prev) => {
+                let steps = (wc.wrapping_sub(prev) & 15) as usize;
+                for k in 1..steps {
+                    self.wc_seen[(usize::from(prev) + k) & 15] = None;
+                }
+            }
+            None => {}
+        }
+        self.wc_seen[usize::from(wc)] = Some(now);
+        self.last_wc = Some(wc);
+        if let Some(t) = self.wc_seen[usize::from(wc.wrapping_sub(4) & 15)] {
+            let r = now.saturating_duration_since(t);
+            if !r.is_zero() {
+                self.rtt = r;
+            }
+        }
+    }
+}
+
+impl CcidRx for Ccid3Rx {
+    fn on_packet(&mut self, now: Time, a: &Arrival) {
+        if !a.data {
+            return;
+        }
+        self.track_rtt(now, a.ccval);
+        self.bytes_since += a.bytes as u64;
+        self.last_arrival = Some(now);
+        self.data_since = true;
+        let Some(last) = self.last_data else {
+            self.last_data = Some(a.seq);
+            // Feedback on the first data packet (RFC 5348 sec. 6.3).
+            self.loss_pending = true;
+            return;
+        };
+        let d = a.seq.dist(last);
+        if d <= 0 {
+            return; // reordered or duplicate; counted as received
+        }
+        self.last_data = Some(a.seq);
+        let lost = (d as u64 - 1).saturating_sub(a.ndp);
+        if lost > 0 {
+            let new_event = match self.event {
+                None => true,
+                Some((wc, at)) => {
+                    (a.ccval.wrapping_sub(wc) & 15) > 4
+                        || now.saturating_duration_since(at) >= self.rtt * 4
+                }
+            };
+            if new_event {
+                let first = if self.intervals.is_empty() {
+                    // Sec. 6.3.1: the interval that gives the rate seen.
+                    let x = if self.x_recv > 0.0 {
+                        self.x_recv
+                    } else {
+                        let t = self
+                            .last_feedback
+                            .map_or(self.rtt, |f| now.saturating_duration_since(f));
+                        self.bytes_since as f64 / t.as_secs_f64().max(1e-6)
+                    };
+                    Some((1.0 / p_for_rate(self.s, self.rtt, x)).round() as u64)
+                } else {
+                    None
+                };
+                self.intervals.new_event(first);
+                self.event = Some((a.ccval, now));
+                self.loss_pending = true;
+                self.intervals.count(1);
+                return;
+            }
+        }
+        self.intervals.count(d as u64 - lost);
+    }
+
+    fn on_peer_ack(&mut self, _ack: Seq) {}
+
+    fn ack_due(&self, now: Time) -> bool {
+        self.loss_pending
+            || (self.data_since
+                && self
+                    .last_feedback
+                    .is_none_or(|t| now.saturating_duration_since(t) >= self.rtt))
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        if !self.data_since && !self.loss_pending {
+            return None;
+        }
+        match self.last_feedback {
+            Some(t) if !self.loss_pending => Some(t + self.rtt),
+            _ => self.last_arrival,
+        }
+    }
+
+    fn write_feedback(
+        &mut self,
+        now: Time,
+        _our_seq: Seq,
+        _ack: Seq,
+        w: &mut PacketWriter<'_>,
+    ) -> Result<(), DccpError> {
+        let since = self
+            .last_feedback
+            .map_or(self.rtt, |t| now.saturating_duration_since(t))
+            .max(Duration::from_micros(100));
+        let x_recv = self.bytes_since as f64 / since.as_secs_f64();
+        self.x_recv = x_recv;
+        let p = self.intervals.p();
+        let ler = if p == 0.0 {
+            u32::MAX
+        } else {
+            (1.0 / p).ceil().min(f64::from(u32::MAX - 1)) as u32
+        };
+        let elapsed = self
+            .last_arrival
+            .map_or(0, |t| now.saturating_duration_since(t).as_micros() / 10);
+        w.option(&Opt::ElapsedTime(Elapsed::of(
+            elapsed.min(u128::from(u32::MAX)) as u32,
+        )))?;
+        w.option(&Opt::LossEventRate(ler))?;
+        w.option(&Opt::ReceiveRate(x_recv.min(f64::from(u32::MAX)) as u32))?;
+        self.bytes_since = 0;
+        self.last_feedback = Some(now);
+        self.loss_pending = false;
+        self.data_since = false;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dccp::checksum::Pseudo;
+    use crate::dccp::packet::{parse, Body, Header};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn cfg(rtt: Option<Duration>) -> CcidConfig {
+        CcidConfig {
+            mss: 1400,
+            ack_ratio: 2,
+            handshake_rtt: rtt,
+        }
+    }
+
+    /// A real feedback packet: the options a receiver writes.
+    fn feedback(tx: &mut Ccid3Tx, now: Time, ack: u64, ler: u32, rate: u32) {
+        let h = Header {
+            src_port: 2,
+            dst_port: 1,
+            ccval: 0,
+            cscov: 0,
+            long: true,
+            seq: Seq::new(77),
+            body: Body::Ack { ack: Seq::new(ack) },
+        };
+        let mut buf = [0u8; 128];
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        w.option(&Opt::ElapsedTime(Elapsed::Short(0))).unwrap();
+        w.option(&Opt::LossEventRate(ler)).unwrap();
+        w.option(&Opt::ReceiveRate(rate)).unwrap();
+        let n = w.finish(&[], &Pseudo::None).unwrap();
+        let p = parse(&buf[..n]).unwrap();
+        tx.on_ack(
+            now,
+            &Feedback {
+                ack: Seq::new(ack),
+                options: p.options,
+            },
+        );
+    }
+
+    fn x_of(tx: &Ccid3Tx) -> (f64, f64, Duration) {
+        let CcidState::Ccid3 { x, p, rtt, .. } = tx.state() else {
+            panic!()
+        };
+        (x, p, rtt.unwrap())
+    }
+
+    #[test]
+    fn the_rate_is_rfc_5348s_equation_for_p_and_rtt() {
+        for (p_inv, rtt_ms) in [(100u32, 100u64), (1000, 94), (20, 10)] {
+            let t0 = Time::ZERO;
+            let mut tx = Ccid3Tx::new(t0, &cfg(None));
+            tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+            let now = t0 + MS * rtt_ms as u32;
+            feedback(&mut tx, now, 1, p_inv, u32::MAX);
+            let (x, p, rtt) = x_of(&tx);
+            assert_eq!(rtt, MS * rtt_ms as u32);
+            assert!((p - 1.0 / f64::from(p_inv)).abs() < 1e-12);
+            let want = x_calc(1400.0, rtt, p);
+            assert!((x - want).abs() / want < 1e-9, "{x} vs {want}");
+            let CcidState::Ccid3 { t_ipi, .. } = tx.state() else {
+                panic!()
+            };
+            assert!((t_ipi.as_secs_f64() - 1400.0 / want).abs() < 1e-6);
+        }
+        // The receiver's rate caps it: X <= 2 X_recv.
+        let t0 = Time::ZERO;
+        let mut tx = Ccid3Tx::new(t0, &cfg(None));
+        tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+        feedback(&mut tx, t0 + 100 * MS, 1, 100, 10_000);
+        assert_eq!(x_of(&tx).0, 20_000.0);
+    }
+
+    #[test]
+    fn slow_start_doubles_once_per_rtt() {
+        let t0 = Time::ZERO;
+        let rtt = 50 * MS;
+        let mut tx = Ccid3Tx::new(t0, &cfg(Some(rtt)));
+        // W_init / R = min(4*1400, max(2800, 4380)) / 50 ms = 87 600 B/s.
+        let x0 = x_of(&tx).0;
+        assert!((x0 - 87_600.0).abs() < 1e-6, "{x0}");
+        let mut xs = vec![x0];
+        for k in 1..=6u32 {
+            let sent_at = t0 + rtt * (k - 1);
+            tx.on_packet_sent(sent_at, Seq::new(u64::from(k)), 1400, true);
+            // Half-RTT feedback does not double again.
+            feedback(&mut tx, sent_at + rtt, u64::from(k), u32::MAX, u32::MAX);
+            xs.push(x_of(&tx).0);
+        }
+        for w in xs.windows(2) {
+            assert!((w[1] / w[0] - 2.0).abs() < 1e-9, "{xs:?}");
+        }
+        let before = x_of(&tx).0;
+        tx.on_packet_sent(t0 + rtt * 6, Seq::new(7), 1400, true);
+        feedback(&mut tx, t0 + rtt * 6 + rtt / 2, 7, u32::MAX, u32::MAX);
+        assert_eq!(x_of(&tx).0, before, "not twice in one RTT");
+    }
+
+    #[test]
+    fn the_no_feedback_timer_halves_the_rate() {
+        let t0 = Time::ZERO;
+        let mut tx = Ccid3Tx::new(t0, &cfg(None));
+        // Before any feedback: the 2 s timer halves the 1 packet/s start.
+        assert_eq!(tx.poll_timeout(), Some(t0 + Duration::from_secs(2)));
+        tx.on_timeout(t0 + Duration::from_secs(2));
+        assert_eq!(x_of_any(&tx), 700.0);
+        // With feedback and no loss: X halves at the timer, which is then
+        // max(4R, 2s/X) away.
+        tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+        let now = t0 + Duration::from_secs(3);
+        feedback(&mut tx, now, 1, u32::MAX, 1_000_000);
+        let x = x_of(&tx).0;
+        let at = tx.poll_timeout().unwrap();
+        let rto = (4 * x_of(&tx).2).max(Duration::from_secs_f64(2.0 * 1400.0 / x));
+        assert_eq!(at, now + rto);
+        tx.on_timeout(at - MS);
+        assert_eq!(x_of(&tx).0, x, "not before its time");
+        tx.on_timeout(at);
+        assert!((x_of(&tx).0 - x / 2.0).abs() < 1e-9);
+        tx.on_timeout(tx.poll_timeout().unwrap());
+        assert!((x_of(&tx).0 - x / 4.0).abs() < 1e-9);
+        // With loss: X follows the equation with X_recv halved.
+        let mut tx = Ccid3Tx::new(t0, &cfg(None));
+        tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+        feedback(&mut tx, t0 + 100 * MS, 1, 100, 50_000);
+        let x = x_of(&tx).0;
+        tx.on_timeout(tx.poll_timeout().unwrap());
+        assert!(x_of(&tx).0 < x);
+    }
+
+    fn x_of_any(tx: &Ccid3Tx) -> f64 {
+        let CcidState::Ccid3 { x, .. } = tx.state() else {
+            panic!()
+        };
+        x
+    }
+
+    #[test]
+    fn pacing_spaces_packets_by_t_ipi() {
+        let t0 = Time::ZERO;
+        let mut tx = Ccid3Tx::new(t0, &cfg(Some(10 * MS)));
+        let ipi = Duration::from_secs_f64(1400.0 / x_of_any(&tx));
+        assert!(tx.can_send(t0));
+        tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+        assert!(!tx.can_send(t0));
+        assert!(tx.can_send(t0 + ipi - ipi / 2));
+        assert_eq!(tx.next_send_time(), Some(t0 + ipi - ipi / 2));
+    }
+
+    /// The receiver counts loss events and reports 1/p.
+    #[test]
+    fn receiver_loss_intervals_and_feedback() {
+        let t0 = Time::ZERO;
+        let mut rx = Ccid3Rx::new(t0, &cfg(Some(100 * MS)));
+        let mut seq = 0u64;
+        let mut now = t0;
+        let mut buf = [0u8; 256];
+        let mut reported = Vec::new();
+        // 1000 packets, one lost every 100, CCVal advancing a quarter RTT
+        // per 20 packets: losses are five quarters apart, each its own
+        // loss event.
+        for i in 0..1000u64 {
+            seq += 1;
+            now += MS;
+            if i % 100 == 50 {
+                continue;
+            }
+            rx.on_packet(
+                now,
+                &Arrival {
+                    seq: Seq::new(seq),
+                    data: true,
+                    ccval: ((i / 20) % 16) as u8,
+                    ndp: 0,
+                    bytes: 1400,
+                    ecn_ce: false,
+                },
+            );
+            if rx.ack_due(now) {
+                let h = Header {
+                    src_port: 2,
+                    dst_port: 1,
+                    ccval: 0,
+                    cscov: 0,
+                    long: true,
+                    seq: Seq::new(i),
+                    body: Body::Ack { ack: Seq::new(seq) },
+                };
+                let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+                rx.write_feedback(now, Seq::new(i), Seq::new(seq), &mut w)
+                    .unwrap();
+                let n = w.finish(&[], &Pseudo::None).unwrap();
+                for o in Options::new(parse(&buf[..n]).unwrap().options).flatten() {
+                    if let Opt::LossEventRate(l) = o.0 {
+                        reported.push(l);
+                    }
+                }
+            }
+        }
+        assert_eq!(reported[0], u32::MAX, "no loss at first");
+        let last = *reported.last().unwrap();
+        // Intervals of 100 packets: 1/p near 100.
+        assert!((90..=110).contains(&last), "{reported:?}");
+        assert!((rx.p() - 0.01).abs() < 0.001, "{}", rx.p());
+    }
+}

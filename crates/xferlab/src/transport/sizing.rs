@@ -1,0 +1,151 @@
+//! How much a byte-stream receiver asks for per read() and how it batches
+//! its wake-ups: the read size derived from the L2 cache of the machine it
+//! runs on unless the command line says otherwise. Pure: the caller reads the
+//! caches (`sys::cache`) and records the choice in the result.
+//!
+//! # Why the L2 cache
+//!
+//! A copying receive is one long `copy_to_user` from the socket's pages
+//! (written moments ago by the sender, so in the sender's cache or L3)
+//! into the read buffer. While the buffer and the stretch of socket data
+//! being copied both fit in L2, the stores hit L2; once they do not, every
+//! store line is fetched from L3 first and the receiver's cost per byte
+//! triples. Measured on loopback, AMD EPYC (Zen 3, 512 KiB L2 per core,
+//! 32 MiB L3), one flow, receiver CPU seconds per GB (median of 3):
+//!
+//! | read size | 64K  | 128K | 160K | 192K | 256K | 1M   |
+//! |-----------|------|------|------|------|------|------|
+//! | s/GB      | 0.11 | 0.10 | 0.40 | 0.37 | 0.34 | 0.25 |
+//! | Gbit/s    | 24   | 29   | 12   | 13   | 13   | 7    |
+//!
+//! The cliff sits between L2/4 and L2/3 (a user-space memcpy into a
+//! buffer re-used the same way falls off at 160-192K on the same CPU), so
+//! [`L2_SHARE`] reads a quarter of L2. That is 64K on CPUs with 256 KiB
+//! of L2 (Intel Skylake client), 256K with 1 MiB (Skylake-SP, Zen 4) and
+//! 512K with 2 MiB (Sapphire Rapids). There is no Intel machine here, so
+//! the rule was tested by overriding the detected L2 (XFERLAB_L2_CACHE) on
+//! this CPU, medians of 3 interleaved 3 s runs, load average 4-7:
+//!
+//! | L2 override | read | Gbit/s | receiver s/GB |
+//! |-------------|------|--------|---------------|
+//! | 128K        | 32K  | 15.1   | 0.26          |
+//! | 512K (real) | 128K | 17.9   | 0.22          |
+//! | 4M          | 1M   | 13.3   | 0.34          |
+//!
+//! Believing in a smaller L2 than the real one costs calls, not misses;
+//! believing in a larger one makes reads overrun the real L2 and brings
+//! the cliff back: the size has to come from the machine that reads.
+
+//! # Wake-ups and placement
+//!
+//! SO_RCVLOWAT batching (`--rcvlowat`) and pinning stay off unless asked
+//! for: on loopback here, medians of 4 interleaved 3 s runs at P=1 (load
+//! average ~7), the default did 25.4 Gbit/s at 0.232 CPU s/GB, with
+//! `--rcvlowat 64K` 23.0 / 0.221, with `--rcvlowat 128K` 21.0 / 0.242;
+//! pinned apart (`-A 0,1`) 10.2 / 0.417, pinned together (`-A 0,0`) 24.8 /
+//! 0.206. On a shared 2-vCPU machine a pinned thread cannot get away from
+//! a busy neighbour; the scheduler can.
+
+use xferlab_core::result::{CacheSizes, SizeSource};
+use xferlab_core::spec::Knobs;
+
+/// The fraction of L2 one read fills (see the module docs).
+const L2_SHARE: u64 = 4;
+/// Reads never go below this: a loopback TCP segment is up to 64K, and
+/// smaller reads only add system calls.
+const MIN_READ: u64 = 16 << 10;
+/// Nor above this, whatever the L2 (no CPU's L2 makes a larger read pay).
+const MAX_READ: u64 = 16 << 20;
+/// Read size on a machine that does not report its L2: iperf3's default
+/// block, a quarter of the smallest L2 of a current server CPU.
+const FALLBACK_READ: u64 = 128 << 10;
+
+/// What one byte-stream receiver uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSizes {
+    /// Bytes per read() (copy and zero-copy receive).
+    pub read_size: usize,
+    pub read_size_from: SizeSource,
+    /// Largest SO_RCVLOWAT the receiver sets; 0: it never sets one.
+    pub rcvlowat: usize,
+}
+
+impl StreamSizes {
+    /// The sizes a receiver on a machine with `caches` uses for `knobs`.
+    pub fn for_receiver(knobs: &Knobs, caches: &CacheSizes) -> StreamSizes {
+        let (read, from) = match (knobs.read_size, caches.l2) {
+            (Some(r), _) => (r, SizeSource::Option),
+            (None, Some(l2)) => (
+                page_floor(l2 / L2_SHARE).clamp(MIN_READ, MAX_READ),
+                SizeSource::L2Cache,
+            ),
+            (None, None) => (FALLBACK_READ, SizeSource::Fallback),
+        };
+        let read_size = usize::try_from(read).unwrap_or(usize::MAX);
+        StreamSizes {
+            read_size,
+            read_size_from: from,
+            // A wake-up never asks for more than one read drains.
+            rcvlowat: knobs
+                .rcvlowat
+                .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
+                .min(read_size),
+        }
+    }
+}
+
+/// Rounded down to whole 4 KiB pages (TCP zero-copy receive maps pages).
+fn page_floor(n: u64) -> u64 {
+    n & !4095
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn l2(n: u64) -> CacheSizes {
+        CacheSizes {
+            l2: Some(n),
+            ..CacheSizes::default()
+        }
+    }
+
+    #[test]
+    fn reads_fill_a_quarter_of_l2_within_bounds() {
+        let k = Knobs::default();
+        let at = |c| StreamSizes::for_receiver(&k, &c).read_size;
+        assert_eq!(at(l2(512 << 10)), 128 << 10);
+        assert_eq!(at(l2(256 << 10)), 64 << 10);
+        assert_eq!(at(l2(1280 << 10)), 320 << 10);
+        assert_eq!(at(l2(2 << 20)), 512 << 10);
+        assert_eq!(at(l2(16 << 10)), 16 << 10);
+        assert_eq!(at(l2(1 << 30)), 16 << 20);
+        let s = StreamSizes::for_receiver(&k, &l2(512 << 10));
+        assert_eq!(
+            (s.read_size_from, s.rcvlowat),
+            (SizeSource::L2Cache, 0),
+            "no wake-up batching unless asked"
+        );
+    }
+
+    #[test]
+    fn an_unknown_l2_falls_back_and_the_option_wins() {
+        let k = Knobs::default();
+        let s = StreamSizes::for_receiver(&k, &CacheSizes::default());
+        assert_eq!(
+            (s.read_size, s.read_size_from),
+            (128 << 10, SizeSource::Fallback)
+        );
+        let k = Knobs {
+            read_size: Some(100_000),
+            rcvlowat: Some(1 << 20),
+            ..Knobs::default()
+        };
+        let s = StreamSizes::for_receiver(&k, &l2(512 << 10));
+        assert_eq!(
+            (s.read_size, s.read_size_from, s.rcvlowat),
+            (100_000, SizeSource::Option, 100_000),
+            "the wake-up batch is capped at one read"
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! The byte-stream data path's choices, end to end: the read size each
+//! receiver derives from its L2 cache (or takes from --read-size), the
+//! copy-free send and receive modes, and how the result labels them. Real
+//! binary, loopback, embedded server; never a speed.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// `xferlab stream -J ARGS` (embedded server) with `env`; the validated,
+/// ok result.
+fn embedded(args: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut all = vec!["stream", "-J"];
+    all.extend_from_slice(args);
+    let out = Proc::spawn_env(&all, env).finish(deadline_for(2.0));
+    out.assert_success();
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert_ok(&v);
+    v
+}
+
+/// The one receiving flow's socket settings, and its side.
+fn receiver(v: &Value) -> (&'static str, &Value) {
+    for side in ["client", "server"] {
+        if let Some(f) = flows(v, side).iter().find(|f| f["role"] == "receiver") {
+            return (side, &f["socket"]);
+        }
+    }
+    panic!("no receiving flow in {v}");
+}
+
+fn sender_socket(v: &Value) -> &Value {
+    ["client", "server"]
+        .iter()
+        .find_map(|side| flows(v, side).iter().find(|f| f["role"] == "sender"))
+        .map(|f| &f["socket"])
+        .expect("a sending flow")
+}
+
+#[test]
+fn receivers_read_a_quarter_of_the_l2_they_are_told_of() {
+    for (l2, read) in [("128K", 32 << 10), ("4M", 1 << 20)] {
+        let v = embedded(&["-n", "8M"], &[("XFERLAB_L2_CACHE", l2)]);
+        let (side, s) = receiver(&v);
+        assert_eq!(u64_at(s, "/read_size"), read, "L2 {l2}");
+        assert_eq!(s["read_size_from"], "l2_cache", "L2 {l2}");
+        assert_eq!(u64_at(s, "/rcvlowat"), 0, "no wake-up batching by default");
+        assert_eq!(v[side]["host"]["caches"]["l2_override"], true);
+        assert_eq!(
+            u64_at(&v[side]["host"]["caches"], "/l2"),
+            xferlab_core::units::parse_size(l2).unwrap()
+        );
+        assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
+    }
+}
+
+#[test]
+fn without_an_override_the_sysfs_l2_is_used_and_reported() {
+    let v = embedded(&["-n", "4M", "-R"], &[]);
+    let (side, s) = receiver(&v);
+    assert_eq!(side, "client", "-R: the client receives");
+    let caches = &v[side]["host"]["caches"];
+    assert!(caches.get("l2_override").is_none(), "{caches}");
+    let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size");
+    match caches["l2"].as_u64() {
+        Some(l2) => {
+            assert_eq!(s["read_size_from"], "l2_cache");
+            let want = ((l2 / 4) & !4095).clamp(16 << 10, 16 << 20);
+            assert_eq!(u64_at(s, "/read_size"), want);
+            assert!(sysfs.is_ok(), "an L2 reported without sysfs saying so");
+        }
+        None => {
+            assert_eq!(s["read_size_from"], "fallback");
+            assert_eq!(u64_at(s, "/read_size"), 128 << 10);
+        }
+    }
+    assert!(!v[side]["host"]["cpu_model"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty());
+}
+
+#[test]
+fn read_size_and_rcvlowat_options_win_and_are_recorded() {
+    let v = embedded(
+        &["-n", "4M", "--read-size", "48K", "--rcvlowat", "1M"],
+        &[("XFERLAB_L2_CACHE", "4M")],
+    );
+    assert_eq!(u64_at(&v, "/spec/knobs/read_size"), 48 << 10);
+    let (_, s) = receiver(&v);
+    assert_eq!(u64_at(s, "/read_size"), 48 << 10);
+    assert_eq!(s["read_size_from"], "option");
+    assert_eq!(u64_at(s, "/rcvlowat"), 48 << 10, "capped at one read");
+}
+
+#[test]
+fn sendfile_and_msg_zerocopy_senders_deliver_every_byte_and_say_so() {
+    for (flag, mode) in [
+        (&["-Z"][..], "sendfile"),
+        (&["--zerocopy", "sendfile"][..], "sendfile"),
+        (&["--zerocopy", "msg"][..], "msg_zerocopy"),
+    ] {
+        let mut args = vec!["-n", "24M", "-l", "256K"];
+        args.extend_from_slice(flag);
+        let v = embedded(&args, &[]);
+        assert_eq!(v["spec"]["knobs"]["send_mode"], mode, "{flag:?}");
+        assert_eq!(sender_socket(&v)["send_mode"], mode, "{flag:?}");
+        assert_eq!(
+            u64_at(&v, "/summary/directions/0/receiver/bytes"),
+            24 << 20,
+            "{flag:?}"
+        );
+        assert_flows_agree(&v);
+    }
+    // The default is a plain write, labelled as such on the sender.
+    let v = embedded(&["-n", "1M"], &[]);
+    assert!(v["spec"]["knobs"].get("send_mode").is_none());
+    assert_eq!(sender_socket(&v)["send_mode"], "copy");
+}
+
+#[test]
+fn zerocopy_receive_delivers_every_byte_and_reports_the_share_mapped() {
+    let v = embedded(&["-n", "24M", "--rx-zerocopy", "-R"], &[]);
+    assert_eq!(v["spec"]["knobs"]["recv_mode"], "zerocopy");
+    let (side, s) = receiver(&v);
+    assert_eq!(s["recv_mode"], "zerocopy");
+    assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 24 << 20);
+    let warnings = v[side]["warnings"].to_string();
+    assert!(
+        warnings.contains("TCP_ZEROCOPY_RECEIVE mapped"),
+        "{warnings}"
+    );
+}
+
+#[test]
+fn tcp_data_path_options_are_refused_for_udp_and_a_bad_l2_override_is_named() {
+    for flag in [
+        &["-Z"][..],
+        &["--rx-zerocopy"][..],
+        &["--read-size", "64K"][..],
+        &["--rcvlowat", "64K"][..],
+    ] {
+        let mut args = vec!["stream", "-u", "-t", "0.2"];
+        args.extend_from_slice(flag);
+        run(&args, deadline_for(1.0)).assert_one_line_failure(2, &["tcp options"]);
+    }
+    run(
+        &["stream", "--read-size", "0", "-t", "0.2"],
+        deadline_for(1.0),
+    )
+    .assert_one_line_failure(2, &["--read-size"]);
+    Proc::spawn_env(&["stream", "-t", "0.2"], &[("XFERLAB_L2_CACHE", "lots")])
+        .finish(deadline_for(1.0))
+        .assert_one_line_failure(2, &["XFERLAB_L2_CACHE", "cache size"]);
+}
