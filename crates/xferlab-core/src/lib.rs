@@ -12,6 +12,8 @@ pub mod counters;
 pub mod datagram;
 pub mod dccp;
 pub mod experiment;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
 pub mod interval;
 pub mod iperf3;
 pub mod latency;

@@ -40,6 +40,11 @@ impl Time {
         Duration::from_nanos(self.0.saturating_sub(earlier.0))
     }
 
+    /// The span from `earlier` to `self`, or None when `earlier` is later.
+    pub fn checked_duration_since(self, earlier: Time) -> Option<Duration> {
+        self.0.checked_sub(earlier.0).map(Duration::from_nanos)
+    }
+
     /// The same as [`Time::duration_since`]; the name callers of
     /// `std::time::Instant` know.
     pub fn saturating_duration_since(self, earlier: Time) -> Duration {
@@ -110,6 +115,11 @@ mod tests {
         assert_eq!(t.as_nanos(), 1_500_000_000);
         assert_eq!(t - Time::ZERO, Duration::from_millis(1500));
         assert_eq!(Time::ZERO - t, Duration::ZERO);
+        assert_eq!(Time::ZERO.checked_duration_since(t), None);
+        assert_eq!(
+            t.checked_duration_since(Time::ZERO),
+            Some(Duration::from_millis(1500))
+        );
         assert_eq!(Time::ZERO - Duration::from_secs(1), Time::ZERO);
         assert_eq!((t + Duration::MAX).as_nanos(), u64::MAX);
         assert_eq!(t.checked_add(Duration::MAX), None);

@@ -40,7 +40,7 @@ use cli::{Cli, Command};
 use series::{CbrPlan, SweepAxis};
 use server::{Server, ServerHandle};
 use session::client::{self, ClientConfig};
-use session::registry::ServerConfig;
+use session::ServerConfig;
 
 /// Ctrl-C presses, counted by the signal handler.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
@@ -143,16 +143,57 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if a.max_sessions == 0 {
         return fail("--max-sessions must be at least 1", 2);
     }
+    if a.max_sessions_per_client == Some(0) {
+        return fail("--max-sessions-per-client must be at least 1", 2);
+    }
+    for (flag, v) in [
+        ("--max-rate", a.max_rate),
+        ("--max-total-rate", a.max_total_rate),
+    ] {
+        if v == Some(0) {
+            return fail(
+                &format!("{flag} must be above 0 (leave it out for no limit)"),
+                2,
+            );
+        }
+    }
+    if a.max_flows == Some(0) {
+        return fail("--max-flows must be at least 1", 2);
+    }
+    let auth_keys = match &a.auth_key {
+        Some(path) => match session::auth::load_keys(path) {
+            Ok(k) => Some(std::sync::Arc::new(k)),
+            Err(e) => return fail(&e, 2),
+        },
+        None => None,
+    };
+    let iperf3_users = match (&a.rsa_private_key_path, &a.authorized_users_path) {
+        (Some(key), Some(users)) => match session::auth::Iperf3Users::load(key, users) {
+            Ok(u) => Some(std::sync::Arc::new(u)),
+            Err(e) => return fail(&e, 2),
+        },
+        _ => None,
+    };
     let cfg = ServerConfig {
+        auth_keys,
+        iperf3_users,
         bind: a.bind,
         port: a.port,
         iperf3_port: a.iperf3_port.0,
         max_duration: Duration::from_secs_f64(a.max_duration),
         max_sessions: a.max_sessions,
+        max_sessions_per_client: a.max_sessions_per_client.unwrap_or(a.max_sessions),
         one_off: a.one_off,
         embedded: false,
         log: true,
         affinity: a.affinity,
+        udp_any_peer: a.udp_any_peer,
+        budgets: session::budget::Budgets {
+            max_rate: a.max_rate,
+            max_total_rate: a.max_total_rate,
+            max_flows: a.max_flows,
+            min_interval: a.min_interval,
+        },
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {
@@ -205,17 +246,7 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
     } else {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     };
-    let cfg = ServerConfig {
-        bind: Some(loopback),
-        port: 0,
-        iperf3_port: None,
-        max_duration: Duration::from_secs(86_400),
-        max_sessions: 1,
-        one_off: !series,
-        embedded: true,
-        log: false,
-        affinity: None,
-    };
+    let cfg = ServerConfig::embedded(loopback, !series);
     let server =
         Server::bind(cfg).map_err(|e| format!("cannot start the in-process server: {e}"))?;
     let addr = server
@@ -236,14 +267,19 @@ fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, String> {
     output::open(a.output.as_deref())
 }
 
-fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> ClientConfig {
-    ClientConfig {
+fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> Result<ClientConfig, String> {
+    let auth_key = match &a.auth_key {
+        Some(path) => session::auth::load_keys(path)?.into_iter().next(),
+        None => None,
+    };
+    Ok(ClientConfig {
         spec,
         server: t.label.clone(),
         addrs: t.addrs.clone(),
         connect_timeout: Duration::from_secs_f64(a.connect_timeout),
         embedded: t.embedded,
-    }
+        auth_key,
+    })
 }
 
 fn interrupted_or(code: u8) -> u8 {
@@ -268,7 +304,10 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
         Err(e) => return fail(&e, 1),
     };
     install_interrupt_handler();
-    let cfg = client_config(a, spec, &t);
+    let cfg = match client_config(a, spec, &t) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, 2),
+    };
     let mut reporter = output::reporter(a.format(), a.units, out);
     let ran = if a.iperf3_mode() {
         iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
@@ -311,7 +350,10 @@ fn run_rr(a: &RrArgs) -> ExitCode {
         Err(e) => return fail(&e, 1),
     };
     install_interrupt_handler();
-    let cfg = client_config(&a.stream, spec, &t);
+    let cfg = match client_config(&a.stream, spec, &t) {
+        Ok(c) => c,
+        Err(e) => return fail(&e, 2),
+    };
     let mut reporter = output::reporter(a.stream.format(), a.stream.units, out);
     match client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
@@ -383,7 +425,7 @@ fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode>
     install_interrupt_handler();
     Ok(SeriesRun {
         out,
-        cfg: client_config(a, spec, &target),
+        cfg: client_config(a, spec, &target).map_err(|e| fail(&e, 2))?,
         json: format == output::Format::Json,
         _target: target,
     })

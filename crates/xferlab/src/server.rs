@@ -1,60 +1,85 @@
-//! `xferlab server`: xferlab's port and iperf3's, many tests at once.
-//!
-//! Every accepted connection gets a short-lived thread that reads its
-//! first bytes (with a deadline, so a silent connection cannot pin
-//! anything) and recognises who is talking: xferlab's 8-byte preamble, or
-//! the 37-byte cookie that opens every iperf3 connection. Both protocols
-//! are served on both ports (xferlab's `-p`, default 5290, and
+//! `xferlab server`'s front door: xferlab's port and iperf3's, listened
+//! on by one thread that also reads every new connection's first bytes
+//! and recognises who is talking: xferlab's 8-byte preamble, or the
+//! 37-byte cookie that opens every iperf3 connection. Both protocols are
+//! served on both ports (xferlab's `-p`, default 5290, and
 //! `--iperf3-port`, default 5201), so a stock iperf3 client can use
-//! either. A connection then becomes a test session (control connection)
-//! or is handed to the session whose token or cookie it presents (data
-//! connection). Sessions share nothing but those registries, so one
-//! client vanishing cannot leave another — or the server — "busy".
+//! either. A connection then becomes a test session (control connection,
+//! on a thread of its own) or is handed to the session whose token or
+//! cookie it presents (data connection). What sessions share lives in
+//! [`crate::session::shared`].
+//!
+//! A connection that has not yet said what it is costs a file descriptor
+//! and a few bytes here, no thread. It has [`PREAMBLE_TIMEOUT`] in total
+//! to say it (not per read: trickling a byte at a time does not extend
+//! it). Too many such connections from one address, or from everyone,
+//! and the oldest of them is closed to make room (and the log says so),
+//! so a flood of slow or idle connections delays nobody who talks
+//! promptly.
 
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::Domain;
+use xferlab_core::iperf3::wire::access_denied;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
-    Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
+    encode_frame, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
 };
-use xferlab_core::proto::ProtoError;
+use xferlab_core::proto::{ErrorCode, ProtoError, ServerMsg};
 
 use crate::control::Wake;
-use crate::session;
-use crate::session::registry::{ServerConfig, Shared};
+use crate::session::shared::lock;
+use crate::session::{self, ServerConfig, Shared};
 use crate::transport::FlowSocket;
 
-/// How long a new connection may take to say what it is.
-const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections still announcing themselves; beyond this, new ones are
-/// closed at once (a flood cannot exhaust threads).
-const MAX_PENDING: usize = 256;
-/// How often the accept loop looks at its shutdown flag.
+/// How long a new connection may take, in total, to say what it is (its
+/// preamble, and a data connection's attach record or an iperf3 cookie).
+pub const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections from one address still announcing themselves. A client's
+/// flows connect one after another (xferlab) or all at once (iperf3
+/// `-P 128`), so this leaves room for the largest test.
+pub const MAX_PENDING_PER_CLIENT: usize = 256;
+/// Connections still announcing themselves, from everyone: at most this,
+/// and at most a quarter of the open-file limit.
+pub const MAX_PENDING: usize = 8192;
+/// How often the front door looks at its shutdown flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
+/// At most one log line per limit this often (the log cannot be flooded
+/// through it).
+const LIMIT_LOG_EVERY: Duration = Duration::from_secs(5);
 
 pub struct Server {
     /// xferlab's port first, then iperf3's if asked for.
     listeners: Vec<TcpListener>,
     shared: Arc<Shared>,
+    stop: Arc<Stop>,
+}
+
+/// When the front door stops.
+#[derive(Default)]
+struct Stop {
+    shutdown: AtomicBool,
+    /// Sessions that have ended (for `--one-off`).
+    finished: AtomicUsize,
 }
 
 /// A server running on a background thread; dropping it stops the
 /// listener (sessions in progress finish on their own threads).
 pub struct ServerHandle {
-    shared: Arc<Shared>,
+    stop: Arc<Stop>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl Drop for ServerHandle {
     fn drop(&mut self) {
-        self.shared.shutdown.store(true, Ordering::Relaxed);
+        self.stop.shutdown.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             t.join().ok();
         }
@@ -88,8 +113,15 @@ impl Server {
                 )
             })?);
         }
-        let shared = Arc::new(Shared::new(cfg));
-        Ok(Server { listeners, shared })
+        for l in &listeners {
+            l.set_nonblocking(true)
+                .map_err(|e| format!("cannot listen: {e}"))?;
+        }
+        Ok(Server {
+            listeners,
+            shared: Arc::new(Shared::new(cfg)),
+            stop: Arc::default(),
+        })
     }
 
     /// xferlab's listening address.
@@ -104,55 +136,61 @@ impl Server {
 
     /// Serves until `--one-off` is satisfied or the handle is dropped.
     pub fn run(self) {
-        let mut pfds: Vec<PollFd<'_>> = self
-            .listeners
-            .iter()
-            .map(|l| PollFd::new(l, PollFlags::IN))
-            .collect();
-        let tick = Timespec::try_from(ACCEPT_POLL).expect("a short interval");
-        let mut conn_threads: Vec<JoinHandle<()>> = Vec::new();
-        while !self.shared.shutdown.load(Ordering::Relaxed) {
-            if self.shared.cfg.one_off && self.shared.finished.load(Ordering::Relaxed) > 0 {
+        let mut door = FrontDoor {
+            shared: self.shared.clone(),
+            stop: self.stop.clone(),
+            pending: VecDeque::new(),
+            per_client: HashMap::new(),
+            max_pending: max_pending(),
+            sessions: Vec::new(),
+            limit_log: [None, None],
+        };
+        let cfg = &self.shared.cfg;
+        while !self.stop.shutdown.load(Ordering::Relaxed) {
+            if cfg.one_off && self.stop.finished.load(Ordering::Relaxed) > 0 {
                 break;
             }
-            if !poll(&mut pfds, Some(&tick)).is_ok_and(|n| n > 0) {
-                continue;
-            }
-            let Some(i) = pfds.iter().position(|p| !p.revents().is_empty()) else {
-                continue;
+            let now = Instant::now();
+            let wait = door
+                .pending
+                .iter()
+                .map(|p| p.deadline.saturating_duration_since(now))
+                .min()
+                .map_or(ACCEPT_POLL, |d| d.min(ACCEPT_POLL));
+            let tick = Timespec::try_from(wait).expect("a short interval");
+            let mut pfds: Vec<PollFd<'_>> = self
+                .listeners
+                .iter()
+                .map(|l| PollFd::new(l, PollFlags::IN))
+                .chain(
+                    door.pending
+                        .iter()
+                        .map(|p| PollFd::new(&p.stream, PollFlags::IN)),
+                )
+                .collect();
+            let ready = poll(&mut pfds, Some(&tick)).unwrap_or(0);
+            let ready: Vec<usize> = if ready == 0 {
+                Vec::new()
+            } else {
+                (0..pfds.len())
+                    .filter(|&i| !pfds[i].revents().is_empty())
+                    .collect()
             };
-            let (stream, peer) = match self.listeners[i].accept() {
-                Ok((s, peer)) => (s, crate::net::canonical(peer)),
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    self.shared.log(format_args!("accept failed: {e}"));
-                    std::thread::sleep(Duration::from_millis(50));
-                    continue;
-                }
-            };
-            if self.shared.pending.fetch_add(1, Ordering::Relaxed) >= MAX_PENDING {
-                self.shared.pending.fetch_sub(1, Ordering::Relaxed);
-                tracing::debug!(%peer, "closed: {MAX_PENDING} connections still announcing themselves");
-                continue;
+            drop(pfds);
+            let n = self.listeners.len();
+            // Pending connections first (indices shift once new ones are
+            // admitted or old ones leave), newest first.
+            for &i in ready.iter().rev().filter(|&&i| i >= n) {
+                door.progress(i - n);
             }
-            tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
-            let shared = self.shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name("xfer-conn".into())
-                .spawn(move || {
-                    let counted = PendingGuard(&shared);
-                    classify(stream, peer, &shared, counted);
-                });
-            match spawned {
-                Ok(t) => conn_threads.push(t),
-                Err(e) => self
-                    .shared
-                    .log(format_args!("cannot start a connection thread: {e}")),
+            for &i in ready.iter().filter(|&&i| i < n) {
+                door.accept_all(&self.listeners[i]);
             }
-            conn_threads.retain(|t| !t.is_finished());
+            door.expire(Instant::now());
+            door.sessions.retain(|t| !t.is_finished());
         }
-        if self.shared.cfg.one_off {
-            for t in conn_threads {
+        if cfg.one_off {
+            for t in door.sessions {
                 t.join().ok();
             }
         }
@@ -160,24 +198,359 @@ impl Server {
 
     /// Runs the server on a background thread.
     pub fn spawn(self) -> io::Result<ServerHandle> {
-        let shared = self.shared.clone();
+        let stop = self.stop.clone();
         let thread = std::thread::Builder::new()
             .name("xfer-server".into())
             .spawn(move || self.run())?;
         Ok(ServerHandle {
-            shared,
+            stop,
             thread: Some(thread),
         })
     }
 }
 
-/// Decrements the pending count once the connection has said what it is.
-struct PendingGuard<'a>(&'a Shared);
+/// The global pending limit for this process: [`MAX_PENDING`], or a
+/// quarter of the open-file limit if that is lower (the rest is for
+/// tests' flows).
+fn max_pending() -> usize {
+    let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    usize::try_from(nofile / 4)
+        .unwrap_or(usize::MAX)
+        .clamp(16, MAX_PENDING)
+}
 
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        self.0.pending.fetch_sub(1, Ordering::Relaxed);
+/// A connection that has not yet said what it is.
+struct Pending {
+    stream: TcpStream,
+    peer: SocketAddr,
+    /// Its first bytes: a preamble (8), a data preamble and attach
+    /// record (28) or an iperf3 cookie (37).
+    buf: [u8; COOKIE_LEN],
+    have: usize,
+    need: usize,
+    deadline: Instant,
+}
+
+/// Which limit a log line is about.
+#[derive(Clone, Copy)]
+enum Limit {
+    PerClient = 0,
+    Global = 1,
+}
+
+struct FrontDoor {
+    shared: Arc<Shared>,
+    stop: Arc<Stop>,
+    /// Oldest first.
+    pending: VecDeque<Pending>,
+    per_client: HashMap<IpAddr, usize>,
+    max_pending: usize,
+    /// Session threads (joined on `--one-off`).
+    sessions: Vec<JoinHandle<()>>,
+    /// When each limit was last logged, and how often it was hit since.
+    limit_log: [Option<(Instant, u64)>; 2],
+}
+
+/// What a connection turned out to be once its first bytes are in.
+enum Said {
+    /// Still talking.
+    More,
+    /// Nothing more to do with it (answered, or closed).
+    Done,
+    Control(u16),
+    Data(Attach),
+    Iperf3(Cookie),
+}
+
+impl FrontDoor {
+    /// Accepts what the listener has queued.
+    fn accept_all(&mut self, listener: &TcpListener) {
+        loop {
+            match listener.accept() {
+                Ok((stream, peer)) => self.admit(stream, crate::net::canonical(peer)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // EMFILE and friends: make room, then wait for the
+                    // next round instead of spinning.
+                    self.shared.log(format_args!("accept failed: {e}"));
+                    if let Some(p) = self.pending.front() {
+                        let (peer, idx) = (p.peer, 0);
+                        self.evict(idx, Limit::Global, peer);
+                    }
+                    return;
+                }
+            }
+        }
     }
+
+    fn admit(&mut self, stream: TcpStream, peer: SocketAddr) {
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
+        let ip = peer.ip();
+        if self.per_client.get(&ip).copied().unwrap_or(0) >= MAX_PENDING_PER_CLIENT {
+            let oldest = self
+                .pending
+                .iter()
+                .position(|p| p.peer.ip() == ip)
+                .expect("counted");
+            self.evict(oldest, Limit::PerClient, peer);
+        }
+        if self.pending.len() >= self.max_pending {
+            let peer = self.pending[0].peer;
+            self.evict(0, Limit::Global, peer);
+        }
+        *self.per_client.entry(ip).or_default() += 1;
+        self.pending.push_back(Pending {
+            stream,
+            peer,
+            buf: [0; COOKIE_LEN],
+            have: 0,
+            need: PREAMBLE_LEN,
+            deadline: Instant::now() + PREAMBLE_TIMEOUT,
+        });
+        // It may have spoken already (a client writes its preamble
+        // right after connecting).
+        let i = self.pending.len() - 1;
+        self.progress(i);
+    }
+
+    /// Closes pending connection `i` to make room under `limit`.
+    fn evict(&mut self, i: usize, limit: Limit, newcomer: SocketAddr) {
+        let Some(p) = self.remove(i) else { return };
+        let why = match limit {
+            Limit::PerClient => format!(
+                "{}: {MAX_PENDING_PER_CLIENT} connections from this address still announcing themselves (the per-address limit): closed the oldest, {:.1} s old",
+                newcomer.ip(),
+                (PREAMBLE_TIMEOUT.saturating_sub(p.deadline.saturating_duration_since(Instant::now()))).as_secs_f64()
+            ),
+            Limit::Global => format!(
+                "{} connections still announcing themselves (the server-wide limit): closed the oldest, from {}",
+                self.max_pending, p.peer
+            ),
+        };
+        self.log_limit(limit, &why);
+    }
+
+    /// Logs a limit being hit, at most once per [`LIMIT_LOG_EVERY`] per
+    /// limit, with how often it was hit in between.
+    fn log_limit(&mut self, limit: Limit, why: &str) {
+        let now = Instant::now();
+        let slot = &mut self.limit_log[limit as usize];
+        match slot {
+            Some((at, n)) if now.duration_since(*at) < LIMIT_LOG_EVERY => *n += 1,
+            _ => {
+                let more = slot.map_or(0, |(_, n)| n);
+                *slot = Some((now, 0));
+                if more > 0 {
+                    self.shared.log(format_args!(
+                        "{why} (and {more} more times since the last such line)"
+                    ));
+                } else {
+                    self.shared.log(format_args!("{why}"));
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, i: usize) -> Option<Pending> {
+        let p = self.pending.remove(i)?;
+        if let Some(n) = self.per_client.get_mut(&p.peer.ip()) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_client.remove(&p.peer.ip());
+            }
+        }
+        Some(p)
+    }
+
+    /// Closes connections whose time to speak is up.
+    fn expire(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            if self.pending[i].deadline <= now {
+                let p = self.remove(i).expect("in range");
+                tracing::debug!(peer = %p.peer, got = p.have, "closed: did not say what it is within {} s", PREAMBLE_TIMEOUT.as_secs());
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Reads what pending connection `i` sent and, once it has said what
+    /// it is, hands it on.
+    fn progress(&mut self, i: usize) {
+        let said = {
+            let p = &mut self.pending[i];
+            loop {
+                match p.stream.read(&mut p.buf[p.have..p.need]) {
+                    Ok(0) => break Said::Done,
+                    Ok(n) => {
+                        p.have += n;
+                        if p.have < p.need {
+                            continue;
+                        }
+                        match recognise(p, &self.shared) {
+                            Said::More => continue,
+                            said => break said,
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Said::More,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break Said::Done,
+                }
+            }
+        };
+        if matches!(said, Said::More) {
+            return;
+        }
+        let p = self.remove(i).expect("in range");
+        let (stream, peer) = (p.stream, p.peer);
+        if stream.set_nonblocking(false).is_err() {
+            return;
+        }
+        match said {
+            Said::More | Said::Done => {}
+            Said::Data(a) => attach(stream, peer, a, &self.shared),
+            Said::Control(version) => {
+                tracing::debug!(%peer, version, "xferlab control connection");
+                if let Some(busy) = self.shared.busy(peer.ip()) {
+                    // Answered here: a flood of requests past the limit
+                    // costs no session thread.
+                    let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();
+                    answer.extend(encode_frame(&ServerMsg::Error {
+                        code: ErrorCode::Busy,
+                        message: busy.clone(),
+                    }));
+                    refuse(stream, &answer);
+                    self.shared.log(format_args!("{peer}: refused: {busy}"));
+                    return;
+                }
+                self.start_session(stream, peer, move |stream, shared| {
+                    session::server::serve(stream, peer, version, shared, crate::patterns::session);
+                });
+            }
+            Said::Iperf3(cookie) => {
+                let data = lock(&self.shared.iperf3).get(&cookie).cloned();
+                match data {
+                    // A data stream of a running iperf3 test. If the
+                    // session has just ended, the connection is closed.
+                    Some(tx) => {
+                        tracing::debug!(%peer, "iperf3 data stream attached");
+                        tx.send(Wake::Attach(0, FlowSocket::Stream(stream))).ok();
+                    }
+                    None => {
+                        tracing::debug!(%peer, "iperf3 control connection");
+                        if let Some(busy) = self.shared.busy(peer.ip()) {
+                            // What a busy iperf3 server answers; every
+                            // iperf3 client reports it as "the server is
+                            // busy running a test".
+                            refuse(stream, &access_denied());
+                            self.shared
+                                .log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                            return;
+                        }
+                        self.start_session(stream, peer, move |stream, shared| {
+                            crate::iperf3::session::serve(stream, peer, cookie, shared);
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs a control connection's session on a thread of its own.
+    fn start_session(
+        &mut self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        serve: impl FnOnce(TcpStream, &Arc<Shared>) + Send + 'static,
+    ) {
+        let (shared, stop) = (self.shared.clone(), self.stop.clone());
+        let spawned = std::thread::Builder::new()
+            .name("xfer-conn".into())
+            .spawn(move || {
+                serve(stream, &shared);
+                stop.finished.fetch_add(1, Ordering::Relaxed);
+            });
+        match spawned {
+            Ok(t) => self.sessions.push(t),
+            Err(e) => self.shared.log(format_args!(
+                "{peer}: cannot start a session thread: {e}; closed"
+            )),
+        }
+    }
+}
+
+/// Answers a connection that is refused at the door, and closes it.
+fn refuse(mut stream: TcpStream, answer: &[u8]) {
+    stream.set_write_timeout(Some(Duration::from_secs(1))).ok();
+    stream.write_all(answer).ok();
+    stream.shutdown(std::net::Shutdown::Write).ok();
+}
+
+/// Looks at a pending connection's first `need` bytes: asks for more,
+/// or says what it is.
+fn recognise(p: &mut Pending, shared: &Shared) -> Said {
+    let peer = p.peer;
+    if p.need == PREAMBLE_LEN {
+        let mut pre = [0u8; PREAMBLE_LEN];
+        pre.copy_from_slice(&p.buf[..PREAMBLE_LEN]);
+        if may_be_cookie(&pre) {
+            p.need = COOKIE_LEN;
+            return Said::More;
+        }
+        return match Preamble::decode(&pre) {
+            Ok(Preamble {
+                kind: ConnKind::Control,
+                version,
+            }) => Said::Control(version),
+            Ok(Preamble {
+                kind: ConnKind::Data,
+                version,
+            }) if version != VERSION => {
+                tracing::debug!(%peer, version, "data connection of another protocol version; refused");
+                p.stream
+                    .write_all(&[AttachReply::VersionMismatch as u8])
+                    .ok();
+                Said::Done
+            }
+            Ok(Preamble {
+                kind: ConnKind::Data,
+                ..
+            }) => {
+                p.need = PREAMBLE_LEN + ATTACH_LEN;
+                Said::More
+            }
+            Err(ProtoError::NotXferlab) => {
+                shared.log(format_args!(
+                    "{peer}: neither an xferlab nor an iperf3 client (first bytes {:02x?}); closed",
+                    &pre[..4]
+                ));
+                Said::Done
+            }
+            Err(e) => {
+                shared.log(format_args!("{peer}: {e}; closed"));
+                Said::Done
+            }
+        };
+    }
+    if p.need == COOKIE_LEN {
+        let mut cookie: Cookie = [0; COOKIE_LEN];
+        cookie.copy_from_slice(&p.buf);
+        if !is_cookie(&cookie) {
+            shared.log(format_args!("{peer}: malformed iperf3 cookie; closed"));
+            return Said::Done;
+        }
+        return Said::Iperf3(cookie);
+    }
+    let mut raw = [0u8; ATTACH_LEN];
+    raw.copy_from_slice(&p.buf[PREAMBLE_LEN..PREAMBLE_LEN + ATTACH_LEN]);
+    Said::Data(Attach::decode(&raw))
 }
 
 fn listen(bind: Option<IpAddr>, port: u16) -> io::Result<TcpListener> {
@@ -205,92 +578,10 @@ fn listen(bind: Option<IpAddr>, port: u16) -> io::Result<TcpListener> {
     }
 }
 
-/// Reads the first bytes and hands the connection to where it belongs.
-fn classify(
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    shared: &Arc<Shared>,
-    pending: PendingGuard<'_>,
-) {
-    stream.set_read_timeout(Some(PREAMBLE_TIMEOUT)).ok();
-    let mut pre = [0u8; PREAMBLE_LEN];
-    if stream.read_exact(&mut pre).is_err() {
-        return;
-    }
-    if may_be_cookie(&pre) {
-        let mut cookie: Cookie = [0; COOKIE_LEN];
-        cookie[..PREAMBLE_LEN].copy_from_slice(&pre);
-        if stream.read_exact(&mut cookie[PREAMBLE_LEN..]).is_err() || !is_cookie(&cookie) {
-            shared.log(format_args!("{peer}: malformed iperf3 cookie; closed"));
-            return;
-        }
-        let session = shared
-            .iperf3
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&cookie)
-            .cloned();
-        stream.set_read_timeout(None).ok();
-        match session {
-            // A data stream of a running iperf3 test. If the session has
-            // just ended, the connection is dropped (closed).
-            Some(tx) => {
-                tracing::debug!(%peer, "iperf3 data stream attached");
-                tx.send(Wake::Attach(0, FlowSocket::Stream(stream))).ok();
-            }
-            None => {
-                tracing::debug!(%peer, "iperf3 control connection");
-                drop(pending);
-                crate::iperf3::session::serve(stream, peer, cookie, shared);
-                shared.finished.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        return;
-    }
-    match Preamble::decode(&pre) {
-        Ok(Preamble {
-            kind: ConnKind::Control,
-            version,
-        }) => {
-            tracing::debug!(%peer, version, "xferlab control connection");
-            drop(pending);
-            session::server::serve(stream, peer, version, shared, crate::patterns::session);
-            shared.finished.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(Preamble {
-            kind: ConnKind::Data,
-            version,
-        }) => attach(stream, peer, version, shared),
-        Err(ProtoError::NotXferlab) => {
-            shared.log(format_args!(
-                "{peer}: neither an xferlab nor an iperf3 client (first bytes {:02x?}); closed",
-                &pre[..4]
-            ));
-        }
-        Err(e) => shared.log(format_args!("{peer}: {e}; closed")),
-    }
-}
-
 /// Passes a data connection to the session that owns its token; the
 /// session answers it.
-fn attach(mut stream: TcpStream, peer: SocketAddr, version: u16, shared: &Shared) {
-    if version != VERSION {
-        tracing::debug!(%peer, version, "data connection of another protocol version; refused");
-        stream.write_all(&[AttachReply::VersionMismatch as u8]).ok();
-        return;
-    }
-    let mut raw = [0u8; ATTACH_LEN];
-    if stream.read_exact(&mut raw).is_err() {
-        return;
-    }
-    let a = Attach::decode(&raw);
-    let tx = shared
-        .registry
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&a.token)
-        .cloned();
-    stream.set_read_timeout(None).ok();
+fn attach(mut stream: TcpStream, peer: SocketAddr, a: Attach, shared: &Shared) {
+    let tx = lock(&shared.registry).get(&a.token).cloned();
     tracing::debug!(%peer, flow = a.flow, known = tx.is_some(), "data connection");
     match tx {
         Some(tx) => {

@@ -45,6 +45,9 @@ fn refuse(i_errno: i32, reason: impl Into<String>) -> Refusal {
 /// Only the client ends an iperf3 test, so `Limit::Duration` is what the
 /// client announced; the server uses it for its watchdog and intervals.
 pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
+    if p.protocol == Protocol::Sctp {
+        return Err(refuse(i_errno::IEUNIMP, "SCTP (--sctp) is not served"));
+    }
     let name = Iperf3Name {
         udp: p.protocol == Protocol::Udp,
         mptcp: p.mptcp,

@@ -87,6 +87,7 @@ pub mod i_errno {
     pub const IEBURST: i32 = 15;
     pub const IEUDPBLOCKSIZE: i32 = 20;
     pub const IEREVERSEBIDIR: i32 = 25;
+    pub const IETOTALRATE: i32 = 27;
     pub const IENEWTEST: i32 = 100;
     pub const IEINITTEST: i32 = 101;
     pub const IELISTEN: i32 = 102;
@@ -119,6 +120,7 @@ pub mod i_errno {
             IEBURST => "invalid burst count",
             IEUDPBLOCKSIZE => "block size invalid",
             IEREVERSEBIDIR => "cannot be both reverse and bidirectional",
+            IETOTALRATE => "total required bandwidth is larger than server limit",
             IENEWTEST => "unable to create a new test",
             IEINITTEST => "test initialization failed",
             IELISTEN => "unable to start listener for connections",

@@ -14,6 +14,8 @@ pub enum Protocol {
     #[default]
     Tcp,
     Udp,
+    /// `--sctp`: read so it can be refused (xferlab does not serve it).
+    Sctp,
 }
 
 /// Which way a data stream's payload flows.
@@ -45,7 +47,7 @@ pub struct StreamInfo {
 /// written, like iperf3 does; key order follows iperf3's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Params {
-    /// `"tcp":true` or `"udp":true`.
+    /// `"tcp":true`, `"udp":true` or `"sctp":true`.
     pub protocol: Protocol,
     /// Seconds of warm-up not counted (`-O`).
     pub omit: i64,
@@ -170,8 +172,11 @@ impl Params {
             what: "parameters",
         };
         let d = Params::default();
-        // iperf3 sets the protocol for each key present, "udp" last.
-        let protocol = if f.flag("udp")? {
+        // iperf3 sets the protocol for each key present: "tcp", "udp",
+        // then "sctp", so the last one present wins.
+        let protocol = if f.flag("sctp")? {
+            Protocol::Sctp
+        } else if f.flag("udp")? {
             Protocol::Udp
         } else {
             Protocol::Tcp
@@ -284,6 +289,7 @@ impl Serialize for Params {
         match self.protocol {
             Protocol::Tcp => m.serialize_entry("tcp", &true)?,
             Protocol::Udp => m.serialize_entry("udp", &true)?,
+            Protocol::Sctp => m.serialize_entry("sctp", &true)?,
         }
         m.serialize_entry("omit", &self.omit)?;
         if let Some(v) = self.server_affinity {

@@ -10,8 +10,8 @@ use super::json::JsonError;
 use super::params::{Params, StreamInfo};
 use super::results::Results;
 use super::wire::{
-    encode_json_frame, is_cookie, server_error, Cookie, State, COOKIE_LEN, MAX_PARAMS_JSON,
-    MAX_RESULTS_JSON,
+    encode_json_frame, is_cookie, max_client_results_json, server_error, Cookie, State, COOKIE_LEN,
+    MAX_PARAMS_JSON,
 };
 use super::{Iperf3Error, PAUSED_INPUT_LIMIT, RESULTS_TIMEOUT, SETUP_TIMEOUT};
 use crate::outbox::{Machine, Outbox};
@@ -54,13 +54,14 @@ enum St {
 }
 
 impl St {
-    fn expect(self) -> Expect {
+    /// What this state reads; `streams` is the test's stream count.
+    fn expect(self, streams: usize) -> Expect {
         match self {
             St::AwaitParams => Expect::Json {
                 max: MAX_PARAMS_JSON,
             },
             St::AwaitClientResults => Expect::Json {
-                max: MAX_RESULTS_JSON,
+                max: max_client_results_json(streams),
             },
             St::Deciding | St::ProvidingResults | St::Done | St::Closed => Expect::Paused,
             St::AwaitStreams | St::Running | St::AwaitIperfDone => Expect::State,
@@ -147,13 +148,16 @@ impl Iperf3Server {
 
     fn process(&mut self, now: Time) {
         while !self.is_closed() {
-            match self.inbox.next(self.state.expect(), &SIGNALS, false) {
+            match self
+                .inbox
+                .next(self.state.expect(self.expected), &SIGNALS, false)
+            {
                 Ok(Some(msg)) => self.on_message(now, msg),
                 Ok(None) => break,
                 Err(e) => self.fail(e, true),
             }
         }
-        if self.state.expect() == Expect::Paused
+        if self.state.expect(self.expected) == Expect::Paused
             && !self.is_closed()
             && self.inbox.len() > PAUSED_INPUT_LIMIT
         {
@@ -282,11 +286,11 @@ impl Iperf3Server {
         }
         let info = self.params.as_ref()?.stream_info(self.attached);
         self.attached += 1;
+        // Otherwise the deadline set at CREATE_STREAMS stands: it bounds
+        // the whole setup, so a client trickling streams cannot hold the
+        // session (and its sockets) open indefinitely.
         if self.attached == self.expected {
             self.start(now);
-        } else {
-            self.io
-                .wait(now, SETUP_TIMEOUT, "waiting for the client's data streams");
         }
         Some(info)
     }

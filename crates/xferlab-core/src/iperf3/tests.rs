@@ -1315,7 +1315,7 @@ fn every_wait_has_a_deadline() {
     assert!(s.is_closed());
 
     // Deciding has no deadline (the driver's turn); the data streams do,
-    // per stream.
+    // one for all of them: a stream arriving does not extend it.
     let mut s = server(t0);
     s.handle_input(t0, &encode_json_frame(&tcp_params(2)));
     assert_eq!(s.poll_timeout(), None);
@@ -1324,8 +1324,8 @@ fn every_wait_has_a_deadline() {
     assert_eq!(s.poll_timeout(), Some(t1 + SETUP_TIMEOUT));
     let t2 = t1 + Duration::from_secs(9);
     s.stream_attached(t2);
-    assert_eq!(s.poll_timeout(), Some(t2 + SETUP_TIMEOUT));
-    s.handle_timeout(t2 + SETUP_TIMEOUT);
+    assert_eq!(s.poll_timeout(), Some(t1 + SETUP_TIMEOUT));
+    s.handle_timeout(t1 + SETUP_TIMEOUT);
     assert_eq!(
         last_server_error(&s.poll_transmit().unwrap()),
         Some(i_errno::IESTREAMACCEPT)
@@ -1635,4 +1635,46 @@ fn mptcp_is_iperf3s_m_both_ways() {
     );
     let back = convert::spec_from_params(&Params::from_json(&params.to_json()).unwrap()).unwrap();
     assert_eq!(back.transport, Transport::Mptcp);
+}
+
+#[test]
+fn a_clients_results_may_be_no_larger_than_its_tests_streams_need() {
+    use super::wire::max_client_results_json;
+    let t0 = Time::ZERO;
+    for n in [1i64, 4, 128] {
+        let max = max_client_results_json(n as usize);
+        // Plenty for real results: 128 streams of iperf3 3.21's totals.
+        assert!(max as usize > 8 * 1024 + n as usize * 300, "{n}: {max}");
+        let mut s = running_server(t0, n);
+        s.handle_input(t0, &[4]);
+        assert_eq!(server_events(&mut s), [ServerEvent::Stop]);
+        s.poll_transmit();
+        // One byte over: refused on its length prefix, before buffering.
+        s.handle_input(t0, &(max + 1).to_be_bytes());
+        assert_eq!(
+            server_events(&mut s),
+            [ServerEvent::Failed(Iperf3Error::TooLarge {
+                len: max + 1,
+                max
+            })],
+            "{n} streams"
+        );
+        assert_eq!(
+            last_server_error(&s.poll_transmit().unwrap()),
+            Some(i_errno::IERECVRESULTS)
+        );
+    }
+}
+
+#[test]
+fn sctp_is_read_as_sctp_and_refused_as_not_implemented() {
+    let p = Params::from_json(br#"{"tcp":true,"sctp":true,"time":1,"parallel":1}"#).unwrap();
+    assert_eq!(p.protocol, Protocol::Sctp);
+    let r = super::convert::spec_from_params(&p).unwrap_err();
+    assert_eq!(r.i_errno, i_errno::IEUNIMP, "{}", r.reason);
+    assert!(r.reason.contains("SCTP"), "{}", r.reason);
+    // And written back as iperf3 writes it.
+    let j: Value = serde_json::from_slice(&serde_json::to_vec(&p).unwrap()).unwrap();
+    assert_eq!(j["sctp"], true);
+    assert!(j.get("tcp").is_none());
 }

@@ -14,9 +14,22 @@ pub type Cookie = [u8; COOKIE_LEN];
 
 /// Largest parameters JSON a 3.18+ server accepts (and ours accepts).
 pub const MAX_PARAMS_JSON: u32 = 8 * 1024;
-/// Largest results JSON we accept: room for `server_output_json` of a
-/// long test. iperf3 itself sets no limit here.
+/// Largest results JSON we accept from a server: room for
+/// `server_output_json` of a long test. iperf3 itself sets no limit here.
 pub const MAX_RESULTS_JSON: u32 = 64 * 1024 * 1024;
+/// Room per stream in a client's results: a client sends each stream's
+/// totals only (about 200 bytes of JSON from iperf3 3.21), never
+/// intervals or server output.
+pub const CLIENT_RESULTS_PER_STREAM: u32 = 1024;
+
+/// Largest results JSON a server accepts from a client of a test with
+/// `streams` streams: the fixed keys plus [`CLIENT_RESULTS_PER_STREAM`]
+/// per stream. A client cannot make the server parse (and hold the tree
+/// of) more than its own test's size.
+pub fn max_client_results_json(streams: usize) -> u32 {
+    let streams = u32::try_from(streams).unwrap_or(u32::MAX);
+    MAX_PARAMS_JSON.saturating_add(streams.saturating_mul(CLIENT_RESULTS_PER_STREAM))
+}
 
 /// A cookie from 36 random bytes (each byte picks one of 32 characters,
 /// so uniform bytes give uniform characters).

@@ -2,11 +2,13 @@
 
 use crate::time::Time;
 
+use super::auth::{answer, hex, unhex};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
+use super::wire::{
+    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION,
+};
 use super::{
-    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
-    RESULTS_TIMEOUT,
+    results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
 };
 use crate::outbox::{Machine, Outbox};
 use crate::result::{SideReport, Software};
@@ -41,6 +43,14 @@ pub struct ClientControl {
     state: State,
     preamble: Vec<u8>,
     decoder: FrameDecoder,
+    spec: TestSpec,
+    /// The key that answers a server's challenge, and the hello payload
+    /// the answer covers.
+    auth_key: Option<Vec<u8>>,
+    hello: Vec<u8>,
+    /// The test's results frame limit, once the server said how long its
+    /// tests may last (both ways).
+    results_max: u32,
     ch: Outbox<ClientEvent>,
 }
 
@@ -51,6 +61,10 @@ impl ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
+            spec: spec.clone(),
+            auth_key: None,
+            hello: Vec::new(),
+            results_max: MAX_SMALL_FRAME,
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         c.ch.wait(
@@ -58,8 +72,16 @@ impl ClientControl {
             HANDSHAKE_TIMEOUT,
             "waiting for the server to accept the test",
         );
-        c.ch.queue_frame(&ClientMsg::Hello { software, spec });
+        let hello = encode_frame(&ClientMsg::Hello { software, spec });
+        c.ch.send(&hello);
+        c.hello = hello[4..].to_vec();
         c
+    }
+
+    /// Answers a server's challenge with `key` (`--auth-key`).
+    pub fn with_auth_key(mut self, key: Option<Vec<u8>>) -> Self {
+        self.auth_key = key;
+        self
     }
 
     fn handle_frame(&mut self, now: Time, frame: &[u8]) -> Result<(), ProtoError> {
@@ -68,7 +90,21 @@ impl ClientControl {
             (_, ServerMsg::Error { code, message }) => {
                 self.fail(ProtoError::Peer { code, message }, false)
             }
+            (State::AwaitWelcome, ServerMsg::Challenge { nonce }) => {
+                let Some(key) = self.auth_key.take() else {
+                    self.fail(ProtoError::AuthRequired, true);
+                    return Ok(());
+                };
+                let nonce = unhex(&nonce).ok_or_else(|| {
+                    ProtoError::Malformed("the server's challenge is not hex".into())
+                })?;
+                let mac = answer(&key, &nonce, &self.hello);
+                self.ch.queue_frame(&ClientMsg::Auth { mac: hex(&mac) });
+            }
             (State::AwaitWelcome, ServerMsg::Welcome(w)) => {
+                let max = std::time::Duration::try_from_secs_f64(w.max_duration_s)
+                    .unwrap_or(std::time::Duration::MAX);
+                self.results_max = results_frame_limit(&self.spec, max);
                 self.state = State::AwaitStart;
                 self.ch.wait(
                     now,
@@ -92,6 +128,7 @@ impl ClientControl {
                     "unexpected {} message from the server",
                     match msg {
                         ServerMsg::Welcome(_) => "welcome",
+                        ServerMsg::Challenge { .. } => "challenge",
                         ServerMsg::Start => "start",
                         ServerMsg::Results { .. } => "results",
                         ServerMsg::Error { .. } => "error",
@@ -109,7 +146,7 @@ impl ClientControl {
             State::Running => {
                 self.ch.queue_frame(&ClientMsg::Stop);
                 self.state = State::AwaitResults;
-                self.decoder.set_max_len(MAX_RESULTS_FRAME);
+                self.decoder.set_max_len(self.results_max);
                 self.ch
                     .wait(now, RESULTS_TIMEOUT, "waiting for the server's results");
             }
@@ -126,7 +163,7 @@ impl ClientControl {
     pub fn send_results(&mut self, report: &SideReport) {
         if self.state == State::HaveResults {
             self.ch.queue_frame(&ClientMsg::Results {
-                report: super::fit_report(report, RESULTS_LIMIT),
+                report: super::fit_report(report, self.results_max as usize - FRAMING),
             });
             self.state = State::Done;
         }

@@ -16,6 +16,8 @@ pub enum ErrorCode {
     Timeout,
     Aborted,
     Internal,
+    /// The client's answer to the server's challenge is wrong or missing.
+    AuthFailed,
 }
 
 impl ErrorCode {
@@ -28,6 +30,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout",
             ErrorCode::Aborted => "aborted",
             ErrorCode::Internal => "internal",
+            ErrorCode::AuthFailed => "auth_failed",
         }
     }
 }
@@ -42,6 +45,11 @@ pub enum ClientMsg {
     Hello {
         software: Software,
         spec: TestSpec,
+    },
+    /// The answer to the server's [`ServerMsg::Challenge`]: hex of
+    /// HMAC-SHA256 over its nonce and the hello (see `proto::auth`).
+    Auth {
+        mac: String,
     },
     /// End the test: stop sending, drain, then send results.
     Stop,
@@ -80,6 +88,11 @@ pub struct Welcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ServerMsg {
+    /// A server with authentication on, after the hello: prove you hold
+    /// a key by answering this hex nonce with [`ClientMsg::Auth`].
+    Challenge {
+        nonce: String,
+    },
     Welcome(Welcome),
     /// All data connections are attached: the test starts now.
     Start,

@@ -4,11 +4,12 @@ use std::time::Duration;
 
 use crate::time::Time;
 
+use super::auth::{hex, unhex, verify, ServerAuth};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
 use super::{
-    ProtoError, HANDSHAKE_TIMEOUT, MAX_RESULTS_FRAME, MAX_SMALL_FRAME, RESULTS_LIMIT,
-    RESULTS_TIMEOUT, RUNNING_GRACE,
+    results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
+    RUNNING_GRACE,
 };
 use crate::outbox::{Machine, Outbox};
 use crate::result::SideReport;
@@ -63,6 +64,8 @@ pub enum ServerEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     AwaitHello,
+    /// Challenge sent: the hello waits for the client's answer.
+    AwaitAuth,
     Deciding,
     AwaitFlows,
     Running,
@@ -77,6 +80,11 @@ pub struct ServerControl {
     state: State,
     policy: ServerPolicy,
     decoder: FrameDecoder,
+    /// The admitted test's results frame limit (both ways).
+    results_max: u32,
+    /// Authentication, when on; the hello frame it covers.
+    auth: Option<ServerAuth>,
+    hello: Vec<u8>,
     ch: Outbox<ServerEvent>,
 }
 
@@ -87,6 +95,9 @@ impl ServerControl {
             state: State::AwaitHello,
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
+            results_max: MAX_SMALL_FRAME,
+            auth: None,
+            hello: Vec::new(),
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         s.ch.wait(now, HANDSHAKE_TIMEOUT, "waiting for the client's hello");
@@ -102,11 +113,36 @@ impl ServerControl {
         s
     }
 
+    /// Requires the client to prove it holds one of `auth.keys` before
+    /// its hello counts (call right after [`ServerControl::new`]).
+    pub fn require_auth(&mut self, auth: ServerAuth) {
+        self.auth = Some(auth);
+    }
+
     fn handle_frame(&mut self, now: Time, frame: &[u8]) -> Result<(), ProtoError> {
-        let msg: ClientMsg = decode_json(frame)?;
+        let msg = decode_client_msg(frame)?;
         match (self.state, msg) {
             (_, ClientMsg::Error { code, message }) => {
                 self.fail(ProtoError::Peer { code, message }, false);
+            }
+            (State::AwaitHello, ClientMsg::Hello { .. }) if self.auth.is_some() => {
+                let nonce = self.auth.as_ref().map(|a| a.nonce).expect("checked");
+                self.hello = frame.to_vec();
+                self.state = State::AwaitAuth;
+                self.ch
+                    .queue_frame(&ServerMsg::Challenge { nonce: hex(&nonce) });
+            }
+            (State::AwaitAuth, ClientMsg::Auth { mac }) => {
+                let auth = self.auth.take().expect("set while awaiting it");
+                let ok = unhex(&mac)
+                    .is_some_and(|mac| verify(&auth.keys, &auth.nonce, &self.hello, &mac));
+                if !ok {
+                    self.fail(ProtoError::AuthFailed, true);
+                    return Ok(());
+                }
+                let hello = std::mem::take(&mut self.hello);
+                self.state = State::AwaitHello;
+                return self.handle_frame(now, &hello);
             }
             (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
                 if let Err(why) = self.policy.check(&spec) {
@@ -115,6 +151,7 @@ impl ServerControl {
                     self.ch
                         .emit(ServerEvent::Failed(ProtoError::Malformed(why)));
                 } else {
+                    self.results_max = results_frame_limit(&spec, self.policy.max_duration);
                     self.state = State::Deciding;
                     self.ch.no_deadline();
                     self.ch.emit(ServerEvent::TestRequested(Box::new(spec)));
@@ -141,7 +178,7 @@ impl ServerControl {
         }
         self.decoder
             .set_max_len(if self.state == State::AwaitResults {
-                MAX_RESULTS_FRAME
+                self.results_max
             } else {
                 MAX_SMALL_FRAME
             });
@@ -199,10 +236,10 @@ impl ServerControl {
             return;
         }
         self.ch.queue_frame(&ServerMsg::Results {
-            report: super::fit_report(report, RESULTS_LIMIT),
+            report: super::fit_report(report, self.results_max as usize - FRAMING),
         });
         self.state = State::AwaitResults;
-        self.decoder.set_max_len(MAX_RESULTS_FRAME);
+        self.decoder.set_max_len(self.results_max);
         self.ch
             .wait(now, RESULTS_TIMEOUT, "waiting for the client's results");
     }
@@ -263,7 +300,7 @@ impl Machine for ServerControl {
     fn handle_eof(&mut self) {
         let when = match self.state {
             State::Done | State::Failed => return,
-            State::AwaitHello => "before saying hello",
+            State::AwaitHello | State::AwaitAuth => "before saying hello",
             State::AwaitResults => "before sending its results",
             _ => "in the middle of the test",
         };
@@ -285,6 +322,7 @@ impl Machine for ServerControl {
 fn client_msg_name(m: &ClientMsg) -> &'static str {
     match m {
         ClientMsg::Hello { .. } => "hello",
+        ClientMsg::Auth { .. } => "auth",
         ClientMsg::Stop => "stop",
         ClientMsg::Results { .. } => "results",
         ClientMsg::Error { .. } => "error",
@@ -294,6 +332,7 @@ fn client_msg_name(m: &ClientMsg) -> &'static str {
 fn state_name(s: State) -> &'static str {
     match s {
         State::AwaitHello => "waiting for hello",
+        State::AwaitAuth => "waiting for the answer to the challenge",
         State::Deciding => "deciding on the request",
         State::AwaitFlows => "waiting for data connections",
         State::Running => "running",
@@ -302,4 +341,32 @@ fn state_name(s: State) -> &'static str {
         State::Done => "done",
         State::Failed => "failed",
     }
+}
+
+/// A client message. A results frame (the only large one) is read
+/// straight into its report: no intermediate tree of the whole frame,
+/// which serde's tagged enums would build; unknown keys are skipped
+/// without being kept.
+fn decode_client_msg(frame: &[u8]) -> Result<ClientMsg, ProtoError> {
+    #[derive(serde::Deserialize)]
+    struct Tag {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct ResultsFrame {
+        report: Box<crate::result::SideReport>,
+    }
+    let tag: Tag = decode_json(frame)?;
+    if tag.kind == "results" {
+        let r: ResultsFrame = decode_json(frame)?;
+        return Ok(ClientMsg::Results { report: r.report });
+    }
+    if frame.len() > MAX_SMALL_FRAME as usize {
+        return Err(ProtoError::TooLarge {
+            len: frame.len() as u32,
+            max: MAX_SMALL_FRAME,
+        });
+    }
+    decode_json(frame)
 }

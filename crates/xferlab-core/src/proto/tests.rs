@@ -311,3 +311,131 @@ fn an_oversized_report_keeps_its_totals_and_says_what_was_left_out() {
     );
     assert!(serde_json::to_vec(&*small).unwrap().len() < 10_000);
 }
+
+/// A server with authentication on, having read the client's preamble.
+fn auth_server_for(client: &mut ClientControl, t0: Time, key: &[u8]) -> ServerControl {
+    let bytes = client.poll_transmit().unwrap();
+    let mut server = ServerControl::new(t0, VERSION, policy());
+    server.require_auth(auth::ServerAuth {
+        keys: std::sync::Arc::new(vec![b"some other key of the server".to_vec(), key.to_vec()]),
+        nonce: [0x5a; auth::NONCE_LEN],
+    });
+    server.handle_input(t0, &bytes[PREAMBLE_LEN..]);
+    server
+}
+
+#[test]
+fn with_auth_on_the_hello_counts_only_once_the_challenge_is_answered() {
+    let t0 = Time::ZERO;
+    let key = b"a key both ends hold".to_vec();
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+        .with_auth_key(Some(key.clone()));
+    let mut s = auth_server_for(&mut c, t0, &key);
+    assert!(
+        s.poll_event().is_none(),
+        "the hello counted before the answer"
+    );
+    pump(&mut c, &mut s, t0);
+    let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
+        panic!("no request after a right answer")
+    };
+    assert_eq!(*spec, TestSpec::default_stream());
+    s.accept(t0, welcome());
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(c.poll_event(), Some(ClientEvent::Welcome(_))));
+}
+
+#[test]
+fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
+    let t0 = Time::ZERO;
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+        .with_auth_key(Some(b"the wrong key, 20 bytes".to_vec()));
+    let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::AuthFailed))
+    ));
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Failed(ProtoError::Peer {
+            code: ErrorCode::AuthFailed,
+            ..
+        }))
+    ));
+
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
+    pump(&mut c, &mut s, t0);
+    assert!(matches!(
+        c.poll_event(),
+        Some(ClientEvent::Failed(ProtoError::AuthRequired))
+    ));
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Peer {
+            code: ErrorCode::AuthFailed,
+            ..
+        }))
+    ));
+
+    // An answer to a challenge never sent (auth off) is out of place.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.handle_input(t0, &encode_frame(&ClientMsg::Auth { mac: "00".into() }));
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Malformed(_)))
+    ));
+}
+
+#[test]
+fn the_results_limit_follows_the_tests_flows_and_intervals() {
+    let hour = Duration::from_secs(3600);
+    let small = TestSpec::default_stream();
+    let limit = results_frame_limit(&small, hour);
+    assert!(limit < 1 << 20, "a 10 s one-flow test: {limit}");
+    let mut big = TestSpec::default_stream();
+    big.parallel = 128;
+    big.direction = crate::spec::Direction::Bidir;
+    big.interval_s = 0.05;
+    big.limit = crate::spec::Limit::Duration { seconds: 3600.0 };
+    assert_eq!(results_frame_limit(&big, hour), MAX_RESULTS_FRAME);
+    // A byte-limited test may last the server's --max-duration.
+    let mut bytes = TestSpec::default_stream();
+    bytes.limit = crate::spec::Limit::Bytes { bytes: 1 << 30 };
+    assert!(
+        results_frame_limit(&bytes, Duration::from_secs(10)) < results_frame_limit(&bytes, hour)
+    );
+    // An rr test's request/response flows count as flows.
+    let mut rr = TestSpec::default_rr(crate::rr::RrMode::TcpRr);
+    if let crate::spec::Pattern::Rr(r) = &mut rr.pattern {
+        r.flows = 1000;
+    }
+    assert!(results_frame_limit(&rr, hour) > 1000 * 16 * 1024);
+    // And the server's own intervals stay within the budget.
+    assert_eq!(interval_budget(&small, hour), small.interval_s);
+    let i = interval_budget(&big, hour);
+    assert!(256.0 * 3600.0 / i <= INTERVAL_BUDGET as f64, "{i}");
+    assert_eq!((i / 0.05).round() * 0.05, i, "a multiple of -i");
+}
+
+#[test]
+fn a_results_frame_over_the_tests_limit_is_refused_on_its_prefix() {
+    let t0 = Time::ZERO;
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.accept(t0, welcome());
+    s.flows_attached(t0, Some(Duration::from_secs(10)));
+    s.handle_input(t0, &encode_frame(&ClientMsg::Stop));
+    assert!(matches!(s.poll_event(), Some(ServerEvent::StopRequested)));
+    s.send_results(t0, &report(Endpoint::Server));
+    let limit = results_frame_limit(&TestSpec::default_stream(), policy().max_duration);
+    s.handle_input(t0, &(limit + 1).to_be_bytes());
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::TooLarge { len, max })) if len == limit + 1 && max == limit
+    ));
+}

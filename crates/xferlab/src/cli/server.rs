@@ -3,7 +3,7 @@
 use std::net::IpAddr;
 
 use clap::Args;
-use xferlab_core::units::parse_seconds;
+use xferlab_core::units::{parse_rate, parse_seconds};
 
 use crate::net::DEFAULT_PORT;
 
@@ -25,6 +25,45 @@ pub struct ServerArgs {
     /// Tests served at the same time; more are refused as busy.
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub max_sessions: usize,
+    /// Tests served at the same time for one client address (default:
+    /// --max-sessions); more are refused as busy.
+    #[arg(long, value_name = "N")]
+    pub max_sessions_per_client: Option<usize>,
+    /// Accept UDP flows from any address, not only from the address of
+    /// the test's control connection (for clients behind NATs that map
+    /// UDP and TCP to different addresses). This lets a client direct a
+    /// UDP test's data at a third party: leave it off on public servers.
+    #[arg(long)]
+    pub udp_any_peer: bool,
+    /// Most this server sends for one test (bit/s, e.g. 100M): flows it
+    /// sends are paced to their share; tests asking for more with -b are
+    /// refused.
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub max_rate: Option<u64>,
+    /// Most this server sends for all tests together (bit/s); a test that
+    /// does not fit in what is left is refused as busy.
+    #[arg(long, value_parser = parse_rate, value_name = "RATE")]
+    pub max_total_rate: Option<u64>,
+    /// Most flows one test may have (both directions together).
+    #[arg(long, value_name = "N")]
+    pub max_flows: Option<usize>,
+    /// Require clients to authenticate: xferlab clients prove they hold
+    /// one of the keys in FILE (one per line, at least 16 bytes; their
+    /// --auth-key). iperf3 clients then need --rsa-private-key-path and
+    /// --authorized-users-path, or are refused.
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: Option<std::path::PathBuf>,
+    /// Require iperf3 clients to authenticate with iperf3's own scheme:
+    /// the RSA private key (PEM) their --rsa-public-key-path matches.
+    #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
+    pub rsa_private_key_path: Option<std::path::PathBuf>,
+    /// iperf3 users and their passwords: `user,sha256hex` per line, the
+    /// hash of "{user}password" (as iperf3's server reads it).
+    #[arg(long, value_name = "FILE", requires = "rsa_private_key_path")]
+    pub authorized_users_path: Option<std::path::PathBuf>,
+    /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
+    #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
+    pub min_interval: Option<f64>,
     /// Exit after serving one test.
     #[arg(short = '1', long)]
     pub one_off: bool,

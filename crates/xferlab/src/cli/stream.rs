@@ -161,6 +161,10 @@ pub struct StreamArgs {
     /// Seconds to wait for each connection.
     #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "DURATION")]
     pub connect_timeout: f64,
+    /// Answer the server's authentication challenge with the first key in
+    /// FILE (one key per line, at least 16 bytes).
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: Option<std::path::PathBuf>,
     /// Free text stored with the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,

@@ -6,13 +6,13 @@
 //! open with this session's cookie). UDP streams open with a 4-byte
 //! datagram to the same port number the control connection used: the
 //! session binds a socket there, and for each stream connects it to the
-//! sender, binds the next one and answers (iperf3's own scheme), so the
-//! kernel hands every stream its own socket. One session at a time may
-//! wait for UDP streams on a given address; others queue for it.
+//! sender and answers (iperf3's own scheme), so the kernel hands every
+//! stream its own socket. Sessions waiting for UDP streams on the same
+//! address share that port's door ([`crate::session::udp_door`]), which
+//! gives each session the hellos from its own client's address.
 
 use crate::sys::clock;
-use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::sync::atomic::Ordering;
+use std::net::{SocketAddr, TcpStream};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use xferlab_core::time::Time;
@@ -25,7 +25,7 @@ use xferlab_core::iperf3::{
 };
 use xferlab_core::result::{Endpoint, FlowRole, SideReport};
 use xferlab_core::run::{Policy, Role};
-use xferlab_core::spec::{FlowPlan, Knobs, TestSpec, Transport};
+use xferlab_core::spec::{FlowPlan, TestSpec};
 use xferlab_core::units::RateUnit;
 
 use super::RESULTS_DRAIN;
@@ -34,8 +34,11 @@ use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Finished, Workload};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
-use crate::session::registry::Shared;
+use crate::session::budget::{OverBudget, RateGrant};
+use crate::session::end::{session_end, EndWatch};
 use crate::session::server::placement;
+use crate::session::shared::{lock, SessionSlot, Shared};
+use crate::session::udp_door::Waiter;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
@@ -46,26 +49,24 @@ use crate::transport::{self, Carrier, FlowSocket};
 /// client sent.
 const CATCH_UP_POLL: Duration = Duration::from_millis(1);
 
-/// Removes the session's cookie and its count when the session ends,
-/// whichever way it ends.
+/// Removes the session's cookie when the session ends, whichever way it
+/// ends (its slot goes back with it).
 struct Registration<'a> {
     shared: &'a Shared,
     cookie: Cookie,
+    _slot: SessionSlot<'a>,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        self.shared
-            .iperf3
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.cookie);
-        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+        lock(&self.shared.iperf3).remove(&self.cookie);
     }
 }
 
 /// The test as accepted: what to run and the flows in stream order.
-struct Accepted {
+struct Accepted<'a> {
+    /// Its share of the server-wide rate.
+    _rate: Option<RateGrant<'a>>,
     spec: TestSpec,
     plans: Vec<FlowPlan>,
     wire: DatagramWire,
@@ -78,28 +79,31 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(true).ok();
     crate::net::keepalive(&stream);
-    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
     let (tx, rx) = mpsc::channel();
-    let _reg = Registration { shared, cookie };
-    if running >= shared.cfg.max_sessions {
-        // What a busy iperf3 server answers; every iperf3 client reports
-        // it as "the server is busy running a test".
-        use std::io::Write;
-        stream.write_all(&access_denied()).ok();
-        shared.log(format_args!(
-            "{peer}: iperf3 client refused: {running} tests running (--max-sessions)"
-        ));
-        return;
-    }
+    let slot = match shared.enter(peer.ip()) {
+        Ok(s) => s,
+        Err(busy) => {
+            // What a busy iperf3 server answers; every iperf3 client
+            // reports it as "the server is busy running a test".
+            use std::io::Write;
+            stream.write_all(&access_denied()).ok();
+            shared.log(format_args!("{peer}: iperf3 client refused: {busy}"));
+            return;
+        }
+    };
+    let _reg = Registration {
+        shared,
+        cookie,
+        _slot: slot,
+    };
     let local = match stream.local_addr() {
         Ok(a) => net::canonical(a),
         Err(_) => return,
     };
-    shared
-        .iperf3
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(cookie, tx.clone());
+    let Ok((end_signal, end)) = session_end() else {
+        return;
+    };
+    lock(&shared.iperf3).insert(cookie, tx.clone());
     let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
         return;
     };
@@ -112,6 +116,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
         local,
         tx: &tx,
         tally: &tally,
+        end: &end,
         label: String::from_utf8_lossy(&cookie[..8]).into_owned(),
         test: None,
         connected: Vec::new(),
@@ -134,6 +139,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
         "flows did not stop within 2 s of TEST_END: cut",
     );
     drop(cpu_guard);
+    drop(end_signal);
     if let Some(why) = failure {
         shared.log(format_args!("{} {peer}: ended: {why}", role.label));
     }
@@ -147,8 +153,9 @@ struct Iperf3Session<'a> {
     local: SocketAddr,
     tx: &'a mpsc::Sender<Wake>,
     tally: &'a Arc<CpuTally>,
+    end: &'a EndWatch,
     label: String,
-    test: Option<Accepted>,
+    test: Option<Accepted<'a>>,
     /// The streams as they attach, in stream order.
     connected: Vec<ConnectedFlow>,
     report: Option<SideReport>,
@@ -165,25 +172,27 @@ impl SessionRole for Iperf3Session<'_> {
     fn on_event(&mut self, ev: ServerEvent, cx: &mut SessionCx<'_>) {
         let (label, peer, shared) = (&self.label, self.peer, self.shared);
         match ev {
-            ServerEvent::ParamsReceived(p) => match accept(&p, shared, self.local, self.tx) {
-                Ok(a) => {
-                    shared.log(format_args!(
-                        "{label} {peer}: iperf3 {} client: accepted {}{}",
-                        p.client_version.as_deref().unwrap_or("(unknown)"),
-                        describe(&a.spec),
-                        placement(&a.spec)
-                    ));
-                    let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
-                    self.ctl
-                        .accept(clock::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
-                    self.test = Some(a);
+            ServerEvent::ParamsReceived(p) => {
+                match accept(&p, shared, self.tx, self.end, peer, self.local) {
+                    Ok(a) => {
+                        shared.log(format_args!(
+                            "{label} {peer}: iperf3 {} client: accepted {}{}",
+                            p.client_version.as_deref().unwrap_or("(unknown)"),
+                            describe(&a.spec),
+                            placement(&a.spec)
+                        ));
+                        let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
+                        self.ctl
+                            .accept(clock::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
+                        self.test = Some(a);
+                    }
+                    Err((code, why)) => {
+                        shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
+                        self.ctl.refuse(code);
+                        cx.fail(why);
+                    }
                 }
-                Err((code, why)) => {
-                    shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
-                    self.ctl.refuse(code);
-                    cx.fail(why);
-                }
-            },
+            }
             ServerEvent::Running => {
                 let Some(t) = self.test.as_ref() else { return };
                 let mut s = Side::prepare(
@@ -330,16 +339,29 @@ impl Workload for Receivers {
 
 /// Checks the parameters against what this server runs, and for UDP
 /// opens the first stream socket before CREATE_STREAMS goes out.
-fn accept(
+fn accept<'a>(
     p: &Params,
-    shared: &Arc<Shared>,
-    local: SocketAddr,
+    shared: &'a Arc<Shared>,
     tx: &mpsc::Sender<Wake>,
-) -> Result<Accepted, (i32, String)> {
+    end: &EndWatch,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Result<Accepted<'a>, (i32, String)> {
+    authenticate(p, shared, peer)?;
     let mut spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
     shared
         .place(&mut spec)
         .map_err(|e| (i_errno::IEAFFINITY, e))?;
+    shared.budget_intervals(&mut spec);
+    let rate = shared.budget(&mut spec).map_err(|e| {
+        let code = match e {
+            OverBudget::Flows(_) => i_errno::IENUMSTREAMS,
+            OverBudget::Rate(_) => i_errno::IETOTALRATE,
+            OverBudget::Busy(_) => i_errno::IEACCESSDENIED,
+            OverBudget::Test(_) => i_errno::IEINITTEST,
+        };
+        (code, e.message().to_string())
+    })?;
     if let Some(d) = spec.planned_seconds() {
         if d > shared.cfg.max_duration.as_secs_f64() {
             return Err((
@@ -356,10 +378,28 @@ fn accept(
     }
     let plans = spec.flows();
     if spec.transport.carrier() == Carrier::Datagrams {
-        start_udp_streams(shared, local, spec.transport, &spec.knobs, plans.len(), tx)
+        let (transport, knobs) = (spec.transport, spec.knobs.clone());
+        let waiter = Waiter::new(
+            peer,
+            shared.cfg.udp_any_peer,
+            plans.len(),
+            tx.clone(),
+            end.clone(),
+            clock::now() + SETUP_TIMEOUT,
+            Box::new(move || transport::bind(transport, local, &knobs, true)),
+            UDP_HELLO_LEN,
+            &UDP_CONNECT_REPLY,
+        );
+        let knobs = spec.knobs.clone();
+        shared
+            .udp_doors
+            .wait(local, waiter, || {
+                transport::bind(transport, local, &knobs, true)
+            })
             .map_err(|e| (i_errno::IELISTEN, e))?;
     }
     Ok(Accepted {
+        _rate: rate,
         wire: DatagramWire::Iperf3(UdpHeader {
             counters_64bit: p.udp_counters_64bit,
         }),
@@ -369,12 +409,56 @@ fn accept(
     })
 }
 
+/// With authentication on, the client's `authtoken` must name a user of
+/// `--authorized-users-path` with the right password (iperf3's scheme,
+/// see [`crate::session::auth::Iperf3Users`]); failures count against the
+/// client's address.
+fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i32, String)> {
+    if !shared.cfg.auth_on() {
+        return Ok(());
+    }
+    let refuse = |why: String| (i_errno::IEAUTHTEST, why);
+    if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+        return Err(refuse(format!(
+            "too many failed authentication attempts from {}; try again in {} s",
+            peer.ip(),
+            wait.as_secs() + 1
+        )));
+    }
+    let Some(users) = &shared.cfg.iperf3_users else {
+        return Err(refuse(
+            "this server requires authentication and has no iperf3 credentials (--rsa-private-key-path, --authorized-users-path)".into(),
+        ));
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let checked = match p.authtoken.as_deref() {
+        None => Err("no credentials (iperf3 --username and --rsa-public-key-path)".to_string()),
+        Some(t) => users.check(t, now),
+    };
+    match checked {
+        Ok(user) => {
+            tracing::debug!(%peer, user, "iperf3 client authenticated");
+            Ok(())
+        }
+        Err(why) => {
+            let n = shared.auth_failures.record(peer.ip());
+            Err(refuse(format!(
+                "authentication failed: {why} ({n} of {} allowed per {} s from this address)",
+                crate::session::auth::MAX_FAILURES,
+                crate::session::auth::WINDOW.as_secs()
+            )))
+        }
+    }
+}
+
 /// Takes a data stream that presented this session's cookie (or answered
 /// the UDP handshake) as the next stream of the test.
 fn attach(
     ctl: &mut Iperf3Server,
     connected: &mut Vec<ConnectedFlow>,
-    t: &Accepted,
+    t: &Accepted<'_>,
     socket: FlowSocket,
 ) -> Result<(), String> {
     let Some(info) = ctl.stream_attached(clock::now()) else {
@@ -397,121 +481,9 @@ fn attach(
     }
 }
 
-/// Holds an address for one session's UDP stream setup; released when
-/// the setup thread ends, however it ends.
-struct UdpSetupClaim {
-    shared: Arc<Shared>,
-    addr: SocketAddr,
-}
-
-impl Drop for UdpSetupClaim {
-    fn drop(&mut self) {
-        self.shared
-            .udp_setup
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.addr);
-    }
-}
-
-/// How often a session waiting for another one's UDP setup looks again.
-const UDP_CLAIM_POLL: Duration = Duration::from_millis(20);
-
-fn start_udp_streams(
-    shared: &Arc<Shared>,
-    local: SocketAddr,
-    transport: Transport,
-    knobs: &Knobs,
-    count: usize,
-    tx: &mpsc::Sender<Wake>,
-) -> Result<(), String> {
-    let deadline = clock::now() + SETUP_TIMEOUT;
-    while !shared
-        .udp_setup
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(local)
-    {
-        if clock::now() >= deadline {
-            return Err(format!(
-                "another iperf3 UDP test kept {local} busy for {} s",
-                SETUP_TIMEOUT.as_secs()
-            ));
-        }
-        std::thread::sleep(UDP_CLAIM_POLL);
-    }
-    let claim = UdpSetupClaim {
-        shared: shared.clone(),
-        addr: local,
-    };
-    let first = transport::bind(transport, local, knobs, true)?;
-    let (knobs, tx) = (knobs.clone(), tx.clone());
-    std::thread::Builder::new()
-        .name("xfer-iperf3-udp".into())
-        .spawn(move || {
-            let _claim = claim;
-            accept_udp_streams(first, local, transport, &knobs, count, &tx);
-        })
-        .map(|_| ())
-        .map_err(|e| format!("cannot start a thread: {e}"))
-}
-
-/// For each stream: wait for the client's 4 bytes, connect the socket to
-/// their sender, bind the next socket (before answering, so the client's
-/// next hello finds it), answer, and hand the socket to the session.
-fn accept_udp_streams(
-    mut sock: UdpSocket,
-    local: SocketAddr,
-    transport: Transport,
-    knobs: &Knobs,
-    count: usize,
-    tx: &mpsc::Sender<Wake>,
-) {
-    let mut buf = [0u8; 64];
-    for i in 0..count {
-        let deadline = clock::now() + SETUP_TIMEOUT;
-        sock.set_read_timeout(Some(Duration::from_millis(200))).ok();
-        let peer = loop {
-            if clock::now() >= deadline {
-                return;
-            }
-            match sock.recv_from(&mut buf) {
-                // iperf3 servers ignore the content; its size is 4.
-                Ok((4, peer)) => break peer,
-                Ok(_) => {}
-                Err(_) => {
-                    // The session is gone (its receiver was dropped).
-                    if tx.send(Wake::FlowDone).is_err() {
-                        return;
-                    }
-                }
-            }
-        };
-        if sock.connect(peer).is_err() {
-            return;
-        }
-        let next = if i + 1 < count {
-            match transport::bind(transport, local, knobs, true) {
-                Ok(s) => Some(s),
-                Err(_) => return,
-            }
-        } else {
-            None
-        };
-        sock.send(&UDP_CONNECT_REPLY).ok();
-        sock.set_read_timeout(None).ok();
-        if tx
-            .send(Wake::Attach(i as u32, FlowSocket::Datagram(sock)))
-            .is_err()
-        {
-            return;
-        }
-        match next {
-            Some(s) => sock = s,
-            None => return,
-        }
-    }
-}
+/// What an iperf3 UDP stream's hello is: 4 bytes (iperf3 servers ignore
+/// their content).
+const UDP_HELLO_LEN: usize = 4;
 
 /// The text an iperf3 client prints under "Server output:".
 fn server_output(spec: &TestSpec, r: &SideReport, peer: SocketAddr) -> String {

@@ -33,6 +33,8 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// The server runs in this process (no server named).
     pub embedded: bool,
+    /// The key that answers the server's challenge (`--auth-key`).
+    pub auth_key: Option<Vec<u8>>,
 }
 
 /// A test that ran, completely or in part.
@@ -164,7 +166,8 @@ pub fn run(
     };
     let pattern = patterns(&env)?;
     let mut role = XferlabClient {
-        ctl: ClientControl::new(clock::now(), crate::software(), cfg.spec.clone()),
+        ctl: ClientControl::new(clock::now(), crate::software(), cfg.spec.clone())
+            .with_auth_key(cfg.auth_key.clone()),
         env,
         pattern,
         session: String::new(),

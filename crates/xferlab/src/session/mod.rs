@@ -1,7 +1,14 @@
 //! The session layer under the patterns: xferlab's control protocol on
-//! both ends (hello, admission, tokens, where data threads run, the
-//! registry of live sessions), handing each test to its pattern.
+//! both ends (hello, admission, tokens, where data threads run), what a
+//! server's sessions share (limits, the registries of live sessions, the
+//! log) and the plumbing that ties a session's helpers to its lifetime.
 
+pub mod auth;
+pub mod budget;
 pub mod client;
-pub mod registry;
+pub mod end;
 pub mod server;
+pub mod shared;
+pub mod udp_door;
+
+pub use shared::{ServerConfig, Shared};

@@ -5,22 +5,27 @@
 
 use crate::sys::clock;
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use xferlab_core::time::Time;
 
+use xferlab_core::proto::auth::ServerAuth;
 use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
-use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
+use xferlab_core::proto::{
+    ErrorCode, ProtoError, ServerControl, ServerEvent, ServerPolicy, Welcome,
+};
 use xferlab_core::result::SideReport;
 use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::TestSpec;
 
+use super::auth;
+use super::budget::{OverBudget, RateGrant};
+use super::end::{session_end, EndWatch};
+use super::shared::{lock, SessionSlot, Shared};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
-use crate::session::registry::Shared;
 use crate::sys::cpu::CpuTally;
 use crate::transport::FlowSocket;
 
@@ -33,6 +38,8 @@ pub struct SessionEnv<'a> {
     pub tx: &'a mpsc::Sender<Wake>,
     pub tally: &'a Arc<CpuTally>,
     pub token: [u8; TOKEN_LEN],
+    /// Fires when the session ends: helpers waiting on its behalf stop.
+    pub end: &'a EndWatch,
 }
 
 /// What a pattern offers the client in the welcome.
@@ -63,23 +70,21 @@ pub trait SessionPattern {
 /// registrations are in [`crate::patterns`]).
 pub type SessionPatterns = fn(&TestSpec) -> Box<dyn SessionPattern>;
 
-/// Removes the session's token and its count when the session ends,
-/// whichever way it ends.
+/// Removes the session's token and gives back its slot when the session
+/// ends, whichever way it ends.
 struct Registration<'a> {
     shared: &'a Shared,
     token: Option<[u8; TOKEN_LEN]>,
+    _slot: Option<SessionSlot<'a>>,
+    /// The test's share of the server-wide rate.
+    rate: Option<RateGrant<'a>>,
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
         if let Some(t) = self.token {
-            self.shared
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&t);
+            lock(&self.shared.registry).remove(&t);
         }
-        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -90,6 +95,7 @@ struct XferlabSession<'a> {
     local_ip: IpAddr,
     tx: &'a mpsc::Sender<Wake>,
     tally: &'a Arc<CpuTally>,
+    end: &'a EndWatch,
     reg: Registration<'a>,
     patterns: SessionPatterns,
     pattern: Option<Box<dyn SessionPattern>>,
@@ -109,6 +115,7 @@ impl XferlabSession<'_> {
             tx: self.tx,
             tally: self.tally,
             token,
+            end: self.end,
         }
     }
 
@@ -125,6 +132,11 @@ impl XferlabSession<'_> {
         if let Err(why) = admit(self.shared, &mut spec) {
             return self.refuse(ErrorCode::InvalidSpec, why, cx);
         }
+        match self.shared.budget(&mut spec) {
+            Ok(grant) => self.reg.rate = grant,
+            Err(OverBudget::Busy(why)) => return self.refuse(ErrorCode::Busy, why, cx),
+            Err(e) => return self.refuse(ErrorCode::InvalidSpec, e.message().to_string(), cx),
+        }
         let token = match new_token() {
             Ok(t) => t,
             Err(why) => return self.refuse(ErrorCode::Internal, why, cx),
@@ -136,11 +148,7 @@ impl XferlabSession<'_> {
                 return self.refuse(ErrorCode::Internal, format!("on the server: {why}"), cx)
             }
         };
-        self.shared
-            .registry
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token, self.tx.clone());
+        lock(&self.shared.registry).insert(token, self.tx.clone());
         self.reg.token = Some(token);
         self.ctl.accept(
             clock::now(),
@@ -195,6 +203,23 @@ impl SessionRole for XferlabSession<'_> {
                 self.finished = true;
             }
             ServerEvent::Failed(e) => {
+                let auth = matches!(
+                    e,
+                    ProtoError::AuthFailed
+                        | ProtoError::Peer {
+                            code: ErrorCode::AuthFailed,
+                            ..
+                        }
+                );
+                if auth {
+                    let n = self.shared.auth_failures.record(self.peer.ip());
+                    self.shared.log(format_args!(
+                        "{}: authentication failed ({n} of {} allowed per {} s from this address)",
+                        self.peer,
+                        auth::MAX_FAILURES,
+                        auth::WINDOW.as_secs()
+                    ));
+                }
                 cx.fail(e.to_string());
                 self.finished = true;
             }
@@ -267,18 +292,45 @@ pub fn serve(
         return;
     };
     let mut ctl = ServerControl::new(clock::now(), peer_version, policy);
-    let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
+    let slot = match shared.enter(peer.ip()) {
+        Ok(s) => Some(s),
+        Err(busy) => {
+            shared.log(format_args!("{peer}: refused: {busy}"));
+            ctl.reject(ErrorCode::Busy, &busy);
+            None
+        }
+    };
     let reg = Registration {
         shared,
         token: None,
+        _slot: slot,
+        rate: None,
     };
-    if running >= shared.cfg.max_sessions {
-        ctl.reject(
-            ErrorCode::Busy,
-            &format!(
-                "server busy: {running} tests running (its --max-sessions limit); try again later"
-            ),
-        );
+    let Ok((end_signal, end)) = session_end() else {
+        return;
+    };
+    if shared.cfg.auth_on() && shared.cfg.auth_keys.is_none() {
+        let why = "this server authenticates iperf3 clients only (it has no --auth-key for xferlab clients)";
+        shared.log(format_args!("{peer}: refused: {why}"));
+        ctl.reject(ErrorCode::AuthFailed, why);
+    } else if let Some(keys) = &shared.cfg.auth_keys {
+        if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+            let why = format!(
+                "too many failed authentication attempts from {}; try again in {} s",
+                peer.ip(),
+                wait.as_secs() + 1
+            );
+            shared.log(format_args!("{peer}: refused: {why}"));
+            ctl.reject(ErrorCode::AuthFailed, &why);
+        } else {
+            match auth::nonce() {
+                Ok(nonce) => ctl.require_auth(ServerAuth {
+                    keys: keys.clone(),
+                    nonce,
+                }),
+                Err(why) => ctl.reject(ErrorCode::Internal, &why),
+            }
+        }
     }
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
@@ -289,6 +341,7 @@ pub fn serve(
         local_ip,
         tx: &tx,
         tally: &tally,
+        end: &end,
         reg,
         patterns,
         pattern: None,
@@ -310,6 +363,7 @@ pub fn serve(
         "no end of stream within 10 s after the client stopped: flows cut",
     );
     drop(cpu_guard);
+    drop(end_signal);
     if let Some(why) = failure {
         shared.log(format_args!("{} {peer}: ended: {why}", role.label));
     }
@@ -320,6 +374,7 @@ pub fn serve(
 /// its congestion control exists here.
 fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
     shared.place(spec)?;
+    shared.budget_intervals(spec);
     if let Some(cc) = &spec.knobs.congestion {
         sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
     }

@@ -6,7 +6,6 @@ use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
-use std::time::Duration;
 use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{
@@ -18,8 +17,11 @@ use xferlab_core::spec::{Direction, Limit, TestSpec};
 use xferlab_core::units::RateUnit;
 
 use super::side::{ConnectedFlow, Side};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
 use crate::control::Wake;
 use crate::driver::Workload;
+use crate::session::end::EndWatch;
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
 use crate::transport::{self, Carrier, FlowSocket};
 
@@ -43,16 +45,25 @@ impl SessionPattern for StreamSession {
     fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
         let mut udp_ports = Vec::new();
         if self.spec.transport.carrier() == Carrier::Datagrams {
+            let mut socks = Vec::new();
             for plan in self.spec.flows() {
                 let bind = SocketAddr::new(env.local_ip, 0);
                 let sock = transport::bind(self.spec.transport, bind, &self.spec.knobs, false)?;
                 udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
-                let (tx, token) = (env.tx.clone(), env.token);
-                std::thread::Builder::new()
-                    .name("xfer-udp-attach".into())
-                    .spawn(move || await_udp_attach(sock, plan.id, token, &tx))
-                    .map_err(|e| format!("cannot start a thread: {e}"))?;
+                socks.push((plan.id, sock));
             }
+            let wait = AttachWait {
+                token: env.token,
+                peer: env.peer,
+                any_peer: env.shared.cfg.udp_any_peer,
+                tx: env.tx.clone(),
+                end: env.end.clone(),
+                deadline: clock::now() + HANDSHAKE_TIMEOUT,
+            };
+            std::thread::Builder::new()
+                .name("xfer-udp-attach".into())
+                .spawn(move || wait.run(socks))
+                .map_err(|e| format!("cannot start a thread: {e}"))?;
         }
         Ok(Offer {
             udp_ports,
@@ -88,34 +99,94 @@ impl SessionPattern for StreamSession {
     }
 }
 
-/// Waits on one datagram flow socket for the client's attach datagram, then
-/// connects the socket to the sender, acknowledges, and hands the socket
-/// to the session. Datagrams with another token or flow are ignored; the
-/// wait ends at the handshake deadline (or when the session is gone).
-fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mpsc::Sender<Wake>) {
-    let deadline = clock::now() + HANDSHAKE_TIMEOUT;
-    sock.set_read_timeout(Some(Duration::from_millis(200))).ok();
-    let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
-    while clock::now() < deadline {
-        let Ok((n, peer)) = sock.recv_from(&mut buf) else {
-            continue;
-        };
-        if n != PREAMBLE_LEN + ATTACH_LEN {
-            continue;
+/// One session's wait for its UDP flows' attach datagrams, on one thread
+/// for all of them: each socket, once a datagram with the session's token
+/// and its flow number comes from the control peer's address, is
+/// connected to the sender, acknowledged and handed to the session.
+/// Anything else is ignored. The wait ends when every flow is here, at
+/// the handshake deadline, or the moment the session ends.
+struct AttachWait {
+    token: [u8; TOKEN_LEN],
+    peer: SocketAddr,
+    any_peer: bool,
+    tx: mpsc::Sender<Wake>,
+    end: EndWatch,
+    deadline: Time,
+}
+
+impl AttachWait {
+    fn run(self, mut socks: Vec<(u32, UdpSocket)>) {
+        for (_, s) in &socks {
+            s.set_nonblocking(true).ok();
         }
-        let mut pre = [0u8; PREAMBLE_LEN];
-        pre.copy_from_slice(&buf[..PREAMBLE_LEN]);
-        let mut raw = [0u8; ATTACH_LEN];
-        raw.copy_from_slice(&buf[PREAMBLE_LEN..n]);
-        let attach = Attach::decode(&raw);
-        let ours = matches!(Preamble::decode(&pre), Ok(p) if p.kind == ConnKind::Data && p.version == VERSION);
-        if !ours || attach.token != token || attach.flow != flow || sock.connect(peer).is_err() {
-            continue;
+        let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
+        while !socks.is_empty() {
+            let left = self.deadline.saturating_duration_since(clock::now());
+            if left.is_zero() {
+                return;
+            }
+            let Ok(left) = Timespec::try_from(left) else {
+                return;
+            };
+            let mut fds: Vec<PollFd<'_>> = socks
+                .iter()
+                .map(|(_, s)| PollFd::new(s, PollFlags::IN))
+                .collect();
+            fds.push(PollFd::new(&self.end, PollFlags::IN));
+            if !poll(&mut fds, Some(&left)).is_ok_and(|n| n > 0) {
+                continue;
+            }
+            if !fds.pop().expect("the end's").revents().is_empty() {
+                return;
+            }
+            let ready: Vec<usize> = (0..fds.len())
+                .filter(|&i| !fds[i].revents().is_empty())
+                .collect();
+            drop(fds);
+            for i in ready.into_iter().rev() {
+                let (flow, sock) = &socks[i];
+                if self.attached(sock, *flow, &mut buf) {
+                    let (flow, sock) = socks.swap_remove(i);
+                    sock.set_nonblocking(false).ok();
+                    if self
+                        .tx
+                        .send(Wake::Attach(flow, FlowSocket::Datagram(sock)))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
         }
-        sock.send(&[AttachReply::Ok as u8]).ok();
-        sock.set_read_timeout(None).ok();
-        tx.send(Wake::Attach(flow, FlowSocket::Datagram(sock))).ok();
-        return;
+    }
+
+    /// Reads what is queued on `sock`; true once a valid attach for
+    /// `flow` came and the socket is connected and has answered.
+    fn attached(&self, sock: &UdpSocket, flow: u32, buf: &mut [u8]) -> bool {
+        while let Ok((n, from)) = sock.recv_from(buf) {
+            if n != PREAMBLE_LEN + ATTACH_LEN {
+                continue;
+            }
+            let mut pre = [0u8; PREAMBLE_LEN];
+            pre.copy_from_slice(&buf[..PREAMBLE_LEN]);
+            let mut raw = [0u8; ATTACH_LEN];
+            raw.copy_from_slice(&buf[PREAMBLE_LEN..n]);
+            let attach = Attach::decode(&raw);
+            let ours = matches!(Preamble::decode(&pre), Ok(p) if p.kind == ConnKind::Data && p.version == VERSION);
+            if !ours || attach.token != self.token || attach.flow != flow {
+                continue;
+            }
+            if !self.any_peer && crate::net::canonical(from).ip() != self.peer.ip() {
+                tracing::debug!(%from, peer = %self.peer, flow, "UDP attach from another address than the control connection's; ignored");
+                continue;
+            }
+            if sock.connect(from).is_err() {
+                continue;
+            }
+            sock.send(&[AttachReply::Ok as u8]).ok();
+            return true;
+        }
+        false
     }
 }
 

@@ -1,0 +1,192 @@
+//! Authentication on the server's side, off unless keys are given: keys
+//! from a file (`--auth-key`), a fresh nonce per session, and failed
+//! attempts counted per client address, so nobody can try keys (or
+//! iperf3 passwords) at line rate: after [`MAX_FAILURES`] failures within
+//! [`WINDOW`], an address is refused until the window has passed.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use xferlab_core::proto::auth::{parse_keys, NONCE_LEN};
+
+use super::shared::lock;
+
+/// Failed attempts an address may make per [`WINDOW`].
+pub const MAX_FAILURES: u32 = 5;
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at most (older records are dropped first once
+/// this many are kept).
+const MAX_TRACKED: usize = 4096;
+
+/// Reads `--auth-key FILE`: one key per line.
+pub fn load_keys(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--auth-key {}: {e}", path.display()))?;
+    parse_keys(&text).map_err(|e| format!("--auth-key {} {e}", path.display()))
+}
+
+/// A fresh random nonce for one session's challenge.
+pub fn nonce() -> Result<[u8; NONCE_LEN], String> {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).map_err(|e| format!("no randomness for a challenge: {e}"))?;
+    Ok(n)
+}
+
+/// Failed attempts per client address.
+#[derive(Default)]
+pub struct Failures {
+    by_addr: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+}
+
+impl Failures {
+    /// How long `ip` is still refused, if it used up its attempts.
+    pub fn locked_out(&self, ip: IpAddr) -> Option<Duration> {
+        let map = lock(&self.by_addr);
+        let (since, n) = map.get(&ip)?;
+        let left = WINDOW.checked_sub(since.elapsed())?;
+        (*n >= MAX_FAILURES).then_some(left)
+    }
+
+    /// Counts a failed attempt from `ip`; returns the count in the
+    /// current window.
+    pub fn record(&self, ip: IpAddr) -> u32 {
+        let mut map = lock(&self.by_addr);
+        let now = Instant::now();
+        if map.len() >= MAX_TRACKED {
+            map.retain(|_, (since, _)| now.duration_since(*since) < WINDOW);
+            if map.len() >= MAX_TRACKED {
+                if let Some(oldest) = map.iter().min_by_key(|(_, (s, _))| *s).map(|(k, _)| *k) {
+                    map.remove(&oldest);
+                }
+            }
+        }
+        let e = map.entry(ip).or_insert((now, 0));
+        if now.duration_since(e.0) >= WINDOW {
+            *e = (now, 0);
+        }
+        e.1 += 1;
+        e.1
+    }
+}
+
+/// iperf3's own authentication (`--rsa-private-key-path`,
+/// `--authorized-users-path`): the client sends, in its parameters, a
+/// base64 `authtoken`: `user: U\npwd:  P\nts:   T` encrypted with the
+/// server's RSA public key (OAEP from iperf3 3.17, PKCS#1 v1.5 before;
+/// both are tried). The server decrypts it, checks the time stamp is
+/// within [`IPERF3_SKEW`] of its clock and that the users file has
+/// `U,sha256("{U}P")`.
+pub struct Iperf3Users {
+    key: rsa::RsaPrivateKey,
+    /// (user, lower-case hex of sha256("{user}password")).
+    users: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for Iperf3Users {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Iperf3Users({} users)", self.users.len())
+    }
+}
+
+/// How far a token's time stamp may be from the server's clock (iperf3's
+/// default `--time-skew-threshold`).
+pub const IPERF3_SKEW: u64 = 10;
+
+impl Iperf3Users {
+    /// Reads the private key (PEM, PKCS#1 or PKCS#8, unencrypted) and the
+    /// users file (`user,sha256hex` per line, `#` comments), as iperf3's
+    /// server does.
+    pub fn load(key: &Path, users: &Path) -> Result<Self, String> {
+        use rsa::pkcs1::DecodeRsaPrivateKey;
+        use rsa::pkcs8::DecodePrivateKey;
+        let pem = std::fs::read_to_string(key)
+            .map_err(|e| format!("--rsa-private-key-path {}: {e}", key.display()))?;
+        let key = rsa::RsaPrivateKey::from_pkcs1_pem(&pem)
+            .or_else(|_| rsa::RsaPrivateKey::from_pkcs8_pem(&pem))
+            .map_err(|e| {
+                format!(
+                    "--rsa-private-key-path {}: not an unencrypted RSA private key in PEM ({e}); make one with `openssl genrsa -out private.pem 2048`",
+                    key.display()
+                )
+            })?;
+        let text = std::fs::read_to_string(users)
+            .map_err(|e| format!("--authorized-users-path {}: {e}", users.display()))?;
+        let list: Vec<(String, String)> = text
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .filter_map(|l| {
+                let (u, h) = l.split_once(',')?;
+                Some((u.to_string(), h.split(',').next()?.to_ascii_lowercase()))
+            })
+            .collect();
+        if list.is_empty() {
+            return Err(format!(
+                "--authorized-users-path {}: no `user,sha256hex` lines (the hash is sha256 of \"{{user}}password\")",
+                users.display()
+            ));
+        }
+        Ok(Iperf3Users { key, users: list })
+    }
+
+    /// Checks an `authtoken` at `now_s` (seconds since the epoch);
+    /// returns the user name, or why it fails (for the log).
+    pub fn check(&self, token: &str, now_s: i64) -> Result<String, String> {
+        use base64::Engine;
+        use sha2::Digest;
+        let raw = base64::engine::general_purpose::STANDARD
+            .decode(token.trim())
+            .map_err(|_| "the token is not base64".to_string())?;
+        let plain = self
+            .key
+            .decrypt(rsa::Oaep::new::<sha1::Sha1>(), &raw)
+            .or_else(|_| self.key.decrypt(rsa::Pkcs1v15Encrypt, &raw))
+            .map_err(|_| "the token does not decrypt with this server's key".to_string())?;
+        let text = String::from_utf8_lossy(&plain);
+        let f: Vec<&str> = text.split_whitespace().collect();
+        let [u_l, user, p_l, pwd, t_l, ts] = f[..] else {
+            return Err("the token is not `user: U pwd: P ts: T`".into());
+        };
+        if (u_l, p_l, t_l) != ("user:", "pwd:", "ts:") {
+            return Err("the token is not `user: U pwd: P ts: T`".into());
+        }
+        let ts: i64 = ts
+            .parse()
+            .map_err(|_| "the token's time stamp is not a number".to_string())?;
+        if now_s.abs_diff(ts) > IPERF3_SKEW {
+            return Err(format!(
+                "user {user}: the token's time stamp is {} s from this server's clock (at most {IPERF3_SKEW})",
+                now_s.abs_diff(ts)
+            ));
+        }
+        let hash: String = sha2::Sha256::digest(format!("{{{user}}}{pwd}").as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        if self.users.iter().any(|(u, h)| u == user && *h == hash) {
+            Ok(user.to_string())
+        } else {
+            Err(format!("user {user}: unknown user or wrong password"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_is_refused_after_its_failures_and_others_are_not() {
+        let f = Failures::default();
+        let a: IpAddr = [192, 0, 2, 1].into();
+        for i in 1..=MAX_FAILURES {
+            assert_eq!(f.locked_out(a), None);
+            assert_eq!(f.record(a), i);
+        }
+        assert!(f.locked_out(a).is_some_and(|d| d <= WINDOW));
+        assert_eq!(f.locked_out([192, 0, 2, 2].into()), None);
+    }
+}

@@ -1,0 +1,237 @@
+//! What every session of one `xferlab server` shares: its configuration
+//! (limits and budgets), the registries of live sessions (token or cookie
+//! -> the session's event channel), the session counts per server and per
+//! client address, and the server's log.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use xferlab_core::iperf3::Cookie;
+use xferlab_core::proto::wire::TOKEN_LEN;
+
+use super::auth::{Failures, Iperf3Users};
+use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
+use super::udp_door::Doors;
+use crate::control::Wake;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to bind; None = every address, IPv6 and IPv4.
+    pub bind: Option<IpAddr>,
+    pub port: u16,
+    /// A second port for iperf3 clients (both ports serve both
+    /// protocols); None: xferlab's port only.
+    pub iperf3_port: Option<u16>,
+    /// Longest test accepted, warm-up included.
+    pub max_duration: Duration,
+    /// Tests running at once; more are refused with a "busy" error.
+    pub max_sessions: usize,
+    /// Tests running at once from one client address.
+    pub max_sessions_per_client: usize,
+    /// Exit after the first test.
+    pub one_off: bool,
+    /// Runs inside a client process (recorded in its reports).
+    pub embedded: bool,
+    /// Print a line per session start and end.
+    pub log: bool,
+    /// The CPU data threads are pinned to unless the client names one
+    /// (`-A`).
+    pub affinity: Option<u32>,
+    /// Accept UDP flows (attach datagrams, iperf3 stream hellos) from
+    /// any address, not only from the control connection's peer.
+    pub udp_any_peer: bool,
+    /// Rates, flows and intervals a test may use.
+    pub budgets: Budgets,
+    /// Keys xferlab clients must prove they hold (`--auth-key`); None:
+    /// authentication off.
+    pub auth_keys: Option<Arc<Vec<Vec<u8>>>>,
+    /// iperf3 clients' credentials (`--rsa-private-key-path`,
+    /// `--authorized-users-path`); None: iperf3 authentication off.
+    pub iperf3_users: Option<Arc<Iperf3Users>>,
+}
+
+impl ServerConfig {
+    /// Whether clients must authenticate (each protocol with its own
+    /// scheme; a protocol without credentials configured is refused).
+    pub fn auth_on(&self) -> bool {
+        self.auth_keys.is_some() || self.iperf3_users.is_some()
+    }
+}
+
+impl ServerConfig {
+    /// A server for one process's own use (the in-process server of a
+    /// client without a host): loopback only, no budgets.
+    pub fn embedded(bind: IpAddr, one_off: bool) -> Self {
+        ServerConfig {
+            bind: Some(bind),
+            port: 0,
+            iperf3_port: None,
+            max_duration: Duration::from_secs(86_400),
+            max_sessions: 1,
+            max_sessions_per_client: 1,
+            one_off,
+            embedded: true,
+            log: false,
+            affinity: None,
+            udp_any_peer: false,
+            budgets: Budgets::default(),
+            auth_keys: None,
+            iperf3_users: None,
+        }
+    }
+}
+
+/// Token -> the session's event channel.
+pub type Registry = Mutex<HashMap<[u8; TOKEN_LEN], mpsc::Sender<Wake>>>;
+/// iperf3 cookie -> the session's event channel.
+pub type CookieRegistry = Mutex<HashMap<Cookie, mpsc::Sender<Wake>>>;
+
+/// What every connection thread of one server shares.
+pub struct Shared {
+    pub cfg: ServerConfig,
+    pub registry: Registry,
+    pub iperf3: CookieRegistry,
+    /// Ports where datagram streams open with a hello (iperf3's UDP).
+    pub udp_doors: Doors,
+    sessions: AtomicUsize,
+    per_client: Mutex<HashMap<IpAddr, usize>>,
+    rates: RateBook,
+    /// Failed authentication attempts per client address.
+    pub auth_failures: Failures,
+}
+
+/// Locks a registry; a panicked holder leaves it usable (its entries are
+/// plain values).
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running session's place in the counts, given back when dropped.
+pub struct SessionSlot<'a> {
+    shared: &'a Shared,
+    client: IpAddr,
+}
+
+impl Drop for SessionSlot<'_> {
+    fn drop(&mut self) {
+        let mut per = lock(&self.shared.per_client);
+        if let Some(n) = per.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                per.remove(&self.client);
+            }
+        }
+        self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Shared {
+    pub fn new(cfg: ServerConfig) -> Self {
+        Shared {
+            cfg,
+            registry: Mutex::new(HashMap::new()),
+            iperf3: Mutex::new(HashMap::new()),
+            udp_doors: Doors::default(),
+            sessions: AtomicUsize::new(0),
+            per_client: Mutex::new(HashMap::new()),
+            rates: RateBook::default(),
+            auth_failures: Failures::default(),
+        }
+    }
+
+    /// Checks a test against the operator's budgets and paces what this
+    /// server sends for it (see [`super::budget`]); the grant holds the
+    /// test's share of the server-wide rate until dropped.
+    pub fn budget(
+        &self,
+        spec: &mut xferlab_core::spec::TestSpec,
+    ) -> Result<Option<RateGrant<'_>>, OverBudget> {
+        self.cfg.budgets.admit(&self.rates, spec)
+    }
+
+    /// Tests running now.
+    pub fn sessions(&self) -> usize {
+        self.sessions.load(Ordering::Relaxed)
+    }
+
+    /// Why a test from `client` would be refused as busy now
+    /// (`--max-sessions`, `--max-sessions-per-client`), if it would.
+    pub fn busy(&self, client: IpAddr) -> Option<String> {
+        self.busy_with(&lock(&self.per_client), client)
+    }
+
+    fn busy_with(&self, per: &HashMap<IpAddr, usize>, client: IpAddr) -> Option<String> {
+        let running = self.sessions();
+        if running >= self.cfg.max_sessions {
+            return Some(format!(
+                "server busy: {running} tests running (its --max-sessions limit); try again later"
+            ));
+        }
+        let mine = per.get(&client).copied().unwrap_or(0);
+        (mine >= self.cfg.max_sessions_per_client).then(|| {
+            format!(
+                "server busy: {mine} tests from {client} running (its --max-sessions-per-client limit); try again later"
+            )
+        })
+    }
+
+    /// Takes a session slot for a test from `client`, or says why the
+    /// server is busy.
+    pub fn enter(&self, client: IpAddr) -> Result<SessionSlot<'_>, String> {
+        let mut per = lock(&self.per_client);
+        if let Some(busy) = self.busy_with(&per, client) {
+            return Err(busy);
+        }
+        *per.entry(client).or_default() += 1;
+        self.sessions.fetch_add(1, Ordering::Relaxed);
+        Ok(SessionSlot {
+            shared: self,
+            client,
+        })
+    }
+
+    /// Where this server runs a test's data threads: the CPU the client
+    /// asked for (`-A n,m`), else the server's own `-A`; refused when
+    /// this process may not use it.
+    pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), String> {
+        spec.affinity.server = spec.affinity.server.or(self.cfg.affinity);
+        match spec.affinity.server {
+            Some(cpu) => crate::sys::affinity::check(cpu, "the server").map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+
+    /// Coarsens this server's own intervals of a test whose flows x
+    /// intervals would exceed its budget
+    /// ([`xferlab_core::proto::interval_budget`]): one long test with many
+    /// flows and fine intervals cannot make the server's memory grow
+    /// without bound. The client's own intervals are untouched, and an
+    /// in-process server (the user's own memory) keeps them as asked.
+    pub fn budget_intervals(&self, spec: &mut xferlab_core::spec::TestSpec) {
+        if self.cfg.embedded {
+            return;
+        }
+        let i = xferlab_core::proto::interval_budget(spec, self.cfg.max_duration);
+        if i != spec.interval_s {
+            tracing::debug!(
+                asked = spec.interval_s,
+                kept = i,
+                "server-side intervals coarsened to stay within the interval budget"
+            );
+            spec.interval_s = i;
+        }
+    }
+
+    /// One line of the server's log (stdout, see [`crate::logging`]); an
+    /// embedded server's lines are debug diagnostics (`-v`).
+    pub fn log(&self, line: std::fmt::Arguments<'_>) {
+        if self.cfg.log {
+            tracing::info!(target: crate::logging::SERVER_LOG, "{line}");
+        } else {
+            tracing::debug!("{line}");
+        }
+    }
+}

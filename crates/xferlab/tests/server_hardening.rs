@@ -1,0 +1,622 @@
+//! A public `xferlab server` against an adversarial client (issue 15):
+//! sessions abandoned after a UDP welcome, connections that trickle or
+//! idle, UDP attaches and iperf3 stream hellos from a third address, an
+//! idle iperf3 UDP setup, oversized results, tests that would make the
+//! server keep too many intervals, iperf3 `--sctp`. Each test drives the
+//! real server binary over loopback.
+
+mod common;
+
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const IPERF3: &str = "iperf3";
+
+/// A TCP connection to `to` from the loopback address `src`.
+fn tcp_from(src: Ipv4Addr, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.bind(&SocketAddr::V4(SocketAddrV4::new(src, 0)).into())
+        .unwrap_or_else(|e| panic!("bind {src}: {e}"));
+    s.connect_timeout(&to.into(), Duration::from_secs(3))
+        .unwrap_or_else(|e| panic!("connect {src} -> {to}: {e}"));
+    let s: TcpStream = s.into();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+/// A UDP socket on the loopback address `src`.
+fn udp_from(src: Ipv4Addr) -> UdpSocket {
+    let s = UdpSocket::bind((src, 0)).unwrap_or_else(|e| panic!("bind {src}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s
+}
+
+/// The spec a real client sends for `args` (from its JSON result).
+fn spec_of(srv: &Server, args: &[&str]) -> Value {
+    let v = srv.json(args, 0.2);
+    v["spec"].clone()
+}
+
+/// An xferlab control connection from `src` that has sent a hello for
+/// `spec` and read the server's preamble; returns it and the welcome.
+fn hello_from(src: Ipv4Addr, srv: &Server, spec: &Value) -> (TcpStream, Value) {
+    let hello = json!({
+        "type": "hello",
+        "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
+        "spec": spec,
+    });
+    let mut s = tcp_from(src, srv.addr());
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
+    msg.extend(frame(hello.to_string().as_bytes()));
+    send(&mut s, &msg);
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
+    let welcome = read_json_frame(&mut s);
+    assert_eq!(welcome["type"], "welcome", "{welcome}\n{}", srv.log());
+    (s, welcome)
+}
+
+/// A UDP attach datagram for flow `flow` of the session in `welcome`.
+fn attach_datagram(welcome: &Value, flow: u32) -> Vec<u8> {
+    let hex = welcome["session"].as_str().unwrap();
+    let mut out = preamble(PROTOCOL, 2).to_vec();
+    out.extend((0..16).map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap()));
+    out.extend(flow.to_be_bytes());
+    out
+}
+
+/// Whether the server still holds this connection open (nothing to read,
+/// no EOF).
+fn still_open(s: &TcpStream) -> bool {
+    s.set_nonblocking(true).unwrap();
+    let r = (&*s).read(&mut [0u8; 1]);
+    matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("process {pid} is gone: {e}"))
+        .count()
+}
+
+fn threads_named(pid: u32, name: &str) -> usize {
+    thread_names(pid).iter().filter(|n| *n == name).count()
+}
+
+/// Waits (bounded) until `done` holds, polling /proc-style state that
+/// announces nothing.
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !done() {
+        assert!(t0.elapsed() < timeout, "{what}: not within {timeout:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    t0.elapsed()
+}
+
+/// Lifts this test process's open-file limit to at least `n`.
+fn raise_nofile(n: u64) {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let rl = getrlimit(Resource::Nofile);
+    let want = rl
+        .maximum
+        .map_or(n, |m| m.min(n.max(rl.current.unwrap_or(0))));
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(want),
+            maximum: rl.maximum,
+        },
+    )
+    .expect("raise RLIMIT_NOFILE");
+    assert!(
+        want >= n,
+        "the open-file hard limit ({:?}) is below the {n} this test needs: raise it (ulimit -Hn)",
+        rl.maximum
+    );
+}
+
+// ------------------------------------------------------------- item 1
+
+/// A client that says hello for `-u -P 128` and vanishes after the
+/// welcome leaves no thread or socket behind once its session has ended
+/// (it used to hold 128 threads and 128 sockets for 10 s, beyond
+/// --max-sessions).
+#[test]
+fn an_abandoned_udp_session_holds_no_thread_or_socket() {
+    let srv = Server::start_with(&["--max-sessions", "2"]);
+    let mut spec = spec_of(&srv, &["-u", "-b", "10M", "-t", "0.2"]);
+    spec["parallel"] = json!(128);
+    let fds_before = open_fds(srv.pid());
+    for round in 1..=3 {
+        let (s, welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+        assert_eq!(welcome["udp_ports"].as_array().unwrap().len(), 128);
+        assert!(
+            threads_named(srv.pid(), "xfer-udp-attach") <= 1,
+            "one attach thread per session, not per flow: {:?}",
+            thread_names(srv.pid())
+        );
+        drop(s);
+        srv.wait_for_log(": ended:", round, Duration::from_secs(5));
+        let took = wait_until(
+            "the abandoned session's attach thread and sockets released",
+            Duration::from_secs(2),
+            || {
+                threads_named(srv.pid(), "xfer-udp-attach") == 0
+                    && open_fds(srv.pid()) <= fds_before + 2
+            },
+        );
+        assert!(took < Duration::from_secs(2), "round {round}: {took:?}");
+    }
+}
+
+// ------------------------------------------------------------- item 2
+
+/// A connection trickling a byte now and then is closed when its
+/// 5 s to say what it is are up, however it spaces its bytes.
+#[test]
+fn the_preamble_deadline_is_total_not_per_read() {
+    let srv = Server::start();
+    let mut s = raw_connect(srv.addr());
+    s.set_read_timeout(Some(Duration::from_millis(1200)))
+        .unwrap();
+    // An iperf3 cookie's first bytes, one every 1.2 s (each read well
+    // inside 5 s): the old per-read timeout never fired.
+    let t0 = Instant::now();
+    let mut sink = [0u8; 16];
+    for b in b"abcdefghijklmnop".iter() {
+        if std::io::Write::write_all(&mut s, &[*b]).is_err() {
+            break;
+        }
+        match s.read(&mut sink) {
+            Ok(0) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Ok(n) => panic!("the server answered {n} bytes to half a cookie"),
+            Err(_) => assert!(
+                t0.elapsed() < Duration::from_secs(8),
+                "a trickling connection still open after {:?}",
+                t0.elapsed()
+            ),
+        }
+    }
+    let closed = t0.elapsed();
+    assert!(
+        (Duration::from_millis(4500)..Duration::from_secs(7)).contains(&closed),
+        "closed after {closed:?}, not at its 5 s deadline"
+    );
+}
+
+/// 1,000 connections that are idle or trickle bytes, from several
+/// addresses, do not keep a real client waiting: it is welcomed within
+/// 1 s and its test completes.
+#[test]
+fn a_client_is_served_within_a_second_next_to_1000_slow_connections() {
+    raise_nofile(4096);
+    let srv = Server::start();
+    let mut held = Vec::new();
+    for i in 0..1000u32 {
+        let src = Ipv4Addr::new(127, 0, 1, 1 + (i % 8) as u8);
+        let mut s = tcp_from(src, srv.addr());
+        if i % 2 == 1 {
+            // Slow: the start of a preamble, the rest never comes.
+            send(&mut s, b"XF");
+        }
+        held.push(s);
+    }
+    // The server has taken them all in (a control connection made after
+    // them is answered, and its listener accepts in order).
+    let spec = spec_of(&srv, &["-t", "0.2"]);
+    let t0 = Instant::now();
+    let (s, _welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let welcomed = t0.elapsed();
+    drop(s);
+    assert!(
+        welcomed < Duration::from_secs(1),
+        "welcomed after {welcomed:?} next to 1000 slow connections\n{}",
+        srv.log()
+    );
+    let out = srv.client(&["-J", "-t", "0.5"], deadline_for(0.5));
+    assert!(
+        out.code == Some(0) && out.elapsed < Duration::from_millis(1500),
+        "{}\n--- server log ---\n{}",
+        out.describe(),
+        srv.log()
+    );
+    // Every one of the 1000 is still open: nothing was shed for them.
+    let open = held.iter().filter(|s| still_open(s)).count();
+    assert_eq!(open, 1000, "the server closed some slow connections early");
+}
+
+/// More pending connections from one address than the per-address limit:
+/// the oldest are closed to make room, the log says so (once, not per
+/// connection), and a client from another address is not delayed.
+#[test]
+fn the_per_address_pending_limit_closes_the_oldest_and_logs_it() {
+    raise_nofile(4096);
+    let srv = Server::start();
+    let src = Ipv4Addr::new(127, 0, 2, 1);
+    let mut first = tcp_from(src, srv.addr());
+    let rest: Vec<TcpStream> = (0..300).map(|_| tcp_from(src, srv.addr())).collect();
+    // The oldest was closed for the newer ones.
+    assert!(
+        reads_to_eof(&mut first),
+        "the oldest pending connection was kept"
+    );
+    srv.wait_for_log("the per-address limit", 1, Duration::from_secs(3));
+    let log = srv.log();
+    assert!(
+        log.matches("the per-address limit").count() == 1,
+        "one line per limit and period, not per connection:\n{log}"
+    );
+    assert!(log.contains("127.0.2.1"), "{log}");
+    let t0 = Instant::now();
+    let spec = spec_of(&srv, &["-t", "0.2"]);
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert_eq!(spec["transport"], "tcp");
+    // The newest 256 from that address are still waiting to speak.
+    let open = rest
+        .iter()
+        .rev()
+        .take(256)
+        .filter(|s| still_open(s))
+        .count();
+    assert_eq!(open, 256);
+}
+
+// ---------------------------------------------------------- items 3, 4
+
+/// A UDP attach datagram with a valid token from another address than
+/// the control connection's gets nothing (the server would otherwise
+/// send a reverse test's data there); from the control peer's address it
+/// is accepted. `--udp-any-peer` lifts the check.
+#[test]
+fn udp_flows_attach_only_from_the_control_peers_address() {
+    let srv = Server::start();
+    let spec = spec_of(&srv, &["-u", "-b", "10M", "-t", "0.2", "-R"]);
+    let (_ctl, welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let port = welcome["udp_ports"][0].as_u64().unwrap() as u16;
+    let to = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let dgram = attach_datagram(&welcome, 0);
+    let stranger = udp_from(Ipv4Addr::new(127, 0, 0, 2));
+    stranger.send_to(&dgram, to).unwrap();
+    let client = udp_from(Ipv4Addr::LOCALHOST);
+    client.send_to(&dgram, to).unwrap();
+    let mut reply = [0u8; 8];
+    let (n, from) = client
+        .recv_from(&mut reply)
+        .expect("the control peer's own attach is answered");
+    assert_eq!((&reply[..n], from), (&[0u8][..], to));
+    // The stranger's datagram came first on the same socket: had it been
+    // taken, the client's would not have been.
+    stranger.set_nonblocking(true).unwrap();
+    assert!(
+        stranger.recv_from(&mut reply).is_err(),
+        "a stranger's attach was answered"
+    );
+
+    let open = Server::start_with(&["--udp-any-peer"]);
+    let (_ctl, welcome) = hello_from(Ipv4Addr::LOCALHOST, &open, &spec);
+    let port = welcome["udp_ports"][0].as_u64().unwrap() as u16;
+    let stranger = udp_from(Ipv4Addr::new(127, 0, 0, 2));
+    stranger
+        .send_to(&attach_datagram(&welcome, 0), (Ipv4Addr::LOCALHOST, port))
+        .unwrap();
+    let (n, _) = stranger
+        .recv_from(&mut reply)
+        .expect("--udp-any-peer takes an attach from anywhere");
+    assert_eq!(&reply[..n], [0]);
+}
+
+/// An iperf3 control connection from `src` that is waiting for its UDP
+/// streams (`parallel` of them, reverse).
+fn iperf3_udp_waiting(src: Ipv4Addr, srv: &Server, parallel: u32) -> TcpStream {
+    let mut s = tcp_from(src, srv.addr());
+    // 36 characters of a-z2-7 and a NUL, one cookie per address.
+    let mut cookie = format!("{:a<36}", "hardeningudp").into_bytes();
+    cookie[35] = b'a' + src.octets()[3] % 26;
+    cookie.push(0);
+    send(&mut s, &cookie);
+    assert_eq!(read_n(&mut s, 1), [9], "PARAM_EXCHANGE");
+    let params = json!({"udp": true, "omit": 0, "time": 1, "parallel": parallel,
+                        "len": 1400, "bandwidth": 1_000_000, "reverse": true,
+                        "client_version": "3.21"});
+    send(&mut s, &frame(params.to_string().as_bytes()));
+    assert_eq!(read_n(&mut s, 1), [10], "CREATE_STREAMS\n{}", srv.log());
+    s
+}
+
+/// iperf3's UDP streams open with 4 bytes to the server's port; one from
+/// a third address is not taken as the test's stream (and gets no
+/// data), the client's own is.
+#[test]
+fn iperf3_udp_streams_open_only_from_the_control_peers_address() {
+    let srv = Server::start();
+    let _ctl = iperf3_udp_waiting(Ipv4Addr::LOCALHOST, &srv, 1);
+    let stranger = udp_from(Ipv4Addr::new(127, 0, 0, 3));
+    stranger
+        .send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr())
+        .unwrap();
+    let client = udp_from(Ipv4Addr::LOCALHOST);
+    client
+        .send_to(&[0x39, 0x38, 0x37, 0x36], srv.addr())
+        .unwrap();
+    let mut reply = [0u8; 2048];
+    let (n, _) = client
+        .recv_from(&mut reply)
+        .expect("the client's own stream hello is answered");
+    assert_eq!(&reply[..n], b"6789");
+    stranger.set_nonblocking(true).unwrap();
+    assert!(
+        stranger.recv_from(&mut reply).is_err(),
+        "a stranger's stream hello was answered"
+    );
+}
+
+/// An idle iperf3 client waiting for 128 UDP streams does not hold back
+/// another client's UDP test on the same address.
+#[test]
+fn an_idle_iperf3_udp_setup_does_not_block_other_clients() {
+    let srv = Server::start();
+    let _idle = iperf3_udp_waiting(Ipv4Addr::new(127, 0, 0, 4), &srv, 128);
+    let port = srv.port.to_string();
+    let t0 = Instant::now();
+    let out = Proc::spawn_program(
+        IPERF3,
+        &["-c", "127.0.0.1", "-p", &port, "-u", "-b", "10M", "-t", "1"],
+    )
+    .finish(Duration::from_secs(15));
+    assert!(
+        out.code == Some(0) && t0.elapsed() < Duration::from_secs(4),
+        "a 1 s iperf3 -u test next to an idle UDP setup: {:?}\n{}\n--- server log ---\n{}",
+        t0.elapsed(),
+        out.describe(),
+        srv.log()
+    );
+}
+
+// ------------------------------------------------------------- item 5
+
+/// An iperf3 client's results may be no larger than its test's streams
+/// need: a 1 MiB results message for a one-stream test is refused on its
+/// length, before the server buffers (or parses) any of it.
+#[test]
+fn iperf3_results_larger_than_the_test_needs_are_refused_at_once() {
+    let srv = Server::start();
+    let mut s = raw_connect(srv.addr());
+    let cookie = b"hardeningresultsaaaaaaaaaaaaaaaaaaaa\0";
+    send(&mut s, cookie);
+    assert_eq!(read_n(&mut s, 1), [9]);
+    let params = json!({"tcp": true, "omit": 0, "time": 1, "parallel": 1, "len": 131072});
+    send(&mut s, &frame(params.to_string().as_bytes()));
+    assert_eq!(read_n(&mut s, 1), [10], "CREATE_STREAMS");
+    let mut data = raw_connect(srv.addr());
+    send(&mut data, cookie);
+    assert_eq!(read_n(&mut s, 2), [1, 2], "TEST_START, TEST_RUNNING");
+    send(&mut s, &[4]); // TEST_END
+    assert_eq!(read_n(&mut s, 1), [13], "EXCHANGE_RESULTS");
+    // Only the length prefix of a 1 MiB message.
+    send(&mut s, &(1u32 << 20).to_be_bytes());
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let answer = read_n(&mut s, 9);
+    assert_eq!(answer[0], 0xfe, "SERVER_ERROR (-2)");
+    let code = i32::from_be_bytes(answer[1..5].try_into().unwrap());
+    assert_eq!(code, 117, "IERECVRESULTS");
+    srv.wait_for_log("exceeds the limit", 1, Duration::from_secs(3));
+}
+
+/// The same for xferlab's results frame: its limit follows the test's
+/// flows and intervals, so a one-flow 0.3 s test's client cannot make
+/// the server take an 8 MiB frame.
+#[test]
+fn xferlab_results_larger_than_the_test_needs_are_refused_at_once() {
+    let srv = Server::start();
+    let spec = spec_of(&srv, &["-t", "0.3"]);
+    let (mut s, welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let mut data = raw_connect(srv.addr());
+    let mut attach = preamble(PROTOCOL, 2).to_vec();
+    attach.extend_from_slice(&attach_datagram(&welcome, 0)[8..]);
+    send(&mut data, &attach);
+    assert_eq!(read_n(&mut data, 1), [0], "attach accepted");
+    assert_eq!(read_json_frame(&mut s)["type"], "start");
+    send(&mut s, &frame(br#"{"type":"stop"}"#));
+    drop(data);
+    let len = u32::from_be_bytes(read_n(&mut s, 4).try_into().unwrap()) as usize;
+    let results: Value = serde_json::from_slice(&read_n(&mut s, len)).unwrap();
+    assert_eq!(results["type"], "results");
+    send(&mut s, &(8u32 << 20).to_be_bytes());
+    let err = read_json_frame(&mut s);
+    assert_eq!(err["code"], "bad_message", "{err}");
+    assert!(
+        err["message"]
+            .as_str()
+            .unwrap()
+            .contains(&(8u32 << 20).to_string()),
+        "{err}"
+    );
+}
+
+/// A test whose flows x intervals would exceed the server's budget
+/// (here: a byte-limited --bidir -P 4 -i 0.05 test, which may last the
+/// server's hour) has the server keep its own intervals coarser; the
+/// client keeps its own.
+#[test]
+fn the_server_keeps_its_intervals_within_a_budget() {
+    let srv = Server::start();
+    // Paced to about 1 s: 1 MB per flow at 8 Mbit/s.
+    let v = srv.json(
+        &[
+            "-n",
+            "4M",
+            "--bidir",
+            "-P",
+            "4",
+            "--fq-rate",
+            "8M",
+            "-i",
+            "0.05",
+        ],
+        2.0,
+    );
+    // The longest-lived flow of each side (receivers end last: a paced
+    // sender's bytes leave its socket buffer over the whole second).
+    let most = |side: &str| -> usize {
+        flows(&v, side)
+            .iter()
+            .map(|f| f["intervals"].as_array().unwrap().len())
+            .max()
+            .unwrap()
+    };
+    let (n_client, n_server) = (most("client"), most("server"));
+    assert!(
+        n_client >= 10 && n_server * 4 <= n_client,
+        "server kept {n_server} intervals per flow, the client {n_client}"
+    );
+}
+
+// ------------------------------------------------------------- item 6
+
+/// `iperf3 --sctp` is refused as iperf3 refuses what it does not
+/// implement, not run as TCP.
+#[test]
+fn iperf3_sctp_is_refused_as_not_implemented() {
+    let srv = Server::start();
+    let port = srv.port.to_string();
+    let out = Proc::spawn_program(
+        IPERF3,
+        &["-c", "127.0.0.1", "-p", &port, "--sctp", "-t", "1"],
+    )
+    .finish(Duration::from_secs(10));
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(
+        format!("{}{}", out.stdout, out.stderr).contains("not implemented"),
+        "{}",
+        out.describe()
+    );
+    srv.wait_for_log("SCTP (--sctp) is not served", 1, Duration::from_secs(3));
+}
+
+// ------------------------------------------------------------ budgets
+
+/// Each budget refuses what exceeds it with one line that names the
+/// limit, for xferlab and iperf3 clients alike.
+#[test]
+fn budgets_refuse_with_one_line_naming_the_limit() {
+    let srv = Server::start_with(&[
+        "--max-rate",
+        "50M",
+        "--max-flows",
+        "4",
+        "--min-interval",
+        "0.5",
+    ]);
+    for (args, needle) in [
+        (
+            &["-u", "-b", "100M", "-t", "1"][..],
+            "--max-rate of 50.0 Mbits/sec",
+        ),
+        (&["-P", "5", "-t", "1"][..], "--max-flows of 4"),
+        (&["-i", "0.1", "-t", "1"][..], "--min-interval of 0.5 s"),
+    ] {
+        let out = srv.client(args, deadline_for(1.0));
+        out.assert_one_line_failure(1, &[needle]);
+    }
+    let port = srv.port.to_string();
+    let out = Proc::spawn_program(
+        IPERF3,
+        &[
+            "-c",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-u",
+            "-b",
+            "100M",
+            "-t",
+            "1",
+        ],
+    )
+    .finish(Duration::from_secs(10));
+    assert_ne!(out.code, Some(0));
+    assert!(
+        out.stderr
+            .contains("total required bandwidth is larger than server limit")
+            || out
+                .stdout
+                .contains("total required bandwidth is larger than server limit"),
+        "{}",
+        out.describe()
+    );
+}
+
+/// --max-rate is enforced while the test runs: what the server sends is
+/// paced to it, however fast the client could receive.
+#[test]
+fn max_rate_paces_what_the_server_sends() {
+    let srv = Server::start_with(&["--max-rate", "40M"]);
+    let v = srv.json(&["-R", "-P", "2", "-t", "1"], 1.0);
+    let got = summary_dir(&v, "s2c")["receiver"]["bits_per_second"]
+        .as_f64()
+        .unwrap();
+    assert!(
+        (10e6..48e6).contains(&got),
+        "received {got:.0} bit/s from a server held to 40 Mbit/s"
+    );
+}
+
+/// --max-total-rate is shared by the tests running at once and given
+/// back when one ends; a test that does not fit is refused as busy.
+#[test]
+fn max_total_rate_is_shared_and_given_back() {
+    let srv = Server::start_with(&["--max-rate", "50M", "--max-total-rate", "60M"]);
+    let a = srv.spawn_client(&["-R", "-t", "1.5"]);
+    srv.wait_for_log("accepted", 1, Duration::from_secs(5));
+    let out = srv.client(&["-u", "-R", "-b", "20M", "-t", "0.3"], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["busy", "--max-total-rate"]);
+    a.finish(deadline_for(1.5)).assert_success();
+    srv.wait_for_log("done:", 1, Duration::from_secs(5));
+    srv.json(&["-u", "-R", "-b", "20M", "-t", "0.3"], 0.3);
+}
+
+/// --max-sessions-per-client holds one address to its share of the
+/// sessions; other addresses are still served.
+#[test]
+fn max_sessions_per_client_refuses_one_address_only() {
+    let srv = Server::start_with(&["--max-sessions-per-client", "1"]);
+    let spec = spec_of(&srv, &["-t", "0.2"]);
+    let (_held, _) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let out = srv.client(&["-t", "0.3"], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["busy", "--max-sessions-per-client"]);
+    let (_other, welcome) = hello_from(Ipv4Addr::new(127, 0, 0, 5), &srv, &spec);
+    assert_eq!(welcome["type"], "welcome");
+}
+
+/// Requests past --max-sessions are answered "busy" at the front door:
+/// a burst of them costs the server no thread.
+#[test]
+fn requests_past_the_session_limit_are_answered_busy_without_a_thread() {
+    let srv = Server::start_with(&["--max-sessions", "1"]);
+    let spec = spec_of(&srv, &["-t", "0.2"]);
+    let (_held, _) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let threads = srv.thread_count();
+    let mut refused = Vec::new();
+    for _ in 0..100 {
+        let mut s = raw_connect(srv.addr());
+        send(&mut s, &preamble(PROTOCOL, 1));
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
+        let err = read_json_frame(&mut s);
+        assert_eq!(err["code"], "busy", "{err}");
+        refused.push(s);
+    }
+    assert!(
+        srv.thread_count() <= threads + 2,
+        "{} threads after 100 busy answers, {threads} before: {:?}",
+        srv.thread_count(),
+        thread_names(srv.pid())
+    );
+    let mut iperf3 = raw_connect(srv.addr());
+    send(&mut iperf3, b"hardeningbusyaaaaaaaaaaaaaaaaaaaaaaa\0");
+    assert_eq!(read_n(&mut iperf3, 1), [0xff], "ACCESS_DENIED");
+}
