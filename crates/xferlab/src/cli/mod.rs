@@ -5,6 +5,7 @@
 pub mod db;
 pub mod experiment;
 pub mod lab;
+pub mod lab_topology;
 pub mod rr;
 pub mod series;
 pub mod server;
@@ -119,12 +120,11 @@ impl Command {
             Command::Rr(a) => a.spec().map(drop),
             Command::Cbr(a) => a.stream.spec_with(true, 5.0).map(drop),
             Command::Sweep(a) => a.stream.spec_with(true, 1.0).map(drop),
-            Command::Lab(a) => a
-                .check()
-                .map_err(|e| e.message)?
-                .test
-                .command
-                .check_values(),
+            Command::Lab(a) => {
+                let lab = a.check().map_err(|e| e.message)?;
+                let checked = lab.tests().try_for_each(|t| t.test.command.check_values());
+                checked
+            }
             _ => Ok(()),
         }
     }
