@@ -27,6 +27,8 @@ pub struct Shaper {
 /// Where an admitted packet sits on the link's time line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
+    /// When serialization starts (the packet's queueing ends).
+    pub start: u64,
     pub finish: u64,
     /// Increments whenever the link went idle before this packet; packets
     /// of one busy period leave back to back at the link rate.
@@ -69,6 +71,11 @@ impl Shaper {
         }
     }
 
+    /// When the serializer is free for the next packet.
+    pub fn free_at(&self) -> u64 {
+        self.free_at
+    }
+
     /// Would a packet of `wire_bytes` in `segments` fit the queue at `now`?
     pub fn fits(&mut self, now: u64, wire_bytes: u64, segments: u64) -> bool {
         self.expire(now);
@@ -89,6 +96,7 @@ impl Shaper {
     pub fn admit(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
         let Some(rate) = self.rate_bps else {
             return Slot {
+                start: now,
                 finish: now,
                 busy_period: 0,
             };
@@ -109,6 +117,7 @@ impl Shaper {
         self.backlog_bytes += wire_bytes;
         self.backlog_segments += segments;
         Slot {
+            start,
             finish: self.free_at,
             busy_period: self.busy_period,
         }

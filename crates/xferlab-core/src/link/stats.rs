@@ -17,6 +17,7 @@ pub struct LatenessHistogram {
     counts: Box<[u64; BUCKETS]>,
     total: u64,
     max_ns: u64,
+    sum_ns: u128,
 }
 
 impl Default for LatenessHistogram {
@@ -25,6 +26,7 @@ impl Default for LatenessHistogram {
             counts: Box::new([0; BUCKETS]),
             total: 0,
             max_ns: 0,
+            sum_ns: 0,
         }
     }
 }
@@ -40,6 +42,7 @@ impl LatenessHistogram {
         self.counts[i] += 1;
         self.total += 1;
         self.max_ns = self.max_ns.max(late_ns);
+        self.sum_ns += u128::from(late_ns);
     }
 
     pub fn count(&self) -> u64 {
@@ -68,6 +71,10 @@ impl LatenessHistogram {
             }
         }
         None
+    }
+
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.total > 0).then(|| self.sum_ns as f64 / self.total as f64 / 1000.0)
     }
 
     pub fn max_us(&self) -> f64 {
@@ -146,6 +153,15 @@ pub struct LinkCounters {
     /// Non-ECT packets RED dropped where it would have marked.
     pub dropped_red_packets: u64,
     pub dropped_red_segments: u64,
+    /// Dropped at dequeue by the queue discipline (CoDel).
+    #[serde(default)]
+    pub dropped_qdisc_packets: u64,
+    #[serde(default)]
+    pub dropped_qdisc_segments: u64,
+    /// CE marks the queue discipline set at dequeue (also in
+    /// `marked_packets`).
+    #[serde(default)]
+    pub marked_qdisc_packets: u64,
     /// CE-marked packets sent on (a duplicated marked packet counts
     /// twice: the receiver sees both). One mark covers every segment of a superpacket;
     /// the receiver's IpExtInCEPkts counts a superpacket written to its TUN
@@ -180,6 +196,14 @@ pub struct DirectionReport {
     pub rate_ratio_min: Option<f64>,
     pub rate_ratio_max: Option<f64>,
     pub rate_ratio_mean: Option<f64>,
+    /// Queueing delay (arrival to start of serialization) of packets that
+    /// arrived after the first 2 s, on a shaped link.
+    #[serde(default)]
+    pub sojourn_samples: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sojourn_mean_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sojourn_p99_us: Option<f64>,
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, ValueEnum};
 use xferlab_core::link::config::{
-    parse_delay, parse_loss, parse_probability, parse_queue, parse_red, EcnMarking, Jitter,
-    JitterDistribution, LinkConfig,
+    parse_delay, parse_loss, parse_probability, parse_qdisc, parse_queue, parse_red, EcnMarking,
+    Jitter, JitterDistribution, LinkConfig,
 };
 use xferlab_core::units::{parse_rate, parse_size};
 
@@ -57,6 +57,10 @@ pub struct LabArgs {
     /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002].
     #[arg(long, value_name = "[DIR:]SPEC", help_heading = "Link")]
     pub red: Vec<String>,
+    /// Queue discipline at the bottleneck: droptail (default) or
+    /// codel[:target=5ms,interval=100ms] (RFC 8289; needs --rate).
+    #[arg(long, value_name = "[DIR:]QDISC", help_heading = "Link")]
+    pub qdisc: Vec<String>,
     /// Share of packets that skip the delay (arrive early, out of order).
     #[arg(long, value_name = "[DIR:]PROB", help_heading = "Link")]
     pub reorder: Vec<String>,
@@ -290,6 +294,7 @@ impl Offload {
                     || !matches!(c.ecn, EcnMarking::None)
                     || c.reorder > 0.0
                     || c.duplicate > 0.0
+                    || c.qdisc != xferlab_core::link::config::Qdisc::DropTail
             }),
         }
     }
@@ -374,6 +379,7 @@ pub fn apply_link_setting(
         "red" => apply(&flag, &v, parse_red, a, b, |c, r| c.ecn = *r),
         "reorder" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.reorder = p),
         "duplicate" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.duplicate = p),
+        "qdisc" => apply(&flag, &v, parse_qdisc, a, b, |c, &q| c.qdisc = q),
         _ => Err(format!(
             "'{key}' is not a link setting (use {})",
             HOP_KEYS.join(", ")
@@ -414,6 +420,7 @@ impl LabArgs {
             ("red", &self.red),
             ("reorder", &self.reorder),
             ("duplicate", &self.duplicate),
+            ("qdisc", &self.qdisc),
         ] {
             for v in values {
                 apply_link_setting(key, v, jitter, &mut c2s, &mut s2c)?;

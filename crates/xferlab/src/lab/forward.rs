@@ -135,7 +135,13 @@ impl Forwarder {
                         break;
                     };
                     let t = d.token as usize;
-                    if k < last {
+                    if d.mark_ce && !d.dropped {
+                        packet::mark_ce(&mut pool[t * slot_size..t * slot_size + lens[t]]);
+                        infos[t].ecn = packet::ECN_CE;
+                    }
+                    if d.dropped {
+                        // The queue discipline dropped it at dequeue.
+                    } else if k < last {
                         let info = infos[t];
                         if let Arrival::Queued { mark_ce } = hops[k + 1].arrive(now, &info, d.token)
                         {

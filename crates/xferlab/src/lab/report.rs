@@ -6,7 +6,7 @@ use anyhow::Context;
 use std::io::Write;
 
 use xferlab_core::counters::CounterSnapshot;
-use xferlab_core::link::config::{EcnMarking, LossModel, QueueLimit};
+use xferlab_core::link::config::{EcnMarking, LossModel, Qdisc, QueueLimit};
 use xferlab_core::link::report::{
     judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, HopLink, LabHost, LabReport,
     RttProbe, Targets, Topology, UnintendedDrops,
@@ -366,6 +366,17 @@ fn describe(c: &LinkConfig) -> String {
             ..
         } => parts.push(format!("RED {min_bytes}..{max_bytes} B p={max_p}")),
     }
+    if let Qdisc::Codel {
+        target_ns,
+        interval_ns,
+    } = c.qdisc
+    {
+        parts.push(format!(
+            "CoDel target {} ms interval {} ms",
+            target_ns as f64 / 1e6,
+            interval_ns as f64 / 1e6
+        ));
+    }
     if c.reorder > 0.0 {
         parts.push(format!("reorder {} %", c.reorder * 100.0));
     }
@@ -420,9 +431,9 @@ fn human(lab: &LabReport) -> String {
         let u = &a.unintended_drops;
         s += &format!("Link {name}: {}\n", describe(cfg));
         s += &format!(
-            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
+            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, by CoDel {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
             k.arrived_packets, k.arrived_segments, k.dropped_loss_packets, k.loss_bursts, k.dropped_queue_packets,
-            k.dropped_red_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
+            k.dropped_red_packets, k.dropped_qdisc_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
         );
         if !matches!(cfg.ecn, EcnMarking::None) || k.marked_segments > 0 {
             s += &format!(
@@ -433,6 +444,13 @@ fn human(lab: &LabReport) -> String {
             );
         }
         let e = &a.emulator;
+        if e.sojourn_samples > 0 {
+            s += &format!(
+                "  queueing delay after 2 s: mean {} p99 {}\n",
+                us(e.sojourn_mean_us),
+                us(e.sojourn_p99_us)
+            );
+        }
         s += &format!(
             "  departure lateness p50 {} p99 {} p99.9 {} max {}",
             us(e.lateness_p50_us),
