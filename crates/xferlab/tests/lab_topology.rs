@@ -313,3 +313,59 @@ fn codel_holds_the_queueing_delay_near_its_target_under_a_bulk_flow() {
     assert_eq!(u64_at(acc, "/counters/dropped_queue_packets"), 0);
     eprintln!("mean queueing delay after 2 s under CoDel: {mean:.0} us");
 }
+
+#[test]
+fn a_trace_driven_link_delivers_the_trace_opportunities_over_ten_seconds() {
+    let _turn = one_at_a_time();
+    let dir = std::env::temp_dir().join(format!("xferlab-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Bursty: two opportunities a millisecond for 5 ms, none for the
+    // next 4, one at 10 ms; 11 per 10 ms period (13.2 Mbit/s on average).
+    let trace = dir.join("bursty.trace");
+    std::fs::write(&trace, "1\n1\n2\n2\n3\n3\n4\n4\n5\n5\n10\n").unwrap();
+    let per_second = 11.0 * 100.0;
+    let (v, out) = lab_doc(
+        &[
+            "--trace",
+            &format!("c2s:{}", trace.display()),
+            "--queue",
+            "30p",
+            "--no-probe",
+            "--allow-invalid",
+            "stream",
+            "-u",
+            "-b",
+            "20M",
+            "-l",
+            "1472",
+            "-t",
+            "10",
+            "-J",
+        ],
+        10.0,
+    );
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let received = u64_at(&v, "/summary/directions/0/receiver/bytes") as f64 / 1472.0;
+    let seconds = f64_at(&v, "/summary/directions/0/receiver/seconds");
+    let want = per_second * 10.0;
+    assert!(
+        (received / want - 1.0).abs() <= 0.01,
+        "{received} datagrams received over {seconds} s, the trace offered {want}"
+    );
+    // The self-report: delivered against the opportunities in busy 1 s
+    // windows.
+    let acc = &v["lab"]["accuracy"]["c2s"];
+    assert!(u64_at(acc, "/rate_windows") >= 5, "{acc}");
+    let (lo, hi) = (
+        f64_at(acc, "/rate_ratio_min"),
+        f64_at(acc, "/rate_ratio_max"),
+    );
+    assert!(lo > 0.99 && hi < 1.01, "delivered/offered {lo}..{hi}");
+    assert_eq!(
+        u64_at(&v, "/lab/c2s/trace/opportunities"),
+        11,
+        "{}",
+        v["lab"]["c2s"]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

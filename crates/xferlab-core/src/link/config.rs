@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::trace::Trace;
 use crate::units;
 
 /// One direction of the link.
@@ -33,6 +34,10 @@ pub struct LinkConfig {
     /// arrival) or CoDel (at dequeue).
     #[serde(default)]
     pub qdisc: Qdisc,
+    /// Delivery opportunities instead of a fixed rate (a mahimahi trace
+    /// or a schedule of rates and outages); `rate_bps` is None then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
 }
 
 /// The bottleneck's queue discipline.
@@ -63,12 +68,21 @@ impl Default for LinkConfig {
             duplicate: 0.0,
             seed: 1,
             qdisc: Qdisc::DropTail,
+            trace: None,
         }
     }
 }
 
 impl LinkConfig {
+    /// A bottleneck at all: a fixed rate or a trace.
+    pub fn shaped(&self) -> bool {
+        self.rate_bps.is_some() || self.trace.is_some()
+    }
+
     pub fn validate(&self) -> Result<(), LinkError> {
+        if self.rate_bps.is_some() && self.trace.is_some() {
+            return Err(LinkError::TraceWithRate);
+        }
         for (flag, got) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
             if !(0.0..=1.0).contains(&got) {
                 return Err(LinkError::ProbabilityRange { flag, got });
@@ -89,7 +103,7 @@ impl LinkConfig {
             interval_ns,
         } = self.qdisc
         {
-            if self.rate_bps.is_none() {
+            if !self.shaped() {
                 return Err(LinkError::QdiscWithoutRate);
             }
             if matches!(self.ecn, EcnMarking::Red { .. }) {
@@ -144,6 +158,14 @@ pub enum LinkError {
     GilbertElliott(String),
     #[error("'{0}' is not a queue limit: use packets (1000p) or bytes (256K)")]
     NotQueue(String),
+    #[error("--rate and --trace/--schedule both set the rate of one direction; use one")]
+    TraceWithRate,
+    #[error("trace {0} (mahimahi format: one millisecond timestamp per line, non-decreasing)")]
+    NotTrace(String),
+    #[error("'{0}' is not a schedule: use RATE:DURATION steps with off for an outage (e.g. 10M:5s,off:1s,2M:5s)")]
+    NotSchedule(String),
+    #[error("schedule '{0}' expands to too many delivery opportunities; use fewer or slower steps, or a trace file")]
+    ScheduleTooDense(String),
     #[error("--qdisc codel needs --rate: a queue forms only at a shaped bottleneck")]
     QdiscWithoutRate,
     #[error("--qdisc codel and --red both manage the queue; use one")]

@@ -14,6 +14,7 @@ pub mod report;
 pub mod rng;
 mod shaper;
 pub mod stats;
+pub mod trace;
 
 pub use config::{LinkConfig, LinkError};
 pub use pipeline::{Arrival, Departure, DropCause, Link};

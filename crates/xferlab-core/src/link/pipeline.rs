@@ -119,7 +119,12 @@ impl Link {
             rng: Rng::new(cfg.seed),
             loss: Loss::new(cfg.loss),
             marker: Marker::new(cfg.ecn),
-            shaper: Shaper::new(cfg.rate_bps, cfg.overhead_bytes, cfg.queue),
+            shaper: Shaper::with_trace(
+                cfg.rate_bps,
+                cfg.trace.clone(),
+                cfg.overhead_bytes,
+                cfg.queue,
+            ),
             delay: Delay::new(cfg.delay_ns, cfg.jitter),
             line: BinaryHeap::with_capacity(4096),
             seq: 0,
@@ -128,12 +133,12 @@ impl Link {
             counters: LinkCounters::default(),
             lateness: LatenessHistogram::default(),
             rate: RateMeter::default(),
-            measure_rate: cfg.rate_bps.is_some() && cfg.jitter.is_none() && cfg.reorder == 0.0,
+            measure_rate: cfg.shaped() && cfg.jitter.is_none() && cfg.reorder == 0.0,
             codel: match cfg.qdisc {
                 Qdisc::Codel {
                     target_ns,
                     interval_ns,
-                } if cfg.rate_bps.is_some() => Some(Codel::new(target_ns, interval_ns)),
+                } if cfg.shaped() => Some(Codel::new(target_ns, interval_ns)),
                 _ => None,
             },
             waiting: VecDeque::new(),
@@ -227,7 +232,7 @@ impl Link {
     }
 
     fn record_sojourn(&mut self, arrival: u64, start: u64) {
-        if self.cfg.rate_bps.is_some()
+        if self.cfg.shaped()
             && self
                 .first_arrival
                 .is_some_and(|f| arrival >= f + SOJOURN_WARMUP_NS)
@@ -347,10 +352,22 @@ impl Link {
         c.departed_packets += 1;
         c.departed_segments += u64::from(p.segments);
         c.departed_wire_bytes += p.wire_bytes;
-        if let (true, Some(rate)) = (self.measure_rate, self.cfg.rate_bps) {
+        if self.measure_rate {
             let bits =
                 (p.wire_bytes + u64::from(p.segments) * u64::from(self.cfg.overhead_bytes)) * 8;
-            self.rate.depart(now, bits, p.period, rate);
+            match self.cfg.rate_bps {
+                Some(rate) => self.rate.depart(now, bits, p.period, rate),
+                None => {
+                    // Against the opportunities the trace offered in the
+                    // window (departures trail them by the delay).
+                    let (shaper, delay) = (&self.shaper, self.cfg.delay_ns);
+                    self.rate.depart_against(now, bits, p.period, |a, b| {
+                        shaper
+                            .trace_capacity_bits(a.saturating_sub(delay), b.saturating_sub(delay))
+                            .unwrap_or(f64::NAN)
+                    });
+                }
+            }
         }
         Some(Departure {
             token: p.token,

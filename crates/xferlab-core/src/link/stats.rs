@@ -102,6 +102,20 @@ impl RateMeter {
     /// One departure at actual time `now` of `bits` (wire, incl.
     /// overhead) from busy period `period`.
     pub fn depart(&mut self, now: u64, bits: u64, period: u64, rate_bps: u64) {
+        self.depart_against(now, bits, period, |start, end| {
+            rate_bps as f64 * (end - start) as f64 / 1e9
+        });
+    }
+
+    /// As `depart`, against what the link could carry between two
+    /// instants (a trace's opportunities in that span).
+    pub fn depart_against(
+        &mut self,
+        now: u64,
+        bits: u64,
+        period: u64,
+        capacity_bits: impl FnOnce(u64, u64) -> f64,
+    ) {
         if self.period != Some(period) {
             // The first packet of a period only marks the start: its bits
             // were serialized before this instant.
@@ -113,8 +127,7 @@ impl RateMeter {
         self.window_bits += bits;
         let span = now.saturating_sub(self.window_start);
         if span >= WINDOW_NS {
-            let achieved = self.window_bits as f64 * 1e9 / span as f64;
-            let ratio = achieved / rate_bps as f64;
+            let ratio = self.window_bits as f64 / capacity_bits(self.window_start, now);
             if self.windows == 0 {
                 self.min_ratio = ratio;
                 self.max_ratio = ratio;

@@ -10,6 +10,7 @@ use xferlab_core::link::config::{
     parse_delay, parse_loss, parse_probability, parse_qdisc, parse_queue, parse_red, EcnMarking,
     Jitter, JitterDistribution, LinkConfig,
 };
+use xferlab_core::link::trace::Trace;
 use xferlab_core::units::{parse_rate, parse_size};
 
 use super::lab_topology::{
@@ -57,6 +58,14 @@ pub struct LabArgs {
     /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002].
     #[arg(long, value_name = "[DIR:]SPEC", help_heading = "Link")]
     pub red: Vec<String>,
+    /// Delivery opportunities from a mahimahi trace file (one ms timestamp
+    /// per line, 1500 bytes each, repeating) instead of --rate.
+    #[arg(long, value_name = "[DIR:]FILE", help_heading = "Link")]
+    pub trace: Vec<String>,
+    /// Rates and outages over time, repeating, instead of --rate:
+    /// RATE:DURATION,... with off for an outage (10M:5s,off:1s,2M:5s).
+    #[arg(long, value_name = "[DIR:]STEPS", help_heading = "Link")]
+    pub schedule: Vec<String>,
     /// Queue discipline at the bottleneck: droptail (default) or
     /// codel[:target=5ms,interval=100ms] (RFC 8289; needs --rate).
     #[arg(long, value_name = "[DIR:]QDISC", help_heading = "Link")]
@@ -290,6 +299,7 @@ impl Offload {
             Offload::Off => false,
             Offload::Auto => !links.iter().any(|c| {
                 c.rate_bps.is_some_and(|r| r <= PER_PACKET_MAX_BPS)
+                    || c.trace.is_some()
                     || !matches!(c.loss, xferlab_core::link::config::LossModel::None)
                     || !matches!(c.ecn, EcnMarking::None)
                     || c.reorder > 0.0
@@ -380,6 +390,17 @@ pub fn apply_link_setting(
         "reorder" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.reorder = p),
         "duplicate" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.duplicate = p),
         "qdisc" => apply(&flag, &v, parse_qdisc, a, b, |c, &q| c.qdisc = q),
+        "trace" => {
+            let load = |path: &str| {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read trace {path}: {e}"))?;
+                Trace::mahimahi(path, &text).map_err(|e| e.to_string())
+            };
+            apply(&flag, &v, load, a, b, |c, t| c.trace = Some(t.clone()))
+        }
+        "schedule" => apply(&flag, &v, Trace::schedule, a, b, |c, t| {
+            c.trace = Some(t.clone())
+        }),
         _ => Err(format!(
             "'{key}' is not a link setting (use {})",
             HOP_KEYS.join(", ")
@@ -421,6 +442,8 @@ impl LabArgs {
             ("reorder", &self.reorder),
             ("duplicate", &self.duplicate),
             ("qdisc", &self.qdisc),
+            ("trace", &self.trace),
+            ("schedule", &self.schedule),
         ] {
             for v in values {
                 apply_link_setting(key, v, jitter, &mut c2s, &mut s2c)?;

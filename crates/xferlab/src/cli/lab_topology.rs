@@ -124,6 +124,8 @@ pub const HOP_KEYS: &[&str] = &[
     "reorder",
     "duplicate",
     "qdisc",
+    "trace",
+    "schedule",
 ];
 
 /// `K:KEY=VALUE,...` (`2:rate=100M,delay=5ms,mark=c2s:1/50`): hop K's

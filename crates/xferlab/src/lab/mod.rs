@@ -291,7 +291,11 @@ fn default_buffers(hops: &[(LinkConfig, LinkConfig)]) -> usize {
             QueueLimit::Packets(n) => n,
             QueueLimit::Bytes(b) => b / 500,
         };
-        let line = c.rate_bps.map_or(0, |r| {
+        let rate = c.rate_bps.or(c.trace.as_ref().map(|t| {
+            (u128::from(t.opportunities) * 12_000 * 1_000_000_000 / u128::from(t.period_ns.max(1)))
+                as u64
+        }));
+        let line = rate.map_or(0, |r| {
             (r as u128 * u128::from(c.delay_ns + c.jitter.map_or(0, |j| 4 * j.amount_ns))
                 / 8
                 / 1_000_000_000

@@ -326,9 +326,16 @@ pub(super) fn emit_many(
 
 fn describe(c: &LinkConfig) -> String {
     let mut parts = Vec::new();
-    match c.rate_bps {
-        Some(r) => parts.push(format!("rate {} Mbit/s", r as f64 / 1e6)),
-        None => parts.push("unshaped".into()),
+    match (c.rate_bps, &c.trace) {
+        (Some(r), _) => parts.push(format!("rate {} Mbit/s", r as f64 / 1e6)),
+        (None, Some(t)) => parts.push(format!(
+            "{} ({} opportunities per {} ms, mean {:.3} Mbit/s)",
+            t.source,
+            t.opportunities,
+            t.period_ns as f64 / 1e6,
+            t.opportunities as f64 * 12_000.0 / (t.period_ns as f64 / 1e9) / 1e6
+        )),
+        (None, None) => parts.push("unshaped".into()),
     }
     if c.overhead_bytes > 0 {
         parts.push(format!("+{} B/segment", c.overhead_bytes));
