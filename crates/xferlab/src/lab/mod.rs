@@ -308,6 +308,17 @@ fn default_buffers(hops: &[(LinkConfig, LinkConfig)]) -> usize {
     c2s.max(s2c).clamp(4096, 1 << 16) as usize
 }
 
+/// One forwarding thread's part: from which devices to which, through
+/// which hops.
+struct Leg {
+    name: &'static str,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    route: [u8; 256],
+    hops: Vec<LinkConfig>,
+    pcap: Option<pcap::PcapWriter>,
+}
+
 /// Which TUN devices (ports, in `Lab::tuns` order) sit where.
 #[derive(Debug, Default)]
 struct Wiring {
@@ -534,15 +545,18 @@ impl Lab {
 
     fn start_forwarder(
         &mut self,
-        name: &str,
-        inputs: &[usize],
-        outputs: &[usize],
-        route: [u8; 256],
-        hops: Vec<LinkConfig>,
-        pcap: Option<pcap::PcapWriter>,
+        leg: Leg,
         plan: &Plan,
         epoch: (Instant, u64),
     ) -> anyhow::Result<()> {
+        let Leg {
+            name,
+            inputs,
+            outputs,
+            route,
+            hops,
+            pcap,
+        } = leg;
         let dup = |i: &usize| {
             self.tuns[*i]
                 .try_clone()
@@ -624,32 +638,36 @@ impl Lab {
         let s2c_hops: Vec<LinkConfig> = plan.hops.iter().map(|h| h.1.clone()).collect();
         let (clients, far) = (wiring.clients.clone(), wiring.far.clone());
         for (name, inputs, outputs, route, hops) in [
-            ("c2s", &clients, &far, to_far, c2s_hops),
-            ("s2c", &far, &clients, to_clients, s2c_hops),
+            ("c2s", clients.clone(), far.clone(), to_far, c2s_hops),
+            ("s2c", far, clients, to_clients, s2c_hops),
         ] {
             let pcap = match pcap_path(name) {
                 Some(p) => Some(pcap::PcapWriter::create(&p, plan.pcap_snaplen)?),
                 None => None,
             };
-            let e = (epoch, epoch_unix_ns);
-            self.start_forwarder(name, inputs, outputs, route, hops, pcap, plan, e)?;
+            let leg = Leg {
+                name,
+                inputs,
+                outputs,
+                route,
+                hops,
+                pcap,
+            };
+            self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
         }
         if let Some((r, sv)) = wiring.router_hop {
             // The router's plain hop to the server.
-            let plain = vec![LinkConfig::default()];
-            let e = (epoch, epoch_unix_ns);
-            let none = [forward::NO_ROUTE; 256];
-            self.start_forwarder(
-                "router-c2s",
-                &[r],
-                &[sv],
-                none,
-                plain.clone(),
-                None,
-                plan,
-                e,
-            )?;
-            self.start_forwarder("router-s2c", &[sv], &[r], none, plain, None, plan, e)?;
+            for (name, from, to) in [("router-c2s", r, sv), ("router-s2c", sv, r)] {
+                let leg = Leg {
+                    name,
+                    inputs: vec![from],
+                    outputs: vec![to],
+                    route: [forward::NO_ROUTE; 256],
+                    hops: vec![LinkConfig::default()],
+                    pcap: None,
+                };
+                self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
+            }
         }
 
         // A server in every server host, on every address there (IPv4 and
