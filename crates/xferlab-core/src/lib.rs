@@ -23,8 +23,7 @@ pub mod run;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod spec;
-#[cfg(test)]
-mod test_clock;
+pub mod time;
 pub mod transport;
 pub mod units;
 pub mod usb;

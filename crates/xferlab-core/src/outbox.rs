@@ -5,7 +5,9 @@
 //! driven by one loop through it.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 /// A sans-IO protocol machine on one byte stream, as the driver sees it.
 /// The driver feeds it the bytes that arrive, the end of the stream and
@@ -20,11 +22,11 @@ pub trait Machine {
     fn outbox_ref(&self) -> &Outbox<Self::Event>;
 
     /// Bytes from the peer, in order, in pieces of any size.
-    fn handle_input(&mut self, now: Instant, data: &[u8]);
+    fn handle_input(&mut self, now: Time, data: &[u8]);
     /// The peer closed its side (or the connection broke).
     fn handle_eof(&mut self);
     /// Time passed: fails the current step if its deadline is over.
-    fn handle_timeout(&mut self, now: Instant);
+    fn handle_timeout(&mut self, now: Time);
     /// Done or failed: nothing more will be read; flush and close.
     fn is_closed(&self) -> bool;
 
@@ -38,7 +40,7 @@ pub trait Machine {
     }
 
     /// When [`Machine::handle_timeout`] must be called next.
-    fn poll_timeout(&self) -> Option<Instant> {
+    fn poll_timeout(&self) -> Option<Time> {
         self.outbox_ref().poll_timeout()
     }
 }
@@ -48,7 +50,7 @@ pub trait Machine {
 pub struct Outbox<E> {
     out: Vec<u8>,
     events: VecDeque<E>,
-    deadline: Option<(Instant, &'static str)>,
+    deadline: Option<(Time, &'static str)>,
 }
 
 #[allow(clippy::new_without_default)]
@@ -82,9 +84,9 @@ impl<E> Outbox<E> {
     }
 
     /// The current step must be over `after` from `now`; `what` names it
-    /// in the timeout error. A deadline past what `Instant` can hold means
+    /// in the timeout error. A deadline past what `Time` can hold means
     /// none.
-    pub(crate) fn wait(&mut self, now: Instant, after: Duration, what: &'static str) {
+    pub(crate) fn wait(&mut self, now: Time, after: Duration, what: &'static str) {
         self.deadline = now.checked_add(after).map(|at| (at, what));
     }
 
@@ -93,7 +95,7 @@ impl<E> Outbox<E> {
     }
 
     /// The step that ran out of time by `now`, if any.
-    pub(crate) fn expired(&self, now: Instant) -> Option<&'static str> {
+    pub(crate) fn expired(&self, now: Time) -> Option<&'static str> {
         self.deadline.filter(|d| now >= d.0).map(|d| d.1)
     }
 
@@ -105,7 +107,7 @@ impl<E> Outbox<E> {
         (!self.out.is_empty()).then(|| std::mem::take(&mut self.out))
     }
 
-    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Time> {
         self.deadline.map(|d| d.0)
     }
 }
@@ -141,11 +143,11 @@ impl Machine for NoPeer {
         &self.0
     }
 
-    fn handle_input(&mut self, _now: Instant, _data: &[u8]) {}
+    fn handle_input(&mut self, _now: Time, _data: &[u8]) {}
 
     fn handle_eof(&mut self) {}
 
-    fn handle_timeout(&mut self, _now: Instant) {}
+    fn handle_timeout(&mut self, _now: Time) {}
 
     fn is_closed(&self) -> bool {
         false

@@ -26,7 +26,9 @@
 //!   own rule: at once for a stream, when every transaction is answered
 //!   for rr) or after [`Policy::quiesce`] at the latest.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 /// Which end of the control connection this run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,8 +126,8 @@ enum Phase {
 pub struct TestRun {
     policy: Policy,
     phase: Phase,
-    planned_end: Option<Instant>,
-    stopped_at: Option<Instant>,
+    planned_end: Option<Time>,
+    stopped_at: Option<Time>,
     /// The `Stop` action was handed out (a server's stop comes from
     /// [`TestRun::peer_stopped`] and is handed out at the next poll).
     stop_issued: bool,
@@ -152,8 +154,8 @@ impl TestRun {
 
     /// The workload started at `now`; `planned` is the test's length when
     /// it has one (a byte-limited test ends by itself). A planned end past
-    /// what `Instant` can hold means none.
-    pub fn start(&mut self, now: Instant, planned: Option<Duration>) {
+    /// what `Time` can hold means none.
+    pub fn start(&mut self, now: Time, planned: Option<Duration>) {
         if self.phase == Phase::Setup {
             self.phase = Phase::Running;
             self.planned_end = planned.and_then(|p| now.checked_add(p));
@@ -161,7 +163,7 @@ impl TestRun {
     }
 
     /// The peer asked to stop (a server session).
-    pub fn peer_stopped(&mut self, now: Instant) {
+    pub fn peer_stopped(&mut self, now: Time) {
         if self.phase == Phase::Running {
             self.begin_stop(now);
             // The peer already knows.
@@ -169,7 +171,7 @@ impl TestRun {
         }
     }
 
-    fn begin_stop(&mut self, now: Instant) {
+    fn begin_stop(&mut self, now: Time) {
         self.phase = Phase::Stopping;
         self.stopped_at = Some(now);
     }
@@ -189,13 +191,13 @@ impl TestRun {
     }
 
     /// When the stop was decided, if it was.
-    pub fn stopped_at(&self) -> Option<Instant> {
+    pub fn stopped_at(&self) -> Option<Time> {
         self.stopped_at
     }
 
     /// The next moment at which [`TestRun::poll`] can decide something by
     /// time alone.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub fn next_deadline(&self) -> Option<Time> {
         match self.phase {
             Phase::Running if self.policy.role == Role::Client => self.planned_end,
             Phase::Stopping => {
@@ -210,7 +212,7 @@ impl TestRun {
 
     /// The next thing to do, given what the driver sees at `now`. Call it
     /// until it returns `None`; each action is returned once.
-    pub fn poll(&mut self, now: Instant, p: &Progress) -> Option<Action> {
+    pub fn poll(&mut self, now: Time, p: &Progress) -> Option<Action> {
         let client = self.policy.role == Role::Client;
         match self.phase {
             Phase::Over => None,
@@ -286,7 +288,7 @@ mod tests {
     }
 
     /// Every action `poll` hands out at `now`, in order.
-    fn drain(r: &mut TestRun, now: Instant, p: Progress) -> Vec<Action> {
+    fn drain(r: &mut TestRun, now: Time, p: Progress) -> Vec<Action> {
         std::iter::from_fn(|| r.poll(now, &p)).collect()
     }
 
@@ -300,7 +302,7 @@ mod tests {
 
     #[test]
     fn a_timed_client_stops_at_the_planned_end_and_finishes_with_the_results() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         assert_eq!(drain(&mut r, t0, Progress::default()), []);
         r.start(t0, Some(5 * S));
@@ -328,7 +330,7 @@ mod tests {
 
     #[test]
     fn flows_that_do_not_end_within_the_drain_limit_are_cut_once() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         r.start(t0, Some(S));
         let live = Progress {
@@ -347,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_byte_limited_client_stops_when_the_workload_reaches_its_limit() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         r.start(t0, None);
         assert_eq!(r.next_deadline(), None);
@@ -365,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_timed_client_whose_flows_all_ended_early_stops_at_once() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         r.start(t0, Some(10 * S));
         assert_eq!(
@@ -382,7 +384,7 @@ mod tests {
 
     #[test]
     fn the_first_ctrl_c_stops_and_marks_interrupted_the_second_aborts() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         r.start(t0, Some(10 * S));
         let one = Progress {
@@ -406,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_ctrl_c_at_the_planned_end_is_not_an_interruption() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = client();
         r.start(t0, Some(S));
         let one = Progress {
@@ -426,7 +428,7 @@ mod tests {
             ..Progress::default()
         };
         assert_eq!(
-            drain(&mut r, crate::test_clock::origin(), one),
+            drain(&mut r, Time::ZERO, one),
             [Action::Abort(Abort::InterruptedBeforeStart)]
         );
         assert_eq!(
@@ -437,7 +439,7 @@ mod tests {
 
     #[test]
     fn the_peer_is_told_once_quiesced_or_after_the_quiesce_limit() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = TestRun::new(Policy {
             role: Role::Client,
             drain: 10 * S,
@@ -466,7 +468,7 @@ mod tests {
 
     #[test]
     fn a_server_stops_when_asked_reports_when_done_and_finishes_with_the_peer() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = server();
         // No planned end and no Ctrl-C on a server: only the peer stops it.
         r.start(t0, Some(S));
@@ -491,7 +493,7 @@ mod tests {
 
     #[test]
     fn a_server_cuts_flows_that_outlive_the_drain_and_then_reports() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = server();
         r.start(t0, None);
         r.peer_stopped(t0);
@@ -506,7 +508,7 @@ mod tests {
 
     #[test]
     fn a_stop_before_the_start_is_ignored_and_a_planned_end_past_instant_is_none() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut r = server();
         r.peer_stopped(t0);
         assert!(!r.started());

@@ -38,8 +38,9 @@ use cli::server::ServerArgs;
 use cli::stream::StreamArgs;
 use cli::{Cli, Command};
 use series::{CbrPlan, SweepAxis};
-use server::{Server, ServerConfig, ServerHandle};
+use server::{Server, ServerHandle};
 use session::client::{self, ClientConfig};
+use session::registry::ServerConfig;
 
 /// Ctrl-C presses, counted by the signal handler.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);

@@ -11,11 +11,10 @@
 //! connection). Sessions share nothing but those registries, so one
 //! client vanishing cannot leave another — or the server — "busy".
 
-use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -23,12 +22,13 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::Domain;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
 use xferlab_core::proto::wire::{
-    Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
+    Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
 };
 use xferlab_core::proto::ProtoError;
 
 use crate::control::Wake;
 use crate::session;
+use crate::session::registry::{ServerConfig, Shared};
 use crate::transport::FlowSocket;
 
 /// How long a new connection may take to say what it is.
@@ -38,72 +38,6 @@ const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_PENDING: usize = 256;
 /// How often the accept loop looks at its shutdown flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
-
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// Address to bind; None = every address, IPv6 and IPv4.
-    pub bind: Option<IpAddr>,
-    pub port: u16,
-    /// A second port for iperf3 clients (both ports serve both
-    /// protocols); None: xferlab's port only.
-    pub iperf3_port: Option<u16>,
-    /// Longest test accepted, warm-up included.
-    pub max_duration: Duration,
-    /// Tests running at once; more are refused with a "busy" error.
-    pub max_sessions: usize,
-    /// Exit after the first test.
-    pub one_off: bool,
-    /// Runs inside a client process (recorded in its reports).
-    pub embedded: bool,
-    /// Print a line per session start and end.
-    pub log: bool,
-    /// The CPU data threads are pinned to unless the client names one
-    /// (`-A`).
-    pub affinity: Option<u32>,
-}
-
-/// Token -> the session's event channel.
-pub type Registry = Mutex<HashMap<[u8; TOKEN_LEN], mpsc::Sender<Wake>>>;
-
-/// What every connection thread of one server shares.
-pub struct Shared {
-    pub cfg: ServerConfig,
-    pub registry: Registry,
-    /// Cookie -> the iperf3 session's event channel.
-    pub iperf3: crate::iperf3::Registry,
-    /// Local addresses on which an iperf3 session is waiting for UDP
-    /// streams (one at a time per address: the streams' first datagrams
-    /// carry no cookie).
-    pub udp_setup: Mutex<HashSet<SocketAddr>>,
-    pub sessions: AtomicUsize,
-    pending: AtomicUsize,
-    shutdown: AtomicBool,
-    /// Sessions that have ended (for `--one-off`).
-    finished: AtomicUsize,
-}
-
-impl Shared {
-    /// Where this server runs a test's data threads: the CPU the client
-    /// asked for (`-A n,m`), else the server's own `-A`; refused when
-    /// this process may not use it.
-    pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), String> {
-        spec.affinity.server = spec.affinity.server.or(self.cfg.affinity);
-        match spec.affinity.server {
-            Some(cpu) => crate::sys::affinity::check(cpu, "the server"),
-            None => Ok(()),
-        }
-    }
-
-    /// One line of the server's log (stdout, see [`crate::logging`]); an
-    /// embedded server's lines are debug diagnostics (`-v`).
-    pub fn log(&self, line: std::fmt::Arguments<'_>) {
-        if self.cfg.log {
-            tracing::info!(target: crate::logging::SERVER_LOG, "{line}");
-        } else {
-            tracing::debug!("{line}");
-        }
-    }
-}
 
 pub struct Server {
     /// xferlab's port first, then iperf3's if asked for.
@@ -154,16 +88,7 @@ impl Server {
                 )
             })?);
         }
-        let shared = Arc::new(Shared {
-            cfg,
-            registry: Mutex::new(HashMap::new()),
-            iperf3: Mutex::new(HashMap::new()),
-            udp_setup: Mutex::new(HashSet::new()),
-            sessions: AtomicUsize::new(0),
-            pending: AtomicUsize::new(0),
-            shutdown: AtomicBool::new(false),
-            finished: AtomicUsize::new(0),
-        });
+        let shared = Arc::new(Shared::new(cfg));
         Ok(Server { listeners, shared })
     }
 

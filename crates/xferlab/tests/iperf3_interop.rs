@@ -429,7 +429,7 @@ fn affinity_travels_as_iperf3s_server_affinity() {
         "-A",
         &pin,
     ]);
-    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0"), c);
+    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0", &c), c);
     assert_eq!(process_cpus_once_pinned(server.pid(), &s), s);
     client.finish(deadline_for(2.0)).assert_success();
     server.finish(Duration::from_secs(10)).assert_success();
@@ -441,7 +441,7 @@ fn affinity_travels_as_iperf3s_server_affinity() {
         IPERF3,
         &["-c", "127.0.0.1", "-p", &p, "-t", "2", "-A", &pin],
     );
-    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0"), s);
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0", &s), s);
     client.finish(deadline_for(2.0)).assert_success();
     // A CPU the server may not use: iperf3's own affinity error
     // (IEAFFINITY), which a stock client words itself.

@@ -398,8 +398,8 @@ fn affinity_pins_the_data_threads_of_both_ends() {
         "-A",
         &pin,
     ]);
-    assert_eq!(thread_cpus(client.pid(), "xfer-rr-0"), cs);
-    assert_eq!(thread_cpus(srv.pid(), "xfer-rr-srv-0"), ss);
+    assert_eq!(thread_cpus(client.pid(), "xfer-rr-0", &cs), cs);
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rr-srv-0", &ss), ss);
     let out = client.finish(deadline_for(2.0));
     out.assert_success();
     let v = parse_json(&out);
@@ -411,8 +411,8 @@ fn affinity_pins_the_data_threads_of_both_ends() {
     // The stream pattern's flow threads too, and the server's own -A.
     let srv = Server::start_with(&["-A", &cs]);
     let client = srv.spawn_client(&["-t", "2", "-i", "0", "-J", "-A", &ss]);
-    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0"), ss);
-    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0"), cs);
+    assert_eq!(thread_cpus(client.pid(), "xfer-tx-0", &ss), ss);
+    assert_eq!(thread_cpus(srv.pid(), "xfer-rx-0", &cs), cs);
     client.finish(deadline_for(2.0)).assert_success();
 
     // A CPU the server may not use is refused by the server, in one line.

@@ -21,11 +21,11 @@
 //! # How the drivers use them
 //!
 //! Sender, per wake-up: `n = pacer.due(now)`; if 0, sleep until
-//! `pacer.next_due_ns()`. Otherwise stamp `n` buffers with
+//! `pacer.next_due()`. Otherwise stamp `n` buffers with
 //! [`write_header`] (`seq` counting from 0, `send_ns` since the flow
 //! started), hand them to one `sendmmsg` (or one UDP_SEGMENT send), and
 //! report what the kernel took with `pacer.sent(taken, now)`. With no
-//! rate, `due` always allows a full batch and `next_due_ns` is None.
+//! rate, `due` always allows a full batch and `next_due` is None.
 //!
 //! Receiver, per `recvmmsg` batch: for each datagram, [`read_header`]
 //! (a short or foreign datagram is the caller's to count, not a panic),

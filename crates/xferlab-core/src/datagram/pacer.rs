@@ -15,6 +15,8 @@
 //! than the slack after its due time is counted late: an underrun such a
 //! source would have suffered.
 
+use crate::time::Time;
+
 const NS_PER_S: u128 = 1_000_000_000;
 /// Default tolerance before a datagram counts as late.
 pub const DEFAULT_SLACK_NS: u64 = 1_000_000;
@@ -41,7 +43,8 @@ impl Pacer {
     /// does a `size` of 0, whose datagrams take no time at any rate. A
     /// `batch` of 0 is taken as 1, since a pacer that never lets anything
     /// out is no use to anyone.
-    pub fn new(rate_bps: u64, size: usize, batch: u32, start_ns: u64) -> Self {
+    pub fn new(rate_bps: u64, size: usize, batch: u32, start: Time) -> Self {
+        let start_ns = start.as_nanos();
         Pacer {
             rate_bps,
             bit_ns: (size as u128) * 8 * NS_PER_S,
@@ -90,7 +93,8 @@ impl Pacer {
     /// How many datagrams may be sent now: those due and not yet sent, at
     /// most `batch` (so catching up never turns into one unbounded burst).
     /// Unlimited pacers always allow a full batch.
-    pub fn due(&self, now_ns: u64) -> u32 {
+    pub fn due(&self, now: Time) -> u32 {
+        let now_ns = now.as_nanos();
         if self.unlimited() {
             return self.batch;
         }
@@ -101,7 +105,8 @@ impl Pacer {
     /// Records that `n` datagrams actually went out at `now_ns`: fewer
     /// than [`Pacer::due`] said if the socket took fewer, more if the caller
     /// chose to run ahead (those are simply early). O(1) whatever `n`.
-    pub fn sent(&mut self, n: u32, now_ns: u64) {
+    pub fn sent(&mut self, n: u32, now: Time) {
+        let now_ns = now.as_nanos();
         if n == 0 {
             return;
         }
@@ -125,16 +130,16 @@ impl Pacer {
 
     /// When the next datagram is due, for the driver to sleep until; None
     /// when unlimited (send as fast as the socket takes them).
-    pub fn next_due_ns(&self) -> Option<u64> {
-        (!self.unlimited()).then(|| self.due_at(self.sent))
+    pub fn next_due(&self) -> Option<Time> {
+        (!self.unlimited()).then(|| Time::from_nanos(self.due_at(self.sent)))
     }
 
     /// How far behind the schedule the sender is: the age of the oldest due
     /// datagram not yet sent, 0 when nothing is overdue.
-    pub fn behind_ns(&self, now_ns: u64) -> u64 {
-        match self.next_due_ns() {
-            Some(due) => now_ns.saturating_sub(due),
-            None => 0,
+    pub fn behind(&self, now: Time) -> std::time::Duration {
+        match self.next_due() {
+            Some(due) => now.duration_since(due),
+            None => std::time::Duration::ZERO,
         }
     }
 
@@ -164,6 +169,10 @@ impl Pacer {
 mod tests {
     use super::*;
 
+    fn t(ns: u64) -> Time {
+        Time::from_nanos(ns)
+    }
+
     const MS: u64 = 1_000_000;
     const US: u64 = 1_000;
 
@@ -186,15 +195,15 @@ mod tests {
     /// late, and spends 1 us per send call; it goes back to sleep once a
     /// call returns less than a full batch (it has caught up).
     fn simulate(rate: u64, size: usize, batch: u32, start: u64, run_ns: u64) -> (Pacer, u64) {
-        let mut p = Pacer::new(rate, size, batch, start);
+        let mut p = Pacer::new(rate, size, batch, t(start));
         let mut jitter = Jitter(0x9E37_79B9_7F4A_7C15);
         let end = start + run_ns;
         let (mut now, mut last_call) = (start, start);
         while now <= end {
             loop {
-                let n = p.due(now);
+                let n = p.due(t(now));
                 assert!(n <= batch);
-                p.sent(n, now);
+                p.sent(n, t(now));
                 last_call = now;
                 if n < batch {
                     break;
@@ -209,12 +218,12 @@ mod tests {
                 err > 0.0 && err <= 1.001,
                 "{rate} bit/s {size} B at {now}: {err}"
             );
-            now = now.max(p.next_due_ns().unwrap()) + jitter.next(20 * US);
+            now = now.max(p.next_due().map(Time::as_nanos).unwrap()) + jitter.next(20 * US);
         }
         // Whatever fell due by the end goes out at the end.
         let last = end.max(last_call);
-        while p.due(last) > 0 {
-            p.sent(p.due(last), last);
+        while p.due(t(last)) > 0 {
+            p.sent(p.due(t(last)), t(last));
         }
         (p, last - start)
     }
@@ -251,12 +260,15 @@ mod tests {
         // 64 B at 3 Mbit/s: 170 666.67 ns apart, so every third datagram is
         // due on a whole 512 us. Three billion datagrams is ~6 days.
         let start = 123;
-        let mut p = Pacer::new(3_000_000, 64, 1, start);
-        p.sent(3_000_000_000, start);
-        assert_eq!(p.next_due_ns(), Some(start + 512_000 * 1_000_000_000));
-        p.sent(1, 0);
+        let mut p = Pacer::new(3_000_000, 64, 1, t(start));
+        p.sent(3_000_000_000, t(start));
         assert_eq!(
-            p.next_due_ns(),
+            p.next_due().map(Time::as_nanos),
+            Some(start + 512_000 * 1_000_000_000)
+        );
+        p.sent(1, t(0));
+        assert_eq!(
+            p.next_due().map(Time::as_nanos),
             Some(start + 512_000 * 1_000_000_000 + 170_666)
         );
     }
@@ -264,22 +276,25 @@ mod tests {
     #[test]
     fn lateness_is_counted_per_datagram_against_the_slack() {
         // 1000 B at 8 Mbit/s: one datagram per millisecond, from t = 0.
-        let mut p = Pacer::new(8_000_000, 1000, 64, 0);
-        assert_eq!(p.due(5 * MS), 6);
+        let mut p = Pacer::new(8_000_000, 1000, 64, t(0));
+        assert_eq!(p.due(t(5 * MS)), 6);
         // Sent 5, 4, 3, 2, 1 and 0 ms late: exactly the slack is not late.
-        p.sent(6, 5 * MS);
+        p.sent(6, t(5 * MS));
         assert_eq!((p.late_count(), p.max_lateness_ns()), (4, 5 * MS));
         // Sending fewer than due leaves the rest owed.
-        assert_eq!(p.due(9 * MS + 500 * US), 4);
-        p.sent(1, 9 * MS + 500 * US);
-        assert_eq!(p.due(9 * MS + 500 * US), 3);
-        assert_eq!(p.behind_ns(9 * MS + 500 * US), 2 * MS + 500 * US);
+        assert_eq!(p.due(t(9 * MS + 500 * US)), 4);
+        p.sent(1, t(9 * MS + 500 * US));
+        assert_eq!(p.due(t(9 * MS + 500 * US)), 3);
+        assert_eq!(
+            p.behind(t(9 * MS + 500 * US)).as_nanos() as u64,
+            2 * MS + 500 * US
+        );
         assert_eq!(p.late_count(), 5);
         assert_eq!(p.take_max_lateness(), 5 * MS);
         assert_eq!(p.take_max_lateness(), 0);
         assert_eq!(p.max_lateness_ns(), 5 * MS, "the all-time max stays");
-        let mut strict = Pacer::new(8_000_000, 1000, 64, 0).with_slack(0);
-        strict.sent(6, 5 * MS);
+        let mut strict = Pacer::new(8_000_000, 1000, 64, t(0)).with_slack(0);
+        strict.sent(6, t(5 * MS));
         assert_eq!(strict.late_count(), 5);
     }
 
@@ -287,32 +302,32 @@ mod tests {
     fn a_stalled_sender_is_reported_late_and_catches_up_a_batch_at_a_time() {
         // 1400 B at 100 Mbit/s: 112 us apart.
         let (rate, size, batch) = (100_000_000, 1400, 8);
-        let mut p = Pacer::new(rate, size, batch, 0);
+        let mut p = Pacer::new(rate, size, batch, t(0));
         let mut now = 0;
         while now < 1_000 * MS {
-            let n = p.due(now);
-            p.sent(n, now);
-            now = p.next_due_ns().unwrap();
+            let n = p.due(t(now));
+            p.sent(n, t(now));
+            now = p.next_due().map(Time::as_nanos).unwrap();
         }
         assert_eq!((p.late_count(), p.max_lateness_ns()), (0, 0));
         // No calls for 50 ms.
-        let stall_from = p.next_due_ns().unwrap();
+        let stall_from = p.next_due().map(Time::as_nanos).unwrap();
         now = stall_from + 50 * MS;
-        assert_eq!(p.behind_ns(now), 50 * MS);
+        assert_eq!(p.behind(t(now)).as_nanos() as u64, 50 * MS);
         let owed = (50 * MS) / (112 * US) + 1;
-        assert_eq!(p.due(now), batch, "a full batch, not the whole debt");
+        assert_eq!(p.due(t(now)), batch, "a full batch, not the whole debt");
         let mut calls = 0;
-        while p.due(now) > 0 {
-            let n = p.due(now);
+        while p.due(t(now)) > 0 {
+            let n = p.due(t(now));
             assert!(n <= batch);
-            p.sent(n, now);
+            p.sent(n, t(now));
             calls += 1;
             now += 10 * US;
         }
         // Catching up takes at least the stall's debt in batches (more fall
         // due meanwhile).
         assert!(calls * u64::from(batch) >= owed, "{calls}");
-        assert_eq!(p.behind_ns(now), 0);
+        assert_eq!(p.behind(t(now)).as_nanos() as u64, 0);
         let expected_late = (49 * MS) / (112 * US);
         assert!(
             p.late_count() >= expected_late && p.late_count() <= owed + 100,
@@ -327,53 +342,56 @@ mod tests {
     #[test]
     fn unlimited_always_allows_a_full_batch() {
         for (rate, size) in [(0, 1400), (1_000_000, 0)] {
-            let mut p = Pacer::new(rate, size, 16, 1_000);
-            assert_eq!(p.next_due_ns(), None);
+            let mut p = Pacer::new(rate, size, 16, t(1_000));
+            assert_eq!(p.next_due().map(Time::as_nanos), None);
             for now in [0, 1_000, u64::MAX] {
-                assert_eq!(p.due(now), 16);
-                p.sent(16, now);
+                assert_eq!(p.due(t(now)), 16);
+                p.sent(16, t(now));
             }
             assert_eq!(p.sent_count(), 48);
             assert_eq!((p.late_count(), p.max_lateness_ns()), (0, 0));
-            assert_eq!(p.behind_ns(u64::MAX), 0);
+            assert_eq!(p.behind(t(u64::MAX)).as_nanos() as u64, 0);
         }
-        assert_eq!(Pacer::new(0, 1400, 0, 0).due(0), 1, "batch 0 is 1");
+        assert_eq!(Pacer::new(0, 1400, 0, t(0)).due(t(0)), 1, "batch 0 is 1");
     }
 
     #[test]
     fn nothing_is_due_before_the_start() {
-        let p = Pacer::new(1_000_000, 1400, 4, 10 * MS);
-        assert_eq!(p.due(10 * MS - 1), 0);
-        assert_eq!(p.behind_ns(0), 0);
-        assert_eq!(p.next_due_ns(), Some(10 * MS));
-        assert_eq!(p.due(10 * MS), 1);
+        let p = Pacer::new(1_000_000, 1400, 4, t(10 * MS));
+        assert_eq!(p.due(t(10 * MS - 1)), 0);
+        assert_eq!(p.behind(t(0)).as_nanos() as u64, 0);
+        assert_eq!(p.next_due().map(Time::as_nanos), Some(10 * MS));
+        assert_eq!(p.due(t(10 * MS)), 1);
     }
 
     #[test]
     fn extreme_rates_and_clocks_do_not_overflow() {
         // Huge rate, tiny datagrams, whole clock range.
-        let mut p = Pacer::new(u64::MAX, 1, 1024, 0);
-        assert_eq!(p.due(u64::MAX), 1024);
+        let mut p = Pacer::new(u64::MAX, 1, 1024, t(0));
+        assert_eq!(p.due(t(u64::MAX)), 1024);
         for _ in 0..4 {
-            p.sent(u32::MAX, u64::MAX);
+            p.sent(u32::MAX, t(u64::MAX));
         }
-        assert_eq!(p.due(u64::MAX), 1024);
-        assert!(p.next_due_ns().unwrap() < 10);
+        assert_eq!(p.due(t(u64::MAX)), 1024);
+        assert!(p.next_due().map(Time::as_nanos).unwrap() < 10);
         // A slow rate whose schedule runs off the end of the clock.
-        let mut p = Pacer::new(1, 65_507, 4, u64::MAX - 10);
-        assert_eq!(p.due(u64::MAX), 1);
-        p.sent(u32::MAX, u64::MAX);
-        assert_eq!(p.next_due_ns(), Some(u64::MAX));
-        assert_eq!((p.due(u64::MAX), p.behind_ns(u64::MAX)), (0, 0));
+        let mut p = Pacer::new(1, 65_507, 4, t(u64::MAX - 10));
+        assert_eq!(p.due(t(u64::MAX)), 1);
+        p.sent(u32::MAX, t(u64::MAX));
+        assert_eq!(p.next_due().map(Time::as_nanos), Some(u64::MAX));
+        assert_eq!(
+            (p.due(t(u64::MAX)), p.behind(t(u64::MAX)).as_nanos() as u64),
+            (0, 0)
+        );
         // A week at 400 Gbit/s in 64-byte datagrams, read once.
         let week = 7 * 24 * 3600 * 1_000 * MS;
-        let mut p = Pacer::new(400_000_000_000, 64, 64, 1).with_slack(u64::MAX);
-        assert_eq!(p.due(week), 64);
-        p.sent(u32::MAX, week);
+        let mut p = Pacer::new(400_000_000_000, 64, 64, t(1)).with_slack(u64::MAX);
+        assert_eq!(p.due(t(week)), 64);
+        p.sent(u32::MAX, t(week));
         assert_eq!(p.late_count(), 0, "an infinite slack never counts late");
         assert_eq!(p.max_lateness_ns(), week - 1);
         assert_eq!(
-            p.behind_ns(week),
+            p.behind(t(week)).as_nanos() as u64,
             week - 1 - u64::from(u32::MAX) * 1280 / 1000
         );
     }

@@ -1,6 +1,6 @@
 //! Client side of an iperf3 control connection.
 
-use std::time::Instant;
+use crate::time::Time;
 
 use super::io::{be_i32, Expect, Inbox, Msg};
 use super::params::Params;
@@ -107,7 +107,7 @@ impl Iperf3Client {
     /// (which the data connections repeat). Fails at once if the cookie is
     /// malformed or the parameters JSON exceeds the 8 KiB that 3.18+
     /// servers accept.
-    pub fn new(now: Instant, cookie: Cookie, params: Params) -> Self {
+    pub fn new(now: Time, cookie: Cookie, params: Params) -> Self {
         let params_frame = encode_json_frame(&params);
         let mut c = Iperf3Client {
             state: St::AwaitParamExchange,
@@ -143,7 +143,7 @@ impl Iperf3Client {
         &self.params
     }
 
-    fn process(&mut self, now: Instant) {
+    fn process(&mut self, now: Time) {
         while !self.is_closed() {
             match self.inbox.next(self.state.expect(), &SIGNALS, true) {
                 Ok(Some(msg)) => self.on_message(now, msg),
@@ -163,7 +163,7 @@ impl Iperf3Client {
         }
     }
 
-    fn on_message(&mut self, now: Instant, msg: Msg) {
+    fn on_message(&mut self, now: Time, msg: Msg) {
         let b = match msg {
             Msg::ServerError { i_errno, errno } => {
                 return self.peer_ended(ClientEvent::ServerError {
@@ -234,7 +234,7 @@ impl Iperf3Client {
         }
     }
 
-    fn on_peer_results(&mut self, now: Instant, json: &[u8]) {
+    fn on_peer_results(&mut self, now: Time, json: &[u8]) {
         match Results::from_json(json) {
             Ok(r) => {
                 self.state = St::AwaitDisplayResults;
@@ -249,7 +249,7 @@ impl Iperf3Client {
         }
     }
 
-    fn send_results_frame(&mut self, now: Instant, frame: &[u8]) {
+    fn send_results_frame(&mut self, now: Time, frame: &[u8]) {
         self.io.send(frame);
         self.state = St::AwaitPeerResults;
         self.io
@@ -268,7 +268,7 @@ impl Iperf3Client {
 
     /// The data connections are open (UDP: handshakes answered): wait for
     /// the server to start the test.
-    pub fn streams_open(&mut self, now: Instant) {
+    pub fn streams_open(&mut self, now: Time) {
         if self.state != St::OpeningStreams {
             return;
         }
@@ -281,7 +281,7 @@ impl Iperf3Client {
     /// The time, byte or block limit is reached: send TEST_END. In reverse
     /// mode keep draining the data connections until the results arrive.
     /// Before the test runs this aborts instead.
-    pub fn end_test(&mut self, now: Instant) {
+    pub fn end_test(&mut self, now: Time) {
         match self.state {
             St::Running => {
                 self.io.send(&[State::TestEnd.byte()]);
@@ -303,7 +303,7 @@ impl Iperf3Client {
 
     /// Our totals: sent when EXCHANGE_RESULTS arrives (at once if it
     /// already has). Results given before that are kept until then.
-    pub fn send_results(&mut self, now: Instant, results: &Results) {
+    pub fn send_results(&mut self, now: Time, results: &Results) {
         if self.is_closed() {
             return;
         }
@@ -370,7 +370,7 @@ impl Machine for Iperf3Client {
         &self.io
     }
 
-    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+    fn handle_input(&mut self, now: Time, data: &[u8]) {
         if self.is_closed() {
             return;
         }
@@ -397,7 +397,7 @@ impl Machine for Iperf3Client {
         self.fail(Iperf3Error::Closed(when), false);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Time) {
         if self.is_closed() {
             return;
         }

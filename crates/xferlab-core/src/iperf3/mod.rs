@@ -4,7 +4,7 @@
 //!
 //! Same shape as [`crate::proto`]: [`Iperf3Client`] and [`Iperf3Server`]
 //! never touch a socket or a clock. The driver feeds them received bytes and
-//! the current `Instant`, writes out what `poll_transmit` returns, sleeps
+//! the current `Time`, writes out what `poll_transmit` returns, sleeps
 //! until `poll_timeout`, and acts on the events from `poll_event`. Every wait
 //! on the peer has a deadline, so a silent or half-open peer always ends in
 //! an event rather than a hang.

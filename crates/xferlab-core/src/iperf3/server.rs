@@ -1,6 +1,8 @@
 //! Server side of one iperf3 control connection.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::i_errno;
 use super::io::{Expect, Inbox, Msg};
@@ -111,7 +113,7 @@ impl Iperf3Server {
     /// A control connection whose first 37 bytes (`cookie`) the dispatcher
     /// has already read. Queues PARAM_EXCHANGE. A malformed cookie fails
     /// the session at once, sending nothing.
-    pub fn new(now: Instant, cookie: &[u8]) -> Self {
+    pub fn new(now: Time, cookie: &[u8]) -> Self {
         let mut s = Iperf3Server {
             state: St::AwaitParams,
             cookie: [0; COOKIE_LEN],
@@ -143,7 +145,7 @@ impl Iperf3Server {
         self.params.as_ref()
     }
 
-    fn process(&mut self, now: Instant) {
+    fn process(&mut self, now: Time) {
         while !self.is_closed() {
             match self.inbox.next(self.state.expect(), &SIGNALS, false) {
                 Ok(Some(msg)) => self.on_message(now, msg),
@@ -163,7 +165,7 @@ impl Iperf3Server {
         }
     }
 
-    fn on_message(&mut self, now: Instant, msg: Msg) {
+    fn on_message(&mut self, now: Time, msg: Msg) {
         let b = match msg {
             Msg::Json(json) => return self.on_json(now, &json),
             // Never produced on this side (SERVER_ERROR is not parsed).
@@ -198,7 +200,7 @@ impl Iperf3Server {
         }
     }
 
-    fn on_json(&mut self, now: Instant, json: &[u8]) {
+    fn on_json(&mut self, now: Time, json: &[u8]) {
         match self.state {
             St::AwaitParams => match Params::from_json(json) {
                 Ok(p) => {
@@ -233,7 +235,7 @@ impl Iperf3Server {
         }
     }
 
-    fn send_results_frame(&mut self, now: Instant, frame: &[u8]) {
+    fn send_results_frame(&mut self, now: Time, frame: &[u8]) {
         self.io.send(frame);
         self.io.send(&[State::DisplayResults.byte()]);
         self.state = St::AwaitIperfDone;
@@ -244,7 +246,7 @@ impl Iperf3Server {
     /// Accept the parameters: queue CREATE_STREAMS and wait for the data
     /// streams. `watchdog` bounds the running test (see
     /// [`Params::watchdog`]); only the client ends a test.
-    pub fn accept(&mut self, now: Instant, watchdog: Duration) {
+    pub fn accept(&mut self, now: Time, watchdog: Duration) {
         if self.state != St::Deciding {
             return;
         }
@@ -274,7 +276,7 @@ impl Iperf3Server {
     /// answered). Returns which stream it is; `None` if no stream is due
     /// (close that connection). When the last one is in, queues TEST_START
     /// and TEST_RUNNING and emits [`ServerEvent::Running`].
-    pub fn stream_attached(&mut self, now: Instant) -> Option<StreamInfo> {
+    pub fn stream_attached(&mut self, now: Time) -> Option<StreamInfo> {
         if self.state != St::AwaitStreams || self.attached >= self.expected {
             return None;
         }
@@ -289,7 +291,7 @@ impl Iperf3Server {
         Some(info)
     }
 
-    fn start(&mut self, now: Instant) {
+    fn start(&mut self, now: Time) {
         self.io.send(&[State::TestStart.byte()]);
         self.io.send(&[State::TestRunning.byte()]);
         self.state = St::Running;
@@ -301,7 +303,7 @@ impl Iperf3Server {
     /// Our totals. Sent right after the client's (which iperf3 sends
     /// first), then DISPLAY_RESULTS; may be given any time after
     /// [`ServerEvent::Stop`].
-    pub fn send_results(&mut self, now: Instant, results: &Results) {
+    pub fn send_results(&mut self, now: Time, results: &Results) {
         if self.is_closed() {
             return;
         }
@@ -364,7 +366,7 @@ impl Machine for Iperf3Server {
         &self.io
     }
 
-    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+    fn handle_input(&mut self, now: Time, data: &[u8]) {
         if self.is_closed() {
             return;
         }
@@ -395,7 +397,7 @@ impl Machine for Iperf3Server {
 
     /// Fails the current step if its deadline passed (with SERVER_ERROR to
     /// the client, as 3.15+ servers do).
-    fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Time) {
         if self.is_closed() {
             return;
         }

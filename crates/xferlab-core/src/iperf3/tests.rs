@@ -2,7 +2,9 @@
 //! packet captures in `captures/`) against both state machines, plus
 //! malformed-input, deadline and fuzz tests.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use serde_json::Value;
 
@@ -190,7 +192,7 @@ fn seed(name: &str) -> Rng {
 }
 
 /// Feeds `data` in random chunks of 1..=9 bytes (TCP may split anywhere).
-fn feed(m: &mut impl Machine, now: Instant, data: &[u8], rng: &mut Rng) {
+fn feed(m: &mut impl Machine, now: Time, data: &[u8], rng: &mut Rng) {
     let mut rest = data;
     while !rest.is_empty() {
         let n = (1 + rng.below(9)).min(rest.len());
@@ -320,7 +322,7 @@ fn replay_server(name: &str, text: &str, streams: usize) {
     let cap = parse_capture(text);
     let x = exchange(&cap);
     let mut rng = seed(name);
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut out = Vec::new();
 
     let mut s = Iperf3Server::new(t0, &x.cookie);
@@ -421,7 +423,7 @@ fn replay_client(name: &str, text: &str, streams: usize) {
     let cap = parse_capture(text);
     let x = exchange(&cap);
     let mut rng = seed(name);
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut out = Vec::new();
 
     let params = Params::from_json(&x.params).unwrap();
@@ -562,7 +564,7 @@ fn cookies() {
     assert!(!wire::may_be_cookie(b"GET / HTTP/1.1"));
 
     // A server handed a bad cookie fails without a byte.
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     for bad in [
         &b"DCGCYWADNLY5NXHTX5ZLF3WZ2ZFREYZMQWXW\0"[..],
         &b"dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwx\0"[..],
@@ -885,13 +887,13 @@ fn omitted_counts_go_together_or_not_at_all() {
 
 const COOKIE: &[u8; 37] = b"dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwxw\0";
 
-fn server(t0: Instant) -> Iperf3Server {
+fn server(t0: Time) -> Iperf3Server {
     let mut s = Iperf3Server::new(t0, COOKIE);
     assert_eq!(s.poll_transmit().unwrap(), [9]);
     s
 }
 
-fn client(t0: Instant, params: Params) -> Iperf3Client {
+fn client(t0: Time, params: Params) -> Iperf3Client {
     let mut c = Iperf3Client::new(t0, *COOKIE, params);
     assert_eq!(c.poll_transmit().unwrap(), COOKIE);
     c
@@ -907,7 +909,7 @@ fn tcp_params(parallel: i64) -> Params {
 }
 
 /// A server that has accepted and runs a test with `n` streams.
-fn running_server(t0: Instant, n: i64) -> Iperf3Server {
+fn running_server(t0: Time, n: i64) -> Iperf3Server {
     let mut s = server(t0);
     s.handle_input(t0, &encode_json_frame(&tcp_params(n)));
     server_events(&mut s);
@@ -921,7 +923,7 @@ fn running_server(t0: Instant, n: i64) -> Iperf3Server {
     s
 }
 
-fn running_client(t0: Instant) -> Iperf3Client {
+fn running_client(t0: Time) -> Iperf3Client {
     let mut c = client(t0, tcp_params(1));
     c.handle_input(t0, &[9, 10]);
     c.streams_open(t0);
@@ -939,7 +941,7 @@ fn last_server_error(out: &[u8]) -> Option<i32> {
 
 #[test]
 fn a_2gb_length_prefix_is_refused_before_buffering() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = server(t0);
     s.handle_input(t0, &[0x80, 0, 0]);
     assert!(server_events(&mut s).is_empty());
@@ -986,7 +988,7 @@ fn params_of_len(len: usize) -> Vec<u8> {
 
 #[test]
 fn params_over_8_kib_are_refused() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = server(t0);
     s.handle_input(t0, &frame(&params_of_len(8192)));
     let ev = server_events(&mut s);
@@ -1021,7 +1023,7 @@ fn params_over_8_kib_are_refused() {
 
 #[test]
 fn malformed_params_get_a_server_error() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     for body in [
         &b"{not json"[..],
         b"[]",
@@ -1049,7 +1051,7 @@ fn sample_results() -> Vec<u8> {
 
 #[test]
 fn out_of_order_bytes_fail_clearly() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     // TEST_END where the parameters are due.
     let mut s = server(t0);
     s.handle_input(t0, &[4, 0, 0, 0]);
@@ -1127,7 +1129,7 @@ fn out_of_order_bytes_fail_clearly() {
 
 #[test]
 fn server_error_whole_and_cut_short() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut c = client(t0, tcp_params(1));
     c.handle_input(t0, &server_error(i_errno::IERECVPARAMS, 22)[..5]);
     assert!(client_events(&mut c).is_empty());
@@ -1189,7 +1191,7 @@ fn server_error_whole_and_cut_short() {
 
 #[test]
 fn busy_and_terminate_signals() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut c = client(t0, tcp_params(1));
     c.handle_input(t0, &[0xff]);
     assert_eq!(client_events(&mut c), [ClientEvent::ServerBusy]);
@@ -1246,7 +1248,7 @@ fn busy_and_terminate_signals() {
 
 #[test]
 fn eof_mid_test_fails_and_after_display_results_completes() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = running_server(t0, 1);
     s.handle_eof();
     assert_eq!(
@@ -1289,7 +1291,7 @@ fn eof_mid_test_fails_and_after_display_results_completes() {
 
 #[test]
 fn every_wait_has_a_deadline() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     // Silent client after the cookie.
     let mut s = server(t0);
     let at = s.poll_timeout().unwrap();
@@ -1343,7 +1345,7 @@ fn every_wait_has_a_deadline() {
             "waiting for the client to end the test"
         ))]
     ));
-    // A watchdog beyond what Instant holds means none, not a panic.
+    // A watchdog beyond what Time holds means none, not a panic.
     let mut s = server(t0);
     s.handle_input(t0, &encode_json_frame(&tcp_params(1)));
     s.accept(t0, Duration::MAX);
@@ -1368,7 +1370,7 @@ fn every_wait_has_a_deadline() {
 
 #[test]
 fn results_given_early_are_held_until_their_turn() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let r = Results::from_json(&sample_results()).unwrap();
     // Server: ours wait for the client's.
     let mut s = running_server(t0, 1);
@@ -1404,7 +1406,7 @@ fn results_given_early_are_held_until_their_turn() {
 
 #[test]
 fn a_peer_flooding_a_paused_machine_fails() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = server(t0);
     s.handle_input(t0, &encode_json_frame(&tcp_params(1)));
     server_events(&mut s);
@@ -1423,7 +1425,7 @@ fn a_peer_flooding_a_paused_machine_fails() {
 /// `may_refuse`: turn down one request in eight.
 fn drive_server(
     s: &mut Iperf3Server,
-    now: Instant,
+    now: Time,
     rng: &mut Rng,
     results: &Results,
     may_refuse: bool,
@@ -1447,7 +1449,7 @@ fn drive_server(
     s.poll_transmit();
 }
 
-fn drive_client(c: &mut Iperf3Client, now: Instant, results: &Results) {
+fn drive_client(c: &mut Iperf3Client, now: Time, results: &Results) {
     while let Some(ev) = c.poll_event() {
         match ev {
             ClientEvent::OpenStreams { .. } => c.streams_open(now),
@@ -1518,7 +1520,7 @@ type Transcript = (Vec<u8>, Vec<usize>, Vec<u8>, Vec<usize>);
 
 #[test]
 fn random_and_mutated_input_never_panics() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let results = Results::from_json(&sample_results()).unwrap();
     let transcripts: Vec<Transcript> = CAPTURES
         .iter()

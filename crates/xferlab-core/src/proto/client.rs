@@ -1,6 +1,6 @@
 //! Client side of the control connection.
 
-use std::time::Instant;
+use crate::time::Time;
 
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION};
@@ -46,7 +46,7 @@ pub struct ClientControl {
 
 impl ClientControl {
     /// Starts the handshake on a freshly connected control connection.
-    pub fn new(now: Instant, software: Software, spec: TestSpec) -> Self {
+    pub fn new(now: Time, software: Software, spec: TestSpec) -> Self {
         let mut c = ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
@@ -62,7 +62,7 @@ impl ClientControl {
         c
     }
 
-    fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
+    fn handle_frame(&mut self, now: Time, frame: &[u8]) -> Result<(), ProtoError> {
         let msg: ServerMsg = decode_json(frame)?;
         match (self.state, msg) {
             (_, ServerMsg::Error { code, message }) => {
@@ -104,7 +104,7 @@ impl ClientControl {
 
     /// End the test (time is up, every local flow finished, or the user
     /// interrupted). Valid once started; before that it aborts.
-    pub fn stop(&mut self, now: Instant) {
+    pub fn stop(&mut self, now: Time) {
         match self.state {
             State::Running => {
                 self.ch.queue_frame(&ClientMsg::Stop);
@@ -172,7 +172,7 @@ impl Machine for ClientControl {
         &self.ch
     }
 
-    fn handle_input(&mut self, now: Instant, mut data: &[u8]) {
+    fn handle_input(&mut self, now: Time, mut data: &[u8]) {
         if self.is_closed() {
             return;
         }
@@ -223,7 +223,7 @@ impl Machine for ClientControl {
         self.fail(ProtoError::Closed(when), false);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Time) {
         if let Some(what) = self.ch.expired(now) {
             self.fail(ProtoError::Timeout(what), true);
         }

@@ -1,7 +1,7 @@
 //! xferlab's control protocol as sans-IO state machines (docs/protocol.md).
 //!
 //! [`ClientControl`] and [`ServerControl`] never touch a socket or a clock:
-//! the driver feeds them received bytes and the current `Instant`, writes out
+//! the driver feeds them received bytes and the current `Time`, writes out
 //! what `poll_transmit` returns, sleeps until `poll_timeout`, and acts on the
 //! events from `poll_event`. Every wait has a deadline, so a silent or
 //! half-open peer always ends in an event rather than a hang.

@@ -1,6 +1,8 @@
 //! Server side of one control connection.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
@@ -80,7 +82,7 @@ pub struct ServerControl {
 
 impl ServerControl {
     /// A control connection whose preamble announced `peer_version`.
-    pub fn new(now: Instant, peer_version: u16, policy: ServerPolicy) -> Self {
+    pub fn new(now: Time, peer_version: u16, policy: ServerPolicy) -> Self {
         let mut s = ServerControl {
             state: State::AwaitHello,
             policy,
@@ -100,7 +102,7 @@ impl ServerControl {
         s
     }
 
-    fn handle_frame(&mut self, now: Instant, frame: &[u8]) -> Result<(), ProtoError> {
+    fn handle_frame(&mut self, now: Time, frame: &[u8]) -> Result<(), ProtoError> {
         let msg: ClientMsg = decode_json(frame)?;
         match (self.state, msg) {
             (_, ClientMsg::Error { code, message }) => {
@@ -147,7 +149,7 @@ impl ServerControl {
     }
 
     /// Accept the requested test; the client will now attach its flows.
-    pub fn accept(&mut self, now: Instant, welcome: Welcome) {
+    pub fn accept(&mut self, now: Time, welcome: Welcome) {
         if self.state != State::Deciding {
             return;
         }
@@ -175,7 +177,7 @@ impl ServerControl {
 
     /// Every data connection is attached: tell the client to start.
     /// `planned` is the test's planned length (None for byte limits).
-    pub fn flows_attached(&mut self, now: Instant, planned: Option<Duration>) {
+    pub fn flows_attached(&mut self, now: Time, planned: Option<Duration>) {
         if self.state != State::AwaitFlows {
             return;
         }
@@ -192,7 +194,7 @@ impl ServerControl {
     }
 
     /// Our flows have drained: send our measurements.
-    pub fn send_results(&mut self, now: Instant, report: &SideReport) {
+    pub fn send_results(&mut self, now: Time, report: &SideReport) {
         if self.state != State::Stopping {
             return;
         }
@@ -236,7 +238,7 @@ impl Machine for ServerControl {
         &self.ch
     }
 
-    fn handle_input(&mut self, now: Instant, data: &[u8]) {
+    fn handle_input(&mut self, now: Time, data: &[u8]) {
         if self.is_closed() {
             return;
         }
@@ -268,7 +270,7 @@ impl Machine for ServerControl {
         self.fail(ProtoError::Closed(when), false);
     }
 
-    fn handle_timeout(&mut self, now: Instant) {
+    fn handle_timeout(&mut self, now: Time) {
         if let Some(what) = self.ch.expired(now) {
             self.fail(ProtoError::Timeout(what), true);
         }

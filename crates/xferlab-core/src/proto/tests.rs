@@ -1,6 +1,8 @@
 //! The two state machines talking to each other in memory, on virtual time.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 use super::wire::{encode_frame, ConnKind, Preamble, PREAMBLE_LEN, VERSION};
 use super::*;
@@ -50,7 +52,7 @@ fn welcome() -> Welcome {
 }
 
 /// A server that has read the client's preamble, as the dispatcher does.
-fn server_for(client: &mut ClientControl, t0: Instant) -> ServerControl {
+fn server_for(client: &mut ClientControl, t0: Time) -> ServerControl {
     let bytes = client.poll_transmit().unwrap();
     let mut pre = [0u8; PREAMBLE_LEN];
     pre.copy_from_slice(&bytes[..PREAMBLE_LEN]);
@@ -61,7 +63,7 @@ fn server_for(client: &mut ClientControl, t0: Instant) -> ServerControl {
     server
 }
 
-fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Instant) {
+fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Time) {
     for _ in 0..4 {
         if let Some(b) = client.poll_transmit() {
             server.handle_input(now, &b);
@@ -74,7 +76,7 @@ fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Instant) {
 
 #[test]
 fn a_whole_test_exchanges_results_both_ways() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
     let mut s = server_for(&mut c, t0);
     let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
@@ -110,7 +112,7 @@ fn a_whole_test_exchanges_results_both_ways() {
 
 #[test]
 fn version_mismatch_is_reported_on_both_sides() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = ServerControl::new(t0, VERSION + 1, policy());
     assert!(matches!(
         s.poll_event(),
@@ -129,7 +131,7 @@ fn version_mismatch_is_reported_on_both_sides() {
 
 #[test]
 fn the_server_answers_garbage_with_an_error_and_closes() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = ServerControl::new(t0, VERSION, policy());
     let mut junk = 7u32.to_be_bytes().to_vec();
     junk.extend_from_slice(b"{not js");
@@ -151,7 +153,7 @@ fn the_server_answers_garbage_with_an_error_and_closes() {
 
 #[test]
 fn oversized_and_out_of_order_messages_are_refused() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut s = ServerControl::new(t0, VERSION, policy());
     s.handle_input(t0, &(2u32 << 30).to_be_bytes());
     assert!(matches!(
@@ -169,7 +171,7 @@ fn oversized_and_out_of_order_messages_are_refused() {
 
 #[test]
 fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut spec = TestSpec::default_stream();
     spec.limit = crate::spec::Limit::Duration { seconds: 120.0 };
     let mut c = ClientControl::new(t0, software(), spec);
@@ -184,7 +186,7 @@ fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
 
 #[test]
 fn every_wait_has_a_deadline() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     // Silent client after connecting.
     let mut s = ServerControl::new(t0, VERSION, policy());
     let at = s.poll_timeout().unwrap();
@@ -219,7 +221,7 @@ fn every_wait_has_a_deadline() {
 
 #[test]
 fn a_vanished_client_fails_the_session_at_once() {
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
     let mut s = server_for(&mut c, t0);
     s.poll_event();
@@ -237,7 +239,7 @@ fn random_bytes_never_panic_the_server() {
     // A small deterministic xorshift fuzz: arbitrary input must end in a
     // closed session or a pending state, never a panic.
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let t0 = crate::test_clock::origin();
+    let t0 = Time::ZERO;
     for round in 0..2000 {
         let mut s = ServerControl::new(t0, VERSION, policy());
         let len = (round % 64) + 1;

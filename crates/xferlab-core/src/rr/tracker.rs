@@ -1,10 +1,12 @@
 //! Transactions of one flow: which are outstanding and since when, how
 //! many completed, timed out, failed or answered late. Clock-free: every
-//! call takes the current `Instant`. Nothing here allocates after
+//! call takes the current `Time`. Nothing here allocates after
 //! construction, so a driver can call it per transaction.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::time::Time;
 
 /// Cumulative counts of one flow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,7 +48,7 @@ pub struct Tracker {
     timeout: Option<Duration>,
     /// (sequence, sent at), in send order: the front is the oldest and so
     /// the first to time out.
-    outstanding: VecDeque<(u64, Instant)>,
+    outstanding: VecDeque<(u64, Time)>,
     expired: VecDeque<u64>,
     next_seq: u64,
     counts: TxCounts,
@@ -80,7 +82,7 @@ impl Tracker {
     }
 
     /// Records a request sent at `now`; returns its sequence number.
-    pub fn on_send(&mut self, now: Instant) -> u64 {
+    pub fn on_send(&mut self, now: Time) -> u64 {
         debug_assert!(self.can_send());
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -91,7 +93,7 @@ impl Tracker {
 
     /// A response on an ordered transport (TCP): it answers the oldest
     /// outstanding request.
-    pub fn on_response_in_order(&mut self, now: Instant) -> Reply {
+    pub fn on_response_in_order(&mut self, now: Time) -> Reply {
         match self.outstanding.pop_front() {
             Some((_, sent)) => {
                 self.counts.completed += 1;
@@ -105,7 +107,7 @@ impl Tracker {
     }
 
     /// A response carrying sequence number `seq` (UDP).
-    pub fn on_response(&mut self, seq: u64, now: Instant) -> Reply {
+    pub fn on_response(&mut self, seq: u64, now: Time) -> Reply {
         if let Some(i) = self.outstanding.iter().position(|&(s, _)| s == seq) {
             let (_, sent) = self.outstanding.remove(i).expect("found");
             self.counts.completed += 1;
@@ -135,14 +137,14 @@ impl Tracker {
     }
 
     /// When the oldest outstanding transaction times out.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self) -> Option<Time> {
         let t = self.timeout?;
         self.outstanding.front().map(|&(_, sent)| sent + t)
     }
 
     /// Times out every transaction whose deadline is at or before `now`;
     /// returns how many.
-    pub fn expire(&mut self, now: Instant) -> u32 {
+    pub fn expire(&mut self, now: Time) -> u32 {
         let Some(t) = self.timeout else { return 0 };
         let mut n = 0;
         while let Some(&(seq, sent)) = self.outstanding.front() {
@@ -171,7 +173,7 @@ mod tests {
 
     #[test]
     fn depth_limits_outstanding_and_in_order_replies_measure_latency() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut t = Tracker::new(2, None);
         t.on_send(t0);
         t.on_send(t0 + ms(1));
@@ -187,7 +189,7 @@ mod tests {
 
     #[test]
     fn a_lost_reply_times_out_frees_its_slot_and_is_recognised_when_late() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut t = Tracker::new(1, Some(ms(100)));
         let s0 = t.on_send(t0);
         assert_eq!(t.deadline(), Some(t0 + ms(100)));
@@ -210,7 +212,7 @@ mod tests {
 
     #[test]
     fn out_of_order_udp_replies_match_their_own_request() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut t = Tracker::new(3, Some(ms(50)));
         let a = t.on_send(t0);
         let b = t.on_send(t0 + ms(1));
@@ -226,7 +228,7 @@ mod tests {
 
     #[test]
     fn failures_free_slots() {
-        let t0 = crate::test_clock::origin();
+        let t0 = Time::ZERO;
         let mut t = Tracker::new(4, None);
         for _ in 0..3 {
             t.on_send(t0);

@@ -8,6 +8,8 @@
 
 use std::collections::VecDeque;
 
+use crate::time::Time;
+
 #[derive(Debug, Clone)]
 pub struct TransferQueue {
     size: usize,
@@ -19,7 +21,7 @@ pub struct TransferQueue {
     stopping: bool,
     /// (submit time ns, requested length), oldest first. Capacity = depth,
     /// reserved up front: no allocation per transfer.
-    in_flight: VecDeque<(u64, usize)>,
+    in_flight: VecDeque<(Time, usize)>,
 }
 
 /// What one completion meant.
@@ -70,19 +72,19 @@ impl TransferQueue {
         Some(len)
     }
 
-    pub fn on_submit(&mut self, now_ns: u64, len: usize) {
+    pub fn on_submit(&mut self, now: Time, len: usize) {
         debug_assert!(self.in_flight.len() < self.depth);
         self.submitted_bytes += len as u64;
-        self.in_flight.push_back((now_ns, len));
+        self.in_flight.push_back((now, len));
     }
 
     /// A transfer completed (successfully or not) with `actual` bytes.
     /// None if nothing was in flight (a driver bug; counted by the caller).
-    pub fn on_complete(&mut self, now_ns: u64, actual: usize) -> Option<Completed> {
+    pub fn on_complete(&mut self, now: Time, actual: usize) -> Option<Completed> {
         let (t, requested) = self.in_flight.pop_front()?;
         Some(Completed {
             requested,
-            latency_ns: now_ns.saturating_sub(t),
+            latency_ns: now.duration_since(t).as_nanos() as u64,
             short: actual < requested,
         })
     }
@@ -107,7 +109,7 @@ impl TransferQueue {
     }
 
     /// Submit time of the oldest transfer in flight (for a stall timeout).
-    pub fn oldest_submit_ns(&self) -> Option<u64> {
+    pub fn oldest_submit(&self) -> Option<Time> {
         self.in_flight.front().map(|&(t, _)| t)
     }
 }
@@ -116,13 +118,17 @@ impl TransferQueue {
 mod tests {
     use super::*;
 
+    fn ns(t: u64) -> Time {
+        Time::from_nanos(t)
+    }
+
     #[test]
     fn depth_one_is_a_synchronous_loop() {
         let mut q = TransferQueue::new(512, 1, 512, None);
         assert_eq!(q.next_submission(), Some(512));
-        q.on_submit(0, 512);
+        q.on_submit(ns(0), 512);
         assert_eq!(q.next_submission(), None, "one in flight at a time");
-        let c = q.on_complete(125_000, 512).unwrap();
+        let c = q.on_complete(ns(125_000), 512).unwrap();
         assert_eq!(
             c,
             Completed {
@@ -139,14 +145,14 @@ mod tests {
         let mut q = TransferQueue::new(4096, 4, 512, None);
         let mut t = 0;
         while let Some(len) = q.next_submission() {
-            q.on_submit(t, len);
+            q.on_submit(ns(t), len);
             t += 10;
         }
         assert_eq!(q.in_flight(), 4);
-        let c = q.on_complete(100, 1000).unwrap();
+        let c = q.on_complete(ns(100), 1000).unwrap();
         assert_eq!((c.latency_ns, c.short), (100, true));
         assert_eq!(q.next_submission(), Some(4096));
-        assert_eq!(q.on_complete(200, 4096).unwrap().latency_ns, 190);
+        assert_eq!(q.on_complete(ns(200), 4096).unwrap().latency_ns, 190);
     }
 
     #[test]
@@ -154,7 +160,7 @@ mod tests {
         let mut q = TransferQueue::new(4096, 8, 512, Some(10_000));
         let mut lens = vec![];
         while let Some(len) = q.next_submission() {
-            q.on_submit(0, len);
+            q.on_submit(ns(0), len);
             lens.push(len);
         }
         assert_eq!(
@@ -164,22 +170,22 @@ mod tests {
         );
         assert!(!q.is_done());
         for _ in 0..3 {
-            q.on_complete(1, 4096);
+            q.on_complete(ns(1), 4096);
         }
         assert!(q.is_done());
-        assert!(q.on_complete(2, 0).is_none(), "nothing in flight");
+        assert!(q.on_complete(ns(2), 0).is_none(), "nothing in flight");
     }
 
     #[test]
     fn stop_drains_without_new_submissions() {
         let mut q = TransferQueue::new(512, 2, 1, None);
-        q.on_submit(0, 512);
-        q.on_submit(0, 512);
+        q.on_submit(ns(0), 512);
+        q.on_submit(ns(0), 512);
         q.stop();
-        q.on_complete(5, 512);
+        q.on_complete(ns(5), 512);
         assert_eq!(q.next_submission(), None);
-        assert_eq!(q.oldest_submit_ns(), Some(0));
-        q.on_complete(6, 0);
+        assert_eq!(q.oldest_submit(), Some(ns(0)));
+        q.on_complete(ns(6), 0);
         assert!(q.is_done());
     }
 }

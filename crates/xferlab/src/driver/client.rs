@@ -3,10 +3,12 @@
 //! on one channel with one deadline, feed the control machine, tick the
 //! workload, and perform what [`TestRun`] decides.
 
+use crate::sys::clock;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::outbox::{Machine, NoPeer};
 use xferlab_core::run::{Action, Policy, Progress, Role, TestRun};
@@ -20,7 +22,7 @@ const INTERRUPT_POLL: Duration = Duration::from_millis(100);
 
 /// What the loop shares with the role while it handles an event.
 pub struct Cx<'a> {
-    pub now: Instant,
+    pub now: Time,
     pub workload: &'a mut Option<Box<dyn Workload>>,
     pub run: &'a mut TestRun,
     pub reporter: &'a mut dyn Reporter,
@@ -30,7 +32,7 @@ pub struct Cx<'a> {
 
 impl Cx<'_> {
     /// The workload started at `at`: the run's clock starts.
-    pub fn started(&mut self, w: Box<dyn Workload>, at: Instant, planned: Option<Duration>) {
+    pub fn started(&mut self, w: Box<dyn Workload>, at: Time, planned: Option<Duration>) {
         *self.workload = Some(w);
         self.run.start(at, planned);
     }
@@ -49,7 +51,7 @@ pub trait ClientRole {
     /// role's job ([`Cx::started`]).
     fn on_event(&mut self, ev: <Self::Ctl as Machine>::Event, cx: &mut Cx<'_>);
     /// Tells the server the test is over.
-    fn end_peer(&mut self, now: Instant);
+    fn end_peer(&mut self, now: Time);
     /// Gives up, telling the server why.
     fn abort_peer(&mut self, why: &str);
     /// The server's part is complete (its results arrived).
@@ -58,7 +60,7 @@ pub trait ClientRole {
     /// decisions (iperf3: hand over results when asked).
     fn step(&mut self, _cx: &mut Cx<'_>) {}
     /// When `step` must run next.
-    fn deadline(&self, _run: &TestRun) -> Option<Instant> {
+    fn deadline(&self, _run: &TestRun) -> Option<Time> {
         None
     }
 }
@@ -99,7 +101,7 @@ pub fn drive<R: ClientRole>(
     let mut error: Option<String> = None;
     let mut finished = false;
     'run: loop {
-        let now = Instant::now();
+        let now = clock::now();
         role.ctl().handle_timeout(now);
         let mut cx = Cx {
             now,
@@ -168,11 +170,11 @@ pub fn drive<R: ClientRole>(
         .flatten()
         .min()
         .map_or(INTERRUPT_POLL, |t| {
-            t.saturating_duration_since(Instant::now())
+            t.saturating_duration_since(clock::now())
                 .min(INTERRUPT_POLL)
         });
         match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => role.ctl().handle_input(Instant::now(), &b),
+            Ok(Wake::Control(b)) => role.ctl().handle_input(clock::now(), &b),
             Ok(Wake::ControlClosed) => role.ctl().handle_eof(),
             // The loop reaps and re-checks on every wake.
             Ok(Wake::FlowDone | Wake::Attach(..)) | Err(mpsc::RecvTimeoutError::Timeout) => {}
@@ -191,7 +193,7 @@ pub fn drive<R: ClientRole>(
 /// intervals, Ctrl-C and the drain.
 struct Alone {
     ctl: NoPeer,
-    start: Option<(Box<dyn Workload>, Instant, Option<Duration>)>,
+    start: Option<(Box<dyn Workload>, Time, Option<Duration>)>,
 }
 
 impl ClientRole for Alone {
@@ -205,7 +207,7 @@ impl ClientRole for Alone {
         match ev {}
     }
 
-    fn end_peer(&mut self, _now: Instant) {}
+    fn end_peer(&mut self, _now: Time) {}
 
     fn abort_peer(&mut self, _why: &str) {}
 
@@ -227,7 +229,7 @@ impl ClientRole for Alone {
 /// sender.
 pub fn drive_alone(
     workload: Box<dyn Workload>,
-    (at, planned): (Instant, Option<Duration>),
+    (at, planned): (Time, Option<Duration>),
     drain: Duration,
     rx: &mpsc::Receiver<Wake>,
     reporter: &mut dyn Reporter,

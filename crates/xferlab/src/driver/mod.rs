@@ -27,7 +27,8 @@ pub mod client;
 pub mod session;
 
 use std::sync::atomic::AtomicU32;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::result::SideReport;
 
@@ -45,17 +46,17 @@ pub const DRAIN: Duration = Duration::from_secs(10);
 pub trait Workload {
     /// Reaps flows that ended and hands the intervals that ended by `now`
     /// to `out` (a server session has none).
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>);
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>);
     /// When `tick` has an interval to report next.
-    fn next_tick(&self) -> Option<Instant>;
+    fn next_tick(&self) -> Option<Time>;
     /// Stops the senders; receivers keep reading what is in flight.
-    fn stop(&mut self, now: Instant);
+    fn stop(&mut self, now: Time);
     /// Ends every flow now; `why` goes into the report's warnings.
     fn abort(&mut self, why: &str);
     /// Ends every flow now, receivers too, keeping what they counted as a
     /// normal end (a stock iperf3 peer ends a test on the control
     /// connection without closing its data connections first).
-    fn cut(&mut self, now: Instant) {
+    fn cut(&mut self, now: Time) {
         self.stop(now);
         self.abort("cut at the end of the test");
     }

@@ -3,8 +3,10 @@
 //! machine, take the flows that attach, tick the workload, and perform
 //! what [`TestRun`] decides once the client asks to stop.
 
+use crate::sys::clock;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::outbox::Machine;
 use xferlab_core::result::SideReport;
@@ -21,7 +23,7 @@ const IDLE_WAKE: Duration = Duration::from_secs(1);
 
 /// What the loop shares with the role while it handles an event.
 pub struct SessionCx<'a> {
-    pub now: Instant,
+    pub now: Time,
     pub workload: &'a mut Option<Box<dyn Workload>>,
     pub run: &'a mut TestRun,
     /// Why the session ended early, for the log.
@@ -30,7 +32,7 @@ pub struct SessionCx<'a> {
 
 impl SessionCx<'_> {
     /// The workload started at `at`.
-    pub fn started(&mut self, w: Box<dyn Workload>, at: Instant, planned: Option<Duration>) {
+    pub fn started(&mut self, w: Box<dyn Workload>, at: Time, planned: Option<Duration>) {
         *self.workload = Some(w);
         self.run.start(at, planned);
     }
@@ -53,7 +55,7 @@ pub trait SessionRole {
     /// On every wake: start the workload once every flow is here.
     fn step(&mut self, _cx: &mut SessionCx<'_>) {}
     /// The workload ended after the stop: send this side's report.
-    fn report(&mut self, now: Instant, report: SideReport);
+    fn report(&mut self, now: Time, report: SideReport);
     /// The exchange is over (results traded, or failed).
     fn finished(&self) -> bool;
 }
@@ -72,7 +74,7 @@ pub fn serve<R: SessionRole>(
     let mut workload: Option<Box<dyn Workload>> = None;
     let mut failure: Option<String> = None;
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         role.ctl().handle_timeout(now);
         let mut cx = SessionCx {
             now,
@@ -103,7 +105,7 @@ pub fn serve<R: SessionRole>(
                     Some(Action::Cut) => workload.iter_mut().for_each(|w| w.abort(cut)),
                     Some(Action::Report) => {
                         if let Some(w) = workload.take() {
-                            role.report(Instant::now(), w.finish().into_report(&mut failure));
+                            role.report(clock::now(), w.finish().into_report(&mut failure));
                         }
                     }
                     Some(_) => {}
@@ -129,15 +131,15 @@ pub fn serve<R: SessionRole>(
         .into_iter()
         .flatten()
         .min()
-        .map_or(IDLE_WAKE, |t| t.saturating_duration_since(Instant::now()));
+        .map_or(IDLE_WAKE, |t| t.saturating_duration_since(clock::now()));
         match rx.recv_timeout(wait) {
-            Ok(Wake::Control(b)) => role.ctl().handle_input(Instant::now(), &b),
+            Ok(Wake::Control(b)) => role.ctl().handle_input(clock::now(), &b),
             Ok(Wake::ControlClosed) => role.ctl().handle_eof(),
             // The loop reaps and re-checks on every wake.
             Ok(Wake::FlowDone) | Err(mpsc::RecvTimeoutError::Timeout) => {}
             Ok(Wake::Attach(flow, socket)) => {
                 let mut cx = SessionCx {
-                    now: Instant::now(),
+                    now: clock::now(),
                     workload: &mut workload,
                     run: &mut run,
                     failure: &mut failure,

@@ -4,10 +4,12 @@
 //! the server closes the data connections, results are totals exchanged
 //! after the test, and UDP streams are opened with a 4-byte handshake.
 
+use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use xferlab_core::time::Time;
 
 use xferlab_core::iperf3::convert::{params_from_spec, results_from_side, side_from_results};
 use xferlab_core::iperf3::wire::{is_udp_connect_reply, UDP_CONNECT_MSG};
@@ -69,7 +71,7 @@ pub fn run(
         counters_64bit: params.udp_counters_64bit,
     });
     let mut role = Iperf3Role {
-        ctl: Iperf3Client::new(Instant::now(), cookie, params),
+        ctl: Iperf3Client::new(clock::now(), cookie, params),
         cfg,
         server,
         cookie,
@@ -149,7 +151,7 @@ struct Iperf3Role<'a> {
     /// The streams, opened and not yet started.
     prepared: Option<Side>,
     report: Option<SideReport>,
-    results_due: Option<Instant>,
+    results_due: Option<Time>,
     peer: Option<Box<Results>>,
     done: bool,
 }
@@ -177,7 +179,7 @@ impl ClientRole for Iperf3Role<'_> {
                         );
                         s.set_datagram_wire(self.wire);
                         self.prepared = Some(s);
-                        self.ctl.streams_open(Instant::now());
+                        self.ctl.streams_open(clock::now());
                     }
                     Err(e) => {
                         self.ctl.abort();
@@ -238,7 +240,7 @@ impl ClientRole for Iperf3Role<'_> {
         }
     }
 
-    fn end_peer(&mut self, now: Instant) {
+    fn end_peer(&mut self, now: Time) {
         self.ctl.end_test(now);
     }
 
@@ -274,14 +276,14 @@ impl ClientRole for Iperf3Role<'_> {
             None => return,
         };
         self.ctl.send_results(
-            Instant::now(),
+            clock::now(),
             &results_from_side(&r, self.cfg.spec.transport),
         );
         self.report = Some(r);
     }
 
-    fn deadline(&self, run: &TestRun) -> Option<Instant> {
-        let quiescing = run.quiescing().then(|| Instant::now() + END_DRAIN_POLL);
+    fn deadline(&self, run: &TestRun) -> Option<Time> {
+        let quiescing = run.quiescing().then(|| clock::now() + END_DRAIN_POLL);
         let due = self.results_due.map(|t| t + RESULTS_DRAIN);
         quiescing.into_iter().chain(due).min()
     }
@@ -295,17 +297,17 @@ struct Iperf3Streams {
 }
 
 impl Workload for Iperf3Streams {
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         Workload::tick(&mut self.side, now, out);
     }
 
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         self.side.next_tick()
     }
 
     /// Receivers keep draining until the server closes the data
     /// connections.
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         self.side.stop(now);
     }
 
@@ -313,7 +315,7 @@ impl Workload for Iperf3Streams {
         self.side.abort(why);
     }
 
-    fn cut(&mut self, now: Instant) {
+    fn cut(&mut self, now: Time) {
         self.side.cut(now);
     }
 
@@ -404,10 +406,10 @@ fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpS
         .map_err(|e| format!("cannot reach {server} over UDP: {e}"))?;
     sock.send(&UDP_CONNECT_MSG)
         .map_err(|e| format!("cannot send to {server} over UDP: {e}"))?;
-    let deadline = Instant::now() + UDP_HANDSHAKE_TIMEOUT;
+    let deadline = clock::now() + UDP_HANDSHAKE_TIMEOUT;
     let mut buf = vec![0u8; 65_536];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.saturating_duration_since(clock::now());
         if left.is_zero() {
             return Err(format!(
                 "no answer to UDP stream {id}'s handshake from {server} within {} s: is UDP to that port blocked?",

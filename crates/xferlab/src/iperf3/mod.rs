@@ -12,8 +12,6 @@ pub mod session;
 
 use std::time::Duration;
 
-use crate::control::Wake;
-
 /// Default port of iperf3 servers.
 pub const IPERF3_PORT: u16 = 5201;
 
@@ -24,8 +22,3 @@ const UDP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// After EXCHANGE_RESULTS (client) or TEST_END (server), how long flows
 /// still running may take to notice before they are cut.
 const RESULTS_DRAIN: Duration = Duration::from_secs(2);
-
-/// Cookie -> the event channel of the iperf3 session that owns it.
-pub type Registry = std::sync::Mutex<
-    std::collections::HashMap<xferlab_core::iperf3::Cookie, std::sync::mpsc::Sender<Wake>>,
->;

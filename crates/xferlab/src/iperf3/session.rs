@@ -10,10 +10,12 @@
 //! kernel hands every stream its own socket. One session at a time may
 //! wait for UDP streams on a given address; others queue for it.
 
+use crate::sys::clock;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::iperf3::convert::{plan_for_stream, results_from_side, spec_from_params};
 use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
@@ -32,7 +34,7 @@ use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Finished, Workload};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
-use crate::server::Shared;
+use crate::session::registry::Shared;
 use crate::session::server::placement;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};
@@ -104,7 +106,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let mut role = Iperf3Session {
-        ctl: Iperf3Server::new(Instant::now(), &cookie),
+        ctl: Iperf3Server::new(clock::now(), &cookie),
         shared,
         peer,
         local,
@@ -173,7 +175,7 @@ impl SessionRole for Iperf3Session<'_> {
                     ));
                     let unbounded = shared.cfg.max_duration + WATCHDOG_GRACE;
                     self.ctl
-                        .accept(Instant::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
+                        .accept(clock::now(), p.watchdog(WATCHDOG_GRACE, unbounded));
                     self.test = Some(a);
                 }
                 Err((code, why)) => {
@@ -252,7 +254,7 @@ impl SessionRole for Iperf3Session<'_> {
         }
     }
 
-    fn report(&mut self, now: Instant, r: SideReport) {
+    fn report(&mut self, now: Time, r: SideReport) {
         if let Some(t) = self.test.as_ref() {
             let mut results = results_from_side(&r, t.spec.transport);
             if t.get_server_output {
@@ -274,13 +276,13 @@ impl SessionRole for Iperf3Session<'_> {
 /// has been quiet for a moment after the stop.
 struct Receivers {
     side: Side,
-    stopped_at: Option<Instant>,
+    stopped_at: Option<Time>,
     cut: bool,
     peer_sent: Option<Vec<(u32, u64)>>,
 }
 
 impl Workload for Receivers {
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         Workload::tick(&mut self.side, now, out);
         let Some(t) = self.stopped_at.filter(|_| !self.cut) else {
             return;
@@ -296,15 +298,15 @@ impl Workload for Receivers {
     }
 
     /// While waiting for receivers to catch up: look again soon.
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         let catch_up = self
             .stopped_at
             .filter(|_| !self.cut)
-            .map(|_| Instant::now() + CATCH_UP_POLL);
+            .map(|_| clock::now() + CATCH_UP_POLL);
         self.side.next_tick().into_iter().chain(catch_up).min()
     }
 
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         self.side.stop(now);
         self.stopped_at.get_or_insert(now);
     }
@@ -375,7 +377,7 @@ fn attach(
     t: &Accepted,
     socket: FlowSocket,
 ) -> Result<(), String> {
-    let Some(info) = ctl.stream_attached(Instant::now()) else {
+    let Some(info) = ctl.stream_attached(clock::now()) else {
         return Err("closed a data connection that no stream was due for".into());
     };
     let Some(plan) = plan_for_stream(&t.plans, &info) else {
@@ -423,14 +425,14 @@ fn start_udp_streams(
     count: usize,
     tx: &mpsc::Sender<Wake>,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + SETUP_TIMEOUT;
+    let deadline = clock::now() + SETUP_TIMEOUT;
     while !shared
         .udp_setup
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .insert(local)
     {
-        if Instant::now() >= deadline {
+        if clock::now() >= deadline {
             return Err(format!(
                 "another iperf3 UDP test kept {local} busy for {} s",
                 SETUP_TIMEOUT.as_secs()
@@ -467,10 +469,10 @@ fn accept_udp_streams(
 ) {
     let mut buf = [0u8; 64];
     for i in 0..count {
-        let deadline = Instant::now() + SETUP_TIMEOUT;
+        let deadline = clock::now() + SETUP_TIMEOUT;
         sock.set_read_timeout(Some(Duration::from_millis(200))).ok();
         let peer = loop {
-            if Instant::now() >= deadline {
+            if clock::now() >= deadline {
                 return;
             }
             match sock.recv_from(&mut buf) {

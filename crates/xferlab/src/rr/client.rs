@@ -2,10 +2,12 @@
 //! stream flows once the server welcomed the test, and starts the engine
 //! threads as this side's [`RrWorkload`].
 
+use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::proto::Welcome;
@@ -81,7 +83,7 @@ impl ClientPattern for RrClient {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Instant), String> {
+    ) -> Result<(Box<dyn Workload>, Time), String> {
         let cfg = env.cfg;
         let mut plan = self
             .plan
@@ -108,7 +110,7 @@ impl ClientPattern for RrClient {
             b.start()?;
             background = Some(b);
         }
-        let start = Instant::now();
+        let start = clock::now();
         side.set_start(start);
         plan.measure_from = start + Duration::from_secs_f64(cfg.spec.omit_s);
         let flows = background
@@ -167,7 +169,7 @@ fn connect_rr(
         server: to,
         token,
         knobs: cfg.spec.knobs.clone(),
-        measure_from: Instant::now(),
+        measure_from: clock::now(),
         wait: rr.wait.resolve(
             &cfg.spec.affinity,
             crate::net::canonical(to).ip().is_loopback(),

@@ -4,12 +4,14 @@
 //! plus a handful of relaxed atomic stores; no allocation, locks or
 //! formatting.
 
+use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use socket2::{Domain, Socket, Type};
 use xferlab_core::latency::LatencyRecorder;
@@ -51,7 +53,7 @@ pub struct ClientPlan {
     pub knobs: Knobs,
     /// Latencies before this moment (the warm-up) stay out of the
     /// histograms.
-    pub measure_from: Instant,
+    pub measure_from: Time,
     /// How this end's threads wait (`--wait`, `auto` decided).
     pub wait: RrWait,
 }
@@ -93,14 +95,14 @@ struct Flow {
     want_write: bool,
     stopping: bool,
     shut: bool,
-    retry_at: Option<Instant>,
-    end: Option<(FlowEnd, Instant)>,
+    retry_at: Option<Time>,
+    end: Option<(FlowEnd, Time)>,
     local: String,
     remote: String,
     /// CRR: hello + the first part of the request, written at once.
     crr_first: Vec<u8>,
     /// CRR: when connect() was called for the current transaction.
-    crr_started: Instant,
+    crr_started: Time,
     /// CRR: the current connection is in the epoll set.
     crr_registered: bool,
 }
@@ -131,7 +133,7 @@ pub fn run(
         RrMode::TcpRr => None,
         _ => Some(Duration::from_secs_f64(rr.timeout_s)),
     };
-    let now0 = Instant::now();
+    let now0 = clock::now();
     let mut flows: Vec<Flow> = conns
         .into_iter()
         .map(|(id, c)| {
@@ -189,7 +191,7 @@ pub fn run(
         rbuf: vec![0u8; CHUNK.max(rr.response_wire())],
         blocking_reads: false,
     };
-    let now = Instant::now();
+    let now = clock::now();
     for (i, f) in flows.iter_mut().enumerate() {
         let registered = match &f.io {
             Io::Tcp(s) => eng.poller.add(s, i as u64, true, false),
@@ -225,10 +227,10 @@ pub fn run(
         eng.blocking_reads = true;
     }
     let mut stopping = false;
-    let mut drain_deadline: Option<Instant> = None;
-    let mut next_scan: Option<Instant> = None;
+    let mut drain_deadline: Option<Time> = None;
+    let mut next_scan: Option<Time> = None;
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         if flags.abort.load(Ordering::Relaxed) {
             for f in flows.iter_mut().filter(|f| f.end.is_none()) {
                 f.tracker.fail_all();
@@ -264,7 +266,7 @@ pub fn run(
                 }
                 eng.on_timer(f, i, now);
                 for t in [f.tracker.deadline(), f.retry_at].into_iter().flatten() {
-                    next_scan = Some(next_scan.map_or(t, |n: Instant| n.min(t)));
+                    next_scan = Some(next_scan.map_or(t, |n: Time| n.min(t)));
                 }
             }
         }
@@ -277,7 +279,7 @@ pub fn run(
                     super::poller::spin_readable(s.as_raw_fd(), SPIN_BUDGET);
                 }
             }
-            eng.on_readable(&mut flows[0], 0, Instant::now());
+            eng.on_readable(&mut flows[0], 0, clock::now());
             continue;
         }
         let wait = if spin {
@@ -301,7 +303,7 @@ pub fn run(
                 break;
             }
         };
-        let now = Instant::now();
+        let now = clock::now();
         for k in 0..n {
             let ev = eng.poller.get(k);
             let i = ev.token as usize;
@@ -323,7 +325,7 @@ pub fn run(
             }
         }
     }
-    let end = Instant::now();
+    let end = clock::now();
     flows
         .into_iter()
         .map(|f| {
@@ -343,7 +345,7 @@ pub fn run(
 }
 
 fn failed_all(flows: Vec<Flow>, why: &str) -> Vec<FlowResult> {
-    let now = Instant::now();
+    let now = clock::now();
     flows
         .into_iter()
         .map(|f| FlowResult {
@@ -375,7 +377,7 @@ impl Engine<'_> {
         self.counters[f.id as usize].publish(&f.tracker.counts(), f.latency_n, f.latency_sum_ns);
     }
 
-    fn record(&self, f: &mut Flow, latency: Duration, now: Instant) {
+    fn record(&self, f: &mut Flow, latency: Duration, now: Time) {
         let ns = latency.as_nanos().min(u128::from(u64::MAX)) as u64;
         f.latency_n += 1;
         f.latency_sum_ns += ns;
@@ -386,7 +388,7 @@ impl Engine<'_> {
 
     /// Issues requests until `depth` are outstanding (unless stopping or
     /// backing off).
-    fn fill(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn fill(&mut self, f: &mut Flow, i: usize, now: Time) {
         if f.stopping || f.end.is_some() || f.retry_at.is_some_and(|t| now < t) {
             return;
         }
@@ -447,7 +449,7 @@ impl Engine<'_> {
 
     fn fail_tcp(&self, f: &mut Flow, why: &str) {
         f.tracker.fail_all();
-        f.end = Some((FlowEnd::Aborted(why.to_string()), Instant::now()));
+        f.end = Some((FlowEnd::Aborted(why.to_string()), clock::now()));
         if let Io::Tcp(s) = &f.io {
             self.poller.delete(s);
         }
@@ -456,7 +458,7 @@ impl Engine<'_> {
 
     /// After stopping: a flow with nothing outstanding finishes (TCP:
     /// half-closes and waits for the server's end of stream).
-    fn settle(&mut self, f: &mut Flow, _i: usize, now: Instant) {
+    fn settle(&mut self, f: &mut Flow, _i: usize, now: Time) {
         if f.end.is_some() || f.tracker.outstanding() > 0 {
             return;
         }
@@ -473,7 +475,7 @@ impl Engine<'_> {
         }
     }
 
-    fn on_timer(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn on_timer(&mut self, f: &mut Flow, i: usize, now: Time) {
         let expired = f.tracker.expire(now);
         if expired > 0 {
             if let Io::Crr(c) = &mut f.io {
@@ -495,7 +497,7 @@ impl Engine<'_> {
         }
     }
 
-    fn on_writable(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn on_writable(&mut self, f: &mut Flow, i: usize, now: Time) {
         match &f.io {
             Io::Tcp(_) => self.write_tcp(f, i),
             Io::Crr(Crr::Connecting(_)) => self.crr_connected(f, i, now),
@@ -504,7 +506,7 @@ impl Engine<'_> {
         }
     }
 
-    fn on_readable(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn on_readable(&mut self, f: &mut Flow, i: usize, now: Time) {
         match &f.io {
             Io::Tcp(_) => self.read_tcp(f, i, now),
             Io::Udp(_) => self.read_udp(f, i, now),
@@ -514,13 +516,13 @@ impl Engine<'_> {
         }
     }
 
-    fn read_tcp(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn read_tcp(&mut self, f: &mut Flow, i: usize, now: Time) {
         let Io::Tcp(s) = &f.io else { return };
         let mut r: &TcpStream = s;
         let resp = self.plan.rr.response_wire();
         let read = r.read(&mut self.rbuf);
         let now = if self.blocking_reads {
-            Instant::now()
+            clock::now()
         } else {
             now
         };
@@ -557,7 +559,7 @@ impl Engine<'_> {
         }
     }
 
-    fn read_udp(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn read_udp(&mut self, f: &mut Flow, i: usize, now: Time) {
         let Io::Udp(s) = &f.io else { return };
         let mut any = false;
         for _ in 0..UDP_BURST {
@@ -600,7 +602,7 @@ impl Engine<'_> {
         }
     }
 
-    fn start_crr(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn start_crr(&mut self, f: &mut Flow, i: usize, now: Time) {
         let server = self.plan.server;
         f.tracker.on_send(now);
         f.got = 0;
@@ -623,7 +625,7 @@ impl Engine<'_> {
         sockopt::apply(&sock, &self.plan.knobs, sockopt::SocketEnd::Connecting).ok();
         // Connect time runs from the connect() call; the transaction's
         // latency from the start above (socket set-up included).
-        f.crr_started = Instant::now();
+        f.crr_started = clock::now();
         match sock.connect(&server.into()) {
             Ok(()) => {}
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) || would_block(&e) => {}
@@ -647,23 +649,23 @@ impl Engine<'_> {
         };
         match s.send(&f.crr_first) {
             Ok(k) => {
-                let now = Instant::now();
+                let now = clock::now();
                 f.crr_written = k;
                 self.crr_connected(f, i, now);
             }
             Err(e) if would_block(&e) || e.raw_os_error() == Some(libc::ENOTCONN) => {
                 // Still connecting: wait for EPOLLOUT.
                 if self.poller.add(s, i as u64, false, true).is_err() {
-                    self.crr_failed(f, Instant::now());
+                    self.crr_failed(f, clock::now());
                     return;
                 }
                 f.crr_registered = true;
             }
-            Err(_) => self.crr_failed(f, Instant::now()),
+            Err(_) => self.crr_failed(f, clock::now()),
         }
     }
 
-    fn crr_failed(&mut self, f: &mut Flow, now: Instant) {
+    fn crr_failed(&mut self, f: &mut Flow, now: Time) {
         if let Io::Crr(c) = &mut f.io {
             match c {
                 Crr::Connecting(s) => self.poller.delete(s),
@@ -680,7 +682,7 @@ impl Engine<'_> {
         }
     }
 
-    fn crr_connected(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn crr_connected(&mut self, f: &mut Flow, i: usize, now: Time) {
         let Io::Crr(c) = &mut f.io else { return };
         let Crr::Connecting(s) = c else { return };
         match s.take_error() {
@@ -723,7 +725,7 @@ impl Engine<'_> {
                 Ok(k) => f.crr_written += k,
                 Err(e) if would_block(&e) => break,
                 Err(_) => {
-                    self.crr_failed(f, Instant::now());
+                    self.crr_failed(f, clock::now());
                     return;
                 }
             }
@@ -736,11 +738,11 @@ impl Engine<'_> {
         } else if self.poller.add(s, i as u64, true, want).is_ok() {
             f.crr_registered = true;
         } else {
-            self.crr_failed(f, Instant::now());
+            self.crr_failed(f, clock::now());
         }
     }
 
-    fn crr_read(&mut self, f: &mut Flow, i: usize, now: Instant) {
+    fn crr_read(&mut self, f: &mut Flow, i: usize, now: Time) {
         let Io::Crr(Crr::Open(s)) = &f.io else { return };
         let mut r: &TcpStream = s;
         let resp = self.plan.rr.response_wire();

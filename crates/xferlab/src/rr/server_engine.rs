@@ -4,12 +4,14 @@
 //! live for one transaction; UDP requests go to whichever thread reads
 //! them. Counts go to per-flow atomics the session samples.
 
+use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::result::FlowEnd;
@@ -59,7 +61,7 @@ struct Conn {
     to_write: usize,
     want_write: bool,
     eof: bool,
-    opened: Instant,
+    opened: Time,
     /// Requests answered on this connection.
     answered: u64,
 }
@@ -89,8 +91,8 @@ pub fn run(
     let mut free: Vec<usize> = Vec::new();
     // Slots filled by the last accept batch (kept to avoid allocating).
     let mut accepted: Vec<usize> = Vec::with_capacity(64);
-    let mut stop_at: Option<Instant> = None;
-    let mut last_sweep = Instant::now();
+    let mut stop_at: Option<Time> = None;
+    let mut last_sweep = clock::now();
     // `--wait read|spin` and one ping-pong flow: once its connection is
     // here, wait in read() itself instead of epoll_wait() + read() (see
     // the client's fast path).
@@ -103,7 +105,7 @@ pub fn run(
         && rr.response_wire() <= 4096;
     let mut blocking = false;
     loop {
-        let now = Instant::now();
+        let now = clock::now();
         if flags.abort.load(Relaxed) {
             for c in conns.iter().flatten() {
                 if let (Some(id), RrMode::TcpRr) = (c.flow, rr.mode) {
@@ -169,7 +171,7 @@ pub fn run(
             if let Some(end) = serve_tcp(&plan, &counters, c, 0, &poller, &mut rbuf, &wbuf, false) {
                 let c = conns[0].take().expect("present");
                 if let Some(id) = c.flow {
-                    results.push(result(id, &c, end, Instant::now()));
+                    results.push(result(id, &c, end, clock::now()));
                 }
                 free.push(0);
             }
@@ -179,7 +181,7 @@ pub fn run(
             Ok(n) => n,
             Err(_) => break,
         };
-        let now = Instant::now();
+        let now = clock::now();
         for k in 0..n {
             let ev = poller.get(k);
             if ev.token == LISTENER {
@@ -246,7 +248,7 @@ pub fn run(
     results
 }
 
-fn result(id: u32, c: &Conn, end: FlowEnd, at: Instant) -> FlowResult {
+fn result(id: u32, c: &Conn, end: FlowEnd, at: Time) -> FlowResult {
     let a = |r: io::Result<SocketAddr>| r.map(|a| canonical(a).to_string()).unwrap_or_default();
     FlowResult {
         id,
@@ -264,7 +266,7 @@ fn accept_all(
     poller: &Poller,
     conns: &mut Vec<Option<Conn>>,
     free: &mut Vec<usize>,
-    now: Instant,
+    now: Time,
     nodelay: bool,
     accepted: &mut Vec<usize>,
 ) {

@@ -3,10 +3,12 @@
 //! every flow), the engine threads that answer, and the background
 //! stream flows' data connections, run together as an [`RrWorkload`].
 
+use crate::sys::clock;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::IntervalClock;
@@ -165,7 +167,7 @@ impl SessionPattern for RrSession {
                 || plan.attached.load(Ordering::Relaxed) == plan.rr.flows)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
         let mut rr_side = self.rr_side.take().ok_or("the rr test was not opened")?;
         let mut background = None;
         if !self.pending.is_empty() {
@@ -183,7 +185,7 @@ impl SessionPattern for RrSession {
             }
             background = Some(b);
         }
-        let now = Instant::now();
+        let now = clock::now();
         rr_side.set_start(now);
         let workload = RrWorkload {
             rr: rr_side,

@@ -2,10 +2,12 @@
 //! per-flow counters they publish, interval sampling on the control
 //! thread, and the fold into an [`RrSideReport`].
 
+use crate::sys::clock;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::latency::LatencyRecorder;
@@ -37,7 +39,7 @@ pub struct FlowResult {
     pub latency: Option<LatencyRecorder>,
     pub connect: Option<LatencyRecorder>,
     pub end: FlowEnd,
-    pub end_at: Instant,
+    pub end_at: Time,
 }
 
 /// How often idle engine threads look at the stop and abort flags.
@@ -49,7 +51,7 @@ pub struct RrSide {
     mode: RrMode,
     /// How this end's engine threads wait (resolved, never `Auto`).
     wait: RrWait,
-    start: Instant,
+    start: Time,
     clock: IntervalClock,
     next_boundary: Option<f64>,
     pub counters: Arc<[FlowCounters]>,
@@ -60,7 +62,7 @@ pub struct RrSide {
     default_local: String,
     default_remote: String,
     warnings: Vec<String>,
-    stopped_at: Option<Instant>,
+    stopped_at: Option<Time>,
 }
 
 impl RrSide {
@@ -76,7 +78,7 @@ impl RrSide {
             endpoint,
             mode,
             wait,
-            start: Instant::now(),
+            start: clock::now(),
             clock,
             next_boundary: clock.next_boundary(0.0),
             counters,
@@ -91,12 +93,12 @@ impl RrSide {
     }
 
     /// Restarts the clock (the test starts now).
-    pub fn set_start(&mut self, at: Instant) {
+    pub fn set_start(&mut self, at: Time) {
         self.start = at;
         self.next_boundary = self.clock.next_boundary(0.0);
     }
 
-    pub fn started_at(&self) -> Instant {
+    pub fn started_at(&self) -> Time {
         self.start
     }
 
@@ -109,14 +111,14 @@ impl RrSide {
         self.threads.push(t);
     }
 
-    pub fn next_tick(&self) -> Option<Instant> {
+    pub fn next_tick(&self) -> Option<Time> {
         self.next_boundary
             .map(|b| self.start + Duration::from_secs_f64(b))
     }
 
     /// Samples every flow if a boundary has passed; returns the interval
     /// of all flows summed, for live output.
-    pub fn tick(&mut self, now: Instant) -> Option<RrInterval> {
+    pub fn tick(&mut self, now: Time) -> Option<RrInterval> {
         let boundary = self.next_boundary?;
         let t = now.saturating_duration_since(self.start).as_secs_f64();
         if t < boundary {
@@ -132,14 +134,14 @@ impl RrSide {
             .filter(|_| self.clock.interval_s > 0.0)
     }
 
-    pub fn stop(&mut self, now: Instant) {
+    pub fn stop(&mut self, now: Time) {
         if self.stopped_at.is_none() {
             self.stopped_at = Some(now);
             self.flags.stop.store(true, Ordering::Relaxed);
         }
     }
 
-    pub fn stopped_at(&self) -> Option<Instant> {
+    pub fn stopped_at(&self) -> Option<Time> {
         self.stopped_at
     }
 
@@ -164,7 +166,7 @@ impl RrSide {
         if !self.all_done() && self.stopped_at.is_none() {
             self.flags.abort.store(true, Ordering::Relaxed);
         }
-        let now = Instant::now();
+        let now = clock::now();
         let mut results: Vec<Option<FlowResult>> = (0..self.meters.len()).map(|_| None).collect();
         for t in std::mem::take(&mut self.threads) {
             match t.join() {

@@ -1,9 +1,11 @@
 //! The rr pattern's [`Workload`]: the engine threads of the rr flows and
 //! the optional background stream flows, ended and reported together.
 
+use crate::sys::clock;
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::result::{Endpoint, KernelCounters, SideReport};
@@ -31,7 +33,7 @@ pub struct RrWorkload {
 }
 
 impl Workload for RrWorkload {
-    fn tick(&mut self, now: Instant, mut out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, mut out: Option<&mut dyn Reporter>) {
         if let Some(b) = self.background.as_mut() {
             b.reap();
             let live = b.tick(now);
@@ -56,7 +58,7 @@ impl Workload for RrWorkload {
 
     /// The next interval boundary, or the moment a server cuts rr flows
     /// still busy after the stop.
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         let bg = self.background.as_ref().and_then(Side::next_tick);
         let cut = self
             .rr_drain
@@ -66,7 +68,7 @@ impl Workload for RrWorkload {
         self.rr.next_tick().into_iter().chain(bg).chain(cut).min()
     }
 
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         self.rr.stop(now);
         if let Some(b) = self.background.as_mut() {
             b.stop(now);
@@ -109,7 +111,7 @@ impl Workload for RrWorkload {
         let mut report = match background {
             Some(b) => b.finish(),
             None => {
-                let wall = start.elapsed().as_secs_f64();
+                let wall = clock::since(start).as_secs_f64();
                 let iface = crate::sys::counters::interface_for(local_ip);
                 let (after, more) = crate::sys::counters::snapshot(iface.as_deref());
                 warnings.extend(more);

@@ -3,9 +3,11 @@
 //! the server welcomed the test, runs the one client loop
 //! ([`crate::driver::client::drive`]) and builds the result.
 
+use crate::sys::clock;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
@@ -66,7 +68,7 @@ pub trait ClientPattern {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Instant), String>;
+    ) -> Result<(Box<dyn Workload>, Time), String>;
 }
 
 /// Makes the client side of the pattern a test asks for (the
@@ -119,7 +121,7 @@ impl ClientRole for XferlabClient<'_> {
         }
     }
 
-    fn end_peer(&mut self, now: Instant) {
+    fn end_peer(&mut self, now: Time) {
         self.ctl.stop(now);
     }
 
@@ -162,7 +164,7 @@ pub fn run(
     };
     let pattern = patterns(&env)?;
     let mut role = XferlabClient {
-        ctl: ClientControl::new(Instant::now(), crate::software(), cfg.spec.clone()),
+        ctl: ClientControl::new(clock::now(), crate::software(), cfg.spec.clone()),
         env,
         pattern,
         session: String::new(),

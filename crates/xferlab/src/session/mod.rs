@@ -3,4 +3,5 @@
 //! registry of live sessions), handing each test to its pattern.
 
 pub mod client;
+pub mod registry;
 pub mod server;

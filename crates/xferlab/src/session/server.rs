@@ -3,10 +3,12 @@
 //! and its registration, the welcome, then the one session loop
 //! ([`crate::driver::session::serve`]) with the test's pattern.
 
+use crate::sys::clock;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{token_hex, TOKEN_LEN};
 use xferlab_core::proto::{ErrorCode, ServerControl, ServerEvent, ServerPolicy, Welcome};
@@ -18,7 +20,7 @@ use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
-use crate::server::Shared;
+use crate::session::registry::Shared;
 use crate::sys::cpu::CpuTally;
 use crate::transport::FlowSocket;
 
@@ -52,7 +54,7 @@ pub trait SessionPattern {
     /// Every flow is here.
     fn ready(&self) -> bool;
     /// Starts the workload; returns it and when it started.
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String>;
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String>;
     /// One line of what this side did, for the log.
     fn outcome_line(&self, ours: Option<&SideReport>) -> String;
 }
@@ -141,7 +143,7 @@ impl XferlabSession<'_> {
             .insert(token, self.tx.clone());
         self.reg.token = Some(token);
         self.ctl.accept(
-            Instant::now(),
+            clock::now(),
             Welcome {
                 session: token_hex(&token),
                 software: crate::software(),
@@ -232,7 +234,7 @@ impl SessionRole for XferlabSession<'_> {
         self.pattern = Some(pattern);
     }
 
-    fn report(&mut self, now: Instant, report: SideReport) {
+    fn report(&mut self, now: Time, report: SideReport) {
         self.ctl.send_results(now, &report);
         self.report = Some(report);
     }
@@ -264,7 +266,7 @@ pub fn serve(
     let Ok(mut io) = ControlIo::new(stream, tx.clone()) else {
         return;
     };
-    let mut ctl = ServerControl::new(Instant::now(), peer_version, policy);
+    let mut ctl = ServerControl::new(clock::now(), peer_version, policy);
     let running = shared.sessions.fetch_add(1, Ordering::Relaxed);
     let reg = Registration {
         shared,

@@ -3,7 +3,8 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble};
 use xferlab_core::proto::{Welcome, HANDSHAKE_TIMEOUT};
@@ -34,7 +35,7 @@ impl ClientPattern for StreamClient {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Instant), String> {
+    ) -> Result<(Box<dyn Workload>, Time), String> {
         let cfg = env.cfg;
         let mut side = Side::prepare(
             Endpoint::Client,

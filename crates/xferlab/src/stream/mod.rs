@@ -6,15 +6,14 @@ pub mod client;
 pub mod session;
 pub mod side;
 
-use std::time::Instant;
-
 pub use side::{ConnectedFlow, Side};
 
 use crate::driver::{Finished, Workload};
 use crate::output::Reporter;
+use xferlab_core::time::Time;
 
 impl Workload for Side {
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         self.reap();
         let live = Side::tick(self, now);
         if let Some(out) = out.filter(|_| !live.is_empty()) {
@@ -22,11 +21,11 @@ impl Workload for Side {
         }
     }
 
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         Side::next_tick(self)
     }
 
-    fn stop(&mut self, now: Instant) {
+    fn stop(&mut self, now: Time) {
         Side::stop(self, now);
     }
 
@@ -34,7 +33,7 @@ impl Workload for Side {
         Side::abort(self, why);
     }
 
-    fn cut(&mut self, now: Instant) {
+    fn cut(&mut self, now: Time) {
         Side::cut(self, now);
     }
 

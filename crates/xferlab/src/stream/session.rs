@@ -2,10 +2,12 @@
 //! data connections that present the session token, or UDP sockets that
 //! wait for an attach datagram), run as this side's [`Side`].
 
+use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{
     Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, TOKEN_LEN, VERSION,
@@ -67,7 +69,7 @@ impl SessionPattern for StreamSession {
         !self.pending.is_empty() && self.pending.iter().all(Option::is_some)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Instant), String> {
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
         let mut side = Side::prepare(
             Endpoint::Server,
             env.shared.cfg.embedded,
@@ -91,10 +93,10 @@ impl SessionPattern for StreamSession {
 /// to the session. Datagrams with another token or flow are ignored; the
 /// wait ends at the handshake deadline (or when the session is gone).
 fn await_udp_attach(sock: UdpSocket, flow: u32, token: [u8; TOKEN_LEN], tx: &mpsc::Sender<Wake>) {
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let deadline = clock::now() + HANDSHAKE_TIMEOUT;
     sock.set_read_timeout(Some(Duration::from_millis(200))).ok();
     let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
-    while Instant::now() < deadline {
+    while clock::now() < deadline {
         let Ok((n, peer)) = sock.recv_from(&mut buf) else {
             continue;
         };

@@ -2,11 +2,13 @@
 //! server: start the flow threads, sample them at interval boundaries, stop
 //! or abort them, and fold everything into a [`SideReport`].
 
+use crate::sys::clock;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use socket2::SockRef;
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
@@ -110,7 +112,7 @@ impl RunningFlow {
 pub struct Side {
     endpoint: Endpoint,
     embedded: bool,
-    start: Instant,
+    start: Time,
     clock: IntervalClock,
     next_boundary: Option<f64>,
     flows: Vec<RunningFlow>,
@@ -124,7 +126,7 @@ pub struct Side {
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
     warnings: Vec<String>,
-    stopped_at: Option<Instant>,
+    stopped_at: Option<Time>,
 }
 
 impl Side {
@@ -162,7 +164,7 @@ impl Side {
         Side {
             endpoint,
             embedded,
-            start: Instant::now(),
+            start: clock::now(),
             clock: IntervalClock::new(spec.interval_s, spec.omit_s),
             next_boundary: None,
             knobs: Arc::new(spec.knobs.clone()),
@@ -192,7 +194,7 @@ impl Side {
         let (before, warnings) = sys::counters::snapshot(self.interface.as_deref());
         self.counters_before = before;
         self.warnings.extend(warnings);
-        self.start = Instant::now();
+        self.start = clock::now();
         self.next_boundary = self.clock.next_boundary(0.0);
         for i in 0..self.flows.len() {
             let start = self.flows[i].reading();
@@ -242,7 +244,7 @@ impl Side {
         Ok(())
     }
 
-    pub fn started_at(&self) -> Instant {
+    pub fn started_at(&self) -> Time {
         self.start
     }
 
@@ -251,14 +253,14 @@ impl Side {
     }
 
     /// When the next interval boundary falls.
-    pub fn next_tick(&self) -> Option<Instant> {
+    pub fn next_tick(&self) -> Option<Time> {
         self.next_boundary
             .map(|b| self.start + Duration::from_secs_f64(b))
     }
 
     /// Samples every flow still running if a boundary has passed; returns
     /// the finished intervals for live output (empty when no boundary).
-    pub fn tick(&mut self, now: Instant) -> Vec<LiveFlow> {
+    pub fn tick(&mut self, now: Time) -> Vec<LiveFlow> {
         let Some(boundary) = self.next_boundary else {
             return Vec::new();
         };
@@ -307,7 +309,7 @@ impl Side {
             if f.outcome.is_none() && finished {
                 f.outcome = Some(FlowOutcome {
                     end: FlowEnd::Aborted("flow thread panicked".into()),
-                    at: Instant::now(),
+                    at: clock::now(),
                     bytes: f.shared.bytes.load(Ordering::Relaxed),
                 });
             }
@@ -359,7 +361,7 @@ impl Side {
     }
 
     /// Asks senders to finish; receivers keep reading to end of stream.
-    pub fn stop(&mut self, now: Instant) {
+    pub fn stop(&mut self, now: Time) {
         if self.stopped_at.is_none() {
             self.stopped_at = Some(now);
             self.flags.stop.store(true, Ordering::Relaxed);
@@ -369,7 +371,7 @@ impl Side {
     /// Stops senders and receivers alike, keeping what they counted: a
     /// stock iperf3 peer ends a test on the control connection without
     /// closing its data connections first.
-    pub fn cut(&mut self, now: Instant) {
+    pub fn cut(&mut self, now: Time) {
         self.stop(now);
         self.flags.cut.store(true, Ordering::Relaxed);
     }
@@ -399,7 +401,7 @@ impl Side {
             }
         }
         self.reap();
-        let now = Instant::now();
+        let now = clock::now();
         let mut flows = Vec::with_capacity(self.flows.len());
         for mut f in std::mem::take(&mut self.flows) {
             let mut end = f.reading();

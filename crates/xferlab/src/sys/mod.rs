@@ -6,6 +6,7 @@
 //! and read the files.
 
 pub mod affinity;
+pub mod clock;
 pub mod counters;
 pub mod cpu;
 pub mod host;

@@ -14,7 +14,10 @@ use std::mem::{size_of, zeroed};
 use std::net::UdpSocket;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::sys::clock;
+use xferlab_core::time::Time;
 
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
 use xferlab_core::iperf3::UdpHeader;
@@ -105,9 +108,9 @@ pub fn send(
         knobs.batch
     };
     let mut out = SendBatch::new(sock.as_raw_fd(), size, per_call as usize, knobs.gso, wire);
-    let start = Instant::now();
+    let start = clock::now();
     let rate = knobs.rate.unwrap_or(0);
-    let mut pacer = Pacer::new(rate, size, per_call, 0);
+    let mut pacer = Pacer::new(rate, size, per_call, start);
     let burst = burst_len(rate, size, per_call);
     let mut seq: u64 = 0;
     let end = loop {
@@ -117,16 +120,17 @@ pub fn send(
         if flags.stop.load(Ordering::Relaxed) || limit.is_some_and(|l| seq >= l) {
             break FlowEnd::Completed;
         }
-        let now = start.elapsed().as_nanos() as u64;
+        let now = clock::now();
         let mut due = pacer.due(now);
         if due < burst && rate > 0 {
             // Gather a burst: sleep until `burst` datagrams are due (the
             // oldest unsent one is due at `next`), then look again, so the
             // whole burst goes out in one call.
-            if let Some(next) = pacer.next_due_ns() {
-                let wake = next + interval_ns(rate, size) * u64::from(burst - 1);
+            if let Some(next) = pacer.next_due() {
+                let wake =
+                    next + Duration::from_nanos(interval_ns(rate, size) * u64::from(burst - 1));
                 if wake > now {
-                    pause(start, wake);
+                    pause(wake);
                     continue;
                 }
             }
@@ -137,7 +141,9 @@ pub fn send(
         if let Some(l) = limit {
             due = due.min((l - seq).min(u64::from(u32::MAX)) as u32);
         }
-        match out.send(seq, now, due as usize) {
+        // The header carries the send time as ns since the flow started.
+        let stamp = (now - start).as_nanos() as u64;
+        match out.send(seq, stamp, due as usize) {
             Ok(n) => {
                 pacer.sent(n as u32, now);
                 seq += n as u64;
@@ -153,7 +159,7 @@ pub fn send(
             Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
         }
     };
-    let at = Instant::now();
+    let at = clock::now();
     if end == FlowEnd::Completed && wire == DatagramWire::Xferlab {
         for _ in 0..END_MARKER_COPIES {
             let mut marker = [0u8; HEADER_LEN];
@@ -191,11 +197,11 @@ pub fn receive(
     let mut stats = RecvStats::new();
     let mut bytes: u64 = 0;
     let mut drops = HostDrops::default();
-    let mut last_heard = Instant::now();
+    let mut last_heard = clock::now();
     let end = loop {
         match batch.recv() {
             Ok(n) => {
-                last_heard = Instant::now();
+                last_heard = clock::now();
                 // One clock read per call, for datagrams without a kernel
                 // time stamp.
                 let fallback_ns = realtime_ns();
@@ -247,7 +253,7 @@ pub fn receive(
                 }
                 if flags.cut.load(Ordering::Relaxed)
                     || (flags.stop.load(Ordering::Relaxed)
-                        && last_heard.elapsed() >= QUIET_AFTER_STOP)
+                        && clock::since(last_heard) >= QUIET_AFTER_STOP)
                 {
                     break FlowEnd::Completed;
                 }
@@ -322,16 +328,15 @@ fn burst_len(rate: u64, size: usize, per_call: u32) -> u32 {
     ((BURST.as_nanos() as u64 / iv) as u32).clamp(1, per_call)
 }
 
-/// Sleeps (or spins, for very short waits) until `start + at_ns`.
-fn pause(start: Instant, at_ns: u64) {
-    let target = start + Duration::from_nanos(at_ns);
-    let now = Instant::now();
+/// Sleeps (or spins, for very short waits) until `target`.
+fn pause(target: Time) {
+    let now = clock::now();
     if target <= now {
         return;
     }
     let wait = (target - now).min(POLL_FLAGS);
     if wait < SPIN_BELOW {
-        while Instant::now() < target {
+        while clock::now() < target {
             std::hint::spin_loop();
         }
     } else {

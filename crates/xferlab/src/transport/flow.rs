@@ -5,11 +5,13 @@
 //! Sampling (TCP_INFO, intervals) happens on the side's control thread,
 //! which reads the shared counter.
 
+use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::result::FlowEnd;
 use xferlab_core::spec::RecvMode;
@@ -96,7 +98,7 @@ pub struct SideFlags {
 #[derive(Debug)]
 pub struct FlowOutcome {
     pub end: FlowEnd,
-    pub at: Instant,
+    pub at: Time,
     pub bytes: u64,
 }
 
@@ -139,7 +141,7 @@ pub fn send(
             Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
         }
     };
-    let at = Instant::now();
+    let at = clock::now();
     if end == FlowEnd::Completed {
         sock.shutdown(Shutdown::Write).ok();
     }
@@ -206,7 +208,7 @@ pub fn receive(
     };
     FlowOutcome {
         end,
-        at: Instant::now(),
+        at: clock::now(),
         bytes: got,
     }
 }
@@ -223,7 +225,7 @@ struct WakeThreshold {
     /// hold back a wake-up the window cannot fill.
     cap: usize,
     reads: u32,
-    mark: (Instant, u64),
+    mark: (Time, u64),
 }
 
 fn retry(e: &io::Error) -> bool {
@@ -265,7 +267,7 @@ impl WakeThreshold {
             lowat: 1,
             cap: (rcvbuf / 4).clamp(1, MAX_LOWAT),
             reads: 0,
-            mark: (Instant::now(), 0),
+            mark: (clock::now(), 0),
         }
     }
 
@@ -278,7 +280,7 @@ impl WakeThreshold {
         if !self.reads.is_multiple_of(RETUNE_EVERY) {
             return;
         }
-        let now = Instant::now();
+        let now = clock::now();
         let dt = now.duration_since(self.mark.0);
         if dt < 10 * WAKE_AFTER {
             return;
@@ -294,7 +296,7 @@ impl WakeThreshold {
     /// Back to waking on every byte (a timeout or a short read).
     fn reset(&mut self, total: u64) {
         self.reads = 0;
-        self.mark = (Instant::now(), total);
+        self.mark = (clock::now(), total);
         self.set(1);
     }
 

@@ -8,6 +8,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use xferlab_core::time::Time;
+
+use crate::sys::clock;
+
 use nusb::transfer::{Buffer, Bulk, EndpointDirection, TransferError};
 use nusb::{Endpoint, MaybeFuture};
 use xferlab_core::latency::LatencyRecorder;
@@ -116,7 +120,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
     mut ep: Endpoint<Bulk, Dir>,
     is_in: bool,
     s: PipeSetup,
-    start: Instant,
+    start: Time,
     live: Arc<LiveCounters>,
     ctl: Arc<RunControl>,
 ) -> PipeOutcome {
@@ -132,7 +136,6 @@ pub fn run_pipe<Dir: EndpointDirection>(
             b
         })
         .collect();
-    let now_ns = || start.elapsed().as_nanos() as u64;
     let mut out = PipeOutcome {
         // 3 significant digits: ~230 KB, once per endpoint.
         latency: LatencyRecorder::new(3),
@@ -165,7 +168,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                 b.extend_fill(len, 0);
                 s.pattern.fill(&mut b, s.max_packet);
             }
-            q.on_submit(now_ns(), len);
+            q.on_submit(clock::now(), len);
             ep.submit(b);
         }
         if q.is_done() {
@@ -177,8 +180,8 @@ pub fn run_pipe<Dir: EndpointDirection>(
         }
         let Some(c) = ep.wait_next_complete(Duration::from_millis(100)) else {
             let overdue = q
-                .oldest_submit_ns()
-                .is_some_and(|t| now_ns().saturating_sub(t) > s.transfer_timeout.as_nanos() as u64);
+                .oldest_submit()
+                .is_some_and(|t| clock::since(t) > s.transfer_timeout);
             if overdue {
                 if q.stopping() {
                     // Cancelled transfers that never come back: give up on them.
@@ -195,7 +198,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
             }
             continue;
         };
-        let t = now_ns();
+        let t = clock::now();
         let done = q.on_complete(t, c.actual_len);
         let actual = c.actual_len as u64;
         match c.status {
@@ -203,7 +206,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                 stalls_in_a_row = 0;
                 live.transfers.fetch_add(1, Relaxed);
                 live.bytes.fetch_add(actual, Relaxed);
-                out.end_s = t as f64 * 1e-9;
+                out.end_s = t.secs_since(start);
                 if let Some(d) = done {
                     if d.short {
                         live.short.fetch_add(1, Relaxed);
@@ -228,7 +231,7 @@ pub fn run_pipe<Dir: EndpointDirection>(
                 // Partial data of a failed or cancelled transfer still moved.
                 live.bytes.fetch_add(actual, Relaxed);
                 if actual > 0 {
-                    out.end_s = t as f64 * 1e-9;
+                    out.end_s = t.secs_since(start);
                 }
                 let mut kind = classify(e);
                 if matches!(kind, ErrorKind::Fault | ErrorKind::Other)

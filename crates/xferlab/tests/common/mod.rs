@@ -619,10 +619,11 @@ pub fn cpus_allowed(status_path: &std::path::Path) -> Option<String> {
     Some(list.trim().to_string())
 }
 
-/// Waits (up to 10 s) for a thread of `pid` named `name` and returns its
-/// Cpus_allowed_list.
-pub fn thread_cpus(pid: u32, name: &str) -> String {
+/// Waits (up to 10 s) for a thread of `pid` named `name` whose
+/// Cpus_allowed_list is `want`, and returns the list it has by then.
+pub fn thread_cpus(pid: u32, name: &str, want: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = None;
     loop {
         if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) {
             for e in dir.filter_map(|e| e.ok()) {
@@ -630,16 +631,24 @@ pub fn thread_cpus(pid: u32, name: &str) -> String {
                 if comm.trim() != name {
                     continue;
                 }
+                // A thread is named before its first instruction pins it:
+                // wait for the pin, not just for the name.
                 if let Some(cpus) = cpus_allowed(&e.path().join("status")) {
-                    return cpus;
+                    if cpus == want {
+                        return cpus;
+                    }
+                    last = Some(cpus);
                 }
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "no thread {name} in process {pid} within 10 s (threads: {:?})",
-            thread_names(pid)
-        );
+        if Instant::now() >= deadline {
+            return last.unwrap_or_else(|| {
+                panic!(
+                    "no thread {name} in process {pid} within 10 s (threads: {:?})",
+                    thread_names(pid)
+                )
+            });
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }

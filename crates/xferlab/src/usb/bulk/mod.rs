@@ -14,10 +14,11 @@ mod pipe;
 mod plan;
 mod workload;
 
+use crate::sys::clock;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::units::RateUnit;
@@ -75,7 +76,7 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let wall_start = SystemTime::now();
     let link = RunLink {
         ctl: Arc::new(RunControl::default()),
-        start: Instant::now(),
+        start: clock::now(),
         done: crate::control::flow_done_notifier(&tx),
     };
     let pipes = start_pipes(a, &dev, clock, &link).map_err(Fail::run)?;

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::{Acquire, Release};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use xferlab_core::time::Time;
 
 use nusb::transfer::{Bulk, In, Out};
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
@@ -26,7 +26,7 @@ use crate::usb::engine::{self, LiveCounters, PipeOutcome, PipeSetup, RunControl}
 #[derive(Clone)]
 pub struct RunLink {
     pub ctl: Arc<RunControl>,
-    pub start: Instant,
+    pub start: Time,
     pub done: Arc<dyn Fn(u32) + Send + Sync>,
 }
 
@@ -37,7 +37,7 @@ impl RunLink {
         self,
         flow: u32,
         ended: &AtomicBool,
-        data_path: impl FnOnce(Instant, Arc<RunControl>) -> PipeOutcome,
+        data_path: impl FnOnce(Time, Arc<RunControl>) -> PipeOutcome,
     ) -> PipeOutcome {
         let outcome = data_path(self.start, self.ctl);
         ended.store(true, Release);

@@ -2,9 +2,11 @@
 //! an interval of each at every boundary, the stop, and at the end the
 //! host's side of the result with what went wrong.
 
+use crate::sys::clock;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use xferlab_core::time::Time;
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::usb::stats::UsbReport;
@@ -21,7 +23,7 @@ pub struct BulkWorkload {
     clock: IntervalClock,
     /// The next interval boundary, in seconds since `start`.
     boundary: Option<f64>,
-    start: Instant,
+    start: Time,
     /// The device's `usb` section; the pipes' reports join it at the end.
     usb: UsbReport,
     /// The process's CPU times (user, system) at the start.
@@ -35,7 +37,7 @@ impl BulkWorkload {
         pipes: Vec<Pipe>,
         ctl: Arc<RunControl>,
         clock: IntervalClock,
-        start: Instant,
+        start: Time,
         usb: UsbReport,
         cpu_start: (f64, f64),
     ) -> Self {
@@ -59,7 +61,7 @@ impl BulkWorkload {
 impl Workload for BulkWorkload {
     /// At each boundary before the stop: every endpoint's interval. The
     /// tail after the stop is closed in `finish`.
-    fn tick(&mut self, now: Instant, out: Option<&mut dyn Reporter>) {
+    fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
         let t = now.saturating_duration_since(self.start).as_secs_f64();
         let Some(b) = self.boundary.filter(|&b| t >= b && !self.stopped()) else {
             return;
@@ -72,14 +74,14 @@ impl Workload for BulkWorkload {
         self.boundary = self.clock.next_boundary(t);
     }
 
-    fn next_tick(&self) -> Option<Instant> {
+    fn next_tick(&self) -> Option<Time> {
         let b = self.boundary.filter(|_| !self.stopped())?;
         self.start.checked_add(Duration::from_secs_f64(b))
     }
 
     /// Every endpoint cancels what it has queued and ends (a transfer the
     /// device never completes is given up after --transfer-timeout).
-    fn stop(&mut self, _now: Instant) {
+    fn stop(&mut self, _now: Time) {
         self.ctl.stop.store(true, Relaxed);
     }
 
@@ -104,7 +106,7 @@ impl Workload for BulkWorkload {
             ..
         } = *self;
         ctl.stop.store(true, Relaxed);
-        let wall = start.elapsed().as_secs_f64();
+        let wall = clock::since(start).as_secs_f64();
         let ends = pipes.into_iter().map(|p| p.finish(wall)).collect();
         outcome::side(usb, ends, outcome::cpu_since(cpu_start, wall), warnings)
     }
