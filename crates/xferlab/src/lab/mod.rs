@@ -672,9 +672,22 @@ impl Lab {
 
         // A server in every server host, on every address there (IPv4 and
         // IPv6 on one dual-stack socket).
-        let server_args: Vec<String> = vec!["server".into(), "-p".into(), SERVER_PORT.to_string()];
         let mut pending = Vec::new();
         for h in &plan.servers {
+            // Room for every test aimed at it (the server's default limit
+            // is 16 concurrent tests).
+            let tests = plan
+                .programs
+                .iter()
+                .filter(|p| matches!(p, Program::Test(t) if t.server == h.name))
+                .count();
+            let server_args: Vec<String> = vec![
+                "server".into(),
+                "-p".into(),
+                SERVER_PORT.to_string(),
+                "--max-sessions".into(),
+                (tests + 16).to_string(),
+            ];
             let mut srv = self.spawn_in(&ns_of(&h.name), &server_args, Stdio::piped())?;
             pending.push((h.name.clone(), srv.stdout.take()));
             self.children.push(srv);
