@@ -492,6 +492,43 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
         2,
         "SIGKILL leaves the namespace mounts for clean"
     );
+    // A 3-host lab (two client hosts, two tests) killed the same way.
+    let mut c = Proc::spawn(&[
+        "lab",
+        "--rate",
+        "20M",
+        "--no-probe",
+        "--client",
+        "a",
+        "--client",
+        "b",
+        "@a",
+        "stream",
+        "-t",
+        "20",
+        "@b",
+        "stream",
+        "-t",
+        "20",
+    ]);
+    wait_until("lab C's namespaces", Duration::from_secs(10), || {
+        namespaces_of(c.pid()).len() == 3
+    });
+    let c_pid = c.pid();
+    let c_inodes: HashSet<u64> = namespaces_of(c_pid)
+        .iter()
+        .map(|n| std::fs::metadata(format!("/run/netns/{n}")).unwrap().ino())
+        .collect();
+    wait_until(
+        "lab C's server and two client processes",
+        Duration::from_secs(10),
+        || processes_in(&c_inodes).len() >= 3,
+    );
+    c.kill();
+    wait_until("lab C's processes to die", Duration::from_secs(5), || {
+        processes_in(&c_inodes).is_empty()
+    });
+    assert_eq!(namespaces_of(c_pid).len(), 3);
 
     let out = run(&["lab", "clean"], Duration::from_secs(10));
     out.assert_success();
@@ -499,6 +536,12 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
         namespaces_of(b_pid).is_empty(),
         "clean left {:?}\n{}",
         namespaces_of(b_pid),
+        out.describe()
+    );
+    assert!(
+        namespaces_of(c_pid).is_empty(),
+        "clean left {:?}\n{}",
+        namespaces_of(c_pid),
         out.describe()
     );
     assert_eq!(

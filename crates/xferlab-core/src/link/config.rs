@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::trace::Trace;
 use crate::units;
 
 /// One direction of the link.
@@ -29,6 +30,28 @@ pub struct LinkConfig {
     pub duplicate: f64,
     /// Seed of this direction's random decisions.
     pub seed: u64,
+    /// How the bottleneck queue decides what leaves: drop-tail (at
+    /// arrival) or CoDel (at dequeue).
+    #[serde(default)]
+    pub qdisc: Qdisc,
+    /// Delivery opportunities instead of a fixed rate (a mahimahi trace
+    /// or a schedule of rates and outages); `rate_bps` is None then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<Trace>,
+}
+
+/// The bottleneck's queue discipline.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Qdisc {
+    /// Drop at arrival when the queue limit is reached.
+    #[default]
+    DropTail,
+    /// CoDel (RFC 8289): drop (or CE-mark ECT packets) at dequeue when
+    /// the sojourn time stayed above `target_ns` for `interval_ns`.
+    Codel { target_ns: u64, interval_ns: u64 },
 }
 
 impl Default for LinkConfig {
@@ -44,12 +67,22 @@ impl Default for LinkConfig {
             reorder: 0.0,
             duplicate: 0.0,
             seed: 1,
+            qdisc: Qdisc::DropTail,
+            trace: None,
         }
     }
 }
 
 impl LinkConfig {
+    /// A bottleneck at all: a fixed rate or a trace.
+    pub fn shaped(&self) -> bool {
+        self.rate_bps.is_some() || self.trace.is_some()
+    }
+
     pub fn validate(&self) -> Result<(), LinkError> {
+        if self.rate_bps.is_some() && self.trace.is_some() {
+            return Err(LinkError::TraceWithRate);
+        }
         for (flag, got) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
             if !(0.0..=1.0).contains(&got) {
                 return Err(LinkError::ProbabilityRange { flag, got });
@@ -64,6 +97,23 @@ impl LinkConfig {
         match self.queue {
             QueueLimit::Packets(0) | QueueLimit::Bytes(0) => return Err(LinkError::EmptyQueue),
             _ => {}
+        }
+        if let Qdisc::Codel {
+            target_ns,
+            interval_ns,
+        } = self.qdisc
+        {
+            if !self.shaped() {
+                return Err(LinkError::QdiscWithoutRate);
+            }
+            if matches!(self.ecn, EcnMarking::Red { .. }) {
+                return Err(LinkError::QdiscWithRed);
+            }
+            if target_ns == 0 || interval_ns <= target_ns {
+                return Err(LinkError::NotQdisc(format!(
+                    "codel:target={target_ns}ns,interval={interval_ns}ns"
+                )));
+            }
         }
         if let EcnMarking::Red {
             min_bytes,
@@ -108,6 +158,20 @@ pub enum LinkError {
     GilbertElliott(String),
     #[error("'{0}' is not a queue limit: use packets (1000p) or bytes (256K)")]
     NotQueue(String),
+    #[error("--rate and --trace/--schedule both set the rate of one direction; use one")]
+    TraceWithRate,
+    #[error("trace {0} (mahimahi format: one millisecond timestamp per line, non-decreasing)")]
+    NotTrace(String),
+    #[error("'{0}' is not a schedule: use RATE:DURATION steps with off for an outage (e.g. 10M:5s,off:1s,2M:5s)")]
+    NotSchedule(String),
+    #[error("schedule '{0}' expands to too many delivery opportunities; use fewer or slower steps, or a trace file")]
+    ScheduleTooDense(String),
+    #[error("--qdisc codel needs --rate: a queue forms only at a shaped bottleneck")]
+    QdiscWithoutRate,
+    #[error("--qdisc codel and --red both manage the queue; use one")]
+    QdiscWithRed,
+    #[error("'{0}' is not a queue discipline: use droptail or codel[:target=5ms,interval=100ms] (target > 0, interval > target)")]
+    NotQdisc(String),
     #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")]
     NotRed(String),
 }
@@ -290,6 +354,38 @@ pub fn parse_queue(s: &str) -> Result<QueueLimit, LinkError> {
         .map_err(|_| help())
 }
 
+/// `droptail` or `codel[:target=5ms,interval=100ms]` (RFC 8289's
+/// defaults).
+pub fn parse_qdisc(s: &str) -> Result<Qdisc, LinkError> {
+    let help = || LinkError::NotQdisc(s.to_owned());
+    let t = s.trim();
+    if t == "droptail" || t == "fifo" {
+        return Ok(Qdisc::DropTail);
+    }
+    let rest = match t.strip_prefix("codel") {
+        Some("") => "",
+        Some(r) => r.strip_prefix(':').ok_or_else(help)?,
+        None => return Err(help()),
+    };
+    let (mut target_ns, mut interval_ns) = (5_000_000, 100_000_000);
+    for kv in rest.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = kv.split_once('=').ok_or_else(help)?;
+        let d = parse_delay(v).map_err(|_| help())?;
+        match k.trim() {
+            "target" => target_ns = d,
+            "interval" => interval_ns = d,
+            _ => return Err(help()),
+        }
+    }
+    if target_ns == 0 || interval_ns <= target_ns {
+        return Err(help());
+    }
+    Ok(Qdisc::Codel {
+        target_ns,
+        interval_ns,
+    })
+}
+
 /// `min=30K,max=90K,p=10%[,w=0.002]`.
 pub fn parse_red(s: &str) -> Result<EcnMarking, LinkError> {
     let help = || LinkError::NotRed(s.to_owned());
@@ -348,6 +444,23 @@ mod tests {
             }
         ));
         assert!(parse_red("min=30K").is_err());
+        assert_eq!(
+            parse_qdisc("codel").unwrap(),
+            Qdisc::Codel {
+                target_ns: 5_000_000,
+                interval_ns: 100_000_000
+            }
+        );
+        assert_eq!(
+            parse_qdisc("codel:target=2ms,interval=40ms").unwrap(),
+            Qdisc::Codel {
+                target_ns: 2_000_000,
+                interval_ns: 40_000_000
+            }
+        );
+        assert_eq!(parse_qdisc("droptail").unwrap(), Qdisc::DropTail);
+        assert!(parse_qdisc("codel:target=0ms").is_err());
+        assert!(parse_qdisc("fq").is_err());
     }
 
     #[test]

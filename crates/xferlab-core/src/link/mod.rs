@@ -1,8 +1,9 @@
 //! The link emulator's model, sans-IO: per direction a pipeline of loss
-//! model, drop-tail queue, ECN marker, rate shaper and delay line, driven
+//! model, queue (drop-tail or CoDel), ECN marker, rate shaper and delay line, driven
 //! by packet arrivals and a clock the driver passes in (nanoseconds). The
 //! TUN driver in the binary only moves bytes and keeps time.
 
+mod codel;
 pub mod config;
 mod delay;
 mod loss;
@@ -13,6 +14,7 @@ pub mod report;
 pub mod rng;
 mod shaper;
 pub mod stats;
+pub mod trace;
 
 pub use config::{LinkConfig, LinkError};
 pub use pipeline::{Arrival, Departure, DropCause, Link};

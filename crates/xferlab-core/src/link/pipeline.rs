@@ -1,19 +1,27 @@
-//! One direction of the emulated link: loss -> drop-tail queue + ECN
-//! marker -> rate shaper -> delay line (jitter, reordering, duplication).
-//! The driver hands in packets with a token naming its buffer and the
-//! arrival time; it asks when the next packet is due and takes it out.
-//! Times are nanoseconds on the driver's clock.
+//! One direction of the emulated link: loss -> queue + ECN marker -> rate
+//! shaper -> delay line (jitter, reordering, duplication). The driver
+//! hands in packets with a token naming its buffer and the arrival time;
+//! it asks when the next packet is due and takes it out. Times are
+//! nanoseconds on the driver's clock.
+//!
+//! A drop-tail queue decides everything at arrival (the departure time is
+//! known then). CoDel decides at dequeue: packets wait in `waiting` until
+//! the serializer is free, and `next_due` also names that instant, so the
+//! same next_due/pop_due loop drives both; a CoDel drop comes out of
+//! `pop_due` as a departure with `dropped` set (free the buffer, write
+//! nothing).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
-use super::config::LinkConfig;
+use super::codel::{Codel, Verdict};
+use super::config::{LinkConfig, Qdisc, QueueLimit};
 use super::delay::Delay;
 use super::loss::Loss;
 use super::marker::{Decision, Marker};
 use super::packet::PacketInfo;
 use super::rng::Rng;
-use super::shaper::Shaper;
+use super::shaper::{Shaper, Slot};
 use super::stats::{DirectionReport, LatenessHistogram, LinkCounters, RateMeter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,6 +33,22 @@ pub enum DropCause {
     /// RED would have marked it, but it is not ECN-capable.
     Red,
 }
+
+/// A packet waiting for CoDel's dequeue.
+#[derive(Debug, Clone, Copy)]
+struct Waiting {
+    token: u32,
+    arrival: u64,
+    release: bool,
+    segments: u32,
+    wire_bytes: u64,
+    ect: bool,
+}
+
+/// Sojourn times count from this long after the first arrival: a queue
+/// discipline's control loop needs a few intervals to settle (CoDel:
+/// 100 ms each) and a TCP flow its slow start.
+pub const SOJOURN_WARMUP_NS: u64 = 2_000_000_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arrival {
@@ -43,6 +67,10 @@ pub struct Departure {
     pub release: bool,
     /// Scheduled departure time.
     pub due: u64,
+    /// Set CE before writing (CoDel marks at dequeue).
+    pub mark_ce: bool,
+    /// CoDel dropped it at dequeue: write nothing.
+    pub dropped: bool,
 }
 
 /// An entry of the delay line, ordered by due time, then arrival order.
@@ -55,6 +83,7 @@ struct Pending {
     period: u64,
     segments: u32,
     wire_bytes: u64,
+    mark_ce: bool,
 }
 
 pub struct Link {
@@ -76,6 +105,12 @@ pub struct Link {
     /// Rate windows are meaningful only when packets leave in
     /// serialization order.
     measure_rate: bool,
+    codel: Option<Codel>,
+    waiting: VecDeque<Waiting>,
+    waiting_bytes: u64,
+    waiting_segments: u64,
+    first_arrival: Option<u64>,
+    sojourn: LatenessHistogram,
 }
 
 impl Link {
@@ -84,7 +119,12 @@ impl Link {
             rng: Rng::new(cfg.seed),
             loss: Loss::new(cfg.loss),
             marker: Marker::new(cfg.ecn),
-            shaper: Shaper::new(cfg.rate_bps, cfg.overhead_bytes, cfg.queue),
+            shaper: Shaper::with_trace(
+                cfg.rate_bps,
+                cfg.trace.clone(),
+                cfg.overhead_bytes,
+                cfg.queue,
+            ),
             delay: Delay::new(cfg.delay_ns, cfg.jitter),
             line: BinaryHeap::with_capacity(4096),
             seq: 0,
@@ -93,7 +133,19 @@ impl Link {
             counters: LinkCounters::default(),
             lateness: LatenessHistogram::default(),
             rate: RateMeter::default(),
-            measure_rate: cfg.rate_bps.is_some() && cfg.jitter.is_none() && cfg.reorder == 0.0,
+            measure_rate: cfg.shaped() && cfg.jitter.is_none() && cfg.reorder == 0.0,
+            codel: match cfg.qdisc {
+                Qdisc::Codel {
+                    target_ns,
+                    interval_ns,
+                } if cfg.shaped() => Some(Codel::new(target_ns, interval_ns)),
+                _ => None,
+            },
+            waiting: VecDeque::new(),
+            waiting_bytes: 0,
+            waiting_segments: 0,
+            first_arrival: None,
+            sojourn: LatenessHistogram::default(),
             cfg: cfg.clone(),
         }
     }
@@ -119,9 +171,16 @@ impl Link {
             c.dropped_loss_segments += segs;
             return Arrival::Dropped(DropCause::Loss);
         }
-        let queue = self.shaper.queue_bytes(now);
+        self.first_arrival.get_or_insert(now);
+        let queue = self.shaper.queue_bytes(now) + self.waiting_bytes;
         c.max_queue_bytes = c.max_queue_bytes.max(queue);
-        if !self.shaper.fits(now, info.wire_bytes, segs) {
+        let fits = match (&self.codel, self.cfg.queue) {
+            (None, _) => self.shaper.fits(now, info.wire_bytes, segs),
+            (Some(_), _) if self.waiting.is_empty() => true,
+            (Some(_), QueueLimit::Packets(n)) => self.waiting_segments + segs <= n,
+            (Some(_), QueueLimit::Bytes(b)) => self.waiting_bytes + info.wire_bytes <= b,
+        };
+        if !fits {
             c.dropped_queue_packets += 1;
             c.dropped_queue_segments += segs;
             return Arrival::Dropped(DropCause::Queue);
@@ -151,44 +210,138 @@ impl Link {
             1
         };
         for copy in 1..=copies {
+            let release = copy == copies;
+            if self.codel.is_some() {
+                self.waiting.push_back(Waiting {
+                    token,
+                    arrival: now,
+                    release,
+                    segments: info.segments,
+                    wire_bytes: info.wire_bytes,
+                    ect: info.is_ect() && !mark_ce,
+                });
+                self.waiting_bytes += info.wire_bytes;
+                self.waiting_segments += segs;
+                continue;
+            }
             let slot = self.shaper.admit(now, info.wire_bytes, segs);
-            let reorder = self.rng.chance(self.cfg.reorder);
-            let due = if reorder {
-                self.counters.reordered_packets += 1;
-                slot.finish
-            } else {
-                let due = (slot.finish + self.delay.next(&mut self.rng)).max(self.last_due);
-                self.last_due = due;
-                due
-            };
-            self.seq += 1;
-            self.line.push(Reverse(Pending {
-                due,
-                seq: self.seq,
-                token,
-                release: copy == copies,
-                period: slot.busy_period,
-                segments: info.segments,
-                wire_bytes: info.wire_bytes,
-            }));
+            self.record_sojourn(now, slot.start);
+            self.schedule(slot, token, release, info.segments, info.wire_bytes, false);
         }
         Arrival::Queued { mark_ce }
     }
 
-    /// When the next packet is due (None: nothing queued).
-    pub fn next_due(&self) -> Option<u64> {
-        self.line.peek().map(|Reverse(p)| p.due)
+    fn record_sojourn(&mut self, arrival: u64, start: u64) {
+        if self.cfg.shaped()
+            && self
+                .first_arrival
+                .is_some_and(|f| arrival >= f + SOJOURN_WARMUP_NS)
+        {
+            self.sojourn.record(start - arrival);
+        }
     }
 
-    /// Packets queued in the delay line (copies count separately).
+    /// Puts a serialized packet on the delay line.
+    fn schedule(
+        &mut self,
+        slot: Slot,
+        token: u32,
+        release: bool,
+        segments: u32,
+        wire_bytes: u64,
+        mark_ce: bool,
+    ) {
+        let reorder = self.rng.chance(self.cfg.reorder);
+        let due = if reorder {
+            self.counters.reordered_packets += 1;
+            slot.finish
+        } else {
+            let due = (slot.finish + self.delay.next(&mut self.rng)).max(self.last_due);
+            self.last_due = due;
+            due
+        };
+        self.seq += 1;
+        self.line.push(Reverse(Pending {
+            due,
+            seq: self.seq,
+            token,
+            release,
+            period: slot.busy_period,
+            segments,
+            wire_bytes,
+            mark_ce,
+        }));
+    }
+
+    /// When CoDel's head packet starts serialization.
+    fn head_start(&self) -> Option<u64> {
+        let w = self.waiting.front()?;
+        Some(self.shaper.free_at().max(w.arrival))
+    }
+
+    /// CoDel's dequeues due by `now`: survivors go on the delay line; the
+    /// first drop is returned.
+    fn dequeue_due(&mut self, now: u64) -> Option<Departure> {
+        while let Some(start) = self.head_start().filter(|&s| s <= now) {
+            let w = self.waiting.pop_front().expect("a head");
+            self.waiting_bytes -= w.wire_bytes;
+            self.waiting_segments -= u64::from(w.segments);
+            let codel = self.codel.as_mut().expect("waiting implies codel");
+            let verdict = codel.decide(start, start - w.arrival, self.waiting_bytes, w.ect);
+            let segs = u64::from(w.segments);
+            let c = &mut self.counters;
+            let mark_ce = match verdict {
+                Verdict::Drop => {
+                    c.dropped_qdisc_packets += 1;
+                    c.dropped_qdisc_segments += segs;
+                    return Some(Departure {
+                        token: w.token,
+                        release: w.release,
+                        due: start,
+                        mark_ce: false,
+                        dropped: true,
+                    });
+                }
+                Verdict::Mark => {
+                    c.marked_packets += 1;
+                    c.marked_segments += segs;
+                    c.marked_qdisc_packets += 1;
+                    true
+                }
+                Verdict::Pass => false,
+            };
+            self.record_sojourn(w.arrival, start);
+            let slot = self.shaper.admit(start, w.wire_bytes, segs);
+            self.schedule(slot, w.token, w.release, w.segments, w.wire_bytes, mark_ce);
+        }
+        None
+    }
+
+    /// When the next packet is due (None: nothing queued).
+    pub fn next_due(&self) -> Option<u64> {
+        let line = self.line.peek().map(|Reverse(p)| p.due);
+        match (line, self.head_start()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Packets queued or in the delay line (copies count separately).
     pub fn in_flight(&self) -> usize {
-        self.line.len()
+        self.line.len() + self.waiting.len()
     }
 
     /// The next packet due at or before `now`, which the driver writes
     /// right away: its lateness and the achieved rate are measured at
-    /// `now`.
+    /// `now`. With CoDel it may be None though `next_due` was reached (the
+    /// dequeue passed: the packet went on to serialization and the delay
+    /// line); ask `next_due` again.
     pub fn pop_due(&mut self, now: u64) -> Option<Departure> {
+        if self.codel.is_some() {
+            if let Some(dropped) = self.dequeue_due(now) {
+                return Some(dropped);
+            }
+        }
         let &Reverse(p) = self.line.peek()?;
         if p.due > now {
             return None;
@@ -199,25 +352,49 @@ impl Link {
         c.departed_packets += 1;
         c.departed_segments += u64::from(p.segments);
         c.departed_wire_bytes += p.wire_bytes;
-        if let (true, Some(rate)) = (self.measure_rate, self.cfg.rate_bps) {
+        if self.measure_rate {
             let bits =
                 (p.wire_bytes + u64::from(p.segments) * u64::from(self.cfg.overhead_bytes)) * 8;
-            self.rate.depart(now, bits, p.period, rate);
+            match self.cfg.rate_bps {
+                Some(rate) => self.rate.depart(now, bits, p.period, rate),
+                None => {
+                    // Against the opportunities the trace offered in the
+                    // window (departures trail them by the delay).
+                    let (shaper, delay) = (&self.shaper, self.cfg.delay_ns);
+                    self.rate.depart_against(now, bits, p.period, |a, b| {
+                        shaper
+                            .trace_capacity_bits(a.saturating_sub(delay), b.saturating_sub(delay))
+                            .unwrap_or(f64::NAN)
+                    });
+                }
+            }
         }
         Some(Departure {
             token: p.token,
             release: p.release,
             due: p.due,
+            mark_ce: p.mark_ce,
+            dropped: false,
         })
     }
 
     /// Every packet still queued, for freeing buffers at shutdown.
     pub fn drain(&mut self) -> impl Iterator<Item = Departure> + '_ {
-        self.line.drain().map(|Reverse(p)| Departure {
+        let waiting = self.waiting.drain(..).map(|w| Departure {
+            token: w.token,
+            release: w.release,
+            due: w.arrival,
+            mark_ce: false,
+            dropped: true,
+        });
+        let line = self.line.drain().map(|Reverse(p)| Departure {
             token: p.token,
             release: p.release,
             due: p.due,
-        })
+            mark_ce: p.mark_ce,
+            dropped: false,
+        });
+        waiting.chain(line)
     }
 
     pub fn counters(&self) -> &LinkCounters {
@@ -239,6 +416,9 @@ impl Link {
             rate_ratio_min: (self.rate.windows > 0).then_some(self.rate.min_ratio),
             rate_ratio_max: (self.rate.windows > 0).then_some(self.rate.max_ratio),
             rate_ratio_mean: self.rate.mean_ratio(),
+            sojourn_samples: self.sojourn.count(),
+            sojourn_mean_us: self.sojourn.mean_us(),
+            sojourn_p99_us: self.sojourn.quantile_us(0.99),
         }
     }
 }
@@ -406,6 +586,77 @@ mod tests {
             "{mean} vs {}",
             c.loss.mean_loss()
         );
+    }
+
+    /// 1.1x the rate for 6 s (1500-byte packets every 0.91 ms at
+    /// 12 Mbit/s); returns (sent, dropped at dequeue, released, report).
+    fn overload(c: &LinkConfig) -> (u64, u64, u64, DirectionReport) {
+        let mut link = Link::new(c);
+        let (mut t, mut sent, mut dropped, mut released) = (0u64, 0u64, 0u64, 0u64);
+        for i in 0..6600u32 {
+            let at = u64::from(i) * 909_091;
+            while let Some(due) = link.next_due().filter(|&d| d <= at) {
+                t = t.max(due);
+                // A dequeue that passes moves the packet to the delay
+                // line: nothing to write yet.
+                let Some(d) = link.pop_due(t) else { continue };
+                sent += u64::from(!d.dropped);
+                dropped += u64::from(d.dropped);
+                released += u64::from(d.release);
+            }
+            t = t.max(at);
+            link.arrive(t, &PacketInfo::simple(1500, 0), i);
+        }
+        while let Some(due) = link.next_due() {
+            let Some(d) = link.pop_due(due) else { continue };
+            sent += u64::from(!d.dropped);
+            dropped += u64::from(d.dropped);
+            released += u64::from(d.release);
+        }
+        assert_eq!(link.counters().dropped_qdisc_packets, dropped);
+        (sent, dropped, released, link.report())
+    }
+
+    #[test]
+    fn codel_decides_at_dequeue_and_keeps_the_standing_queue_short() {
+        let mut c = cfg();
+        c.rate_bps = Some(12_000_000); // 1 ms per 1500-byte packet
+        c.queue = QueueLimit::Packets(10_000);
+        let (_, _, _, tail) = overload(&c);
+        c.qdisc = Qdisc::Codel {
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+        };
+        let (sent, dropped, released, r) = overload(&c);
+        assert_eq!(
+            r.counters.dropped_queue_packets, 0,
+            "the limit was never reached"
+        );
+        assert_eq!((sent + dropped, released), (6600, 6600));
+        // About the 10 % excess (600), dropped once the control law has
+        // reached 100 drops/s (count ~100, after ~2 s).
+        assert!((300..700).contains(&dropped), "{dropped}");
+        // A non-responsive source: the queue built while the drop rate
+        // caught up drains only by the 10 % it keeps dropping (measured:
+        // mean 46 ms after 2 s); drop-tail's keeps growing (~550 ms).
+        let (codel, droptail) = (r.sojourn_mean_us.unwrap(), tail.sojourn_mean_us.unwrap());
+        assert!(codel < 100_000.0, "mean sojourn {codel} us (target 5000)");
+        assert!(droptail > 5.0 * codel, "drop-tail {droptail} us");
+        assert!(r.sojourn_samples > 1000);
+        // ECT packets are marked, not dropped.
+        let mut link = Link::new(&c);
+        let mut marks = 0;
+        for i in 0..3000u32 {
+            let at = u64::from(i) * 666_667;
+            while let Some(due) = link.next_due().filter(|&d| d <= at) {
+                let Some(d) = link.pop_due(due) else { continue };
+                assert!(!d.dropped);
+                marks += u32::from(d.mark_ce);
+            }
+            link.arrive(at, &PacketInfo::simple(1500, 2), i);
+        }
+        assert!(marks > 10, "{marks}");
+        assert_eq!(link.counters().marked_qdisc_packets, u64::from(marks));
     }
 
     #[test]

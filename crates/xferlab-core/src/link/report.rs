@@ -15,12 +15,24 @@ pub struct LabReport {
     pub c2s: LinkConfig,
     /// Server to client.
     pub s2c: LinkConfig,
+    /// With `--chain`: the hops after the bottleneck (hop 2 first), each
+    /// emulated on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<HopLink>,
     pub accuracy: Accuracy,
+}
+
+/// One hop's two directions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct HopLink {
+    pub c2s: LinkConfig,
+    pub s2c: LinkConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Topology {
-    /// Host namespaces joined by the emulator: `client`, `server`.
+    /// Host namespaces joined by the emulator: the client hosts, a router
+    /// with `--router`, the server hosts.
     pub hosts: Vec<LabHost>,
     /// TSO/checksum offload on the TUN devices (GSO superpackets pass the
     /// emulator whole; rates still count per wire segment).
@@ -38,7 +50,13 @@ pub struct Topology {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LabHost {
+    /// `client`, `server` or `router`: the host's side of the bottleneck.
     pub role: String,
+    /// The host's name (`client` and `server` unless named with --client,
+    /// --server or a topology file; empty in results from before hosts
+    /// had names).
+    #[serde(default)]
+    pub name: String,
     pub namespace: String,
     pub interface: String,
     pub address: String,
@@ -57,6 +75,11 @@ pub struct Accuracy {
     /// only unintended drops are judged there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router_hop: Option<HopAccuracy>,
+    /// With `--chain`: each hop after the bottleneck (hop 2 first). Its
+    /// unintended drops are the bottleneck's (the hops share the devices);
+    /// the receiver's CE count is on the bottleneck and covers every hop.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hops: Vec<HopAccuracy>,
     /// Round trip of small UDP probes through the emulator before the test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_probe: Option<RttProbe>,
@@ -84,6 +107,10 @@ pub struct DirectionAccuracy {
     /// the lab run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receiver_in_ce_pkts: Option<i64>,
+    /// Packets for no host of the receiving side (IPv6 multicast
+    /// housekeeping, say) that were not forwarded. Not a fault.
+    #[serde(default)]
+    pub unroutable_packets: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -253,9 +280,13 @@ mod tests {
                 rate_ratio_min: Some(0.998),
                 rate_ratio_max: Some(1.001),
                 rate_ratio_mean: Some(0.999),
+                sojourn_samples: 0,
+                sojourn_mean_us: None,
+                sojourn_p99_us: None,
             },
             unintended_drops: UnintendedDrops::default(),
             receiver_in_ce_pkts: Some(0),
+            unroutable_packets: 0,
         }
     }
 

@@ -1,14 +1,19 @@
-//! The bottleneck: a FIFO serializer at a fixed bit rate, counting bytes
-//! per wire segment plus a per-segment overhead, and the drop-tail queue
-//! in front of it (everything admitted but not yet fully serialized).
+//! The bottleneck: a FIFO serializer at a fixed bit rate or along a
+//! trace's delivery opportunities, counting bytes per wire segment plus a
+//! per-segment overhead, and the drop-tail queue in front of it
+//! (everything admitted but not yet fully serialized).
 
 use std::collections::VecDeque;
 
 use super::config::QueueLimit;
+use super::trace::{Trace, OPPORTUNITY_BYTES};
 
 #[derive(Debug, Clone)]
 pub struct Shaper {
     rate_bps: Option<u64>,
+    trace: Option<Trace>,
+    /// With a trace: the opportunity in use and the bytes left in it.
+    opportunity: Option<(u64, u64)>,
     overhead_bytes: u32,
     limit: QueueLimit,
     /// When the last admitted packet finishes serialization.
@@ -27,6 +32,8 @@ pub struct Shaper {
 /// Where an admitted packet sits on the link's time line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
+    /// When serialization starts (the packet's queueing ends).
+    pub start: u64,
     pub finish: u64,
     /// Increments whenever the link went idle before this packet; packets
     /// of one busy period leave back to back at the link rate.
@@ -34,13 +41,25 @@ pub struct Slot {
 }
 
 impl Shaper {
+    #[cfg(test)]
     pub fn new(rate_bps: Option<u64>, overhead_bytes: u32, limit: QueueLimit) -> Self {
+        Self::with_trace(rate_bps, None, overhead_bytes, limit)
+    }
+
+    pub fn with_trace(
+        rate_bps: Option<u64>,
+        trace: Option<Trace>,
+        overhead_bytes: u32,
+        limit: QueueLimit,
+    ) -> Self {
         let cap = match limit {
             QueueLimit::Packets(n) => (n as usize).clamp(16, 1 << 16),
             QueueLimit::Bytes(b) => ((b / 1000) as usize).clamp(16, 1 << 16),
         };
         Shaper {
             rate_bps,
+            trace,
+            opportunity: None,
             overhead_bytes,
             limit,
             free_at: 0,
@@ -69,10 +88,15 @@ impl Shaper {
         }
     }
 
+    /// When the serializer is free for the next packet.
+    pub fn free_at(&self) -> u64 {
+        self.free_at
+    }
+
     /// Would a packet of `wire_bytes` in `segments` fit the queue at `now`?
     pub fn fits(&mut self, now: u64, wire_bytes: u64, segments: u64) -> bool {
         self.expire(now);
-        if self.rate_bps.is_none() {
+        if self.rate_bps.is_none() && self.trace.is_none() {
             return true;
         }
         match self.limit {
@@ -87,8 +111,12 @@ impl Shaper {
     /// Admits a packet arriving at `now`; returns when it is fully on the
     /// wire.
     pub fn admit(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
+        if self.trace.is_some() {
+            return self.admit_trace(now, wire_bytes, segments);
+        }
         let Some(rate) = self.rate_bps else {
             return Slot {
+                start: now,
                 finish: now,
                 busy_period: 0,
             };
@@ -109,9 +137,54 @@ impl Shaper {
         self.backlog_bytes += wire_bytes;
         self.backlog_segments += segments;
         Slot {
+            start,
             finish: self.free_at,
             busy_period: self.busy_period,
         }
+    }
+}
+
+impl Shaper {
+    /// Along the trace, as mahimahi delivers: each opportunity carries up
+    /// to 1500 bytes of the queue (a packet may span opportunities); one
+    /// nobody uses is lost. The packet leaves at the opportunity that
+    /// carries its last byte.
+    fn admit_trace(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
+        let trace = self.trace.as_ref().expect("a trace");
+        let (mut k, mut rem) = match self.opportunity {
+            // Queued behind earlier packets: go on where they end.
+            Some((k, rem)) if self.free_at >= now && rem > 0 => (k, rem),
+            Some((k, _)) if self.free_at >= now => (k + 1, OPPORTUNITY_BYTES),
+            // Idle: the first opportunity from now on.
+            _ => {
+                self.busy_period += 1;
+                (trace.first_at_or_after(now), OPPORTUNITY_BYTES)
+            }
+        };
+        let start = trace.time(k).max(now);
+        let mut bytes = wire_bytes + segments * u64::from(self.overhead_bytes);
+        while bytes > rem {
+            bytes -= rem;
+            k += 1;
+            rem = OPPORTUNITY_BYTES;
+        }
+        rem -= bytes;
+        self.opportunity = Some((k, rem));
+        self.free_at = trace.time(k);
+        self.backlog.push_back((self.free_at, wire_bytes, segments));
+        self.backlog_bytes += wire_bytes;
+        self.backlog_segments += segments;
+        Slot {
+            start,
+            finish: self.free_at,
+            busy_period: self.busy_period,
+        }
+    }
+
+    /// Bits the trace could carry in (a, b]; None without a trace.
+    pub fn trace_capacity_bits(&self, a: u64, b: u64) -> Option<f64> {
+        let t = self.trace.as_ref()?;
+        Some((t.count_between(a, b) * OPPORTUNITY_BYTES * 8) as f64)
     }
 }
 
@@ -165,6 +238,26 @@ mod tests {
         assert_eq!(s.queue_bytes(2_000_000), 0);
         // An empty queue takes a superpacket bigger than the limit.
         assert!(s.fits(2_000_000, 60_000, 40));
+    }
+
+    #[test]
+    fn a_trace_delivers_1500_bytes_per_opportunity_and_wastes_idle_ones() {
+        let t = Trace::mahimahi("t", "1\n2\n2\n4\n").unwrap();
+        let mut s = Shaper::with_trace(None, Some(t), 0, QueueLimit::Packets(100));
+        let ms = 1_000_000;
+        // Back to back at 0: 1 ms, 2 ms, 2 ms, 4 ms, then 5 ms (next period).
+        let f: Vec<u64> = (0..5).map(|_| s.admit(0, 1500, 1).finish).collect();
+        assert_eq!(f, [ms, 2 * ms, 2 * ms, 4 * ms, 5 * ms]);
+        // Two 750-byte packets share one opportunity; a 2000-byte one
+        // spans two.
+        let t = Trace::mahimahi("t", "1\n2\n3\n4\n").unwrap();
+        let mut s = Shaper::with_trace(None, Some(t), 0, QueueLimit::Packets(100));
+        assert_eq!(s.admit(0, 750, 1).finish, ms);
+        assert_eq!(s.admit(0, 750, 1).finish, ms);
+        assert_eq!(s.admit(0, 2000, 1).finish, 3 * ms);
+        // Idle until 10.5 ms: the opportunities in between are lost.
+        assert_eq!(s.admit(10 * ms + ms / 2, 100, 1).finish, 11 * ms);
+        assert_eq!(s.trace_capacity_bits(0, 4 * ms), Some(4.0 * 12_000.0));
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub struct LatenessHistogram {
     counts: Box<[u64; BUCKETS]>,
     total: u64,
     max_ns: u64,
+    sum_ns: u128,
 }
 
 impl Default for LatenessHistogram {
@@ -25,6 +26,7 @@ impl Default for LatenessHistogram {
             counts: Box::new([0; BUCKETS]),
             total: 0,
             max_ns: 0,
+            sum_ns: 0,
         }
     }
 }
@@ -40,6 +42,7 @@ impl LatenessHistogram {
         self.counts[i] += 1;
         self.total += 1;
         self.max_ns = self.max_ns.max(late_ns);
+        self.sum_ns += u128::from(late_ns);
     }
 
     pub fn count(&self) -> u64 {
@@ -70,6 +73,10 @@ impl LatenessHistogram {
         None
     }
 
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.total > 0).then(|| self.sum_ns as f64 / self.total as f64 / 1000.0)
+    }
+
     pub fn max_us(&self) -> f64 {
         self.max_ns as f64 / 1000.0
     }
@@ -95,6 +102,20 @@ impl RateMeter {
     /// One departure at actual time `now` of `bits` (wire, incl.
     /// overhead) from busy period `period`.
     pub fn depart(&mut self, now: u64, bits: u64, period: u64, rate_bps: u64) {
+        self.depart_against(now, bits, period, |start, end| {
+            rate_bps as f64 * (end - start) as f64 / 1e9
+        });
+    }
+
+    /// As `depart`, against what the link could carry between two
+    /// instants (a trace's opportunities in that span).
+    pub fn depart_against(
+        &mut self,
+        now: u64,
+        bits: u64,
+        period: u64,
+        capacity_bits: impl FnOnce(u64, u64) -> f64,
+    ) {
         if self.period != Some(period) {
             // The first packet of a period only marks the start: its bits
             // were serialized before this instant.
@@ -106,8 +127,7 @@ impl RateMeter {
         self.window_bits += bits;
         let span = now.saturating_sub(self.window_start);
         if span >= WINDOW_NS {
-            let achieved = self.window_bits as f64 * 1e9 / span as f64;
-            let ratio = achieved / rate_bps as f64;
+            let ratio = self.window_bits as f64 / capacity_bits(self.window_start, now);
             if self.windows == 0 {
                 self.min_ratio = ratio;
                 self.max_ratio = ratio;
@@ -146,6 +166,15 @@ pub struct LinkCounters {
     /// Non-ECT packets RED dropped where it would have marked.
     pub dropped_red_packets: u64,
     pub dropped_red_segments: u64,
+    /// Dropped at dequeue by the queue discipline (CoDel).
+    #[serde(default)]
+    pub dropped_qdisc_packets: u64,
+    #[serde(default)]
+    pub dropped_qdisc_segments: u64,
+    /// CE marks the queue discipline set at dequeue (also in
+    /// `marked_packets`).
+    #[serde(default)]
+    pub marked_qdisc_packets: u64,
     /// CE-marked packets sent on (a duplicated marked packet counts
     /// twice: the receiver sees both). One mark covers every segment of a superpacket;
     /// the receiver's IpExtInCEPkts counts a superpacket written to its TUN
@@ -180,6 +209,14 @@ pub struct DirectionReport {
     pub rate_ratio_min: Option<f64>,
     pub rate_ratio_max: Option<f64>,
     pub rate_ratio_mean: Option<f64>,
+    /// Queueing delay (arrival to start of serialization) of packets that
+    /// arrived after the first 2 s, on a shaped link.
+    #[serde(default)]
+    pub sojourn_samples: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sojourn_mean_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sojourn_p99_us: Option<f64>,
 }
 
 #[cfg(test)]

@@ -7,11 +7,16 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, ValueEnum};
 use xferlab_core::link::config::{
-    parse_delay, parse_loss, parse_probability, parse_queue, parse_red, EcnMarking, Jitter,
-    JitterDistribution, LinkConfig, LinkError,
+    parse_delay, parse_loss, parse_probability, parse_qdisc, parse_queue, parse_red, EcnMarking,
+    Jitter, JitterDistribution, LinkConfig,
 };
+use xferlab_core::link::trace::Trace;
 use xferlab_core::units::{parse_rate, parse_size};
 
+use super::lab_topology::{
+    parse_hop, parse_host, split_programs, HostSpec, ProgramWords, TopologyFile, HOP_KEYS,
+    MAX_HOSTS_PER_SIDE,
+};
 use super::stream::StreamArgs;
 use super::{Cli, Command};
 
@@ -53,6 +58,18 @@ pub struct LabArgs {
     /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002].
     #[arg(long, value_name = "[DIR:]SPEC", help_heading = "Link")]
     pub red: Vec<String>,
+    /// Delivery opportunities from a mahimahi trace file (one ms timestamp
+    /// per line, 1500 bytes each, repeating) instead of --rate.
+    #[arg(long, value_name = "[DIR:]FILE", help_heading = "Link")]
+    pub trace: Vec<String>,
+    /// Rates and outages over time, repeating, instead of --rate:
+    /// RATE:DURATION,... with off for an outage (10M:5s,off:1s,2M:5s).
+    #[arg(long, value_name = "[DIR:]STEPS", help_heading = "Link")]
+    pub schedule: Vec<String>,
+    /// Queue discipline at the bottleneck: droptail (default) or
+    /// codel[:target=5ms,interval=100ms] (RFC 8289; needs --rate).
+    #[arg(long, value_name = "[DIR:]QDISC", help_heading = "Link")]
+    pub qdisc: Vec<String>,
     /// Share of packets that skip the delay (arrive early, out of order).
     #[arg(long, value_name = "[DIR:]PROB", help_heading = "Link")]
     pub reorder: Vec<String>,
@@ -67,6 +84,26 @@ pub struct LabArgs {
     /// (client -- link -- router -- plain hop -- server).
     #[arg(long, help_heading = "Hosts")]
     pub router: bool,
+    /// A client host (repeatable): NAME[:KEY=VALUE,...] with sack, ecn,
+    /// cc, buffer-max, mtu or any net.* sysctl (bg:sack=off,ecn=off).
+    /// Default: one host named client.
+    #[arg(long, value_name = "NAME[:SETTINGS]", help_heading = "Hosts")]
+    pub client: Vec<String>,
+    /// A server host (repeatable), as --client. Default: one host named server.
+    #[arg(long, value_name = "NAME[:SETTINGS]", help_heading = "Hosts")]
+    pub server: Vec<String>,
+    /// Hosts and hops from a TOML file ([[client]], [[server]], [[hop]];
+    /// see docs/lab-topologies.md); flags add to it.
+    #[arg(long, value_name = "FILE", help_heading = "Hosts")]
+    pub topology: Option<PathBuf>,
+    /// N emulated hops (routers) in series; the link flags set hop 1, the
+    /// others are unshaped unless set with --hop.
+    #[arg(long, value_name = "N", help_heading = "Link")]
+    pub chain: Option<usize>,
+    /// One hop's settings: K:KEY=VALUE,... with the link flags' names
+    /// (--hop 1:mark=1/50 --hop 2:rate=100M,delay=5ms).
+    #[arg(long, value_name = "K:SETTINGS", help_heading = "Link")]
+    pub hop: Vec<String>,
     /// net.ipv4.tcp_sack on both hosts.
     #[arg(long, value_enum, help_heading = "Hosts")]
     pub sack: Option<OnOff>,
@@ -179,36 +216,6 @@ pub struct LabArgsError {
     pub help: Option<clap::Error>,
 }
 
-/// A link or host flag of `lab` that cannot be used: the one line printed.
-#[derive(Debug, thiserror::Error)]
-pub enum LabFlagError {
-    #[error("{flag}: {reason}")]
-    Value { flag: &'static str, reason: String },
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error("--mark and --red both set the ECN marker; use one per direction")]
-    MarkAndRed,
-    #[error("--mtu must be between 576 and 65535 (got {0})")]
-    Mtu(u32),
-    #[error("--txqueuelen must be at least 1")]
-    Txqueuelen,
-    #[error("--buffers must be between 16 and 1048576 (got {0})")]
-    Buffers(usize),
-    #[error("{flag} '{kv}': use KEY=VALUE (net.ipv4.tcp_sack=0)")]
-    NotKeyValue { flag: &'static str, kv: String },
-    #[error("{flag} '{kv}': only net.* sysctls are per namespace")]
-    NotNet { flag: &'static str, kv: String },
-}
-
-impl From<LabFlagError> for LabArgsError {
-    fn from(e: LabFlagError) -> Self {
-        LabArgsError {
-            message: e.to_string(),
-            help: None,
-        }
-    }
-}
-
 impl From<String> for LabArgsError {
     fn from(message: String) -> Self {
         LabArgsError {
@@ -218,15 +225,54 @@ impl From<String> for LabArgsError {
     }
 }
 
-/// Everything a lab command line says, checked: the two directions' links,
-/// each host's sysctls and the test.
+/// Most hops in series.
+pub const MAX_HOPS: usize = 8;
+
+/// An xferlab test from one client host against one server host.
+#[derive(Debug)]
+pub struct HostTest {
+    pub client: String,
+    pub server: String,
+    /// The test names its own server (a lab host, e.g. an exec'd iperf3):
+    /// that host's name; the lab neither inserts a server nor a port.
+    pub target: Option<String>,
+    /// Shown in the result: `@bg` or the plain verb.
+    pub label: String,
+    pub test: LabTest,
+}
+
+/// What a lab runs.
+#[derive(Debug)]
+pub enum Program {
+    Test(HostTest),
+    /// `exec HOST -- CMD`: killed with the lab unless it ends first.
+    Exec {
+        host: String,
+        argv: Vec<String>,
+    },
+}
+
+/// Everything a lab command line says, checked: the hops, the hosts with
+/// their sysctls and what runs where.
 #[derive(Debug)]
 pub struct CheckedLab {
-    pub c2s: LinkConfig,
-    pub s2c: LinkConfig,
-    pub client_sysctls: Sysctls,
-    pub server_sysctls: Sysctls,
-    pub test: LabTest,
+    /// Hop 1 (the bottleneck) first: (c2s, s2c).
+    pub hops: Vec<(LinkConfig, LinkConfig)>,
+    pub clients: Vec<HostSpec>,
+    pub servers: Vec<HostSpec>,
+    pub programs: Vec<Program>,
+    /// The test words were one plain test (no @HOST, no exec): the result
+    /// is that test's own document with the lab section.
+    pub single: bool,
+}
+
+impl CheckedLab {
+    pub fn tests(&self) -> impl Iterator<Item = &HostTest> {
+        self.programs.iter().filter_map(|p| match p {
+            Program::Test(t) => Some(t),
+            Program::Exec { .. } => None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -247,16 +293,18 @@ const PER_PACKET_MAX_BPS: u64 = 500_000_000;
 
 impl Offload {
     /// Whether the TUN devices get offloads for these link configurations.
-    pub fn resolve(self, links: [&LinkConfig; 2]) -> bool {
+    pub fn resolve(self, links: &[&LinkConfig]) -> bool {
         match self {
             Offload::On => true,
             Offload::Off => false,
             Offload::Auto => !links.iter().any(|c| {
                 c.rate_bps.is_some_and(|r| r <= PER_PACKET_MAX_BPS)
+                    || c.trace.is_some()
                     || !matches!(c.loss, xferlab_core::link::config::LossModel::None)
                     || !matches!(c.ecn, EcnMarking::None)
                     || c.reorder > 0.0
                     || c.duplicate > 0.0
+                    || c.qdisc != xferlab_core::link::config::Qdisc::DropTail
             }),
         }
     }
@@ -270,13 +318,13 @@ pub enum Dist {
 
 /// Applies each `[c2s:|s2c:]VALUE` of one flag to the two configs.
 fn apply<T, E: std::fmt::Display>(
-    flag: &'static str,
+    flag: &str,
     values: &[String],
     parse: impl Fn(&str) -> Result<T, E>,
     c2s: &mut LinkConfig,
     s2c: &mut LinkConfig,
     set: impl Fn(&mut LinkConfig, &T),
-) -> Result<(), LabFlagError> {
+) -> Result<(), String> {
     for v in values {
         let (dirs, text) = if let Some(t) = v.strip_prefix("c2s:") {
             ((true, false), t)
@@ -285,10 +333,7 @@ fn apply<T, E: std::fmt::Display>(
         } else {
             ((true, true), v.as_str())
         };
-        let x = parse(text).map_err(|e| LabFlagError::Value {
-            flag,
-            reason: e.to_string(),
-        })?;
+        let x = parse(text).map_err(|e| format!("{flag}: {e}"))?;
         if dirs.0 {
             set(c2s, &x);
         }
@@ -299,9 +344,83 @@ fn apply<T, E: std::fmt::Display>(
     Ok(())
 }
 
+/// Applies one link setting (`rate`, `delay`, ... as the flags without
+/// `--`; the value may carry a `c2s:`/`s2c:` prefix) to a hop's two
+/// directions.
+pub fn apply_link_setting(
+    key: &str,
+    value: &str,
+    jitter: (JitterDistribution, f64),
+    c2s: &mut LinkConfig,
+    s2c: &mut LinkConfig,
+) -> Result<(), String> {
+    let v = std::slice::from_ref(&value.to_string()).to_vec();
+    let flag = format!("--{key}");
+    let (a, b) = (c2s, s2c);
+    match key {
+        "rate" => apply(&flag, &v, parse_rate, a, b, |c, &r| c.rate_bps = Some(r)),
+        "overhead" => {
+            let bytes = |s: &str| {
+                s.parse::<u32>()
+                    .map_err(|_| format!("'{s}' is not a number of bytes"))
+            };
+            apply(&flag, &v, bytes, a, b, |c, &o| c.overhead_bytes = o)
+        }
+        "delay" => apply(&flag, &v, parse_delay, a, b, |c, &d| c.delay_ns = d),
+        "jitter" => {
+            let (distribution, correlation) = jitter;
+            apply(&flag, &v, parse_delay, a, b, |c, &j| {
+                c.jitter = (j > 0).then_some(Jitter {
+                    distribution,
+                    amount_ns: j,
+                    correlation,
+                })
+            })
+        }
+        "loss" => apply(&flag, &v, parse_loss, a, b, |c, l| c.loss = *l),
+        "queue" => apply(&flag, &v, parse_queue, a, b, |c, q| c.queue = *q),
+        "mark" => apply(&flag, &v, parse_probability, a, b, |c, &p| {
+            c.ecn = if p > 0.0 {
+                EcnMarking::Fixed { p }
+            } else {
+                EcnMarking::None
+            }
+        }),
+        "red" => apply(&flag, &v, parse_red, a, b, |c, r| c.ecn = *r),
+        "reorder" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.reorder = p),
+        "duplicate" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.duplicate = p),
+        "qdisc" => apply(&flag, &v, parse_qdisc, a, b, |c, &q| c.qdisc = q),
+        "trace" => {
+            let load = |path: &str| {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read trace {path}: {e}"))?;
+                Trace::mahimahi(path, &text).map_err(|e| e.to_string())
+            };
+            apply(&flag, &v, load, a, b, |c, t| c.trace = Some(t.clone()))
+        }
+        "schedule" => apply(&flag, &v, Trace::schedule, a, b, |c, t| {
+            c.trace = Some(t.clone())
+        }),
+        _ => Err(format!(
+            "'{key}' is not a link setting (use {})",
+            HOP_KEYS.join(", ")
+        )),
+    }
+}
+
 impl LabArgs {
-    /// The two directions' configurations.
-    pub fn link_configs(&self) -> Result<(LinkConfig, LinkConfig), LabFlagError> {
+    fn jitter_model(&self) -> Result<(JitterDistribution, f64), String> {
+        let corr =
+            parse_probability(&self.jitter_corr).map_err(|e| format!("--jitter-corr: {e}"))?;
+        let distribution = match self.jitter_dist {
+            Dist::Uniform => JitterDistribution::Uniform,
+            Dist::Normal => JitterDistribution::Normal,
+        };
+        Ok((distribution, corr))
+    }
+
+    /// The bottleneck's two directions (hop 1 from the lab's link flags).
+    pub fn link_configs(&self) -> Result<(LinkConfig, LinkConfig), String> {
         let mut c2s = LinkConfig {
             seed: self.seed,
             ..LinkConfig::default()
@@ -310,84 +429,112 @@ impl LabArgs {
             seed: self.seed.wrapping_add(1),
             ..LinkConfig::default()
         };
-        let (a, b) = (&mut c2s, &mut s2c);
-        apply("--rate", &self.rate, parse_rate, a, b, |c, &r| {
-            c.rate_bps = Some(r)
-        })?;
-        let bytes = |s: &str| {
-            s.parse::<u32>()
-                .map_err(|_| format!("'{s}' is not a number of bytes"))
-        };
-        apply("--overhead", &self.overhead, bytes, a, b, |c, &o| {
-            c.overhead_bytes = o
-        })?;
-        apply("--delay", &self.delay, parse_delay, a, b, |c, &d| {
-            c.delay_ns = d
-        })?;
-        let corr = parse_probability(&self.jitter_corr).map_err(|e| LabFlagError::Value {
-            flag: "--jitter-corr",
-            reason: e.to_string(),
-        })?;
-        let distribution = match self.jitter_dist {
-            Dist::Uniform => JitterDistribution::Uniform,
-            Dist::Normal => JitterDistribution::Normal,
-        };
-        apply("--jitter", &self.jitter, parse_delay, a, b, |c, &j| {
-            c.jitter = (j > 0).then_some(Jitter {
-                distribution,
-                amount_ns: j,
-                correlation: corr,
-            })
-        })?;
-        apply("--loss", &self.loss, parse_loss, a, b, |c, l| c.loss = *l)?;
-        apply("--queue", &self.queue, parse_queue, a, b, |c, q| {
-            c.queue = *q
-        })?;
-        apply("--mark", &self.mark, parse_probability, a, b, |c, &p| {
-            c.ecn = if p > 0.0 {
-                EcnMarking::Fixed { p }
-            } else {
-                EcnMarking::None
+        let jitter = self.jitter_model()?;
+        for (key, values) in [
+            ("rate", &self.rate),
+            ("overhead", &self.overhead),
+            ("delay", &self.delay),
+            ("jitter", &self.jitter),
+            ("loss", &self.loss),
+            ("queue", &self.queue),
+            ("mark", &self.mark),
+            ("red", &self.red),
+            ("reorder", &self.reorder),
+            ("duplicate", &self.duplicate),
+            ("qdisc", &self.qdisc),
+            ("trace", &self.trace),
+            ("schedule", &self.schedule),
+        ] {
+            for v in values {
+                apply_link_setting(key, v, jitter, &mut c2s, &mut s2c)?;
             }
-        })?;
-        apply("--red", &self.red, parse_red, a, b, |c, r| c.ecn = *r)?;
-        apply(
-            "--reorder",
-            &self.reorder,
-            parse_probability,
-            a,
-            b,
-            |c, &p| c.reorder = p,
-        )?;
-        apply(
-            "--duplicate",
-            &self.duplicate,
-            parse_probability,
-            a,
-            b,
-            |c, &p| c.duplicate = p,
-        )?;
-        c2s.validate()?;
-        s2c.validate()?;
+        }
+        c2s.validate().map_err(|e| e.to_string())?;
+        s2c.validate().map_err(|e| e.to_string())?;
         if !self.mark.is_empty() && !self.red.is_empty() {
-            return Err(LabFlagError::MarkAndRed);
+            return Err("--mark and --red both set the ECN marker; use one per direction".into());
         }
         if !(576..=65_535).contains(&self.mtu) {
-            return Err(LabFlagError::Mtu(self.mtu));
+            return Err(format!(
+                "--mtu must be between 576 and 65535 (got {})",
+                self.mtu
+            ));
         }
         if self.txqueuelen == 0 {
-            return Err(LabFlagError::Txqueuelen);
+            return Err("--txqueuelen must be at least 1".into());
         }
         if let Some(b) = self.buffers {
             if !(16..=1 << 20).contains(&b) {
-                return Err(LabFlagError::Buffers(b));
+                return Err(format!(
+                    "--buffers must be between 16 and 1048576 (got {b})"
+                ));
             }
         }
         Ok((c2s, s2c))
     }
 
-    /// Sysctls per host: (client, server), KEY -> VALUE.
-    pub fn sysctls(&self) -> Result<(Sysctls, Sysctls), LabFlagError> {
+    /// Every hop in series, from the bottleneck (hop 1: the link flags,
+    /// then the topology file's first `[[hop]]`, then `--hop 1:...`) on;
+    /// later hops start unshaped.
+    pub fn hops(&self, file: &TopologyFile) -> Result<Vec<(LinkConfig, LinkConfig)>, String> {
+        let first = self.link_configs()?;
+        let mut settings = file.hop_settings()?;
+        for h in &self.hop {
+            let (k, kv) = parse_hop(h)?;
+            settings.extend(kv.into_iter().map(|(key, v)| (k, key, v)));
+        }
+        let n = settings
+            .iter()
+            .map(|s| s.0)
+            .chain([self.chain.unwrap_or(1), file.hop.len()])
+            .max()
+            .unwrap_or(1);
+        if let Some(c) = self.chain {
+            if c == 0 || n > c {
+                return Err(format!(
+                    "--chain {c}: {} (hops are numbered 1..{c})",
+                    if c == 0 {
+                        "needs at least one hop".to_string()
+                    } else {
+                        format!("a hop numbered {n} is configured")
+                    }
+                ));
+            }
+        }
+        if n > MAX_HOPS {
+            return Err(format!("at most {MAX_HOPS} hops in series (got {n})"));
+        }
+        let jitter = self.jitter_model()?;
+        let mut hops = vec![first];
+        for k in 1..n as u64 {
+            let seed = self.seed.wrapping_add(2 * k);
+            hops.push((
+                LinkConfig {
+                    seed,
+                    ..LinkConfig::default()
+                },
+                LinkConfig {
+                    seed: seed + 1,
+                    ..LinkConfig::default()
+                },
+            ));
+        }
+        for (k, key, v) in settings {
+            let (a, b) = &mut hops[k - 1];
+            apply_link_setting(&key, &v, jitter, a, b).map_err(|e| format!("hop {k}: {e}"))?;
+        }
+        for (k, (a, b)) in hops.iter().enumerate() {
+            for c in [a, b] {
+                c.validate().map_err(|e| format!("hop {}: {e}", k + 1))?;
+            }
+        }
+        Ok(hops)
+    }
+
+    /// Sysctls every host of a side starts with: (client, server),
+    /// KEY -> VALUE (the lab-wide flags, then --client-sysctl or
+    /// --server-sysctl).
+    pub fn sysctls(&self) -> Result<(Sysctls, Sysctls), String> {
         let mut both = Vec::new();
         if let Some(s) = self.sack {
             both.push(("net.ipv4.tcp_sack".to_string(), on_off(s).to_string()));
@@ -400,20 +547,16 @@ impl LabArgs {
             both.push(("net.ipv4.tcp_rmem".to_string(), v.clone()));
             both.push(("net.ipv4.tcp_wmem".to_string(), v));
         }
-        let parse = |flag: &'static str, list: &[String]| -> Result<Sysctls, LabFlagError> {
+        let parse = |flag: &str, list: &[String]| -> Result<Vec<(String, String)>, String> {
             list.iter()
                 .map(|kv| {
-                    let (k, v) = kv
-                        .split_once('=')
-                        .ok_or_else(|| LabFlagError::NotKeyValue {
-                            flag,
-                            kv: kv.clone(),
-                        })?;
+                    let (k, v) = kv.split_once('=').ok_or_else(|| {
+                        format!("{flag} '{kv}': use KEY=VALUE (net.ipv4.tcp_sack=0)")
+                    })?;
                     if !k.trim().starts_with("net.") {
-                        return Err(LabFlagError::NotNet {
-                            flag,
-                            kv: kv.clone(),
-                        });
+                        return Err(format!(
+                            "{flag} '{kv}': only net.* sysctls are per namespace"
+                        ));
                     }
                     Ok((k.trim().to_string(), v.trim().to_string()))
                 })
@@ -426,41 +569,211 @@ impl LabArgs {
         Ok((client, server))
     }
 
+    /// The hosts of both sides: the topology file's, then the flags'; one
+    /// host named after the side when neither names any.
+    fn hosts(&self, file: &TopologyFile) -> Result<(Vec<HostSpec>, Vec<HostSpec>), String> {
+        let (cbase, sbase) = self.sysctls()?;
+        let side = |name: &str, flags: &[String], base: &Sysctls| {
+            let mut hosts = file.hosts(name, base)?;
+            for f in flags {
+                hosts.push(parse_host(&format!("--{name}"), f, base)?);
+            }
+            if hosts.is_empty() {
+                hosts.push(HostSpec {
+                    name: name.to_string(),
+                    sysctls: base.clone(),
+                    mtu: None,
+                });
+            }
+            if hosts.len() > MAX_HOSTS_PER_SIDE {
+                return Err(format!(
+                    "at most {MAX_HOSTS_PER_SIDE} {name} hosts (got {})",
+                    hosts.len()
+                ));
+            }
+            Ok::<_, String>(hosts)
+        };
+        let clients = side("client", &self.client, &cbase)?;
+        let servers = side("server", &self.server, &sbase)?;
+        let mut seen = std::collections::HashSet::new();
+        for h in clients.iter().chain(&servers) {
+            if !seen.insert(h.name.as_str()) {
+                return Err(format!(
+                    "two lab hosts are named '{}'; host names must differ",
+                    h.name
+                ));
+            }
+        }
+        Ok((clients, servers))
+    }
+
     /// Checks a lab command line as `lab` does before it builds anything
     /// (the experiment runner checks every point this way before the first
-    /// runs). The test's `--help` comes first, as `xferlab stream --help`
+    /// runs). A test's `--help` comes first, as `xferlab stream --help`
     /// would.
     pub fn check(&self) -> Result<CheckedLab, LabArgsError> {
-        let test = self.test();
-        if let Err(e @ LabArgsError { help: Some(_), .. }) = test {
-            return Err(e);
+        let words = split_programs(&self.command)?;
+        // A test's --help first.
+        let mut parsed = Vec::new();
+        for w in &words {
+            parsed.push(match w {
+                ProgramWords::Test { words, .. } => Some(parse_test(words)),
+                ProgramWords::Exec { .. } => None,
+            });
         }
-        let (c2s, s2c) = self.link_configs()?;
-        let (client_sysctls, server_sysctls) = self.sysctls()?;
-        let test = test?;
+        for p in parsed.iter_mut() {
+            if let Some(Err(LabArgsError { help: Some(_), .. })) = p {
+                return Err(p.take().unwrap().unwrap_err());
+            }
+        }
+        let file = match &self.topology {
+            Some(path) => TopologyFile::load(path)?,
+            None => TopologyFile::default(),
+        };
+        let hops = self.hops(&file)?;
+        let (clients, servers) = self.hosts(&file)?;
+        if self.router && hops.len() > 1 {
+            return Err(
+                "--router and --chain/--hop 2..: use one (--chain emulates every hop)"
+                    .to_string()
+                    .into(),
+            );
+        }
         if self.pcap_snaplen == 0 {
             return Err("--pcap-snaplen must be at least 1".to_string().into());
         }
+        let is = |list: &[HostSpec], n: &str| list.iter().any(|h| h.name == n);
+        let any_host = |n: &str| is(&clients, n) || is(&servers, n);
+        let single = matches!(words.as_slice(), [ProgramWords::Test { client: None, .. }]);
+        let mut programs = Vec::new();
+        for (w, p) in words.into_iter().zip(parsed) {
+            match w {
+                ProgramWords::Exec { host, argv } => {
+                    if !any_host(&host) {
+                        return Err(format!(
+                            "exec {host}: no lab host of that name (hosts: {})",
+                            names(&clients, &servers)
+                        )
+                        .into());
+                    }
+                    programs.push(Program::Exec { host, argv });
+                }
+                ProgramWords::Test {
+                    client,
+                    server,
+                    words,
+                } => {
+                    let test = p.expect("parsed with its words")?;
+                    let label = client.clone().unwrap_or_else(|| clients[0].name.clone());
+                    let client = client.unwrap_or_else(|| clients[0].name.clone());
+                    if !is(&clients, &client) {
+                        return Err(format!(
+                            "@{client}: no client host of that name (client hosts: {})",
+                            clients
+                                .iter()
+                                .map(|h| h.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                        .into());
+                    }
+                    let server = server.unwrap_or_else(|| servers[0].name.clone());
+                    if !is(&servers, &server) {
+                        return Err(format!(
+                            "@{client}:{server}: no server host of that name (server hosts: {})",
+                            servers
+                                .iter()
+                                .map(|h| h.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                        .into());
+                    }
+                    let target = match test.stream().host.as_deref() {
+                        None => None,
+                        Some(h) => {
+                            let name = bare_host(h);
+                            if !any_host(name) {
+                                return Err(format!(
+                                    "lab runs the server itself, inside its server namespace: leave out HOST '{h}', or name a lab host ({})",
+                                    names(&clients, &servers)
+                                )
+                                .into());
+                            }
+                            Some(name.to_string())
+                        }
+                    };
+                    let _ = words;
+                    programs.push(Program::Test(HostTest {
+                        client,
+                        server,
+                        target,
+                        label,
+                        test,
+                    }));
+                }
+            }
+        }
+        if programs.is_empty() {
+            return Err(
+                "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
+                    .to_string()
+                    .into(),
+            );
+        }
+        let mut labels = std::collections::HashSet::new();
+        for t in programs.iter().filter_map(|p| match p {
+            Program::Test(t) => Some(t),
+            _ => None,
+        }) {
+            if !labels.insert(t.label.clone()) {
+                return Err(format!(
+                    "two tests from host '{}': run one test per client host (add another --client)",
+                    t.label
+                )
+                .into());
+            }
+        }
         Ok(CheckedLab {
-            c2s,
-            s2c,
-            client_sysctls,
-            server_sysctls,
-            test,
+            hops,
+            clients,
+            servers,
+            programs,
+            single,
         })
     }
+}
 
-    /// The test to run: the verb's own Args, or why the words are not a
-    /// test the lab can run.
-    fn test(&self) -> Result<LabTest, LabArgsError> {
-        let Some(verb) = self.command.first() else {
+/// `iperf3://NAME:5201` -> `NAME`.
+fn bare_host(h: &str) -> &str {
+    let h = h.strip_prefix("iperf3://").unwrap_or(h);
+    match h.rsplit_once(':') {
+        Some((name, port)) if !name.contains(':') && port.parse::<u16>().is_ok() => name,
+        _ => h,
+    }
+}
+
+fn names(clients: &[HostSpec], servers: &[HostSpec]) -> String {
+    clients
+        .iter()
+        .chain(servers)
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One test's words: the verb's own Args, or why the words are not a
+/// test the lab can run.
+fn parse_test(command: &[String]) -> Result<LabTest, LabArgsError> {
+    {
+        let Some(verb) = command.first() else {
             return Err(
                 "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`)"
                     .to_string()
                     .into(),
             );
         };
-        let argv = std::iter::once("xferlab").chain(self.command.iter().map(String::as_str));
+        let argv = std::iter::once("xferlab").chain(command.iter().map(String::as_str));
         let cli = Cli::try_parse_from(argv).map_err(|e| {
             use clap::error::ErrorKind;
             let text = e.render().to_string();
@@ -482,15 +795,9 @@ impl LabArgs {
                 format!("lab runs a test verb (stream, cbr, sweep, rr), not `{verb}`").into(),
             );
         };
-        if stream.host.is_some() {
-            return Err(
-                "lab runs the server itself, inside its server namespace: leave out HOST"
-                    .to_string()
-                    .into(),
-            );
-        }
+        let _ = stream;
         Ok(LabTest {
-            words: self.command.clone(),
+            words: command.to_vec(),
             command: cli.command,
         })
     }
@@ -540,14 +847,14 @@ mod tests {
         assert_eq!(s2c.seed, c2s.seed + 1);
         assert_eq!(a.command, ["stream", "-t", "3"]);
         assert!(
-            !a.offload.resolve([&c2s, &s2c]),
+            !a.offload.resolve(&[&c2s, &s2c]),
             "shaped at 100M: per packet"
         );
         let fast = LinkConfig {
             rate_bps: Some(5_000_000_000),
             ..LinkConfig::default()
         };
-        assert!(Offload::Auto.resolve([&fast, &fast]));
+        assert!(Offload::Auto.resolve(&[&fast, &fast]));
     }
 
     #[test]
@@ -567,12 +874,8 @@ mod tests {
         assert!(server.contains(&("net.ipv4.tcp_ecn".into(), "1".into())));
         assert!(!server.iter().any(|(k, _)| k == "net.ipv4.tcp_dsack"));
         let bad = parse(&["--client-sysctl", "kernel.panic=1", "stream"]);
-        assert!(bad.sysctls().unwrap_err().to_string().contains("net.*"));
+        assert!(bad.sysctls().unwrap_err().contains("net.*"));
         let bad = parse(&["--loss", "c2s:2", "stream"]);
-        assert!(bad
-            .link_configs()
-            .unwrap_err()
-            .to_string()
-            .starts_with("--loss"));
+        assert!(bad.link_configs().unwrap_err().starts_with("--loss"));
     }
 }

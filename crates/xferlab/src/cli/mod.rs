@@ -5,6 +5,7 @@
 pub mod db;
 pub mod experiment;
 pub mod lab;
+pub mod lab_topology;
 pub mod rr;
 pub mod series;
 pub mod server;
@@ -140,12 +141,11 @@ impl Command {
                 .spec_with(true, 1.0)
                 .map(drop)
                 .map_err(|e| values(&e)),
-            Command::Lab(a) => a
-                .check()
-                .map_err(|e| CheckError::Values(e.message))?
-                .test
-                .command
-                .check_values(),
+            Command::Lab(a) => {
+                let lab = a.check().map_err(|e| CheckError::Values(e.message))?;
+                let checked = lab.tests().try_for_each(|t| t.test.command.check_values());
+                checked
+            }
             _ => Ok(()),
         }
     }

@@ -1,7 +1,9 @@
 //! The thin driver around one direction of the link model: read packets
-//! from one TUN device, hand them to [`Link`], write them to the other
-//! device when due. One thread per direction, preallocated buffers, no
-//! allocation, lock or formatting per packet.
+//! from the TUN devices of one side, pass them through the hops in series
+//! (one [`Link`] each, a departure from one arriving at the next), and
+//! write each to the other side's device its destination address names.
+//! One thread per direction, preallocated buffers, no allocation, lock or
+//! formatting per packet.
 
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -23,10 +25,19 @@ const READ_BURST: usize = 64;
 /// How long a stopping forwarder keeps delivering what is in flight.
 const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
+/// No output for this host id.
+pub const NO_ROUTE: u8 = u8::MAX;
+
 pub struct Forwarder {
-    pub input: File,
-    pub output: File,
-    pub config: LinkConfig,
+    /// The sending side's TUN devices.
+    pub inputs: Vec<File>,
+    /// The receiving side's TUN devices.
+    pub outputs: Vec<File>,
+    /// Output index by the destination's host id (the last byte of its
+    /// IPv4 or IPv6 address); used when there are several outputs.
+    pub route: [u8; 256],
+    /// The hops in series, the bottleneck first.
+    pub hops: Vec<LinkConfig>,
     /// Buffers: packets held at once (queued + in the delay line).
     pub slots: usize,
     /// Bytes per buffer: the MTU plus the vnet header without offloads,
@@ -43,7 +54,11 @@ pub struct Forwarder {
 }
 
 pub struct ForwardReport {
-    pub emulator: DirectionReport,
+    /// One per hop, in order.
+    pub emulator: Vec<DirectionReport>,
+    /// Packets for no host of the receiving side (e.g. IPv6 multicast
+    /// housekeeping), not forwarded.
+    pub unroutable: u64,
     pub buffer_exhausted: u64,
     pub write_errors: u64,
     pub realtime: bool,
@@ -69,38 +84,102 @@ fn tune_thread(realtime: bool) -> bool {
     false
 }
 
+/// The destination's host id: the last byte of its address.
+fn host_id(ip: &[u8]) -> Option<u8> {
+    match ip.first()? >> 4 {
+        4 => ip.get(19).copied(),
+        6 => ip.get(39).copied(),
+        _ => None,
+    }
+}
+
 impl Forwarder {
     pub fn run(mut self) -> ForwardReport {
         let realtime = tune_thread(self.realtime);
-        let mut link = Link::new(&self.config);
+        let mut hops: Vec<Link> = self.hops.iter().map(Link::new).collect();
+        let last = hops.len() - 1;
         let slot_size = self.slot_size;
         let mut pool = vec![0u8; self.slots * slot_size];
         let mut lens = vec![0usize; self.slots];
+        let mut infos = vec![packet::PacketInfo::default(); self.slots];
+        // Copies of a buffer held across the hops (a duplicated packet is
+        // one buffer in two places).
+        let mut refs = vec![0u32; self.slots];
         let mut free: Vec<u32> = (0..self.slots as u32).rev().collect();
         let mut scratch = vec![0u8; slot_size];
-        let (mut buffer_exhausted, mut write_errors) = (0u64, 0u64);
+        let (mut buffer_exhausted, mut write_errors, mut unroutable) = (0u64, 0u64, 0u64);
         // rustix's read/write/poll are the bare system calls (no libc
         // wrapper in between), so the per-packet path costs what it did.
-        let input = self.input.as_fd();
-        let output = self.output.as_fd();
+        let inputs: Vec<_> = self.inputs.iter().map(|f| f.as_fd()).collect();
+        let outputs: Vec<_> = self.outputs.iter().map(|f| f.as_fd()).collect();
+        let mut poll_in: Vec<PollFd> = inputs
+            .iter()
+            .map(|&fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
+            .collect();
+        let mut poll_none: Vec<PollFd> = inputs
+            .iter()
+            .map(|&fd| PollFd::from_borrowed_fd(fd, PollFlags::empty()))
+            .collect();
+        let mut next_input = 0usize;
         let mut flush_deadline: Option<u64> = None;
+        let next_due = |hops: &[Link]| hops.iter().filter_map(Link::next_due).min();
         loop {
-            // A fresh clock per departure: the lateness recorded is that of
-            // the write about to happen, including the writes before it.
-            while let Some(d) = link.pop_due(now_ns(self.epoch)) {
-                let t = d.token as usize;
-                let buf = &pool[t * slot_size..t * slot_size + lens[t]];
-                if rustix::io::write(output, buf).is_err() {
-                    write_errors += 1;
-                }
-                if let Some(p) = self.pcap.as_mut() {
-                    p.write(
-                        self.epoch_unix_ns + now_ns(self.epoch),
-                        &buf[VNET_HDR_LEN.min(buf.len())..],
-                    );
-                }
-                if d.release {
-                    free.push(d.token);
+            // Departures hop by hop: one leaving hop k arrives at hop k+1
+            // at the same instant (and may leave it at once when that hop
+            // is unshaped). A fresh clock per departure: the lateness
+            // recorded is that of the write about to happen.
+            for k in 0..=last {
+                loop {
+                    let now = now_ns(self.epoch);
+                    let Some(d) = hops[k].pop_due(now) else {
+                        break;
+                    };
+                    let t = d.token as usize;
+                    if d.mark_ce && !d.dropped {
+                        packet::mark_ce(&mut pool[t * slot_size..t * slot_size + lens[t]]);
+                        infos[t].ecn = packet::ECN_CE;
+                    }
+                    if d.dropped {
+                        // The queue discipline dropped it at dequeue.
+                    } else if k < last {
+                        let info = infos[t];
+                        if let Arrival::Queued { mark_ce } = hops[k + 1].arrive(now, &info, d.token)
+                        {
+                            refs[t] += 1;
+                            if mark_ce {
+                                packet::mark_ce(&mut pool[t * slot_size..t * slot_size + lens[t]]);
+                                infos[t].ecn = packet::ECN_CE;
+                            }
+                        }
+                    } else {
+                        let buf = &pool[t * slot_size..t * slot_size + lens[t]];
+                        let out = if outputs.len() == 1 {
+                            0
+                        } else {
+                            host_id(&buf[VNET_HDR_LEN.min(buf.len())..])
+                                .map_or(NO_ROUTE, |id| self.route[usize::from(id)])
+                        };
+                        match outputs.get(usize::from(out)) {
+                            Some(&fd) => {
+                                if rustix::io::write(fd, buf).is_err() {
+                                    write_errors += 1;
+                                }
+                                if let Some(p) = self.pcap.as_mut() {
+                                    p.write(
+                                        self.epoch_unix_ns + now_ns(self.epoch),
+                                        &buf[VNET_HDR_LEN.min(buf.len())..],
+                                    );
+                                }
+                            }
+                            None => unroutable += 1,
+                        }
+                    }
+                    if d.release {
+                        refs[t] -= 1;
+                        if refs[t] == 0 {
+                            free.push(d.token);
+                        }
+                    }
                 }
             }
             let now = now_ns(self.epoch);
@@ -108,21 +187,26 @@ impl Forwarder {
                 flush_deadline = Some(now + FLUSH_LIMIT.as_nanos() as u64);
             }
             if let Some(deadline) = flush_deadline {
-                if link.next_due().is_none() || now >= deadline {
+                if next_due(&hops).is_none() || now >= deadline {
                     break;
                 }
             }
             let mut read_all = false;
             if flush_deadline.is_none() {
-                for _ in 0..READ_BURST {
+                let mut idle = 0;
+                let mut n_read = 0;
+                while n_read < READ_BURST && idle < inputs.len() {
+                    let input = inputs[next_input];
                     let Some(tok) = free.pop() else {
                         // Every buffer is in use: the packet is lost here.
                         if rustix::io::read(input, &mut scratch[..]).is_ok_and(|n| n > 0) {
                             buffer_exhausted += 1;
+                            n_read += 1;
                             continue;
                         }
-                        read_all = true;
-                        break;
+                        idle += 1;
+                        next_input = (next_input + 1) % inputs.len();
+                        continue;
                     };
                     let t = tok as usize;
                     let slot = &mut pool[t * slot_size..(t + 1) * slot_size];
@@ -130,33 +214,42 @@ impl Forwarder {
                         Ok(n) if n > 0 => n,
                         _ => {
                             free.push(tok);
-                            read_all = true;
-                            break;
+                            idle += 1;
+                            next_input = (next_input + 1) % inputs.len();
+                            continue;
                         }
                     };
+                    // Round robin: hosts' packets reach the shared queue in
+                    // the order they were sent, not one host's ring first.
+                    idle = 0;
+                    n_read += 1;
+                    next_input = (next_input + 1) % inputs.len();
                     lens[t] = n;
                     let info = packet::inspect(&slot[..n]);
                     let now = now_ns(self.epoch);
-                    match link.arrive(now, &info, tok) {
+                    match hops[0].arrive(now, &info, tok) {
                         Arrival::Dropped(_) => free.push(tok),
                         Arrival::Queued { mark_ce } => {
+                            refs[t] = 1;
+                            infos[t] = info;
                             if mark_ce {
                                 packet::mark_ce(&mut slot[..n]);
+                                infos[t].ecn = packet::ECN_CE;
                             }
                         }
                     }
                     // A departure falls due: serve it before reading on.
-                    if link.next_due().is_some_and(|d| d <= now) {
+                    if hops[0].next_due().is_some_and(|d| d <= now) {
                         break;
                     }
                 }
+                read_all = idle >= inputs.len();
             }
             if !read_all && flush_deadline.is_none() {
                 continue; // more may be waiting: read again after departures
             }
             let now = now_ns(self.epoch);
-            let wait = link
-                .next_due()
+            let wait = next_due(&hops)
                 .map(|d| d.saturating_sub(now))
                 .unwrap_or(50_000_000)
                 .min(50_000_000);
@@ -170,18 +263,27 @@ impl Forwarder {
                 continue;
             }
             let wait = wait - self.spin_ns;
-            let events = if flush_deadline.is_none() {
-                PollFlags::IN
-            } else {
-                PollFlags::empty()
-            };
             let ts = Timespec {
                 tv_sec: (wait / 1_000_000_000) as _,
                 tv_nsec: (wait % 1_000_000_000) as _,
             };
-            poll(&mut [PollFd::from_borrowed_fd(input, events)], Some(&ts)).ok();
+            let fds = if flush_deadline.is_none() {
+                &mut poll_in
+            } else {
+                &mut poll_none
+            };
+            poll(fds, Some(&ts)).ok();
         }
-        let abandoned = link.drain().filter(|d| d.release).count() as u64;
+        let mut abandoned = 0u64;
+        for h in hops.iter_mut() {
+            for d in h.drain() {
+                if d.release {
+                    let t = d.token as usize;
+                    refs[t] -= 1;
+                    abandoned += u64::from(refs[t] == 0);
+                }
+            }
+        }
         let pcap_error = self.pcap.take().and_then(|p| {
             let errors = p.errors;
             match p.finish() {
@@ -191,7 +293,8 @@ impl Forwarder {
             }
         });
         ForwardReport {
-            emulator: link.report(),
+            emulator: hops.iter().map(Link::report).collect(),
+            unroutable,
             buffer_exhausted,
             write_errors,
             realtime,

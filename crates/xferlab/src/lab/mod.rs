@@ -29,28 +29,42 @@ use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
-use crate::cli::lab::{CheckedLab, LabArgs, LabArgsError};
+use crate::cli::lab::{CheckedLab, HostTest, LabArgs, LabArgsError, Program};
+use crate::cli::lab_topology::HostSpec;
 use crate::output::Format;
 use crate::sys;
 use crate::sys::process::Signal;
 use forward::{ForwardReport, Forwarder};
 
-const CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
-const SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
-const CLIENT_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
-const SERVER_ADDR6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 2);
-/// With `--router`: the router's side of the emulated link, its side of
-/// the server's hop, and the server behind it.
+/// The router's side of the emulated link (`--router`) and the gateway
+/// every host routes the lab's prefix through (a TUN device is
+/// point-to-point: the peer address need not exist).
 const ROUTER_A: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
 const ROUTER_B: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 254);
-const ROUTED_SERVER: Ipv4Addr = Ipv4Addr::new(10, 77, 1, 2);
 const ROUTER_A6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 0xfe);
-const ROUTER_B6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 1, 0, 0, 0, 0xfe);
-const ROUTED_SERVER6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 1, 0, 0, 0, 2);
 const IFACE: &str = "xlab0";
 /// The router's interface towards the server.
 const IFACE_B: &str = "xlab1";
 const SERVER_PORT: u16 = 5290;
+
+/// Host ids: client host i is 2i+1, server host j is 2j+2 (so the first
+/// client is .1 and the first server .2, and ids never collide).
+fn client_id(i: usize) -> u8 {
+    (2 * i + 1) as u8
+}
+
+fn server_id(j: usize) -> u8 {
+    (2 * j + 2) as u8
+}
+
+/// A host's addresses: 10.77.SEG.ID and fd77:0:0:SEG::ID (SEG 1 behind
+/// the router, else 0).
+fn addrs(seg: u8, id: u8) -> (Ipv4Addr, Ipv6Addr) {
+    (
+        Ipv4Addr::new(10, 77, seg, id),
+        Ipv6Addr::new(0xfd77, 0, 0, u16::from(seg), 0, 0, 0, u16::from(id)),
+    )
+}
 
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
@@ -120,10 +134,13 @@ pub fn run(a: &LabArgs) -> ExitCode {
 
 /// The validated request.
 struct Plan {
-    c2s: LinkConfig,
-    s2c: LinkConfig,
-    client_sysctls: Vec<(String, String)>,
-    server_sysctls: Vec<(String, String)>,
+    /// Hop 1 (the bottleneck) first: (c2s, s2c).
+    hops: Vec<(LinkConfig, LinkConfig)>,
+    clients: Vec<HostSpec>,
+    servers: Vec<HostSpec>,
+    programs: Vec<Program>,
+    /// One plain test: its own document gets the lab section.
+    single: bool,
     mtu: u32,
     offload: bool,
     pcap: Option<std::path::PathBuf>,
@@ -138,9 +155,8 @@ struct Plan {
     allow_invalid: bool,
     /// A router namespace between the emulated link and the server.
     router: bool,
-    server_addr: Ipv4Addr,
-    /// The client's command line after the binary name, server inserted.
-    client_args: Vec<String>,
+    /// How the whole run is written: the single test's format and output
+    /// file; with several tests, JSON when every test asked for it.
     format: Format,
     output: Option<std::path::PathBuf>,
 }
@@ -148,32 +164,42 @@ struct Plan {
 impl Plan {
     fn new(a: &LabArgs) -> Result<Self, LabArgsError> {
         let CheckedLab {
-            c2s,
-            s2c,
-            client_sysctls,
-            server_sysctls,
-            test,
+            hops,
+            clients,
+            servers,
+            programs,
+            single,
         } = a.check()?;
-        let offload = a.offload.resolve([&c2s, &s2c]);
-        let buffers = a.buffers.unwrap_or_else(|| default_buffers(&c2s, &s2c));
-        let stream = test.stream();
-        let (server_addr, server_addr6) = if a.router {
-            (ROUTED_SERVER, ROUTED_SERVER6)
-        } else {
-            (SERVER_ADDR, SERVER_ADDR6)
+        if a.router && servers.len() > 1 {
+            return Err(
+                "--router takes one server host; for hops in series use --chain"
+                    .to_string()
+                    .into(),
+            );
+        }
+        let links: Vec<&LinkConfig> = hops.iter().flat_map(|(x, y)| [x, y]).collect();
+        let offload = a.offload.resolve(&links);
+        let buffers = a.buffers.unwrap_or_else(|| default_buffers(&hops));
+        let tests: Vec<&HostTest> = programs
+            .iter()
+            .filter_map(|p| match p {
+                Program::Test(t) => Some(t),
+                Program::Exec { .. } => None,
+            })
+            .collect();
+        let (format, output) = match tests.as_slice() {
+            [t] if single => (t.test.stream().format(), t.test.stream().output.clone()),
+            ts if !ts.is_empty() && ts.iter().all(|t| t.test.stream().format() == Format::Json) => {
+                (Format::Json, None)
+            }
+            _ => (Format::Human, None),
         };
-        let server = match stream.family() {
-            crate::net::Family::V6 => server_addr6.to_string(),
-            _ => server_addr.to_string(),
-        };
-        let mut client_args = vec![test.verb().to_string(), server];
-        client_args.extend(test.words[1..].iter().cloned());
-        client_args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
         Ok(Plan {
-            c2s,
-            s2c,
-            client_sysctls,
-            server_sysctls,
+            hops,
+            clients,
+            servers,
+            programs,
+            single,
             mtu: a.mtu,
             offload,
             pcap: a.pcap.clone(),
@@ -185,24 +211,91 @@ impl Plan {
             probe: !a.no_probe,
             allow_invalid: a.allow_invalid,
             router: a.router,
-            server_addr,
-            client_args,
-            format: stream.format(),
-            output: stream.output.clone(),
+            format,
+            output,
         })
+    }
+
+    fn c2s(&self) -> &LinkConfig {
+        &self.hops[0].0
+    }
+
+    fn s2c(&self) -> &LinkConfig {
+        &self.hops[0].1
+    }
+
+    /// The server side's segment: 1 behind the router, else 0.
+    fn server_seg(&self) -> u8 {
+        u8::from(self.router)
+    }
+
+    fn host_addrs(&self, name: &str) -> Option<(Ipv4Addr, Ipv6Addr)> {
+        if let Some(i) = self.clients.iter().position(|h| h.name == name) {
+            return Some(addrs(0, client_id(i)));
+        }
+        let j = self.servers.iter().position(|h| h.name == name)?;
+        Some(addrs(self.server_seg(), server_id(j)))
+    }
+
+    /// A test's command line after the binary name: its server's address
+    /// and the lab server's port inserted, or a named lab host replaced by
+    /// its address.
+    fn client_args(&self, t: &HostTest) -> Vec<String> {
+        let stream = t.test.stream();
+        let v6 = matches!(stream.family(), crate::net::Family::V6);
+        let pick = |(a4, a6): (Ipv4Addr, Ipv6Addr)| {
+            if v6 {
+                a6.to_string()
+            } else {
+                a4.to_string()
+            }
+        };
+        let words = &t.test.words;
+        match (&t.target, stream.host.as_deref()) {
+            (Some(name), Some(given)) => {
+                let addr = self.host_addrs(name).map(pick).unwrap_or_default();
+                let addr = if addr.contains(':') && given.contains(&format!("{name}:")) {
+                    format!("[{addr}]")
+                } else {
+                    addr
+                };
+                let replaced = given.replacen(name.as_str(), &addr, 1);
+                words
+                    .iter()
+                    .map(|w| {
+                        if w == given {
+                            replaced.clone()
+                        } else {
+                            w.clone()
+                        }
+                    })
+                    .collect()
+            }
+            _ => {
+                let server = self.host_addrs(&t.server).map(pick).unwrap_or_default();
+                let mut args = vec![t.test.verb().to_string(), server];
+                args.extend(words[1..].iter().cloned());
+                args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
+                args
+            }
+        }
     }
 }
 
-/// Buffers per direction: room for what one direction can hold (a full
-/// queue plus a delay line at the link rate, twice over), at least 4096.
-fn default_buffers(c2s: &LinkConfig, s2c: &LinkConfig) -> usize {
+/// Buffers per direction: room for what the hops can hold (their queues
+/// plus their delay lines at the link rate, twice over), at least 4096.
+fn default_buffers(hops: &[(LinkConfig, LinkConfig)]) -> usize {
     use xferlab_core::link::config::QueueLimit;
     let need = |c: &LinkConfig| -> u64 {
         let queue = match c.queue {
             QueueLimit::Packets(n) => n,
             QueueLimit::Bytes(b) => b / 500,
         };
-        let line = c.rate_bps.map_or(0, |r| {
+        let rate = c.rate_bps.or(c.trace.as_ref().map(|t| {
+            (u128::from(t.opportunities) * 12_000 * 1_000_000_000 / u128::from(t.period_ns.max(1)))
+                as u64
+        }));
+        let line = rate.map_or(0, |r| {
             (r as u128 * u128::from(c.delay_ns + c.jitter.map_or(0, |j| 4 * j.amount_ns))
                 / 8
                 / 1_000_000_000
@@ -210,7 +303,34 @@ fn default_buffers(c2s: &LinkConfig, s2c: &LinkConfig) -> usize {
         });
         2 * (queue + line)
     };
-    need(c2s).max(need(s2c)).clamp(4096, 1 << 16) as usize
+    let c2s: u64 = hops.iter().map(|h| need(&h.0)).sum();
+    let s2c: u64 = hops.iter().map(|h| need(&h.1)).sum();
+    c2s.max(s2c).clamp(4096, 1 << 16) as usize
+}
+
+/// One forwarding thread's part: from which devices to which, through
+/// which hops.
+struct Leg {
+    name: &'static str,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    route: [u8; 256],
+    hops: Vec<LinkConfig>,
+    pcap: Option<pcap::PcapWriter>,
+}
+
+/// Which TUN devices (ports, in `Lab::tuns` order) sit where.
+#[derive(Debug, Default)]
+struct Wiring {
+    /// The client hosts' devices, in host order.
+    clients: Vec<usize>,
+    /// The far end of the emulated link: the server hosts' devices, or
+    /// the router's.
+    far: Vec<usize>,
+    /// The server hosts' devices (where c2s CE marks are counted).
+    servers: Vec<usize>,
+    /// With `--router`: (router's device towards the server, server's).
+    router_hop: Option<(usize, usize)>,
 }
 
 /// What exists of one lab; `teardown` removes it in reverse.
@@ -266,11 +386,13 @@ impl Lab {
     fn host(
         &mut self,
         role: &str,
+        name: &str,
         ifaces: &[Iface],
         plan: &Plan,
+        mtu: u32,
         sysctls: &[(String, String)],
     ) -> anyhow::Result<LabHost> {
-        let ns = self.ns_name(role);
+        let ns = self.ns_name(name);
         netns::create(&ns).map_err(|e| {
             if netns::errno(&e) == Some(libc::EPERM) {
                 anyhow!("cannot create a network namespace ({e:#}); lab needs CAP_SYS_ADMIN and CAP_NET_ADMIN")
@@ -279,7 +401,7 @@ impl Lab {
             }
         })?;
         self.namespaces.push(ns.clone());
-        let (mtu, offload, txqueuelen) = (plan.mtu, plan.offload, plan.txqueuelen);
+        let (offload, txqueuelen) = (plan.offload, plan.txqueuelen);
         let settings = sysctls.to_vec();
         let specs = ifaces.to_vec();
         let tuns = netns::run_in(&ns, move || {
@@ -314,6 +436,7 @@ impl Lab {
             |f: &dyn Fn(&Iface) -> String| ifaces.iter().map(f).collect::<Vec<_>>().join(",");
         Ok(LabHost {
             role: role.into(),
+            name: name.into(),
             namespace: ns.clone(),
             interface: join(&|i| i.name.to_string()),
             address: join(&|i| i.local.to_string()),
@@ -323,10 +446,22 @@ impl Lab {
         })
     }
 
+    /// Starts xferlab itself inside namespace `ns`.
     fn spawn_in(&self, ns: &str, args: &[String], stdout: Stdio) -> anyhow::Result<Child> {
         let exe = std::env::current_exe().context("cannot find my own binary")?;
+        self.spawn_program(ns, exe.as_os_str(), args, stdout)
+    }
+
+    /// Starts any program inside namespace `ns`; it dies with the runner.
+    fn spawn_program(
+        &self,
+        ns: &str,
+        program: &std::ffi::OsStr,
+        args: &[String],
+        stdout: Stdio,
+    ) -> anyhow::Result<Child> {
         let nsf = netns::open(ns)?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(program);
         cmd.args(args)
             .stdout(stdout)
             .stdin(Stdio::null())
@@ -345,59 +480,138 @@ impl Lab {
                 Ok(())
             });
         }
-        cmd.spawn()
-            .with_context(|| format!("cannot start xferlab in {ns}"))
+        cmd.spawn().with_context(|| {
+            format!(
+                "cannot start {} in {ns}",
+                std::path::Path::new(program).display()
+            )
+        })
     }
 
-    fn run(&mut self, plan: &Plan) -> anyhow::Result<ExitCode> {
-        let v4 = |local, peer, prefix: u32| (local, peer, u32::MAX << (32 - prefix));
-        let iface = |name, (local, peer, mask): (Ipv4Addr, Ipv4Addr, u32), local6, prefix6| Iface {
+    /// Creates every host namespace with its devices; returns the hosts
+    /// (clients, router, servers) and where their devices sit.
+    fn build(&mut self, plan: &Plan) -> anyhow::Result<(Vec<LabHost>, Wiring)> {
+        let iface = |name, local: Ipv4Addr, peer: Ipv4Addr, prefix: u32, local6, prefix6| Iface {
             name,
             local,
             peer,
-            mask: Ipv4Addr::from(mask),
+            mask: Ipv4Addr::from(u32::MAX << (32 - prefix)),
             local6,
             prefix6,
         };
         let mut hosts = Vec::new();
-        // Ports (TUN devices) in order: the emulated link's two ends, then
-        // with a router its hop to the server.
-        if plan.router {
-            // Client and server reach the whole lab prefix through their
-            // link; the router forwards between its two.
-            let c = iface(IFACE, v4(CLIENT_ADDR, ROUTER_A, 16), CLIENT_ADDR6, 48);
-            hosts.push(self.host("client", &[c], plan, &plan.client_sysctls)?);
+        let mut w = Wiring::default();
+        // Every host routes the whole lab prefix through its one device.
+        for (i, h) in plan.clients.iter().enumerate() {
+            let (a4, a6) = addrs(0, client_id(i));
+            let c = iface(IFACE, a4, ROUTER_A, 16, a6, 48);
+            w.clients.push(self.tuns.len());
+            let mtu = h.mtu.unwrap_or(plan.mtu);
+            hosts.push(self.host("client", &h.name, &[c], plan, mtu, &h.sysctls)?);
             self.check_interrupt()?;
-            let ra = iface(IFACE, v4(ROUTER_A, CLIENT_ADDR, 32), ROUTER_A6, 64);
-            let rb = iface(IFACE_B, v4(ROUTER_B, ROUTED_SERVER, 32), ROUTER_B6, 64);
+        }
+        if plan.router {
+            // Its link side routes the clients' /24, its other side the
+            // one server (/32, /127 for IPv6 around the server's id).
+            let (s4, s6) = addrs(1, server_id(0));
+            let ra = iface(IFACE, ROUTER_A, addrs(0, client_id(0)).0, 24, ROUTER_A6, 64);
+            let r6 = Ipv6Addr::from(u128::from(s6) | 1);
+            let rb = iface(IFACE_B, ROUTER_B, s4, 32, r6, 127);
             let forwarding = [
                 ("net.ipv4.ip_forward".to_string(), "1".to_string()),
                 ("net.ipv6.conf.all.forwarding".to_string(), "1".to_string()),
             ];
-            hosts.push(self.host("router", &[ra, rb], plan, &forwarding)?);
+            w.far.push(self.tuns.len());
+            let rb_port = self.tuns.len() + 1;
+            hosts.push(self.host("router", "router", &[ra, rb], plan, plan.mtu, &forwarding)?);
             self.check_interrupt()?;
-            let sv = iface(IFACE, v4(ROUTED_SERVER, ROUTER_B, 16), ROUTED_SERVER6, 48);
-            hosts.push(self.host("server", &[sv], plan, &plan.server_sysctls)?);
-        } else {
-            let c = iface(IFACE, v4(CLIENT_ADDR, SERVER_ADDR, 32), CLIENT_ADDR6, 64);
-            hosts.push(self.host("client", &[c], plan, &plan.client_sysctls)?);
+            w.router_hop = Some((rb_port, self.tuns.len()));
+        }
+        let seg = plan.server_seg();
+        let gateway = if plan.router { ROUTER_B } else { ROUTER_A };
+        for (j, h) in plan.servers.iter().enumerate() {
+            let (a4, a6) = addrs(seg, server_id(j));
+            let sv = iface(IFACE, a4, gateway, 16, a6, 48);
+            if !plan.router {
+                w.far.push(self.tuns.len());
+            }
+            w.servers.push(self.tuns.len());
+            let mtu = h.mtu.unwrap_or(plan.mtu);
+            hosts.push(self.host("server", &h.name, &[sv], plan, mtu, &h.sysctls)?);
             self.check_interrupt()?;
-            let sv = iface(IFACE, v4(SERVER_ADDR, CLIENT_ADDR, 32), SERVER_ADDR6, 64);
-            hosts.push(self.host("server", &[sv], plan, &plan.server_sysctls)?);
         }
-        self.check_interrupt()?;
-        let client_ns = hosts[0].namespace.clone();
-        let server_ns = hosts[hosts.len() - 1].namespace.clone();
-        let before = self.snapshots()?;
-        // (port a, port b, a->b config, b->a config, name): the emulated
-        // link, then the router's plain hop to the server.
-        let plain = LinkConfig::default();
-        let mut hops = vec![(0, 1, plan.c2s.clone(), plan.s2c.clone(), "")];
-        if plan.router {
-            hops.push((2, 3, plain.clone(), plain, "router-"));
-        }
+        Ok((hosts, w))
+    }
 
-        // Forwarders: c2s reads the client's device and writes the server's.
+    fn start_forwarder(
+        &mut self,
+        leg: Leg,
+        plan: &Plan,
+        epoch: (Instant, u64),
+    ) -> anyhow::Result<()> {
+        let Leg {
+            name,
+            inputs,
+            outputs,
+            route,
+            hops,
+            pcap,
+        } = leg;
+        let dup = |i: &usize| {
+            self.tuns[*i]
+                .try_clone()
+                .context("cannot duplicate the TUN handle")
+        };
+        let fwd = Forwarder {
+            inputs: inputs.iter().map(dup).collect::<Result<_, _>>()?,
+            outputs: outputs.iter().map(dup).collect::<Result<_, _>>()?,
+            route,
+            hops,
+            slots: plan.buffers,
+            slot_size: if plan.offload {
+                forward::SUPERPACKET_SLOT
+            } else {
+                plan.mtu.max(
+                    plan.clients
+                        .iter()
+                        .chain(&plan.servers)
+                        .filter_map(|h| h.mtu)
+                        .max()
+                        .unwrap_or(0),
+                ) as usize
+                    + 64
+            },
+            pcap,
+            realtime: plan.realtime,
+            spin_ns: plan.spin_us * 1000,
+            epoch: epoch.0,
+            epoch_unix_ns: epoch.1,
+            stop: self.stop.clone(),
+        };
+        let h = std::thread::Builder::new()
+            .name(format!("xl-fwd-{name}"))
+            .spawn(move || fwd.run())
+            .context("cannot start the forwarder")?;
+        self.forwarders.push(h);
+        Ok(())
+    }
+
+    fn run(&mut self, plan: &Plan) -> anyhow::Result<ExitCode> {
+        let (hosts, wiring) = self.build(plan)?;
+        let ns_of = |name: &str| {
+            hosts
+                .iter()
+                .find(|h| h.name == name)
+                .map(|h| h.namespace.clone())
+                .unwrap_or_default()
+        };
+        if !plan.single {
+            print_hosts(&hosts, plan);
+        }
+        let before = self.snapshots()?;
+
+        // Forwarders: c2s reads the client hosts' devices and writes the
+        // far end's, s2c the reverse; each carries every hop in series.
         let epoch = Instant::now();
         let epoch_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -410,71 +624,89 @@ impl Lab {
                 std::path::PathBuf::from(format!("{base}.{dir}.pcap"))
             })
         };
-        let legs: Vec<(String, usize, usize, LinkConfig)> = hops
-            .iter()
-            .flat_map(|(a, b, ab, ba, prefix)| {
-                [
-                    (format!("{prefix}c2s"), *a, *b, ab.clone()),
-                    (format!("{prefix}s2c"), *b, *a, ba.clone()),
-                ]
-            })
-            .collect();
-        for (name, from, to, cfg) in legs {
-            let cfg = &cfg;
-            let name = name.as_str();
-            let dup = |i: usize| {
-                self.tuns[i]
-                    .try_clone()
-                    .context("cannot duplicate the TUN handle")
-            };
-            // Only the emulated link is captured.
-            let pcap = match pcap_path(name).filter(|_| !name.starts_with("router")) {
+        let mut to_far = [forward::NO_ROUTE; 256];
+        if !plan.router {
+            for j in 0..plan.servers.len() {
+                to_far[usize::from(server_id(j))] = j as u8;
+            }
+        }
+        let mut to_clients = [forward::NO_ROUTE; 256];
+        for i in 0..plan.clients.len() {
+            to_clients[usize::from(client_id(i))] = i as u8;
+        }
+        let c2s_hops: Vec<LinkConfig> = plan.hops.iter().map(|h| h.0.clone()).collect();
+        let s2c_hops: Vec<LinkConfig> = plan.hops.iter().map(|h| h.1.clone()).collect();
+        let (clients, far) = (wiring.clients.clone(), wiring.far.clone());
+        for (name, inputs, outputs, route, hops) in [
+            ("c2s", clients.clone(), far.clone(), to_far, c2s_hops),
+            ("s2c", far, clients, to_clients, s2c_hops),
+        ] {
+            let pcap = match pcap_path(name) {
                 Some(p) => Some(pcap::PcapWriter::create(&p, plan.pcap_snaplen)?),
                 None => None,
             };
-            let fwd = Forwarder {
-                input: dup(from)?,
-                output: dup(to)?,
-                config: cfg.clone(),
-                slots: plan.buffers,
-                slot_size: if plan.offload {
-                    forward::SUPERPACKET_SLOT
-                } else {
-                    plan.mtu as usize + 64
-                },
+            let leg = Leg {
+                name,
+                inputs,
+                outputs,
+                route,
+                hops,
                 pcap,
-                realtime: plan.realtime,
-                spin_ns: plan.spin_us * 1000,
-                epoch,
-                epoch_unix_ns,
-                stop: self.stop.clone(),
             };
-            let h = std::thread::Builder::new()
-                .name(format!("xl-fwd-{name}"))
-                .spawn(move || fwd.run())
-                .context("cannot start the forwarder")?;
-            self.forwarders.push(h);
+            self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
+        }
+        if let Some((r, sv)) = wiring.router_hop {
+            // The router's plain hop to the server.
+            for (name, from, to) in [("router-c2s", r, sv), ("router-s2c", sv, r)] {
+                let leg = Leg {
+                    name,
+                    inputs: vec![from],
+                    outputs: vec![to],
+                    route: [forward::NO_ROUTE; 256],
+                    hops: vec![LinkConfig::default()],
+                    pcap: None,
+                };
+                self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
+            }
         }
 
-        // The server, inside its namespace, on every address there (IPv4
-        // and IPv6 on one dual-stack socket): only the lab link and
-        // loopback exist in it.
-        let server_args: Vec<String> = vec!["server".into(), "-p".into(), SERVER_PORT.to_string()];
-        let mut srv = self.spawn_in(&server_ns, &server_args, Stdio::piped())?;
-        let out = srv.stdout.take();
-        self.children.push(srv);
-        wait_listening(out)?;
+        // A server in every server host, on every address there (IPv4 and
+        // IPv6 on one dual-stack socket).
+        let mut pending = Vec::new();
+        for h in &plan.servers {
+            // Room for every test aimed at it (the server's default limit
+            // is 16 concurrent tests).
+            let tests = plan
+                .programs
+                .iter()
+                .filter(|p| matches!(p, Program::Test(t) if t.server == h.name))
+                .count();
+            let server_args: Vec<String> = vec![
+                "server".into(),
+                "-p".into(),
+                SERVER_PORT.to_string(),
+                "--max-sessions".into(),
+                (tests + 16).to_string(),
+            ];
+            let mut srv = self.spawn_in(&ns_of(&h.name), &server_args, Stdio::piped())?;
+            pending.push((h.name.clone(), srv.stdout.take()));
+            self.children.push(srv);
+        }
+        for (name, out) in pending {
+            wait_listening(out, &name)?;
+        }
         self.check_interrupt()?;
 
         let probe = if plan.probe {
             let one_way = |c: &LinkConfig| {
                 c.delay_ns as f64 / 1e3 + c.rate_bps.map_or(0.0, |r| 48.0 * 8.0 * 1e6 / r as f64)
             };
-            let expected = one_way(&plan.c2s) + one_way(&plan.s2c);
-            let target = SocketAddr::from((plan.server_addr, probe::PROBE_PORT));
+            let expected: f64 = plan.hops.iter().map(|(a, b)| one_way(a) + one_way(b)).sum();
+            let target =
+                SocketAddr::from((addrs(plan.server_seg(), server_id(0)).0, probe::PROBE_PORT));
             Some(probe::measure(
-                &client_ns,
-                &server_ns,
+                &ns_of(&plan.clients[0].name),
+                &ns_of(&plan.servers[0].name),
                 target,
                 10,
                 Duration::from_millis(5),
@@ -485,23 +717,68 @@ impl Lab {
         };
         self.check_interrupt()?;
 
-        // The test, inside the client namespace.
-        let capture = plan.format == Format::Json && plan.output.is_none();
-        let stdout = if capture {
-            Stdio::piped()
-        } else {
-            Stdio::inherit()
-        };
-        let mut cli = self.spawn_in(&client_ns, &plan.client_args, stdout)?;
-        let captured = cli.stdout.take().map(|mut o| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = o.read_to_string(&mut s);
-                s
+        // Programs: exec'd ones first (a test may need their server), then
+        // the tests, all at once.
+        let tests: Vec<&HostTest> = plan
+            .programs
+            .iter()
+            .filter_map(|p| match p {
+                Program::Test(t) => Some(t),
+                Program::Exec { .. } => None,
             })
-        });
-        let status = wait_client(&mut cli);
-        let client_text = captured.and_then(|h| h.join().ok()).unwrap_or_default();
+            .collect();
+        let mut execs = Vec::new();
+        for p in &plan.programs {
+            if let Program::Exec { host, argv } = p {
+                // With tests running, an exec'd program's output goes to
+                // stderr: stdout carries the result.
+                let stdout = if tests.is_empty() {
+                    Stdio::inherit()
+                } else {
+                    std::io::stderr()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .map(Stdio::from)
+                        .unwrap_or_else(|_| Stdio::null())
+                };
+                let child =
+                    self.spawn_program(&ns_of(host), argv[0].as_ref(), &argv[1..], stdout)?;
+                execs.push(child);
+            }
+        }
+        if !tests.is_empty() && !execs.is_empty() {
+            // A server an exec started must listen before a test connects.
+            wait_exec_listening(&execs, &hosts, plan);
+        }
+        let capture = !plan.single || (plan.format == Format::Json && plan.output.is_none());
+        let mut running = Vec::new();
+        let mut outputs = Vec::new();
+        for t in &tests {
+            let stdout = if capture {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            };
+            let mut cli = self.spawn_in(&ns_of(&t.client), &plan.client_args(t), stdout)?;
+            outputs.push(cli.stdout.take().map(|mut o| {
+                std::thread::spawn(move || {
+                    let mut s = String::new();
+                    let _ = o.read_to_string(&mut s);
+                    s
+                })
+            }));
+            running.push(cli);
+        }
+        let statuses = if running.is_empty() {
+            wait_clients(&mut execs)
+        } else {
+            wait_clients(&mut running)
+        };
+        let texts: Vec<String> = outputs
+            .into_iter()
+            .map(|h| h.and_then(|h| h.join().ok()).unwrap_or_default())
+            .collect();
+        self.children.extend(execs);
 
         // Deliver what is still in flight, then stop the forwarders.
         self.stop.store(true, Ordering::Relaxed);
@@ -513,21 +790,28 @@ impl Lab {
         let after = self.snapshots()?;
         stop_children(&mut self.children);
 
-        let port_pairs: Vec<(usize, usize)> = hops.iter().map(|h| (h.0, h.1)).collect();
-        let report = report::assemble(plan, hosts, &reports, &port_pairs, (&before, &after), probe);
+        let report = report::assemble(plan, hosts, &reports, &wiring, (&before, &after), probe);
         let invalid = !report.accuracy.valid;
-        report::emit(plan, &report, &client_text)?;
+        if plan.single {
+            report::emit(plan, &report, &texts[0])?;
+        } else if !tests.is_empty() {
+            report::emit_many(plan, &report, &tests, &texts, &statuses)?;
+        }
         if invalid {
             eprintln!(
                 "xferlab: LAB RUN INVALID: {}",
                 report.accuracy.violations.join("; ")
             );
         }
-        let code = match status {
-            Some(c) if c != 0 => c as u8,
-            None => 1,
+        let failed = statuses.iter().find_map(|s| match s {
+            Some(0) => None,
+            Some(c) => Some(*c as u8),
+            None => Some(1),
+        });
+        let code = match failed {
+            Some(c) => c,
             _ if INTERRUPTS.load(Ordering::Relaxed) > 0 => 130,
-            _ if invalid && !plan.allow_invalid => 1,
+            _ if invalid && !plan.allow_invalid && !tests.is_empty() => 1,
             _ => 0,
         };
         Ok(ExitCode::from(code))
@@ -542,6 +826,10 @@ impl Lab {
         self.tuns.clear();
         self.ports.clear();
         for ns in self.namespaces.drain(..).rev() {
+            // What an exec'd program left running (a daemon it forked).
+            for p in netns::pids_in(&ns) {
+                sys::process::signal_pid(p, Signal::KILL).ok();
+            }
             if let Err(e) = netns::delete(&ns) {
                 eprintln!("xferlab: {e:#}; run `xferlab lab clean`");
             }
@@ -573,7 +861,7 @@ impl Lab {
     }
 }
 
-fn wait_listening(out: Option<std::process::ChildStdout>) -> anyhow::Result<()> {
+fn wait_listening(out: Option<std::process::ChildStdout>, host: &str) -> anyhow::Result<()> {
     let out = out.context("the lab server has no output")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -588,27 +876,108 @@ fn wait_listening(out: Option<std::process::ChildStdout>) -> anyhow::Result<()> 
     });
     match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(true) => Ok(()),
-        _ => bail!("the xferlab server in the lab's server namespace did not start"),
+        _ => bail!("the xferlab server in lab host {host} did not start"),
     }
 }
 
-/// Waits for the client: Ctrl-C once forwards SIGINT (the test stops early
-/// and still reports), twice kills it. None: killed by a signal.
-fn wait_client(c: &mut Child) -> Option<i32> {
+/// Waits for the tests (or, without tests, the exec'd programs): Ctrl-C
+/// once forwards SIGINT (a test stops early and still reports), twice
+/// kills them. None: killed by a signal.
+fn wait_clients(cs: &mut [Child]) -> Vec<Option<i32>> {
     let mut forwarded = 0;
+    let mut done: Vec<Option<Option<i32>>> = vec![None; cs.len()];
     loop {
-        match c.try_wait() {
-            Ok(Some(s)) => return s.code(),
-            Ok(None) => {}
-            Err(_) => return None,
+        for (c, d) in cs.iter_mut().zip(done.iter_mut()) {
+            if d.is_none() {
+                match c.try_wait() {
+                    Ok(Some(s)) => *d = Some(s.code()),
+                    Ok(None) => {}
+                    Err(_) => *d = Some(None),
+                }
+            }
+        }
+        if done.iter().all(Option::is_some) {
+            return done.into_iter().map(Option::flatten).collect();
         }
         let n = INTERRUPTS.load(Ordering::Relaxed);
         if n > forwarded {
             forwarded = n;
             let sig = if n == 1 { Signal::INT } else { Signal::KILL };
-            sys::process::signal_child(c, sig).ok();
+            for c in cs.iter() {
+                sys::process::signal_child(c, sig).ok();
+            }
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Gives programs exec'd in server hosts a moment to listen: waits (up
+/// to 5 s) until a TCP socket listens in each such namespace, or the
+/// program exits.
+fn wait_exec_listening(execs: &[Child], hosts: &[LabHost], plan: &Plan) {
+    // Only hosts a test names as its server wait.
+    let server_ns: Vec<String> = plan
+        .programs
+        .iter()
+        .filter_map(|p| match p {
+            Program::Exec { host, .. } => Some(host),
+            Program::Test(_) => None,
+        })
+        .filter(|host| {
+            plan.programs
+                .iter()
+                .any(|p| matches!(p, Program::Test(t) if t.target.as_ref() == Some(*host)))
+        })
+        .filter_map(|host| hosts.iter().find(|h| &h.name == host))
+        .map(|h| h.namespace.clone())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let listening = |ns: &str| {
+        netns::run_in(ns, || {
+            let count = |f| {
+                netns::read_net_file(f)
+                    .map(|t| {
+                        // State 0A: LISTEN; the xferlab server's own
+                        // socket is on 5290 (0x14AA).
+                        t.lines()
+                            .filter(|l| {
+                                let cols: Vec<&str> = l.split_whitespace().collect();
+                                cols.get(3) == Some(&"0A")
+                                    && !cols.get(1).is_some_and(|a| a.ends_with(":14AA"))
+                            })
+                            .count()
+                    })
+                    .unwrap_or(0)
+            };
+            Ok(count("tcp") + count("tcp6"))
+        })
+        .unwrap_or(0)
+            > 0
+    };
+    let _ = execs;
+    while Instant::now() < deadline {
+        if server_ns.iter().all(|ns| listening(ns)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Prints where every host is, before the programs start.
+fn print_hosts(hosts: &[LabHost], plan: &Plan) {
+    let mut s = String::from("lab hosts:");
+    for h in hosts {
+        s += &format!(
+            "\n  {:<12} {:<6} {:<12} {:<16} netns {}",
+            h.name, h.role, h.address, h.address6, h.namespace
+        );
+    }
+    // JSON: the document has them. Exec'd programs alone own stdout.
+    let has_tests = plan.programs.iter().any(|p| matches!(p, Program::Test(_)));
+    match (has_tests, plan.format) {
+        (true, Format::Human) => println!("{s}"),
+        (false, _) => eprintln!("{s}"),
+        _ => {}
     }
 }
 

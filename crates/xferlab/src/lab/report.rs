@@ -6,15 +6,17 @@ use anyhow::Context;
 use std::io::Write;
 
 use xferlab_core::counters::CounterSnapshot;
-use xferlab_core::link::config::{EcnMarking, LossModel, QueueLimit};
+use xferlab_core::link::config::{EcnMarking, LossModel, Qdisc, QueueLimit};
 use xferlab_core::link::report::{
-    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, LabHost, LabReport, RttProbe,
-    Targets, Topology, UnintendedDrops,
+    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, HopLink, LabHost, LabReport,
+    RttProbe, Targets, Topology, UnintendedDrops,
 };
+use xferlab_core::link::stats::DirectionReport;
 use xferlab_core::link::LinkConfig;
 
 use super::forward::ForwardReport;
-use super::Plan;
+use super::{Plan, Wiring};
+use crate::cli::lab::HostTest;
 use crate::output::Format;
 
 /// How far the probe's median RTT may sit from the configured one.
@@ -30,38 +32,112 @@ pub(super) fn assemble(
     plan: &Plan,
     hosts: Vec<LabHost>,
     fwd: &[ForwardReport],
-    hops: &[(usize, usize)],
+    w: &Wiring,
     (before, after): (&Vec<CounterSnapshot>, &Vec<CounterSnapshot>),
     rtt_probe: Option<RttProbe>,
 ) -> LabReport {
     // Snapshots are per port (TUN device): counters of its namespace and
-    // its device. Port 0 is the client's, the last the server's.
-    let d = |port: usize, key: &str| delta(&before[port], &after[port], key);
-    let (client_port, server_port) = (0, before.len() - 1);
-    let direction = |f: &ForwardReport, sender: usize, receiver: usize, ce_at: Option<usize>| {
-        DirectionAccuracy {
-            emulator: f.emulator.clone(),
-            unintended_drops: UnintendedDrops {
-                tun_tx_dropped: d(sender, "dev.tx_drop").max(0) as u64,
-                tun_rx_dropped: d(receiver, "dev.rx_drop").max(0) as u64,
-                buffer_exhausted: f.buffer_exhausted,
-                write_errors: f.write_errors,
-            },
-            // IPv4 and IPv6 count CE arrivals separately.
-            receiver_in_ce_pkts: ce_at.map(|p| d(p, "IpExt.InCEPkts") + d(p, "Ip6.InCEPkts")),
-        }
+    // its device.
+    let d = |ports: &[usize], key: &str| -> i64 {
+        ports
+            .iter()
+            .map(|&p| delta(&before[p], &after[p], key))
+            .sum()
     };
-    let (a, b) = hops[0];
-    let c2s = direction(&fwd[0], a, b, Some(server_port));
-    let s2c = direction(&fwd[1], b, a, Some(client_port));
-    let router_hop = hops.get(1).map(|&(a, b)| HopAccuracy {
-        c2s: direction(&fwd[2], a, b, None),
-        s2c: direction(&fwd[3], b, a, None),
+    let chained = plan.hops.len() > 1;
+    let direction = |e: &DirectionReport,
+                     f: &ForwardReport,
+                     senders: &[usize],
+                     receivers: &[usize],
+                     ce_at: Option<&[usize]>| DirectionAccuracy {
+        emulator: e.clone(),
+        unintended_drops: UnintendedDrops {
+            tun_tx_dropped: d(senders, "dev.tx_drop").max(0) as u64,
+            tun_rx_dropped: d(receivers, "dev.rx_drop").max(0) as u64,
+            buffer_exhausted: f.buffer_exhausted,
+            write_errors: f.write_errors,
+        },
+        // IPv4 and IPv6 count CE arrivals separately.
+        receiver_in_ce_pkts: ce_at.map(|p| d(p, "IpExt.InCEPkts") + d(p, "Ip6.InCEPkts")),
+        unroutable_packets: if ce_at.is_some() { f.unroutable } else { 0 },
+    };
+    let c2s = direction(
+        &fwd[0].emulator[0],
+        &fwd[0],
+        &w.clients,
+        &w.far,
+        Some(&w.servers),
+    );
+    let s2c = direction(
+        &fwd[1].emulator[0],
+        &fwd[1],
+        &w.far,
+        &w.clients,
+        Some(&w.clients),
+    );
+    let later: Vec<HopAccuracy> = (1..plan.hops.len())
+        .map(|k| HopAccuracy {
+            c2s: direction(&fwd[0].emulator[k], &fwd[0], &[], &[], None),
+            s2c: direction(&fwd[1].emulator[k], &fwd[1], &[], &[], None),
+        })
+        .collect();
+    let router_hop = w.router_hop.map(|(a, b)| HopAccuracy {
+        c2s: direction(&fwd[2].emulator[0], &fwd[2], &[a], &[b], None),
+        s2c: direction(&fwd[3].emulator[0], &fwd[3], &[b], &[a], None),
     });
     let targets = Targets::default();
     let mut violations = Vec::new();
-    judge_direction("c2s", &plan.c2s, &c2s, &targets, &mut violations);
-    judge_direction("s2c", &plan.s2c, &s2c, &targets, &mut violations);
+    for (name, cfg, acc, k) in [("c2s", plan.c2s(), &c2s, 0), ("s2c", plan.s2c(), &s2c, 1)] {
+        if !chained {
+            judge_direction(name, cfg, acc, &targets, &mut violations);
+            continue;
+        }
+        // In a chain every hop may mark: the receiver's count is checked
+        // against all of them together.
+        let mut own = acc.clone();
+        own.receiver_in_ce_pkts = None;
+        judge_direction(
+            &format!("hop 1 {name}"),
+            cfg,
+            &own,
+            &targets,
+            &mut violations,
+        );
+        let marks: u64 = fwd[k]
+            .emulator
+            .iter()
+            .map(|e| e.counters.marked_packets)
+            .sum();
+        let marking = plan.hops.iter().any(|h| {
+            let c = if k == 0 { &h.0 } else { &h.1 };
+            !matches!(c.ecn, EcnMarking::None)
+        });
+        if let (true, Some(seen)) = (marking, acc.receiver_in_ce_pkts) {
+            if seen != marks as i64 {
+                violations.push(format!(
+                    "{name}: {marks} CE marks applied over the hops but the receiver counted {seen} (IpExtInCEPkts + Ip6InCEPkts)"
+                ));
+            }
+        }
+    }
+    for (i, hop) in later.iter().enumerate() {
+        let (c, s) = &plan.hops[i + 1];
+        // The hops share the devices: their drops are judged once, above.
+        judge_direction(
+            &format!("hop {} c2s", i + 2),
+            c,
+            &hop.c2s,
+            &targets,
+            &mut violations,
+        );
+        judge_direction(
+            &format!("hop {} s2c", i + 2),
+            s,
+            &hop.s2c,
+            &targets,
+            &mut violations,
+        );
+    }
     if let Some(hop) = &router_hop {
         // The plain hop is not shaped: only losses nobody asked for count.
         let lenient = Targets {
@@ -85,7 +161,10 @@ pub(super) fn assemble(
         );
     }
     if let Some(p) = &rtt_probe {
-        let jitter = plan.c2s.jitter.is_some() || plan.s2c.jitter.is_some();
+        let jitter = plan
+            .hops
+            .iter()
+            .any(|(a, b)| a.jitter.is_some() || b.jitter.is_some());
         if p.received == 0 {
             violations.push(format!("rtt probe: none of {} probes came back", p.sent));
         } else if !jitter && (p.median_us - p.expected_us).abs() > RTT_TOLERANCE_US {
@@ -115,12 +194,20 @@ pub(super) fn assemble(
             buffers: plan.buffers as u64,
             pcap: plan.pcap.as_ref().map(|p| p.display().to_string()),
         },
-        c2s: plan.c2s.clone(),
-        s2c: plan.s2c.clone(),
+        c2s: plan.c2s().clone(),
+        s2c: plan.s2c().clone(),
+        hops: plan.hops[1..]
+            .iter()
+            .map(|(c, s)| HopLink {
+                c2s: c.clone(),
+                s2c: s.clone(),
+            })
+            .collect(),
         accuracy: Accuracy {
             c2s,
             s2c,
             router_hop,
+            hops: later,
             rtt_probe,
             valid: violations.is_empty(),
             violations,
@@ -188,11 +275,67 @@ pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> anyhow::Resu
     }
 }
 
+/// Several tests in one run: one document with a section per client
+/// host (its test's own result) and the lab's report, or each test's
+/// text under a heading followed by the lab's.
+pub(super) fn emit_many(
+    plan: &Plan,
+    lab: &LabReport,
+    tests: &[&HostTest],
+    texts: &[String],
+    statuses: &[Option<i32>],
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout();
+    if plan.format == Format::Json {
+        let mut sections = serde_json::Map::new();
+        for ((t, text), status) in tests.iter().zip(texts).zip(statuses) {
+            let result = serde_json::from_str::<serde_json::Value>(text)
+                .unwrap_or_else(|_| serde_json::Value::String(text.clone()));
+            sections.insert(
+                t.label.clone(),
+                serde_json::json!({
+                    "host": t.client,
+                    "server": t.server,
+                    "command": t.test.words.join(" "),
+                    "exit_code": status,
+                    "result": result,
+                }),
+            );
+        }
+        let doc = serde_json::json!({ "tests": sections, "lab": lab });
+        let text = serde_json::to_string_pretty(&doc).context("cannot format the result")?;
+        return writeln!(out, "{text}")
+            .and_then(|_| out.flush())
+            .context("cannot write the result");
+    }
+    let mut s = String::new();
+    for ((t, text), status) in tests.iter().zip(texts).zip(statuses) {
+        s += &format!(
+            "\n== {} -> {}: {} (exit {}) ==\n{text}",
+            t.client,
+            t.server,
+            t.test.words.join(" "),
+            status.map_or("signal".into(), |c| c.to_string())
+        );
+    }
+    s += &human(lab);
+    out.write_all(s.as_bytes())
+        .and_then(|_| out.flush())
+        .context("cannot write the result")
+}
+
 fn describe(c: &LinkConfig) -> String {
     let mut parts = Vec::new();
-    match c.rate_bps {
-        Some(r) => parts.push(format!("rate {} Mbit/s", r as f64 / 1e6)),
-        None => parts.push("unshaped".into()),
+    match (c.rate_bps, &c.trace) {
+        (Some(r), _) => parts.push(format!("rate {} Mbit/s", r as f64 / 1e6)),
+        (None, Some(t)) => parts.push(format!(
+            "{} ({} opportunities per {} ms, mean {:.3} Mbit/s)",
+            t.source,
+            t.opportunities,
+            t.period_ns as f64 / 1e6,
+            t.opportunities as f64 * 12_000.0 / (t.period_ns as f64 / 1e9) / 1e6
+        )),
+        (None, None) => parts.push("unshaped".into()),
     }
     if c.overhead_bytes > 0 {
         parts.push(format!("+{} B/segment", c.overhead_bytes));
@@ -230,6 +373,17 @@ fn describe(c: &LinkConfig) -> String {
             ..
         } => parts.push(format!("RED {min_bytes}..{max_bytes} B p={max_p}")),
     }
+    if let Qdisc::Codel {
+        target_ns,
+        interval_ns,
+    } = c.qdisc
+    {
+        parts.push(format!(
+            "CoDel target {} ms interval {} ms",
+            target_ns as f64 / 1e6,
+            interval_ns as f64 / 1e6
+        ));
+    }
     if c.reorder > 0.0 {
         parts.push(format!("reorder {} %", c.reorder * 100.0));
     }
@@ -254,7 +408,14 @@ fn us(v: Option<f64>) -> String {
 fn human(lab: &LabReport) -> String {
     let mut s = String::from("\nLab:");
     for h in &lab.topology.hosts {
-        s += &format!(" {} {} (netns {})", h.role, h.address, h.namespace);
+        if h.name == h.role {
+            s += &format!(" {} {} (netns {})", h.role, h.address, h.namespace);
+        } else {
+            s += &format!(
+                " {} {} {} (netns {})",
+                h.role, h.name, h.address, h.namespace
+            );
+        }
         if !h.sysctls.is_empty() {
             let kv: Vec<String> = h.sysctls.iter().map(|(k, v)| format!("{k}={v}")).collect();
             s += &format!(" [{}]", kv.join(" "));
@@ -277,9 +438,9 @@ fn human(lab: &LabReport) -> String {
         let u = &a.unintended_drops;
         s += &format!("Link {name}: {}\n", describe(cfg));
         s += &format!(
-            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
+            "  {} packets ({} segments) in; dropped by loss model {} (in {} bursts), by queue {}, by RED {}, by CoDel {}, unintended {} (TUN TX {}, TUN RX {}, buffers {}, write errors {})\n",
             k.arrived_packets, k.arrived_segments, k.dropped_loss_packets, k.loss_bursts, k.dropped_queue_packets,
-            k.dropped_red_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
+            k.dropped_red_packets, k.dropped_qdisc_packets, u.total(), u.tun_tx_dropped, u.tun_rx_dropped, u.buffer_exhausted, u.write_errors
         );
         if !matches!(cfg.ecn, EcnMarking::None) || k.marked_segments > 0 {
             s += &format!(
@@ -290,6 +451,13 @@ fn human(lab: &LabReport) -> String {
             );
         }
         let e = &a.emulator;
+        if e.sojourn_samples > 0 {
+            s += &format!(
+                "  queueing delay after 2 s: mean {} p99 {}\n",
+                us(e.sojourn_mean_us),
+                us(e.sojourn_p99_us)
+            );
+        }
         s += &format!(
             "  departure lateness p50 {} p99 {} p99.9 {} max {}",
             us(e.lateness_p50_us),
@@ -305,6 +473,22 @@ fn human(lab: &LabReport) -> String {
                 )
             }
             _ => s += "\n",
+        }
+    }
+    for (i, (cfg, acc)) in lab.hops.iter().zip(&lab.accuracy.hops).enumerate() {
+        for (name, c, a) in [("c2s", &cfg.c2s, &acc.c2s), ("s2c", &cfg.s2c, &acc.s2c)] {
+            let k = &a.emulator.counters;
+            s += &format!(
+                "Hop {} {name}: {}\n  {} packets in; dropped by loss model {}, by queue {}, by RED {}; CE marks {}; lateness p99 {}\n",
+                i + 2,
+                describe(c),
+                k.arrived_packets,
+                k.dropped_loss_packets,
+                k.dropped_queue_packets,
+                k.dropped_red_packets,
+                k.marked_packets,
+                us(a.emulator.lateness_p99_us)
+            );
         }
     }
     if let Some(h) = &lab.accuracy.router_hop {
