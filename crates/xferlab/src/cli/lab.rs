@@ -243,6 +243,9 @@ pub struct HostTest {
 
 /// What a lab runs.
 #[derive(Debug)]
+// A few per lab run, parsed once: boxing the test would only add an
+// indirection.
+#[allow(clippy::large_enum_variant)]
 pub enum Program {
     Test(HostTest),
     /// `exec HOST -- CMD`: killed with the lab unless it ends first.
