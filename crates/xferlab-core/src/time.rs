@@ -1,9 +1,11 @@
 //! The core's one time type: [`Time`], a point on the driver's monotonic
 //! clock in nanoseconds since an origin the driver picks.
 //!
-//! Every state machine, meter and model here takes its time from the
-//! caller as a `Time` and never reads a clock (clippy's
-//! `disallowed-methods` keeps it so). Unit tests start virtual time at
+//! Every state machine and model here (the control protocols, `TestRun`,
+//! the rr tracker, the USB transfer queue, the datagram pacer, the link
+//! emulator, DCCP) takes its time from the caller as a `Time` and never
+//! reads a clock (clippy's `disallowed-methods` keeps it so); per-packet
+//! models may count its nanoseconds inside. Unit tests start virtual time at
 //! [`Time::ZERO`] and advance it by adding durations. Spans are
 //! [`Duration`]s; results print seconds as `f64` (a unit of output, not a
 //! clock). Timestamps that travel in packets (a datagram's send time) are

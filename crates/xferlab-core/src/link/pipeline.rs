@@ -1,8 +1,9 @@
 //! One direction of the emulated link: loss -> queue + ECN marker -> rate
 //! shaper -> delay line (jitter, reordering, duplication). The driver
 //! hands in packets with a token naming its buffer and the arrival time;
-//! it asks when the next packet is due and takes it out. Times are
-//! nanoseconds on the driver's clock.
+//! it asks when the next packet is due and takes it out. Times come and
+//! go as the core's [`Time`]; inside, the shaper, queue and delay line
+//! count integer nanoseconds of it (their arithmetic is per packet).
 //!
 //! A drop-tail queue decides everything at arrival (the departure time is
 //! known then). CoDel decides at dequeue: packets wait in `waiting` until
@@ -13,6 +14,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+
+use crate::time::Time;
 
 use super::codel::{Codel, Verdict};
 use super::config::{LinkConfig, Qdisc, QueueLimit};
@@ -66,7 +69,7 @@ pub struct Departure {
     /// The last copy of this token: the buffer may be reused after writing.
     pub release: bool,
     /// Scheduled departure time.
-    pub due: u64,
+    pub due: Time,
     /// Set CE before writing (CoDel marks at dequeue).
     pub mark_ce: bool,
     /// CoDel dropped it at dequeue: write nothing.
@@ -155,7 +158,8 @@ impl Link {
     }
 
     /// A packet read at `now`, held in the driver's buffer `token`.
-    pub fn arrive(&mut self, now: u64, info: &PacketInfo, token: u32) -> Arrival {
+    pub fn arrive(&mut self, now: Time, info: &PacketInfo, token: u32) -> Arrival {
+        let now = now.as_nanos();
         let segs = u64::from(info.segments);
         let c = &mut self.counters;
         c.arrived_packets += 1;
@@ -297,7 +301,7 @@ impl Link {
                     return Some(Departure {
                         token: w.token,
                         release: w.release,
-                        due: start,
+                        due: Time::from_nanos(start),
                         mark_ce: false,
                         dropped: true,
                     });
@@ -318,12 +322,13 @@ impl Link {
     }
 
     /// When the next packet is due (None: nothing queued).
-    pub fn next_due(&self) -> Option<u64> {
+    pub fn next_due(&self) -> Option<Time> {
         let line = self.line.peek().map(|Reverse(p)| p.due);
-        match (line, self.head_start()) {
+        let due = match (line, self.head_start()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        };
+        due.map(Time::from_nanos)
     }
 
     /// Packets queued or in the delay line (copies count separately).
@@ -336,7 +341,8 @@ impl Link {
     /// `now`. With CoDel it may be None though `next_due` was reached (the
     /// dequeue passed: the packet went on to serialization and the delay
     /// line); ask `next_due` again.
-    pub fn pop_due(&mut self, now: u64) -> Option<Departure> {
+    pub fn pop_due(&mut self, now: Time) -> Option<Departure> {
+        let now = now.as_nanos();
         if self.codel.is_some() {
             if let Some(dropped) = self.dequeue_due(now) {
                 return Some(dropped);
@@ -372,7 +378,7 @@ impl Link {
         Some(Departure {
             token: p.token,
             release: p.release,
-            due: p.due,
+            due: Time::from_nanos(p.due),
             mark_ce: p.mark_ce,
             dropped: false,
         })
@@ -383,14 +389,14 @@ impl Link {
         let waiting = self.waiting.drain(..).map(|w| Departure {
             token: w.token,
             release: w.release,
-            due: w.arrival,
+            due: Time::from_nanos(w.arrival),
             mark_ce: false,
             dropped: true,
         });
         let line = self.line.drain().map(|Reverse(p)| Departure {
             token: p.token,
             release: p.release,
-            due: p.due,
+            due: Time::from_nanos(p.due),
             mark_ce: p.mark_ce,
             dropped: false,
         });
@@ -429,6 +435,10 @@ mod tests {
     use super::super::packet::PacketInfo;
     use super::*;
 
+    fn ns(ns: u64) -> Time {
+        Time::from_nanos(ns)
+    }
+
     /// Drives a link on virtual time: packets of `len` bytes arrive every
     /// `gap` ns for `n` packets; departures are taken exactly when due.
     /// Returns the departures (token, time) in order.
@@ -437,16 +447,20 @@ mod tests {
         let mut t = 0;
         for i in 0..n {
             let arrive_at = u64::from(i) * gap;
-            while let Some(due) = link.next_due().filter(|&d| d <= arrive_at) {
+            while let Some(due) = link
+                .next_due()
+                .map(Time::as_nanos)
+                .filter(|&d| d <= arrive_at)
+            {
                 t = due;
-                let d = link.pop_due(t).unwrap();
+                let d = link.pop_due(ns(t)).unwrap();
                 out.push((d.token, t));
             }
             t = t.max(arrive_at);
-            link.arrive(t, &info, i);
+            link.arrive(ns(t), &info, i);
         }
-        while let Some(due) = link.next_due() {
-            let d = link.pop_due(due).unwrap();
+        while let Some(due) = link.next_due().map(Time::as_nanos) {
+            let d = link.pop_due(ns(due)).unwrap();
             out.push((d.token, due));
         }
         out
@@ -485,7 +499,7 @@ mod tests {
         let mut link = Link::new(&c);
         // 30 back to back: 10 admitted, 20 dropped by the queue.
         for i in 0..30 {
-            link.arrive(0, &PacketInfo::simple(1500, 0), i);
+            link.arrive(ns(0), &PacketInfo::simple(1500, 0), i);
         }
         let k = link.counters();
         assert_eq!((k.dropped_queue_packets, k.dropped_loss_packets), (20, 0));
@@ -515,12 +529,12 @@ mod tests {
         let mut marks = 0;
         for i in 0..40_000 {
             if let Arrival::Queued { mark_ce: true } =
-                link.arrive(0, &PacketInfo::simple(100, 2), i)
+                link.arrive(ns(0), &PacketInfo::simple(100, 2), i)
             {
                 marks += 1;
             }
             assert_eq!(
-                link.arrive(0, &PacketInfo::simple(100, 0), i),
+                link.arrive(ns(0), &PacketInfo::simple(100, 0), i),
                 Arrival::Queued { mark_ce: false }
             );
         }
@@ -555,13 +569,13 @@ mod tests {
         c.duplicate = 0.5;
         let mut link = Link::new(&c);
         for i in 0..1000 {
-            link.arrive(0, &PacketInfo::simple(100, 0), i);
+            link.arrive(ns(0), &PacketInfo::simple(100, 0), i);
         }
         let dups = link.counters().duplicated_packets;
         assert!(dups > 400 && dups < 600, "{dups}");
         let mut releases = 0;
         let mut copies = 0;
-        while let Some(d) = link.pop_due(0) {
+        while let Some(d) = link.pop_due(ns(0)) {
             copies += 1;
             releases += u32::from(d.release);
         }
@@ -595,20 +609,24 @@ mod tests {
         let (mut t, mut sent, mut dropped, mut released) = (0u64, 0u64, 0u64, 0u64);
         for i in 0..6600u32 {
             let at = u64::from(i) * 909_091;
-            while let Some(due) = link.next_due().filter(|&d| d <= at) {
+            while let Some(due) = link.next_due().map(Time::as_nanos).filter(|&d| d <= at) {
                 t = t.max(due);
                 // A dequeue that passes moves the packet to the delay
                 // line: nothing to write yet.
-                let Some(d) = link.pop_due(t) else { continue };
+                let Some(d) = link.pop_due(ns(t)) else {
+                    continue;
+                };
                 sent += u64::from(!d.dropped);
                 dropped += u64::from(d.dropped);
                 released += u64::from(d.release);
             }
             t = t.max(at);
-            link.arrive(t, &PacketInfo::simple(1500, 0), i);
+            link.arrive(ns(t), &PacketInfo::simple(1500, 0), i);
         }
-        while let Some(due) = link.next_due() {
-            let Some(d) = link.pop_due(due) else { continue };
+        while let Some(due) = link.next_due().map(Time::as_nanos) {
+            let Some(d) = link.pop_due(ns(due)) else {
+                continue;
+            };
             sent += u64::from(!d.dropped);
             dropped += u64::from(d.dropped);
             released += u64::from(d.release);
@@ -648,12 +666,14 @@ mod tests {
         let mut marks = 0;
         for i in 0..3000u32 {
             let at = u64::from(i) * 666_667;
-            while let Some(due) = link.next_due().filter(|&d| d <= at) {
-                let Some(d) = link.pop_due(due) else { continue };
+            while let Some(due) = link.next_due().map(Time::as_nanos).filter(|&d| d <= at) {
+                let Some(d) = link.pop_due(ns(due)) else {
+                    continue;
+                };
                 assert!(!d.dropped);
                 marks += u32::from(d.mark_ce);
             }
-            link.arrive(at, &PacketInfo::simple(1500, 2), i);
+            link.arrive(ns(at), &PacketInfo::simple(1500, 2), i);
         }
         assert!(marks > 10, "{marks}");
         assert_eq!(link.counters().marked_qdisc_packets, u64::from(marks));
@@ -663,11 +683,11 @@ mod tests {
     fn late_departures_show_in_the_histogram() {
         let mut link = Link::new(&cfg());
         for i in 0..100 {
-            link.arrive(u64::from(i) * 1000, &PacketInfo::simple(100, 0), i);
+            link.arrive(ns(u64::from(i) * 1000), &PacketInfo::simple(100, 0), i);
         }
         // Taken out 300 us after arrival (due at arrival: no delay).
         for i in 0..100u64 {
-            link.pop_due(i * 1000 + 300_000).unwrap();
+            link.pop_due(ns(i * 1000 + 300_000)).unwrap();
         }
         let r = link.report();
         assert_eq!(r.lateness_p50_us, Some(300.0));

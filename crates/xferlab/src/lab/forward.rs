@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use xferlab_core::time::Time;
+
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use xferlab_core::link::packet::{self, VNET_HDR_LEN};
 use xferlab_core::link::stats::DirectionReport;
@@ -67,8 +69,10 @@ pub struct ForwardReport {
     pub pcap_error: Option<String>,
 }
 
-fn now_ns(epoch: Instant) -> u64 {
-    epoch.elapsed().as_nanos() as u64
+/// Now on the lab's clock: the core's time, its origin at the lab's
+/// epoch (so a trace or schedule starts at its beginning).
+fn lab_time(epoch: Instant) -> Time {
+    Time::from_nanos(epoch.elapsed().as_nanos() as u64)
 }
 
 /// Timer slack 1 ns (default slack adds ~50 us to every wake-up) and,
@@ -121,7 +125,7 @@ impl Forwarder {
             .map(|&fd| PollFd::from_borrowed_fd(fd, PollFlags::empty()))
             .collect();
         let mut next_input = 0usize;
-        let mut flush_deadline: Option<u64> = None;
+        let mut flush_deadline: Option<Time> = None;
         let next_due = |hops: &[Link]| hops.iter().filter_map(Link::next_due).min();
         loop {
             // Departures hop by hop: one leaving hop k arrives at hop k+1
@@ -130,7 +134,7 @@ impl Forwarder {
             // recorded is that of the write about to happen.
             for k in 0..=last {
                 loop {
-                    let now = now_ns(self.epoch);
+                    let now = lab_time(self.epoch);
                     let Some(d) = hops[k].pop_due(now) else {
                         break;
                     };
@@ -166,7 +170,7 @@ impl Forwarder {
                                 }
                                 if let Some(p) = self.pcap.as_mut() {
                                     p.write(
-                                        self.epoch_unix_ns + now_ns(self.epoch),
+                                        self.epoch_unix_ns + lab_time(self.epoch).as_nanos(),
                                         &buf[VNET_HDR_LEN.min(buf.len())..],
                                     );
                                 }
@@ -182,9 +186,9 @@ impl Forwarder {
                     }
                 }
             }
-            let now = now_ns(self.epoch);
+            let now = lab_time(self.epoch);
             if flush_deadline.is_none() && self.stop.load(Ordering::Relaxed) {
-                flush_deadline = Some(now + FLUSH_LIMIT.as_nanos() as u64);
+                flush_deadline = Some(now + FLUSH_LIMIT);
             }
             if let Some(deadline) = flush_deadline {
                 if next_due(&hops).is_none() || now >= deadline {
@@ -226,7 +230,7 @@ impl Forwarder {
                     next_input = (next_input + 1) % inputs.len();
                     lens[t] = n;
                     let info = packet::inspect(&slot[..n]);
-                    let now = now_ns(self.epoch);
+                    let now = lab_time(self.epoch);
                     match hops[0].arrive(now, &info, tok) {
                         Arrival::Dropped(_) => free.push(tok),
                         Arrival::Queued { mark_ce } => {
@@ -248,9 +252,9 @@ impl Forwarder {
             if !read_all && flush_deadline.is_none() {
                 continue; // more may be waiting: read again after departures
             }
-            let now = now_ns(self.epoch);
+            let now = lab_time(self.epoch);
             let wait = next_due(&hops)
-                .map(|d| d.saturating_sub(now))
+                .map(|d| (d - now).as_nanos() as u64)
                 .unwrap_or(50_000_000)
                 .min(50_000_000);
             if wait == 0 {
