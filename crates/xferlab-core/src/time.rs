@@ -8,7 +8,9 @@
 //! models may count its nanoseconds inside. Unit tests start virtual time at
 //! [`Time::ZERO`] and advance it by adding durations. Spans are
 //! [`Duration`]s; results print seconds as `f64` (a unit of output, not a
-//! clock). Timestamps that travel in packets (a datagram's send time) are
+//! clock), and the interval meters, which produce those results, take
+//! their position as seconds since the side's start, which their driver
+//! computes with [`Time::secs_since`]. Timestamps that travel in packets (a datagram's send time) are
 //! data on the sender's wall clock, not a `Time`.
 
 use std::ops::{Add, AddAssign, Sub};
