@@ -163,13 +163,20 @@ fn iperf3_clients_authenticate_with_iperf3s_rsa_scheme() {
 }
 
 /// The same against iperf3 3.21, which pads with OAEP (3.12 uses
-/// PKCS#1 v1.5). Needs a 3.21 built with OpenSSL (the one in
-/// ../shared/peers builds without it by default).
+/// PKCS#1 v1.5): the 3.21 in /opt/iperf3-321 (or XFERLAB_IPERF3_RSA),
+/// which must be built with OpenSSL, as .ci/run builds it.
 #[test]
-#[ignore = "needs iperf3 3.21 built with OpenSSL: XFERLAB_IPERF3_RSA=/path/to/iperf3 cargo test -- --ignored"]
 fn iperf3_321_clients_authenticate_with_oaep() {
-    let program = std::env::var("XFERLAB_IPERF3_RSA").expect(
-        "XFERLAB_IPERF3_RSA names an iperf3 3.21 built with OpenSSL (configure without --without-openssl)",
+    let program = std::env::var("XFERLAB_IPERF3_RSA")
+        .unwrap_or_else(|_| "/opt/iperf3-321/bin/iperf3".to_string());
+    let help = std::process::Command::new(&program)
+        .arg("--help")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        help.contains("--rsa-public-key-path"),
+        "{program} is not an iperf3 3.21 with RSA authentication: build third_party/iperf-3.21+ with OpenSSL (libssl-dev) into /opt/iperf3-321, as .ci/run does, or name one in XFERLAB_IPERF3_RSA"
     );
     let users = users_file("users321");
     let srv = Server::start_with(&[
