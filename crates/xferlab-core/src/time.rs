@@ -49,12 +49,6 @@ impl Time {
         self.0.checked_sub(earlier.0).map(Duration::from_nanos)
     }
 
-    /// The same as [`Time::duration_since`]; the name callers of
-    /// `std::time::Instant` know.
-    pub fn saturating_duration_since(self, earlier: Time) -> Duration {
-        self.duration_since(earlier)
-    }
-
     /// Seconds from `start` to `self`, as results count them.
     pub fn secs_since(self, start: Time) -> f64 {
         self.0.saturating_sub(start.0) as f64 / 1e9

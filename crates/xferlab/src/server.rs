@@ -154,7 +154,7 @@ impl Server {
             let wait = door
                 .pending
                 .iter()
-                .map(|p| p.deadline.saturating_duration_since(now))
+                .map(|p| p.deadline.duration_since(now))
                 .min()
                 .map_or(ACCEPT_POLL, |d| d.min(ACCEPT_POLL));
             let tick = Timespec::try_from(wait).expect("a short interval");
@@ -326,7 +326,7 @@ impl FrontDoor {
             Limit::PerClient => format!(
                 "{}: {MAX_PENDING_PER_CLIENT} connections from this address still announcing themselves (the per-address limit): closed the oldest, {:.1} s old",
                 newcomer.ip(),
-                (PREAMBLE_TIMEOUT.saturating_sub(p.deadline.saturating_duration_since(Instant::now()))).as_secs_f64()
+                (PREAMBLE_TIMEOUT.saturating_sub(p.deadline.duration_since(Instant::now()))).as_secs_f64()
             ),
             Limit::Global => format!(
                 "{} connections still announcing themselves (the server-wide limit): closed the oldest, from {}",

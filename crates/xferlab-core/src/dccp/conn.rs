@@ -521,7 +521,7 @@ impl Connection {
             if let Some(a) = sync_ack {
                 if self
                     .last_sync
-                    .is_none_or(|l| now.saturating_duration_since(l) >= SYNC_INTERVAL)
+                    .is_none_or(|l| now.duration_since(l) >= SYNC_INTERVAL)
                 {
                     self.owed.sync = Some(a);
                     self.last_sync = Some(now);
@@ -557,7 +557,7 @@ impl Connection {
                 return None;
             }
             (State::Respond, PacketType::Ack | PacketType::DataAck) => {
-                self.handshake_rtt = self.probe_sent.map(|s| now.saturating_duration_since(s));
+                self.handshake_rtt = self.probe_sent.map(|s| now.duration_since(s));
                 self.open(now);
                 self.state = State::Open;
                 self.give_up_at = None;
@@ -726,7 +726,7 @@ impl Connection {
                     self.reset(ResetCode::MandatoryError, h.seq, false);
                     return;
                 }
-                self.handshake_rtt = self.probe_sent.map(|s| now.saturating_duration_since(s));
+                self.handshake_rtt = self.probe_sent.map(|s| now.duration_since(s));
                 self.state = State::PartOpen;
                 self.open(now);
                 self.owed.ack = true;

@@ -97,7 +97,7 @@ impl Tracker {
         match self.outstanding.pop_front() {
             Some((_, sent)) => {
                 self.counts.completed += 1;
-                Reply::Completed(now.saturating_duration_since(sent))
+                Reply::Completed(now.duration_since(sent))
             }
             None => {
                 self.counts.unexpected += 1;
@@ -111,7 +111,7 @@ impl Tracker {
         if let Some(i) = self.outstanding.iter().position(|&(s, _)| s == seq) {
             let (_, sent) = self.outstanding.remove(i).expect("found");
             self.counts.completed += 1;
-            return Reply::Completed(now.saturating_duration_since(sent));
+            return Reply::Completed(now.duration_since(sent));
         }
         if let Some(i) = self.expired.iter().position(|&s| s == seq) {
             self.expired.remove(i);

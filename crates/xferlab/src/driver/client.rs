@@ -170,8 +170,7 @@ pub fn drive<R: ClientRole>(
         .flatten()
         .min()
         .map_or(INTERRUPT_POLL, |t| {
-            t.saturating_duration_since(clock::now())
-                .min(INTERRUPT_POLL)
+            t.duration_since(clock::now()).min(INTERRUPT_POLL)
         });
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => role.ctl().handle_input(clock::now(), &b),

@@ -131,7 +131,7 @@ pub fn serve<R: SessionRole>(
         .into_iter()
         .flatten()
         .min()
-        .map_or(IDLE_WAKE, |t| t.saturating_duration_since(clock::now()));
+        .map_or(IDLE_WAKE, |t| t.duration_since(clock::now()));
         match rx.recv_timeout(wait) {
             Ok(Wake::Control(b)) => role.ctl().handle_input(clock::now(), &b),
             Ok(Wake::ControlClosed) => role.ctl().handle_eof(),

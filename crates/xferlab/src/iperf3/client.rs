@@ -409,7 +409,7 @@ fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpS
     let deadline = clock::now() + UDP_HANDSHAKE_TIMEOUT;
     let mut buf = vec![0u8; 65_536];
     loop {
-        let left = deadline.saturating_duration_since(clock::now());
+        let left = deadline.duration_since(clock::now());
         if left.is_zero() {
             return Err(format!(
                 "no answer to UDP stream {id}'s handshake from {server} within {} s: is UDP to that port blocked?",

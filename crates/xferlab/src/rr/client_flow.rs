@@ -292,7 +292,7 @@ pub fn run(
             if let Some(t) = drain_deadline {
                 until = until.min(t);
             }
-            Some(until.saturating_duration_since(now))
+            Some(until.duration_since(now))
         };
         let n = match eng.poller.wait(wait) {
             Ok(n) => n,
@@ -693,7 +693,7 @@ impl Engine<'_> {
             }
         }
         // Connected once the kernel says writable without an error.
-        let ns = now.saturating_duration_since(f.crr_started).as_nanos() as u64;
+        let ns = now.duration_since(f.crr_started).as_nanos() as u64;
         if now >= self.plan.measure_from {
             if let Some(c) = f.connect.as_mut() {
                 c.record(ns);

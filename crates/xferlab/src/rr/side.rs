@@ -120,7 +120,7 @@ impl RrSide {
     /// of all flows summed, for live output.
     pub fn tick(&mut self, now: Time) -> Option<RrInterval> {
         let boundary = self.next_boundary?;
-        let t = now.saturating_duration_since(self.start).as_secs_f64();
+        let t = now.duration_since(self.start).as_secs_f64();
         if t < boundary {
             return None;
         }
@@ -188,7 +188,7 @@ impl RrSide {
         for (id, m) in meters.into_iter().enumerate() {
             let r = results[id].take();
             let at = r.as_ref().map_or(now, |r| r.end_at);
-            let t = at.saturating_duration_since(self.start).as_secs_f64();
+            let t = at.duration_since(self.start).as_secs_f64();
             let (intervals, total) = m.finish(t, self.counters[id].reading());
             let (local, remote, end, lat, con) = match r {
                 Some(r) => (r.local, r.remote, r.end, r.latency, r.connect),

@@ -175,7 +175,7 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
                 return;
             }
             q.iter()
-                .map(|w| w.deadline.saturating_duration_since(now))
+                .map(|w| w.deadline.duration_since(now))
                 .min()
                 .unwrap_or(PRUNE_EVERY)
                 .min(PRUNE_EVERY)

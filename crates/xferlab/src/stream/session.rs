@@ -121,7 +121,7 @@ impl AttachWait {
         }
         let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
         while !socks.is_empty() {
-            let left = self.deadline.saturating_duration_since(clock::now());
+            let left = self.deadline.duration_since(clock::now());
             if left.is_zero() {
                 return;
             }

@@ -292,7 +292,7 @@ impl Side {
         let Some(boundary) = self.next_boundary else {
             return Vec::new();
         };
-        let t = now.saturating_duration_since(self.start).as_secs_f64();
+        let t = now.duration_since(self.start).as_secs_f64();
         if t < boundary {
             return Vec::new();
         }
@@ -443,10 +443,7 @@ impl Side {
             if let Some(note) = &outcome.note {
                 self.warnings.push(format!("flow {}: {note}", f.plan.id));
             }
-            let t = outcome
-                .at
-                .saturating_duration_since(self.start)
-                .as_secs_f64();
+            let t = outcome.at.duration_since(self.start).as_secs_f64();
             let meter = f
                 .meter
                 .take()
@@ -465,7 +462,7 @@ impl Side {
                 end: outcome.end,
             });
         }
-        let wall = now.saturating_duration_since(self.start).as_secs_f64();
+        let wall = now.duration_since(self.start).as_secs_f64();
         let (after, more) = sys::counters::snapshot(self.interface.as_deref());
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);

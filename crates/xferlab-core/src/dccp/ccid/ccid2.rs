@@ -193,7 +193,7 @@ impl CcidTx for Ccid2Tx {
                     self.acked_in_flight += 1;
                     progress = true;
                     if e.seq == fb.ack {
-                        self.rtt_sample(now.saturating_duration_since(e.at));
+                        self.rtt_sample(now.duration_since(e.at));
                     }
                     if run.state == State::ReceivedEcnMarked {
                         self.ecn_marks += 1;
@@ -336,7 +336,7 @@ impl CcidRx for Ccid2Rx {
         self.unacked >= self.ack_ratio
             || self
                 .first_unacked_at
-                .is_some_and(|t| now.saturating_duration_since(t) >= ACK_DELAY)
+                .is_some_and(|t| now.duration_since(t) >= ACK_DELAY)
     }
 
     fn poll_timeout(&self) -> Option<Time> {

@@ -93,10 +93,7 @@ impl Ccid3Tx {
         let r = self.rtt.unwrap_or(Duration::from_secs(1));
         if self.p > 0.0 {
             self.x = x_calc(self.s, r, self.p).min(recv_limit).max(floor);
-        } else if self
-            .tld
-            .is_none_or(|t| now.saturating_duration_since(t) >= r)
-        {
+        } else if self.tld.is_none_or(|t| now.duration_since(t) >= r) {
             // Slow start: double once per RTT, capped by twice what the
             // receiver saw, never below the initial rate.
             self.x = (2.0 * self.x).min(recv_limit).max(self.initial_rate(r));
@@ -145,7 +142,7 @@ impl CcidTx for Ccid3Tx {
             if d >= 0 {
                 if let Ok(i) = self.sent.binary_search_by(|e| e.0.dist(front).cmp(&d)) {
                     let t = self.sent[i].1;
-                    let sample = now.saturating_duration_since(t).saturating_sub(elapsed);
+                    let sample = now.duration_since(t).saturating_sub(elapsed);
                     let sample = sample.max(Duration::from_micros(10));
                     self.rtt = Some(match self.rtt.filter(|_| self.feedback_seen) {
                         None => sample,
@@ -215,8 +212,7 @@ impl CcidTx for Ccid3Tx {
     fn ccval(&mut self, now: Time) -> u8 {
         if let Some(r) = self.rtt {
             let quarter = (r / 4).max(Duration::from_micros(1));
-            let q =
-                (now.saturating_duration_since(self.wc_at).as_nanos() / quarter.as_nanos()) as u64;
+            let q = (now.duration_since(self.wc_at).as_nanos() / quarter.as_nanos()) as u64;
             if q > 0 {
                 self.wc = ((u64::from(self.wc) + q.min(5)) % 16) as u8;
                 self.wc_at = now;
@@ -297,7 +293,7 @@ impl Ccid3Rx {
         self.wc_seen[usize::from(wc)] = Some(now);
         self.last_wc = Some(wc);
         if let Some(t) = self.wc_seen[usize::from(wc.wrapping_sub(4) & 15)] {
-            let r = now.saturating_duration_since(t);
+            let r = now.duration_since(t);
             if !r.is_zero() {
                 self.rtt = r;
             }
@@ -330,8 +326,7 @@ impl CcidRx for Ccid3Rx {
             let new_event = match self.event {
                 None => true,
                 Some((wc, at)) => {
-                    (a.ccval.wrapping_sub(wc) & 15) > 4
-                        || now.saturating_duration_since(at) >= self.rtt * 4
+                    (a.ccval.wrapping_sub(wc) & 15) > 4 || now.duration_since(at) >= self.rtt * 4
                 }
             };
             if new_event {
@@ -342,7 +337,7 @@ impl CcidRx for Ccid3Rx {
                     } else {
                         let t = self
                             .last_feedback
-                            .map_or(self.rtt, |f| now.saturating_duration_since(f));
+                            .map_or(self.rtt, |f| now.duration_since(f));
                         self.bytes_since as f64 / t.as_secs_f64().max(1e-6)
                     };
                     Some((1.0 / p_for_rate(self.s, self.rtt, x)).round() as u64)
@@ -366,7 +361,7 @@ impl CcidRx for Ccid3Rx {
             || (self.data_since
                 && self
                     .last_feedback
-                    .is_none_or(|t| now.saturating_duration_since(t) >= self.rtt))
+                    .is_none_or(|t| now.duration_since(t) >= self.rtt))
     }
 
     fn poll_timeout(&self) -> Option<Time> {
@@ -388,7 +383,7 @@ impl CcidRx for Ccid3Rx {
     ) -> Result<(), DccpError> {
         let since = self
             .last_feedback
-            .map_or(self.rtt, |t| now.saturating_duration_since(t))
+            .map_or(self.rtt, |t| now.duration_since(t))
             .max(Duration::from_micros(100));
         let x_recv = self.bytes_since as f64 / since.as_secs_f64();
         self.x_recv = x_recv;
@@ -400,7 +395,7 @@ impl CcidRx for Ccid3Rx {
         };
         let elapsed = self
             .last_arrival
-            .map_or(0, |t| now.saturating_duration_since(t).as_micros() / 10);
+            .map_or(0, |t| now.duration_since(t).as_micros() / 10);
         w.option(&Opt::ElapsedTime(Elapsed::of(
             elapsed.min(u128::from(u32::MAX)) as u32,
         )))?;

@@ -62,7 +62,7 @@ impl Workload for BulkWorkload {
     /// At each boundary before the stop: every endpoint's interval. The
     /// tail after the stop is closed in `finish`.
     fn tick(&mut self, now: Time, out: Option<&mut dyn Reporter>) {
-        let t = now.saturating_duration_since(self.start).as_secs_f64();
+        let t = now.duration_since(self.start).as_secs_f64();
         let Some(b) = self.boundary.filter(|&b| t >= b && !self.stopped()) else {
             return;
         };
