@@ -314,6 +314,67 @@ fn codel_holds_the_queueing_delay_near_its_target_under_a_bulk_flow() {
     eprintln!("mean queueing delay after 2 s under CoDel: {mean:.0} us");
 }
 
+/// The p50 of `rr` from host `ref` while host `bg` runs 4 bulk flows
+/// through a 20 Mbit/s, 2 x 10 ms bottleneck with a 600 ms queue.
+fn rr_p50_beside_bulk(qdisc: &str) -> (f64, Value) {
+    let (v, out) = lab_doc(
+        &[
+            "--rate",
+            "20M",
+            "--delay",
+            "10ms",
+            "--queue",
+            "1000p",
+            "--qdisc",
+            qdisc,
+            "--no-probe",
+            "--allow-invalid",
+            "--client",
+            "bg",
+            "--client",
+            "ref",
+            "@bg",
+            "stream",
+            "-P",
+            "4",
+            "-t",
+            "4",
+            "-J",
+            "@ref",
+            "rr",
+            "-t",
+            "4",
+            "-J",
+        ],
+        4.0,
+    );
+    for h in ["bg", "ref"] {
+        assert_eq!(v["tests"][h]["exit_code"], 0, "{h}\n{}", out.describe());
+    }
+    let p50 = f64_at(
+        &v["tests"]["ref"]["result"],
+        "/client/pattern/latency/p50_us",
+    );
+    (p50, v)
+}
+
+#[test]
+fn fq_codel_keeps_a_request_response_flow_out_of_the_bulk_flows_queue() {
+    let _turn = one_at_a_time();
+    let (fq, v) = rr_p50_beside_bulk("fq_codel");
+    let acc = &v["lab"]["accuracy"]["c2s"];
+    // 4 bulk flows and the rr flow (and the control connections): their
+    // own queues each.
+    assert!(u64_at(acc, "/fq_flows") >= 5, "{acc}");
+    assert!(u64_at(acc, "/counters/dropped_qdisc_packets") > 0, "{acc}");
+    let (tail, _) = rr_p50_beside_bulk("droptail");
+    eprintln!("rr p50 beside 4 bulk flows: fq_codel {fq:.0} us, drop-tail {tail:.0} us");
+    // The base RTT is 20 ms. FQ-CoDel serves the sparse rr flow first;
+    // drop-tail puts it behind the bulk flows' standing queue.
+    assert!(fq < 30_000.0, "fq_codel p50 {fq} us");
+    assert!(tail > 2.0 * fq, "drop-tail p50 {tail} us, fq_codel {fq} us");
+}
+
 #[test]
 fn a_trace_driven_link_delivers_the_trace_opportunities_over_ten_seconds() {
     let _turn = one_at_a_time();

@@ -31,7 +31,7 @@ pub struct LinkConfig {
     /// Seed of this direction's random decisions.
     pub seed: u64,
     /// How the bottleneck queue decides what leaves: drop-tail (at
-    /// arrival) or CoDel (at dequeue).
+    /// arrival), CoDel or FQ-CoDel (at dequeue).
     #[serde(default)]
     pub qdisc: Qdisc,
     /// Delivery opportunities instead of a fixed rate (a mahimahi trace
@@ -52,6 +52,33 @@ pub enum Qdisc {
     /// CoDel (RFC 8289): drop (or CE-mark ECT packets) at dequeue when
     /// the sojourn time stayed above `target_ns` for `interval_ns`.
     Codel { target_ns: u64, interval_ns: u64 },
+    /// FQ-CoDel (RFC 8290): `flows` hashed flow queues, each with its own
+    /// CoDel (`target_ns`, `interval_ns`), served by deficit round robin
+    /// with `quantum` bytes; a full queue drops from its fattest flow.
+    FqCodel {
+        target_ns: u64,
+        interval_ns: u64,
+        quantum: u32,
+        flows: u32,
+    },
+}
+
+impl Qdisc {
+    /// CoDel's target and interval, for the disciplines that have them.
+    pub fn codel_params(&self) -> Option<(u64, u64)> {
+        match *self {
+            Qdisc::DropTail => None,
+            Qdisc::Codel {
+                target_ns,
+                interval_ns,
+            }
+            | Qdisc::FqCodel {
+                target_ns,
+                interval_ns,
+                ..
+            } => Some((target_ns, interval_ns)),
+        }
+    }
 }
 
 impl Default for LinkConfig {
@@ -98,11 +125,7 @@ impl LinkConfig {
             QueueLimit::Packets(0) | QueueLimit::Bytes(0) => return Err(LinkError::EmptyQueue),
             _ => {}
         }
-        if let Qdisc::Codel {
-            target_ns,
-            interval_ns,
-        } = self.qdisc
-        {
+        if let Some((target_ns, interval_ns)) = self.qdisc.codel_params() {
             if !self.shaped() {
                 return Err(LinkError::QdiscWithoutRate);
             }
@@ -166,11 +189,11 @@ pub enum LinkError {
     NotSchedule(String),
     #[error("schedule '{0}' expands to too many delivery opportunities; use fewer or slower steps, or a trace file")]
     ScheduleTooDense(String),
-    #[error("--qdisc codel needs --rate: a queue forms only at a shaped bottleneck")]
+    #[error("--qdisc codel/fq_codel needs --rate: a queue forms only at a shaped bottleneck")]
     QdiscWithoutRate,
-    #[error("--qdisc codel and --red both manage the queue; use one")]
+    #[error("--qdisc codel/fq_codel and --red both manage the queue; use one")]
     QdiscWithRed,
-    #[error("'{0}' is not a queue discipline: use droptail or codel[:target=5ms,interval=100ms] (target > 0, interval > target)")]
+    #[error("'{0}' is not a queue discipline: use droptail, codel[:target=5ms,interval=100ms] or fq_codel[:target=5ms,interval=100ms,quantum=1514,flows=1024] (target > 0, interval > target, quantum >= 64, 1 <= flows <= 65536)")]
     NotQdisc(String),
     #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")]
     NotRed(String),
@@ -354,35 +377,64 @@ pub fn parse_queue(s: &str) -> Result<QueueLimit, LinkError> {
         .map_err(|_| help())
 }
 
-/// `droptail` or `codel[:target=5ms,interval=100ms]` (RFC 8289's
-/// defaults).
+/// `droptail`, `codel[:target=5ms,interval=100ms]` (RFC 8289's
+/// defaults) or `fq_codel[:target=5ms,interval=100ms,quantum=1514,flows=1024]`
+/// (RFC 8290's and Linux's defaults).
 pub fn parse_qdisc(s: &str) -> Result<Qdisc, LinkError> {
     let help = || LinkError::NotQdisc(s.to_owned());
     let t = s.trim();
     if t == "droptail" || t == "fifo" {
         return Ok(Qdisc::DropTail);
     }
-    let rest = match t.strip_prefix("codel") {
-        Some("") => "",
-        Some(r) => r.strip_prefix(':').ok_or_else(help)?,
-        None => return Err(help()),
+    let (name, rest) = match t.split_once(':') {
+        Some((n, r)) => (n, r),
+        None => (t, ""),
+    };
+    let fq = match name.replace('-', "_").as_str() {
+        "codel" => false,
+        "fq_codel" => true,
+        _ => return Err(help()),
     };
     let (mut target_ns, mut interval_ns) = (5_000_000, 100_000_000);
+    let (mut quantum, mut flows) = (1514u32, 1024u32);
     for kv in rest.split(',').filter(|p| !p.is_empty()) {
         let (k, v) = kv.split_once('=').ok_or_else(help)?;
-        let d = parse_delay(v).map_err(|_| help())?;
-        match k.trim() {
-            "target" => target_ns = d,
-            "interval" => interval_ns = d,
+        match (k.trim(), fq) {
+            ("target", _) => target_ns = parse_delay(v).map_err(|_| help())?,
+            ("interval", _) => interval_ns = parse_delay(v).map_err(|_| help())?,
+            ("quantum", true) => {
+                quantum = units::parse_size(v)
+                    .ok()
+                    .and_then(|q| u32::try_from(q).ok())
+                    .filter(|&q| q >= 64)
+                    .ok_or_else(help)?
+            }
+            ("flows", true) => {
+                flows = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|f| (1..=65_536).contains(f))
+                    .ok_or_else(help)?
+            }
             _ => return Err(help()),
         }
     }
     if target_ns == 0 || interval_ns <= target_ns {
         return Err(help());
     }
-    Ok(Qdisc::Codel {
-        target_ns,
-        interval_ns,
+    Ok(if fq {
+        Qdisc::FqCodel {
+            target_ns,
+            interval_ns,
+            quantum,
+            flows,
+        }
+    } else {
+        Qdisc::Codel {
+            target_ns,
+            interval_ns,
+        }
     })
 }
 
@@ -459,6 +511,30 @@ mod tests {
             }
         );
         assert_eq!(parse_qdisc("droptail").unwrap(), Qdisc::DropTail);
+        assert_eq!(
+            parse_qdisc("fq_codel").unwrap(),
+            Qdisc::FqCodel {
+                target_ns: 5_000_000,
+                interval_ns: 100_000_000,
+                quantum: 1514,
+                flows: 1024
+            }
+        );
+        assert_eq!(
+            parse_qdisc("fq-codel:quantum=300,flows=16,target=1ms").unwrap(),
+            Qdisc::FqCodel {
+                target_ns: 1_000_000,
+                interval_ns: 100_000_000,
+                quantum: 300,
+                flows: 16
+            }
+        );
+        assert!(parse_qdisc("fq_codel:flows=0").is_err());
+        assert!(
+            parse_qdisc("codel:flows=16").is_err(),
+            "a codel has no flows"
+        );
+        assert!(parse_qdisc("fq_codel:quantum=10").is_err());
         assert!(parse_qdisc("codel:target=0ms").is_err());
         assert!(parse_qdisc("fq").is_err());
     }

@@ -1,11 +1,13 @@
 //! The link emulator's model, sans-IO: per direction a pipeline of loss
-//! model, queue (drop-tail or CoDel), ECN marker, rate shaper and delay line, driven
+//! model, queue (drop-tail, CoDel or FQ-CoDel), ECN marker, rate shaper and delay line, driven
 //! by packet arrivals and a clock the driver passes in (nanoseconds). The
 //! TUN driver in the binary only moves bytes and keeps time.
 
+mod aqm;
 mod codel;
 pub mod config;
 mod delay;
+mod fq_codel;
 mod loss;
 mod marker;
 pub mod packet;

@@ -6,9 +6,10 @@
 //! count integer nanoseconds of it (their arithmetic is per packet).
 //!
 //! A drop-tail queue decides everything at arrival (the departure time is
-//! known then). CoDel decides at dequeue: packets wait in `waiting` until
-//! the serializer is free, and `next_due` also names that instant, so the
-//! same next_due/pop_due loop drives both; a CoDel drop comes out of
+//! known then). CoDel and FQ-CoDel decide at dequeue: packets wait in the
+//! [`Aqm`] until the serializer is free, and `next_due` also names that
+//! instant, so the same next_due/pop_due loop drives both; a drop there
+//! (CoDel's, or FQ-CoDel's overflow from its fattest flow) comes out of
 //! `pop_due` as a departure with `dropped` set (free the buffer, write
 //! nothing).
 
@@ -17,8 +18,9 @@ use std::collections::{BinaryHeap, VecDeque};
 
 use crate::time::Time;
 
-use super::codel::{Codel, Verdict};
-use super::config::{LinkConfig, Qdisc, QueueLimit};
+use super::aqm::{Aqm, Waiting};
+use super::codel::Verdict;
+use super::config::LinkConfig;
 use super::delay::Delay;
 use super::loss::Loss;
 use super::marker::{Decision, Marker};
@@ -35,17 +37,6 @@ pub enum DropCause {
     Queue,
     /// RED would have marked it, but it is not ECN-capable.
     Red,
-}
-
-/// A packet waiting for CoDel's dequeue.
-#[derive(Debug, Clone, Copy)]
-struct Waiting {
-    token: u32,
-    arrival: u64,
-    release: bool,
-    segments: u32,
-    wire_bytes: u64,
-    ect: bool,
 }
 
 /// Sojourn times count from this long after the first arrival: a queue
@@ -108,10 +99,10 @@ pub struct Link {
     /// Rate windows are meaningful only when packets leave in
     /// serialization order.
     measure_rate: bool,
-    codel: Option<Codel>,
-    waiting: VecDeque<Waiting>,
-    waiting_bytes: u64,
-    waiting_segments: u64,
+    /// The dequeue-time discipline (CoDel, FQ-CoDel), if any.
+    aqm: Option<Aqm>,
+    /// Packets the discipline dropped to make room, to hand back.
+    overflow: VecDeque<Waiting>,
     first_arrival: Option<u64>,
     sojourn: LatenessHistogram,
 }
@@ -137,16 +128,12 @@ impl Link {
             lateness: LatenessHistogram::default(),
             rate: RateMeter::default(),
             measure_rate: cfg.shaped() && cfg.jitter.is_none() && cfg.reorder == 0.0,
-            codel: match cfg.qdisc {
-                Qdisc::Codel {
-                    target_ns,
-                    interval_ns,
-                } if cfg.shaped() => Some(Codel::new(target_ns, interval_ns)),
-                _ => None,
+            aqm: if cfg.shaped() {
+                Aqm::new(cfg.qdisc, cfg.seed)
+            } else {
+                None
             },
-            waiting: VecDeque::new(),
-            waiting_bytes: 0,
-            waiting_segments: 0,
+            overflow: VecDeque::new(),
             first_arrival: None,
             sojourn: LatenessHistogram::default(),
             cfg: cfg.clone(),
@@ -176,13 +163,11 @@ impl Link {
             return Arrival::Dropped(DropCause::Loss);
         }
         self.first_arrival.get_or_insert(now);
-        let queue = self.shaper.queue_bytes(now) + self.waiting_bytes;
+        let queue = self.shaper.queue_bytes(now) + self.aqm.as_ref().map_or(0, Aqm::bytes);
         c.max_queue_bytes = c.max_queue_bytes.max(queue);
-        let fits = match (&self.codel, self.cfg.queue) {
-            (None, _) => self.shaper.fits(now, info.wire_bytes, segs),
-            (Some(_), _) if self.waiting.is_empty() => true,
-            (Some(_), QueueLimit::Packets(n)) => self.waiting_segments + segs <= n,
-            (Some(_), QueueLimit::Bytes(b)) => self.waiting_bytes + info.wire_bytes <= b,
+        let fits = match &self.aqm {
+            None => self.shaper.fits(now, info.wire_bytes, segs),
+            Some(q) => q.accepts(info.wire_bytes, segs, self.cfg.queue),
         };
         if !fits {
             c.dropped_queue_packets += 1;
@@ -215,17 +200,21 @@ impl Link {
         };
         for copy in 1..=copies {
             let release = copy == copies;
-            if self.codel.is_some() {
-                self.waiting.push_back(Waiting {
+            if let Some(q) = &mut self.aqm {
+                let w = Waiting {
                     token,
                     arrival: now,
                     release,
                     segments: info.segments,
                     wire_bytes: info.wire_bytes,
                     ect: info.is_ect() && !mark_ce,
-                });
-                self.waiting_bytes += info.wire_bytes;
-                self.waiting_segments += segs;
+                };
+                let before = self.overflow.len();
+                q.push(w, info.flow, self.cfg.queue, &mut self.overflow);
+                for w in self.overflow.range(before..) {
+                    self.counters.dropped_queue_packets += 1;
+                    self.counters.dropped_queue_segments += u64::from(w.segments);
+                }
                 continue;
             }
             let slot = self.shaper.admit(now, info.wire_bytes, segs);
@@ -277,21 +266,32 @@ impl Link {
         }));
     }
 
-    /// When CoDel's head packet starts serialization.
+    /// When the discipline's next packet starts serialization (an
+    /// overflow drop is due at once).
     fn head_start(&self) -> Option<u64> {
-        let w = self.waiting.front()?;
-        Some(self.shaper.free_at().max(w.arrival))
+        if let Some(w) = self.overflow.front() {
+            return Some(w.arrival);
+        }
+        let first = self.aqm.as_ref()?.earliest_arrival()?;
+        Some(self.shaper.free_at().max(first))
     }
 
-    /// CoDel's dequeues due by `now`: survivors go on the delay line; the
-    /// first drop is returned.
+    /// The discipline's dequeues due by `now`: survivors go on the delay
+    /// line; the first drop is returned.
     fn dequeue_due(&mut self, now: u64) -> Option<Departure> {
+        if let Some(w) = self.overflow.pop_front() {
+            return Some(Departure {
+                token: w.token,
+                release: w.release,
+                due: Time::from_nanos(w.arrival),
+                mark_ce: false,
+                dropped: true,
+            });
+        }
         while let Some(start) = self.head_start().filter(|&s| s <= now) {
-            let w = self.waiting.pop_front().expect("a head");
-            self.waiting_bytes -= w.wire_bytes;
-            self.waiting_segments -= u64::from(w.segments);
-            let codel = self.codel.as_mut().expect("waiting implies codel");
-            let verdict = codel.decide(start, start - w.arrival, self.waiting_bytes, w.ect);
+            let q = self.aqm.as_mut().expect("a head implies a discipline");
+            let (w, verdict) = q.dequeue(start).expect("a head");
+            let start = start.max(w.arrival);
             let segs = u64::from(w.segments);
             let c = &mut self.counters;
             let mark_ce = match verdict {
@@ -333,7 +333,7 @@ impl Link {
 
     /// Packets queued or in the delay line (copies count separately).
     pub fn in_flight(&self) -> usize {
-        self.line.len() + self.waiting.len()
+        self.line.len() + self.aqm.as_ref().map_or(0, Aqm::len) + self.overflow.len()
     }
 
     /// The next packet due at or before `now`, which the driver writes
@@ -343,7 +343,7 @@ impl Link {
     /// line); ask `next_due` again.
     pub fn pop_due(&mut self, now: Time) -> Option<Departure> {
         let now = now.as_nanos();
-        if self.codel.is_some() {
+        if self.aqm.is_some() {
             if let Some(dropped) = self.dequeue_due(now) {
                 return Some(dropped);
             }
@@ -386,7 +386,11 @@ impl Link {
 
     /// Every packet still queued, for freeing buffers at shutdown.
     pub fn drain(&mut self) -> impl Iterator<Item = Departure> + '_ {
-        let waiting = self.waiting.drain(..).map(|w| Departure {
+        let mut waiting: Vec<Waiting> = self.overflow.drain(..).collect();
+        if let Some(q) = &mut self.aqm {
+            waiting.extend(q.drain());
+        }
+        let waiting = waiting.into_iter().map(|w| Departure {
             token: w.token,
             release: w.release,
             due: Time::from_nanos(w.arrival),
@@ -425,6 +429,7 @@ impl Link {
             sojourn_samples: self.sojourn.count(),
             sojourn_mean_us: self.sojourn.mean_us(),
             sojourn_p99_us: self.sojourn.quantile_us(0.99),
+            fq_flows: self.aqm.as_ref().and_then(Aqm::flows_seen),
         }
     }
 }
@@ -677,6 +682,94 @@ mod tests {
         }
         assert!(marks > 10, "{marks}");
         assert_eq!(link.counters().marked_qdisc_packets, u64::from(marks));
+    }
+
+    /// An unresponsive bulk flow at 1.1x a 12 Mbit/s rate and a sparse
+    /// flow (one small packet per 50 ms): returns the sparse packets'
+    /// mean time through the queue in ms (after 2 s), the tokens
+    /// released, and the report.
+    fn bulk_and_sparse(c: &LinkConfig) -> (f64, u64, DirectionReport) {
+        const SPARSE: u32 = 1 << 31;
+        let mut link = Link::new(c);
+        let mut arrived = std::collections::HashMap::new();
+        let mut t = 0u64;
+        // (released, sum of sparse delays, sparse samples)
+        let mut acc = (0u64, 0u64, 0u64);
+        let take = |link: &mut Link,
+                    now: u64,
+                    arrived: &std::collections::HashMap<u32, u64>,
+                    acc: &mut (u64, u64, u64)| {
+            if let Some(d) = link.pop_due(ns(now)) {
+                acc.0 += u64::from(d.release);
+                if d.token & SPARSE != 0 && !d.dropped {
+                    let a = arrived[&d.token];
+                    if a >= 2_000_000_000 {
+                        acc.1 += now - a;
+                        acc.2 += 1;
+                    }
+                }
+            }
+        };
+        let bulk = PacketInfo {
+            flow: 1,
+            ..PacketInfo::simple(1500, 0)
+        };
+        let sparse = PacketInfo {
+            flow: 2,
+            ..PacketInfo::simple(100, 0)
+        };
+        for i in 0..6600u32 {
+            let at = u64::from(i) * 909_091;
+            while let Some(due) = link.next_due().map(Time::as_nanos).filter(|&d| d <= at) {
+                t = t.max(due);
+                take(&mut link, t, &arrived, &mut acc);
+            }
+            t = t.max(at);
+            link.arrive(ns(t), &bulk, i);
+            if i % 55 == 0 {
+                arrived.insert(SPARSE | i, t);
+                link.arrive(ns(t), &sparse, SPARSE | i);
+            }
+        }
+        while let Some(due) = link.next_due().map(Time::as_nanos) {
+            take(&mut link, due, &arrived, &mut acc);
+        }
+        (acc.1 as f64 / acc.2 as f64 / 1e6, acc.0, link.report())
+    }
+
+    #[test]
+    fn fq_codel_keeps_a_sparse_flow_out_of_a_bulk_flows_queue() {
+        let mut c = cfg();
+        c.rate_bps = Some(12_000_000);
+        c.queue = QueueLimit::Packets(10_000);
+        c.qdisc = Qdisc::Codel {
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+        };
+        let (codel_ms, released, _) = bulk_and_sparse(&c);
+        assert_eq!(released, 6600 + 120);
+        c.qdisc = Qdisc::FqCodel {
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+            quantum: 1514,
+            flows: 1024,
+        };
+        let (fq_ms, released, r) = bulk_and_sparse(&c);
+        assert_eq!(released, 6600 + 120, "every buffer freed once");
+        // Measured: CoDel 49 ms (behind the bulk flow's standing queue),
+        // FQ-CoDel 0.6 ms (at most one bulk packet ahead, 1 ms each).
+        assert!(codel_ms > 20.0, "codel {codel_ms} ms");
+        assert!(fq_ms < 2.0, "fq_codel {fq_ms} ms");
+        assert_eq!(r.fq_flows, Some(2));
+        assert!(r.counters.dropped_qdisc_packets > 300);
+        // A small limit: overflow drops come from the bulk flow only, and
+        // still every buffer is freed once.
+        c.queue = QueueLimit::Packets(20);
+        let (fq_ms, released, r) = bulk_and_sparse(&c);
+        assert_eq!(released, 6600 + 120);
+        // Measured: 118 overflow drops.
+        assert!(r.counters.dropped_queue_packets > 50, "{:?}", r.counters);
+        assert!(fq_ms < 2.0, "fq_codel {fq_ms} ms");
     }
 
     #[test]

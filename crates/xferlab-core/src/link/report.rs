@@ -283,6 +283,7 @@ mod tests {
                 sojourn_samples: 0,
                 sojourn_mean_us: None,
                 sojourn_p99_us: None,
+                fq_flows: None,
             },
             unintended_drops: UnintendedDrops::default(),
             receiver_in_ce_pkts: Some(0),

@@ -217,6 +217,10 @@ pub struct DirectionReport {
     pub sojourn_mean_us: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sojourn_p99_us: Option<f64>,
+    /// FQ-CoDel: flow queues that ever held a packet (fewer than the
+    /// flows that crossed the link when their hashes collided).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fq_flows: Option<u64>,
 }
 
 #[cfg(test)]

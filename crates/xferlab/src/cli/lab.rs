@@ -66,8 +66,10 @@ pub struct LabArgs {
     /// RATE:DURATION,... with off for an outage (10M:5s,off:1s,2M:5s).
     #[arg(long, value_name = "[DIR:]STEPS", help_heading = "Link")]
     pub schedule: Vec<String>,
-    /// Queue discipline at the bottleneck: droptail (default) or
-    /// codel[:target=5ms,interval=100ms] (RFC 8289; needs --rate).
+    /// Queue discipline at the bottleneck: droptail (default),
+    /// codel[:target=5ms,interval=100ms] (RFC 8289) or
+    /// fq_codel[:target=5ms,interval=100ms,quantum=1514,flows=1024]
+    /// (RFC 8290); both need a shaped link.
     #[arg(long, value_name = "[DIR:]QDISC", help_heading = "Link")]
     pub qdisc: Vec<String>,
     /// Share of packets that skip the delay (arrive early, out of order).

@@ -373,16 +373,26 @@ fn describe(c: &LinkConfig) -> String {
             ..
         } => parts.push(format!("RED {min_bytes}..{max_bytes} B p={max_p}")),
     }
-    if let Qdisc::Codel {
-        target_ns,
-        interval_ns,
-    } = c.qdisc
-    {
-        parts.push(format!(
+    match c.qdisc {
+        Qdisc::DropTail => {}
+        Qdisc::Codel {
+            target_ns,
+            interval_ns,
+        } => parts.push(format!(
             "CoDel target {} ms interval {} ms",
             target_ns as f64 / 1e6,
             interval_ns as f64 / 1e6
-        ));
+        )),
+        Qdisc::FqCodel {
+            target_ns,
+            interval_ns,
+            quantum,
+            flows,
+        } => parts.push(format!(
+            "FQ-CoDel target {} ms interval {} ms quantum {quantum} B {flows} flows",
+            target_ns as f64 / 1e6,
+            interval_ns as f64 / 1e6
+        )),
     }
     if c.reorder > 0.0 {
         parts.push(format!("reorder {} %", c.reorder * 100.0));
