@@ -151,7 +151,7 @@ impl DccpShared {
             }),
             _ => None,
         };
-        let v: Vec<u64> = self.stats.iter().map(|s| s.load(r)).collect();
+        let v: [u64; 10] = std::array::from_fn(|i| self.stats[i].load(r));
         DccpCounters {
             ccid: self.ccid.load(r) as u8,
             state,

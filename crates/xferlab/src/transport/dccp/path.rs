@@ -352,9 +352,10 @@ impl<'a> Path<'a> {
         sender: bool,
     ) {
         let s = self.conn.stats();
-        shared
-            .dccp
-            .publish(ccid, self.conn.ccid_state(), &s, not_dccp);
+        // A receiver's own CCID only paces its acknowledgements: its state
+        // would read as the flow's, so only senders report one.
+        let state = self.conn.ccid_state().filter(|_| sender);
+        shared.dccp.publish(ccid, state, &s, not_dccp);
         let u = &shared.udp;
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
