@@ -79,7 +79,10 @@ fn ccid2_stream_moves_checked_data_and_reports_cwnd_pipe_ssthresh_rtt() {
     let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
     let d = &last["dccp"];
     assert_eq!(d["ccid"], 2, "{d}");
-    assert!(u(&d["cwnd"]) >= 1 && d["ssthresh"].is_u64() && d["pipe"].is_u64(), "{d}");
+    assert!(
+        u(&d["cwnd"]) >= 1 && d["ssthresh"].is_u64() && d["pipe"].is_u64(),
+        "{d}"
+    );
     assert!(d["rtt_us"].as_f64().unwrap() > 0.0, "{d}");
     assert!(d["x_bps"].is_null(), "CCID2 has no X: {d}");
     // Acknowledgements flow back: one per Ack Ratio (2) data packets or
@@ -88,7 +91,10 @@ fn ccid2_stream_moves_checked_data_and_reports_cwnd_pipe_ssthresh_rtt() {
     // without new data (plus the handshake's and the close's).
     let acks = u(&rx[0]["total"]["dccp"]["acks_sent"]);
     let data = u(&rx[0]["total"]["dccp"]["data_received"]);
-    assert!(acks > 0 && acks <= data + 4, "{acks} acks for {data} data packets");
+    assert!(
+        acks > 0 && acks <= data + 4,
+        "{acks} acks for {data} data packets"
+    );
 }
 
 #[test]
@@ -104,10 +110,16 @@ fn ccid3_reverse_reports_x_p_and_the_inter_packet_interval() {
     assert_eq!(d["ccid"], 3, "{d}");
     let x = d["x_bps"].as_f64().unwrap();
     let t_ipi = d["t_ipi_us"].as_f64().unwrap();
-    assert!(x > 0.0 && d["x_recv_bps"].is_f64() && d["p"].is_f64(), "{d}");
+    assert!(
+        x > 0.0 && d["x_recv_bps"].is_f64() && d["p"].is_f64(),
+        "{d}"
+    );
     // t_ipi = s / X (RFC 5348 sec. 4.6), s the 1400-byte default.
     let want = 1400.0 * 8.0 / x * 1e6;
-    assert!((t_ipi - want).abs() <= want * 0.2 + 1.0, "t_ipi {t_ipi} us, s/X {want} us");
+    assert!(
+        (t_ipi - want).abs() <= want * 0.2 + 1.0,
+        "t_ipi {t_ipi} us, s/X {want} us"
+    );
     // A receiver reports no CCID state of its own (it only paces acks).
     let rd = &rx[0]["intervals"][0]["dccp"];
     assert!(rd["cwnd"].is_null() && rd["x_bps"].is_null(), "{rd}");
@@ -129,7 +141,10 @@ fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
         let rx = flows(&v, rx_side, "receiver");
         assert_eq!((tx.len(), rx.len()), (2, 2));
         for t in &tx {
-            let r = rx.iter().find(|r| r["id"] == t["id"]).expect("its receiver");
+            let r = rx
+                .iter()
+                .find(|r| r["id"] == t["id"])
+                .expect("its receiver");
             check_flow_pair(t, r);
             // -b is the application's offer: 20 Mbit/s for 1 s at most.
             let bits = u(&t["total"]["bytes_all"]) * 8;
@@ -141,7 +156,10 @@ fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
 #[test]
 fn a_refused_service_code_is_one_line_and_exit_1() {
     let srv = Server::start();
-    let out = srv.client(&["--dccp", "--dccp-service", "7", "-t", "1"], deadline_for(1.0));
+    let out = srv.client(
+        &["--dccp", "--dccp-service", "7", "-t", "1"],
+        deadline_for(1.0),
+    );
     out.assert_one_line(&["refused service code 7", "--dccp-service"]);
     assert_eq!(out.code, Some(1), "{}", out.describe());
 }
@@ -161,6 +179,9 @@ fn bad_dccp_flags_are_one_line_and_exit_2() {
         out.assert_one_line_failure(2, needles);
     }
     // A peer that is not DCCP: a stock iperf3 server has none.
-    let out = run(&["stream", "--dccp", "iperf3://127.0.0.1:1"], deadline_for(1.0));
+    let out = run(
+        &["stream", "--dccp", "iperf3://127.0.0.1:1"],
+        deadline_for(1.0),
+    );
     out.assert_one_line_failure(1, &["no DCCP"]);
 }

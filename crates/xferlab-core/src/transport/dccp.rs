@@ -291,7 +291,10 @@ mod tests {
             ..now
         }
         .sample(&before);
-        assert_eq!((c3.x_bps, c3.x_recv_bps, c3.p), (Some(8e6), Some(4e6), Some(0.01)));
+        assert_eq!(
+            (c3.x_bps, c3.x_recv_bps, c3.p),
+            (Some(8e6), Some(4e6), Some(0.01))
+        );
         assert_eq!(c3.t_ipi_us, Some(1400.0));
         assert!(c3.describe().starts_with("DCCP CCID3: X "));
     }
@@ -312,6 +315,10 @@ mod tests {
         spec.knobs.dccp = None;
         assert_eq!(spec.validate(), Ok(()));
         spec.knobs.size = 8;
-        assert!(spec.validate().unwrap_err().to_string().contains("-l/--length"));
+        assert!(spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("-l/--length"));
     }
 }

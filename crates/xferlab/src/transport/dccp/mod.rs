@@ -194,6 +194,9 @@ mod tests {
         };
         sh.publish(3, Some(st), &stats, 4);
         let c = sh.read();
-        assert_eq!((c.ccid, c.state, c.stats, c.not_dccp), (3, Some(st), stats, 4));
+        assert_eq!(
+            (c.ccid, c.state, c.stats, c.not_dccp),
+            (3, Some(st), stats, 4)
+        );
     }
 }

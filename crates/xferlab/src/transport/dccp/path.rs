@@ -138,7 +138,9 @@ impl<'a> Path<'a> {
         let knobs = job.knobs.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
         let mut cfg = match job.endpoint {
-            Endpoint::Client => Config::client(local.port(), peer.port(), knobs.service, knobs.ccid),
+            Endpoint::Client => {
+                Config::client(local.port(), peer.port(), knobs.service, knobs.ccid)
+            }
             Endpoint::Server => Config::server(local.port(), vec![SERVICE_CODE]),
         };
         cfg.mss = size;
