@@ -220,6 +220,10 @@ pub struct Knobs {
     /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).
     #[serde(default)]
     pub dont_fragment: bool,
+    /// DCCP's CCID and service code (`--ccid`, `--dccp-service`); None:
+    /// CCID2 and xferlab's service code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dccp: Option<crate::transport::dccp::DccpKnobs>,
 }
 
 fn one() -> u32 {
@@ -246,6 +250,7 @@ impl Default for Knobs {
             batch: 1,
             gso: false,
             dont_fragment: false,
+            dccp: None,
         }
     }
 }
@@ -355,6 +360,14 @@ pub enum SpecError {
     NoFqRate,
     #[error("-T/--title is limited to {max} bytes", max = limits::MAX_TITLE)]
     TitleTooLong,
+    #[error("-l/--length: a DCCP datagram must be between {min} and {max} bytes (got {0})", min = limits::MIN_DATAGRAM, max = crate::transport::dccp::MAX_PAYLOAD)]
+    DccpLength(u64),
+    #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like) and CCID 3 (TFRC); use --ccid 2 or --ccid 3")]
+    Ccid(u8),
+    #[error("--ccid and --dccp-service apply to DCCP (--dccp)")]
+    DccpOptionsWithoutDccp,
+    #[error("--gso, -C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
+    OptionsOnDccp,
 }
 
 impl TestSpec {
@@ -463,6 +476,9 @@ impl TestSpec {
             }
         } else {
             self.transport.model().check_knobs(k)?;
+        }
+        if k.dccp.is_some() && self.transport != Transport::Dccp {
+            return Err(SpecError::DccpOptionsWithoutDccp);
         }
         if k.max_pacing_rate == Some(0) {
             return Err(SpecError::NoFqRate);

@@ -125,6 +125,23 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A test that moved nothing because its flows failed (a DCCP handshake
+/// refused, say) is an error too: the first flow's reason, this side's
+/// first. The result was written with status `failed` already.
+fn why_nothing_moved(r: &xferlab_core::result::TestResult) -> Option<String> {
+    if r.status != xferlab_core::result::Status::Failed {
+        return None;
+    }
+    r.client
+        .flows
+        .iter()
+        .chain(r.server.iter().flat_map(|s| s.flows.iter()))
+        .find_map(|f| match &f.end {
+            xferlab_core::result::FlowEnd::Aborted(why) => Some(why.clone()),
+            _ => None,
+        })
+}
+
 fn fail(msg: &str, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
     ExitCode::from(code)
@@ -321,7 +338,10 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
             }
             store_result(a, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
-                (None, _) => ExitCode::SUCCESS,
+                (None, _) => match why_nothing_moved(&outcome.result) {
+                    Some(why) => fail(&why, 1),
+                    None => ExitCode::SUCCESS,
+                },
                 (Some(e), true) => fail(e, 130),
                 (Some(e), false) => fail(e, 1),
             }

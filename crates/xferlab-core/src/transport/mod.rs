@@ -31,6 +31,7 @@
 //! every interval and total); a transport added later puts its own under
 //! its name, next to them (see [`TransportSection`]).
 
+pub mod dccp;
 pub mod mptcp;
 mod tcp;
 mod udp;
@@ -54,6 +55,9 @@ pub enum Transport {
     UsbBulk,
     /// Multipath TCP: a byte stream over TCP subflows (iperf3's `-m`).
     Mptcp,
+    /// DCCP (RFC 4340) with CCID2 or CCID3: xferlab's own stack, over UDP
+    /// (RFC 6773).
+    Dccp,
 }
 
 impl Transport {
@@ -63,6 +67,7 @@ impl Transport {
         Transport::Udp,
         Transport::UsbBulk,
         Transport::Mptcp,
+        Transport::Dccp,
     ];
 
     /// What this transport means to the model.
@@ -72,6 +77,7 @@ impl Transport {
             Transport::Udp => &udp::Udp,
             Transport::UsbBulk => &usb_bulk::UsbBulk,
             Transport::Mptcp => &mptcp::Mptcp,
+            Transport::Dccp => &dccp::Dccp,
         }
     }
 
@@ -145,6 +151,13 @@ pub trait TransportModel: Sync {
     fn iperf3(&self) -> Option<Iperf3Name> {
         None
     }
+
+    /// Whether the transport's own congestion control decides the rate,
+    /// so `-b` is only the application's offer and is unlimited unless
+    /// given (DCCP), rather than defaulting to UDP's 1 Mbit/s.
+    fn congestion_controlled(&self) -> bool {
+        false
+    }
 }
 
 /// The knob checks of a byte-stream transport: no datagram knobs, and a
@@ -167,6 +180,7 @@ pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum TransportCounters {
     Mptcp(mptcp::MptcpCounters),
+    Dccp(dccp::DccpCounters),
 }
 
 impl TransportCounters {
@@ -177,6 +191,10 @@ impl TransportCounters {
             (Self::Mptcp(now), Self::Mptcp(before)) => {
                 Some(TransportSection::Mptcp(now.sample(before)))
             }
+            (Self::Dccp(now), Self::Dccp(before)) => {
+                Some(TransportSection::Dccp(now.sample(before)))
+            }
+            _ => None,
         }
     }
 }
@@ -189,6 +207,7 @@ impl TransportCounters {
 #[serde(rename_all = "snake_case")]
 pub enum TransportSection {
     Mptcp(mptcp::MptcpSample),
+    Dccp(dccp::DccpSample),
 }
 
 impl TransportSection {
@@ -196,6 +215,7 @@ impl TransportSection {
     pub fn describe(&self) -> String {
         match self {
             Self::Mptcp(s) => s.describe(),
+            Self::Dccp(s) => s.describe(),
         }
     }
 }
@@ -232,6 +252,7 @@ mod tests {
             (Transport::Udp, "\"udp\""),
             (Transport::UsbBulk, "\"usb_bulk\""),
             (Transport::Mptcp, "\"mptcp\""),
+            (Transport::Dccp, "\"dccp\""),
         ] {
             assert_eq!(serde_json::to_string(&t).unwrap(), name);
         }

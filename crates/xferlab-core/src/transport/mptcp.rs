@@ -253,7 +253,9 @@ mod tests {
             ..MptcpCounters::default()
         });
         let section = c.sample(&c).unwrap();
-        let TransportSection::Mptcp(s) = &section;
+        let TransportSection::Mptcp(s) = &section else {
+            panic!("not MPTCP")
+        };
         assert_eq!(s.subflows.len(), 1);
         let iv = crate::result::FlowInterval {
             start_s: 0.0,

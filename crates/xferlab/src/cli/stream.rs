@@ -102,6 +102,14 @@ pub struct StreamArgs {
     /// UDP: set don't-fragment; too-large datagrams fail instead.
     #[arg(long)]
     pub dont_fragment: bool,
+    /// DCCP (--dccp): the CCID of both directions, 2 (TCP-like AIMD,
+    /// RFC 4341) or 3 (TFRC, RFC 4342). Default 2.
+    #[arg(long, value_name = "N")]
+    pub ccid: Option<u8>,
+    /// DCCP (--dccp): the service code the client asks for (default
+    /// xferlab's, which xferlab servers accept).
+    #[arg(long, value_name = "CODE")]
+    pub dccp_service: Option<u32>,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -335,6 +343,9 @@ impl StreamArgs {
                 rate: if udp {
                     match self.gap {
                         Some(us) => gap_rate(size, us)?,
+                        None if transport.model().congestion_controlled() => {
+                            self.bitrate.filter(|&r| r > 0)
+                        }
                         None => Some(self.bitrate.unwrap_or(DEFAULT_UDP_RATE)).filter(|&r| r > 0),
                     }
                 } else if self.gap.is_some() {
@@ -345,6 +356,13 @@ impl StreamArgs {
                 batch,
                 gso: self.gso,
                 dont_fragment: self.dont_fragment,
+                dccp: (self.ccid.is_some() || self.dccp_service.is_some()).then(|| {
+                    let d = xferlab_core::transport::dccp::DccpKnobs::default();
+                    xferlab_core::transport::dccp::DccpKnobs {
+                        ccid: self.ccid.unwrap_or(d.ccid),
+                        service: self.dccp_service.unwrap_or(d.service),
+                    }
+                }),
             },
             title: self.title.clone(),
             affinity: self.affinity.unwrap_or_default(),

@@ -70,7 +70,7 @@ impl CsvReporter {
 /// The column names, written even when there are no rows so a consumer
 /// always finds the header. Must match the fields of [`Line`]'s parts (a
 /// test checks).
-const HEADER: [&str; 41] = [
+const HEADER: [&str; 46] = [
     "session",
     "endpoint",
     "flow",
@@ -112,6 +112,11 @@ const HEADER: [&str; 41] = [
     "mptcp_fallback",
     "mptcp_retransmits",
     "mptcp_bytes_retrans",
+    "dccp_ccid",
+    "dccp_cwnd",
+    "dccp_x_bps",
+    "dccp_p",
+    "dccp_rtt_us",
 ];
 
 #[derive(Serialize, Clone, Copy)]
@@ -139,6 +144,11 @@ struct TransportCells {
     mptcp_fallback: Option<bool>,
     mptcp_retransmits: Option<u64>,
     mptcp_bytes_retrans: Option<u64>,
+    dccp_ccid: Option<u8>,
+    dccp_cwnd: Option<u64>,
+    dccp_x_bps: Option<f64>,
+    dccp_p: Option<f64>,
+    dccp_rtt_us: Option<f64>,
 }
 
 impl TransportCells {
@@ -150,6 +160,15 @@ impl TransportCells {
                 mptcp_fallback: Some(m.fallback),
                 mptcp_retransmits: Some(m.retransmits),
                 mptcp_bytes_retrans: Some(m.bytes_retrans),
+                ..TransportCells::default()
+            },
+            Some(TransportSection::Dccp(d)) => TransportCells {
+                dccp_ccid: Some(d.ccid),
+                dccp_cwnd: d.cwnd,
+                dccp_x_bps: d.x_bps,
+                dccp_p: d.p,
+                dccp_rtt_us: d.rtt_us,
+                ..TransportCells::default()
             },
         }
     }

@@ -238,6 +238,7 @@ impl Side {
                 f.io,
                 f.sizes,
             );
+            let endpoint = self.endpoint;
             let name = format!(
                 "xfer-{}-{}",
                 if role == FlowRole::Sender { "tx" } else { "rx" },
@@ -248,6 +249,7 @@ impl Side {
                 let cpu = tally.track();
                 let out = io.run(FlowJob {
                     socket: &socket,
+                    endpoint,
                     role,
                     knobs: &knobs,
                     quota,

@@ -427,14 +427,14 @@ fn realtime_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-fn transient(e: &io::Error) -> bool {
+pub(super) fn transient(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
     ) || e.raw_os_error() == Some(libc::ENOBUFS)
 }
 
-fn describe(e: &io::Error, what: &str) -> String {
+pub(super) fn describe(e: &io::Error, what: &str) -> String {
     match e.raw_os_error() {
         Some(libc::ECONNREFUSED) => {
             format!("the peer's socket is gone (ICMP port unreachable) while {what}")
@@ -545,16 +545,19 @@ impl SendBatch {
 }
 
 /// What one received message carried.
-struct Received<'a> {
-    data: &'a [u8],
-    stamp_ns: Option<u64>,
-    drops: Option<u32>,
+pub(super) struct Received<'a> {
+    pub data: &'a [u8],
+    pub stamp_ns: Option<u64>,
+    pub drops: Option<u32>,
     /// GRO segment size: `data` holds several datagrams of this size.
-    segment: Option<usize>,
+    pub segment: Option<usize>,
+    /// The IP header's TOS / traffic class byte, where IP_RECVTOS or
+    /// IPV6_RECVTCLASS asked for it (its low two bits are ECN).
+    pub tos: Option<u8>,
 }
 
 /// Receive buffers, control buffers and message headers, built once.
-struct RecvBatch {
+pub(super) struct RecvBatch {
     fd: RawFd,
     buf_len: usize,
     bufs: Vec<u8>,
@@ -566,7 +569,7 @@ struct RecvBatch {
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {
-    fn new(fd: RawFd, buf_len: usize, n: usize) -> Self {
+    pub(super) fn new(fd: RawFd, buf_len: usize, n: usize) -> Self {
         let mut b = RecvBatch {
             fd,
             buf_len,
@@ -595,7 +598,7 @@ impl RecvBatch {
 
     /// Waits for at least one datagram (up to the socket's read timeout),
     /// then takes whatever else is queued, up to the batch size.
-    fn recv(&mut self) -> io::Result<usize> {
+    pub(super) fn recv(&mut self) -> io::Result<usize> {
         for m in &mut self.msgs {
             m.msg_hdr.msg_controllen = CMSG_SPACE as _;
             m.msg_hdr.msg_flags = 0;
@@ -617,7 +620,7 @@ impl RecvBatch {
         }
     }
 
-    fn message(&self, i: usize) -> Received<'_> {
+    pub(super) fn message(&self, i: usize) -> Received<'_> {
         let m = &self.msgs[i];
         let len = (m.msg_len as usize).min(self.buf_len);
         let mut out = Received {
@@ -625,6 +628,7 @@ impl RecvBatch {
             stamp_ns: None,
             drops: None,
             segment: None,
+            tos: None,
         };
         // SAFETY: the kernel filled msg_control with msg_controllen bytes of
         // well-formed cmsgs; the CMSG_* macros stay within them.
@@ -639,6 +643,11 @@ impl RecvBatch {
                     }
                     (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
                         out.drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                    }
+                    (libc::IPPROTO_IP, libc::IP_TOS) => out.tos = Some(*data),
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                        let tclass: libc::c_int = std::ptr::read_unaligned(data.cast());
+                        out.tos = Some(tclass as u8);
                     }
                     (libc::SOL_UDP, libc::UDP_GRO) => {
                         let seg: libc::c_int = std::ptr::read_unaligned(data.cast());

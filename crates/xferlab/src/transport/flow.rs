@@ -40,8 +40,10 @@ const RETUNE_EVERY: u32 = 32;
 #[repr(align(128))]
 pub struct FlowShared {
     pub bytes: AtomicU64,
-    /// Datagram counters (UDP flows only).
+    /// Datagram counters (UDP and DCCP flows).
     pub udp: UdpShared,
+    /// DCCP's CCID state and stack counters (DCCP flows only).
+    pub dccp: super::dccp::DccpShared,
 }
 
 /// What a datagram flow thread publishes after each call. The `*_max_*`

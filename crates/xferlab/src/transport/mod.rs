@@ -39,6 +39,7 @@
 //! human output prints it under each interval's row.
 
 pub mod datagram;
+mod dccp;
 pub mod flow;
 mod mptcp;
 pub mod sizing;
@@ -53,7 +54,7 @@ use std::time::Duration;
 
 use socket2::{Domain, SockRef, Socket};
 use xferlab_core::interval::Reading;
-use xferlab_core::result::FlowRole;
+use xferlab_core::result::{Endpoint, FlowRole};
 use xferlab_core::spec::{Knobs, TestSpec};
 #[cfg(doc)]
 use xferlab_core::transport::TransportModel;
@@ -68,7 +69,7 @@ use sizing::StreamSizes;
 /// lists their flags. The server's ports listen with the first
 /// [`TransportIo::listener`] the kernel grants, so a transport whose
 /// listener also accepts plain TCP comes before TCP.
-pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp];
+pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp, &dccp::Dccp];
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
 pub fn io(t: Transport) -> Result<&'static dyn TransportIo, String> {
@@ -158,6 +159,9 @@ impl FlowSocket {
 /// What a flow thread runs with.
 pub struct FlowJob<'a> {
     pub socket: &'a FlowSocket,
+    /// Which end of the test runs the flow (a DCCP client connects, its
+    /// server listens).
+    pub endpoint: Endpoint,
     pub role: FlowRole,
     pub knobs: &'a Knobs,
     /// Bytes to send (`-n`); None: until stopped.

@@ -1,0 +1,324 @@
+//! DCCP's model (RFC 4340, xferlab's own stack in [`crate::dccp`] carried
+//! over UDP per RFC 6773): datagrams whose rate a CCID decides, the knobs
+//! that pick the CCID and service code, and the `dccp` section of a
+//! result: the sending CCID's state at the end of each interval and the
+//! stack's own counters over it.
+//!
+//! A flow's `udp` fields work as for UDP (the application's datagrams
+//! carry xferlab's sequence number and send time inside DCCP's payload,
+//! so the receiver counts loss, reordering and jitter as for UDP).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Carrier, TransportModel};
+use crate::dccp::ccid::CcidState;
+use crate::dccp::Stats;
+use crate::spec::limits::{MAX_BATCH, MIN_DATAGRAM};
+use crate::spec::{Knobs, RecvMode, SendMode, SpecError};
+use crate::units::{format_bytes, Micros};
+
+/// The service code xferlab's DCCP servers accept (RFC 4340 sec. 8.1.2):
+/// "XFLB" in ASCII, as a port names a service.
+pub const SERVICE_CODE: u32 = u32::from_be_bytes(*b"XFLB");
+/// Largest application datagram: the UDP payload limit less DCCP's
+/// longest header (Response/Reset, 28 bytes) and its largest options area
+/// (1020 bytes, RFC 4340 sec. 5.8).
+pub const MAX_PAYLOAD: u64 = 65_507 - 28 - 1020;
+
+pub struct Dccp;
+
+impl TransportModel for Dccp {
+    fn label(&self) -> &'static str {
+        "DCCP"
+    }
+
+    fn carrier(&self) -> Carrier {
+        Carrier::Datagrams
+    }
+
+    fn check_knobs(&self, k: &Knobs) -> Result<(), SpecError> {
+        if !(MIN_DATAGRAM..=MAX_PAYLOAD).contains(&k.size) {
+            return Err(SpecError::DccpLength(k.size));
+        }
+        if k.batch == 0 || k.batch > MAX_BATCH {
+            return Err(SpecError::Batch(k.batch));
+        }
+        if let Some(d) = &k.dccp {
+            if !matches!(d.ccid, 2 | 3) {
+                return Err(SpecError::Ccid(d.ccid));
+            }
+        }
+        if k.gso
+            || k.congestion.is_some()
+            || k.mss.is_some()
+            || k.nodelay
+            || k.max_pacing_rate.is_some()
+            || k.send_mode != SendMode::Copy
+            || k.recv_mode != RecvMode::Copy
+            || k.read_size.is_some()
+            || k.rcvlowat.is_some()
+        {
+            return Err(SpecError::OptionsOnDccp);
+        }
+        Ok(())
+    }
+
+    fn congestion_controlled(&self) -> bool {
+        true
+    }
+}
+
+/// DCCP's own knobs (`--ccid`, `--dccp-service`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DccpKnobs {
+    /// The CCID of both half-connections: 2 (TCP-like, RFC 4341) or 3
+    /// (TFRC, RFC 4342).
+    pub ccid: u8,
+    /// The service code the client asks for; xferlab's servers accept
+    /// only [`SERVICE_CODE`].
+    pub service: u32,
+}
+
+impl Default for DccpKnobs {
+    fn default() -> Self {
+        DccpKnobs {
+            ccid: 2,
+            service: SERVICE_CODE,
+        }
+    }
+}
+
+/// What a DCCP flow publishes at a boundary: the sending CCID's state now
+/// (None before the handshake) and the stack's cumulative counters.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct DccpCounters {
+    /// The CCID this end sends with (0 before the handshake).
+    pub ccid: u8,
+    pub state: Option<CcidState>,
+    pub stats: Stats,
+    /// Packets the driver took from the socket that were not DCCP for
+    /// this connection (bad checksum, wrong ports, not DCCP at all).
+    pub not_dccp: u64,
+}
+
+/// DCCP's section of an interval (or of a total's window): the CCID's
+/// state at its end, counts as deltas.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct DccpSample {
+    /// The CCID this end sends with (its half-connection's), 0 before the
+    /// handshake.
+    pub ccid: u8,
+    /// CCID2: congestion window, packets in flight and slow-start
+    /// threshold, in packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwnd: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipe: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssthresh: Option<u64>,
+    /// CCID3: allowed sending rate X and the receiver's reported rate
+    /// X_recv, bit/s; loss event rate p; inter-packet interval s/X.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_recv_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_ipi_us: Option<f64>,
+    /// The CCID's RTT estimate, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_us: Option<f64>,
+    /// The stack's counters over the interval: data packets and their
+    /// payload bytes each way, acknowledgements and Syncs sent, packets
+    /// dropped for a bad checksum or as invalid (out of window, wrong
+    /// ports), application datagrams refused by a full queue, and packets
+    /// that arrived marked ECN CE.
+    pub data_sent: u64,
+    pub data_bytes_sent: u64,
+    pub data_received: u64,
+    pub data_bytes_received: u64,
+    pub acks_sent: u64,
+    pub syncs_sent: u64,
+    pub dropped_checksum: u64,
+    pub dropped_invalid: u64,
+    pub queue_full: u64,
+    pub ecn_ce_received: u64,
+    /// Datagrams on the flow's socket that were not DCCP at all.
+    pub not_dccp: u64,
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+impl DccpCounters {
+    /// The interval from `prev` to `self`.
+    pub fn sample(&self, prev: &DccpCounters) -> DccpSample {
+        let (a, b) = (&self.stats, &prev.stats);
+        let mut s = DccpSample {
+            ccid: self.ccid,
+            data_sent: a.data_sent.saturating_sub(b.data_sent),
+            data_bytes_sent: a.data_bytes_sent.saturating_sub(b.data_bytes_sent),
+            data_received: a.data_received.saturating_sub(b.data_received),
+            data_bytes_received: a.data_bytes_received.saturating_sub(b.data_bytes_received),
+            acks_sent: a.acks_sent.saturating_sub(b.acks_sent),
+            syncs_sent: a.syncs_sent.saturating_sub(b.syncs_sent),
+            dropped_checksum: a.dropped_checksum.saturating_sub(b.dropped_checksum),
+            dropped_invalid: a.dropped_invalid.saturating_sub(b.dropped_invalid),
+            queue_full: a.queue_full.saturating_sub(b.queue_full),
+            ecn_ce_received: a.ecn_ce_received.saturating_sub(b.ecn_ce_received),
+            not_dccp: self.not_dccp.saturating_sub(prev.not_dccp),
+            ..DccpSample::default()
+        };
+        match self.state {
+            Some(CcidState::Ccid2 {
+                cwnd,
+                pipe,
+                ssthresh,
+                rtt,
+            }) => {
+                s.cwnd = Some(cwnd);
+                s.pipe = Some(pipe);
+                s.ssthresh = Some(ssthresh);
+                s.rtt_us = rtt.map(us);
+            }
+            Some(CcidState::Ccid3 {
+                x,
+                x_recv,
+                p,
+                rtt,
+                t_ipi,
+            }) => {
+                s.x_bps = Some(x * 8.0);
+                s.x_recv_bps = Some(x_recv * 8.0);
+                s.p = Some(p);
+                s.t_ipi_us = Some(us(t_ipi));
+                s.rtt_us = rtt.map(us);
+            }
+            None => {}
+        }
+        s
+    }
+}
+
+impl DccpSample {
+    /// `DCCP CCID2: cwnd 40 pipe 38 ssthresh 64 rtt 61 us; 1000 data sent,
+    /// 500 acks` or `DCCP CCID3: X 800 Mbit/s X_recv ... p 0.0012 ...`.
+    pub fn describe(&self) -> String {
+        let rtt = self
+            .rtt_us
+            .map_or_else(|| "-".to_string(), |r| Micros(r as u64).to_string());
+        let mut out = match (self.cwnd, self.x_bps) {
+            (Some(cwnd), _) => format!(
+                "DCCP CCID2: cwnd {cwnd} pipe {} ssthresh {} rtt {rtt}",
+                self.pipe.unwrap_or(0),
+                self.ssthresh.unwrap_or(0)
+            ),
+            (None, Some(x)) => format!(
+                "DCCP CCID3: X {}/s X_recv {}/s p {:.5} rtt {rtt} t_ipi {:.1} us",
+                format_bytes((x / 8.0) as u64),
+                format_bytes((self.x_recv_bps.unwrap_or(0.0) / 8.0) as u64),
+                self.p.unwrap_or(0.0),
+                self.t_ipi_us.unwrap_or(0.0)
+            ),
+            (None, None) => "DCCP: receiving".to_string(),
+        };
+        out.push_str(&format!(
+            "; data {} sent {} received, {} acks",
+            self.data_sent, self.data_received, self.acks_sent
+        ));
+        let drops = self.dropped_checksum + self.dropped_invalid + self.not_dccp;
+        if drops > 0 {
+            out.push_str(&format!(", {drops} packets dropped"));
+        }
+        if self.ecn_ce_received > 0 {
+            out.push_str(&format!(", {} ECN CE", self.ecn_ce_received));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::TestSpec;
+    use crate::transport::Transport;
+
+    #[test]
+    fn samples_are_deltas_with_the_ccid_state_at_the_end() {
+        let before = DccpCounters {
+            ccid: 2,
+            state: None,
+            stats: Stats {
+                data_sent: 10,
+                acks_sent: 1,
+                ..Stats::default()
+            },
+            not_dccp: 1,
+        };
+        let now = DccpCounters {
+            ccid: 2,
+            state: Some(CcidState::Ccid2 {
+                cwnd: 40,
+                pipe: 38,
+                ssthresh: 64,
+                rtt: Some(Duration::from_micros(61)),
+            }),
+            stats: Stats {
+                data_sent: 110,
+                acks_sent: 51,
+                ..Stats::default()
+            },
+            not_dccp: 3,
+        };
+        let s = now.sample(&before);
+        assert_eq!((s.data_sent, s.acks_sent, s.not_dccp), (100, 50, 2));
+        assert_eq!((s.cwnd, s.pipe, s.ssthresh), (Some(40), Some(38), Some(64)));
+        assert_eq!(s.rtt_us, Some(61.0));
+        assert!(s.describe().starts_with("DCCP CCID2: cwnd 40 pipe 38"));
+        let c3 = DccpCounters {
+            ccid: 3,
+            state: Some(CcidState::Ccid3 {
+                x: 1e6,
+                x_recv: 5e5,
+                p: 0.01,
+                rtt: None,
+                t_ipi: Duration::from_micros(1400),
+            }),
+            ..now
+        }
+        .sample(&before);
+        assert_eq!(
+            (c3.x_bps, c3.x_recv_bps, c3.p),
+            (Some(8e6), Some(4e6), Some(0.01))
+        );
+        assert_eq!(c3.t_ipi_us, Some(1400.0));
+        assert!(c3.describe().starts_with("DCCP CCID3: X "));
+    }
+
+    #[test]
+    fn knobs_name_the_flag_that_is_wrong() {
+        let mut spec = TestSpec {
+            transport: Transport::Dccp,
+            ..TestSpec::default_stream()
+        };
+        spec.knobs.size = 1400;
+        spec.knobs.dccp = Some(DccpKnobs {
+            ccid: 4,
+            ..DccpKnobs::default()
+        });
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("--ccid 4"), "{e}");
+        spec.knobs.dccp = None;
+        assert_eq!(spec.validate(), Ok(()));
+        spec.knobs.size = 8;
+        assert!(spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("-l/--length"));
+    }
+}

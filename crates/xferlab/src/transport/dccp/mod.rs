@@ -1,0 +1,202 @@
+//! DCCP's driver: xferlab's own DCCP (the core's [`xferlab_core::dccp`])
+//! over UDP encapsulation (RFC 6773), picked with `--dccp`. A flow is a
+//! UDP socket attached to its test like any datagram flow's; its thread
+//! then runs one DCCP connection over it ([`path`]): the test's client
+//! end connects, the server's listens. Every interval it reads the
+//! sending CCID's state and the stack's counters the thread published
+//! ([`DccpShared`]).
+
+mod path;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use socket2::{Domain, Socket, Type};
+use xferlab_core::dccp::ccid::CcidState;
+use xferlab_core::dccp::Stats;
+use xferlab_core::interval::Reading;
+use xferlab_core::result::FlowRole;
+use xferlab_core::transport::dccp::DccpCounters;
+use xferlab_core::transport::TransportCounters;
+
+use super::flow::{FlowOutcome, FlowShared};
+use super::{Flag, FlowJob, FlowSocket, Transport, TransportIo};
+
+pub struct Dccp;
+
+impl TransportIo for Dccp {
+    fn transport(&self) -> Transport {
+        Transport::Dccp
+    }
+
+    fn flag(&self) -> Option<Flag> {
+        Some(Flag {
+            long: "dccp",
+            short: None,
+            help: "DCCP (RFC 4340) instead of TCP: xferlab's own stack over UDP (RFC 6773), CCID 2 or 3 (--ccid); -b is the application's offer, the CCID may send less. Every interval shows the CCID's state.",
+        })
+    }
+
+    fn socket(&self, domain: Domain) -> Result<Socket, String> {
+        Socket::new(domain, Type::DGRAM, None).map_err(|e| e.to_string())
+    }
+
+    fn read(&self, _socket: &FlowSocket, _role: FlowRole, shared: &FlowShared) -> Reading {
+        Reading {
+            bytes: shared.bytes.load(Ordering::Relaxed),
+            udp: Some(shared.udp.read()),
+            transport: Some(TransportCounters::Dccp(shared.dccp.read())),
+            ..Reading::default()
+        }
+    }
+
+    fn run(&self, job: FlowJob<'_>) -> FlowOutcome {
+        path::run(job)
+    }
+}
+
+/// What a DCCP flow thread publishes (relaxed stores, about once a
+/// millisecond and at its end) for the interval reader. The CCID's fields
+/// may come from two neighbouring publications; they are gauges.
+#[derive(Debug, Default)]
+pub struct DccpShared {
+    ccid: AtomicU64,
+    /// 0: no state yet; 2 or 3: which fields below mean what.
+    kind: AtomicU64,
+    /// CCID2: cwnd, pipe, ssthresh. CCID3: X, X_recv, p as f64 bits.
+    a: AtomicU64,
+    b: AtomicU64,
+    c: AtomicU64,
+    /// u64::MAX: no RTT estimate.
+    rtt_ns: AtomicU64,
+    t_ipi_ns: AtomicU64,
+    stats: [AtomicU64; 10],
+    not_dccp: AtomicU64,
+}
+
+const NO_RTT: u64 = u64::MAX;
+
+impl DccpShared {
+    pub(crate) fn publish(&self, ccid: u8, state: Option<CcidState>, s: &Stats, not_dccp: u64) {
+        let r = Ordering::Relaxed;
+        self.ccid.store(u64::from(ccid), r);
+        let rtt_ns = |rtt: Option<Duration>| rtt.map_or(NO_RTT, |d| d.as_nanos() as u64);
+        match state {
+            None => self.kind.store(0, r),
+            Some(CcidState::Ccid2 {
+                cwnd,
+                pipe,
+                ssthresh,
+                rtt,
+            }) => {
+                self.a.store(cwnd, r);
+                self.b.store(pipe, r);
+                self.c.store(ssthresh, r);
+                self.rtt_ns.store(rtt_ns(rtt), r);
+                self.kind.store(2, r);
+            }
+            Some(CcidState::Ccid3 {
+                x,
+                x_recv,
+                p,
+                rtt,
+                t_ipi,
+            }) => {
+                self.a.store(x.to_bits(), r);
+                self.b.store(x_recv.to_bits(), r);
+                self.c.store(p.to_bits(), r);
+                self.rtt_ns.store(rtt_ns(rtt), r);
+                self.t_ipi_ns.store(t_ipi.as_nanos() as u64, r);
+                self.kind.store(3, r);
+            }
+        }
+        let values = [
+            s.data_sent,
+            s.data_bytes_sent,
+            s.data_received,
+            s.data_bytes_received,
+            s.acks_sent,
+            s.syncs_sent,
+            s.dropped_checksum,
+            s.dropped_invalid,
+            s.queue_full,
+            s.ecn_ce_received,
+        ];
+        for (slot, v) in self.stats.iter().zip(values) {
+            slot.store(v, r);
+        }
+        self.not_dccp.store(not_dccp, r);
+    }
+
+    fn read(&self) -> DccpCounters {
+        let r = Ordering::Relaxed;
+        let rtt = match self.rtt_ns.load(r) {
+            NO_RTT => None,
+            ns => Some(Duration::from_nanos(ns)),
+        };
+        let (a, b, c) = (self.a.load(r), self.b.load(r), self.c.load(r));
+        let state = match self.kind.load(r) {
+            2 => Some(CcidState::Ccid2 {
+                cwnd: a,
+                pipe: b,
+                ssthresh: c,
+                rtt,
+            }),
+            3 => Some(CcidState::Ccid3 {
+                x: f64::from_bits(a),
+                x_recv: f64::from_bits(b),
+                p: f64::from_bits(c),
+                rtt,
+                t_ipi: Duration::from_nanos(self.t_ipi_ns.load(r)),
+            }),
+            _ => None,
+        };
+        let v: [u64; 10] = std::array::from_fn(|i| self.stats[i].load(r));
+        DccpCounters {
+            ccid: self.ccid.load(r) as u8,
+            state,
+            stats: Stats {
+                data_sent: v[0],
+                data_bytes_sent: v[1],
+                data_received: v[2],
+                data_bytes_received: v[3],
+                acks_sent: v[4],
+                syncs_sent: v[5],
+                dropped_checksum: v[6],
+                dropped_invalid: v[7],
+                queue_full: v[8],
+                ecn_ce_received: v[9],
+            },
+            not_dccp: self.not_dccp.load(r),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn published_state_reads_back() {
+        let sh = DccpShared::default();
+        assert_eq!(sh.read().state, None);
+        let st = CcidState::Ccid3 {
+            x: 1.5e6,
+            x_recv: 1e6,
+            p: 0.002,
+            rtt: Some(Duration::from_micros(94_000)),
+            t_ipi: Duration::from_micros(933),
+        };
+        let stats = Stats {
+            data_sent: 7,
+            ecn_ce_received: 2,
+            ..Stats::default()
+        };
+        sh.publish(3, Some(st), &stats, 4);
+        let c = sh.read();
+        assert_eq!(
+            (c.ccid, c.state, c.stats, c.not_dccp),
+            (3, Some(st), stats, 4)
+        );
+    }
+}

@@ -1,0 +1,572 @@
+//! One DCCP flow's thread: a thin driver around the core's
+//! [`Connection`] on one connected, non-blocking UDP socket. Each turn it
+//! takes every queued datagram (recvmmsg, with the ECN bits), runs the
+//! connection's timers, offers the application's datagrams at `-b` (or as
+//! fast as the CCID drains them), and sends what the connection emits in
+//! batches (sendmmsg); with nothing to do it sleeps in ppoll until a
+//! datagram or the connection's next deadline. Buffers and message
+//! headers are built once; the loop allocates and formats nothing.
+//!
+//! The sender's datagrams carry xferlab's datagram header (sequence
+//! number, send time) and the pattern every sender writes; the receiver
+//! counts loss, reordering and jitter from the header as for UDP, and
+//! checks every payload byte.
+
+use std::io;
+use std::mem::zeroed;
+use std::net::UdpSocket;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
+use xferlab_core::dccp::{CloseReason, Config, Connection, Event, ResetCode, Seq};
+use xferlab_core::proto::wire::{AttachReply, MAGIC};
+use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
+use xferlab_core::time::Time;
+use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
+
+use super::super::datagram::{describe, set_int_opt, transient, RecvBatch};
+use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
+use super::super::{FlowJob, FlowSocket};
+use crate::sys::clock;
+
+/// Room after the payload for DCCP's header and options: the longest
+/// header (28 bytes) and the largest options area (1020).
+const HEADROOM: usize = 28 + 1020;
+/// Application datagrams that may wait for the CCID. Enough that a window
+/// opening by a batch finds a batch queued; more only adds queueing delay
+/// (DCCP drops nothing the application queued, it refuses the offer).
+const QUEUE_DATAGRAMS: usize = 64;
+/// Our Sequence Window (RFC 4340 sec. 7.5.2): it must exceed the packets
+/// in flight several times over, or a fast, long path looks out of
+/// window. 1 Gbit/s x 94 ms is ~8400 packets of 1400 B; 100000 covers
+/// that at 10 Gbit/s.
+const SEQ_WINDOW: u64 = 100_000;
+/// A handshake unanswered this long means no DCCP peer: the client
+/// resends its Request after 1, 2 and 4 s (sec. 8.1.1).
+const HANDSHAKE_GIVE_UP: Duration = Duration::from_secs(8);
+/// A sender whose Close gets no answer in this long ends anyway.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+/// A stopped receiver whose peer went silent gives up after this long.
+const QUIET_AFTER_STOP: Duration = Duration::from_secs(1);
+/// How often the thread publishes its counters for the interval reader.
+const PUBLISH_EVERY: Duration = Duration::from_millis(1);
+/// Waits shorter than this are spun, not slept (ppoll's own cost).
+const SPIN_BELOW: Duration = Duration::from_micros(5);
+/// Socket buffers of a DCCP flow unless `-w` says otherwise. With the
+/// default 208 KiB, the lab's 1 Gbit/s x 94 ms link dropped CCID2's slow
+/// start at a window of ~50 packets in the receiving socket (TUN packets
+/// carry ~4 KiB of truesize each), and CCID2 then crawled at 10 Mbit/s;
+/// DCCP does not retransmit, so a drop in the host reads as congestion.
+const SOCKET_BUFFER: libc::c_int = 16 << 20;
+/// ECT(0) (RFC 3168): DCCP is ECN-capable unless a peer says otherwise
+/// (RFC 4340 sec. 12).
+const ECT0: u8 = 0b10;
+const CE: u8 = 0b11;
+
+pub fn run(job: FlowJob<'_>) -> FlowOutcome {
+    let FlowSocket::Datagram(sock) = job.socket else {
+        return outcome(
+            FlowEnd::Aborted("DCCP flows run over UDP sockets".into()),
+            0,
+            None,
+        );
+    };
+    match Path::new(sock, &job) {
+        Ok(p) => p.run(&job),
+        Err(e) => outcome(FlowEnd::Aborted(e), 0, None),
+    }
+}
+
+fn outcome(end: FlowEnd, bytes: u64, note: Option<String>) -> FlowOutcome {
+    FlowOutcome {
+        end,
+        at: clock::now(),
+        bytes,
+        note,
+    }
+}
+
+struct Path<'a> {
+    sock: &'a UdpSocket,
+    conn: Connection,
+    knobs: DccpKnobs,
+    size: usize,
+    batch: usize,
+    rx: RecvBatch,
+    tx: TxBatch,
+    /// What every application datagram holds after its header.
+    pattern: Vec<u8>,
+    peer: String,
+}
+
+impl<'a> Path<'a> {
+    fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, String> {
+        let fd = sock.as_raw_fd();
+        sock.set_nonblocking(true)
+            .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
+        let local = sock.local_addr().map_err(|e| e.to_string())?;
+        let peer = sock.peer_addr().map_err(|e| e.to_string())?;
+        if job.knobs.buffer.is_none() {
+            // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
+            // net.core.rmem_max allows.
+            for (force, plain) in [
+                (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+                (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+            ] {
+                if !set_int_opt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER) {
+                    set_int_opt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+                }
+            }
+        }
+        set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
+        if job.knobs.tos.is_none() {
+            if peer.is_ipv6() {
+                set_int_opt(
+                    fd,
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_TCLASS,
+                    libc::c_int::from(ECT0),
+                );
+            } else {
+                set_int_opt(fd, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(ECT0));
+            }
+        }
+        let knobs = job.knobs.dccp.unwrap_or_default();
+        let size = job.knobs.size as usize;
+        let mut cfg = match job.endpoint {
+            Endpoint::Client => {
+                Config::client(local.port(), peer.port(), knobs.service, knobs.ccid)
+            }
+            Endpoint::Server => Config::server(local.port(), vec![SERVICE_CODE]),
+        };
+        cfg.mss = size;
+        cfg.seq_window = SEQ_WINDOW;
+        cfg.queue_bytes = size * QUEUE_DATAGRAMS;
+        cfg.give_up = HANDSHAKE_GIVE_UP;
+        cfg.iss = random_iss();
+        let conn = match job.endpoint {
+            Endpoint::Client => Connection::connect(clock::now(), cfg),
+            Endpoint::Server => Connection::listen(cfg),
+        };
+        let batch = job.knobs.batch as usize;
+        Ok(Path {
+            sock,
+            conn,
+            knobs,
+            size,
+            batch,
+            rx: RecvBatch::new(fd, size + HEADROOM, batch),
+            tx: TxBatch::new(fd, size + HEADROOM, batch),
+            pattern: (0..size).map(|i| (i % 251) as u8).collect(),
+            peer: peer.to_string(),
+        })
+    }
+
+    fn run(mut self, job: &FlowJob<'_>) -> FlowOutcome {
+        crate::sys::affinity::tighten_timer_slack();
+        let (shared, flags) = (job.shared, job.flags);
+        let sender = job.role == FlowRole::Sender;
+        let start = clock::now();
+        let limit = job.quota.map(|q| q.div_ceil(self.size as u64));
+        let mut pacer = Pacer::new(job.knobs.rate.unwrap_or(0), self.size, 1, start);
+        let mut offered: u64 = 0;
+        let mut stats = RecvStats::new();
+        let mut received: u64 = 0;
+        let mut corrupt: u64 = 0;
+        let mut not_dccp: u64 = 0;
+        let mut ccid = 0u8;
+        let mut connected = false;
+        let mut closing: Option<Time> = None;
+        let mut closed: Option<CloseReason> = None;
+        let mut last_heard = start;
+        let mut published = start;
+        let mut peer_gone = false;
+        let mut failed: Option<String> = None;
+        let end = loop {
+            let now = clock::now();
+            let mut busy = false;
+            // Everything queued on the socket, a batch per call.
+            loop {
+                match self.rx.recv() {
+                    Ok(n) => {
+                        busy = true;
+                        last_heard = now;
+                        for i in 0..n {
+                            let m = self.rx.message(i);
+                            if m.data.starts_with(&MAGIC) {
+                                // A repeated attach whose ack was lost.
+                                self.sock.send(&[AttachReply::Ok as u8]).ok();
+                                not_dccp += 1;
+                                continue;
+                            }
+                            let ce = m.tos.is_some_and(|t| t & CE == CE);
+                            let Some(payload) = self.conn.handle_datagram_ecn(now, m.data, ce)
+                            else {
+                                continue;
+                            };
+                            received += payload.len() as u64;
+                            match read_header(payload) {
+                                Some((seq, send_ns)) if payload.len() == self.size => {
+                                    stats.on_datagram(seq, send_ns, now.as_nanos());
+                                    if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
+                                        corrupt += 1;
+                                    }
+                                }
+                                _ => corrupt += 1,
+                            }
+                        }
+                        if n < self.batch {
+                            break;
+                        }
+                    }
+                    Err(e) if transient(&e) => break,
+                    Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                        peer_gone = true;
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(describe(&e, "receiving"));
+                        break;
+                    }
+                }
+            }
+            if let Some(why) = failed.take() {
+                break FlowEnd::Aborted(why);
+            }
+            if self.conn.poll_timeout().is_some_and(|t| now >= t) {
+                self.conn.handle_timeout(now);
+            }
+            while let Some(ev) = self.conn.poll_event() {
+                match ev {
+                    Event::Connected { tx_ccid, .. } => {
+                        ccid = tx_ccid;
+                        connected = true;
+                    }
+                    Event::Closed(r) => closed = Some(r),
+                }
+            }
+            if flags.abort.load(Ordering::Relaxed) {
+                break FlowEnd::Aborted("the test was aborted".into());
+            }
+            // The application's offer.
+            if sender && connected && closing.is_none() && closed.is_none() {
+                let done = limit.is_some_and(|l| offered >= l);
+                if done || flags.stop.load(Ordering::Relaxed) {
+                    self.conn.close(now);
+                    closing = Some(now);
+                } else {
+                    let mut due = pacer.due(now);
+                    let stamp = now.duration_since(start).as_nanos() as u64;
+                    let mut n = 0;
+                    while due > 0
+                        && self.conn.can_queue(self.size)
+                        && limit.is_none_or(|l| offered < l)
+                    {
+                        write_header(&mut self.pattern, offered, stamp);
+                        self.conn.send(&self.pattern);
+                        offered += 1;
+                        due -= 1;
+                        n += 1;
+                    }
+                    if n > 0 {
+                        pacer.sent(n, now);
+                        busy = true;
+                    }
+                }
+            }
+            // What the connection has to send, a batch per call.
+            if !self.tx.pending() {
+                while let Some(buf) = self.tx.slot() {
+                    match self.conn.poll_transmit(now, buf) {
+                        Some(len) => self.tx.commit(len),
+                        None => break,
+                    }
+                    if self.tx.slot().is_none() && !self.flush(&mut busy, &mut peer_gone) {
+                        break;
+                    }
+                }
+            }
+            if self.tx.filled() > 0 {
+                self.flush(&mut busy, &mut peer_gone);
+            }
+            if now.duration_since(published) >= PUBLISH_EVERY {
+                self.publish(shared, ccid, &mut stats, received, not_dccp, sender);
+                published = now;
+            }
+            // Ends.
+            if let Some(r) = closed {
+                if !self.tx.pending() {
+                    break self.end_of(r, not_dccp);
+                }
+            }
+            if peer_gone {
+                break if closing.is_some() || !sender && flags.stop.load(Ordering::Relaxed) {
+                    FlowEnd::Completed
+                } else {
+                    FlowEnd::Aborted(format!(
+                        "the DCCP peer's UDP socket at {} is gone (ICMP port unreachable)",
+                        self.peer
+                    ))
+                };
+            }
+            if closing.is_some_and(|t| now.duration_since(t) >= CLOSE_GRACE) {
+                break FlowEnd::Completed;
+            }
+            if !sender
+                && (flags.cut.load(Ordering::Relaxed)
+                    || (flags.stop.load(Ordering::Relaxed)
+                        && now.duration_since(last_heard) >= QUIET_AFTER_STOP))
+            {
+                break FlowEnd::Completed;
+            }
+            if !busy {
+                self.wait(now, sender && connected && closing.is_none(), &pacer);
+            }
+        };
+        self.publish(shared, ccid, &mut stats, received, not_dccp, sender);
+        let end = match end {
+            FlowEnd::Completed if corrupt > 0 => FlowEnd::Aborted(format!(
+                "DCCP delivered {corrupt} datagrams whose payload differs from what was sent"
+            )),
+            e => e,
+        };
+        let s = self.conn.stats();
+        let bytes = if sender { s.data_bytes_sent } else { received };
+        outcome(end, bytes, None)
+    }
+
+    /// Sends what the batch holds; false when the socket took only part
+    /// of it (the rest waits for POLLOUT).
+    fn flush(&mut self, busy: &mut bool, peer_gone: &mut bool) -> bool {
+        match self.tx.flush() {
+            Ok(n) => {
+                *busy |= n > 0;
+                !self.tx.pending()
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
+                *peer_gone = true;
+                self.tx.clear();
+                false
+            }
+            Err(e) => {
+                // A send error other than a full buffer drops the batch,
+                // as a network would; DCCP does not retransmit.
+                tracing::debug!(error = %e, "DCCP send failed; batch dropped");
+                self.tx.clear();
+                false
+            }
+        }
+    }
+
+    fn publish(
+        &self,
+        shared: &FlowShared,
+        ccid: u8,
+        stats: &mut RecvStats,
+        received: u64,
+        not_dccp: u64,
+        sender: bool,
+    ) {
+        let s = self.conn.stats();
+        // A receiver's own CCID only paces its acknowledgements: its state
+        // would read as the flow's, so only senders report one.
+        let state = self.conn.ccid_state().filter(|_| sender);
+        shared.dccp.publish(ccid, state, &s, not_dccp);
+        let u = &shared.udp;
+        if sender {
+            shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
+            u.packets.store(s.data_sent, Ordering::Relaxed);
+        } else {
+            let c = stats.counters();
+            shared.bytes.store(received, Ordering::Relaxed);
+            u.packets.store(c.received, Ordering::Relaxed);
+            u.lost.store(c.lost, Ordering::Relaxed);
+            u.out_of_order.store(c.out_of_order, Ordering::Relaxed);
+            u.duplicates.store(c.duplicates, Ordering::Relaxed);
+            u.jitter_ns.store(c.jitter_ns.to_bits(), Ordering::Relaxed);
+            u.owd_excess_sum_ns.store(
+                c.owd_excess_sum_ns.min(u128::from(u64::MAX)) as u64,
+                Ordering::Relaxed,
+            );
+            u.owd_excess_max_ns
+                .fetch_max(stats.take_owd_max(), Ordering::Relaxed);
+        }
+    }
+
+    /// Sleeps until a datagram comes, the socket takes the rest of a
+    /// batch, or the connection's (or the application's pacing) next
+    /// deadline; at most [`POLL_FLAGS`], so the flags are seen.
+    fn wait(&self, now: Time, offering: bool, pacer: &Pacer) {
+        let mut deadline = now + POLL_FLAGS;
+        if let Some(t) = self.conn.poll_timeout() {
+            deadline = deadline.min(t);
+        }
+        if offering && self.conn.can_queue(self.size) {
+            if let Some(t) = pacer.next_due() {
+                deadline = deadline.min(t);
+            }
+        }
+        let left = deadline.duration_since(now);
+        if left < SPIN_BELOW {
+            return;
+        }
+        let mut events = PollFlags::IN;
+        if self.tx.pending() {
+            events |= PollFlags::OUT;
+        }
+        let Ok(ts) = Timespec::try_from(left) else {
+            return;
+        };
+        let mut fds = [PollFd::new(self.sock, events)];
+        poll(&mut fds, Some(&ts)).ok();
+    }
+
+    /// How the connection's end reads for this flow.
+    fn end_of(&self, r: CloseReason, not_dccp: u64) -> FlowEnd {
+        let s = self.conn.stats();
+        match r {
+            CloseReason::Closed => FlowEnd::Completed,
+            CloseReason::Reset {
+                code: ResetCode::BadServiceCode,
+                by_peer: true,
+            } => FlowEnd::Aborted(format!(
+                "the DCCP server at {} refused service code {} (xferlab's servers accept {}): leave out --dccp-service",
+                self.peer,
+                self.knobs.service,
+                SERVICE_CODE
+            )),
+            CloseReason::Reset {
+                code: ResetCode::MandatoryError,
+                by_peer: true,
+            } => FlowEnd::Aborted(format!(
+                "the DCCP peer at {} refused CCID {}: try --ccid {}",
+                self.peer,
+                self.knobs.ccid,
+                if self.knobs.ccid == 2 { 3 } else { 2 }
+            )),
+            CloseReason::Reset { code, by_peer } => FlowEnd::Aborted(format!(
+                "the DCCP connection with {} was reset by {} ({code:?})",
+                self.peer,
+                if by_peer { "the peer" } else { "this end" }
+            )),
+            CloseReason::TimedOut => {
+                let junk = s.dropped_checksum + s.dropped_invalid + not_dccp;
+                FlowEnd::Aborted(format!(
+                    "no DCCP answer from {} within {} s ({junk} datagrams that were not its DCCP): the peer does not speak xferlab's DCCP over UDP (--dccp)",
+                    self.peer,
+                    HANDSHAKE_GIVE_UP.as_secs()
+                ))
+            }
+        }
+    }
+}
+
+/// A random initial sequence number (RFC 4340 sec. 7.2 asks for one that
+/// is hard to guess).
+fn random_iss() -> Seq {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).ok();
+    Seq::new(u64::from_ne_bytes(b) & ((1 << 48) - 1))
+}
+
+/// Packet buffers and message headers for sendmmsg, built once: the
+/// connection writes each packet straight into its slot.
+struct TxBatch {
+    fd: RawFd,
+    cap: usize,
+    bufs: Vec<u8>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+    /// Slots written, and how many of them the socket took so far.
+    filled: usize,
+    sent: usize,
+}
+
+// The raw pointers inside point into the struct's own heap buffers, which
+// never move after construction.
+unsafe impl Send for TxBatch {}
+
+impl TxBatch {
+    fn new(fd: RawFd, cap: usize, n: usize) -> Self {
+        let mut b = TxBatch {
+            fd,
+            cap,
+            bufs: vec![0u8; cap * n],
+            iovs: Vec::with_capacity(n),
+            msgs: Vec::with_capacity(n),
+            filled: 0,
+            sent: 0,
+        };
+        for i in 0..n {
+            b.iovs.push(libc::iovec {
+                iov_base: b.bufs[i * cap..].as_mut_ptr().cast(),
+                iov_len: 0,
+            });
+        }
+        for i in 0..n {
+            // SAFETY: an all-zero mmsghdr is valid (no name, no control).
+            let mut m: libc::mmsghdr = unsafe { zeroed() };
+            m.msg_hdr.msg_iov = &mut b.iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            b.msgs.push(m);
+        }
+        b
+    }
+
+    /// The next free slot, None when the batch is full.
+    fn slot(&mut self) -> Option<&mut [u8]> {
+        let i = self.filled;
+        (i < self.iovs.len()).then(|| &mut self.bufs[i * self.cap..(i + 1) * self.cap])
+    }
+
+    fn commit(&mut self, len: usize) {
+        self.iovs[self.filled].iov_len = len;
+        self.filled += 1;
+    }
+
+    fn filled(&self) -> usize {
+        self.filled
+    }
+
+    /// Whether written packets wait for room in the socket.
+    fn pending(&self) -> bool {
+        self.sent < self.filled
+    }
+
+    fn clear(&mut self) {
+        self.filled = 0;
+        self.sent = 0;
+    }
+
+    /// Sends what is written and not yet sent; returns how many the
+    /// socket took (a full socket buffer takes fewer, or none).
+    fn flush(&mut self) -> io::Result<usize> {
+        if !self.pending() {
+            self.clear();
+            return Ok(0);
+        }
+        let n = self.filled - self.sent;
+        // SAFETY: msgs[sent..filled] point at live iovecs and buffers.
+        let r = unsafe {
+            libc::sendmmsg(
+                self.fd,
+                self.msgs[self.sent..].as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return if transient(&e) { Ok(0) } else { Err(e) };
+        }
+        self.sent += r as usize;
+        if !self.pending() {
+            self.clear();
+        }
+        Ok(r as usize)
+    }
+}

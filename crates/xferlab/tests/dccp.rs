@@ -1,0 +1,187 @@
+//! `xferlab stream --dccp` end to end: the real binary against a real
+//! `xferlab server` over loopback, xferlab's own DCCP over UDP on both
+//! ends. What is checked is what the result documents for DCCP
+//! (`DccpSample` in crates/xferlab-core/src/transport/dccp.rs, the `udp`
+//! counters of its datagrams) and the one-line errors of bad input.
+//!
+//! Every receiver checks every payload byte against the pattern and the
+//! header's sequence number; a flow that got a wrong byte ends aborted,
+//! so `status: ok` means the data arrived as sent.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// Runs `stream --dccp -J ARGS` against `srv` and returns its `status:
+/// ok` result, checked against docs/result-schema.json.
+fn dccp_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
+    let mut all = vec!["-J", "--dccp"];
+    all.extend_from_slice(args);
+    let out = srv.client(&all, deadline_for(seconds));
+    if out.code != Some(0) || out.timed_out {
+        panic!(
+            "client failed\n{}\n--- server log ---\n{}",
+            out.describe(),
+            srv.log()
+        );
+    }
+    out.assert_success();
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert_ok(&v);
+    assert_eq!(v["spec"]["transport"], "dccp", "not a DCCP result");
+    v
+}
+
+/// The flows of `side` (`client`/`server`) in `role`.
+fn flows<'a>(v: &'a Value, side: &str, role: &str) -> Vec<&'a Value> {
+    v[side]["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["role"] == role)
+        .collect()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// A sender's and its receiver's totals agree on what DCCP carried: every
+/// data packet the receiving stack took is one the sender sent, and the
+/// datagram counters say the same.
+fn check_flow_pair(tx: &Value, rx: &Value) {
+    let (t, r) = (&tx["total"], &rx["total"]);
+    assert!(u(&t["bytes_all"]) > 0, "nothing sent: {t}");
+    let sent = u(&t["dccp"]["data_sent"]);
+    let got = u(&r["dccp"]["data_received"]);
+    assert!(got > 0 && got <= sent, "sent {sent}, received {got}");
+    assert_eq!(u(&r["udp"]["packets"]), got, "{r}");
+    assert_eq!(u(&r["udp"]["duplicates"]), 0, "{r}");
+    assert_eq!(
+        u(&r["dccp"]["dropped_checksum"]) + u(&r["dccp"]["not_dccp"]),
+        0,
+        "{r}"
+    );
+    assert_eq!(rx["end"]["kind"], "completed", "{}", rx["end"]);
+    assert_eq!(tx["end"]["kind"], "completed", "{}", tx["end"]);
+}
+
+#[test]
+fn ccid2_stream_moves_checked_data_and_reports_cwnd_pipe_ssthresh_rtt() {
+    let srv = Server::start();
+    let v = dccp_json(&srv, &["--ccid", "2", "-t", "2", "-l", "1400"], 2.0);
+    let tx = flows(&v, "client", "sender");
+    let rx = flows(&v, "server", "receiver");
+    assert_eq!((tx.len(), rx.len()), (1, 1));
+    check_flow_pair(tx[0], rx[0]);
+    let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
+    let d = &last["dccp"];
+    assert_eq!(d["ccid"], 2, "{d}");
+    assert!(
+        u(&d["cwnd"]) >= 1 && d["ssthresh"].is_u64() && d["pipe"].is_u64(),
+        "{d}"
+    );
+    assert!(d["rtt_us"].as_f64().unwrap() > 0.0, "{d}");
+    assert!(d["x_bps"].is_null(), "CCID2 has no X: {d}");
+    // Acknowledgements flow back: one per Ack Ratio (2) data packets or
+    // per delayed-ack timeout; fewer when a receiver takes a batch at
+    // once, as one Ack Vector then covers the whole batch. Never one
+    // without new data (plus the handshake's and the close's).
+    let acks = u(&rx[0]["total"]["dccp"]["acks_sent"]);
+    let data = u(&rx[0]["total"]["dccp"]["data_received"]);
+    assert!(
+        acks > 0 && acks <= data + 4,
+        "{acks} acks for {data} data packets"
+    );
+}
+
+#[test]
+fn ccid3_reverse_reports_x_p_and_the_inter_packet_interval() {
+    let srv = Server::start();
+    let v = dccp_json(&srv, &["--ccid", "3", "-R", "-t", "2"], 2.0);
+    let tx = flows(&v, "server", "sender");
+    let rx = flows(&v, "client", "receiver");
+    assert_eq!((tx.len(), rx.len()), (1, 1));
+    check_flow_pair(tx[0], rx[0]);
+    let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
+    let d = &last["dccp"];
+    assert_eq!(d["ccid"], 3, "{d}");
+    let x = d["x_bps"].as_f64().unwrap();
+    let t_ipi = d["t_ipi_us"].as_f64().unwrap();
+    assert!(
+        x > 0.0 && d["x_recv_bps"].is_f64() && d["p"].is_f64(),
+        "{d}"
+    );
+    // t_ipi = s / X (RFC 5348 sec. 4.6), s the 1400-byte default.
+    let want = 1400.0 * 8.0 / x * 1e6;
+    assert!(
+        (t_ipi - want).abs() <= want * 0.2 + 1.0,
+        "t_ipi {t_ipi} us, s/X {want} us"
+    );
+    // A receiver reports no CCID state of its own (it only paces acks).
+    let rd = &rx[0]["intervals"][0]["dccp"];
+    assert!(rd["cwnd"].is_null() && rd["x_bps"].is_null(), "{rd}");
+}
+
+#[test]
+fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
+    let srv = Server::start();
+    let v = dccp_json(&srv, &["-n", "2M", "-l", "1000"], 10.0);
+    let tx = flows(&v, "client", "sender");
+    // Whole datagrams, as for UDP: 2 MiB rounded up to 1000-byte ones.
+    let datagrams = (2u64 << 20).div_ceil(1000);
+    assert_eq!(u(&tx[0]["total"]["bytes_all"]), datagrams * 1000);
+    assert_eq!(u(&tx[0]["total"]["dccp"]["data_sent"]), datagrams);
+
+    let v = dccp_json(&srv, &["--bidir", "-P", "2", "-t", "1", "-b", "20M"], 1.0);
+    for (tx_side, rx_side) in [("client", "server"), ("server", "client")] {
+        let tx = flows(&v, tx_side, "sender");
+        let rx = flows(&v, rx_side, "receiver");
+        assert_eq!((tx.len(), rx.len()), (2, 2));
+        for t in &tx {
+            let r = rx
+                .iter()
+                .find(|r| r["id"] == t["id"])
+                .expect("its receiver");
+            check_flow_pair(t, r);
+            // -b is the application's offer: 20 Mbit/s for 1 s at most.
+            let bits = u(&t["total"]["bytes_all"]) * 8;
+            assert!(bits <= 24_000_000, "{bits} bits offered at 20M");
+        }
+    }
+}
+
+#[test]
+fn a_refused_service_code_is_one_line_and_exit_1() {
+    let srv = Server::start();
+    let out = srv.client(
+        &["--dccp", "--dccp-service", "7", "-t", "1"],
+        deadline_for(1.0),
+    );
+    out.assert_one_line(&["refused service code 7", "--dccp-service"]);
+    assert_eq!(out.code, Some(1), "{}", out.describe());
+}
+
+#[test]
+fn bad_dccp_flags_are_one_line_and_exit_2() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["--dccp", "--ccid", "4"], &["--ccid 4", "--ccid 2"]),
+        (&["-u", "--ccid", "3"], &["--ccid", "--dccp"]),
+        (&["--dccp", "-l", "8"], &["-l/--length", "DCCP"]),
+        (&["--dccp", "--gso"], &["do not apply to DCCP"]),
+    ];
+    for (args, needles) in cases {
+        let mut all = vec!["stream"];
+        all.extend_from_slice(args);
+        let out = run(&all, deadline_for(1.0));
+        out.assert_one_line_failure(2, needles);
+    }
+    // A peer that is not DCCP: a stock iperf3 server has none.
+    let out = run(
+        &["stream", "--dccp", "iperf3://127.0.0.1:1"],
+        deadline_for(1.0),
+    );
+    out.assert_one_line_failure(1, &["no DCCP"]);
+}
