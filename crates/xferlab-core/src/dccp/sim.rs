@@ -1,6 +1,8 @@
 //! Virtual-time test bench: two DCCP connections joined by an in-memory
-//! link with one-way delay, a bottleneck rate with a drop-tail buffer and
-//! deterministic random loss; and the end-to-end transfer tests on it.
+//! link with one-way delay, a bottleneck rate with a drop-tail buffer,
+//! deterministic random loss and ECN CE marks, and a receiving socket that
+//! drops (and counts, as SO_RXQ_OVFL does); and the end-to-end transfer
+//! tests on it.
 
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -82,6 +84,12 @@ pub(crate) struct Net {
     pub drop_next: [u32; 2],
     pub events_a: Vec<Event>,
     pub events_b: Vec<Event>,
+    /// Per direction (to b, to a): the receiving socket drops this many
+    /// parts per million on arrival and reports its running count to its
+    /// connection; the link marks this many CE.
+    pub host_drop_ppm: [u64; 2],
+    pub host_drops: [u64; 2],
+    pub ce_ppm: [u64; 2],
 }
 
 impl Net {
@@ -100,6 +108,9 @@ impl Net {
             drop_next: [0; 2],
             events_a: Vec::new(),
             events_b: Vec::new(),
+            host_drop_ppm: [0; 2],
+            host_drops: [0; 2],
+            ce_ppm: [0; 2],
         }
     }
 
@@ -198,13 +209,22 @@ impl Net {
         self.now = self.now.max(next);
         while self.heap.peek().is_some_and(|f| f.at <= self.now) {
             let f = self.heap.pop().unwrap();
+            let d = usize::from(!f.to_b);
+            if self.host_drop_ppm[d] > 0 && self.rand() % 1_000_000 < self.host_drop_ppm[d] {
+                self.host_drops[d] += 1;
+                let total = self.host_drops[d];
+                let c = if f.to_b { &mut self.b } else { &mut self.a };
+                c.set_host_drops(total);
+                continue;
+            }
+            let ce = self.ce_ppm[d] > 0 && self.rand() % 1_000_000 < self.ce_ppm[d];
             self.stats.delivered += 1;
             let (c, to_b) = if f.to_b {
                 (&mut self.b, true)
             } else {
                 (&mut self.a, false)
             };
-            if let Some(p) = c.handle_datagram(self.now, &f.bytes) {
+            if let Some(p) = c.handle_datagram_ecn(self.now, &f.bytes, ce) {
                 on_data(to_b, p);
             }
         }
