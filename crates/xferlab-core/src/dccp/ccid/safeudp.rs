@@ -354,32 +354,34 @@ impl SafeUdpTx {
     /// NUMDUPACK later packets are acked.
     fn retire(&mut self, now: Time) {
         while let Some(&e) = self.flight.front() {
-            if e.acked {
-                self.flight.pop_front();
+            let lost = if e.acked {
+                false
+            } else if self.acked_in_flight >= NUMDUPACK {
+                true
+            } else {
+                break;
+            };
+            self.flight.pop_front();
+            self.net.packet();
+            if !lost {
                 self.acked_in_flight -= 1;
                 if e.marked {
                     self.ecn_marks += 1;
                     self.network_signal(now, e.at);
                 }
-            } else if self.acked_in_flight >= NUMDUPACK {
-                self.flight.pop_front();
-                if self.host_credit > 0 {
-                    // The receiver's socket dropped it: not the network.
-                    self.host_credit -= 1;
-                    self.host_losses += 1;
-                } else {
-                    self.network_losses += 1;
-                    self.network_signal(now, e.at);
-                }
+            } else if self.host_credit > 0 {
+                // The receiver's socket dropped it: not the network.
+                self.host_credit -= 1;
+                self.host_losses += 1;
             } else {
-                break;
+                self.network_losses += 1;
+                self.network_signal(now, e.at);
             }
             if self.intervals.is_empty() {
                 self.before_loss += 1;
             } else {
                 self.intervals.count(1);
             }
-            self.net.packet();
         }
     }
 
@@ -667,6 +669,8 @@ pub(crate) mod tests {
         pub arrivals: Vec<Time>,
         /// The CCID's bound at each datagram the application offered.
         pub bounds: Vec<(Time, f64)>,
+        /// When the application changed its rate, and to what.
+        pub rate_changes: Vec<(Time, f64)>,
         pub sent: u64,
         next: Time,
     }
@@ -675,7 +679,10 @@ pub(crate) mod tests {
         fn poll(&mut self) {
             while let Some(e) = self.net.a.poll_congestion() {
                 self.events.push((self.net.now, e, self.net.a.ccid_state()));
-                self.app.on_event(&e);
+                let before = self.app.rate();
+                if self.app.on_event(self.net.now, &e) != before {
+                    self.rate_changes.push((self.net.now, self.app.rate()));
+                }
             }
         }
 
@@ -746,8 +753,13 @@ pub(crate) mod tests {
     /// A SafeUDP connection opened on an ideal 40 ms path, the
     /// application about to send at 1 MB/s under `policy`.
     pub(crate) fn open(cfg: SafeUdpConfig, policy: OnCongestion) -> CbrLog {
+        open_with(CCID, cfg, Reaction::new(policy, RATE))
+    }
+
+    /// As [`open`], with any CCID and application.
+    pub(crate) fn open_with(ccid: u8, cfg: SafeUdpConfig, app: Reaction) -> CbrLog {
         let t0 = Time::ZERO;
-        let mut cc = Config::client(40000, 5001, SERVICE, CCID);
+        let mut cc = Config::client(40000, 5001, SERVICE, ccid);
         cc.seq_window = 10_000;
         cc.mss = SIZE;
         cc.safeudp = cfg;
@@ -768,10 +780,11 @@ pub(crate) mod tests {
         let next = net.now;
         CbrLog {
             net,
-            app: Reaction::new(policy, RATE),
+            app,
             events: Vec::new(),
             arrivals: Vec::new(),
             bounds: Vec::new(),
+            rate_changes: Vec::new(),
             sent: 0,
             next,
         }
@@ -797,6 +810,10 @@ pub(crate) mod tests {
                 break;
             }
             log.net.now = log.net.now.max(log.next);
+            let before = log.app.rate();
+            if log.app.poll(log.net.now) != before {
+                log.rate_changes.push((log.net.now, log.app.rate()));
+            }
             log.net.a.send(&payload);
             log.sent += 1;
             if let Some(CcidState::SafeUdp { bound, .. }) = log.net.a.ccid_state() {
