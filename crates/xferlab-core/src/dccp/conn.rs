@@ -973,8 +973,8 @@ mod tests {
 
     #[test]
     fn handshake_negotiates_each_ccid_and_measures_the_rtt() {
-        for ccid in [2, 3] {
-            let mut net = pair(ccid, vec![2, 3], vec![SVC]);
+        for ccid in [2, 3, safeudp::CCID] {
+            let mut net = pair(ccid, ccid::IMPLEMENTED.to_vec(), vec![SVC]);
             assert_eq!(net.a.state(), State::Request);
             run_until(&mut net, 5, |n| {
                 n.a.state() == State::Open && n.b.state() == State::Open
@@ -990,8 +990,8 @@ mod tests {
             let sav = net.b.neg.value(Feature::SendAckVector, Loc::Local);
             assert_eq!(
                 sav,
-                u64::from(ccid == 2),
-                "CCID2 receivers send Ack Vectors"
+                u64::from(ccid != 3),
+                "CCID2 and SafeUDP receivers send Ack Vectors"
             );
         }
     }
@@ -1122,15 +1122,19 @@ mod tests {
 
     #[test]
     fn a_refused_ccid_resets_with_mandatory_error() {
-        let mut net = pair(3, vec![2], vec![SVC]);
-        run_until(&mut net, 5, |n| n.a.is_closed());
-        assert_eq!(
-            net.events_a,
-            vec![Event::Closed(CloseReason::Reset {
-                code: ResetCode::MandatoryError,
-                by_peer: true
-            })]
-        );
+        // A peer without the CCID (a kernel offered SafeUDP, whose 248 it
+        // does not know, refuses the same way).
+        for (ours, theirs) in [(3, vec![2]), (safeudp::CCID, vec![2, 3])] {
+            let mut net = pair(ours, theirs, vec![SVC]);
+            run_until(&mut net, 5, |n| n.a.is_closed());
+            assert_eq!(
+                net.events_a,
+                vec![Event::Closed(CloseReason::Reset {
+                    code: ResetCode::MandatoryError,
+                    by_peer: true
+                })]
+            );
+        }
     }
 
     #[test]

@@ -136,10 +136,10 @@ impl Reaction {
                 site: Site::Network,
                 ..
             }
-            | CongestionEvent::Released => {
-                if self.rate < self.nominal {
-                    self.recover_at = Some(now + RECOVER_EVERY);
-                }
+            | CongestionEvent::Released
+                if self.rate < self.nominal =>
+            {
+                self.recover_at = Some(now + RECOVER_EVERY);
             }
             _ => {}
         }
