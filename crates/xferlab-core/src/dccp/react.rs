@@ -160,7 +160,7 @@ impl Reaction {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dccp::ccid::safeudp::tests::{cbr, drive, lossy, open_with, CbrLog, SIZE};
+    use crate::dccp::ccid::safeudp::tests::{add_bulk, cbr, drive, lossy, open_with, CbrLog, SIZE};
     use crate::dccp::ccid::safeudp::CCID;
     use crate::dccp::ccid::{CcidState, SafeUdpConfig};
     use crate::dccp::sim::Path;
@@ -417,6 +417,86 @@ mod tests {
             }
             println!("  (rates in kbit/s; delivered over the second half; loss of what entered the link;");
             println!("   times in s from the start; ccid-drop counts CCID drops, or refusals of a full queue for ccid3)");
+        }
+    }
+
+    /// The fairness question on the sim: one constant-rate flow offering
+    /// 8 Mbit/s against 1 and 4 CCID2 (TCP-like) bulk flows through a 10
+    /// Mbit/s, 40 ms RTT, 50-packet drop-tail bottleneck. Prints the CBR
+    /// flow's delivered rate and loss, the bulk flows' total and share,
+    /// CCID drops and when the CCID noticed and enforced. Run with `cargo
+    /// test -p xferlab-core --lib dccp::react -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement (prints numbers), ~3 min in debug builds"]
+    fn safeudp_against_tcp_like_flows() {
+        let secs = 15.0;
+        let path = Path {
+            delay: Duration::from_millis(20),
+            rate: 10_000_000 / 8,
+            buffer: 50,
+            loss_ppm: 0,
+        };
+        let never = SafeUdpConfig {
+            react_deadline: Duration::from_secs(1_000_000),
+            ..SafeUdpConfig::default()
+        };
+        let runs = [
+            ("plain-cbr", CCID, never, OnCongestion::Ignore),
+            (
+                "ignore",
+                CCID,
+                SafeUdpConfig::default(),
+                OnCongestion::Ignore,
+            ),
+            (
+                "step-down",
+                CCID,
+                SafeUdpConfig::default(),
+                OnCongestion::StepDown,
+            ),
+            ("tfrc", CCID, SafeUdpConfig::default(), OnCongestion::Tfrc),
+            ("ccid3", 3, SafeUdpConfig::default(), OnCongestion::Ignore),
+        ];
+        for n in [1, 4] {
+            println!(
+                "CBR 8 Mbit/s vs {n} CCID2 flow(s), 10 Mbit/s, 40 ms RTT, 50-packet drop-tail, {secs} s \
+                 (rates kbit/s over the second half):"
+            );
+            println!(
+                "  {:<10} {:>8} {:>6} {:>9} {:>8} {:>7} {:>7} {:>7}",
+                "cbr via", "cbr", "loss%", "ccid-drop", "ccid2", "share%", "notice", "enforce"
+            );
+            for (label, ccid, cfg, policy) in runs {
+                let mut log = open_with(ccid, cfg, Reaction::new(policy, 1e6));
+                add_bulk(&mut log, 2, n);
+                log.net.ab = path;
+                let start = log.net.now;
+                drive(&mut log, secs);
+                let time_of = |f: &dyn Fn(&CongestionEvent) -> bool| {
+                    log.first(f).map_or("-".to_string(), |t| {
+                        format!("{:.2}", t.duration_since(start).as_secs_f64())
+                    })
+                };
+                let notice = time_of(&|e| matches!(e, CongestionEvent::Persistent { .. }));
+                let enforce = time_of(&|e| matches!(e, CongestionEvent::Enforcing { .. }));
+                let half = secs / 2.0;
+                let cbr = log.delivered(half, secs);
+                let bulk: f64 = (0..n).map(|k| log.bulk_delivered(k, half, secs)).sum();
+                let stats = log.net.a.stats();
+                let sent = stats.data_sent.max(1);
+                let lost = sent.saturating_sub(log.net.b.stats().data_received);
+                println!(
+                    "  {:<10} {:>8.0} {:>6.2} {:>9} {:>8.0} {:>7.1} {:>7} {:>7}",
+                    label,
+                    cbr * 8.0 / 1e3,
+                    100.0 * lost as f64 / sent as f64,
+                    stats.dropped_by_ccid + stats.queue_full,
+                    bulk * 8.0 / 1e3,
+                    100.0 * bulk / (bulk + cbr),
+                    notice,
+                    enforce,
+                );
+            }
         }
     }
 }

@@ -671,6 +671,8 @@ pub(crate) mod tests {
         pub bounds: Vec<(Time, f64)>,
         /// When the application changed its rate, and to what.
         pub rate_changes: Vec<(Time, f64)>,
+        /// Arrivals of the bulk flows sharing the link (`net.others`).
+        pub bulk_arrivals: Vec<Vec<Time>>,
         pub sent: u64,
         next: Time,
     }
@@ -690,6 +692,15 @@ pub(crate) mod tests {
         pub fn delivered(&self, from: f64, to: f64) -> f64 {
             let n = self
                 .arrivals
+                .iter()
+                .filter(|&&t| t >= at(from) && t < at(to))
+                .count();
+            (n * SIZE) as f64 / (to - from)
+        }
+
+        /// Bulk flow `k`'s delivered bytes/s in [from, to).
+        pub fn bulk_delivered(&self, k: usize, from: f64, to: f64) -> f64 {
+            let n = self.bulk_arrivals[k]
                 .iter()
                 .filter(|&&t| t >= at(from) && t < at(to))
                 .count();
@@ -785,9 +796,36 @@ pub(crate) mod tests {
             arrivals: Vec::new(),
             bounds: Vec::new(),
             rate_changes: Vec::new(),
+            bulk_arrivals: Vec::new(),
             sent: 0,
             next,
         }
+    }
+
+    /// Adds `n` bulk flows of `ccid` on the same link, each sending as
+    /// fast as its CCID lets it; opens them.
+    pub(crate) fn add_bulk(log: &mut CbrLog, ccid: u8, n: usize) {
+        for k in 1..=n as u16 {
+            let mut cc = Config::client(40000 + k, 5001 + k, SERVICE, ccid);
+            cc.seq_window = 10_000;
+            cc.mss = SIZE;
+            let mut sc = Config::server(5001 + k, vec![SERVICE]);
+            sc.seq_window = 10_000;
+            let now = log.net.now;
+            log.net
+                .others
+                .push((Connection::connect(now, cc), Connection::listen(sc)));
+            log.bulk_arrivals.push(Vec::new());
+        }
+        let limit = log.net.now + Duration::from_secs(5);
+        while log
+            .net
+            .others
+            .iter()
+            .any(|(a, b)| a.state() != State::Open || b.state() != State::Open)
+            && log.net.step(limit, &mut |_, _| {})
+        {}
+        log.next = log.next.max(log.net.now);
     }
 
     /// Runs the application and the network until `secs`.
@@ -797,8 +835,20 @@ pub(crate) mod tests {
         loop {
             let limit = log.next.min(until);
             loop {
+                // Bulk flows never run dry.
+                for (a, _) in &mut log.net.others {
+                    while a.queued() < 64 && a.send(&payload) {}
+                }
                 let mut got = 0usize;
-                let more = log.net.step(limit, &mut |to_b, _| got += usize::from(to_b));
+                let now = log.net.now;
+                let bulk = &mut log.bulk_arrivals;
+                let more = log
+                    .net
+                    .step_flows(limit, &mut |flow, to_b, _| match (flow, to_b) {
+                        (0, true) => got += 1,
+                        (k, true) => bulk[k - 1].push(now),
+                        _ => {}
+                    });
                 let now = log.net.now;
                 log.arrivals.extend(std::iter::repeat_n(now, got));
                 log.poll();
