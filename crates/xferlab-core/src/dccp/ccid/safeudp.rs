@@ -54,9 +54,10 @@ const CLEAR_INTERVALS: u64 = 4;
 pub struct SafeUdpConfig {
     /// Congestion that stops within this long after its last signal was
     /// transient; signals still arriving this long after the onset make
-    /// it persistent. 200 ms is five RTTs of the 40 ms lab path, and four
-    /// times the 50 ms bursts a drop-tail queue in front of a CBR flow
-    /// produces when a TCP flow overshoots.
+    /// it persistent. 200 ms is five RTTs of the 40 ms lab path: a 50 ms
+    /// loss burst is over well inside it. (In the sim it also files each
+    /// overshoot of a single CCID2 flow sharing a drop-tail bottleneck as
+    /// transient: the CBR flow is never told, see dccp::react's runs.)
     pub transient_window: Duration,
     /// How long the application has to answer persistent network
     /// congestion before the CCID limits its rate.
@@ -163,9 +164,13 @@ impl Episode {
     }
 
     /// When the window will have passed, once the loss-free run is long
-    /// enough (which only an acknowledgement can tell, not a timer).
+    /// enough (which only an acknowledgement can tell, not a timer): the
+    /// mean interval is the packets between the first and the last
+    /// signal over the gaps between them; one signal has none.
     fn clears_at(&self, window: Duration) -> Option<Time> {
-        let enough = self.quiet * self.signals >= CLEAR_INTERVALS * self.packets;
+        let gaps = self.signals.saturating_sub(1);
+        let between = self.packets - self.quiet;
+        let enough = gaps == 0 || self.quiet * gaps >= CLEAR_INTERVALS * between;
         self.start.filter(|_| enough).map(|_| self.last + window)
     }
 
