@@ -971,6 +971,40 @@ pub(crate) mod tests {
         assert_eq!(log.state().6, 0);
     }
 
+    /// One lost datagram is an episode of one signal: it clears one
+    /// transient window later (there is no interval between signals to
+    /// wait four of).
+    #[test]
+    fn a_single_loss_clears_after_the_window() {
+        let mut log = open(SafeUdpConfig::default(), OnCongestion::Ignore);
+        drive(&mut log, 1.0);
+        log.net.drop_next = [1, 0];
+        drive(&mut log, 2.0);
+        let kinds: Vec<_> = log.events.iter().map(|e| (e.0, e.1)).collect();
+        let [(
+            onset,
+            CongestionEvent::Onset {
+                site: Site::Network,
+            },
+        ), (
+            cleared,
+            CongestionEvent::Cleared {
+                site: Site::Network,
+                persistent: false,
+                lasted,
+            },
+        )] = kinds.as_slice()
+        else {
+            panic!("{kinds:?}")
+        };
+        assert_eq!(*lasted, Duration::ZERO);
+        let w = SafeUdpConfig::default().transient_window;
+        // Cleared by the timer when the window has passed.
+        assert!(cleared.duration_since(*onset) >= w);
+        assert!(cleared.duration_since(*onset) < w + Duration::from_millis(5));
+        assert_eq!(log.state().5, 1);
+    }
+
     /// Persistent 2 % loss and an application that ignores the notices:
     /// exactly one deadline after the first persistent notice the CCID
     /// enforces TFRC's rate for the p and RTT it measured, drops the
