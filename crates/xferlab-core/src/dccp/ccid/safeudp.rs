@@ -40,6 +40,12 @@ const DEFAULT_RTT: Duration = Duration::from_millis(100);
 /// Data packets remembered for loss detection; beyond that (acks stopped
 /// coming) the oldest are forgotten, neither acked nor lost.
 const MAX_FLIGHT: usize = 1 << 16;
+/// The no-feedback timeout: a packet unacknowledged this many RTTs after
+/// it left, with nothing behind it acknowledged either, is lost with all
+/// sent before the timeout (TFRC's no-feedback timer is 4 R, RFC 5348
+/// sec. 4.4; CCID2's RTO floor, 200 ms, below that).
+const NOFEEDBACK_RTTS: u32 = 4;
+const NOFEEDBACK_MIN: Duration = Duration::from_millis(200);
 /// Slots of the offered-rate meter.
 const SLOTS: usize = 16;
 /// An episode clears only after a loss-free run of this many of its own
@@ -355,13 +361,21 @@ impl SafeUdpTx {
         }
     }
 
+    /// When the oldest unacknowledged packet counts as lost for want of
+    /// any feedback.
+    fn nofeedback_at(&self) -> Option<Time> {
+        let wait = (self.rtt() * NOFEEDBACK_RTTS).max(NOFEEDBACK_MIN);
+        self.flight.front().map(|e| e.at + wait)
+    }
+
     /// Packets leave the flight in sequence order: acked, or lost once
-    /// NUMDUPACK later packets are acked.
-    fn retire(&mut self, now: Time) {
+    /// NUMDUPACK later packets are acked, or (`sent_before`) lost when
+    /// sent before that time and still unacknowledged.
+    fn retire(&mut self, now: Time, sent_before: Option<Time>) {
         while let Some(&e) = self.flight.front() {
             let lost = if e.acked {
                 false
-            } else if self.acked_in_flight >= NUMDUPACK {
+            } else if self.acked_in_flight >= NUMDUPACK || sent_before.is_some_and(|t| e.at <= t) {
                 true
             } else {
                 break;
@@ -499,22 +513,33 @@ impl CcidTx for SafeUdpTx {
         if now.duration_since(self.host_credit_at) > 2 * self.rtt() {
             self.host_credit = 0;
         }
-        self.retire(now);
+        self.retire(now, None);
         self.clear_episodes(now);
         self.evaluate(now);
     }
 
     fn on_timeout(&mut self, now: Time) {
+        if self.nofeedback_at().is_some_and(|t| now >= t) {
+            // Everything sent more than a timeout ago is lost: an outage
+            // (or a dead return path) is network congestion, not silence.
+            let wait = (self.rtt() * NOFEEDBACK_RTTS).max(NOFEEDBACK_MIN);
+            self.retire(now, now.checked_sub(wait));
+        }
         self.clear_episodes(now);
         self.evaluate(now);
     }
 
     fn poll_timeout(&self) -> Option<Time> {
         let w = self.cfg.transient_window;
-        [self.net.clears_at(w), self.host.clears_at(w), self.deadline]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.net.clears_at(w),
+            self.host.clears_at(w),
+            self.deadline,
+            self.nofeedback_at(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn can_send(&self, _now: Time) -> bool {
@@ -969,6 +994,39 @@ pub(crate) mod tests {
             .first(|e| matches!(e, CongestionEvent::Enforcing { .. }))
             .is_none());
         assert_eq!(log.state().6, 0);
+    }
+
+    /// A 2 s outage in which nothing comes back: the no-feedback timer
+    /// declares the flight lost as it ages, so the outage is persistent
+    /// network congestion and an ignoring application is enforced during
+    /// it, not only after it (without the timer there is no signal until
+    /// the path returns).
+    #[test]
+    fn an_outage_is_detected_without_feedback_and_enforced() {
+        let cfg = SafeUdpConfig::default();
+        let mut log = open(cfg, OnCongestion::Ignore);
+        drive(&mut log, 1.0);
+        log.net.ab.loss_ppm = 1_000_000;
+        drive(&mut log, 3.0);
+        let onset = log
+            .first(|e| matches!(e, CongestionEvent::Onset { .. }))
+            .unwrap();
+        // The first packet of the outage times out 200 ms after it left
+        // (4 x 41 ms is less than the floor).
+        assert!(onset >= at(1.2) && onset < at(1.21), "{onset:?}");
+        let enforced = log
+            .first(|e| matches!(e, CongestionEvent::Enforcing { .. }))
+            .expect("enforced during the outage");
+        assert!(enforced < at(3.0), "{enforced:?}");
+        let (_, p, _, enforcing, _, network, dropped) = log.state();
+        assert!(enforcing && dropped > 0);
+        assert!(p > 0.1, "{p}");
+        assert!(network > 1000, "{network}");
+        // The path comes back; what the outage taught stays in p, so the
+        // application is still held to the bound for a while.
+        log.net.ab.loss_ppm = 0;
+        drive(&mut log, 4.0);
+        assert!(log.delivered(3.5, 4.0) < 0.5 * RATE);
     }
 
     /// One lost datagram is an episode of one signal: it clears one
