@@ -311,7 +311,8 @@ impl Connection {
     pub fn poll_congestion(&mut self) -> Option<CongestionEvent> {
         self.tx.as_mut().and_then(|t| t.poll_event())
     }
-    /// The receiving socket's cumulative drop count (SO_RXQ_OVFL) for
+    /// The receiving socket's drop count (SO_RXQ_OVFL) since the
+    /// connection opened (the driver subtracts the count at open), for
     /// the receiving CCID to report (SafeUDP); the driver calls it when
     /// the count changes.
     pub fn set_host_drops(&mut self, total: u64) {
