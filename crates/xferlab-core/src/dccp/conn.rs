@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::ccid::{self, Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
+use super::ccid::{
+    self, safeudp, Arrival, CcidConfig, CcidRx, CcidState, CcidTx, CongestionEvent, Feedback,
+    SafeUdpConfig,
+};
 use super::checksum::Pseudo;
 use super::feature::{Feature, Loc, Negotiator};
 use super::options::{Opt, Options};
@@ -89,6 +92,8 @@ pub struct Config {
     pub msl: Duration,
     /// Bytes of application datagrams queued before `send` refuses.
     pub queue_bytes: usize,
+    /// SafeUDP's windows and deadline (when CCID 248 is chosen).
+    pub safeudp: SafeUdpConfig,
 }
 
 impl Config {
@@ -99,7 +104,7 @@ impl Config {
             service,
             accept_services: Vec::new(),
             ccids: (ccid, ccid),
-            supported_ccids: vec![2, 3],
+            supported_ccids: ccid::IMPLEMENTED.to_vec(),
             seq_window: 100,
             ack_ratio: 2,
             mss: 1400,
@@ -110,6 +115,7 @@ impl Config {
             give_up: Duration::from_secs(64),
             msl: Duration::from_secs(120),
             queue_bytes: 1 << 20,
+            safeudp: SafeUdpConfig::default(),
         }
     }
     pub fn server(local_port: u16, accept_services: Vec<u32>) -> Self {
@@ -133,6 +139,9 @@ pub struct Stats {
     pub dropped_invalid: u64,
     pub queue_full: u64,
     pub ecn_ce_received: u64,
+    /// Application datagrams the sending CCID dropped instead of sending
+    /// (SafeUDP enforcing a rate).
+    pub dropped_by_ccid: u64,
 }
 
 /// Control packets owed to the peer.
@@ -241,13 +250,14 @@ impl Connection {
         let mut c = Connection::new(cfg, false);
         c.neg.change_sp(Feature::Ccid, Loc::Local, &[up], true);
         c.neg.change_sp(Feature::Ccid, Loc::Remote, &[down], true);
-        // CCID2 needs Ack Vectors from its receiver (RFC 4341 sec. 4);
-        // CCID3 wants NDP Counts from its sender (RFC 4342 sec. 8.4).
-        if up == 2 {
+        // CCID2 and SafeUDP need Ack Vectors from their receiver (RFC 4341
+        // sec. 4); CCID3 wants NDP Counts from its sender (RFC 4342 sec.
+        // 8.4).
+        if up == 2 || up == safeudp::CCID {
             c.neg
                 .change_sp(Feature::SendAckVector, Loc::Remote, &[1], false);
         }
-        if down == 2 {
+        if down == 2 || down == safeudp::CCID {
             c.neg
                 .change_sp(Feature::SendAckVector, Loc::Local, &[1], false);
         }
@@ -296,6 +306,19 @@ impl Connection {
     }
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+    /// The sending CCID's next congestion notification (SafeUDP).
+    pub fn poll_congestion(&mut self) -> Option<CongestionEvent> {
+        self.tx.as_mut().and_then(|t| t.poll_event())
+    }
+    /// The receiving socket's drop count (SO_RXQ_OVFL) since the
+    /// connection opened (the driver subtracts the count at open), for
+    /// the receiving CCID to report (SafeUDP); the driver calls it when
+    /// the count changes.
+    pub fn set_host_drops(&mut self, total: u64) {
+        if let Some(rx) = self.rx.as_mut() {
+            rx.on_host_drops(total);
+        }
     }
     /// Whether `send` would take another datagram of `len` bytes.
     pub fn can_queue(&self, len: usize) -> bool {
@@ -750,6 +773,7 @@ impl Connection {
             mss: self.cfg.mss,
             ack_ratio: self.neg.value(Feature::AckRatio, Loc::Remote),
             handshake_rtt: self.handshake_rtt,
+            safeudp: self.cfg.safeudp,
         };
         self.tx = ccid::new_tx(tx_ccid, now, &cfg);
         self.rx = ccid::new_rx(rx_ccid, now, &cfg);
@@ -793,7 +817,7 @@ impl Connection {
             Body::Close { ack: gsr }
         } else if std::mem::take(&mut self.owed.closereq) {
             Body::CloseReq { ack: gsr }
-        } else if self.data_allowed(now) {
+        } else if self.data_allowed(now) && self.admit_front(now) {
             let len = self.queue.front().map_or(0, <[u8]>::len);
             let seq = self.seqs.next_seq();
             let n = self.emit_data(now, buf, seq, gsr)?;
@@ -820,6 +844,20 @@ impl Connection {
         }
         let seq = self.seqs.next_seq();
         self.emit(now, buf, seq, body)
+    }
+
+    /// Drops queued datagrams the sending CCID refuses; true when the
+    /// one now at the front may go.
+    fn admit_front(&mut self, now: Time) -> bool {
+        while let (Some(len), Some(tx)) = (self.queue.front().map(<[u8]>::len), self.tx.as_mut()) {
+            if tx.admit(now, len) {
+                return true;
+            }
+            self.queue.pop();
+            self.stats.dropped_by_ccid += 1;
+        }
+        self.maybe_start_close(now);
+        false
     }
 
     fn data_allowed(&self, now: Time) -> bool {
@@ -936,8 +974,8 @@ mod tests {
 
     #[test]
     fn handshake_negotiates_each_ccid_and_measures_the_rtt() {
-        for ccid in [2, 3] {
-            let mut net = pair(ccid, vec![2, 3], vec![SVC]);
+        for ccid in [2, 3, safeudp::CCID] {
+            let mut net = pair(ccid, ccid::IMPLEMENTED.to_vec(), vec![SVC]);
             assert_eq!(net.a.state(), State::Request);
             run_until(&mut net, 5, |n| {
                 n.a.state() == State::Open && n.b.state() == State::Open
@@ -953,8 +991,8 @@ mod tests {
             let sav = net.b.neg.value(Feature::SendAckVector, Loc::Local);
             assert_eq!(
                 sav,
-                u64::from(ccid == 2),
-                "CCID2 receivers send Ack Vectors"
+                u64::from(ccid != 3),
+                "CCID2 and SafeUDP receivers send Ack Vectors"
             );
         }
     }
@@ -1085,15 +1123,19 @@ mod tests {
 
     #[test]
     fn a_refused_ccid_resets_with_mandatory_error() {
-        let mut net = pair(3, vec![2], vec![SVC]);
-        run_until(&mut net, 5, |n| n.a.is_closed());
-        assert_eq!(
-            net.events_a,
-            vec![Event::Closed(CloseReason::Reset {
-                code: ResetCode::MandatoryError,
-                by_peer: true
-            })]
-        );
+        // A peer without the CCID (a kernel offered SafeUDP, whose 248 it
+        // does not know, refuses the same way).
+        for (ours, theirs) in [(3, vec![2]), (safeudp::CCID, vec![2, 3])] {
+            let mut net = pair(ours, theirs, vec![SVC]);
+            run_until(&mut net, 5, |n| n.a.is_closed());
+            assert_eq!(
+                net.events_a,
+                vec![Event::Closed(CloseReason::Reset {
+                    code: ResetCode::MandatoryError,
+                    by_peer: true
+                })]
+            );
+        }
     }
 
     #[test]

@@ -58,7 +58,7 @@ impl Feature {
     /// Whether `v` is a value this feature may take (sec. 6.4, 7.5.2, 11.3).
     pub fn valid(self, v: u64) -> bool {
         match self {
-            Feature::Ccid => v == 2 || v == 3,
+            Feature::Ccid => u8::try_from(v).is_ok_and(|c| super::ccid::IMPLEMENTED.contains(&c)),
             Feature::SequenceWindow => (32..1 << 46).contains(&v),
             Feature::AckRatio => (1..=0xFFFF).contains(&v),
             Feature::MinCsCov => v <= 15,

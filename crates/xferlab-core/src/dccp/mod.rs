@@ -1,6 +1,7 @@
-//! xferlab's own DCCP (RFC 4340) with CCID2 (RFC 4341) and CCID3 (RFC 4342,
-//! TFRC per RFC 5348), sans-IO: packets in and out as bytes, time passed
-//! in, no clock or socket of its own. Carried over UDP (RFC 6773) or raw
+//! xferlab's own DCCP (RFC 4340) with CCID2 (RFC 4341), CCID3 (RFC 4342,
+//! TFRC per RFC 5348) and the experimental SafeUDP (CCID 248), sans-IO:
+//! packets in and out as bytes, time passed in, no clock or socket of its
+//! own. Carried over UDP (RFC 6773) or raw
 //! IP protocol 33 by a driver in the binary.
 
 pub mod ackvec;
@@ -11,6 +12,7 @@ pub mod feature;
 pub mod options;
 pub mod packet;
 pub mod queue;
+pub mod react;
 pub mod seq;
 #[cfg(test)]
 pub(crate) mod sim;

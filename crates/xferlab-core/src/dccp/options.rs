@@ -24,6 +24,12 @@ pub const DATA_CHECKSUM: u8 = 44;
 pub const LOSS_EVENT_RATE: u8 = 192;
 pub const LOSS_INTERVALS: u8 = 193;
 pub const RECEIVE_RATE: u8 = 194;
+/// SafeUDP's receiver report of its own socket-buffer drops, from the
+/// general options' experimental and testing range 120..=126 (IANA DCCP
+/// Option Types registry, RFC 4340 sec. 19.2). An experimental number:
+/// never sent Mandatory, so a peer that does not know it ignores it
+/// (sec. 5.8).
+pub const HOST_DROPS: u8 = 120;
 
 /// Which feature-negotiation option (sec. 6.1, 6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,6 +128,10 @@ pub enum Opt<'a> {
     LossEventRate(u32),
     /// CCID3 Receive Rate in bytes per second.
     ReceiveRate(u32),
+    /// Datagrams the receiving host's socket dropped for lack of buffer
+    /// space (SO_RXQ_OVFL), cumulative since the connection opened,
+    /// modulo 2^32 (a cumulative count survives lost acknowledgements).
+    HostDrops(u32),
     /// Any other option with a length byte (CCID-specific or reserved).
     Other {
         kind: u8,
@@ -172,8 +182,9 @@ impl<'a> Opt<'a> {
             DATA_CHECKSUM if n == 4 => Opt::DataChecksum(be(data) as u32),
             LOSS_EVENT_RATE if n == 4 => Opt::LossEventRate(be(data) as u32),
             RECEIVE_RATE if n == 4 => Opt::ReceiveRate(be(data) as u32),
+            HOST_DROPS if n == 4 => Opt::HostDrops(be(data) as u32),
             NDP_COUNT | TIMESTAMP | TIMESTAMP_ECHO | ELAPSED_TIME | DATA_CHECKSUM
-            | LOSS_EVENT_RATE | RECEIVE_RATE => return Err(bad(kind)),
+            | LOSS_EVENT_RATE | RECEIVE_RATE | HOST_DROPS => return Err(bad(kind)),
             _ => Opt::Other { kind, data },
         })
     }
@@ -189,7 +200,8 @@ impl<'a> Opt<'a> {
             Opt::Timestamp(_)
             | Opt::DataChecksum(_)
             | Opt::LossEventRate(_)
-            | Opt::ReceiveRate(_) => 4,
+            | Opt::ReceiveRate(_)
+            | Opt::HostDrops(_) => 4,
             Opt::TimestampEcho { elapsed, .. } => 4 + elapsed.len(),
             Opt::ElapsedTime(e) => e.len(),
         }
@@ -227,6 +239,7 @@ impl<'a> Opt<'a> {
             Opt::DataChecksum(_) => DATA_CHECKSUM,
             Opt::LossEventRate(_) => LOSS_EVENT_RATE,
             Opt::ReceiveRate(_) => RECEIVE_RATE,
+            Opt::HostDrops(_) => HOST_DROPS,
             Opt::Other { kind, .. } => kind,
         };
         out[0] = kind;
@@ -251,7 +264,8 @@ impl<'a> Opt<'a> {
             Opt::Timestamp(v)
             | Opt::DataChecksum(v)
             | Opt::LossEventRate(v)
-            | Opt::ReceiveRate(v) => body.copy_from_slice(&v.to_be_bytes()),
+            | Opt::ReceiveRate(v)
+            | Opt::HostDrops(v) => body.copy_from_slice(&v.to_be_bytes()),
             Opt::TimestampEcho { echo, elapsed } => {
                 body[..4].copy_from_slice(&echo.to_be_bytes());
                 elapsed.put(&mut body[4..]);
@@ -391,6 +405,8 @@ mod tests {
             Opt::DataChecksum(42),
             Opt::LossEventRate(u32::MAX),
             Opt::ReceiveRate(125_000_000),
+            Opt::HostDrops(0),
+            Opt::HostDrops(u32::MAX),
             Opt::Other {
                 kind: 130,
                 data: &[1, 2, 3],
@@ -418,12 +434,22 @@ mod tests {
     }
 
     #[test]
+    fn host_drops_is_option_120_with_a_four_byte_count() {
+        let mut buf = [0u8; 8];
+        assert_eq!(Opt::HostDrops(0x0102_0304).encode(&mut buf), Ok(6));
+        assert_eq!(&buf[..6], &[120, 6, 1, 2, 3, 4]);
+        let got: Vec<_> = Options::new(&buf[..6]).map(Result::unwrap).collect();
+        assert_eq!(got, vec![(Opt::HostDrops(0x0102_0304), false)]);
+    }
+
+    #[test]
     fn malformed_options_are_errors_not_panics() {
         for area in [
             &[TIMESTAMP, 5, 0, 0, 0][..],
             &[TIMESTAMP, 1][..],
             &[ACK_VECTOR_0, 9, 1][..],
             &[ELAPSED_TIME, 5, 0, 0, 0][..],
+            &[HOST_DROPS, 5, 0, 0, 7][..],
             &[CHANGE_L, 2][..],
             &[MANDATORY, MANDATORY, 2][..],
             &[200][..],

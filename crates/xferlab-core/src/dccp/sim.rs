@@ -1,6 +1,9 @@
 //! Virtual-time test bench: two DCCP connections joined by an in-memory
-//! link with one-way delay, a bottleneck rate with a drop-tail buffer and
-//! deterministic random loss; and the end-to-end transfer tests on it.
+//! link with one-way delay, a bottleneck rate with a drop-tail buffer,
+//! deterministic random loss and ECN CE marks, and a receiving socket that
+//! drops (and counts, as SO_RXQ_OVFL does); more connection pairs may
+//! share the link (and its bottleneck queue); and the end-to-end transfer
+//! tests on it.
 
 use std::collections::BinaryHeap;
 use std::time::Duration;
@@ -35,6 +38,8 @@ impl Path {
 struct Flight {
     at: Time,
     n: u64,
+    /// 0 for (a, b), k for `others[k - 1]`.
+    flow: usize,
     to_b: bool,
     bytes: Vec<u8>,
 }
@@ -82,6 +87,14 @@ pub(crate) struct Net {
     pub drop_next: [u32; 2],
     pub events_a: Vec<Event>,
     pub events_b: Vec<Event>,
+    /// Per direction (to b, to a): the receiving socket drops this many
+    /// parts per million on arrival and reports its running count to its
+    /// connection; the link marks this many CE.
+    pub host_drop_ppm: [u64; 2],
+    pub host_drops: [u64; 2],
+    pub ce_ppm: [u64; 2],
+    /// More (client, server) pairs on the same link: flows 1, 2, ...
+    pub others: Vec<(Connection, Connection)>,
 }
 
 impl Net {
@@ -100,6 +113,20 @@ impl Net {
             drop_next: [0; 2],
             events_a: Vec::new(),
             events_b: Vec::new(),
+            host_drop_ppm: [0; 2],
+            host_drops: [0; 2],
+            ce_ppm: [0; 2],
+            others: Vec::new(),
+        }
+    }
+
+    /// Flow `flow`'s connection on side b (`to_b`) or a.
+    pub fn conn(&mut self, flow: usize, to_b: bool) -> &mut Connection {
+        match (flow, to_b) {
+            (0, true) => &mut self.b,
+            (0, false) => &mut self.a,
+            (k, true) => &mut self.others[k - 1].1,
+            (k, false) => &mut self.others[k - 1].0,
         }
     }
 
@@ -110,17 +137,17 @@ impl Net {
         self.rng
     }
 
-    fn put(&mut self, to_b: bool, bytes: &[u8]) {
+    fn put(&mut self, flow: usize, to_b: bool, bytes: &[u8]) {
         let data =
             super::packet::parse(bytes).is_ok_and(|p| p.header.body.packet_type().has_data());
         let before = self.stats.random_drops + self.stats.queue_drops;
-        self.put_inner(to_b, bytes);
+        self.put_inner(flow, to_b, bytes);
         if data && self.stats.random_drops + self.stats.queue_drops > before {
             self.stats.data_drops += 1;
         }
     }
 
-    fn put_inner(&mut self, to_b: bool, bytes: &[u8]) {
+    fn put_inner(&mut self, flow: usize, to_b: bool, bytes: &[u8]) {
         let d = usize::from(!to_b);
         let path = if to_b { self.ab } else { self.ba };
         if self.drop_next[d] > 0 {
@@ -149,6 +176,7 @@ impl Net {
         self.heap.push(Flight {
             at: at + path.delay,
             n: self.n,
+            flow,
             to_b,
             bytes: bytes.to_vec(),
         });
@@ -159,13 +187,14 @@ impl Net {
         let mut buf = [0u8; 2048];
         loop {
             let mut any = false;
-            while let Some(n) = self.a.poll_transmit(self.now, &mut buf) {
-                self.put(true, &buf[..n]);
-                any = true;
-            }
-            while let Some(n) = self.b.poll_transmit(self.now, &mut buf) {
-                self.put(false, &buf[..n]);
-                any = true;
+            for flow in 0..=self.others.len() {
+                for to_b in [true, false] {
+                    let now = self.now;
+                    while let Some(n) = self.conn(flow, !to_b).poll_transmit(now, &mut buf) {
+                        self.put(flow, to_b, &buf[..n]);
+                        any = true;
+                    }
+                }
             }
             while let Some(e) = self.a.poll_event() {
                 self.events_a.push(e);
@@ -183,36 +212,53 @@ impl Net {
     /// `on_data(to_b, payload)` for payloads delivered. False when nothing
     /// is left to happen before `limit`.
     pub fn step(&mut self, limit: Time, on_data: &mut dyn FnMut(bool, &[u8])) -> bool {
+        self.step_flows(limit, &mut |_, to_b, p| on_data(to_b, p))
+    }
+
+    /// As [`Net::step`], naming the flow of each payload delivered.
+    pub fn step_flows(&mut self, limit: Time, on_data: &mut dyn FnMut(usize, bool, &[u8])) -> bool {
         self.flush();
-        let next = [
-            self.heap.peek().map(|f| f.at),
-            self.a.poll_timeout(),
-            self.b.poll_timeout(),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let next = [self.heap.peek().map(|f| f.at)]
+            .into_iter()
+            .chain(
+                self.others
+                    .iter()
+                    .flat_map(|(x, y)| [x.poll_timeout(), y.poll_timeout()]),
+            )
+            .chain([self.a.poll_timeout(), self.b.poll_timeout()])
+            .flatten()
+            .min();
         let Some(next) = next.filter(|&t| t <= limit) else {
             return false;
         };
         self.now = self.now.max(next);
         while self.heap.peek().is_some_and(|f| f.at <= self.now) {
             let f = self.heap.pop().unwrap();
+            let d = usize::from(!f.to_b);
+            if self.host_drop_ppm[d] > 0 && self.rand() % 1_000_000 < self.host_drop_ppm[d] {
+                self.host_drops[d] += 1;
+                let total = self.host_drops[d];
+                self.conn(f.flow, f.to_b).set_host_drops(total);
+                continue;
+            }
+            let ce = self.ce_ppm[d] > 0 && self.rand() % 1_000_000 < self.ce_ppm[d];
             self.stats.delivered += 1;
-            let (c, to_b) = if f.to_b {
-                (&mut self.b, true)
-            } else {
-                (&mut self.a, false)
-            };
-            if let Some(p) = c.handle_datagram(self.now, &f.bytes) {
-                on_data(to_b, p);
+            let now = self.now;
+            if let Some(p) = self
+                .conn(f.flow, f.to_b)
+                .handle_datagram_ecn(now, &f.bytes, ce)
+            {
+                on_data(f.flow, f.to_b, p);
             }
         }
-        if self.a.poll_timeout().is_some_and(|t| t <= self.now) {
-            self.a.handle_timeout(self.now);
-        }
-        if self.b.poll_timeout().is_some_and(|t| t <= self.now) {
-            self.b.handle_timeout(self.now);
+        let now = self.now;
+        for flow in 0..=self.others.len() {
+            for side in [false, true] {
+                let c = self.conn(flow, side);
+                if c.poll_timeout().is_some_and(|t| t <= now) {
+                    c.handle_timeout(now);
+                }
+            }
         }
         self.flush();
         true

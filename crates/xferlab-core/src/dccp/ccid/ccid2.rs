@@ -394,6 +394,7 @@ mod tests {
             mss: 1400,
             ack_ratio: 1,
             handshake_rtt: None,
+            safeudp: Default::default(),
         }
     }
 

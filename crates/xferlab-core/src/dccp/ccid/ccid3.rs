@@ -422,6 +422,7 @@ mod tests {
             mss: 1400,
             ack_ratio: 2,
             handshake_rtt: rtt,
+            safeudp: Default::default(),
         }
     }
 

@@ -5,6 +5,7 @@
 
 pub mod ccid2;
 pub mod ccid3;
+pub mod safeudp;
 pub mod tfrc;
 
 use std::time::Duration;
@@ -14,6 +15,8 @@ use crate::time::Time;
 use super::packet::PacketWriter;
 use super::seq::Seq;
 use super::DccpError;
+
+pub use safeudp::{CongestionEvent, SafeUdpConfig, Site};
 
 /// An acknowledgement as the sender's CCID sees it: the packet's
 /// acknowledgement number and its option area (Ack Vectors, CCID3
@@ -57,6 +60,23 @@ pub enum CcidState {
         /// Inter-packet interval s/X.
         t_ipi: Duration,
     },
+    SafeUdp {
+        /// The application's offered rate and the TFRC bound for the
+        /// measured p and RTT (infinite before any network loss), bytes/s.
+        offered: f64,
+        bound: f64,
+        /// Loss event rate of network losses and ECN marks.
+        p: f64,
+        rtt: Option<Duration>,
+        /// Whether the CCID is limiting the rate (and dropping excess).
+        enforcing: bool,
+        /// Losses the receiver's socket explains, losses the network
+        /// caused, ECN marks, datagrams the CCID dropped.
+        host_losses: u64,
+        network_losses: u64,
+        ecn_marks: u64,
+        dropped_by_ccid: u64,
+    },
 }
 
 /// The sending half of a CCID.
@@ -76,6 +96,17 @@ pub trait CcidTx: Send {
     /// The CCVal header value for the next packet.
     fn ccval(&mut self, now: Time) -> u8;
     fn state(&self) -> CcidState;
+    /// Whether the next application datagram of `bytes` may go at all;
+    /// false drops it (counted by the connection as dropped by the CCID).
+    /// Only a CCID that enforces a rate by dropping (SafeUDP) says no.
+    fn admit(&mut self, _now: Time, _bytes: usize) -> bool {
+        true
+    }
+    /// The next congestion notification for the application (SafeUDP's
+    /// stand-in for new return codes); none from CCID2 and CCID3.
+    fn poll_event(&mut self) -> Option<CongestionEvent> {
+        None
+    }
 }
 
 /// The receiving half of a CCID: decides when acknowledgements go and
@@ -96,6 +127,9 @@ pub trait CcidRx: Send {
         ack: Seq,
         w: &mut PacketWriter<'_>,
     ) -> Result<(), DccpError>;
+    /// The receiving socket's cumulative drop count (SO_RXQ_OVFL), from
+    /// the driver; a CCID that reports it (SafeUDP) sends it on.
+    fn on_host_drops(&mut self, _total: u64) {}
 }
 
 /// Settings shared by the CCIDs.
@@ -107,12 +141,19 @@ pub struct CcidConfig {
     pub ack_ratio: u64,
     /// The RTT the handshake measured, if any.
     pub handshake_rtt: Option<Duration>,
+    /// SafeUDP's windows and deadline.
+    pub safeudp: SafeUdpConfig,
 }
+
+/// The CCIDs [`new_tx`] and [`new_rx`] build, in a server's default
+/// order of preference.
+pub const IMPLEMENTED: [u8; 3] = [2, 3, safeudp::CCID];
 
 pub fn new_tx(ccid: u8, now: Time, cfg: &CcidConfig) -> Option<Box<dyn CcidTx>> {
     match ccid {
         2 => Some(Box::new(ccid2::Ccid2Tx::new(cfg))),
         3 => Some(Box::new(ccid3::Ccid3Tx::new(now, cfg))),
+        safeudp::CCID => Some(Box::new(safeudp::SafeUdpTx::new(now, cfg))),
         _ => None,
     }
 }
@@ -121,6 +162,7 @@ pub fn new_rx(ccid: u8, now: Time, cfg: &CcidConfig) -> Option<Box<dyn CcidRx>> 
     match ccid {
         2 => Some(Box::new(ccid2::Ccid2Rx::new(cfg))),
         3 => Some(Box::new(ccid3::Ccid3Rx::new(now, cfg))),
+        safeudp::CCID => Some(Box::new(safeudp::SafeUdpRx::new(cfg))),
         _ => None,
     }
 }
