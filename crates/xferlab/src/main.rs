@@ -7,6 +7,7 @@ mod experiment;
 mod iperf3;
 mod lab;
 mod logging;
+mod model;
 mod net;
 mod output;
 mod patterns;
@@ -72,6 +73,7 @@ fn main() -> ExitCode {
             usb::run(&a, &INTERRUPTS)
         }
         Command::Lab(a) => lab::run(&a),
+        Command::Model(a) => model::run(&a),
         Command::Rr(a) => run_rr(&a),
         Command::Run(a) => {
             install_interrupt_handler();

@@ -6,6 +6,7 @@ pub mod db;
 pub mod experiment;
 pub mod lab;
 pub mod lab_topology;
+pub mod model;
 pub mod rr;
 pub mod series;
 pub mod server;
@@ -17,6 +18,7 @@ use clap::{Parser, Subcommand};
 use db::DbArgs;
 use experiment::{CompareArgs, ReportArgs, RunArgs};
 use lab::LabArgs;
+use model::ModelArgs;
 use rr::RrArgs;
 use series::{CbrArgs, SweepArgs};
 use server::ServerArgs;
@@ -99,6 +101,9 @@ pub enum Command {
     /// USB bulk throughput: host side through usbfs (`usb bulk`), device
     /// side as a configfs gadget (`usb gadget`), `usb list`.
     Usb(UsbArgs),
+    /// Timing models: `model usb` predicts what real USB controllers
+    /// achieve for a transfer size, depth and direction, and why.
+    Model(ModelArgs),
     /// Client and server in network namespaces joined by xferlab's own
     /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
     /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.

@@ -300,7 +300,10 @@ impl<'a> Sim<'a> {
                 (phy.poll(), Kind::Refused)
             }
         } else if pipe.ping {
-            (phy.poll(), if ready { Kind::PingAck } else { Kind::Refused })
+            (
+                phy.poll(),
+                if ready { Kind::PingAck } else { Kind::Refused },
+            )
         } else if ready {
             (phy.transaction(n), Kind::Data(n))
         } else {
@@ -380,7 +383,11 @@ impl<'a> Sim<'a> {
                         pipe.t.transfers += 1;
                     }
                     let irq = p.host.irq_interval;
-                    let seen = if irq == 0 { end } else { end.div_ceil(irq) * irq };
+                    let seen = if irq == 0 {
+                        end
+                    } else {
+                        end.div_ceil(irq) * irq
+                    };
                     pipe.host_queue.push_back(seen + p.host.resubmit);
                     pipe.next_token = end + p.host.queued_gap;
                     pipe.after_transfer = Some(end);

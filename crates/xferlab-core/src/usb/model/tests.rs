@@ -115,12 +115,25 @@ fn full_speed_moves_about_a_megabyte_a_second() {
 fn both_directions_share_one_bus() {
     let one = run("fifo", 65536, 32, "in").throughput_bps;
     let both = run("fifo", 65536, 32, "both");
-    assert!(both.throughput_bps < 1.05 * one, "{} {one}", both.throughput_bps);
-    let (i, o) = (pipe(&both, "in").throughput_bps, pipe(&both, "out").throughput_bps);
-    assert!((i / o - 1.0).abs() < 0.02, "round-robin shares evenly: {i} {o}");
+    assert!(
+        both.throughput_bps < 1.05 * one,
+        "{} {one}",
+        both.throughput_bps
+    );
+    let (i, o) = (
+        pipe(&both, "in").throughput_bps,
+        pipe(&both, "out").throughput_bps,
+    );
+    assert!(
+        (i / o - 1.0).abs() < 0.02,
+        "round-robin shares evenly: {i} {o}"
+    );
 }
 
 #[test]
 fn the_model_is_deterministic() {
-    assert_eq!(run("study4", 4096, 8, "both"), run("study4", 4096, 8, "both"));
+    assert_eq!(
+        run("study4", 4096, 8, "both"),
+        run("study4", 4096, 8, "both")
+    );
 }
