@@ -325,7 +325,16 @@ fn describe(c: &LinkConfig) -> String {
             t.period_ns as f64 / 1e6,
             t.opportunities as f64 * 12_000.0 / (t.period_ns as f64 / 1e9) / 1e6
         )),
-        (None, None) => parts.push("unshaped".into()),
+        (None, None) => match &c.usb {
+            Some(u) => parts.push(format!(
+                "USB 2.0 high-speed {:?} link, up to {} frame(s) per transfer, bulk {}, bus model profile {}",
+                u.class,
+                u.batch,
+                if u.bulk_in { "IN" } else { "OUT" },
+                u.profile
+            )),
+            None => parts.push("unshaped".into()),
+        },
     }
     if c.overhead_bytes > 0 {
         parts.push(format!("+{} B/segment", c.overhead_bytes));
