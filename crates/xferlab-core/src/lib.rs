@@ -18,6 +18,7 @@ pub mod interval;
 pub mod iperf3;
 pub mod latency;
 pub mod link;
+pub mod load;
 pub mod outbox;
 pub mod proto;
 pub mod result;

@@ -7,6 +7,7 @@ mod experiment;
 mod iperf3;
 mod lab;
 mod logging;
+mod model;
 mod net;
 mod output;
 mod patterns;
@@ -62,7 +63,37 @@ fn main() -> ExitCode {
     if let Err(e) = sys::cache::l2_override() {
         return fail(&e, 2);
     }
-    match cli.command {
+    let load = match cli.load.map(sys::load::Load::start).transpose() {
+        Ok(l) => l,
+        Err(e) => return fail(&format!("cannot start the --load workers: {e}"), 1),
+    };
+    let output = cli.command.output_path().map(std::path::Path::to_path_buf);
+    let code = run_command(cli.command);
+    if let Some(load) = load {
+        let report = load.stop();
+        // Into the JSON document written with -o; otherwise one line on
+        // stderr (stdout is the verb's own output, JSON or live table).
+        let doc = output
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        match (
+            &output,
+            doc.and_then(|d| output::inject_member(&d, "load", &report)),
+        ) {
+            (Some(path), Some(text)) => {
+                if let Err(e) = std::fs::write(path, text) {
+                    return fail(&format!("cannot write {}: {e}", path.display()), 1);
+                }
+            }
+            _ => eprintln!("xferlab: {}", report.line()),
+        }
+    }
+    code
+}
+
+/// Runs one verb.
+fn run_command(command: Command) -> ExitCode {
+    match command {
         Command::Server(a) => run_server(&a),
         Command::Stream(a) => run_stream(&a),
         Command::Cbr(a) => run_cbr(&a),
@@ -72,6 +103,7 @@ fn main() -> ExitCode {
             usb::run(&a, &INTERRUPTS)
         }
         Command::Lab(a) => lab::run(&a),
+        Command::Model(a) => model::run(&a),
         Command::Rr(a) => run_rr(&a),
         Command::Run(a) => {
             install_interrupt_handler();

@@ -701,3 +701,59 @@ fn pcap_capture_holds_the_forwarded_packets() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Bus time of one transfer the USB model predicts for a queued stream
+/// (`xferlab model usb`), in microseconds.
+fn usb_transfer_us(size: &str, dir: &str) -> f64 {
+    let out = run(
+        &[
+            "model",
+            "usb",
+            "--profile",
+            "study4",
+            "-l",
+            size,
+            "-Q",
+            "8",
+            "--dir",
+            dir,
+            "-J",
+            "-t",
+            "0.1",
+        ],
+        Duration::from_secs(30),
+    );
+    let v = parse_json(&out);
+    1e6 / f64_at(&v, "/transfers_per_s")
+}
+
+#[test]
+fn usb_link_eem_packing_beats_one_frame_per_transfer_as_the_model_predicts() {
+    let _turn = one_at_a_time();
+    let goodput = |link: &str| {
+        let (v, out) = lab_json(
+            &["--usb-link", link, "stream", "-t", "4", "-O", "1", "-J"],
+            5.0,
+        );
+        assert_ok(&v);
+        assert_eq!(v["lab"]["accuracy"]["valid"], true, "{}", out.describe());
+        assert!(str_at(&v, "/lab/c2s/usb/class").eq_ignore_ascii_case(&link[3..6]));
+        f64_at(&v, "/summary/directions/0/receiver/bits_per_second")
+    };
+    let ecm = goodput("hs:ecm");
+    let eem6 = goodput("hs:eem:6");
+    // The model's account (profile study4, 1500-byte MTU, delayed ACKs):
+    // ECM moves 2 segments per two 1514-byte OUT transfers and one ACK IN
+    // transfer; EEM x6 moves 6 per one 9120-byte OUT transfer and (its ACKs
+    // packed too) one IN transfer.
+    let ecm_cycle = 2.0 * usb_transfer_us("1536", "out") + usb_transfer_us("512", "in");
+    let eem_cycle = usb_transfer_us("9216", "out") + usb_transfer_us("512", "in");
+    let predicted = (2.0 / ecm_cycle) / (6.0 / eem_cycle);
+    let measured = ecm / eem6;
+    assert!(
+        (measured / predicted - 1.0).abs() < 0.2,
+        "ECM/EEMx6 measured {measured:.3} ({:.1} / {:.1} Mbit/s), model {predicted:.3}",
+        ecm / 1e6,
+        eem6 / 1e6
+    );
+}

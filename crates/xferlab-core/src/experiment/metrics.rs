@@ -9,7 +9,9 @@
 //! field that is missing simply gives no metric. Three schemas are known:
 //! `xferlab.result/2` (stream, rr, usb and lab runs, see
 //! docs/result-schema.md; schema 1 results are upgraded first), `xferlab.cbr/1` (`cbr -J`) and
-//! `xferlab.sweep/1` (`sweep -J`); any other schema, or another major
+//! `xferlab.sweep/1` (`sweep -J`) and `xferlab.usb-model/1` (`model usb
+//! -J`: the predicted `throughput_bps`, `c2s_bps` (OUT), `s2c_bps` (IN) and
+//! `usb_*_transfers_per_second`); any other schema, or another major
 //! version, yields no metrics ([`kind`] tells them apart).
 //!
 //! # Metrics
@@ -31,6 +33,7 @@
 //! | `rtt_max_us` | us | largest `total.tcp.rtt_max_us` of the TCP sender flows |
 //! | `cpu_client_pct` | % | `client.cpu.percent` |
 //! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
+//! | `load_cpu_pct` | % | `--load`: mean over `load.workers` of `cpu_percent` (any schema) |
 //! | `loss_fraction` | fraction | UDP: Σ `udp.lost` / Σ `udp.sent` over directions whose receiver reported (tail loss included) |
 //! | `lost` | count | UDP: Σ `udp.lost`, same directions |
 //! | `host_drops` | count | UDP: Σ `udp.host_drops`, same directions |
@@ -164,6 +167,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     ("rtt_max_us", US, "largest smoothed RTT of the TCP senders"),
     ("cpu_client_pct", PERCENT, "client CPU, % of one core"),
     ("cpu_server_pct", PERCENT, "server CPU, % of one core"),
+    (
+        "load_cpu_pct",
+        PERCENT,
+        "background load, mean CPU per worker, % of one core",
+    ),
     ("loss_fraction", FRACTION, "UDP datagrams lost / sent"),
     ("lost", COUNT, "UDP datagrams lost"),
     (
@@ -455,6 +463,8 @@ pub enum DocKind {
     Cbr,
     /// `xferlab.sweep/1`.
     Sweep,
+    /// `xferlab.usb-model/1`: a prediction of the USB bus model.
+    UsbModel,
 }
 
 /// The kind of a document by its `schema`; `None` for anything else
@@ -464,6 +474,7 @@ pub fn kind(doc: &Value) -> Option<DocKind> {
         crate::result::SCHEMA | crate::result::v1::SCHEMA_V1 => Some(DocKind::Result),
         "xferlab.cbr/1" => Some(DocKind::Cbr),
         "xferlab.sweep/1" => Some(DocKind::Sweep),
+        "xferlab.usb-model/1" => Some(DocKind::UsbModel),
         _ => None,
     }
 }
@@ -545,7 +556,15 @@ pub fn extract(doc: &Value) -> Vec<Metric> {
         Some(DocKind::Result) => result_metrics(doc, &mut out),
         Some(DocKind::Cbr) => cbr_metrics(doc, &mut out),
         Some(DocKind::Sweep) => sweep_metrics(doc, &mut out),
+        Some(DocKind::UsbModel) => usb_model_metrics(doc, &mut out),
         None => return Vec::new(),
+    }
+    let load: Vec<f64> = arr(doc.get("load").unwrap_or(&Value::Null), "workers")
+        .iter()
+        .filter_map(|w| num(w, &["cpu_percent"]))
+        .collect();
+    if !load.is_empty() {
+        out.push("load_cpu_pct", load.iter().sum::<f64>() / load.len() as f64);
     }
     if let Some(lab) = doc.get("lab") {
         lab_metrics(lab, &mut out);
@@ -746,6 +765,23 @@ fn usb_metrics(usb: &Value, out: &mut Out) {
                 );
             }
         }
+    }
+}
+
+fn usb_model_metrics(doc: &Value, out: &mut Out) {
+    out.push("ok", 1.0);
+    out.push_opt("throughput_bps", num(doc, &["throughput_bps"]));
+    for pipe in arr(doc, "pipes") {
+        let (side, dir) = match pipe.get("dir").and_then(Value::as_str) {
+            Some("in") => ("s2c_bps", "in"),
+            Some("out") => ("c2s_bps", "out"),
+            _ => continue,
+        };
+        out.push_opt(side, num(pipe, &["throughput_bps"]));
+        out.push_opt(
+            &format!("usb_{dir}_transfers_per_second"),
+            num(pipe, &["transfers_per_s"]),
+        );
     }
 }
 
@@ -1341,6 +1377,25 @@ mod tests {
         has(&m, "step0.jitter_us", 5.556531796935184);
         assert_eq!(get(&m, "step0.spacing_us"), None);
         assert_eq!(get(&m, "step3.size"), None);
+    }
+
+    #[test]
+    fn usb_model_prediction_and_background_load() {
+        let doc = serde_json::json!({
+            "schema": "xferlab.usb-model/1",
+            "throughput_bps": 3e8,
+            "pipes": [
+                {"dir": "in", "throughput_bps": 2e8, "transfers_per_s": 100.0},
+                {"dir": "out", "throughput_bps": 1e8, "transfers_per_s": 50.0}
+            ],
+            "load": {"workers": [{"kind": "cpu", "cpu_percent": 90.0}, {"kind": "mem", "cpu_percent": 70.0}]}
+        });
+        let m = extract(&doc);
+        has(&m, "throughput_bps", 3e8);
+        has(&m, "s2c_bps", 2e8);
+        has(&m, "c2s_bps", 1e8);
+        has(&m, "usb_out_transfers_per_second", 50.0);
+        has(&m, "load_cpu_pct", 80.0);
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct LinkConfig {
     /// or a schedule of rates and outages); `rate_bps` is None then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<Trace>,
+    /// Frames timed as a USB network link carries them (`--usb-link`)
+    /// instead of a rate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usb: Option<super::usb::UsbLinkConfig>,
 }
 
 /// The bottleneck's queue discipline.
@@ -96,6 +100,7 @@ impl Default for LinkConfig {
             seed: 1,
             qdisc: Qdisc::DropTail,
             trace: None,
+            usb: None,
         }
     }
 }
@@ -103,12 +108,15 @@ impl Default for LinkConfig {
 impl LinkConfig {
     /// A bottleneck at all: a fixed rate or a trace.
     pub fn shaped(&self) -> bool {
-        self.rate_bps.is_some() || self.trace.is_some()
+        self.rate_bps.is_some() || self.trace.is_some() || self.usb.is_some()
     }
 
     pub fn validate(&self) -> Result<(), LinkError> {
         if self.rate_bps.is_some() && self.trace.is_some() {
             return Err(LinkError::TraceWithRate);
+        }
+        if self.usb.is_some() && (self.rate_bps.is_some() || self.trace.is_some()) {
+            return Err(LinkError::UsbWithRate);
         }
         for (flag, got) in [("--reorder", self.reorder), ("--duplicate", self.duplicate)] {
             if !(0.0..=1.0).contains(&got) {
@@ -195,6 +203,12 @@ pub enum LinkError {
     QdiscWithRed,
     #[error("'{0}' is not a queue discipline: use droptail, codel[:target=5ms,interval=100ms] or fq_codel[:target=5ms,interval=100ms,quantum=1514,flows=1024] (target > 0, interval > target, quantum >= 64, 1 <= flows <= 65536)")]
     NotQdisc(String),
+    #[error("--usb-link {0} (e.g. hs:ecm, hs:eem:6, hs:ncm:16, optionally :PROFILE of `xferlab model usb --list`)")]
+    NotUsbLink(String),
+    #[error(
+        "--usb-link times frames as the USB bus carries them; leave out --rate/--trace/--schedule"
+    )]
+    UsbWithRate,
     #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")]
     NotRed(String),
 }

@@ -113,12 +113,18 @@ impl Link {
             rng: Rng::new(cfg.seed),
             loss: Loss::new(cfg.loss),
             marker: Marker::new(cfg.ecn),
-            shaper: Shaper::with_trace(
-                cfg.rate_bps,
-                cfg.trace.clone(),
-                cfg.overhead_bytes,
-                cfg.queue,
-            ),
+            shaper: {
+                let mut s = Shaper::with_trace(
+                    cfg.rate_bps,
+                    cfg.trace.clone(),
+                    cfg.overhead_bytes,
+                    cfg.queue,
+                );
+                if let Some(usb) = &cfg.usb {
+                    s.set_usb(super::usb::UsbSerializer::new(usb));
+                }
+                s
+            },
             delay: Delay::new(cfg.delay_ns, cfg.jitter),
             line: BinaryHeap::with_capacity(4096),
             seq: 0,
@@ -361,8 +367,15 @@ impl Link {
         if self.measure_rate {
             let bits =
                 (p.wire_bytes + u64::from(p.segments) * u64::from(self.cfg.overhead_bytes)) * 8;
+            let usb_ns = self.shaper.usb_bus_ns(p.wire_bytes, u64::from(p.segments));
             match self.cfg.rate_bps {
                 Some(rate) => self.rate.depart(now, bits, p.period, rate),
+                // A USB link carries its own bus time: 1 "bit" per ns.
+                None if usb_ns.is_some() => {
+                    let ns = usb_ns.unwrap_or(0);
+                    self.rate
+                        .depart_against(now, ns, p.period, |a, b| (b - a) as f64)
+                }
                 None => {
                     // Against the opportunities the trace offered in the
                     // window (departures trail them by the delay).

@@ -7,6 +7,7 @@ use std::collections::VecDeque;
 
 use super::config::QueueLimit;
 use super::trace::{Trace, OPPORTUNITY_BYTES};
+use super::usb::UsbSerializer;
 
 #[derive(Debug, Clone)]
 pub struct Shaper {
@@ -27,6 +28,8 @@ pub struct Shaper {
     backlog_segments: u64,
     /// Busy period the last admitted packet belongs to.
     busy_period: u64,
+    /// Frames timed as a USB network link carries them, instead of a rate.
+    usb: Option<UsbSerializer>,
 }
 
 /// Where an admitted packet sits on the link's time line.
@@ -68,7 +71,21 @@ impl Shaper {
             backlog_bytes: 0,
             backlog_segments: 0,
             busy_period: 0,
+            usb: None,
         }
+    }
+
+    /// Times frames as this USB link carries them instead of at a rate.
+    pub fn set_usb(&mut self, usb: UsbSerializer) {
+        self.usb = Some(usb);
+    }
+
+    /// Bus nanoseconds a packet of `wire_bytes` in `segments` frames
+    /// costs on the USB link (None without one).
+    pub fn usb_bus_ns(&self, wire_bytes: u64, segments: u64) -> Option<u64> {
+        let usb = self.usb.as_ref()?;
+        let segs = segments.max(1);
+        Some(usb.bus_ns(wire_bytes / segs) * segs)
     }
 
     /// Bytes queued or in serialization at `now`.
@@ -96,7 +113,7 @@ impl Shaper {
     /// Would a packet of `wire_bytes` in `segments` fit the queue at `now`?
     pub fn fits(&mut self, now: u64, wire_bytes: u64, segments: u64) -> bool {
         self.expire(now);
-        if self.rate_bps.is_none() && self.trace.is_none() {
+        if self.rate_bps.is_none() && self.trace.is_none() && self.usb.is_none() {
             return true;
         }
         match self.limit {
@@ -113,6 +130,9 @@ impl Shaper {
     pub fn admit(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
         if self.trace.is_some() {
             return self.admit_trace(now, wire_bytes, segments);
+        }
+        if self.usb.is_some() {
+            return self.admit_usb(now, wire_bytes, segments);
         }
         let Some(rate) = self.rate_bps else {
             return Slot {
@@ -145,6 +165,36 @@ impl Shaper {
 }
 
 impl Shaper {
+    /// On a USB link: each segment is one Ethernet frame; the packet
+    /// leaves when its last frame is carried.
+    fn admit_usb(&mut self, now: u64, wire_bytes: u64, segments: u64) -> Slot {
+        let usb = self.usb.as_mut().expect("a USB link");
+        let segs = segments.max(1);
+        let per = wire_bytes / segs;
+        let mut slot = Slot {
+            start: u64::MAX,
+            finish: now,
+            busy_period: 0,
+        };
+        for i in 0..segs {
+            let bytes = if i + 1 == segs {
+                wire_bytes - per * (segs - 1)
+            } else {
+                per
+            };
+            let (start, finish, period) = usb.frame(now, bytes);
+            slot.start = slot.start.min(start);
+            slot.finish = finish;
+            slot.busy_period = period;
+        }
+        self.free_at = usb.free_at();
+        self.busy_period = slot.busy_period;
+        self.backlog.push_back((slot.finish, wire_bytes, segments));
+        self.backlog_bytes += wire_bytes;
+        self.backlog_segments += segments;
+        slot
+    }
+
     /// Along the trace, as mahimahi delivers: each opportunity carries up
     /// to 1500 bytes of the queue (a packet may span opportunities); one
     /// nobody uses is lost. The packet leaves at the opportunity that

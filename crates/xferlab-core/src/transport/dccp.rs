@@ -198,6 +198,12 @@ impl DccpCounters {
                 s.t_ipi_us = Some(us(t_ipi));
                 s.rtt_us = rtt.map(us);
             }
+            // The binary does not offer SafeUDP (CCID 248) yet: its state
+            // shares the loss event rate and RTT fields.
+            Some(CcidState::SafeUdp { p, rtt, .. }) => {
+                s.p = Some(p);
+                s.rtt_us = rtt.map(us);
+            }
             None => {}
         }
         s

@@ -1,12 +1,14 @@
 //! USB bulk transport, sans-IO: descriptors (parsing what a device reports,
 //! building what a FunctionFS gadget announces), the SourceSink data
 //! patterns, the bookkeeping of transfers in flight, the counters a run
-//! reports and the meaning of the errors the kernel returns. The usbfs and
+//! reports, the meaning of the errors the kernel returns, and a timing model
+//! of the bus (what real controllers would achieve). The usbfs and
 //! FunctionFS drivers live in the binary crate.
 
 pub mod descriptor;
 pub mod errors;
 pub mod ffs;
+pub mod model;
 pub mod pattern;
 pub mod queue;
 pub mod stats;

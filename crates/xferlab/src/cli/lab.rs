@@ -81,6 +81,13 @@ pub struct LabArgs {
     /// Seed of the random decisions (s2c uses SEED + 1).
     #[arg(long, default_value_t = 1, help_heading = "Link")]
     pub seed: u64,
+    /// Time each frame as a USB 2.0 network link carries it instead of a
+    /// --rate: hs:ecm (a frame per transfer), hs:eem:N, hs:ncm:N (up to N
+    /// waiting frames per transfer), optionally :PROFILE of the USB bus
+    /// model (default study4). The client is the USB host (c2s = bulk
+    /// OUT); both directions share the bus.
+    #[arg(long, value_name = "hs:CLASS[:N][:PROFILE]", help_heading = "Link")]
+    pub usb_link: Option<String>,
 
     /// A router namespace between the emulated link and the server
     /// (client -- link -- router -- plain hop -- server).
@@ -305,6 +312,7 @@ impl Offload {
             Offload::Auto => !links.iter().any(|c| {
                 c.rate_bps.is_some_and(|r| r <= PER_PACKET_MAX_BPS)
                     || c.trace.is_some()
+                    || c.usb.is_some()
                     || !matches!(c.loss, xferlab_core::link::config::LossModel::None)
                     || !matches!(c.ecn, EcnMarking::None)
                     || c.reorder > 0.0
@@ -453,6 +461,12 @@ impl LabArgs {
             for v in values {
                 apply_link_setting(key, v, jitter, &mut c2s, &mut s2c)?;
             }
+        }
+        if let Some(spec) = &self.usb_link {
+            let (out, inn) =
+                xferlab_core::link::usb::parse_usb_link(spec).map_err(|e| e.to_string())?;
+            c2s.usb = Some(out);
+            s2c.usb = Some(inn);
         }
         c2s.validate().map_err(|e| e.to_string())?;
         s2c.validate().map_err(|e| e.to_string())?;

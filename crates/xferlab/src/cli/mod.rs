@@ -6,6 +6,7 @@ pub mod db;
 pub mod experiment;
 pub mod lab;
 pub mod lab_topology;
+pub mod model;
 pub mod rr;
 pub mod series;
 pub mod server;
@@ -17,6 +18,7 @@ use clap::{Parser, Subcommand};
 use db::DbArgs;
 use experiment::{CompareArgs, ReportArgs, RunArgs};
 use lab::LabArgs;
+use model::ModelArgs;
 use rr::RrArgs;
 use series::{CbrArgs, SweepArgs};
 use server::ServerArgs;
@@ -41,6 +43,13 @@ pub struct Cli {
     /// The server's log lines on stdout are printed either way.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// Background load while the verb runs, as `stress -c N -m M`: N CPU
+    /// spinners and M workers touching vm-bytes (default 256M) of fresh
+    /// memory each round. What each worker achieved (% of a core, from its
+    /// own CPU time) is added to a JSON result written with -o as `load`,
+    /// or printed on stderr.
+    #[arg(long, global = true, value_name = "cpu=N,mem=M[,vm-bytes=SIZE]")]
+    pub load: Option<xferlab_core::load::LoadSpec>,
 }
 
 impl Cli {
@@ -99,6 +108,9 @@ pub enum Command {
     /// USB bulk throughput: host side through usbfs (`usb bulk`), device
     /// side as a configfs gadget (`usb gadget`), `usb list`.
     Usb(UsbArgs),
+    /// Timing models: `model usb` predicts what real USB controllers
+    /// achieve for a transfer size, depth and direction, and why.
+    Model(ModelArgs),
     /// Client and server in network namespaces joined by xferlab's own
     /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
     /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.
@@ -147,6 +159,20 @@ impl Command {
                 checked
             }
             _ => Ok(()),
+        }
+    }
+
+    /// The file a verb writes its result to (`-o`), if any.
+    pub fn output_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Command::Usb(u) => match &u.command {
+                usb::UsbCommand::Bulk(b) => b.output.as_deref(),
+                _ => None,
+            },
+            Command::Model(m) => match &m.command {
+                model::ModelCommand::Usb(u) => u.output.as_deref(),
+            },
+            _ => self.stream_args().and_then(|s| s.output.as_deref()),
         }
     }
 

@@ -24,7 +24,14 @@ fn err(line: usize, message: impl Into<String>) -> ArgvError {
 }
 
 /// The verbs a scenario may run.
-const VERBS: &[&[&str]] = &[&["stream"], &["cbr"], &["sweep"], &["rr"], &["usb", "bulk"]];
+const VERBS: &[&[&str]] = &[
+    &["stream"],
+    &["cbr"],
+    &["sweep"],
+    &["rr"],
+    &["usb", "bulk"],
+    &["model", "usb"],
+];
 
 /// A flag as clap knows it.
 #[derive(Debug, Clone)]

@@ -215,19 +215,9 @@ pub(super) fn assemble(
     }
 }
 
-/// Adds `"lab": {...}` as the last member of a JSON object document,
-/// keeping the document's own member order.
+/// Adds `"lab": {...}` as the last member of a JSON object document.
 fn inject(doc: &str, lab: &impl serde::Serialize) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(doc).ok()?;
-    if !v.is_object() {
-        return None;
-    }
-    let body = doc.trim_end().strip_suffix('}')?.trim_end();
-    let lab = serde_json::to_string_pretty(lab)
-        .ok()?
-        .replace('\n', "\n  ");
-    let sep = if body.ends_with('{') { "" } else { "," };
-    Some(format!("{body}{sep}\n  \"lab\": {lab}\n}}\n"))
+    crate::output::inject_member(doc, "lab", lab)
 }
 
 pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> anyhow::Result<()> {
@@ -335,7 +325,16 @@ fn describe(c: &LinkConfig) -> String {
             t.period_ns as f64 / 1e6,
             t.opportunities as f64 * 12_000.0 / (t.period_ns as f64 / 1e9) / 1e6
         )),
-        (None, None) => parts.push("unshaped".into()),
+        (None, None) => match &c.usb {
+            Some(u) => parts.push(format!(
+                "USB 2.0 high-speed {:?} link, up to {} frame(s) per transfer, bulk {}, bus model profile {}",
+                u.class,
+                u.batch,
+                if u.bulk_in { "IN" } else { "OUT" },
+                u.profile
+            )),
+            None => parts.push("unshaped".into()),
+        },
     }
     if c.overhead_bytes > 0 {
         parts.push(format!("+{} B/segment", c.overhead_bytes));

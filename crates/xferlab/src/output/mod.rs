@@ -104,6 +104,22 @@ pub fn open(path: Option<&std::path::Path>) -> Result<Box<dyn io::Write + Send>,
     }
 }
 
+/// Adds `"key": value` as the last member of a JSON object document,
+/// keeping the document's own member order; None when `doc` is not a
+/// JSON object.
+pub fn inject_member(doc: &str, key: &str, value: &impl serde::Serialize) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(doc).ok()?;
+    if !v.is_object() {
+        return None;
+    }
+    let body = doc.trim_end().strip_suffix('}')?.trim_end();
+    let value = serde_json::to_string_pretty(value)
+        .ok()?
+        .replace('\n', "\n  ");
+    let sep = if body.ends_with('{') { "" } else { "," };
+    Some(format!("{body}{sep}\n  \"{key}\": {value}\n}}\n"))
+}
+
 /// Builds the reporter for a format, writing to `out`.
 pub fn reporter(
     format: Format,

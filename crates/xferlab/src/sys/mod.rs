@@ -1,6 +1,7 @@
 //! Thin Linux shells around the kernel interfaces xferlab measures through
 //! and runs on: TCP_INFO, per-thread rusage, the /proc/net counter files,
-//! host identity, CPU model and caches, CPU affinity, child processes and stop signals. Parsing
+//! host identity, CPU model and caches, CPU affinity, child processes, stop signals
+//! and background load workers. Parsing
 //! and arithmetic live in `xferlab_core`; these modules only make the
 //! system calls (through rustix, nix and signal-hook where they wrap them)
 //! and read the files.
@@ -11,6 +12,7 @@ pub mod clock;
 pub mod counters;
 pub mod cpu;
 pub mod host;
+pub mod load;
 pub mod process;
 pub mod signals;
 pub mod tcp_info;

@@ -1,0 +1,444 @@
+//! The bus simulation: one host controller walking its bulk pipes
+//! round-robin (as EHCI walks its asynchronous schedule), one transaction
+//! at a time, between SOFs, against a device that NAKs while it has no
+//! request ready. Deterministic and event-driven on integer ticks; every
+//! tick of the measured window is charged to exactly one [`Cat`].
+
+use std::collections::VecDeque;
+
+use super::profile::Profile;
+use super::wire::Speed;
+
+/// Where bus time goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cat {
+    /// Payload bits of successful data transactions.
+    WirePayload = 0,
+    /// The rest of successful transactions (tokens, framing, CRCs,
+    /// handshakes, inter-packet gaps, stuffing) and SOFs.
+    WireOverhead,
+    /// The device not ready: NAKed tokens, PING rounds, refused OUT data
+    /// and the gaps after them.
+    Device,
+    /// The host controller between transactions of a transfer (and the
+    /// split transactions of a hub's TT).
+    HostGap,
+    /// No transfer to work on: between transfers, waiting for the
+    /// application to submit again.
+    HostTurnaround,
+    /// The end of a (micro)frame no transaction fits into.
+    FrameEnd,
+}
+
+const CATS: usize = 6;
+
+/// What the simulated application does on each pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workload {
+    /// Bytes per transfer (the device's requests are the same size).
+    pub size: u32,
+    /// Host transfers in flight per pipe (1 = synchronous).
+    pub depth: u32,
+    /// Run the IN pipe.
+    pub bulk_in: bool,
+    /// Run the OUT pipe.
+    pub bulk_out: bool,
+    /// Device requests queued per pipe (None: the profile's).
+    pub device_depth: Option<u32>,
+}
+
+/// Simulated results of one pipe over the measured window.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PipeTotals {
+    pub bytes: u64,
+    pub transfers: u64,
+    /// Successful data transactions.
+    pub transactions: u64,
+    /// Refused transactions (NAK, refused OUT data, PING-NAK).
+    pub naks: u64,
+    /// Idle between consecutive data transactions of one transfer: sum
+    /// and count.
+    pub gap_in_transfer: (u64, u64),
+    /// Last data transaction of a transfer to the first of the next.
+    pub gap_between_transfers: (u64, u64),
+    /// First refused transaction of a transfer to its first data.
+    pub nak_span: (u64, u64),
+    /// Last ACK of a transfer to the next token on that pipe.
+    pub first_token_after_transfer: (u64, u64),
+}
+
+/// The simulation's totals over the measured window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Totals {
+    /// Length of the window.
+    pub window: u64,
+    /// Ticks per category, indexed by `Cat as usize`; they sum to `window`.
+    pub cats: [u64; CATS],
+    pub bulk_in: Option<PipeTotals>,
+    pub bulk_out: Option<PipeTotals>,
+    /// (Micro)frames in the window.
+    pub frames: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    /// Data moved: n bytes.
+    Data(u32),
+    /// Device refused (NAK to IN or PING, or OUT data refused).
+    Refused,
+    /// PING answered ACK: the next OUT data will be taken.
+    PingAck,
+}
+
+struct Pipe {
+    out: bool,
+    size: u32,
+    /// Ready times of submitted transfers not yet started (monotonic).
+    host_queue: VecDeque<u64>,
+    host_left: Option<u32>,
+    /// Earliest token of the next transfer (the controller retiring the
+    /// last one).
+    next_token: u64,
+    dev_queue: VecDeque<u64>,
+    dev_left: Option<u32>,
+    dev_busy_until: u64,
+    /// High-speed OUT: the device said NAK or NYET, so the host asks with
+    /// PING before it sends data again.
+    ping: bool,
+    /// The current transfer has moved data.
+    moved: bool,
+    last_data_end: u64,
+    /// End of the last transfer, while no token followed it yet / while
+    /// its successor moved no data yet.
+    after_transfer: Option<u64>,
+    token_pending: bool,
+    first_nak: Option<u64>,
+    t: PipeTotals,
+}
+
+impl Pipe {
+    fn new(out: bool, w: &Workload, device_depth: u32) -> Pipe {
+        Pipe {
+            out,
+            size: w.size,
+            host_queue: (0..w.depth.max(1)).map(|_| 0).collect(),
+            host_left: None,
+            next_token: 0,
+            dev_queue: (0..device_depth.max(1)).map(|_| 0).collect(),
+            dev_left: None,
+            dev_busy_until: 0,
+            ping: false,
+            moved: false,
+            last_data_end: 0,
+            after_transfer: None,
+            token_pending: false,
+            first_nak: None,
+            t: PipeTotals::default(),
+        }
+    }
+
+    /// When the host has a transfer on this pipe to issue a token for.
+    fn host_at(&self) -> u64 {
+        if self.host_left.is_some() {
+            0
+        } else {
+            let ready = self.host_queue.front().copied().unwrap_or(u64::MAX);
+            ready.max(self.next_token)
+        }
+    }
+
+    /// When the device can take or give the next packet.
+    fn device_at(&self) -> u64 {
+        let req = if self.dev_left.is_some() {
+            0
+        } else {
+            self.dev_queue.front().copied().unwrap_or(u64::MAX)
+        };
+        req.max(self.dev_busy_until)
+    }
+}
+
+/// One simulation run.
+pub struct Sim<'a> {
+    p: &'a Profile,
+    now: u64,
+    next_sof: u64,
+    /// The controller's next token, after the gap of the last transaction.
+    hc_free: u64,
+    hc_cause: Cat,
+    rr: usize,
+    pipes: Vec<Pipe>,
+    cats: [u64; CATS],
+    frames: u64,
+    w0: u64,
+    w1: u64,
+}
+
+impl<'a> Sim<'a> {
+    /// Runs `w` on `p` for `warmup + window` ticks and returns the totals
+    /// of the last `window` ticks.
+    pub fn run(p: &'a Profile, w: &Workload, warmup: u64, window: u64) -> Totals {
+        let ddepth = w.device_depth.unwrap_or(p.device.depth);
+        let mut pipes = Vec::new();
+        if w.bulk_in {
+            pipes.push(Pipe::new(false, w, ddepth));
+        }
+        if w.bulk_out {
+            pipes.push(Pipe::new(true, w, ddepth));
+        }
+        let mut sim = Sim {
+            p,
+            now: 0,
+            next_sof: 0,
+            hc_free: 0,
+            hc_cause: Cat::HostGap,
+            rr: 0,
+            pipes,
+            cats: [0; CATS],
+            frames: 0,
+            w0: warmup,
+            w1: warmup + window,
+        };
+        if w.size > 0 && !sim.pipes.is_empty() {
+            sim.go();
+        } else {
+            sim.cats[Cat::HostTurnaround as usize] = window;
+        }
+        let mut bulk_in = None;
+        let mut bulk_out = None;
+        for pipe in sim.pipes {
+            if pipe.out {
+                bulk_out = Some(pipe.t);
+            } else {
+                bulk_in = Some(pipe.t);
+            }
+        }
+        Totals {
+            window,
+            cats: sim.cats,
+            bulk_in,
+            bulk_out,
+            frames: sim.frames,
+        }
+    }
+
+    fn in_window(&self, t: u64) -> bool {
+        t > self.w0 && t <= self.w1
+    }
+
+    fn charge(&mut self, cat: Cat, a: u64, b: u64) {
+        let lo = a.max(self.w0);
+        let hi = b.min(self.w1);
+        if hi > lo {
+            self.cats[cat as usize] += hi - lo;
+        }
+    }
+
+    fn go(&mut self) {
+        let phy = self.p.phy;
+        let sof = phy.sof();
+        while self.now < self.w1 {
+            if self.now >= self.next_sof {
+                let start = self.next_sof;
+                self.charge(Cat::WireOverhead, start, start + sof);
+                if self.in_window(start + 1) {
+                    self.frames += 1;
+                }
+                self.now = start + sof;
+                self.next_sof = start + phy.frame;
+                continue;
+            }
+            // The pipe the controller serves next: the earliest one able to
+            // go, ties broken round-robin from the one after the last.
+            let n = self.pipes.len();
+            let mut best = (u64::MAX, 0, Cat::HostTurnaround);
+            for k in 0..n {
+                let i = (self.rr + k) % n;
+                let host = self.pipes[i].host_at();
+                let (t, cause) = if self.hc_free >= host {
+                    (self.hc_free, self.hc_cause)
+                } else {
+                    (host, Cat::HostTurnaround)
+                };
+                if t < best.0 {
+                    best = (t, i, cause);
+                }
+            }
+            let (t, i, cause) = best;
+            if t > self.now {
+                let until = t.min(self.next_sof);
+                self.charge(cause, self.now, until);
+                self.now = until;
+                continue;
+            }
+            let (dur, kind) = self.plan(i);
+            if self.now + dur > self.next_sof {
+                // USB 2.0 section 8.4.3.2: the host starts no transaction
+                // that would not end before the next SOF.
+                self.charge(Cat::FrameEnd, self.now, self.next_sof);
+                self.now = self.next_sof;
+                continue;
+            }
+            self.execute(i, dur, kind);
+            self.rr = (i + 1) % n;
+        }
+    }
+
+    /// What the next transaction on pipe `i` at `now` is and how long it
+    /// takes on the wire.
+    fn plan(&self, i: usize) -> (u64, Kind) {
+        let phy = &self.p.phy;
+        let pipe = &self.pipes[i];
+        let host_left = pipe.host_left.unwrap_or(pipe.size);
+        let ready = pipe.device_at() <= self.now;
+        let dev_left = pipe.dev_left.unwrap_or(pipe.size);
+        let n = phy.max_packet.min(host_left).min(dev_left);
+        if !pipe.out {
+            if ready {
+                (phy.transaction(n), Kind::Data(n))
+            } else {
+                (phy.poll(), Kind::Refused)
+            }
+        } else if pipe.ping {
+            (
+                phy.poll(),
+                if ready { Kind::PingAck } else { Kind::Refused },
+            )
+        } else if ready {
+            (phy.transaction(n), Kind::Data(n))
+        } else {
+            // OUT data sent and refused: the whole packet crossed the bus.
+            (phy.transaction(n), Kind::Refused)
+        }
+    }
+
+    fn execute(&mut self, i: usize, dur: u64, kind: Kind) {
+        let (p, phy) = (self.p, self.p.phy);
+        let start = self.now;
+        let end = start + dur;
+        let counted = self.in_window(end);
+        let high_speed = phy.speed == Speed::High;
+        let pipe = &mut self.pipes[i];
+        if pipe.host_left.is_none() {
+            pipe.host_queue.pop_front();
+            pipe.host_left = Some(pipe.size);
+            pipe.moved = false;
+        }
+        if pipe.token_pending {
+            pipe.token_pending = false;
+            if let (Some(done), true) = (pipe.after_transfer, counted) {
+                pipe.t.first_token_after_transfer.0 += start - done;
+                pipe.t.first_token_after_transfer.1 += 1;
+            }
+        }
+        let (cat_gap, mut gap) = match kind {
+            Kind::Data(n) => {
+                if pipe.dev_left.is_none() {
+                    pipe.dev_queue.pop_front();
+                    pipe.dev_left = Some(pipe.size);
+                }
+                let host_left = pipe.host_left.unwrap_or(0) - n;
+                let dev_left = pipe.dev_left.unwrap_or(0) - n;
+                let short = n < phy.max_packet;
+                if counted {
+                    pipe.t.bytes += n as u64;
+                    pipe.t.transactions += 1;
+                    if pipe.moved {
+                        pipe.t.gap_in_transfer.0 += start - pipe.last_data_end;
+                        pipe.t.gap_in_transfer.1 += 1;
+                    } else if let Some(done) = pipe.after_transfer {
+                        pipe.t.gap_between_transfers.0 += start - done;
+                        pipe.t.gap_between_transfers.1 += 1;
+                    }
+                    if let (Some(first), false) = (pipe.first_nak, pipe.moved) {
+                        pipe.t.nak_span.0 += start - first;
+                        pipe.t.nak_span.1 += 1;
+                    }
+                }
+                pipe.first_nak = None;
+                pipe.moved = true;
+                pipe.last_data_end = end;
+                if short || dev_left == 0 {
+                    pipe.dev_left = None;
+                    pipe.dev_queue
+                        .push_back(end + p.device.latency + p.device.dma_per_transfer);
+                } else {
+                    pipe.dev_left = Some(dev_left);
+                }
+                if pipe.out {
+                    if let Some(dma) = p.device.out_dma_per_packet {
+                        pipe.dev_busy_until = end + dma;
+                    }
+                    // High speed: NYET instead of ACK when the device will
+                    // not take the next packet at once (section 8.5.1).
+                    pipe.ping = high_speed && pipe.device_at() > end;
+                }
+                let payload = phy.payload(n);
+                self.charge(Cat::WirePayload, start, start + payload);
+                self.charge(Cat::WireOverhead, start + payload, end);
+                let pipe = &mut self.pipes[i];
+                if short || host_left == 0 {
+                    pipe.host_left = None;
+                    if counted {
+                        pipe.t.transfers += 1;
+                    }
+                    let irq = p.host.irq_interval;
+                    let seen = if irq == 0 {
+                        end
+                    } else {
+                        end.div_ceil(irq) * irq
+                    };
+                    pipe.host_queue.push_back(seen + p.host.resubmit);
+                    pipe.next_token = end + p.host.queued_gap;
+                    pipe.after_transfer = Some(end);
+                    pipe.token_pending = true;
+                    (Cat::HostTurnaround, p.host.queued_gap)
+                } else {
+                    pipe.host_left = Some(host_left);
+                    (Cat::HostGap, p.host.transaction_gap)
+                }
+            }
+            Kind::Refused => {
+                if counted {
+                    pipe.t.naks += 1;
+                }
+                if pipe.first_nak.is_none() && !pipe.moved {
+                    pipe.first_nak = Some(start);
+                }
+                if pipe.out && high_speed {
+                    pipe.ping = true;
+                }
+                self.charge(Cat::Device, start, end);
+                (Cat::Device, p.host.nak_gap)
+            }
+            Kind::PingAck => {
+                pipe.ping = false;
+                self.charge(Cat::Device, start, end);
+                (Cat::Device, p.host.transaction_gap)
+            }
+        };
+        if let Some(tt) = p.tt {
+            // Behind a hub: each full-speed transaction is a start-split and
+            // a complete-split on the high-speed side, each a transaction of
+            // the host's schedule with its gap. With two or more TT buffers
+            // the full-speed segment works on the next transaction while the
+            // host collects the last one.
+            let n = match kind {
+                Kind::Data(n) => n,
+                _ => 0,
+            };
+            let split = 2 * tt.hs.token()
+                + tt.hs.poll()
+                + tt.hs.transaction(n)
+                + 2 * p.host.transaction_gap;
+            gap = if tt.buffers >= 2 {
+                gap.max(split.saturating_sub(dur))
+            } else {
+                gap + split
+            };
+        }
+        self.hc_free = end + gap;
+        self.hc_cause = cat_gap;
+        self.now = end;
+    }
+}

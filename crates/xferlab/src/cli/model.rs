@@ -1,0 +1,53 @@
+//! `xferlab model ...`: the command line of the timing models.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use xferlab_core::units::{parse_seconds, parse_size};
+
+use super::usb::UsbDir;
+
+#[derive(Debug, Args)]
+pub struct ModelArgs {
+    #[command(subcommand)]
+    pub command: ModelCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelCommand {
+    /// Predict USB bulk throughput on real controllers (a bus timing model
+    /// calibrated on analyzer captures) and where each microsecond goes:
+    /// wire, device latency, host latency, idle.
+    Usb(Box<UsbModelArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct UsbModelArgs {
+    /// Controller profile: a name (see --list) or HOST+DEVICE.
+    #[arg(long, default_value = "study4")]
+    pub profile: String,
+    /// Bytes per transfer (and per device request).
+    #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
+    pub size: u64,
+    /// Host transfers in flight per endpoint: 1 = a synchronous loop.
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: u32,
+    /// Direction.
+    #[arg(long = "dir", value_enum, default_value = "in")]
+    pub dir: UsbDir,
+    /// Device requests queued per endpoint (default: the profile's).
+    #[arg(long, value_name = "N")]
+    pub device_depth: Option<u32>,
+    /// Seconds of bus time to simulate (after a 20 ms warm-up).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds, default_value = "1")]
+    pub time: f64,
+    /// List the profiles, hosts and devices with their numbers, and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// JSON output (schema xferlab.usb-model/1).
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+}
