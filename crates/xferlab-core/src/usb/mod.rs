@@ -7,6 +7,7 @@
 pub mod descriptor;
 pub mod errors;
 pub mod ffs;
+pub mod net;
 pub mod pattern;
 pub mod queue;
 pub mod stats;
