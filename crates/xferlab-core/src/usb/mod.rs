@@ -11,6 +11,7 @@ pub mod net;
 pub mod pattern;
 pub mod queue;
 pub mod stats;
+pub mod usbmon;
 
 pub use descriptor::{BulkPipes, ConfigDesc, DescriptorError, EndpointDesc, InterfaceDesc};
 pub use pattern::{Pattern, UnknownPattern};
