@@ -88,6 +88,8 @@ pub struct DirCounters {
     pub transfers: u64,
     pub bytes: u64,
     pub frames: u64,
+    /// Bytes of those frames, framing excluded.
+    pub frame_bytes: u64,
     /// Transfers whose captured data did not decode (or was not captured).
     pub undecoded: u64,
     pub errors: u64,
@@ -100,6 +102,7 @@ impl Default for DirCounters {
             transfers: 0,
             bytes: 0,
             frames: 0,
+            frame_bytes: 0,
             undecoded: 0,
             errors: 0,
             frames_hist: [0; FRAMES_BUCKETS],
@@ -108,12 +111,13 @@ impl Default for DirCounters {
 }
 
 impl DirCounters {
-    fn count(&mut self, bytes: u32, frames: Option<u32>) {
+    fn count(&mut self, bytes: u32, frames: Option<(u32, u64)>) {
         self.transfers += 1;
         self.bytes += u64::from(bytes);
         match frames {
-            Some(n) => {
+            Some((n, fb)) => {
                 self.frames += u64::from(n);
+                self.frame_bytes += fb;
                 self.frames_hist[(n as usize).min(FRAMES_BUCKETS - 1)] += 1;
             }
             None => self.undecoded += 1,
@@ -138,6 +142,7 @@ impl DirCounters {
             start_s,
             end_s,
             bytes,
+            frame_bytes: self.frame_bytes - prev.frame_bytes,
             transfers,
             transfers_per_second: rate(transfers as f64),
             frames,
@@ -162,6 +167,9 @@ pub struct BusSample {
     pub end_s: f64,
     /// USB payload bytes (framing included, packet overhead not).
     pub bytes: u64,
+    /// Bytes of the Ethernet frames inside (framing excluded; decoded
+    /// transfers only): `bytes - frame_bytes` is the encapsulation's cost.
+    pub frame_bytes: u64,
     pub transfers: u64,
     pub transfers_per_second: f64,
     /// Ethernet frames decoded from the transfers.
@@ -186,7 +194,7 @@ pub struct BusMeter {
     pub host_in: DirCounters,
     pub host_out: DirCounters,
     /// OUT submissions in flight: (URB id, frames decoded at submission).
-    out_pending: VecDeque<(u64, Option<u32>)>,
+    out_pending: VecDeque<(u64, Option<(u32, u64)>)>,
 }
 
 /// OUT URBs remembered between submission and completion; usbnet queues
@@ -206,7 +214,7 @@ impl BusMeter {
         }
     }
 
-    fn frames(&self, ev: &MonEvent, data: &[u8]) -> Option<u32> {
+    fn frames(&self, ev: &MonEvent, data: &[u8]) -> Option<(u32, u64)> {
         let encap = self.encap?;
         if ev.flag_data != 0 || (ev.len_cap as usize) < (ev.len_urb as usize) {
             return None;
@@ -259,7 +267,14 @@ impl BusMeter {
 pub struct BusReport {
     pub bus: u16,
     pub devnum: Option<u8>,
+    /// The device's speed ("high", ...); the capacity below is high speed's.
+    pub speed: Option<String>,
     pub encap: Option<Encap>,
+    /// The link's knobs as the user recorded them (MTU, qmult, tx_max, ...).
+    pub knobs: std::collections::BTreeMap<String, String>,
+    /// Events usbmon dropped because its ring was full (then the counts
+    /// are low by what those events carried).
+    pub dropped_events: u64,
     /// The capacity the percentages refer to, bytes/s.
     pub capacity_bytes_per_second: f64,
     /// Device to host.

@@ -94,29 +94,30 @@ pub fn decoder(encap: Encap, ntb_max: usize) -> Box<dyn Decode + Send> {
     }
 }
 
-/// Frames in one transfer of `encap`, for counting frames per transfer
-/// in a capture: `None` when the transfer does not parse (or holds none).
-pub fn count_frames(encap: Encap, transfer: &[u8]) -> Option<u32> {
-    let mut n = 0u32;
-    let mut count = |_: &[u8]| n += 1;
-    let malformed = match encap {
+/// Frames in one transfer of `encap` and their bytes (without framing),
+/// for counting frames per transfer in a capture: `None` when the
+/// transfer does not parse. Trailers (CRCs) are not checked: the receiver
+/// does that, and counts its errors.
+pub fn count_frames(encap: Encap, transfer: &[u8]) -> Option<(u32, u64)> {
+    let mut ignore = |_: &[u8]| {};
+    let st = match encap {
         Encap::Ecm => {
             let mut d = EcmDecoder::default();
-            d.decode(transfer, &mut count);
-            d.stats().malformed
+            d.decode(transfer, &mut ignore);
+            *d.stats()
         }
         Encap::Eem => {
-            let mut d = EemDecoder::default();
-            d.decode(transfer, &mut count);
-            d.stats().malformed
+            let mut d = EemDecoder::counting();
+            d.decode(transfer, &mut ignore);
+            *d.stats()
         }
         Encap::Ncm => {
-            let mut d = NcmDecoder::new(usize::from(u16::MAX));
-            d.decode(transfer, &mut count);
-            d.stats().malformed
+            let mut d = NcmDecoder::counting();
+            d.decode(transfer, &mut ignore);
+            *d.stats()
         }
     };
-    (malformed == 0).then_some(n)
+    (st.malformed == 0).then_some((st.frames as u32, st.frame_bytes))
 }
 
 /// The Ethernet FCS: CRC-32 (IEEE) of the frame, as EEM and NCM carry it

@@ -201,6 +201,7 @@ impl Framing for NcmFraming {
 #[derive(Debug, Clone)]
 pub struct NcmDecoder {
     max_ntb: usize,
+    check_crc: bool,
     stats: DecodeStats,
 }
 
@@ -209,7 +210,16 @@ impl NcmDecoder {
     pub fn new(max_ntb: usize) -> Self {
         NcmDecoder {
             max_ntb,
+            check_crc: true,
             stats: DecodeStats::default(),
+        }
+    }
+
+    /// Counts datagrams without checking NCM1 CRCs (for captures).
+    pub fn counting() -> Self {
+        NcmDecoder {
+            check_crc: false,
+            ..NcmDecoder::new(usize::from(u16::MAX))
         }
     }
 }
@@ -251,7 +261,7 @@ impl Decode for NcmDecoder {
                     continue;
                 };
                 let (data, trailer) = d.split_at(d.len() - crc_len);
-                if ndp.crc && trailer != ethernet_crc(data).to_le_bytes() {
+                if ndp.crc && self.check_crc && trailer != ethernet_crc(data).to_le_bytes() {
                     self.stats.bad_crc += 1;
                     continue;
                 }

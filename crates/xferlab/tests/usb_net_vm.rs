@@ -1,0 +1,203 @@
+//! Kernel USB network links in the lab VM (lab/vm/guest/usb-net-tests.sh):
+//! a configfs ECM, EEM and NCM gadget on dummy_hcd, the host's class
+//! driver (cdc_ether, cdc_eem, cdc_ncm), each end in its own network
+//! namespace with link-local addresses, xferlab's TCP stream across, and
+//! `xferlab usb mon` reading usbmon next to it. One boot for all three.
+//! Checked: TCP crosses each link; usbmon's decoded frames and bytes agree
+//! with the host interface's counters (the framing overhead is what the
+//! USB bytes exceed the frame bytes by); ECM carries one frame per
+//! transfer and NCM more than one under bulk TCP.
+
+mod labvm_support;
+
+use std::time::Duration;
+
+use labvm_support::*;
+use serde_json::Value;
+
+const MODULES: &str =
+    "dummy_hcd,libcomposite,usb_f_ecm,usb_f_eem,usb_f_ncm,cdc_ether,cdc_eem,cdc_ncm,usbmon";
+
+fn json_block(s: &str) -> Value {
+    let mut out = Vec::new();
+    for l in s.lines().skip_while(|l| *l != "{") {
+        out.push(l);
+        if l == "}" {
+            break;
+        }
+    }
+    serde_json::from_str(&out.join("\n")).unwrap_or_else(|e| panic!("no JSON ({e}) in: {s}"))
+}
+
+/// `rx_bytes rx_packets tx_bytes tx_packets`.
+fn counters(s: &str, key: &str) -> [u64; 4] {
+    let v: Vec<u64> = field(s, key)
+        .unwrap_or_else(|| panic!("no {key} in {s}"))
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    [v[0], v[1], v[2], v[3]]
+}
+
+#[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
+fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
+    let _vm = vm_lock();
+    let script =
+        std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-net-tests.sh")).unwrap();
+    let g = repo_root().join("lab/vm/guest");
+    let add1 = format!("{}:/work/usb.sh", g.join("usb.sh").display());
+    let add2 = format!("{}:/work/usb-net.sh", g.join("usb-net.sh").display());
+    let r = run_vm(
+        &[
+            "--extra-modules",
+            MODULES,
+            "--add",
+            &add1,
+            "--add",
+            &add2,
+            "--timeout",
+            "300",
+        ],
+        &script,
+        Duration::from_secs(1200),
+    );
+    assert_eq!(r.code, 0, "guest script failed");
+    let mut table = Vec::new();
+    for class in ["ecm", "eem", "ncm"] {
+        let s = section(&r.out, class);
+        assert_eq!(
+            field(s, "rc"),
+            Some("0"),
+            "{class}: TCP across the link: {s}"
+        );
+        let stream = json_block(s);
+        assert_eq!(stream["status"], "ok", "{class}");
+        let tot = &stream["client"]["flows"][0]["total"];
+        let tcp_mbps = tot["bytes"].as_f64().unwrap()
+            / (tot["end_s"].as_f64().unwrap() - tot["start_s"].as_f64().unwrap())
+            / 1e6;
+        assert!(tcp_mbps > 0.0, "{class}");
+        let before = counters(s, "host_before");
+        let after = counters(s, "host_after");
+        let (if_tx_bytes, if_tx_packets) = (after[2] - before[2], after[3] - before[3]);
+        let (if_rx_bytes, if_rx_packets) = (after[0] - before[0], after[1] - before[1]);
+
+        let m = section(&r.out, &format!("{class}-mon"));
+        assert_eq!(field(m, "rc"), Some("0"), "{class}: usb mon: {m}");
+        let mon = json_block(m);
+        let u = &mon["usbmon"];
+        assert_eq!(u["encap"], class);
+        assert_eq!(u["speed"], "high");
+        assert_eq!(u["capacity_bytes_per_second"], 53_248_000.0);
+        assert_eq!(u["knobs"]["class"], class);
+        assert!(
+            u["knobs"]["mtu"].is_string() && u["knobs"]["qmult"].is_string(),
+            "{u}"
+        );
+        if class == "ncm" {
+            for k in ["tx_max", "rx_max", "tx_timer_usecs", "min_tx_pkt"] {
+                assert!(u["knobs"][k].is_string(), "ncm knob {k}: {u}");
+            }
+        }
+        assert_eq!(u["dropped_events"], 0, "{class}: usbmon dropped events");
+        let out = &u["host_out"]["total"];
+        let inn = &u["host_in"]["total"];
+        assert!(!u["host_out"]["intervals"].as_array().unwrap().is_empty());
+        let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
+        assert_eq!(
+            n(out, "undecoded"),
+            0,
+            "{class}: every OUT transfer decodes: {out}"
+        );
+        assert_eq!(
+            n(inn, "undecoded"),
+            0,
+            "{class}: every IN transfer decodes: {inn}"
+        );
+        // Frames: usbmon decoded what the host interface counted (the
+        // counters bracket the usbmon window, so they may hold a few more:
+        // IPv6 neighbour traffic).
+        for (what, usb, iface) in [
+            ("OUT frames", n(out, "frames"), if_tx_packets),
+            ("IN frames", n(inn, "frames"), if_rx_packets),
+        ] {
+            assert!(
+                usb <= iface && iface - usb <= 10 + iface / 100,
+                "{class} {what}: usbmon {usb}, interface {iface}"
+            );
+        }
+        // Bytes: frame bytes agree with the interface within Ethernet
+        // header accounting; USB bytes exceed them by the framing only.
+        let (usb_out, frames_out_bytes) = (n(out, "bytes"), n(out, "frame_bytes"));
+        let (usb_in, frames_in_bytes) = (n(inn, "bytes"), n(inn, "frame_bytes"));
+        let overhead = |usb: u64, fb: u64, frames: u64, transfers: u64| {
+            assert!(usb >= fb);
+            let per_frame = match class {
+                "ecm" => 0,
+                "eem" => 6,
+                _ => 4 + 8, // an NDP entry and the divisor padding
+            };
+            let per_transfer = if class == "ncm" {
+                12 + 8 + 4 + 4 + 1
+            } else {
+                2
+            };
+            assert!(
+                usb - fb <= frames * per_frame + transfers * per_transfer,
+                "{class}: USB bytes {usb} exceed frame bytes {fb} by more than the framing \
+                 ({frames} frames, {transfers} transfers)"
+            );
+        };
+        overhead(
+            usb_out,
+            frames_out_bytes,
+            n(out, "frames"),
+            n(out, "transfers"),
+        );
+        overhead(
+            usb_in,
+            frames_in_bytes,
+            n(inn, "frames"),
+            n(inn, "transfers"),
+        );
+        for (what, fb, iface, frames) in [
+            ("OUT", frames_out_bytes, if_tx_bytes, n(out, "frames")),
+            ("IN", frames_in_bytes, if_rx_bytes, n(inn, "frames")),
+        ] {
+            // usbnet counts a frame's bytes with or without its 14-byte
+            // header (and cdc_eem's TX with its EEM framing): allow that much.
+            let slack = frames * 20 + 2000 + iface / 100;
+            assert!(
+                fb.abs_diff(iface) <= slack,
+                "{class} {what}: usbmon frame bytes {fb}, interface bytes {iface}"
+            );
+        }
+        let fpt = out["frames_per_transfer"].as_f64().unwrap();
+        match class {
+            "ecm" => {
+                assert_eq!(fpt, 1.0, "ECM: one frame per transfer OUT");
+                assert_eq!(inn["frames_per_transfer"].as_f64().unwrap(), 1.0, "ECM IN");
+            }
+            "ncm" => assert!(fpt > 1.0, "NCM under bulk TCP packs frames: {fpt}"),
+            _ => {}
+        }
+        let line = format!(
+            "{class}: TCP {tcp_mbps:.2} MB/s; USB OUT {:.2} MB/s ({:.1}% of 53.248), {:.2} frames/transfer; IN {:.2} MB/s, {:.2} frames/transfer",
+            out["mbytes_per_second"].as_f64().unwrap(),
+            out["bus_percent"].as_f64().unwrap(),
+            fpt,
+            inn["mbytes_per_second"].as_f64().unwrap(),
+            inn["frames_per_transfer"].as_f64().unwrap(),
+        );
+        eprintln!("{line}");
+        table.push(line);
+    }
+    std::fs::write(
+        repo_root().join("target/usb-net-kernel.txt"),
+        table.join("\n") + "\n",
+    )
+    .ok();
+    assert_eq!(field(section(&r.out, "leftover"), "gadgets"), Some("0"));
+    assert_no_qemu_left();
+}
