@@ -131,17 +131,23 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         // header accounting; USB bytes exceed them by the framing only.
         let (usb_out, frames_out_bytes) = (n(out, "bytes"), n(out, "frame_bytes"));
         let (usb_in, frames_in_bytes) = (n(inn, "bytes"), n(inn, "frame_bytes"));
-        let overhead = |usb: u64, fb: u64, frames: u64, transfers: u64| {
+        // NCM senders pad large NTBs to the full NTB size: cdc_ncm those
+        // above min_tx_pkt to tx_max, f_ncm those above 1536 B to 16 KiB.
+        let knob = |k: &str| -> u64 {
+            u["knobs"][k]
+                .as_str()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        let pad_out = knob("tx_max").saturating_sub(knob("min_tx_pkt"));
+        let pad_in = 16384 - 1536;
+        let overhead = |usb: u64, fb: u64, frames: u64, transfers: u64, pad: u64| {
             assert!(usb >= fb);
-            let per_frame = match class {
-                "ecm" => 0,
-                "eem" => 6,
-                _ => 4 + 8, // an NDP entry and the divisor padding
-            };
-            let per_transfer = if class == "ncm" {
-                12 + 8 + 4 + 4 + 1
-            } else {
-                2
+            let (per_frame, per_transfer) = match class {
+                "ecm" => (0, 0),
+                "eem" => (6, 2),
+                // An NDP entry and the divisor's padding; NTH, NDP, end entry, pad byte.
+                _ => (4 + 3, 12 + 3 + 8 + 4 + 1 + pad),
             };
             assert!(
                 usb - fb <= frames * per_frame + transfers * per_transfer,
@@ -154,12 +160,14 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             frames_out_bytes,
             n(out, "frames"),
             n(out, "transfers"),
+            pad_out,
         );
         overhead(
             usb_in,
             frames_in_bytes,
             n(inn, "frames"),
             n(inn, "transfers"),
+            pad_in,
         );
         for (what, fb, iface, frames) in [
             ("OUT", frames_out_bytes, if_tx_bytes, n(out, "frames")),

@@ -10,12 +10,13 @@ T=${CELL_SECONDS:-3}
 echo "== setup =="
 net_modules || exit 3
 for c in ${CLASSES:-ecm eem ncm}; do
+    echo "== $c-start =="
     net_link_up $c || { echo "== $c =="; echo "rc=99"; net_link_down; continue; }
     before=$(if_counters ns_h $HIF)
-    xferlab usb mon -d $NET_ID --encap $c -t $((T + 2)) -i 1 -J $KNOBS > /tmp/mon.json 2> /tmp/mon.err &
+    timeout $((T + 30)) xferlab usb mon -d $NET_ID --encap $c -t $((T + 2)) -i 1 -J $KNOBS > /tmp/mon.json 2> /tmp/mon.err &
     MPID=$!
     sleep 0.5
-    ns_h xferlab stream 169.254.10.1 -t $T -i 1 -J > /tmp/stream.json 2> /tmp/stream.err
+    ns_h timeout $((T + 30)) xferlab stream 169.254.10.1 -t $T -i 1 -J > /tmp/stream.json 2> /tmp/stream.err
     rc=$?
     wait $MPID
     mrc=$?
@@ -32,6 +33,7 @@ for c in ${CLASSES:-ecm eem ncm}; do
     echo "rc=$mrc"
     echo "stderr=$(tr '\n' ' ' < /tmp/mon.err)"
     cat /tmp/mon.json
+    echo "== $c-down =="
     net_link_down
 done
 echo "== leftover =="

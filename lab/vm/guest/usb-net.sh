@@ -82,10 +82,17 @@ if_counters() {   # ns_g|ns_h IF
     $1 cat /proc/net/dev | sed -n "s/^ *$2: *//p" | awk '{print $1, $2, $9, $10}'
 }
 
-net_link_down() {
+net_link_down() {   # every step bounded: a hung step is named, not waited for
     kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
-    kill -INT $GPID 2>/dev/null; wait $GPID 2>/dev/null
+    # The namespaces go first: their interfaces return to the root namespace.
     kill $GNS $HNS 2>/dev/null; wait $GNS $HNS 2>/dev/null
+    kill -INT $GPID 2>/dev/null
+    n=0
+    while kill -0 $GPID 2>/dev/null; do
+        sleep 0.1; n=$((n+1))
+        [ $n -gt 150 ] && { echo "net_link_down: gadget did not exit in 15 s"; kill -KILL $GPID; break; }
+    done
+    wait $GPID 2>/dev/null
     xferlab usb gadget --cleanup --name $NET_GADGET > /dev/null 2>&1
     # The host driver's interface goes with the device; wait for it.
     n=0
