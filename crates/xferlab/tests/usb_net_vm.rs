@@ -17,7 +17,7 @@ use labvm_support::*;
 use serde_json::Value;
 
 const MODULES: &str =
-    "dummy_hcd,libcomposite,usb_f_ecm,usb_f_eem,usb_f_ncm,cdc_ether,cdc_eem,cdc_ncm,usbmon";
+    "dummy_hcd,libcomposite,usb_f_ecm,usb_f_eem,usb_f_ncm,cdc_ether,cdc_eem,cdc_ncm,usbmon,tun";
 
 fn json_block(s: &str) -> Value {
     let mut out = Vec::new();
@@ -69,6 +69,7 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     );
     assert_eq!(r.code, 0, "guest script failed");
     let mut table = Vec::new();
+    let mut kernel_ecm_fwd = 0.0;
     for (class, test) in ["ecm", "eem", "ncm"]
         .into_iter()
         .flat_map(|c| [(c, "fwd"), (c, "bidir")])
@@ -214,6 +215,9 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         }
         // USB rates over the TCP test's span (usbmon's window is longer).
         let usb_rate = |bytes: u64| bytes as f64 / tcp_secs / 1e6;
+        if (class, test) == ("ecm", "fwd") {
+            kernel_ecm_fwd = tcp_mbps;
+        }
         let line = format!(
             "{class} {test}: TCP {tcp_mbps:.2} MB/s; USB OUT {:.2} MB/s ({:.1}% of 53.248 MB/s), {fpt:.2} frames/transfer; \
              IN {:.2} MB/s ({:.1}%), {fpt_in:.2} frames/transfer",
@@ -225,6 +229,78 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         eprintln!("{line}");
         table.push(line);
     }
+    std::fs::write(
+        repo_root().join("target/usb-net-kernel.txt"),
+        table.join("\n") + "\n",
+    )
+    .ok();
+    // xferlab's own host side (usb net) against the kernel's gadgets:
+    // verified data is TCP's own (a stream that completes moved every byte
+    // in order); the frames-per-transfer limit shows in usbmon's histogram.
+    let mut own = std::collections::HashMap::new();
+    for (class, nf) in [("ecm", 1usize), ("eem", 1), ("eem", 6), ("ncm", 8)] {
+        for test in ["fwd", "bidir"] {
+            let name = format!("{class}-own-{nf}-{test}");
+            let s = section(&r.out, &name);
+            assert_eq!(
+                field(s, "rc"),
+                Some("0"),
+                "{name}: TCP across xferlab's link: {s}"
+            );
+            let stream = json_block(s);
+            assert_eq!(stream["status"], "ok", "{name}");
+            let mut mbps = 0.0;
+            for f in stream["client"]["flows"].as_array().unwrap() {
+                let t = &f["total"];
+                let m = t["bytes"].as_f64().unwrap()
+                    / (t["end_s"].as_f64().unwrap() - t["start_s"].as_f64().unwrap())
+                    / 1e6;
+                assert!(m > 0.0, "{name}: each flow moves data");
+                mbps += m;
+            }
+            let mon = json_block(section(&r.out, &format!("{name}-mon")));
+            let out = &mon["usbmon"]["host_out"]["total"];
+            assert_eq!(out["undecoded"], 0, "{name}: {out}");
+            let hist = out["frames_per_transfer_hist"].as_array().unwrap();
+            assert!(
+                hist.len() <= nf + 1,
+                "{name}: no OUT transfer holds more than {nf} frames: {hist:?}"
+            );
+            let fpt = out["frames_per_transfer"].as_f64().unwrap();
+            if nf == 1 {
+                assert_eq!(fpt, 1.0, "{name}");
+            }
+            let line = format!(
+                "own {class} x{nf} {test}: TCP {mbps:.2} MB/s, OUT {fpt:.2} frames/transfer"
+            );
+            eprintln!("{line}");
+            table.push(line);
+            own.insert((class, nf, test), mbps);
+        }
+        let net = section(&r.out, &format!("own-{class}-{nf}-net"));
+        assert_eq!(
+            field(net, "rc"),
+            Some("0"),
+            "usb net exits cleanly on SIGINT: {net}"
+        );
+        let v = json_block(net);
+        assert!(v["tx"]["frames"].as_u64().unwrap() > 0, "{v}");
+        assert!(v["rx"]["decode"]["frames"].as_u64().unwrap() > 0, "{v}");
+        assert_eq!(v["rx"]["decode"]["malformed"], 0, "{v}");
+        assert_eq!(field(net, "taps"), Some("0"), "the TAP is gone: {net}");
+        // cdc_ether and cdc_ncm hold two interfaces, cdc_eem one.
+        let rebound: u32 = field(net, "rebound")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(rebound >= 1, "the class driver is back: {net}");
+    }
+    let ratios = format!(
+        "eem x6 / eem x1 (one stream): {:.2}; own ecm / kernel ecm (one stream): {:.2}",
+        own[&("eem", 6, "fwd")] / own[&("eem", 1, "fwd")],
+        own[&("ecm", 1, "fwd")] / kernel_ecm_fwd
+    );
+    eprintln!("{ratios}");
+    table.push(ratios);
     std::fs::write(
         repo_root().join("target/usb-net-kernel.txt"),
         table.join("\n") + "\n",

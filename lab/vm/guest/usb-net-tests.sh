@@ -50,5 +50,35 @@ for c in ${CLASSES:-ecm eem ncm}; do
     echo "== $c-down =="
     net_link_down
 done
+# xferlab's own host side (usb net: a TAP bridged to the bulk pipes) against
+# the kernel's gadget functions; the class driver is detached for the run.
+for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
+    c=${cn%%:*}; nf=${cn##*:}
+    echo "== own-$c-$nf-start =="
+    net_link_up $c || { echo "== own-$c-$nf-fwd =="; echo "rc=99"; net_link_down; continue; }
+    nsenter -t $HNS -n xferlab usb net -d $NET_ID --encap $c -N $nf --tap xl0 -J > /tmp/net.json 2> /tmp/net.err &
+    NPID=$!
+    k=0
+    while ! ns_h ip link show xl0 > /dev/null 2>&1; do
+        sleep 0.1; k=$((k+1)); [ $k -gt 100 ] && break
+    done
+    ns_h sh -c "ip addr add 169.254.10.2/16 dev xl0; ip link set xl0 up"
+    k=0
+    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
+        k=$((k+1)); [ $k -gt 20 ] && { echo "own-$c-$nf: no ping across"; break; }
+    done
+    HIF=xl0
+    measure $c own-$nf-fwd
+    measure $c own-$nf-bidir --bidir
+    kill -INT $NPID; wait $NPID
+    echo "== own-$c-$nf-net =="
+    echo "rc=$?"
+    echo "stderr=$(tr '\n' ' ' < /tmp/net.err)"
+    cat /tmp/net.json
+    echo "rebound=$(for d in /sys/bus/usb/devices/*:*/driver; do [ -e $d ] && basename $(readlink $d); done | grep -c cdc_)"
+    echo "taps=$(ns_h ip link show 2>/dev/null | grep -c xl0)"
+    net_link_down
+done
+
 echo "== leftover =="
 echo "gadgets=$(ls /sys/kernel/config/usb_gadget | wc -l)"

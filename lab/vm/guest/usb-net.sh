@@ -15,13 +15,17 @@ NET_ID=0525:a4a1
 net_modules() {
     modprobe dummy_hcd is_high_speed=1 && modprobe libcomposite || return 1
     grep -q " /sys/kernel/config " /proc/mounts || mount -t configfs configfs /sys/kernel/config
-    for m in usb_f_ecm usb_f_eem usb_f_ncm cdc_ether cdc_eem cdc_ncm usbmon; do
+    for m in usb_f_ecm usb_f_eem usb_f_ncm cdc_ether cdc_eem cdc_ncm usbmon tun; do
         modprobe $m || { echo "modprobe $m failed"; return 1; }
     done
 }
 
-host_if() {   # the net device a host class driver made (under a USB interface)
-    for d in /sys/bus/usb/devices/*:*/net/*; do [ -e "$d" ] && basename "$d"; done | head -n1
+host_if() {   # [DRIVER]: the net device a host class driver (this one) made
+    for d in /sys/bus/usb/devices/*:*/net/*; do
+        [ -e "$d" ] || continue
+        drv=$(basename "$(readlink ${d%/net/*}/driver)")
+        [ -z "$1" ] || [ "$drv" = "$1" ] && basename "$d"
+    done | head -n1
 }
 
 ns_g() { nsenter -t $GNS -n "$@"; }
@@ -29,12 +33,13 @@ ns_h() { nsenter -t $HNS -n "$@"; }
 
 net_link_up() {   # CLASS [QMULT] [MTU]
     q=${2:+--qmult $2}
+    case $1 in ecm) hdrv=cdc_ether ;; eem) hdrv=cdc_eem ;; ncm) hdrv=cdc_ncm ;; esac
     xferlab usb gadget --function $1 --name $NET_GADGET $q -J > /tmp/gadget.json 2> /tmp/gadget.err &
     GPID=$!
     n=0
     HIF=
     while [ $n -lt 150 ]; do
-        HIF=$(host_if)
+        HIF=$(host_if $hdrv)
         [ -n "$HIF" ] && break
         sleep 0.1; n=$((n+1))
     done
@@ -66,9 +71,10 @@ net_link_up() {   # CLASS [QMULT] [MTU]
     # The link is up when the host reaches the gadget end.
     n=0
     while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
-        n=$((n+1)); [ $n -gt 20 ] && { echo "net_link_up $1: no ping across"; return 1; }
+        n=$((n+1)); [ $n -gt 30 ] && { echo "net_link_up $1: no ping across"; dmesg | tail -n 15; return 1; }
     done
-    ns_g xferlab server > /tmp/server.log 2>&1 &
+    # nsenter execs the command: $! is the server itself, not a subshell.
+    nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
     SPID=$!
     n=0
     while ! ns_g sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do

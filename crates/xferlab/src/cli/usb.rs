@@ -30,6 +30,43 @@ pub enum UsbCommand {
     /// payload bytes, transfers/s, Ethernet frames per transfer (decoded from
     /// --encap) and the share of the high-speed bulk capacity used.
     Mon(Box<MonArgs>),
+    /// Host side of xferlab's own USB network link: bridge a TAP device to
+    /// a device's bulk IN/OUT pipes in ECM, EEM or NCM framing, up to
+    /// --frames-per-transfer frames in one transfer. Works against the
+    /// kernel's f_ecm, f_eem and f_ncm gadgets (their host class driver is
+    /// detached for the run and rebound at exit).
+    Net(Box<NetArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct NetArgs {
+    /// Device: VID:PID or BUS.ADDR.
+    #[arg(short = 'd', long, value_name = "VID:PID|BUS.ADDR")]
+    pub device: String,
+    /// Framing on the bulk pipes.
+    #[arg(long, value_parser = parse_encap)]
+    pub encap: xferlab_core::usb::net::Encap,
+    /// Ethernet frames per OUT transfer, at most (ECM: always 1).
+    #[arg(short = 'N', long, default_value_t = 1)]
+    pub frames_per_transfer: usize,
+    /// How long the first frame of a transfer waits for more, microseconds.
+    #[arg(long, default_value_t = 100)]
+    pub coalesce_us: u64,
+    /// Transfers in flight per direction.
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: usize,
+    /// EEM: send a real CRC-32 (bmCRC = 1) instead of the sentinel.
+    #[arg(long)]
+    pub crc: bool,
+    /// Name of the TAP device to create (removed at exit, also after SIGKILL).
+    #[arg(long, default_value = "xl-usb0")]
+    pub tap: String,
+    /// Seconds to run (default: until SIGINT/SIGTERM).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
+    pub time: Option<f64>,
+    /// Print the link's counters as JSON at exit.
+    #[arg(short = 'J', long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
