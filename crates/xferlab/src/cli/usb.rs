@@ -55,6 +55,11 @@ pub struct NetArgs {
     /// Transfers in flight per direction.
     #[arg(short = 'Q', long, default_value_t = 8)]
     pub depth: usize,
+    /// Bytes per OUT transfer at most: what the receiver's requests hold
+    /// (default: EEM 1536, the kernel f_eem's at MTU 1500; NCM 16384, f_ncm's
+    /// NTB size). Raise it (with the gadget's MTU) for many full frames.
+    #[arg(long, value_parser = parse_size)]
+    pub max_transfer: Option<u64>,
     /// EEM: send a real CRC-32 (bmCRC = 1) instead of the sentinel.
     #[arg(long)]
     pub crc: bool,

@@ -123,7 +123,7 @@ fn knobs(a: &MonArgs) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 fn record(a: &MonArgs, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
-    if !(a.interval > 0.0) {
+    if a.interval.is_nan() || a.interval <= 0.0 {
         bail!("-i/--interval must be above 0 s (got {})", a.interval);
     }
     let knobs = knobs(a)?;

@@ -34,7 +34,7 @@ impl Framing for EcmFraming {
         buf.extend_from_slice(frame);
     }
     fn close(&mut self, buf: &mut Vec<u8>) -> bool {
-        buf.len() % self.max_packet == 0
+        buf.len().is_multiple_of(self.max_packet)
     }
 }
 

@@ -68,7 +68,7 @@ impl Framing for EemFraming {
         }
     }
     fn close(&mut self, buf: &mut Vec<u8>) -> bool {
-        if buf.len() % self.max_packet == 0 {
+        if buf.len().is_multiple_of(self.max_packet) {
             buf.extend_from_slice(&[0, 0]);
         }
         false

@@ -191,7 +191,7 @@ impl Framing for NcmFraming {
         buf[8..10].copy_from_slice(&(block_len as u16).to_le_bytes());
         buf[10..12].copy_from_slice(&(ndp_index as u16).to_le_bytes());
         self.sequence = self.sequence.wrapping_add(1);
-        if block_len % self.max_packet == 0 {
+        if block_len.is_multiple_of(self.max_packet) {
             buf.push(0);
         }
         false
@@ -309,7 +309,7 @@ struct Ndp16<'a> {
 
 fn parse_ndp16(block: &[u8], index: usize) -> Option<Ndp16<'_>> {
     // NCM 3.3: NDPs are 4-aligned and after the NTH.
-    if index < NTH16_LEN || index % 4 != 0 {
+    if index < NTH16_LEN || !index.is_multiple_of(4) {
         return None;
     }
     let sign = block.get(index..index + 4)?;
@@ -457,7 +457,7 @@ mod tests {
         let d1 = b.len();
         b.extend_from_slice(&f1);
         b.extend_from_slice(&crc32fast::hash(&f1).to_le_bytes());
-        while b.len() % 4 != 0 {
+        while !b.len().is_multiple_of(4) {
             b.push(0);
         }
         let ndp2 = b.len();
@@ -544,7 +544,7 @@ mod tests {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
-                if x % 5 == 0 {
+                if x.is_multiple_of(5) {
                     *b = x as u8;
                 }
             }
