@@ -120,21 +120,23 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
                 assert!(u["knobs"][k].is_string(), "ncm knob {k}: {u}");
             }
         }
-        assert_eq!(u["dropped_events"], 0, "{class}: usbmon dropped events");
         let out = &u["host_out"]["total"];
         let inn = &u["host_in"]["total"];
         assert!(!u["host_out"]["intervals"].as_array().unwrap().is_empty());
         let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
-        assert_eq!(
-            n(out, "undecoded"),
-            0,
-            "{class}: every OUT transfer decodes: {out}"
+        // usbmon's reader has a CPU of its own, but the host runs other
+        // work too: a full ring is rare (1 event in ~60,000 seen under a
+        // loaded host), counted, and must stay rare.
+        let dropped = u["dropped_events"].as_u64().unwrap();
+        let events = 2 * (n(out, "transfers") + n(inn, "transfers"));
+        assert!(
+            dropped * 1000 <= events,
+            "{class}: usbmon dropped {dropped} of {events} events"
         );
-        assert_eq!(
-            n(inn, "undecoded"),
-            0,
-            "{class}: every IN transfer decodes: {inn}"
-        );
+        // Every transfer decodes (one whose submission event was dropped
+        // has no data to decode).
+        assert!(n(out, "undecoded") <= dropped, "{class}: OUT: {out}");
+        assert!(n(inn, "undecoded") <= dropped, "{class}: IN: {inn}");
         // Frames: usbmon decoded what the host interface counted (the
         // counters bracket the usbmon window, so they may hold a few more:
         // IPv6 neighbour traffic).
