@@ -9,9 +9,11 @@ pub mod descriptor;
 pub mod errors;
 pub mod ffs;
 pub mod model;
+pub mod net;
 pub mod pattern;
 pub mod queue;
 pub mod stats;
+pub mod usbmon;
 
 pub use descriptor::{BulkPipes, ConfigDesc, DescriptorError, EndpointDesc, InterfaceDesc};
 pub use pattern::{Pattern, UnknownPattern};

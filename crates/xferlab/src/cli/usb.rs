@@ -25,6 +25,85 @@ pub enum UsbCommand {
     /// source/sink function (xferlab's own, over FunctionFS, or the kernel's
     /// SourceSink) and serve until interrupted; tears it down on exit.
     Gadget(Box<GadgetArgs>),
+    /// Bus accounting without an analyzer: read usbmon (/dev/usbmonN) and
+    /// report one device's bulk traffic per direction and interval: USB
+    /// payload bytes, transfers/s, Ethernet frames per transfer (decoded from
+    /// --encap) and the share of the high-speed bulk capacity used.
+    Mon(Box<MonArgs>),
+    /// Host side of xferlab's own USB network link: bridge a TAP device to
+    /// a device's bulk IN/OUT pipes in ECM, EEM or NCM framing, up to
+    /// --frames-per-transfer frames in one transfer. Works against the
+    /// kernel's f_ecm, f_eem and f_ncm gadgets (their host class driver is
+    /// detached for the run and rebound at exit).
+    Net(Box<NetArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct NetArgs {
+    /// Device: VID:PID or BUS.ADDR.
+    #[arg(short = 'd', long, value_name = "VID:PID|BUS.ADDR")]
+    pub device: String,
+    /// Framing on the bulk pipes.
+    #[arg(long, value_parser = parse_encap)]
+    pub encap: xferlab_core::usb::net::Encap,
+    /// Ethernet frames per OUT transfer, at most (ECM: always 1).
+    #[arg(short = 'N', long, default_value_t = 1)]
+    pub frames_per_transfer: usize,
+    /// How long the first frame of a transfer waits for more, microseconds.
+    #[arg(long, default_value_t = 100)]
+    pub coalesce_us: u64,
+    /// Transfers in flight per direction.
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: usize,
+    /// Bytes per OUT transfer at most: what the receiver's requests hold
+    /// (default: EEM 1536, the kernel f_eem's at MTU 1500; NCM 16384, f_ncm's
+    /// NTB size). Raise it (with the gadget's MTU) for many full frames.
+    #[arg(long, value_parser = parse_size)]
+    pub max_transfer: Option<u64>,
+    /// EEM: send a real CRC-32 (bmCRC = 1) instead of the sentinel.
+    #[arg(long)]
+    pub crc: bool,
+    /// Name of the TAP device to create (removed at exit, also after SIGKILL).
+    #[arg(long, default_value = "xl-usb0")]
+    pub tap: String,
+    /// Seconds to run (default: until SIGINT/SIGTERM).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
+    pub time: Option<f64>,
+    /// Print the link's counters as JSON at exit.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct MonArgs {
+    /// Device: VID:PID or BUS.ADDR (its bus's usbmon is read, its address
+    /// filters the events).
+    #[arg(short = 'd', long, value_name = "VID:PID|BUS.ADDR")]
+    pub device: String,
+    /// The link's encapsulation, to count Ethernet frames per transfer.
+    #[arg(long, value_parser = parse_encap)]
+    pub encap: Option<xferlab_core::usb::net::Encap>,
+    /// Seconds to record (default: until SIGINT/SIGTERM).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
+    pub time: Option<f64>,
+    /// Seconds between interval samples.
+    #[arg(short = 'i', long, value_parser = parse_seconds, default_value = "1")]
+    pub interval: f64,
+    /// A knob of the link to record with the figures (repeatable), e.g.
+    /// --knob mtu=1500 --knob tx_max=16384.
+    #[arg(long = "knob", value_name = "NAME=VALUE")]
+    pub knobs: Vec<String>,
+    /// Print the report as JSON.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+}
+
+fn parse_encap(s: &str) -> Result<xferlab_core::usb::net::Encap, String> {
+    xferlab_core::usb::net::Encap::parse(s)
+        .ok_or_else(|| format!("`{s}` is no encapsulation: ecm, eem or ncm"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,6 +185,24 @@ pub enum GadgetFunction {
     Ffs,
     /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
     Sourcesink,
+    /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
+    Ecm,
+    /// The kernel's CDC-EEM network function (usb_f_eem; host: cdc_eem).
+    Eem,
+    /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
+    Ncm,
+}
+
+impl GadgetFunction {
+    /// The kernel network functions: (configfs function type, module).
+    pub fn net_kind(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
+            GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
+            GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
+            GadgetFunction::Ffs | GadgetFunction::Sourcesink => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -127,6 +224,10 @@ pub struct GadgetArgs {
     /// Requests in flight per endpoint (AIO; SourceSink's bulk_qlen).
     #[arg(long, default_value_t = 8)]
     pub queue: u32,
+    /// ECM/EEM/NCM: the function's qmult (request queue multiplier at high
+    /// speed; kernel default 5).
+    #[arg(long)]
+    pub qmult: Option<u32>,
     /// Bytes per request (SourceSink's bulk_buflen).
     #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
     pub size: u64,
@@ -139,7 +240,8 @@ pub struct GadgetArgs {
     /// Gadget name under /sys/kernel/config/usb_gadget.
     #[arg(long, default_value = "xferlab")]
     pub name: String,
-    /// VID:PID the gadget announces (default 1d6b:0104 for ffs, 0525:a4a0 for sourcesink).
+    /// VID:PID the gadget announces (default 1d6b:0104 for ffs, 0525:a4a0 for
+    /// sourcesink, 0525:a4a1 for the network functions).
     #[arg(long, value_name = "VID:PID")]
     pub id: Option<String>,
     /// Serial number string.

@@ -1,4 +1,4 @@
-//! The USB transport: `xferlab usb list | bulk | gadget`. The sans-IO parts
+//! The USB transport: `xferlab usb list | bulk | gadget | mon | net`. The sans-IO parts
 //! (descriptors, patterns, queue bookkeeping, counters, error texts) live in
 //! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
 //! drivers.
@@ -8,6 +8,8 @@ mod bulk;
 mod device;
 mod engine;
 mod gadget;
+mod mon;
+mod net;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
@@ -26,6 +28,8 @@ pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
         UsbCommand::List => list(),
         UsbCommand::Bulk(b) => bulk::run(b, interrupts),
         UsbCommand::Gadget(g) => gadget::run(g, interrupts),
+        UsbCommand::Mon(m) => mon::run(m, interrupts),
+        UsbCommand::Net(n) => net::run(n, interrupts),
     }
 }
 

@@ -82,7 +82,8 @@ impl DccpShared {
         self.ccid.store(u64::from(ccid), r);
         let rtt_ns = |rtt: Option<Duration>| rtt.map_or(NO_RTT, |d| d.as_nanos() as u64);
         match state {
-            None => self.kind.store(0, r),
+            // SafeUDP (CCID 248) is not offered by the binary yet.
+            None | Some(CcidState::SafeUdp { .. }) => self.kind.store(0, r),
             Some(CcidState::Ccid2 {
                 cwnd,
                 pipe,
@@ -166,6 +167,8 @@ impl DccpShared {
                 dropped_invalid: v[7],
                 queue_full: v[8],
                 ecn_ce_received: v[9],
+                // Only SafeUDP drops data itself; not offered here yet.
+                dropped_by_ccid: 0,
             },
             not_dccp: self.not_dccp.load(r),
         }

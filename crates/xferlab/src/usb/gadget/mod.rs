@@ -58,7 +58,12 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     let default_id = match a.function {
         GadgetFunction::Ffs => (0x1d6b, 0x0104),
         GadgetFunction::Sourcesink => (0x0525, 0xa4a0),
+        // g_ether's NetChip ID: the host binds its class driver by class anyway.
+        GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => (0x0525, 0xa4a1),
     };
+    if a.qmult.is_some() && a.function.net_kind().is_none() {
+        return fail("--qmult is for --function ecm|eem|ncm", 2);
+    }
     let (vid, pid) = match &a.id {
         None => default_id,
         Some(s) => match parse_vid_pid(s) {
@@ -100,6 +105,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     let function = match a.function {
         GadgetFunction::Ffs => format!("ffs.{}", a.name),
         GadgetFunction::Sourcesink => "SourceSink.0".to_string(),
+        GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => {
+            format!("{}.{}", a.function.net_kind().unwrap_or_default().0, a.name)
+        }
     };
     let mut g = Gadget {
         dir: dir.clone(),
@@ -127,6 +135,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         let product = match a.function {
             GadgetFunction::Ffs => "xferlab source/sink (FunctionFS)",
             GadgetFunction::Sourcesink => "xferlab Gadget Zero (SourceSink)",
+            GadgetFunction::Ecm => "xferlab CDC-ECM link",
+            GadgetFunction::Eem => "xferlab CDC-EEM link",
+            GadgetFunction::Ncm => "xferlab CDC-NCM link",
         };
         write_attr(&dir.join("strings/0x409/product"), product)?;
         mkdir(&g.func_dir()).map_err(|e| match a.function {
@@ -135,6 +146,10 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             ),
             GadgetFunction::Sourcesink => {
                 anyhow!("{e:#}; load the SourceSink function: `modprobe usb_f_ss_lb`")
+            }
+            GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => {
+                let module = a.function.net_kind().unwrap_or_default().1;
+                anyhow!("{e:#}; load the network function: `modprobe {module}`")
             }
         })?;
         mkdir(&dir.join("configs/c.1"))?;
@@ -153,6 +168,11 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 )?;
                 write_attr(&f.join("bulk_buflen"), &a.size.to_string())?;
                 write_attr(&f.join("bulk_qlen"), &a.queue.to_string())?;
+            }
+            GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => {
+                if let Some(q) = a.qmult {
+                    write_attr(&g.func_dir().join("qmult"), &q.to_string())?;
+                }
             }
             GadgetFunction::Ffs => {
                 let mp = mount_point(&a.name);
@@ -220,6 +240,12 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         drop(g);
         return fail(&format!("{e:#}"), 1);
     }
+    // The network functions name their gadget-side interface at bind time.
+    let ifname = a
+        .function
+        .net_kind()
+        .and_then(|_| fs::read_to_string(g.func_dir().join("ifname")).ok())
+        .map(|s| s.trim().to_string());
     let t0 = Instant::now();
     let cpu0 = super::process_cpu();
     // With -J stdout carries only the JSON document.
@@ -234,11 +260,17 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         "gadget `{}` {vid:04x}:{pid:04x} on UDC {udc}: {} {}, {} B requests, queue {}, pattern {}{}",
         a.name,
         match a.function {
-            GadgetFunction::Ffs => "FunctionFS source/sink",
-            GadgetFunction::Sourcesink => "kernel SourceSink",
+            GadgetFunction::Ffs => "FunctionFS source/sink".to_string(),
+            GadgetFunction::Sourcesink => "kernel SourceSink".to_string(),
+            GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => format!(
+                "kernel {} network function, interface {}",
+                a.function.net_kind().unwrap_or_default().0.to_uppercase(),
+                ifname.as_deref().unwrap_or("?")
+            ),
         },
         match (a.function, a.io) {
             (GadgetFunction::Sourcesink, _) => "(in kernel)",
+            (GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm, _) => "(in kernel)",
             (_, GadgetIo::Sync) => "sync I/O",
             (_, GadgetIo::Aio) => "AIO",
         },
@@ -268,7 +300,13 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     drop(g);
     let leftover = dir.exists() || mount_point(&a.name).exists();
     let cpu1 = super::process_cpu();
-    report(a, &shared, secs, (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1));
+    report(
+        a,
+        &shared,
+        secs,
+        (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+        ifname.as_deref(),
+    );
     if leftover {
         return fail(&format!("could not remove everything of gadget `{}`; run `xferlab usb gadget --cleanup --name {}`", a.name, a.name), 1);
     }
@@ -279,7 +317,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64)) {
+fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64), ifname: Option<&str>) {
     let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
     let dir = |c: &DirCounters| {
         serde_json::json!({
@@ -296,6 +334,8 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64)) {
             "function": format!("{:?}", a.function).to_lowercase(),
             "io": format!("{:?}", a.io).to_lowercase(),
             "queue": a.queue,
+            "qmult": a.qmult,
+            "ifname": ifname,
             "size": a.size,
             "pattern": a.pattern,
             "seconds": secs,

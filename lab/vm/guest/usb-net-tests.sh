@@ -1,0 +1,84 @@
+# Guest script of crates/xferlab/tests/usb_net_vm.rs: TCP across the kernel's
+# ECM, EEM and NCM links (gadget on dummy_hcd, host class driver, each end in
+# its own network namespace) with usbmon accounting next to the TCP result
+# and the host interface's counters. One boot; per class and test (fwd: one
+# stream host to device; bidir: one each way) a section `== CLASS-TEST ==`
+# (counters) with the stream JSON and `== CLASS-TEST-mon ==` with the usbmon
+# JSON; rr and cbr once across the NCM link.
+. /work/usb.sh
+. /work/usb-net.sh
+T=${CELL_SECONDS:-3}
+measure() {   # CLASS NAME [stream flags]: TCP stream with usbmon and the host counters
+    mc=$1; name=$2; shift 2
+    before=$(if_counters ns_h $HIF)
+    timeout $((T + 30)) xferlab usb mon -d $NET_ID --encap $mc -t $((T + 2)) -i 1 -J $KNOBS > /tmp/mon.json 2> /tmp/mon.err &
+    MPID=$!
+    sleep 0.5
+    ns_h timeout $((T + 30)) xferlab stream 169.254.10.1 -t $T -i 1 -J "$@" > /tmp/stream.json 2> /tmp/stream.err
+    rc=$?
+    wait $MPID
+    mrc=$?
+    after=$(if_counters ns_h $HIF)
+    echo "== $mc-$name =="
+    echo "rc=$rc"
+    echo "gif=$GIF"
+    echo "hif=$HIF"
+    echo "host_before=$before"
+    echo "host_after=$after"
+    echo "stderr=$(tr '\n' ' ' < /tmp/stream.err)"
+    cat /tmp/stream.json
+    echo "== $mc-$name-mon =="
+    echo "rc=$mrc"
+    echo "stderr=$(tr '\n' ' ' < /tmp/mon.err)"
+    cat /tmp/mon.json
+}
+
+echo "== setup =="
+net_modules || exit 3
+for c in ${CLASSES:-ecm eem ncm}; do
+    echo "== $c-start =="
+    net_link_up $c || { echo "== $c-fwd =="; echo "rc=99"; net_link_down; continue; }
+    measure $c fwd
+    measure $c bidir --bidir
+    if [ $c = ncm ]; then
+        # The other patterns cross the same link.
+        ns_h timeout 60 xferlab rr 169.254.10.1 -t 2 -J > /tmp/rr.json 2> /tmp/rr.err
+        echo "== $c-rr =="; echo "rc=$?"; echo "stderr=$(tr '\n' ' ' < /tmp/rr.err)"; cat /tmp/rr.json
+        ns_h timeout 60 xferlab cbr 169.254.10.1 -b 5M -t 2 -J > /tmp/cbr.json 2> /tmp/cbr.err
+        echo "== $c-cbr =="; echo "rc=$?"; echo "stderr=$(tr '\n' ' ' < /tmp/cbr.err)"; cat /tmp/cbr.json
+    fi
+    echo "== $c-down =="
+    net_link_down
+done
+# xferlab's own host side (usb net: a TAP bridged to the bulk pipes) against
+# the kernel's gadget functions; the class driver is detached for the run.
+for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
+    c=${cn%%:*}; nf=${cn##*:}
+    echo "== own-$c-$nf-start =="
+    net_link_up $c || { echo "== own-$c-$nf-fwd =="; echo "rc=99"; net_link_down; continue; }
+    nsenter -t $HNS -n xferlab usb net -d $NET_ID --encap $c -N $nf --tap xl0 -J > /tmp/net.json 2> /tmp/net.err &
+    NPID=$!
+    k=0
+    while ! ns_h ip link show xl0 > /dev/null 2>&1; do
+        sleep 0.1; k=$((k+1)); [ $k -gt 100 ] && break
+    done
+    ns_h sh -c "ip addr add 169.254.10.2/16 dev xl0; ip link set xl0 up"
+    k=0
+    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
+        k=$((k+1)); [ $k -gt 20 ] && { echo "own-$c-$nf: no ping across"; break; }
+    done
+    HIF=xl0
+    measure $c own-$nf-fwd
+    measure $c own-$nf-bidir --bidir
+    kill -INT $NPID; wait $NPID
+    echo "== own-$c-$nf-net =="
+    echo "rc=$?"
+    echo "stderr=$(tr '\n' ' ' < /tmp/net.err)"
+    cat /tmp/net.json
+    echo "rebound=$(for d in /sys/bus/usb/devices/*:*/driver; do [ -e $d ] && basename $(readlink $d); done | grep -c cdc_)"
+    echo "taps=$(ns_h ip link show 2>/dev/null | grep -c xl0)"
+    net_link_down
+done
+
+echo "== leftover =="
+echo "gadgets=$(ls /sys/kernel/config/usb_gadget | wc -l)"

@@ -1,0 +1,106 @@
+# Guest-side helpers for kernel USB network links in the lab VM (busybox sh).
+# Source after usb.sh:
+#   . /work/usb.sh; . /work/usb-net.sh
+#   net_modules                      # dummy_hcd high speed, functions, host class drivers, usbmon
+#   net_link_up ncm [qmult] [mtu]    # gadget + host driver; each end in its own netns
+#   ns_g CMD... / ns_h CMD...        # run CMD in the gadget's / the host's namespace
+#   net_link_down
+# After net_link_up: $GIF (gadget-side interface), $HIF (host-side), $GNS/$HNS
+# (pids holding the namespaces), 169.254.10.1 (gadget) and 169.254.10.2 (host),
+# $KNOBS (`--knob k=v` for `xferlab usb mon`: class, mtu, qmult, cdc_ncm's
+# tx_max/rx_max/tx_timer_usecs/min_tx_pkt, set from $NCM_tx_max etc. if given).
+NET_GADGET=netlink
+NET_ID=0525:a4a1
+
+net_modules() {
+    modprobe dummy_hcd is_high_speed=1 && modprobe libcomposite || return 1
+    grep -q " /sys/kernel/config " /proc/mounts || mount -t configfs configfs /sys/kernel/config
+    for m in usb_f_ecm usb_f_eem usb_f_ncm cdc_ether cdc_eem cdc_ncm usbmon tun; do
+        modprobe $m || { echo "modprobe $m failed"; return 1; }
+    done
+}
+
+host_if() {   # [DRIVER]: the net device a host class driver (this one) made
+    for d in /sys/bus/usb/devices/*:*/net/*; do
+        [ -e "$d" ] || continue
+        drv=$(basename "$(readlink ${d%/net/*}/driver)")
+        [ -z "$1" ] || [ "$drv" = "$1" ] && basename "$d"
+    done | head -n1
+}
+
+ns_g() { nsenter -t $GNS -n "$@"; }
+ns_h() { nsenter -t $HNS -n "$@"; }
+
+net_link_up() {   # CLASS [QMULT] [MTU]
+    q=${2:+--qmult $2}
+    case $1 in ecm) hdrv=cdc_ether ;; eem) hdrv=cdc_eem ;; ncm) hdrv=cdc_ncm ;; esac
+    xferlab usb gadget --function $1 --name $NET_GADGET $q -J > /tmp/gadget.json 2> /tmp/gadget.err &
+    GPID=$!
+    n=0
+    HIF=
+    while [ $n -lt 150 ]; do
+        HIF=$(host_if $hdrv)
+        [ -n "$HIF" ] && break
+        sleep 0.1; n=$((n+1))
+    done
+    if [ -z "$HIF" ]; then
+        echo "net_link_up $1: no host interface"; cat /tmp/gadget.err; dmesg | tail -n 20; return 1
+    fi
+    GIF=$(cat /sys/kernel/config/usb_gadget/$NET_GADGET/functions/$1.$NET_GADGET/ifname)
+    if [ -n "$3" ]; then
+        ip link set dev $GIF mtu $3 && ip link set dev $HIF mtu $3 || return 1
+    fi
+    # The knobs, set (cdc_ncm's from $NCM_tx_max etc.) and read back for the result.
+    KNOBS="--knob class=$1 --knob mtu=$(cat /sys/class/net/$HIF/mtu)"
+    KNOBS="$KNOBS --knob qmult=$(cat /sys/kernel/config/usb_gadget/$NET_GADGET/functions/$1.$NET_GADGET/qmult)"
+    if [ -d /sys/class/net/$HIF/cdc_ncm ]; then
+        for k in tx_max rx_max tx_timer_usecs min_tx_pkt; do
+            eval v=\$NCM_$k
+            [ -n "$v" ] && { echo $v > /sys/class/net/$HIF/cdc_ncm/$k || return 1; }
+            KNOBS="$KNOBS --knob $k=$(cat /sys/class/net/$HIF/cdc_ncm/$k)"
+        done
+    fi
+    unshare -n sleep 100000 &
+    GNS=$!
+    unshare -n sleep 100000 &
+    HNS=$!
+    sleep 0.2
+    ip link set $GIF netns $GNS && ip link set $HIF netns $HNS || return 1
+    ns_g sh -c "ip link set lo up; ip addr add 169.254.10.1/16 dev $GIF; ip link set $GIF up" || return 1
+    ns_h sh -c "ip link set lo up; ip addr add 169.254.10.2/16 dev $HIF; ip link set $HIF up" || return 1
+    # The link is up when the host reaches the gadget end.
+    n=0
+    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
+        n=$((n+1)); [ $n -gt 30 ] && { echo "net_link_up $1: no ping across"; dmesg | tail -n 15; return 1; }
+    done
+    # nsenter execs the command: $! is the server itself, not a subshell.
+    nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
+    SPID=$!
+    n=0
+    while ! ns_g sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
+        sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
+    done
+    return 0
+}
+
+# `IF rx_bytes rx_packets tx_bytes tx_packets` from the namespace's /proc/net/dev.
+if_counters() {   # ns_g|ns_h IF
+    $1 cat /proc/net/dev | sed -n "s/^ *$2: *//p" | awk '{print $1, $2, $9, $10}'
+}
+
+net_link_down() {   # every step bounded: a hung step is named, not waited for
+    kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+    # The namespaces go first: their interfaces return to the root namespace.
+    kill $GNS $HNS 2>/dev/null; wait $GNS $HNS 2>/dev/null
+    kill -INT $GPID 2>/dev/null
+    n=0
+    while kill -0 $GPID 2>/dev/null; do
+        sleep 0.1; n=$((n+1))
+        [ $n -gt 150 ] && { echo "net_link_down: gadget did not exit in 15 s"; kill -KILL $GPID; break; }
+    done
+    wait $GPID 2>/dev/null
+    xferlab usb gadget --cleanup --name $NET_GADGET > /dev/null 2>&1
+    # The host driver's interface goes with the device; wait for it.
+    n=0
+    while [ -n "$(host_if)" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+}
