@@ -262,7 +262,7 @@ fn dccp_run(data: &[u8]) -> Option<crate::dccp::Stats> {
         let n = usize::from(len).min(tail.len());
         let (dgram, next) = tail.split_at(n);
         rest = next;
-        now = now + Duration::from_millis(1 + u64::from(len % 7));
+        now += Duration::from_millis(1 + u64::from(len % 7));
         if let Ok(p) = packet::parse(dgram) {
             for o in Options::new(p.options) {
                 if let Ok((Opt::AckVector { cells, .. }, _)) = o {
@@ -372,7 +372,7 @@ mod tests {
         let mut buf = [0u8; 2048];
         let mut now = origin();
         for step in 0..40u64 {
-            now = now + Duration::from_millis(5);
+            now += Duration::from_millis(5);
             let sender = if client_sends {
                 &mut client
             } else {
