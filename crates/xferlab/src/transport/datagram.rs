@@ -370,7 +370,9 @@ impl HostDrops {
     }
 }
 
-fn publish(stats: &mut RecvStats, bytes: u64, shared: &FlowShared) {
+/// A receiver's datagram counters, for the interval meters (UDP's and
+/// DCCP's receivers alike).
+pub(crate) fn publish(stats: &mut RecvStats, bytes: u64, shared: &FlowShared) {
     let c = stats.counters();
     let u = &shared.udp;
     shared.bytes.store(bytes, Ordering::Relaxed);

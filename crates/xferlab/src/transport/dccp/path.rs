@@ -27,7 +27,7 @@ use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
 use xferlab_core::time::Time;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
-use super::super::datagram::{describe, set_int_opt, transient, RecvBatch};
+use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch};
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
 use crate::sys::clock;
@@ -376,24 +376,11 @@ impl<'a> Path<'a> {
         // would read as the flow's, so only senders report one.
         let state = self.conn.ccid_state().filter(|_| sender);
         shared.dccp.publish(ccid, state, &s, not_dccp);
-        let u = &shared.udp;
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
-            u.packets.store(s.data_sent, Ordering::Relaxed);
+            shared.udp.packets.store(s.data_sent, Ordering::Relaxed);
         } else {
-            let c = stats.counters();
-            shared.bytes.store(received, Ordering::Relaxed);
-            u.packets.store(c.received, Ordering::Relaxed);
-            u.lost.store(c.lost, Ordering::Relaxed);
-            u.out_of_order.store(c.out_of_order, Ordering::Relaxed);
-            u.duplicates.store(c.duplicates, Ordering::Relaxed);
-            u.jitter_ns.store(c.jitter_ns.to_bits(), Ordering::Relaxed);
-            u.owd_excess_sum_ns.store(
-                c.owd_excess_sum_ns.min(u128::from(u64::MAX)) as u64,
-                Ordering::Relaxed,
-            );
-            u.owd_excess_max_ns
-                .fetch_max(stats.take_owd_max(), Ordering::Relaxed);
+            publish(stats, received, shared);
         }
     }
 
