@@ -11,12 +11,16 @@ use super::codel::{Codel, Verdict};
 use super::config::{Qdisc, QueueLimit};
 use super::fq_codel::FqCodel;
 
-/// A packet waiting for its dequeue.
+/// A packet waiting for its dequeue. A duplicated packet waits once and
+/// becomes its copies after the queue: its buffer is then held by one
+/// entry only, so a drop here can free it (two queued copies could see
+/// one dropped and freed while the other was still on the delay line).
 #[derive(Debug, Clone, Copy)]
 pub struct Waiting {
     pub token: u32,
     pub arrival: u64,
-    pub release: bool,
+    /// Copies that leave if it passes (2: duplicated).
+    pub copies: u8,
     pub segments: u32,
     pub wire_bytes: u64,
     pub ect: bool,

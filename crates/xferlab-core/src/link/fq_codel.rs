@@ -245,7 +245,7 @@ mod tests {
         Waiting {
             token,
             arrival,
-            release: true,
+            copies: 1,
             segments: 1,
             wire_bytes: bytes,
             ect: false,

@@ -204,25 +204,26 @@ impl Link {
         } else {
             1
         };
+        if let Some(q) = &mut self.aqm {
+            let w = Waiting {
+                token,
+                arrival: now,
+                copies,
+                segments: info.segments,
+                wire_bytes: info.wire_bytes,
+                ect: info.is_ect() && !mark_ce,
+            };
+            let before = self.overflow.len();
+            q.push(w, info.flow, self.cfg.queue, &mut self.overflow);
+            for w in self.overflow.range(before..) {
+                let n = u64::from(w.copies);
+                self.counters.dropped_queue_packets += n;
+                self.counters.dropped_queue_segments += u64::from(w.segments) * n;
+            }
+            return Arrival::Queued { mark_ce };
+        }
         for copy in 1..=copies {
             let release = copy == copies;
-            if let Some(q) = &mut self.aqm {
-                let w = Waiting {
-                    token,
-                    arrival: now,
-                    release,
-                    segments: info.segments,
-                    wire_bytes: info.wire_bytes,
-                    ect: info.is_ect() && !mark_ce,
-                };
-                let before = self.overflow.len();
-                q.push(w, info.flow, self.cfg.queue, &mut self.overflow);
-                for w in self.overflow.range(before..) {
-                    self.counters.dropped_queue_packets += 1;
-                    self.counters.dropped_queue_segments += u64::from(w.segments);
-                }
-                continue;
-            }
             let slot = self.shaper.admit(now, info.wire_bytes, segs);
             self.record_sojourn(now, slot.start);
             self.schedule(slot, token, release, info.segments, info.wire_bytes, false);
@@ -288,7 +289,7 @@ impl Link {
         if let Some(w) = self.overflow.pop_front() {
             return Some(Departure {
                 token: w.token,
-                release: w.release,
+                release: true,
                 due: Time::from_nanos(w.arrival),
                 mark_ce: false,
                 dropped: true,
@@ -299,30 +300,36 @@ impl Link {
             let (w, verdict) = q.dequeue(start).expect("a head");
             let start = start.max(w.arrival);
             let segs = u64::from(w.segments);
+            // Counters count packets on the wire: each copy of a
+            // duplicated one.
+            let n = u64::from(w.copies);
             let c = &mut self.counters;
             let mark_ce = match verdict {
                 Verdict::Drop => {
-                    c.dropped_qdisc_packets += 1;
-                    c.dropped_qdisc_segments += segs;
+                    c.dropped_qdisc_packets += n;
+                    c.dropped_qdisc_segments += segs * n;
                     return Some(Departure {
                         token: w.token,
-                        release: w.release,
+                        release: true,
                         due: Time::from_nanos(start),
                         mark_ce: false,
                         dropped: true,
                     });
                 }
                 Verdict::Mark => {
-                    c.marked_packets += 1;
-                    c.marked_segments += segs;
-                    c.marked_qdisc_packets += 1;
+                    c.marked_packets += n;
+                    c.marked_segments += segs * n;
+                    c.marked_qdisc_packets += n;
                     true
                 }
                 Verdict::Pass => false,
             };
             self.record_sojourn(w.arrival, start);
-            let slot = self.shaper.admit(start, w.wire_bytes, segs);
-            self.schedule(slot, w.token, w.release, w.segments, w.wire_bytes, mark_ce);
+            for copy in 1..=w.copies {
+                let slot = self.shaper.admit(start, w.wire_bytes, segs);
+                let release = copy == w.copies;
+                self.schedule(slot, w.token, release, w.segments, w.wire_bytes, mark_ce);
+            }
         }
         None
     }
@@ -405,7 +412,7 @@ impl Link {
         }
         let waiting = waiting.into_iter().map(|w| Departure {
             token: w.token,
-            release: w.release,
+            release: true,
             due: Time::from_nanos(w.arrival),
             mark_ce: false,
             dropped: true,
@@ -783,6 +790,69 @@ mod tests {
         // Measured: 118 overflow drops.
         assert!(r.counters.dropped_queue_packets > 50, "{:?}", r.counters);
         assert!(fq_ms < 2.0, "fq_codel {fq_ms} ms");
+    }
+
+    /// With duplication under CoDel or FQ-CoDel (and FQ-CoDel's overflow
+    /// drops), a token's release is its last departure: the driver never
+    /// frees a buffer a copy still needs.
+    #[test]
+    fn duplicates_under_a_dequeue_discipline_release_their_buffer_last() {
+        for qdisc in [
+            Qdisc::Codel {
+                target_ns: 5_000_000,
+                interval_ns: 100_000_000,
+            },
+            Qdisc::FqCodel {
+                target_ns: 5_000_000,
+                interval_ns: 100_000_000,
+                quantum: 1514,
+                flows: 1024,
+            },
+        ] {
+            let mut c = cfg();
+            c.rate_bps = Some(12_000_000);
+            c.delay_ns = 5_000_000;
+            c.duplicate = 0.3;
+            c.queue = QueueLimit::Packets(30);
+            c.qdisc = qdisc;
+            let mut link = Link::new(&c);
+            let mut released = vec![false; 6000];
+            let check = |released: &mut Vec<bool>, d: Departure| {
+                let t = d.token as usize;
+                assert!(!released[t], "{qdisc:?}: token {t} left after its release");
+                released[t] |= d.release;
+            };
+            for i in 0..6000u32 {
+                let at = u64::from(i) * 800_000;
+                while let Some(due) = link.next_due().map(Time::as_nanos).filter(|&d| d <= at) {
+                    if let Some(d) = link.pop_due(ns(due)) {
+                        check(&mut released, d);
+                    }
+                }
+                let info = PacketInfo {
+                    flow: i % 3,
+                    ..PacketInfo::simple(1500, 0)
+                };
+                if let Arrival::Dropped(_) = link.arrive(ns(at), &info, i) {
+                    released[i as usize] = true;
+                }
+            }
+            while let Some(due) = link.next_due().map(Time::as_nanos) {
+                if let Some(d) = link.pop_due(ns(due)) {
+                    check(&mut released, d);
+                }
+            }
+            assert!(
+                released.iter().all(|&r| r),
+                "{qdisc:?}: a buffer never freed"
+            );
+            let k = link.counters();
+            assert!(k.duplicated_packets > 1000, "{k:?}");
+            assert!(
+                k.dropped_qdisc_packets + k.dropped_queue_packets > 100,
+                "{k:?}"
+            );
+        }
     }
 
     #[test]
