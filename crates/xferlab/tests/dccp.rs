@@ -16,20 +16,9 @@ use serde_json::Value;
 /// Runs `stream --dccp -J ARGS` against `srv` and returns its `status:
 /// ok` result, checked against docs/result-schema.json.
 fn dccp_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
-    let mut all = vec!["-J", "--dccp"];
+    let mut all = vec!["--dccp"];
     all.extend_from_slice(args);
-    let out = srv.client(&all, deadline_for(seconds));
-    if out.code != Some(0) || out.timed_out {
-        panic!(
-            "client failed\n{}\n--- server log ---\n{}",
-            out.describe(),
-            srv.log()
-        );
-    }
-    out.assert_success();
-    let v = parse_json(&out);
-    validate_schema(&v);
-    assert_ok(&v);
+    let v = srv.json(&all, seconds);
     assert_eq!(v["spec"]["transport"], "dccp", "not a DCCP result");
     v
 }

@@ -19,20 +19,7 @@ use serde_json::Value;
 /// Runs `stream 127.0.0.1 -p PORT -J ARGS` and returns its `status: ok`
 /// result, checked against docs/result-schema.json.
 fn udp_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
-    let mut all = vec!["-J"];
-    all.extend_from_slice(args);
-    let out = srv.client(&all, deadline_for(seconds));
-    if out.code != Some(0) || out.timed_out {
-        panic!(
-            "client failed\n{}\n--- server log ---\n{}",
-            out.describe(),
-            srv.log()
-        );
-    }
-    out.assert_success();
-    let v = parse_json(&out);
-    validate_schema(&v);
-    assert_ok(&v);
+    let v = srv.json(args, seconds);
     assert_eq!(v["spec"]["transport"], "udp", "not a UDP result");
     v
 }
