@@ -165,6 +165,23 @@ mod tests {
     use crate::dccp::ccid::{CcidState, SafeUdpConfig};
     use crate::dccp::sim::Path;
 
+    /// The senders the fairness runs compare: SafeUDP that never enforces
+    /// (plain CBR), SafeUDP with each application policy, and CCID3.
+    fn comparison_runs() -> [(&'static str, u8, SafeUdpConfig, OnCongestion); 5] {
+        let never = SafeUdpConfig {
+            react_deadline: Duration::from_secs(1_000_000),
+            ..SafeUdpConfig::default()
+        };
+        let safe = SafeUdpConfig::default();
+        [
+            ("plain-cbr", CCID, never, OnCongestion::Ignore),
+            ("ignore", CCID, safe, OnCongestion::Ignore),
+            ("step-down", CCID, safe, OnCongestion::StepDown),
+            ("tfrc", CCID, safe, OnCongestion::Tfrc),
+            ("ccid3", 3, safe, OnCongestion::Ignore),
+        ]
+    }
+
     fn persistent(bound: f64) -> CongestionEvent {
         CongestionEvent::Persistent {
             site: Site::Network,
@@ -356,27 +373,7 @@ mod tests {
                 "enforce",
                 "bound"
             );
-            let never = SafeUdpConfig {
-                react_deadline: Duration::from_secs(1_000_000),
-                ..SafeUdpConfig::default()
-            };
-            let runs = [
-                ("plain-cbr", CCID, never, OnCongestion::Ignore),
-                (
-                    "ignore",
-                    CCID,
-                    SafeUdpConfig::default(),
-                    OnCongestion::Ignore,
-                ),
-                (
-                    "step-down",
-                    CCID,
-                    SafeUdpConfig::default(),
-                    OnCongestion::StepDown,
-                ),
-                ("tfrc", CCID, SafeUdpConfig::default(), OnCongestion::Tfrc),
-                ("ccid3", 3, SafeUdpConfig::default(), OnCongestion::Ignore),
-            ];
+            let runs = comparison_runs();
             for (label, ccid, cfg, policy) in runs {
                 let mut log = open_with(ccid, cfg, Reaction::new(policy, nominal));
                 log.net.ab = path;
@@ -436,27 +433,7 @@ mod tests {
             buffer: 50,
             loss_ppm: 0,
         };
-        let never = SafeUdpConfig {
-            react_deadline: Duration::from_secs(1_000_000),
-            ..SafeUdpConfig::default()
-        };
-        let runs = [
-            ("plain-cbr", CCID, never, OnCongestion::Ignore),
-            (
-                "ignore",
-                CCID,
-                SafeUdpConfig::default(),
-                OnCongestion::Ignore,
-            ),
-            (
-                "step-down",
-                CCID,
-                SafeUdpConfig::default(),
-                OnCongestion::StepDown,
-            ),
-            ("tfrc", CCID, SafeUdpConfig::default(), OnCongestion::Tfrc),
-            ("ccid3", 3, SafeUdpConfig::default(), OnCongestion::Ignore),
-        ];
+        let runs = comparison_runs();
         for n in [1, 4] {
             println!(
                 "CBR 8 Mbit/s vs {n} CCID2 flow(s), 10 Mbit/s, 40 ms RTT, 50-packet drop-tail, {secs} s \
