@@ -145,7 +145,7 @@ pub fn xferlab_server(data: &[u8]) {
 
 /// xferlab's control protocol, client side (a hostile server).
 pub fn xferlab_client(data: &[u8]) {
-    let mut c = ClientControl::new(origin(), software(), TestSpec::default_stream())
+    let mut c = ClientControl::new(origin(), software(), TestSpec::default_stream(), None)
         .with_auth_key(Some(b"a key of sixteen bytes".to_vec()));
     c.poll_transmit();
     feed(&mut c, data, xferlab_client_act);
