@@ -37,6 +37,16 @@ pub struct ClientConfig {
     pub auth_key: Option<Vec<u8>>,
 }
 
+impl ClientConfig {
+    /// How long the flows may take to attach, asked of the server: they
+    /// connect at once, each within the connect timeout and then its
+    /// attach reply; twice the timeout covers both (the server keeps at
+    /// least its handshake timeout and at most `proto::MAX_ATTACH_WAIT`).
+    pub fn attach_wait(&self) -> Duration {
+        xferlab_core::proto::attach_wait(Some((self.connect_timeout * 2).as_secs_f64()))
+    }
+}
+
 /// A test that ran, completely or in part.
 pub struct Outcome {
     pub result: TestResult,
@@ -166,14 +176,11 @@ pub fn run(
     };
     let pattern = patterns(&env)?;
     let mut role = XferlabClient {
-        // The flows connect at once, each within the connect timeout and
-        // its attach reply; twice the timeout covers both (the server
-        // keeps at least its handshake timeout, at most a minute).
         ctl: ClientControl::new(
             clock::now(),
             crate::software(),
             cfg.spec.clone(),
-            Some(cfg.connect_timeout * 2),
+            Some(cfg.attach_wait()),
         )
         .with_auth_key(cfg.auth_key.clone()),
         env,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble};
-use xferlab_core::proto::{Welcome, HANDSHAKE_TIMEOUT};
+use xferlab_core::proto::Welcome;
 use xferlab_core::result::Endpoint;
 
 use super::side::{ConnectedFlow, Side};
@@ -144,7 +144,8 @@ fn attach_stream(
     stream
         .write_all(hello)
         .map_err(|e| format!("cannot attach flow {}: {e}", flow + 1))?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+    // The reply may wait for retransmissions as long as the connect did.
+    stream.set_read_timeout(Some(cfg.attach_wait())).ok();
     let mut reply = [0u8; 1];
     stream
         .read_exact(&mut reply)
