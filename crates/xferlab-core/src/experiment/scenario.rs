@@ -1047,6 +1047,21 @@ cols = "-P"
 "#;
 
     #[test]
+    fn host_knobs_name_a_lab_host_and_round_trip() {
+        let k = Knob::parse("@ref  -r", 3).unwrap();
+        assert_eq!(k.scope, Scope::Host("ref".into()));
+        assert_eq!(k.flag, "-r");
+        assert_eq!(k.to_string(), "@ref -r");
+        assert_eq!(Knob::parse(&k.to_string(), 3).unwrap(), k);
+        assert_eq!(Knob::parse("lab --mark", 1).unwrap().scope, Scope::Lab);
+        assert_eq!(Knob::parse("-t", 1).unwrap().scope, Scope::Command);
+        for bad in ["@Ref -r", "@ -r", "@ref", "@ref r", "@re-f -r"] {
+            let e = Knob::parse(bad, 7).unwrap_err();
+            assert_eq!(e.line, 7, "{bad}");
+        }
+    }
+
+    #[test]
     fn expands_cross_product_zip_and_overrides() {
         let s = Scenario::parse(BASE, Scale::Full).unwrap();
         assert_eq!(s.command, ["stream", "-t", "3"]);
