@@ -2,7 +2,8 @@
 //! maximum sustained rate per transfer size and buffer size.
 //!
 //! A rate is run as a trial, the trial is judged pass or fail by an
-//! explicit [`Criterion`] (so a table says what "sustained" meant), and a
+//! explicit criterion (so a table says what "sustained" meant: [`Criterion`]
+//! for datagrams, any other [`Judge`], e.g. USB overruns), and a
 //! [`RateSearch`] picks the next rate from the verdicts. One search gives
 //! one best rate; since a busy host can fail a rate it sustains most of the
 //! time, the whole search is repeated and [`repeat_summary`] reports max,
@@ -67,6 +68,20 @@ fn percent(fraction: f64) -> String {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
     } else {
         s
+    }
+}
+
+/// A pass/fail rule for one trial: what the search asks of every rate.
+pub trait Judge {
+    /// What a trial measured.
+    type Outcome;
+    fn judge(&self, outcome: &Self::Outcome) -> Verdict;
+}
+
+impl Judge for Criterion {
+    type Outcome = TrialOutcome;
+    fn judge(&self, t: &TrialOutcome) -> Verdict {
+        Criterion::judge(self, t)
     }
 }
 
@@ -152,15 +167,15 @@ enum State {
 /// run a trial at that rate, [`RateSearch::record`] its outcome, repeat
 /// until `next_rate` is None.
 #[derive(Debug, Clone)]
-pub struct RateSearch {
-    criterion: Criterion,
+pub struct RateSearch<J: Judge = Criterion> {
+    criterion: J,
     state: State,
     best: Option<u64>,
     trials: Vec<(u64, Verdict)>,
 }
 
-impl RateSearch {
-    pub fn new(plan: Plan, criterion: Criterion) -> Self {
+impl<J: Judge> RateSearch<J> {
+    pub fn new(plan: Plan, criterion: J) -> Self {
         let state = match plan {
             Plan::Ladder(mut rates) => {
                 rates.sort_unstable();
@@ -236,7 +251,7 @@ impl RateSearch {
     /// [`RateSearch::next_rate`] is judged and listed in the trials but
     /// does not steer the search or count towards [`RateSearch::best`]:
     /// off-plan trials would break the search's assumptions.
-    pub fn record(&mut self, rate: u64, outcome: &TrialOutcome) -> Verdict {
+    pub fn record(&mut self, rate: u64, outcome: &J::Outcome) -> Verdict {
         let verdict = self.criterion.judge(outcome);
         let ok = verdict.is_sustained();
         if self.next_rate() == Some(rate) {

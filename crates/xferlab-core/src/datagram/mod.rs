@@ -47,7 +47,7 @@ mod stats;
 
 pub use header::{read_header, write_header, HEADER_LEN};
 pub use ladder::{
-    repeat_summary, Criterion, Plan, RateSearch, RepeatSummary, TrialOutcome, Verdict,
+    repeat_summary, Criterion, Judge, Plan, RateSearch, RepeatSummary, TrialOutcome, Verdict,
 };
 pub use pacer::{Pacer, DEFAULT_SLACK_NS};
 pub use stats::{RecvCounters, RecvStats};

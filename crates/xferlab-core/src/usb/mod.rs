@@ -1,10 +1,12 @@
 //! USB bulk transport, sans-IO: descriptors (parsing what a device reports,
 //! building what a FunctionFS gadget announces), the SourceSink data
 //! patterns, the bookkeeping of transfers in flight, the counters a run
-//! reports, the meaning of the errors the kernel returns, and a timing model
-//! of the bus (what real controllers would achieve). The usbfs and
+//! reports, the meaning of the errors the kernel returns, a timing model
+//! of the bus (what real controllers would achieve), and a radio-like
+//! fixed-rate device buffer with its control requests (`usb cbr`). The usbfs and
 //! FunctionFS drivers live in the binary crate.
 
+pub mod cbr;
 pub mod descriptor;
 pub mod errors;
 pub mod ffs;
