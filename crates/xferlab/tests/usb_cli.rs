@@ -38,6 +38,32 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["--bytes", "--time"],
         ),
         (&["usb", "gadget", "--queue", "0"], &["--queue"]),
+        (&["usb", "cbr", "-t", "1"], &["--rate", "--ladder"]),
+        (
+            &["usb", "cbr", "-b", "fast"],
+            &["'fast'", "bytes per second"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--ladder", "1M,2M"],
+            &["--ladder", "--rate"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--host-stall", "1s:2s"],
+            &["--host-stall", "EVERY:FOR"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--device-request", "1M"],
+            &["--device-request", "--device-buffer"],
+        ),
+        (&["usb", "cbr", "-b", "1M", "--repeat", "0"], &["--repeat"]),
+        (
+            &["usb", "cbr", "-b", "1M", "--prefill", "1M"],
+            &["--prefill", "--device-buffer"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--app-size", "0"],
+            &["--app-size"],
+        ),
         (&["usb", "gadget", "--name", "a/b"], &["--name"]),
         (
             &["usb", "gadget", "--id", "12345"],

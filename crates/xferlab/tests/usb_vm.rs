@@ -347,3 +347,174 @@ fn build_testusb() -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+fn faults<'a>(v: &'a Value, trial: usize, dir: &str, kind: &str) -> &'a Value {
+    &v["runs"][0]["trials"][trial]["device"][dir][kind]
+}
+
+/// `xferlab usb cbr` against xferlab's fixed-rate FunctionFS device, one
+/// boot (lab/vm/guest/usb-cbr-tests.sh): a slow rate passes with no
+/// overrun or underrun in RX, TX and both; a stalling host application
+/// makes overruns (RX) and underruns (TX) at the stalls' times; the
+/// study's ladder finds a highest rate in each of 5 runs.
+#[test]
+#[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
+fn fixed_rate_streaming_against_the_fixed_rate_gadget() {
+    let _vm = vm_lock();
+    let script =
+        std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-cbr-tests.sh")).unwrap();
+    let usb_sh = repo_root().join("lab/vm/guest/usb.sh");
+    let add = format!("{}:/work/usb.sh", usb_sh.display());
+    let r = run_vm(
+        &[
+            "--extra-modules",
+            USB_MODULES,
+            "--add",
+            &add,
+            "--timeout",
+            "400",
+        ],
+        &script,
+        Duration::from_secs(900),
+    );
+    assert_eq!(r.code, 0, "guest script failed");
+
+    for (name, dirs) in [
+        ("rx-slow", &["rx"][..]),
+        ("tx-slow", &["tx"][..]),
+        ("both-slow", &["rx", "tx"][..]),
+    ] {
+        let c = cell(&r.out, name);
+        assert_eq!(c.rc, 0, "{name}: {}", c.stderr);
+        let v = c.json.unwrap_or_else(|| panic!("{name}: no JSON"));
+        assert_eq!(v["schema"], "xferlab.cbr/1");
+        assert_eq!(v["transport"], "usb");
+        let t = &v["runs"][0]["trials"][0];
+        assert_eq!(t["sustained"], true, "{name}: {t}");
+        assert_eq!(
+            (t["overruns"].as_u64(), t["underruns"].as_u64()),
+            (Some(0), Some(0))
+        );
+        assert_eq!(t["rate_bytes_per_s"], 2_000_000);
+        for d in dirs {
+            let dev = &t["device"][*d];
+            // 2 MB/s in 4-byte samples for about the trial's seconds.
+            let due = dev["samples_due"].as_f64().unwrap();
+            let secs = t["seconds"].as_f64().unwrap();
+            assert!(
+                due > 0.8 * 500_000.0 * secs && due <= 500_000.0 * secs + 1.0,
+                "{name} {d}: {dev}"
+            );
+            let host = t["host"][*d]["bytes"].as_f64().unwrap();
+            assert!(
+                host > 0.8 * 2e6 * secs,
+                "{name} {d}: host moved {host} B in {secs} s"
+            );
+        }
+        let sum = t["host_bytes_per_s"].as_f64().unwrap();
+        assert!(
+            sum > 0.8 * 2e6 * dirs.len() as f64,
+            "{name}: both directions are summed: {sum}"
+        );
+        assert_eq!(v["summary"]["max"], 16_000_000, "bit/s, as cbr -J");
+    }
+
+    for (name, dir, kind) in [
+        ("rx-stall", "rx", "overruns"),
+        ("tx-stall", "tx", "underruns"),
+    ] {
+        let c = cell(&r.out, name);
+        assert_eq!(c.rc, 1, "{name}: not sustained: {}", c.stderr);
+        let v = c.json.unwrap_or_else(|| panic!("{name}: no JSON"));
+        let t = &v["runs"][0]["trials"][0];
+        assert_eq!(t["sustained"], false, "{name}");
+        assert!(
+            t["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("{kind} ")),
+            "{name}: {t}"
+        );
+        let f = faults(&v, 0, dir, kind);
+        assert!(f["samples"].as_u64().unwrap() > 10_000, "{name}: {f}");
+        // Stalls of 300 ms from 1 s and 2 s after the host started; the
+        // buffers (device 64K, host 4 x 16K) last 32 ms at 4 MB/s.
+        let first: Vec<f64> = f["first_s"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        eprintln!(
+            "{name}: {kind} {} in {} episodes at {first:?} s",
+            f["samples"], f["episodes"]
+        );
+        assert!(
+            first.first().is_some_and(|&s| (0.9..1.4).contains(&s)),
+            "{name}: first episode at {first:?}"
+        );
+        assert!(
+            first.iter().any(|&s| (1.9..2.4).contains(&s)),
+            "{name}: the second stall shows too: {first:?}"
+        );
+        assert!(
+            t["host"][dir]["stalls"].as_u64().unwrap() >= 2,
+            "{name}: {t}"
+        );
+    }
+
+    let c = cell(&r.out, "ladder");
+    let v = c
+        .json
+        .unwrap_or_else(|| panic!("ladder: no JSON: {}", c.stderr));
+    let bests: Vec<Option<u64>> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["best_bytes_per_s"].as_u64())
+        .collect();
+    eprintln!(
+        "ladder, highest sustained rate per run (bytes/s): {bests:?}; summary {}",
+        v["summary_bytes_per_s"]
+    );
+    assert_eq!(bests.len(), 5);
+    assert_eq!(c.rc, 0, "every run sustains a rate: {bests:?} {}", c.stderr);
+    assert!(bests.iter().all(|b| b.is_some_and(|b| b >= 4_000_000)));
+    let s = &v["summary_bytes_per_s"];
+    assert_eq!(s["max"].as_u64(), bests.iter().flatten().max().copied());
+    assert_eq!(v["summary"]["runs"], 5);
+    let mode = bests
+        .iter()
+        .map(|b| bests.iter().filter(|c| *c == b).count())
+        .max()
+        .unwrap();
+    std::fs::write(
+        repo_root().join("target/usb-cbr-ladder.txt"),
+        format!("{bests:?}: the same highest rate in {mode} of 5 runs\n"),
+    )
+    .ok();
+    eprintln!("ladder: the same highest rate in {mode} of 5 runs");
+
+    let human = section(&r.out, "human");
+    assert_eq!(field(human, "rc"), Some("0"), "{human}");
+    for needle in [
+        "RX+TX",
+        "-> sustained",
+        "constant rate sustained",
+        "1.00 MB/s",
+    ] {
+        assert!(human.contains(needle), "missing `{needle}`: {human}");
+    }
+    let g = section(&r.out, "gadget");
+    assert_eq!(field(g, "rc"), Some("130"), "{g}");
+    assert_eq!(field(g, "leftover_configfs"), Some("0"), "{g}");
+
+    let n = section(&r.out, "not-cbr");
+    assert_eq!(field(n, "rc"), Some("1"), "{n}");
+    let err = field(n, "stderr").unwrap();
+    assert!(
+        err.contains("fixed-rate") && err.contains("xferlab usb gadget --function cbr"),
+        "{err}"
+    );
+    assert_no_qemu_left();
+}

@@ -30,6 +30,13 @@ pub enum UsbCommand {
     /// payload bytes, transfers/s, Ethernet frames per transfer (decoded from
     /// --encap) and the share of the high-speed bulk capacity used.
     Mon(Box<MonArgs>),
+    /// Host side of fixed-rate streaming, as a radio streams samples: the
+    /// device (`xferlab usb gadget --function cbr`) produces (RX) or
+    /// consumes (TX) data at an exact rate from a buffer of a given size
+    /// and counts overruns and underruns; the host moves it with -l/-Q and
+    /// an application read/write size. One rate, or a ladder repeated N
+    /// times for the highest rate sustained (max and median).
+    Cbr(Box<UsbCbrArgs>),
     /// Host side of xferlab's own USB network link: bridge a TAP device to
     /// a device's bulk IN/OUT pipes in ECM, EEM or NCM framing, up to
     /// --frames-per-transfer frames in one transfer. Works against the
@@ -72,6 +79,111 @@ pub struct NetArgs {
     /// Print the link's counters as JSON at exit.
     #[arg(short = 'J', long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CbrDir {
+    /// Device to host (bulk IN): the device produces, the host reads.
+    Rx,
+    /// Host to device (bulk OUT): the host writes, the device consumes.
+    Tx,
+    /// Both at once, each at the rate; reported as a sum.
+    Both,
+}
+
+impl CbrDir {
+    pub fn usb(self) -> UsbDir {
+        match self {
+            CbrDir::Rx => UsbDir::In,
+            CbrDir::Tx => UsbDir::Out,
+            CbrDir::Both => UsbDir::Both,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct UsbCbrArgs {
+    /// Device: VID:PID or BUS.ADDR (default: the one vendor-specific device).
+    #[arg(short = 'd', long, value_name = "VID:PID|BUS.ADDR")]
+    pub device: Option<String>,
+    /// Only the device with this serial number.
+    #[arg(long)]
+    pub serial: Option<String>,
+    /// Interface number (default: the first with bulk endpoints).
+    #[arg(long, value_name = "N")]
+    pub interface: Option<u8>,
+    /// Detach a kernel driver holding the interface (reattached at exit).
+    #[arg(long)]
+    pub detach_kernel_driver: bool,
+    /// Direction of the stream.
+    #[arg(long = "dir", value_enum, default_value = "rx")]
+    pub dir: CbrDir,
+    /// Bytes per host transfer (RX: a multiple of the max packet).
+    #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
+    pub size: u64,
+    /// Host transfers in flight per direction (host buffer = -l x -Q).
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: u32,
+    /// The application's read (RX) / write (TX) size: each transfer's data
+    /// is copied to (from) the application in calls of this many bytes
+    /// (default: -l).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub app_size: Option<u64>,
+    /// One rate, bytes/s per direction (decimal k/M/G: 16M = 16000000 B/s).
+    #[arg(short = 'b', long, value_parser = parse_byte_rate, value_name = "BYTES/S", conflicts_with = "ladder")]
+    pub rate: Option<u64>,
+    /// Rates to try in ascending order, bytes/s, comma separated (e.g.
+    /// 16M,18.3M,21.3M,25.6M,32M,42.6M); a run stops at the first rate not
+    /// sustained.
+    #[arg(long, value_delimiter = ',', value_parser = parse_byte_rate, value_name = "RATES")]
+    pub ladder: Vec<u64>,
+    /// Runs of the whole ladder; max, median and min of the highest
+    /// sustained rate are reported.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub repeat: u32,
+    /// Largest number of overrun samples (RX) a sustained trial may have.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_overruns: u64,
+    /// Largest number of underrun samples (TX) a sustained trial may have.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub max_underruns: u64,
+    /// Seconds per trial.
+    #[arg(short = 't', long = "time", value_parser = parse_seconds, default_value = "2")]
+    pub time: f64,
+    /// The device's buffer per direction (a radio's FIFO).
+    #[arg(long, value_parser = parse_size, default_value = "64K", value_name = "SIZE")]
+    pub device_buffer: u64,
+    /// Bytes per device-side USB request (what the device hands its
+    /// controller at a time).
+    #[arg(long, value_parser = parse_size, default_value = "16K", value_name = "SIZE")]
+    pub device_request: u64,
+    /// Bytes per sample (4: 16-bit I and Q).
+    #[arg(long, value_parser = parse_size, default_value = "4", value_name = "BYTES")]
+    pub sample_size: u64,
+    /// TX: bytes the device buffers before its sample clock starts
+    /// (default: half the device buffer).
+    #[arg(long, value_parser = parse_size, value_name = "SIZE")]
+    pub prefill: Option<u64>,
+    /// Test hook: the host application stops reading/writing for FOR every
+    /// EVERY (e.g. 500ms:100ms), to provoke overruns (RX) and underruns (TX).
+    #[arg(long, value_name = "EVERY:FOR")]
+    pub host_stall: Option<String>,
+    /// Print the report as JSON (schema xferlab.cbr/1).
+    #[arg(short = 'J', long)]
+    pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+}
+
+/// A rate in bytes per second: `16M`, `18.3M`, `500k`.
+pub fn parse_byte_rate(s: &str) -> Result<u64, String> {
+    xferlab_core::units::parse_rate(s)
+        .ok()
+        .filter(|&r| r > 0)
+        .ok_or_else(|| {
+            format!("'{s}' is not a rate: use bytes per second with an optional k, M or G suffix (decimal: 18.3M = 18300000 B/s)")
+        })
 }
 
 #[derive(Debug, Args)]
@@ -183,6 +295,10 @@ pub struct BulkArgs {
 pub enum GadgetFunction {
     /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
     Ffs,
+    /// xferlab's fixed-rate device over FunctionFS: produces (IN) or
+    /// consumes (OUT) samples at the rate, buffer and request size that
+    /// `xferlab usb cbr` sets per trial, counting overruns and underruns.
+    Cbr,
     /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
     Sourcesink,
     /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
@@ -200,7 +316,7 @@ impl GadgetFunction {
             GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
             GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
             GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
-            GadgetFunction::Ffs | GadgetFunction::Sourcesink => None,
+            GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Sourcesink => None,
         }
     }
 }

@@ -1,10 +1,11 @@
-//! The USB transport: `xferlab usb list | bulk | gadget | mon | net`. The sans-IO parts
+//! The USB transport: `xferlab usb list | bulk | cbr | gadget | mon | net`. The sans-IO parts
 //! (descriptors, patterns, queue bookkeeping, counters, error texts) live in
 //! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
 //! drivers.
 
 mod aio;
 mod bulk;
+mod cbr;
 mod device;
 mod engine;
 mod gadget;
@@ -27,6 +28,7 @@ pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
     match &a.command {
         UsbCommand::List => list(),
         UsbCommand::Bulk(b) => bulk::run(b, interrupts),
+        UsbCommand::Cbr(c) => cbr::run(c, interrupts),
         UsbCommand::Gadget(g) => gadget::run(g, interrupts),
         UsbCommand::Mon(m) => mon::run(m, interrupts),
         UsbCommand::Net(n) => net::run(n, interrupts),

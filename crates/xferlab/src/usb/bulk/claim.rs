@@ -12,6 +12,19 @@ use super::Fail;
 use crate::cli::usb::{BulkArgs, UsbDir};
 use crate::usb::device;
 
+/// Which device, interface and endpoints a run wants.
+pub struct Want<'a> {
+    pub device: Option<&'a str>,
+    pub serial: Option<&'a str>,
+    pub interface: Option<u8>,
+    pub ep_in: Option<u8>,
+    pub ep_out: Option<u8>,
+    pub dir: UsbDir,
+    /// Bytes per transfer.
+    pub size: u64,
+    pub detach_kernel_driver: bool,
+}
+
 pub struct Claimed {
     pub info: DeviceInfo,
     pub pipes: BulkPipes,
@@ -30,8 +43,23 @@ impl Claimed {
     /// Selects, opens and claims the device `a` names, with the endpoints
     /// its `--dir` needs.
     pub fn open(a: &BulkArgs) -> Result<Claimed, Fail> {
-        let sel = device::parse_selector(a.device.as_deref()).map_err(Fail::usage)?;
-        let info = device::select(&sel, a.serial.as_deref()).map_err(Fail::run)?;
+        Claimed::open_for(&Want {
+            device: a.device.as_deref(),
+            serial: a.serial.as_deref(),
+            interface: a.interface,
+            ep_in: a.ep_in,
+            ep_out: a.ep_out,
+            dir: a.dir,
+            size: a.size,
+            detach_kernel_driver: a.detach_kernel_driver,
+        })
+    }
+
+    /// Selects, opens and claims the device `a` names, with the endpoints
+    /// `a.dir` needs (IN transfers of `a.size` must be whole packets).
+    pub fn open_for(a: &Want<'_>) -> Result<Claimed, Fail> {
+        let sel = device::parse_selector(a.device).map_err(Fail::usage)?;
+        let info = device::select(&sel, a.serial).map_err(Fail::run)?;
         let req = PipeRequest {
             interface: a.interface,
             ep_in: a.ep_in,

@@ -8,10 +8,10 @@
 //!
 //! [`Reporter`]: crate::output::Reporter
 
-mod claim;
+pub(super) mod claim;
 mod outcome;
 mod pipe;
-mod plan;
+pub(super) mod plan;
 mod workload;
 
 use crate::sys::clock;
@@ -35,21 +35,21 @@ use crate::output::{self, Format, StartInfo};
 /// Why a run could not start or report: the one line printed, and the
 /// exit code (2 for arguments, 1 for the device or the system).
 pub struct Fail {
-    code: u8,
-    msg: String,
+    pub code: u8,
+    pub msg: String,
 }
 
 impl Fail {
     /// `why` is a message or an error with its context, printed `{:#}`
     /// (each cause after a colon).
-    fn usage(why: impl std::fmt::Display) -> Fail {
+    pub fn usage(why: impl std::fmt::Display) -> Fail {
         Fail {
             code: 2,
             msg: format!("{why:#}"),
         }
     }
 
-    fn run(why: impl std::fmt::Display) -> Fail {
+    pub fn run(why: impl std::fmt::Display) -> Fail {
         Fail {
             code: 1,
             msg: format!("{why:#}"),

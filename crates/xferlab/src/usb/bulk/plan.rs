@@ -64,21 +64,22 @@ pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
     if a.format == Format::Iperf3Json {
         return Err(PlanError::Iperf3Json);
     }
-    check_usbfs_memory(a)
+    check_usbfs_memory(a.size, a.depth, a.dir == UsbDir::Both)
 }
 
-/// The transfers in flight must fit in what usbfs lets a process pin.
-fn check_usbfs_memory(a: &BulkArgs) -> Result<(), PlanError> {
-    let dirs = if a.dir == UsbDir::Both { 2 } else { 1 };
-    let need = a.size * u64::from(a.depth) * dirs;
+/// The transfers in flight (`size` x `depth`, per direction) must fit in
+/// what usbfs lets a process pin.
+pub fn check_usbfs_memory(size: u64, depth: u32, both: bool) -> Result<(), PlanError> {
+    let dirs = if both { 2 } else { 1 };
+    let need = size * u64::from(depth) * dirs;
     let limit_mb = std::fs::read_to_string("/sys/module/usbcore/parameters/usbfs_memory_mb")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(USBFS_DEFAULT_MB);
     if limit_mb > 0 && need > limit_mb << 20 {
         return Err(PlanError::UsbfsMemory {
-            size: a.size,
-            depth: a.depth,
+            size,
+            depth,
             both: if dirs == 2 { "x 2 directions " } else { "" },
             need: format_bytes(need),
             limit_mb,

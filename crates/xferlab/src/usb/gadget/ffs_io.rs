@@ -14,6 +14,7 @@ use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::Pattern;
 
 use super::super::aio;
+use super::cbr_io::CbrControl;
 
 /// Max packet size for the speed the UDC reports now.
 fn max_packet_for(udc: &str) -> usize {
@@ -44,8 +45,9 @@ pub struct Shared {
 }
 
 /// ep0: follows ENABLE/DISABLE (the data threads wait for ENABLE and learn
-/// the packet size from it) and stalls every class/vendor request.
-pub fn ep0_loop(mut ep0: File, s: &Shared, udc: &str) {
+/// the packet size from it), answers the fixed-rate device's vendor
+/// requests when `cbr` is given, and stalls every other class/vendor request.
+pub fn ep0_loop(mut ep0: File, s: &Shared, udc: &str, cbr: Option<&CbrControl>) {
     let mut buf = [0u8; ffs::EVENT_SIZE * 4];
     while !s.stop.load(Relaxed) {
         let tick = Timespec {
@@ -71,7 +73,20 @@ pub fn ep0_loop(mut ep0: File, s: &Shared, udc: &str) {
                 }
                 Event::Disable | Event::Unbind | Event::Suspend => s.max_packet.store(0, Relaxed),
                 Event::Resume => s.max_packet.store(max_packet_for(udc), Relaxed),
-                Event::Setup { request_type, .. } => {
+                Event::Setup {
+                    request_type,
+                    request,
+                    length,
+                    ..
+                } => {
+                    // Vendor request to the interface (FunctionFS passes on
+                    // only those addressed to this function).
+                    let vendor_to_interface = request_type & 0x7f == 0x41;
+                    if let Some(c) = cbr.filter(|_| vendor_to_interface) {
+                        if c.setup(&mut ep0, s, request, length) {
+                            continue;
+                        }
+                    }
                     // Stall: an I/O in the direction opposite to the request's.
                     let mut none = [0u8; 0];
                     if request_type & 0x80 != 0 {

@@ -2,10 +2,12 @@
 //! with a USB device controller (UDC). A configfs gadget carries either
 //! xferlab's own source/sink over FunctionFS (IN: writes the pattern, OUT:
 //! reads and checks it; synchronous or Linux AIO with a queue of
-//! requests), or the kernel's SourceSink function. Everything it creates
+//! requests), xferlab's fixed-rate device over FunctionFS (`usb cbr`'s
+//! peer), the kernel's SourceSink function, or its network functions. Everything it creates
 //! (configfs directories, the FunctionFS mount) is removed on exit, also
 //! after an error or Ctrl-C; `--cleanup` removes what a killed run left.
 
+mod cbr_io;
 mod configfs;
 mod ffs_io;
 
@@ -23,6 +25,7 @@ use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
 use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
+use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
     check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
 };
@@ -56,7 +59,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         return fail("--name must be a plain name (no '/', '.' or spaces)", 2);
     }
     let default_id = match a.function {
-        GadgetFunction::Ffs => (0x1d6b, 0x0104),
+        GadgetFunction::Ffs | GadgetFunction::Cbr => (0x1d6b, 0x0104),
         GadgetFunction::Sourcesink => (0x0525, 0xa4a0),
         // g_ether's NetChip ID: the host binds its class driver by class anyway.
         GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => (0x0525, 0xa4a1),
@@ -103,7 +106,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         );
     }
     let function = match a.function {
-        GadgetFunction::Ffs => format!("ffs.{}", a.name),
+        GadgetFunction::Ffs | GadgetFunction::Cbr => format!("ffs.{}", a.name),
         GadgetFunction::Sourcesink => "SourceSink.0".to_string(),
         GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => {
             format!("{}.{}", a.function.net_kind().unwrap_or_default().0, a.name)
@@ -134,6 +137,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         write_attr(&dir.join("strings/0x409/manufacturer"), "xferlab")?;
         let product = match a.function {
             GadgetFunction::Ffs => "xferlab source/sink (FunctionFS)",
+            GadgetFunction::Cbr => "xferlab fixed-rate device (FunctionFS)",
             GadgetFunction::Sourcesink => "xferlab Gadget Zero (SourceSink)",
             GadgetFunction::Ecm => "xferlab CDC-ECM link",
             GadgetFunction::Eem => "xferlab CDC-EEM link",
@@ -141,7 +145,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         };
         write_attr(&dir.join("strings/0x409/product"), product)?;
         mkdir(&g.func_dir()).map_err(|e| match a.function {
-            GadgetFunction::Ffs => anyhow!(
+            GadgetFunction::Ffs | GadgetFunction::Cbr => anyhow!(
                 "{e:#}; is FunctionFS available (CONFIG_USB_CONFIGFS_F_FS, `modprobe usb_f_fs`)?"
             ),
             GadgetFunction::Sourcesink => {
@@ -174,7 +178,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                     write_attr(&g.func_dir().join("qmult"), &q.to_string())?;
                 }
             }
-            GadgetFunction::Ffs => {
+            GadgetFunction::Ffs | GadgetFunction::Cbr => {
                 let mp = mount_point(&a.name);
                 let _ = fs::create_dir_all(&mp);
                 let mounted = mount(
@@ -211,15 +215,21 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 let ep_in = open_ep(1)?;
                 let ep_out = open_ep(2)?;
                 let (s0, u0) = (shared.clone(), udc.clone());
-                threads.push(spawn("ffs-ep0", move || ep0_loop(ep0, &s0, &u0))?);
+                let cbr = (a.function == GadgetFunction::Cbr).then(Arc::<CbrControl>::default);
+                let c0 = cbr.clone();
+                threads.push(spawn("ffs-ep0", move || {
+                    ep0_loop(ep0, &s0, &u0, c0.as_deref())
+                })?);
                 for (file, is_in) in [(ep_in, true), (ep_out, false)] {
                     let s = shared.clone();
                     let (size, queue, pattern, io) =
                         (a.size as usize, a.queue as usize, a.pattern, a.io);
                     let name = if is_in { "ffs-in" } else { "ffs-out" };
-                    threads.push(spawn(name, move || match io {
-                        GadgetIo::Sync => sync_loop(file, is_in, size, pattern, &s),
-                        GadgetIo::Aio => aio_loop(file, is_in, size, queue, pattern, &s),
+                    let c = cbr.clone();
+                    threads.push(spawn(name, move || match (c, io) {
+                        (Some(c), _) => cbr_loop(file, is_in, &s, &c),
+                        (None, GadgetIo::Sync) => sync_loop(file, is_in, size, pattern, &s),
+                        (None, GadgetIo::Aio) => aio_loop(file, is_in, size, queue, pattern, &s),
                     })?);
                 }
             }
@@ -261,6 +271,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         a.name,
         match a.function {
             GadgetFunction::Ffs => "FunctionFS source/sink".to_string(),
+            GadgetFunction::Cbr => "FunctionFS fixed-rate device (rate and buffer set by `xferlab usb cbr`)".to_string(),
             GadgetFunction::Sourcesink => "kernel SourceSink".to_string(),
             GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => format!(
                 "kernel {} network function, interface {}",
@@ -271,6 +282,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         match (a.function, a.io) {
             (GadgetFunction::Sourcesink, _) => "(in kernel)",
             (GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm, _) => "(in kernel)",
+            (GadgetFunction::Cbr, _) => "AIO",
             (_, GadgetIo::Sync) => "sync I/O",
             (_, GadgetIo::Aio) => "AIO",
         },
@@ -345,7 +357,7 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64), ifname: Option
             "out": dir(&s.output),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else if a.function == GadgetFunction::Ffs {
+    } else if matches!(a.function, GadgetFunction::Ffs | GadgetFunction::Cbr) {
         for (label, c) in [("IN  (to host)", &s.input), ("OUT (from host)", &s.output)] {
             println!(
                 "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",

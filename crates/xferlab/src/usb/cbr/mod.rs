@@ -1,0 +1,573 @@
+//! `xferlab usb cbr`: fixed-rate streaming against xferlab's fixed-rate
+//! device (`usb gadget --function cbr`). Each trial starts the device's
+//! stream over ep0 (START: rate, sample size, device buffer, request
+//! size), runs the host application on the bulk pipes for -t seconds,
+//! stops the device (STOP returns its overruns and underruns with their
+//! times) and is judged by the core's [`CbrCriterion`]; one rate is one
+//! trial, a ladder is the core's [`RateSearch`], repeated. The report is
+//! an `xferlab.cbr/1` document like `xferlab cbr -J`'s, with USB fields.
+
+mod stream;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+
+use nusb::transfer::{Bulk, ControlIn, ControlOut, ControlType, In, Out, Recipient};
+use nusb::MaybeFuture;
+use serde_json::{json, Value};
+use xferlab_core::datagram::{repeat_summary, Plan, RateSearch, Verdict};
+use xferlab_core::units::parse_seconds;
+use xferlab_core::usb::cbr::rate::{Faults, RateReport};
+use xferlab_core::usb::cbr::wire::{self, StartParams, Status};
+use xferlab_core::usb::cbr::{CbrCriterion, CbrOutcome};
+
+use self::stream::{App, HostCounts};
+use super::bulk::claim::{Claimed, Want};
+use super::bulk::{plan, Fail};
+use super::device;
+use crate::cli::usb::{CbrDir, UsbCbrArgs};
+
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub fn run(a: &UsbCbrArgs, interrupts: &AtomicU32) -> ExitCode {
+    cbr(a, interrupts).unwrap_or_else(|f| {
+        eprintln!("xferlab: {}", f.msg);
+        ExitCode::from(f.code)
+    })
+}
+
+/// The checked command line.
+struct Setup {
+    app: App,
+    params: StartParams,
+    rates: Vec<u64>,
+    single: bool,
+}
+
+fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
+    let bad = |m: String| Err(Fail::usage(m));
+    if a.size == 0 || a.size > 16 << 20 {
+        return bad(format!(
+            "-l/--size must be 1 byte to 16M per transfer (got {})",
+            a.size
+        ));
+    }
+    if a.depth == 0 || a.depth > 1024 {
+        return bad(format!(
+            "-Q/--depth must be 1 to 1024 transfers in flight (got {})",
+            a.depth
+        ));
+    }
+    plan::check_usbfs_memory(a.size, a.depth, a.dir == CbrDir::Both).map_err(Fail::usage)?;
+    let call = a.app_size.unwrap_or(a.size);
+    if call == 0 || call > 16 << 20 {
+        return bad(format!(
+            "--app-size must be 1 byte to 16M per call (got {call})"
+        ));
+    }
+    if !(a.time > 0.0 && a.time.is_finite()) {
+        return bad(format!(
+            "-t/--time must be a positive duration (got {})",
+            a.time
+        ));
+    }
+    if a.repeat == 0 || a.repeat > 1000 {
+        return bad(format!(
+            "--repeat must be 1 to 1000 runs (got {})",
+            a.repeat
+        ));
+    }
+    if a.device_buffer == 0 || a.device_buffer > 64 << 20 {
+        return bad(format!(
+            "--device-buffer must be 1 byte to 64M (got {})",
+            a.device_buffer
+        ));
+    }
+    if a.device_request == 0 || a.device_request > a.device_buffer {
+        return bad(format!(
+            "--device-request ({}) must be 1 byte up to --device-buffer ({}): the device hands its controller whole requests from its buffer",
+            a.device_request, a.device_buffer
+        ));
+    }
+    if a.sample_size == 0 || a.sample_size > a.device_buffer {
+        return bad(format!(
+            "--sample-size ({}) must be 1 byte up to --device-buffer ({})",
+            a.sample_size, a.device_buffer
+        ));
+    }
+    let prefill = a.prefill.unwrap_or((a.device_buffer / 2).max(1));
+    if prefill == 0 || prefill > a.device_buffer {
+        return bad(format!(
+            "--prefill ({prefill}) must be 1 byte up to --device-buffer ({})",
+            a.device_buffer
+        ));
+    }
+    let stall = match &a.host_stall {
+        None => None,
+        Some(s) => Some(parse_stall(s).map_err(Fail::usage)?),
+    };
+    let (rates, single) = match a.rate {
+        Some(r) => (vec![r], true),
+        None if a.ladder.is_empty() => {
+            return bad("give a rate (-b/--rate BYTES/S) or a --ladder of rates".into())
+        }
+        None => (a.ladder.clone(), false),
+    };
+    Ok(Setup {
+        app: App {
+            size: a.size as usize,
+            depth: a.depth as usize,
+            call: call as usize,
+            stall,
+        },
+        params: StartParams {
+            rx: a.dir != CbrDir::Tx,
+            tx: a.dir != CbrDir::Rx,
+            rate: 0,
+            sample: a.sample_size,
+            buffer: a.device_buffer,
+            request: a.device_request,
+            prefill,
+        },
+        rates,
+        single,
+    })
+}
+
+/// `EVERY:FOR`, FOR shorter than EVERY.
+fn parse_stall(s: &str) -> Result<(Duration, Duration), String> {
+    let help = || {
+        format!("--host-stall takes EVERY:FOR durations with 0 < FOR < EVERY, e.g. 500ms:100ms (got '{s}')")
+    };
+    let (every, len) = s.split_once(':').ok_or_else(help)?;
+    let every = parse_seconds(every).map_err(|_| help())?;
+    let len = parse_seconds(len).map_err(|_| help())?;
+    if !(len > 0.0 && every > len && every.is_finite()) {
+        return Err(help());
+    }
+    Ok((Duration::from_secs_f64(every), Duration::from_secs_f64(len)))
+}
+
+/// What one trial measured on both ends.
+struct Trial {
+    rate: u64,
+    status: Status,
+    rx: Option<HostCounts>,
+    tx: Option<HostCounts>,
+    verdict: Verdict,
+}
+
+fn control_out(
+    dev: &Claimed,
+    request: u8,
+    data: &[u8],
+) -> Result<(), nusb::transfer::TransferError> {
+    dev.interface()
+        .control_out(
+            ControlOut {
+                control_type: ControlType::Vendor,
+                recipient: Recipient::Interface,
+                request,
+                value: 0,
+                index: u16::from(dev.pipes.interface),
+                data,
+            },
+            CONTROL_TIMEOUT,
+        )
+        .wait()
+}
+
+fn control_in(
+    dev: &Claimed,
+    request: u8,
+    length: usize,
+) -> Result<Vec<u8>, nusb::transfer::TransferError> {
+    dev.interface()
+        .control_in(
+            ControlIn {
+                control_type: ControlType::Vendor,
+                recipient: Recipient::Interface,
+                request,
+                value: 0,
+                index: u16::from(dev.pipes.interface),
+                length: length as u16,
+            },
+            CONTROL_TIMEOUT,
+        )
+        .wait()
+}
+
+/// The device must be xferlab's fixed-rate device.
+fn check_device(dev: &Claimed) -> Result<(), Fail> {
+    let hint = "run `xferlab usb gadget --function cbr` on the device side";
+    let info = control_in(dev, wire::REQ_INFO, wire::INFO_LEN).map_err(|e| {
+        Fail::run(format!(
+            "{}: it refused xferlab's fixed-rate INFO request ({e}); {hint}",
+            dev.name
+        ))
+    })?;
+    wire::check_info(&info).map_err(|m| Fail::run(format!("{}: {m}; {hint}", dev.name)))
+}
+
+/// Runs one trial at `rate` bytes/s per direction and judges it with `search`.
+fn trial(
+    dev: &Claimed,
+    s: &Setup,
+    a: &UsbCbrArgs,
+    rate: u64,
+    search: &mut RateSearch<CbrCriterion>,
+    interrupts: &AtomicU32,
+) -> Result<Trial, Fail> {
+    let stop = AtomicBool::new(false);
+    let params = StartParams { rate, ..s.params };
+    let intf = dev.interface();
+    let (rx, tx, status) = std::thread::scope(|scope| -> Result<_, Fail> {
+        let rx = match dev.pipes.bulk_in.filter(|_| params.rx) {
+            Some(ep) => {
+                let e = intf.endpoint::<Bulk, In>(ep.address).map_err(|e| {
+                    Fail::run(format!("cannot open endpoint 0x{:02x}: {e}", ep.address))
+                })?;
+                let (app, stop) = (s.app, &stop);
+                Some(scope.spawn(move || stream::run(e, true, app, stop)))
+            }
+            None => None,
+        };
+        let tx = match dev.pipes.bulk_out.filter(|_| params.tx) {
+            Some(ep) => {
+                let e = intf.endpoint::<Bulk, Out>(ep.address).map_err(|e| {
+                    Fail::run(format!("cannot open endpoint 0x{:02x}: {e}", ep.address))
+                })?;
+                let (app, stop) = (s.app, &stop);
+                Some(scope.spawn(move || stream::run(e, false, app, stop)))
+            }
+            None => None,
+        };
+        let started = control_out(dev, wire::REQ_START, &params.encode());
+        let t0 = Instant::now();
+        let limit = Duration::from_secs_f64(a.time);
+        if started.is_ok() {
+            while t0.elapsed() < limit
+                && interrupts.load(Relaxed) == 0
+                && !rx.as_ref().is_some_and(|t| t.is_finished())
+                && !tx.as_ref().is_some_and(|t| t.is_finished())
+            {
+                std::thread::sleep(
+                    Duration::from_millis(10).min(limit.saturating_sub(t0.elapsed())),
+                );
+            }
+        }
+        let status = started.and_then(|()| control_in(dev, wire::REQ_STOP, wire::STATUS_LEN));
+        stop.store(true, Relaxed);
+        let join = |t: Option<std::thread::ScopedJoinHandle<'_, HostCounts>>| {
+            t.map(|t| {
+                t.join().unwrap_or_else(|_| HostCounts {
+                    error: Some("the host stream's thread panicked".into()),
+                    ..HostCounts::default()
+                })
+            })
+        };
+        let (rx, tx) = (join(rx), join(tx));
+        let status = status.map_err(|e| Fail::run(format!(
+            "{}: the fixed-rate device did not answer {} ({e}); is `xferlab usb gadget --function cbr` still running?",
+            dev.name, "START/STOP"
+        )))?;
+        Ok((rx, tx, status))
+    })?;
+    let status = Status::decode(&status).ok_or_else(|| {
+        Fail::run(format!(
+            "{}: STOP's answer is too short: run the same xferlab on both sides",
+            dev.name
+        ))
+    })?;
+    let outcome = CbrOutcome {
+        rx: status.rx,
+        tx: status.tx,
+    };
+    let host_error = rx.iter().chain(tx.iter()).find_map(|c| c.error.clone());
+    let verdict = match host_error {
+        Some(e) => {
+            // A failed host stream fails the rate whatever the device saw.
+            search.record(rate * 8, &CbrOutcome::default());
+            Verdict::Failed(format!("the host stream failed: {e}"))
+        }
+        None => search.record(rate * 8, &outcome),
+    };
+    Ok(Trial {
+        rate,
+        status,
+        rx,
+        tx,
+        verdict,
+    })
+}
+
+fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
+    let s = check(a)?;
+    let dev = Claimed::open_for(&Want {
+        device: a.device.as_deref(),
+        serial: a.serial.as_deref(),
+        interface: a.interface,
+        ep_in: None,
+        ep_out: None,
+        dir: a.dir.usb(),
+        size: a.size,
+        detach_kernel_driver: a.detach_kernel_driver,
+    })?;
+    check_device(&dev)?;
+    let mut out = crate::output::open(a.output.as_deref()).map_err(Fail::usage)?;
+    let criterion = CbrCriterion {
+        max_overruns: a.max_overruns,
+        max_underruns: a.max_underruns,
+    };
+    let w = |out: &mut Box<dyn Write + Send>, line: String| -> Result<(), Fail> {
+        writeln!(out, "{line}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Fail::run(format!("cannot write the output: {e}")))
+    };
+    if !a.json {
+        w(
+            &mut out,
+            format!(
+                "Device {} at {} speed \"{}\", interface {}",
+                dev.name,
+                dev.speed,
+                dev.info.product_string().unwrap_or(""),
+                dev.pipes.interface
+            ),
+        )?;
+        w(&mut out, format!(
+            "Test: USB fixed-rate {}, {} B per transfer, {} in flight, application calls of {} B, device buffer {} B in {} B requests, {}-byte samples, {} s per trial{}",
+            dir_label(a.dir),
+            a.size,
+            a.depth,
+            s.app.call,
+            a.device_buffer,
+            a.device_request,
+            a.sample_size,
+            a.time,
+            s.app.stall.map(|(e, l)| format!(", host stalls {:.3} s every {:.3} s", l.as_secs_f64(), e.as_secs_f64())).unwrap_or_default()
+        ))?;
+    }
+    let mut runs = Vec::new();
+    let mut interrupted = false;
+    'runs: for run in 1..=a.repeat {
+        // The search counts in bit/s, as `cbr` does; the device in bytes/s.
+        let mut search = RateSearch::new(
+            Plan::Ladder(s.rates.iter().map(|r| r * 8).collect()),
+            criterion,
+        );
+        let mut trials = Vec::new();
+        while let Some(bps) = search.next_rate() {
+            if interrupts.load(Relaxed) > 0 {
+                interrupted = true;
+                break 'runs;
+            }
+            let t = trial(&dev, &s, a, bps / 8, &mut search, interrupts)?;
+            if !a.json {
+                w(&mut out, trial_line(run, &t))?;
+            }
+            trials.push(t);
+        }
+        runs.push((trials, search.best().map(|b| b / 8)));
+    }
+    let bests: Vec<Option<u64>> = runs.iter().map(|r| r.1.map(|b| b * 8)).collect();
+    let summary = repeat_summary(&bests);
+    let ok = !interrupted && !runs.is_empty() && runs.iter().all(|r| r.1.is_some());
+    if a.json {
+        let doc = json!({
+            "schema": "xferlab.cbr/1",
+            "transport": "usb",
+            "device": device::info_of(&dev.info),
+            "usb": {
+                "dir": format!("{:?}", a.dir).to_lowercase(),
+                "interface": dev.pipes.interface,
+                "transfer_size": a.size,
+                "depth": a.depth,
+                "app_size": s.app.call,
+                "device_buffer": a.device_buffer,
+                "device_request": a.device_request,
+                "sample_size": a.sample_size,
+                "prefill": s.params.prefill,
+                "seconds_per_trial": a.time,
+                "host_stall": s.app.stall.map(|(e, l)| json!({"every_s": e.as_secs_f64(), "for_s": l.as_secs_f64()})),
+                "rates_bytes_per_s": s.rates,
+            },
+            "criterion": criterion,
+            "runs": runs.iter().map(|(trials, best)| json!({
+                "trials": trials.iter().map(trial_json).collect::<Vec<_>>(),
+                "best_bps": best.map(|b| b * 8),
+                "best_bytes_per_s": best,
+            })).collect::<Vec<_>>(),
+            "summary": summary,
+            "summary_bytes_per_s": {
+                "max": summary.max.map(|b| b / 8),
+                "median": summary.median.map(|b| b / 8),
+                "min": summary.min.map(|b| b / 8),
+            },
+            "interrupted": interrupted,
+        });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| Fail::run(e.to_string()))?;
+        w(&mut out, text)?;
+    } else if s.single {
+        w(
+            &mut out,
+            if ok {
+                "constant rate sustained".into()
+            } else {
+                "constant rate NOT sustained".into()
+            },
+        )?;
+    } else {
+        let show = |r: Option<u64>| r.map_or("none".to_string(), |r| mbytes(r / 8));
+        w(
+            &mut out,
+            format!(
+                "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
+                summary.runs,
+                show(summary.max),
+                show(summary.median),
+                show(summary.min),
+                if summary.runs_without_a_sustained_rate > 0 {
+                    format!(
+                        " ({} run(s) sustained no rate)",
+                        summary.runs_without_a_sustained_rate
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        )?;
+    }
+    drop(dev);
+    if interrupted {
+        return Ok(ExitCode::from(130));
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn dir_label(d: CbrDir) -> &'static str {
+    match d {
+        CbrDir::Rx => "RX (device to host)",
+        CbrDir::Tx => "TX (host to device)",
+        CbrDir::Both => "RX+TX (both at once)",
+    }
+}
+
+fn mbytes(bytes_per_s: u64) -> String {
+    format!("{:.2} MB/s", bytes_per_s as f64 / 1e6)
+}
+
+/// Host bytes/s summed over the directions, over the device's stream time.
+fn host_rate(t: &Trial) -> f64 {
+    let secs = (t.status.elapsed_ns as f64 / 1e9).max(1e-9);
+    let bytes: u64 = t.rx.iter().chain(t.tx.iter()).map(|c| c.bytes).sum();
+    bytes as f64 / secs
+}
+
+fn times(f: &Faults) -> String {
+    let shown: Vec<String> = f
+        .kept()
+        .iter()
+        .take(4)
+        .map(|e| format!("{:.3}", e.start_ns as f64 / 1e9))
+        .collect();
+    if shown.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " at {} s{}",
+            shown.join(", "),
+            if f.episodes > 4 { ", ..." } else { "" }
+        )
+    }
+}
+
+fn trial_line(run: u32, t: &Trial) -> String {
+    let over = t.status.rx.map(|r| r.overruns).unwrap_or_default();
+    let under = t.status.tx.map(|r| r.underruns).unwrap_or_default();
+    let shown = match &t.verdict {
+        Verdict::Sustained => "sustained".to_string(),
+        Verdict::Failed(why) => format!("FAILED: {why}"),
+    };
+    format!(
+        "run {run}  {:>12}  host {:>12}  overruns {:>8} ({} ep{})  underruns {:>8} ({} ep{})  -> {shown}",
+        mbytes(t.rate),
+        format!("{:.2} MB/s", host_rate(t) / 1e6),
+        over.samples,
+        over.episodes,
+        times(&over),
+        under.samples,
+        under.episodes,
+        times(&under),
+    )
+}
+
+fn faults_json(f: &Faults) -> Value {
+    json!({
+        "samples": f.samples,
+        "episodes": f.episodes,
+        "first_s": f.kept().iter().map(|e| e.start_ns as f64 / 1e9).collect::<Vec<_>>(),
+        "first_samples": f.kept().iter().map(|e| e.samples).collect::<Vec<_>>(),
+    })
+}
+
+fn report_json(r: &RateReport) -> Value {
+    json!({
+        "clock_start_s": r.clock_start_ns.map(|n| n as f64 / 1e9),
+        "samples_due": r.samples_due,
+        "sample_bytes": r.sample_bytes,
+        "host_bytes": r.host_bytes,
+        "fill": r.fill,
+        "max_fill": r.max_fill,
+        "min_fill": r.min_fill,
+        "overruns": faults_json(&r.overruns),
+        "underruns": faults_json(&r.underruns),
+    })
+}
+
+fn host_json(c: &HostCounts) -> Value {
+    json!({
+        "bytes": c.bytes,
+        "transfers": c.transfers,
+        "app_calls": c.app_calls,
+        "stalls": c.stalls,
+        "seconds": c.seconds,
+        "bytes_per_s": c.bytes as f64 / c.seconds.max(1e-9),
+        "error": c.error,
+    })
+}
+
+fn trial_json(t: &Trial) -> Value {
+    let (sustained, reason) = match &t.verdict {
+        Verdict::Sustained => (true, None),
+        Verdict::Failed(w) => (false, Some(w.clone())),
+    };
+    let error = t.rx.iter().chain(t.tx.iter()).find_map(|c| c.error.clone());
+    let over = t.status.rx.map_or(0, |r| r.overruns.samples);
+    let under = t.status.tx.map_or(0, |r| r.underruns.samples);
+    json!({
+        "rate_bps": t.rate * 8,
+        "rate_bytes_per_s": t.rate,
+        "seconds": t.status.elapsed_ns as f64 / 1e9,
+        "host_bytes_per_s": host_rate(t),
+        "overruns": over,
+        "underruns": under,
+        "device": {
+            "rx": t.status.rx.as_ref().map(report_json),
+            "tx": t.status.tx.as_ref().map(report_json),
+        },
+        "host": {
+            "rx": t.rx.as_ref().map(host_json),
+            "tx": t.tx.as_ref().map(host_json),
+        },
+        "sustained": sustained,
+        "reason": reason,
+        "error": error,
+    })
+}
