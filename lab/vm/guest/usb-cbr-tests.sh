@@ -34,13 +34,16 @@ cell tx-stall --dir tx -b 4M -t 2.5 -Q 4 --host-stall 1s:300ms
 cell ladder --dir rx --ladder 4M,8M,16M,18.3M,21.3M,25.6M,32M,42.6M --repeat 5 -t 1 \
     -l 64K -Q 16 --device-buffer 1M --device-request 64K
 # Human output, one rate.
+xferlab usb cbr -d 1d6b:0104 --dir both -b 1M -t 1 > /tmp/human.txt 2>&1
+rc=$?
 echo "== human =="
-xferlab usb cbr -d 1d6b:0104 --dir both -b 1M -t 1 2>&1
-echo "rc=$?"
+cat /tmp/human.txt
+echo "rc=$rc"
 kill -INT $gpid
 wait $gpid
+grc=$?
 echo "== gadget =="
-echo "rc=$?"
+echo "rc=$grc"
 echo "stderr=$(tr '\n' ' ' < /tmp/gadget.err)"
 echo "leftover_configfs=$(ls /sys/kernel/config/usb_gadget | wc -l)"
 cat /tmp/gadget.json
@@ -48,7 +51,8 @@ cat /tmp/gadget.json
 # A device that is not the fixed-rate device: the kernel's SourceSink.
 ss_gadget_up 1 65536 8 && usb_wait_device 0525:a4a0 || exit 5
 xferlab usb cbr -d 0525:a4a0 -b 1M -t 1 > /tmp/cell.json 2> /tmp/cell.err
+rc=$?
 echo "== not-cbr =="
-echo "rc=$?"
+echo "rc=$rc"
 echo "stderr=$(tr '\n' ' ' < /tmp/cell.err)"
 ss_gadget_down

@@ -155,7 +155,10 @@ impl Stream {
 
     /// One wake-up: completions, then the clock, then new requests; sleeps
     /// in io_getevents until the next request can go out (at most TICK).
-    fn step(&mut self, f: &File, is_in: bool) {
+    /// A START or STOP that came meanwhile (`generation` moved on from
+    /// `seen`) ends the step before the clock moves: the stream's clock
+    /// stops at STOP's time, not at this thread's wake-up.
+    fn step(&mut self, f: &File, is_in: bool, ctl: &CbrControl, seen: u64) {
         let now = clock::now().as_nanos();
         let req = self.request as u64;
         let next = if is_in {
@@ -169,7 +172,11 @@ impl Stream {
             _ => TICK,
         };
         let n = self.ctx.get_events(&mut self.events, wait).unwrap_or(0);
-        let now = clock::now().as_nanos();
+        let mut now = clock::now().as_nanos();
+        let stopping = ctl.generation.load(Acquire) != seen;
+        if stopping {
+            now = now.min(ctl.stop_ns.load(Relaxed));
+        }
         for ev in &self.events[..n] {
             let i = ev.data as usize;
             if i >= self.busy.len() || !self.busy[i] {
@@ -184,6 +191,9 @@ impl Stream {
             } else {
                 self.model.filled(now, ev.res as u64);
             }
+        }
+        if stopping {
+            return;
         }
         self.model.advance(now);
         let op = if is_in {
@@ -245,7 +255,7 @@ pub fn cbr_loop(f: File, is_in: bool, s: &Shared, ctl: &CbrControl) {
             continue;
         }
         match stream.as_mut() {
-            Some(st) => st.step(&f, is_in),
+            Some(st) => st.step(&f, is_in, ctl, seen),
             None => std::thread::sleep(TICK),
         }
     }

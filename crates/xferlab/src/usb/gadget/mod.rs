@@ -267,11 +267,13 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         }
     };
     say(format!(
-        "gadget `{}` {vid:04x}:{pid:04x} on UDC {udc}: {} {}, {} B requests, queue {}, pattern {}{}",
+        "gadget `{}` {vid:04x}:{pid:04x} on UDC {udc}: {} {}{}{}",
         a.name,
         match a.function {
             GadgetFunction::Ffs => "FunctionFS source/sink".to_string(),
-            GadgetFunction::Cbr => "FunctionFS fixed-rate device (rate and buffer set by `xferlab usb cbr`)".to_string(),
+            GadgetFunction::Cbr =>
+                "FunctionFS fixed-rate device (rate and buffer set by `xferlab usb cbr`)"
+                    .to_string(),
             GadgetFunction::Sourcesink => "kernel SourceSink".to_string(),
             GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => format!(
                 "kernel {} network function, interface {}",
@@ -286,10 +288,17 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             (_, GadgetIo::Sync) => "sync I/O",
             (_, GadgetIo::Aio) => "AIO",
         },
-        a.size,
-        a.queue,
-        a.pattern,
-        a.time.map(|t| format!(", for {t} s")).unwrap_or_else(|| ", until Ctrl-C".into())
+        if a.function == GadgetFunction::Cbr {
+            String::new()
+        } else {
+            format!(
+                ", {} B requests, queue {}, pattern {}",
+                a.size, a.queue, a.pattern
+            )
+        },
+        a.time
+            .map(|t| format!(", for {t} s"))
+            .unwrap_or_else(|| ", until Ctrl-C".into())
     ));
     let _ = io::stdout().flush();
     let limit = a.time.map(Duration::from_secs_f64);
