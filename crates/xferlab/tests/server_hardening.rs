@@ -266,6 +266,73 @@ fn the_per_address_pending_limit_closes_the_oldest_and_logs_it() {
     assert_eq!(open, 256);
 }
 
+/// The front door's limits are the operator's: --preamble-timeout,
+/// --max-pending-per-client and --max-pending change when a silent
+/// connection is closed and how many are held, and the log names the
+/// flag that closed one.
+#[test]
+fn front_door_limits_are_flags() {
+    let srv = Server::start_with(&[
+        "--preamble-timeout",
+        "1",
+        "--max-pending-per-client",
+        "4",
+        "--max-pending",
+        "6",
+    ]);
+    // Silent: closed after 1 s, not 5.
+    let mut silent = raw_connect(srv.addr());
+    silent
+        .set_read_timeout(Some(Duration::from_secs(4)))
+        .unwrap();
+    let t0 = Instant::now();
+    assert!(reads_to_eof(&mut silent), "a silent connection was kept");
+    let closed = t0.elapsed();
+    assert!(
+        (Duration::from_millis(800)..Duration::from_millis(2500)).contains(&closed),
+        "closed after {closed:?}, not at its 1 s --preamble-timeout"
+    );
+    // Per address: the 5th from one address closes the 1st.
+    let a = Ipv4Addr::new(127, 0, 3, 1);
+    let mut from_a: Vec<TcpStream> = (0..5).map(|_| tcp_from(a, srv.addr())).collect();
+    assert!(reads_to_eof(&mut from_a[0]), "the oldest of 5 was kept");
+    srv.wait_for_log("--max-pending-per-client", 1, Duration::from_secs(3));
+    assert!(from_a[1..].iter().all(still_open));
+    // In all: 4 from a, 3 from b is 7 > 6: the oldest (from a) goes.
+    let b = Ipv4Addr::new(127, 0, 3, 2);
+    let from_b: Vec<TcpStream> = (0..3).map(|_| tcp_from(b, srv.addr())).collect();
+    srv.wait_for_log("--max-pending)", 1, Duration::from_secs(3));
+    from_a[1].set_nonblocking(false).unwrap();
+    assert!(reads_to_eof(&mut from_a[1]), "the oldest of 7 was kept");
+    assert!(from_b.iter().all(still_open));
+    // Talking promptly still works.
+    srv.json(&["-t", "0.2"], 0.2);
+}
+
+/// Bad front-door limits are refused with one line naming the flag.
+#[test]
+fn bad_front_door_limits_are_refused_in_one_line() {
+    for (args, needle) in [
+        (
+            &["--preamble-timeout", "0"][..],
+            "--preamble-timeout must be above 0",
+        ),
+        (&["--preamble-timeout", "2h"][..], "at most 1h"),
+        (
+            &["--max-pending", "0"][..],
+            "--max-pending must be at least 1",
+        ),
+        (
+            &["--max-pending-per-client", "0"][..],
+            "--max-pending-per-client must be at least 1",
+        ),
+    ] {
+        let mut all = vec!["server", "-p", "0", "--iperf3-port", "off"];
+        all.extend_from_slice(args);
+        run(&all, Duration::from_secs(5)).assert_one_line_failure(2, &[needle]);
+    }
+}
+
 // ---------------------------------------------------------- items 3, 4
 
 /// A UDP attach datagram with a valid token from another address than
