@@ -2,8 +2,10 @@
 //! sessions abandoned after a UDP welcome, connections that trickle or
 //! idle, UDP attaches and iperf3 stream hellos from a third address, an
 //! idle iperf3 UDP setup, oversized results, tests that would make the
-//! server keep too many intervals, iperf3 `--sctp`. Each test drives the
-//! real server binary over loopback.
+//! server keep too many intervals, iperf3 `--sctp`; and the operator's
+//! limits: handshake deadlines, the front door's flags, budgets (rr
+//! tests included) enforced while tests run. Each test drives the real
+//! server binary over loopback.
 
 mod common;
 
@@ -331,6 +333,89 @@ fn bad_front_door_limits_are_refused_in_one_line() {
         all.extend_from_slice(args);
         run(&all, Duration::from_secs(5)).assert_one_line_failure(2, &[needle]);
     }
+}
+
+/// Sends `opening` on a fresh connection, then trickles one byte of a
+/// message that never ends every 1.5 s; returns how long after the
+/// opening the server closed the connection.
+fn trickle_after(srv: &Server, opening: &[u8]) -> Duration {
+    let mut s = raw_connect(srv.addr());
+    send(&mut s, opening);
+    let t0 = Instant::now();
+    let mut reader = s.try_clone().unwrap();
+    reader
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let writer = std::thread::spawn(move || {
+        // A length prefix of 1000 bytes, then the bytes one by one.
+        let mut bytes = vec![0, 0, 3, 232];
+        bytes.extend([b'{'; 1000]);
+        for b in bytes {
+            if std::io::Write::write_all(&mut s, &[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+            if t0.elapsed() > Duration::from_secs(20) {
+                return;
+            }
+        }
+    });
+    assert!(reads_to_eof(&mut reader), "still open after 20 s");
+    let closed = t0.elapsed();
+    drop(reader);
+    writer.join().unwrap();
+    closed
+}
+
+/// The handshake after the opening bytes has 10 s in total, however its
+/// bytes are spaced: an xferlab hello and iperf3 parameters trickled a
+/// byte every 1.5 s are cut at 10 s.
+#[test]
+fn handshake_deadlines_are_total_not_per_read() {
+    let srv = Server::start();
+    let xferlab = {
+        let srv = &srv;
+        move || trickle_after(srv, &preamble(PROTOCOL, 1))
+    };
+    let iperf3 = || trickle_after(&srv, b"hardeningtrickleaaaaaaaaaaaaaaaaaaaa\0");
+    let (x, i) = std::thread::scope(|sc| {
+        let x = sc.spawn(xferlab);
+        let i = sc.spawn(iperf3);
+        (x.join().unwrap(), i.join().unwrap())
+    });
+    for (who, closed) in [("xferlab hello", x), ("iperf3 parameters", i)] {
+        assert!(
+            (Duration::from_millis(9500)..Duration::from_millis(12500)).contains(&closed),
+            "{who} trickled: closed after {closed:?}, not at the 10 s handshake deadline\n{}",
+            srv.log()
+        );
+    }
+}
+
+/// --max-duration holds a running test, not only its request: a
+/// byte-limited test (which says no duration) still running at
+/// --max-duration is cut 15 s later, and the client is told why.
+#[test]
+fn max_duration_cuts_a_byte_limited_test_while_it_runs() {
+    let srv = Server::start_with(&["--max-duration", "1"]);
+    let out = srv.client(
+        &["-n", "1G", "--fq-rate", "8M", "-R"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.code != Some(0)
+            && (Duration::from_secs(15)..Duration::from_secs(20)).contains(&out.elapsed),
+        "{}\n{}",
+        out.describe(),
+        srv.log()
+    );
+    assert!(
+        out.stderr
+            .contains("timed out waiting for the client to end the test"),
+        "{}",
+        out.describe()
+    );
+    srv.wait_for_log("ended: timed out", 1, Duration::from_secs(5));
 }
 
 // ---------------------------------------------------------- items 3, 4
