@@ -218,6 +218,21 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             2,
         );
     }
+    if a.auth_max_failures == 0 {
+        return fail(
+            "--auth-max-failures must be at least 1: every client would be refused after its first attempt",
+            2,
+        );
+    }
+    if !(a.auth_window > 0.0 && a.auth_window <= 86_400.0) {
+        return fail(
+            &format!(
+                "--auth-window must be above 0 and at most 1 day (got {} s); the default is 60 s",
+                a.auth_window
+            ),
+            2,
+        );
+    }
     for (flag, v) in [
         ("--max-pending-per-client", a.max_pending_per_client),
         ("--max-pending", a.max_pending),
@@ -263,6 +278,8 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             max_flows: a.max_flows,
             min_interval: a.min_interval,
         },
+        auth_max_failures: a.auth_max_failures,
+        auth_window: Duration::from_secs_f64(a.auth_window),
         door: session::DoorLimits {
             preamble_timeout: Duration::from_secs_f64(a.preamble_timeout),
             max_pending_per_client: a.max_pending_per_client,

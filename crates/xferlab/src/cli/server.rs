@@ -54,6 +54,13 @@ pub struct ServerArgs {
     /// --authorized-users-path, or are refused.
     #[arg(long, value_name = "FILE")]
     pub auth_key: Option<std::path::PathBuf>,
+    /// Failed authentication attempts one client address may make per
+    /// --auth-window; then it is refused until the window is over.
+    #[arg(long, default_value_t = crate::session::auth::MAX_FAILURES, value_name = "N")]
+    pub auth_max_failures: u32,
+    /// The window failed authentication attempts are counted in.
+    #[arg(long, default_value = "60", value_parser = parse_seconds, value_name = "DURATION")]
+    pub auth_window: f64,
     /// Require iperf3 clients to authenticate with iperf3's own scheme:
     /// the RSA private key (PEM) their --rsa-public-key-path matches.
     #[arg(long, value_name = "FILE", requires = "authorized_users_path")]

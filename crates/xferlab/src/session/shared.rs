@@ -86,6 +86,10 @@ pub struct ServerConfig {
     pub budgets: Budgets,
     /// Connections still saying what they are.
     pub door: DoorLimits,
+    /// Failed authentication attempts one address may make per
+    /// `auth_window` (`--auth-max-failures`, `--auth-window`).
+    pub auth_max_failures: u32,
+    pub auth_window: Duration,
     /// Keys xferlab clients must prove they hold (`--auth-key`); None:
     /// authentication off.
     pub auth_keys: Option<Arc<Vec<Vec<u8>>>>,
@@ -120,6 +124,8 @@ impl ServerConfig {
             udp_any_peer: false,
             budgets: Budgets::default(),
             door: DoorLimits::default(),
+            auth_max_failures: super::auth::MAX_FAILURES,
+            auth_window: super::auth::WINDOW,
             auth_keys: None,
             iperf3_users: None,
         }
@@ -172,6 +178,7 @@ impl Drop for SessionSlot<'_> {
 
 impl Shared {
     pub fn new(cfg: ServerConfig) -> Self {
+        let auth_failures = Failures::new(cfg.auth_max_failures, cfg.auth_window);
         Shared {
             cfg,
             registry: Mutex::new(HashMap::new()),
@@ -180,7 +187,7 @@ impl Shared {
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
             rates: RateBook::default(),
-            auth_failures: Failures::default(),
+            auth_failures,
         }
     }
 
