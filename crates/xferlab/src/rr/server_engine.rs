@@ -120,7 +120,7 @@ pub fn run(
                     results.push(result(
                         id,
                         c,
-                        FlowEnd::Aborted("the test was aborted".into()),
+                        FlowEnd::Aborted(crate::transport::flow::ABORTED.into()),
                         now,
                     ));
                 }
