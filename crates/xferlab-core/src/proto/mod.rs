@@ -8,6 +8,8 @@
 
 pub mod auth;
 mod client;
+#[cfg(any(test, feature = "fuzz"))]
+pub(crate) mod fixtures;
 mod message;
 mod server;
 pub mod wire;

@@ -4,51 +4,26 @@ use std::time::Duration;
 
 use crate::time::Time;
 
+use super::fixtures::{self, report};
 use super::wire::{encode_frame, ConnKind, Preamble, PREAMBLE_LEN, VERSION};
 use super::*;
 use crate::outbox::Machine;
-use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
+use crate::result::{Endpoint, Software};
 use crate::spec::TestSpec;
 
+/// Tests here may last at most this long.
+const MAX_DURATION: Duration = Duration::from_secs(60);
+
 fn software() -> Software {
-    Software {
-        name: "xferlab".into(),
-        version: "test".into(),
-        protocol: VERSION,
-    }
+    fixtures::software("test")
 }
 
 fn policy() -> ServerPolicy {
-    ServerPolicy {
-        max_duration: Duration::from_secs(60),
-    }
-}
-
-fn report(endpoint: Endpoint) -> SideReport {
-    SideReport {
-        endpoint,
-        host: HostInfo::default(),
-        embedded: false,
-        duration_s: 1.0,
-        flows: vec![],
-        sums: vec![],
-        cpu: CpuUsage::default(),
-        counters: KernelCounters::default(),
-        warnings: vec![],
-        pattern: crate::result::PatternReport::Stream,
-        transport: None,
-    }
+    fixtures::policy(MAX_DURATION)
 }
 
 fn welcome() -> Welcome {
-    Welcome {
-        session: "00".repeat(16),
-        software: software(),
-        host: HostInfo::default(),
-        max_duration_s: 60.0,
-        udp_ports: vec![],
-        rr_port: None,
-    }
+    fixtures::welcome(software(), MAX_DURATION)
 }
 
 /// A server that has read the client's preamble, as the dispatcher does.
