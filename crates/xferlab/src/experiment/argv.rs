@@ -313,6 +313,10 @@ fn lookup<'a>(flags: &'a [FlagInfo], k: &KnobAt, verb: &str) -> Result<&'a FlagI
         })
 }
 
+/// Where a knob's flag goes: the index of each test it sets (None: the
+/// lab's flags), with the flag as that verb defines it.
+type Targets = Vec<(Option<usize>, FlagInfo)>;
+
 /// Builds and checks every point's command line: each knob is a flag of
 /// the verb (or of `lab`, or of one host's test), takes the kind of value
 /// given, and every resulting command line parses, so nothing runs from a
@@ -346,7 +350,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
         }
     }
     // Each knob's flag, in each test it applies to (None: the lab's).
-    let mut infos: Vec<(KnobAt, Vec<(Option<usize>, FlagInfo)>)> = Vec::new();
+    let mut infos: Vec<(KnobAt, Targets)> = Vec::new();
     for k in s.knobs() {
         if k.knob.scope != Scope::Command && s.place != Place::Lab {
             return Err(err(
@@ -387,7 +391,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             }
             Scope::Command => {
                 // Every test whose verb has the flag (`-t` sets them all).
-                let found: Vec<(Option<usize>, FlagInfo)> = tests
+                let found: Targets = tests
                     .iter()
                     .enumerate()
                     .filter_map(|(i, t)| {
