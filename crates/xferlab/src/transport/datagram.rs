@@ -29,9 +29,9 @@ use super::flow::{FlowOutcome, FlowShared, SideFlags, POLL_FLAGS};
 
 /// Sequence number of the end-of-flow marker; its time field carries the
 /// number of datagrams sent.
-const END_MARKER: u64 = u64::MAX;
+pub(super) const END_MARKER: u64 = u64::MAX;
 /// Copies of the end marker (it may meet a full receive buffer).
-const END_MARKER_COPIES: u32 = 3;
+pub(super) const END_MARKER_COPIES: u32 = 3;
 /// A stopped receiver that saw no end marker gives up after this much
 /// silence.
 const QUIET_AFTER_STOP: Duration = Duration::from_millis(250);
@@ -472,7 +472,7 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc:
 /// takes headers built from borrowed slices on every call; here the
 /// headers are built once and reused, so a batch costs one system call
 /// and no allocation or setup.
-struct SendBatch {
+pub(super) struct SendBatch {
     fd: RawFd,
     size: usize,
     gso: bool,
@@ -487,7 +487,13 @@ struct SendBatch {
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
-    fn new(fd: RawFd, size: usize, per_call: usize, gso: bool, wire: DatagramWire) -> Self {
+    pub(super) fn new(
+        fd: RawFd,
+        size: usize,
+        per_call: usize,
+        gso: bool,
+        wire: DatagramWire,
+    ) -> Self {
         if gso {
             set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, size as libc::c_int);
         }
@@ -520,7 +526,7 @@ impl SendBatch {
 
     /// Writes headers for datagrams `seq..seq+n` and sends them; returns how
     /// many went out.
-    fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
+    pub(super) fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
         let n = n.min(self.iovs.len());
         for i in 0..n {
             self.wire
