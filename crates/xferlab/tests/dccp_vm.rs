@@ -24,13 +24,17 @@ i=0
 while ! grep -q ':14AA 0000.*:0000 0A' /proc/net/tcp /proc/net/tcp6 && [ $i -lt 200 ]; do
   sleep 0.05; i=$((i+1))
 done
-for c in 2 3; do
-  echo "== ccid$c =="
-  xferlab stream 127.0.0.1 --dccp --dccp-stack kernel --ccid $c -t 3 -l 1400 -b 20M -J >/tmp/out.json 2>/tmp/err.txt
+run() {
+  name=$1; shift
+  echo "== $name =="
+  xferlab stream 127.0.0.1 --dccp --dccp-stack kernel -t 3 -l 1400 -b 20M -J "$@" >/tmp/out.json 2>/tmp/err.txt
   echo rc=$?
-  echo "== ccid$c-json =="; cat /tmp/out.json
-  echo "== ccid$c-err =="; cat /tmp/err.txt
-done
+  echo "== $name-json =="; cat /tmp/out.json
+  echo "== $name-err =="; cat /tmp/err.txt
+}
+run ccid2 --ccid 2
+run ccid3 --ccid 3
+run ccid3-reverse --ccid 3 -R
 echo '== service =='
 xferlab stream 127.0.0.1 --dccp --dccp-stack kernel --dccp-service 7 -t 1 >/dev/null 2>/tmp/err.txt
 echo rc=$?
@@ -51,10 +55,10 @@ fn json(out: &str, name: &str) -> Value {
     v
 }
 
-/// The `dccp` sections of every interval of the client's sending flow.
-fn sender_intervals(v: &Value) -> Vec<&Value> {
-    let flow = &v["client"]["flows"][0];
-    assert_eq!(flow["role"], "sender");
+/// The `dccp` sections of every interval of `side`'s sending flow.
+fn sender_intervals<'a>(v: &'a Value, side: &str) -> Vec<&'a Value> {
+    let flow = &v[side]["flows"][0];
+    assert_eq!(flow["role"], "sender", "{side}");
     flow["intervals"]
         .as_array()
         .unwrap()
@@ -75,8 +79,11 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
     assert_eq!(r.code, 0, "guest script failed");
     assert_eq!(field(section(&r.out, "modprobe"), "rc"), Some("0"));
 
-    for ccid in [2u64, 3] {
-        let name = format!("ccid{ccid}");
+    for (name, ccid, sender, receiver) in [
+        ("ccid2", 2u64, "client", "server"),
+        ("ccid3", 3, "client", "server"),
+        ("ccid3-reverse", 3, "server", "client"),
+    ] {
         let rc = field(section(&r.out, &name), "rc");
         assert_eq!(
             rc,
@@ -93,10 +100,10 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
             sent["bits_per_second"].as_f64().unwrap() > 0.0,
             "{name}: {sent}"
         );
-        let rx = &v["server"]["flows"][0]["total"];
+        let rx = &v[receiver]["flows"][0]["total"];
         assert!(rx["udp"]["packets"].as_u64().unwrap() > 0, "{name}: {rx}");
         assert_eq!(rx["dccp"]["stack"], "kernel", "{name}: {rx}");
-        let intervals = sender_intervals(&v);
+        let intervals = sender_intervals(&v, sender);
         assert!(!intervals.is_empty());
         for d in &intervals {
             assert_eq!(d["stack"], "kernel", "{name}: {d}");
