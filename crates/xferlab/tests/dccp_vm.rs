@@ -1,8 +1,9 @@
 //! Kernel DCCP (`--dccp-stack kernel`) in the lab VM's 6.1 guest, the one
 //! kernel here that still has DCCP: an xferlab client against a real
-//! `xferlab server` over the guest's loopback with CCID2 and CCID3, the
-//! CCID state the kernel reports in the `dccp` section, and a refused
-//! service code as one clear line. One boot for all of it.
+//! `xferlab server` over the guest's loopback with CCID2 and CCID3 (and
+//! CCID3 reversed, and four flows at once both ways), the CCID state the
+//! kernel reports in the `dccp` section, and a refused service code as one
+//! clear line. One boot for all of it.
 
 mod common;
 mod labvm_support;
@@ -35,6 +36,7 @@ run() {
 run ccid2 --ccid 2
 run ccid3 --ccid 3
 run ccid3-reverse --ccid 3 -R
+run bidir-p2 --ccid 2 --bidir -P 2
 echo '== service =='
 xferlab stream 127.0.0.1 --dccp --dccp-stack kernel --dccp-service 7 -t 1 >/dev/null 2>/tmp/err.txt
 echo rc=$?
@@ -129,6 +131,18 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
             // Linux 6.1's CCID2 exposes no state per socket.
             assert!(last.get("cwnd").is_none(), "{last}");
             assert!(last["data_sent"].as_u64().unwrap() > 0, "{last}");
+        }
+    }
+
+    // Four connections through one session's listener, both directions.
+    let v = json(&r.out, "bidir-p2");
+    assert_eq!(v["status"], "ok");
+    for side in ["client", "server"] {
+        let flows = v[side]["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 4, "{side}");
+        for f in flows {
+            assert!(f["total"]["bytes"].as_u64().unwrap() > 0, "{side}: {f}");
+            assert_eq!(f["total"]["dccp"]["stack"], "kernel");
         }
     }
 

@@ -195,6 +195,12 @@ pub fn receive(
         (knobs.size as usize).max(wire.header_len())
     };
     let mut batch = RecvBatch::new(fd, buf_len, knobs.batch as usize);
+    // On a connection-oriented datagram socket (kernel DCCP) an empty
+    // read is the peer's close: the end, even if its end marker was lost.
+    // A UDP socket's empty datagram stays a datagram.
+    let empty_ends = socket2::SockRef::from(sock)
+        .r#type()
+        .is_ok_and(|t| t != socket2::Type::DGRAM);
     let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
     let mut nap = Nap::new(knobs.batch as usize, rcvbuf / truesize(buf_len));
     crate::sys::affinity::tighten_timer_slack();
@@ -213,6 +219,10 @@ pub fn receive(
                 let mut ended = false;
                 for i in 0..n {
                     let m = batch.message(i);
+                    if empty_ends && m.data.is_empty() {
+                        ended = true;
+                        break;
+                    }
                     let recv_ns = if stamped {
                         m.stamp_ns.unwrap_or(fallback_ns)
                     } else {
