@@ -376,22 +376,28 @@ fn ccid_state(fd: RawFd, ccid: u8) -> (Option<CcidState>, Option<f64>, Option<Du
             &mut len,
         )
     };
-    if r != 0 {
+    if r != 0 || len as usize != size_of::<TfrcTxInfo>() {
         return (None, None, None);
     }
-    let us = |v: u32| Duration::from_micros(u64::from(v));
-    let state = CcidState::Ccid3 {
-        x: info.x as f64 / 64.0,
-        x_recv: info.x_recv as f64 / 64.0,
-        p: f64::from(info.p) / 1e6,
-        rtt: (info.rtt > 0).then(|| us(info.rtt)),
-        t_ipi: us(info.ipi),
-    };
-    (
-        Some(state),
-        Some(f64::from(info.x_calc)),
-        Some(us(info.rto)),
-    )
+    let (state, x_calc, t_rto) = info.state();
+    (Some(state), Some(x_calc), Some(t_rto))
+}
+
+impl TfrcTxInfo {
+    /// In the userspace CCID3's units (bytes/s, a fraction, durations),
+    /// with X_calc (bytes/s) and the no-feedback timeout.
+    fn state(&self) -> (CcidState, f64, Duration) {
+        let us = |v: u32| Duration::from_micros(u64::from(v));
+        let state = CcidState::Ccid3 {
+            x: self.x as f64 / 64.0,
+            x_recv: self.x_recv as f64 / 64.0,
+            p: f64::from(self.p) / 1e6,
+            // 0 until the first RTT sample.
+            rtt: (self.rtt > 0).then(|| us(self.rtt)),
+            t_ipi: us(self.ipi),
+        };
+        (state, f64::from(self.x_calc), us(self.rto))
+    }
 }
 
 /// A kernel DCCP flow's reading: the datagram counters, the CCID the
@@ -433,5 +439,40 @@ pub(super) fn read(socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> 
             not_dccp: 0,
         })),
         ..Reading::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layout the kernel copies out (include/uapi/linux/tfrc.h: two
+    /// u64 then five u32, 36 bytes, padded to 40).
+    #[test]
+    fn tfrc_tx_info_has_the_kernels_layout_and_units() {
+        assert_eq!(size_of::<TfrcTxInfo>(), 40);
+        let info = TfrcTxInfo {
+            x: 125_000 * 64,
+            x_recv: 62_500 * 64,
+            x_calc: 250_000,
+            rtt: 94_000,
+            p: 2_000,
+            rto: 376_000,
+            ipi: 11_200,
+        };
+        let (state, x_calc, t_rto) = info.state();
+        assert_eq!(
+            state,
+            CcidState::Ccid3 {
+                x: 125_000.0,
+                x_recv: 62_500.0,
+                p: 0.002,
+                rtt: Some(Duration::from_millis(94)),
+                t_ipi: Duration::from_micros(11_200),
+            }
+        );
+        assert_eq!((x_calc, t_rto), (250_000.0, Duration::from_millis(376)));
+        let fresh = TfrcTxInfo::default().state().0;
+        assert!(matches!(fresh, CcidState::Ccid3 { rtt: None, .. }));
     }
 }
