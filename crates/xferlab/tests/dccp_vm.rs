@@ -86,14 +86,14 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         ("ccid3", 3, "client", "server"),
         ("ccid3-reverse", 3, "server", "client"),
     ] {
-        let rc = field(section(&r.out, &name), "rc");
+        let rc = field(section(&r.out, name), "rc");
         assert_eq!(
             rc,
             Some("0"),
             "{name}: {}",
             section(&r.out, &format!("{name}-err"))
         );
-        let v = json(&r.out, &name);
+        let v = json(&r.out, name);
         assert_eq!(v["status"], "ok", "{name}");
         assert_eq!(v["spec"]["knobs"]["dccp"]["stack"], "kernel");
         assert_eq!(v["spec"]["knobs"]["dccp"]["ccid"], ccid);
