@@ -220,8 +220,9 @@ pub struct Knobs {
     /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).
     #[serde(default)]
     pub dont_fragment: bool,
-    /// DCCP's CCID and service code (`--ccid`, `--dccp-service`); None:
-    /// CCID2 and xferlab's service code.
+    /// DCCP's CCID, service code and stack (`--ccid`, `--dccp-service`,
+    /// `--dccp-stack`); None: CCID2, xferlab's service code, xferlab's
+    /// stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dccp: Option<crate::transport::dccp::DccpKnobs>,
 }
@@ -364,7 +365,7 @@ pub enum SpecError {
     DccpLength(u64),
     #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like) and CCID 3 (TFRC); use --ccid 2 or --ccid 3")]
     Ccid(u8),
-    #[error("--ccid and --dccp-service apply to DCCP (--dccp)")]
+    #[error("--ccid, --dccp-service and --dccp-stack apply to DCCP (--dccp)")]
     DccpOptionsWithoutDccp,
     #[error("--gso, -C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
     OptionsOnDccp,

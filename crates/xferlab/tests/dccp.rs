@@ -174,3 +174,24 @@ fn bad_dccp_flags_are_one_line_and_exit_2() {
     );
     out.assert_one_line_failure(1, &["no DCCP"]);
 }
+
+/// `--dccp-stack kernel` where the kernel has no DCCP (Linux 6.16 and
+/// later, like this project's hosts) is one line naming the cause and
+/// both ways out; where it has DCCP, the kernel's stack runs the test.
+/// The lab VM runs kernel DCCP itself (tests/dccp_vm.rs).
+#[test]
+fn kernel_stack_without_kernel_dccp_is_one_line_naming_the_fix() {
+    let srv = Server::start();
+    let args = ["--dccp", "--dccp-stack", "kernel", "-t", "1"];
+    // SAFETY: a plain socket call; the descriptor is closed at once.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DCCP, libc::IPPROTO_DCCP) };
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+        let v = dccp_json(&srv, &args[1..], 1.0);
+        assert_eq!(v["spec"]["knobs"]["dccp"]["stack"], "kernel");
+        return;
+    }
+    let out = srv.client(&args, deadline_for(1.0));
+    out.assert_one_line(&["has no DCCP sockets", "--dccp-stack xferlab", "lab VM"]);
+    assert_eq!(out.code, Some(1), "{}", out.describe());
+}

@@ -1,8 +1,9 @@
-//! DCCP's model (RFC 4340, xferlab's own stack in [`crate::dccp`] carried
-//! over UDP per RFC 6773): datagrams whose rate a CCID decides, the knobs
-//! that pick the CCID and service code, and the `dccp` section of a
-//! result: the sending CCID's state at the end of each interval and the
-//! stack's own counters over it.
+//! DCCP's model (RFC 4340: xferlab's own stack in [`crate::dccp`] carried
+//! over UDP per RFC 6773, or the kernel's SOCK_DCCP sockets where it has
+//! them): datagrams whose rate a CCID decides, the knobs that pick the
+//! stack, CCID and service code, and the `dccp` section of a result: the
+//! sending CCID's state at the end of each interval and the stack's own
+//! counters over it, in one shape for both stacks.
 //!
 //! A flow's `udp` fields work as for UDP (the application's datagrams
 //! carry xferlab's sequence number and send time inside DCCP's payload,
@@ -70,7 +71,29 @@ impl TransportModel for Dccp {
     }
 }
 
-/// DCCP's own knobs (`--ccid`, `--dccp-service`).
+/// Which DCCP runs a flow (`--dccp-stack`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DccpStack {
+    /// xferlab's own, in userspace ([`crate::dccp`]).
+    #[default]
+    Xferlab,
+    /// The kernel's SOCK_DCCP sockets (Linux before 6.16 with dccp_ipv4).
+    Kernel,
+}
+
+impl DccpStack {
+    pub fn label(self) -> &'static str {
+        match self {
+            DccpStack::Xferlab => "xferlab",
+            DccpStack::Kernel => "kernel",
+        }
+    }
+}
+
+/// DCCP's own knobs (`--ccid`, `--dccp-service`, `--dccp-stack`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DccpKnobs {
     /// The CCID of both half-connections: 2 (TCP-like, RFC 4341) or 3
@@ -79,6 +102,9 @@ pub struct DccpKnobs {
     /// The service code the client asks for; xferlab's servers accept
     /// only [`SERVICE_CODE`].
     pub service: u32,
+    /// Which DCCP both ends run.
+    #[serde(default)]
+    pub stack: DccpStack,
 }
 
 impl Default for DccpKnobs {
@@ -86,6 +112,7 @@ impl Default for DccpKnobs {
         DccpKnobs {
             ccid: 2,
             service: SERVICE_CODE,
+            stack: DccpStack::Xferlab,
         }
     }
 }
@@ -94,9 +121,15 @@ impl Default for DccpKnobs {
 /// (None before the handshake) and the stack's cumulative counters.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct DccpCounters {
+    pub stack: DccpStack,
     /// The CCID this end sends with (0 before the handshake).
     pub ccid: u8,
     pub state: Option<CcidState>,
+    /// What only the kernel's CCID3 reports (`tfrc_tx_info`): the
+    /// throughput equation's rate X_calc (bytes/s) and the no-feedback
+    /// timeout.
+    pub x_calc: Option<f64>,
+    pub t_rto: Option<Duration>,
     pub stats: Stats,
     /// Packets the driver took from the socket that were not DCCP for
     /// this connection (bad checksum, wrong ports, not DCCP at all).
@@ -107,6 +140,9 @@ pub struct DccpCounters {
 /// state at its end, counts as deltas.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DccpSample {
+    /// The DCCP that ran the flow: `xferlab` (userspace) or `kernel`.
+    #[serde(default)]
+    pub stack: DccpStack,
     /// The CCID this end sends with (its half-connection's), 0 before the
     /// handshake.
     pub ccid: u8,
@@ -128,6 +164,12 @@ pub struct DccpSample {
     pub p: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub t_ipi_us: Option<f64>,
+    /// Kernel CCID3 only: the throughput equation's rate X_calc, bit/s,
+    /// and the no-feedback timeout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x_calc_bps: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_rto_us: Option<f64>,
     /// The CCID's RTT estimate, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_us: Option<f64>,
@@ -159,7 +201,10 @@ impl DccpCounters {
     pub fn sample(&self, prev: &DccpCounters) -> DccpSample {
         let (a, b) = (&self.stats, &prev.stats);
         let mut s = DccpSample {
+            stack: self.stack,
             ccid: self.ccid,
+            x_calc_bps: self.x_calc.map(|x| x * 8.0),
+            t_rto_us: self.t_rto.map(us),
             data_sent: a.data_sent.saturating_sub(b.data_sent),
             data_bytes_sent: a.data_bytes_sent.saturating_sub(b.data_bytes_sent),
             data_received: a.data_received.saturating_sub(b.data_received),
@@ -264,6 +309,7 @@ mod tests {
                 ..Stats::default()
             },
             not_dccp: 1,
+            ..DccpCounters::default()
         };
         let now = DccpCounters {
             ccid: 2,
@@ -279,8 +325,11 @@ mod tests {
                 ..Stats::default()
             },
             not_dccp: 3,
+            ..DccpCounters::default()
         };
         let s = now.sample(&before);
+        assert_eq!(s.stack, DccpStack::Xferlab);
+        assert_eq!((s.x_calc_bps, s.t_rto_us), (None, None));
         assert_eq!((s.data_sent, s.acks_sent, s.not_dccp), (100, 50, 2));
         assert_eq!((s.cwnd, s.pipe, s.ssthresh), (Some(40), Some(38), Some(64)));
         assert_eq!(s.rtt_us, Some(61.0));
@@ -302,6 +351,20 @@ mod tests {
             (Some(8e6), Some(4e6), Some(0.01))
         );
         assert_eq!(c3.t_ipi_us, Some(1400.0));
+        let kernel = DccpCounters {
+            stack: DccpStack::Kernel,
+            x_calc: Some(2e6),
+            t_rto: Some(Duration::from_millis(400)),
+            ..now
+        }
+        .sample(&before);
+        assert_eq!(
+            (kernel.stack, kernel.x_calc_bps, kernel.t_rto_us),
+            (DccpStack::Kernel, Some(16e6), Some(400_000.0))
+        );
+        assert!(serde_json::to_string(&kernel)
+            .unwrap()
+            .contains(r#""stack":"kernel""#));
         assert!(c3.describe().starts_with("DCCP CCID3: X "));
     }
 

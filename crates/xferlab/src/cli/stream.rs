@@ -110,6 +110,11 @@ pub struct StreamArgs {
     /// xferlab's, which xferlab servers accept).
     #[arg(long, value_name = "CODE")]
     pub dccp_service: Option<u32>,
+    /// DCCP (--dccp): which DCCP runs the test, both ends: `xferlab`
+    /// (default; userspace, over UDP, any host) or `kernel` (the kernel's
+    /// DCCP sockets: Linux before 6.16 with dccp_ipv4, e.g. the lab VM).
+    #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
+    pub dccp_stack: Option<String>,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -356,11 +361,19 @@ impl StreamArgs {
                 batch,
                 gso: self.gso,
                 dont_fragment: self.dont_fragment,
-                dccp: (self.ccid.is_some() || self.dccp_service.is_some()).then(|| {
-                    let d = xferlab_core::transport::dccp::DccpKnobs::default();
-                    xferlab_core::transport::dccp::DccpKnobs {
+                dccp: (self.ccid.is_some()
+                    || self.dccp_service.is_some()
+                    || self.dccp_stack.is_some())
+                .then(|| {
+                    use xferlab_core::transport::dccp::{DccpKnobs, DccpStack};
+                    let d = DccpKnobs::default();
+                    DccpKnobs {
                         ccid: self.ccid.unwrap_or(d.ccid),
                         service: self.dccp_service.unwrap_or(d.service),
+                        stack: match self.dccp_stack.as_deref() {
+                            Some("kernel") => DccpStack::Kernel,
+                            _ => DccpStack::Xferlab,
+                        },
                     }
                 }),
             },

@@ -159,6 +159,7 @@ pub fn run(
     if let Some(cc) = &cfg.spec.knobs.congestion {
         sockopt::check_congestion(cc)?;
     }
+    crate::transport::io(cfg.spec.transport)?.check(&cfg.spec.knobs)?;
     let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
     let server = stream.peer_addr().map_err(|e| e.to_string())?;
     let local_ip = stream.local_addr().map_err(|e| e.to_string())?.ip();

@@ -167,14 +167,21 @@ fn attach_datagram(
     hello: &[u8],
     flow: u32,
 ) -> Result<UdpSocket, String> {
-    let sock = transport::bind(
-        cfg.spec.transport,
-        net::any_port(to),
-        &cfg.spec.knobs,
-        false,
-    )?;
-    sock.connect(to)
-        .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
+    let io = transport::io(cfg.spec.transport)?;
+    let sock = match io.connect_datagram(&cfg.spec, to, cfg.connect_timeout) {
+        Some(sock) => sock?,
+        None => {
+            let sock = transport::bind(
+                cfg.spec.transport,
+                net::any_port(to),
+                &cfg.spec.knobs,
+                false,
+            )?;
+            sock.connect(to)
+                .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
+            sock
+        }
+    };
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();
     let mut reply = [0u8; 1];
     for _ in 0..UDP_ATTACH_TRIES {

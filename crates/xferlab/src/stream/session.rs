@@ -6,6 +6,7 @@ use crate::sys::clock;
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::mpsc;
+use std::time::Duration;
 use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{
@@ -44,7 +45,18 @@ impl SessionPattern for StreamSession {
     /// port and are routed here by token.
     fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
         let mut udp_ports = Vec::new();
-        if self.spec.transport.carrier() == Carrier::Datagrams {
+        let wait = AttachWait {
+            token: env.token,
+            peer: env.peer,
+            any_peer: env.shared.cfg.udp_any_peer,
+            tx: env.tx.clone(),
+            end: env.end.clone(),
+            deadline: clock::now() + HANDSHAKE_TIMEOUT,
+        };
+        let io = transport::io(self.spec.transport)?;
+        if let Some(ports) = io.listen_flows(&self.spec, env.local_ip, &wait) {
+            udp_ports = ports?;
+        } else if self.spec.transport.carrier() == Carrier::Datagrams {
             let mut socks = Vec::new();
             for plan in self.spec.flows() {
                 let bind = SocketAddr::new(env.local_ip, 0);
@@ -52,14 +64,6 @@ impl SessionPattern for StreamSession {
                 udp_ports.push(sock.local_addr().map_or(0, |a| a.port()));
                 socks.push((plan.id, sock));
             }
-            let wait = AttachWait {
-                token: env.token,
-                peer: env.peer,
-                any_peer: env.shared.cfg.udp_any_peer,
-                tx: env.tx.clone(),
-                end: env.end.clone(),
-                deadline: clock::now() + HANDSHAKE_TIMEOUT,
-            };
             std::thread::Builder::new()
                 .name("xfer-udp-attach".into())
                 .spawn(move || wait.run(socks))
@@ -104,17 +108,42 @@ impl SessionPattern for StreamSession {
 /// and its flow number comes from the control peer's address, is
 /// connected to the sender, acknowledged and handed to the session.
 /// Anything else is ignored. The wait ends when every flow is here, at
-/// the handshake deadline, or the moment the session ends.
-struct AttachWait {
-    token: [u8; TOKEN_LEN],
-    peer: SocketAddr,
-    any_peer: bool,
-    tx: mpsc::Sender<Wake>,
-    end: EndWatch,
-    deadline: Time,
+/// the handshake deadline, or the moment the session ends. (A transport
+/// whose flows connect in their own way waits with the same rules:
+/// [`crate::transport::TransportIo::listen_flows`].)
+#[derive(Clone)]
+pub(crate) struct AttachWait {
+    pub token: [u8; TOKEN_LEN],
+    /// The control peer: flows attach from its address only...
+    pub peer: SocketAddr,
+    /// ...unless `--udp-any-peer`.
+    pub any_peer: bool,
+    pub tx: mpsc::Sender<Wake>,
+    pub end: EndWatch,
+    pub deadline: Time,
 }
 
 impl AttachWait {
+    /// Time left until the setup deadline; None once it has passed.
+    pub fn left(&self) -> Option<Duration> {
+        Some(self.deadline.duration_since(clock::now())).filter(|d| !d.is_zero())
+    }
+
+    /// The flow an attach record names, if `msg` is one with this
+    /// session's token.
+    pub fn flow_of(&self, msg: &[u8]) -> Option<u32> {
+        if msg.len() != PREAMBLE_LEN + ATTACH_LEN {
+            return None;
+        }
+        let mut pre = [0u8; PREAMBLE_LEN];
+        pre.copy_from_slice(&msg[..PREAMBLE_LEN]);
+        let mut raw = [0u8; ATTACH_LEN];
+        raw.copy_from_slice(&msg[PREAMBLE_LEN..]);
+        let attach = Attach::decode(&raw);
+        let ours = matches!(Preamble::decode(&pre), Ok(p) if p.kind == ConnKind::Data && p.version == VERSION);
+        (ours && attach.token == self.token).then_some(attach.flow)
+    }
+
     fn run(self, mut socks: Vec<(u32, UdpSocket)>) {
         for (_, s) in &socks {
             s.set_nonblocking(true).ok();
@@ -164,16 +193,7 @@ impl AttachWait {
     /// `flow` came and the socket is connected and has answered.
     fn attached(&self, sock: &UdpSocket, flow: u32, buf: &mut [u8]) -> bool {
         while let Ok((n, from)) = sock.recv_from(buf) {
-            if n != PREAMBLE_LEN + ATTACH_LEN {
-                continue;
-            }
-            let mut pre = [0u8; PREAMBLE_LEN];
-            pre.copy_from_slice(&buf[..PREAMBLE_LEN]);
-            let mut raw = [0u8; ATTACH_LEN];
-            raw.copy_from_slice(&buf[PREAMBLE_LEN..n]);
-            let attach = Attach::decode(&raw);
-            let ours = matches!(Preamble::decode(&pre), Ok(p) if p.kind == ConnKind::Data && p.version == VERSION);
-            if !ours || attach.token != self.token || attach.flow != flow {
+            if self.flow_of(&buf[..n]) != Some(flow) {
                 continue;
             }
             if !self.any_peer && crate::net::canonical(from).ip() != self.peer.ip() {

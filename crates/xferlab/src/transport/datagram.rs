@@ -29,9 +29,9 @@ use super::flow::{FlowOutcome, FlowShared, SideFlags, POLL_FLAGS};
 
 /// Sequence number of the end-of-flow marker; its time field carries the
 /// number of datagrams sent.
-const END_MARKER: u64 = u64::MAX;
+pub(super) const END_MARKER: u64 = u64::MAX;
 /// Copies of the end marker (it may meet a full receive buffer).
-const END_MARKER_COPIES: u32 = 3;
+pub(super) const END_MARKER_COPIES: u32 = 3;
 /// A stopped receiver that saw no end marker gives up after this much
 /// silence.
 const QUIET_AFTER_STOP: Duration = Duration::from_millis(250);
@@ -195,6 +195,12 @@ pub fn receive(
         (knobs.size as usize).max(wire.header_len())
     };
     let mut batch = RecvBatch::new(fd, buf_len, knobs.batch as usize);
+    // On a connection-oriented datagram socket (kernel DCCP) an empty
+    // read is the peer's close: the end, even if its end marker was lost.
+    // A UDP socket's empty datagram stays a datagram.
+    let empty_ends = socket2::SockRef::from(sock)
+        .r#type()
+        .is_ok_and(|t| t != socket2::Type::DGRAM);
     let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
     let mut nap = Nap::new(knobs.batch as usize, rcvbuf / truesize(buf_len));
     crate::sys::affinity::tighten_timer_slack();
@@ -213,6 +219,10 @@ pub fn receive(
                 let mut ended = false;
                 for i in 0..n {
                     let m = batch.message(i);
+                    if empty_ends && m.data.is_empty() {
+                        ended = true;
+                        break;
+                    }
                     let recv_ns = if stamped {
                         m.stamp_ns.unwrap_or(fallback_ns)
                     } else {
@@ -472,7 +482,7 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc:
 /// takes headers built from borrowed slices on every call; here the
 /// headers are built once and reused, so a batch costs one system call
 /// and no allocation or setup.
-struct SendBatch {
+pub(super) struct SendBatch {
     fd: RawFd,
     size: usize,
     gso: bool,
@@ -487,7 +497,13 @@ struct SendBatch {
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
-    fn new(fd: RawFd, size: usize, per_call: usize, gso: bool, wire: DatagramWire) -> Self {
+    pub(super) fn new(
+        fd: RawFd,
+        size: usize,
+        per_call: usize,
+        gso: bool,
+        wire: DatagramWire,
+    ) -> Self {
         if gso {
             set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, size as libc::c_int);
         }
@@ -520,7 +536,7 @@ impl SendBatch {
 
     /// Writes headers for datagrams `seq..seq+n` and sends them; returns how
     /// many went out.
-    fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
+    pub(super) fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
         let n = n.min(self.iovs.len());
         for i in 0..n {
             self.wire

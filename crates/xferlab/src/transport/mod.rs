@@ -48,7 +48,7 @@ mod udp;
 mod zerocopy;
 
 use std::io;
-use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
@@ -61,6 +61,7 @@ use xferlab_core::transport::TransportModel;
 pub use xferlab_core::transport::{Carrier, Transport};
 
 use crate::net::{connect_error, sockopt};
+use crate::stream::session::AttachWait;
 use datagram::DatagramWire;
 use flow::{FlowOutcome, FlowShared, SideFlags};
 use sizing::StreamSizes;
@@ -200,6 +201,38 @@ pub trait TransportIo: Sync {
     /// TCP's; None when the kernel offers none. The server takes the first
     /// one in [`REGISTRY`] order.
     fn listener(&self, _domain: Domain) -> Option<Socket> {
+        None
+    }
+
+    /// What this host must offer for `knobs` (a kernel module, a
+    /// privilege), checked before a test starts so that its absence is
+    /// one line naming the fix.
+    fn check(&self, _knobs: &Knobs) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// A client flow's datagram socket connected to the server's flow
+    /// port `to`, for a transport whose flow sockets connect there
+    /// themselves (kernel DCCP); None: bound and connected by [`bind`].
+    fn connect_datagram(
+        &self,
+        _spec: &TestSpec,
+        _to: SocketAddr,
+        _timeout: Duration,
+    ) -> Option<Result<UdpSocket, String>> {
+        None
+    }
+
+    /// The server's ports for a session's datagram flows, for a
+    /// transport that listens for them itself (kernel DCCP: a listener
+    /// that hands each flow to `wait.tx` once its attach record came,
+    /// under `wait`'s rules); None: one bound UDP socket per flow.
+    fn listen_flows(
+        &self,
+        _spec: &TestSpec,
+        _local: IpAddr,
+        _wait: &AttachWait,
+    ) -> Option<Result<Vec<u16>, String>> {
         None
     }
 

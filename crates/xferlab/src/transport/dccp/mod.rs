@@ -1,13 +1,16 @@
-//! DCCP's driver: xferlab's own DCCP (the core's [`xferlab_core::dccp`])
-//! over UDP encapsulation (RFC 6773), picked with `--dccp`. A flow is a
+//! DCCP's driver, picked with `--dccp`: xferlab's own DCCP (the core's
+//! [`xferlab_core::dccp`]) over UDP encapsulation (RFC 6773), or with
+//! `--dccp-stack kernel` the kernel's ([`kernel`]). A userspace flow is a
 //! UDP socket attached to its test like any datagram flow's; its thread
 //! then runs one DCCP connection over it ([`path`]): the test's client
 //! end connects, the server's listens. Every interval it reads the
 //! sending CCID's state and the stack's counters the thread published
 //! ([`DccpShared`]).
 
+mod kernel;
 mod path;
 
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -16,11 +19,13 @@ use xferlab_core::dccp::ccid::CcidState;
 use xferlab_core::dccp::Stats;
 use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
+use xferlab_core::spec::{Knobs, TestSpec};
 use xferlab_core::transport::dccp::DccpCounters;
 use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
 use super::{Flag, FlowJob, FlowSocket, Transport, TransportIo};
+use crate::stream::session::AttachWait;
 
 pub struct Dccp;
 
@@ -33,7 +38,7 @@ impl TransportIo for Dccp {
         Some(Flag {
             long: "dccp",
             short: None,
-            help: "DCCP (RFC 4340) instead of TCP: xferlab's own stack over UDP (RFC 6773), CCID 2 or 3 (--ccid); -b is the application's offer, the CCID may send less. Every interval shows the CCID's state.",
+            help: "DCCP (RFC 4340) instead of TCP: xferlab's own stack over UDP (RFC 6773), or the kernel's (--dccp-stack kernel), CCID 2 or 3 (--ccid); -b is the application's offer, the CCID may send less. Every interval shows the CCID's state.",
         })
     }
 
@@ -41,7 +46,32 @@ impl TransportIo for Dccp {
         Socket::new(domain, Type::DGRAM, None).map_err(|e| e.to_string())
     }
 
-    fn read(&self, _socket: &FlowSocket, _role: FlowRole, shared: &FlowShared) -> Reading {
+    fn check(&self, knobs: &Knobs) -> Result<(), String> {
+        kernel::check(knobs)
+    }
+
+    fn connect_datagram(
+        &self,
+        spec: &TestSpec,
+        to: SocketAddr,
+        timeout: Duration,
+    ) -> Option<Result<UdpSocket, String>> {
+        kernel::wanted(&spec.knobs).then(|| kernel::connect(spec, to, timeout))
+    }
+
+    fn listen_flows(
+        &self,
+        spec: &TestSpec,
+        local: IpAddr,
+        wait: &AttachWait,
+    ) -> Option<Result<Vec<u16>, String>> {
+        kernel::wanted(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
+    }
+
+    fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
+        if kernel::is_kernel(socket) {
+            return kernel::read(socket, role, shared);
+        }
         Reading {
             bytes: shared.bytes.load(Ordering::Relaxed),
             udp: Some(shared.udp.read()),
@@ -51,6 +81,9 @@ impl TransportIo for Dccp {
     }
 
     fn run(&self, job: FlowJob<'_>) -> FlowOutcome {
+        if kernel::wanted(job.knobs) {
+            return kernel::run(job);
+        }
         path::run(job)
     }
 }
@@ -155,6 +188,9 @@ impl DccpShared {
         let v: [u64; 10] = std::array::from_fn(|i| self.stats[i].load(r));
         DccpCounters {
             ccid: self.ccid.load(r) as u8,
+            stack: xferlab_core::transport::dccp::DccpStack::Xferlab,
+            x_calc: None,
+            t_rto: None,
             state,
             stats: Stats {
                 data_sent: v[0],
