@@ -40,7 +40,14 @@ const T_GRAN: Duration = Duration::from_millis(1);
 pub struct Ccid3Tx {
     s: f64,
     x: f64,
+    /// The receive rate the latest feedback reported.
     x_recv: f64,
+    /// X_recv_set (sec. 4.3): the receive rates reported over the last two
+    /// RTTs, with their arrival times. The limit 2 max(X_recv_set), not
+    /// twice the latest report, keeps one short report (the sender was
+    /// descheduled for part of an RTT) from halving X: with only the
+    /// latest, the lab's CCID3 sat at X = 2 X_recv after such dips.
+    x_recv_set: VecDeque<(Time, f64)>,
     p: f64,
     rtt: Option<Duration>,
     /// When X last doubled in slow start (tld).
@@ -64,6 +71,7 @@ impl Ccid3Tx {
             // One packet per second until an RTT is known (sec. 4.2).
             x: s,
             x_recv: 0.0,
+            x_recv_set: VecDeque::with_capacity(4),
             p: 0.0,
             rtt: None,
             tld: None,
@@ -104,9 +112,31 @@ impl Ccid3Tx {
         (4 * r).max(Duration::from_secs_f64(2.0 * self.s / self.x))
     }
 
+    fn max_x_recv(&self) -> f64 {
+        self.x_recv_set.iter().map(|e| e.1).fold(0.0, f64::max)
+    }
+
+    /// Update_X_recv_set (sec. 4.3): adds a report, forgets those older
+    /// than two RTTs.
+    fn note_x_recv(&mut self, now: Time, rate: f64) {
+        let keep = 2 * self.rtt.unwrap_or(INITIAL_NOFEEDBACK);
+        while self
+            .x_recv_set
+            .front()
+            .is_some_and(|&(t, _)| now.duration_since(t) >= keep)
+        {
+            self.x_recv_set.pop_front();
+        }
+        if self.x_recv_set.len() == self.x_recv_set.capacity() {
+            self.x_recv_set.pop_front();
+        }
+        self.x_recv_set.push_back((now, rate));
+        self.x_recv = rate;
+    }
+
     /// Sec. 4.3 step 4 (and 4.4's use of it): the new X from X_recv and p.
     fn update_x(&mut self, now: Time) {
-        let recv_limit = 2.0 * self.x_recv;
+        let recv_limit = 2.0 * self.max_x_recv();
         let floor = self.s / T_MBI;
         let r = self.rtt.unwrap_or(Duration::from_secs(1));
         if self.p > 0.0 {
@@ -171,7 +201,7 @@ impl CcidTx for Ccid3Tx {
             }
         }
         self.feedback_seen = true;
-        self.x_recv = f64::from(rate);
+        self.note_x_recv(now, f64::from(rate));
         self.p = if ler == u32::MAX || ler == 0 {
             0.0
         } else {
@@ -196,13 +226,17 @@ impl CcidTx for Ccid3Tx {
             } else {
                 f64::INFINITY
             };
-            if self.p == 0.0 || x_calc > 2.0 * self.x_recv {
-                self.x_recv = (self.x_recv / 2.0).max(self.s / (2.0 * T_MBI));
+            let x_recv = self.max_x_recv();
+            let x_recv = if self.p == 0.0 || x_calc > 2.0 * x_recv {
+                (x_recv / 2.0).max(self.s / (2.0 * T_MBI))
             } else {
-                self.x_recv = x_calc / 4.0;
-            }
+                x_calc / 4.0
+            };
+            // Update_Limits: X_recv_set becomes the one halved value.
+            self.x_recv_set.clear();
+            self.note_x_recv(now, x_recv);
             if self.p > 0.0 {
-                self.x = x_calc.min(2.0 * self.x_recv).max(floor);
+                self.x = x_calc.min(2.0 * x_recv).max(floor);
             } else {
                 self.x = (self.x / 2.0).max(floor);
             }
@@ -605,6 +639,31 @@ mod tests {
         // Then back to one slot per t_ipi.
         let n = burst(&mut tx, t0 + Duration::from_secs(1) + ipi);
         assert_eq!(n, 1);
+    }
+
+    /// recv_limit is twice the largest X_recv of the last two RTTs (RFC
+    /// 5348 sec. 4.3's X_recv_set), not twice the latest: one short
+    /// report does not halve X; two RTTs of them do.
+    #[test]
+    fn one_low_receive_rate_does_not_cap_x_for_two_rtts() {
+        let t0 = Time::ZERO;
+        let rtt = 100 * MS;
+        let mut tx = Ccid3Tx::new(t0, &cfg(Some(rtt)));
+        let eq = x_calc(1400.0, rtt, 1e-6);
+        let mut report = |tx: &mut Ccid3Tx, i: u64, rate: u32| {
+            tx.on_packet_sent(t0 + rtt * (i as u32 - 1), Seq::new(i), 1400, true);
+            feedback(tx, t0 + rtt * i as u32, i, 1_000_000, rate);
+            x_of(tx).0
+        };
+        // The equation (17 MB/s at p = 1e-6) is below 2 X_recv.
+        let x = report(&mut tx, 1, 10_000_000);
+        assert!((x / eq - 1.0).abs() < 0.01, "{x} {eq}");
+        // A short report: X stays where the equation puts it.
+        let x = report(&mut tx, 2, 2_000_000);
+        assert!((x / eq - 1.0).abs() < 0.01, "{x} {eq}");
+        // Two RTTs of short reports: now 2 X_recv limits.
+        let x = report(&mut tx, 3, 2_000_000);
+        assert_eq!(x, 4_000_000.0);
     }
 
     /// The receiver counts loss events and reports 1/p.
