@@ -650,7 +650,7 @@ mod tests {
         let rtt = 100 * MS;
         let mut tx = Ccid3Tx::new(t0, &cfg(Some(rtt)));
         let eq = x_calc(1400.0, rtt, 1e-6);
-        let mut report = |tx: &mut Ccid3Tx, i: u64, rate: u32| {
+        let report = |tx: &mut Ccid3Tx, i: u64, rate: u32| {
             tx.on_packet_sent(t0 + rtt * (i as u32 - 1), Seq::new(i), 1400, true);
             feedback(tx, t0 + rtt * i as u32, i, 1_000_000, rate);
             x_of(tx).0
