@@ -114,6 +114,25 @@ fn ccid3_reverse_reports_x_p_and_the_inter_packet_interval() {
     assert!(rd["cwnd"].is_null() && rd["x_bps"].is_null(), "{rd}");
 }
 
+/// With -R the sender is the server: its CCID state reaches the client in
+/// the server's result, and the human summary shows it for the direction,
+/// as the TCP line shows the sending side's retransmits and RTT.
+#[test]
+fn reverse_human_summary_shows_the_servers_sending_ccid() {
+    let srv = Server::start();
+    let out = srv.client(
+        &["--dccp", "--ccid", "3", "-R", "-t", "1"],
+        deadline_for(1.0),
+    );
+    out.assert_success();
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("s2c sender DCCP CCID3: X "))
+        .unwrap_or_else(|| panic!("no sender CCID line: {}", out.stdout));
+    assert!(line.contains(" t_ipi ") && line.contains(" p "), "{line}");
+}
+
 #[test]
 fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
     let srv = Server::start();

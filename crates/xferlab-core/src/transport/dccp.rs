@@ -269,10 +269,10 @@ impl DccpSample {
                 self.ssthresh.unwrap_or(0)
             ),
             (None, Some(x)) => format!(
-                "DCCP CCID3: X {}/s X_recv {}/s p {:.5} rtt {rtt} t_ipi {:.1} us",
+                "DCCP CCID3: X {}/s X_recv {}/s p {} rtt {rtt} t_ipi {:.1} us",
                 format_bytes((x / 8.0) as u64),
                 format_bytes((self.x_recv_bps.unwrap_or(0.0) / 8.0) as u64),
-                self.p.unwrap_or(0.0),
+                Sci(self.p.unwrap_or(0.0)),
                 self.t_ipi_us.unwrap_or(0.0)
             ),
             (None, None) => "DCCP: receiving".to_string(),
@@ -289,6 +289,23 @@ impl DccpSample {
             out.push_str(&format!(", {} ECN CE", self.ecn_ce_received));
         }
         out
+    }
+}
+
+/// A loss event rate: `0`, `0.0125`, `2.33e-8` (scientific below 0.001,
+/// where a long fat path's p lives).
+struct Sci(f64);
+
+impl std::fmt::Display for Sci {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            0.0 => write!(f, "0"),
+            v if v.abs() < 1e-3 => write!(f, "{v:.2e}"),
+            v => {
+                let s = format!("{v:.4}");
+                write!(f, "{}", s.trim_end_matches('0').trim_end_matches('.'))
+            }
+        }
     }
 }
 
@@ -366,6 +383,11 @@ mod tests {
             .unwrap()
             .contains(r#""stack":"kernel""#));
         assert!(c3.describe().starts_with("DCCP CCID3: X "));
+        assert!(c3.describe().contains(" p 0.01 "), "{}", c3.describe());
+        // A long fat path's p is not printed as zero.
+        assert_eq!(Sci(2.329e-8).to_string(), "2.33e-8");
+        assert_eq!(Sci(0.0).to_string(), "0");
+        assert_eq!(Sci(1.0).to_string(), "1");
     }
 
     #[test]

@@ -22,13 +22,32 @@ const T_MBI: f64 = 64.0;
 const INITIAL_NOFEEDBACK: Duration = Duration::from_secs(2);
 /// RTT smoothing q (sec. 4.3).
 const Q: f64 = 0.9;
+/// t_gran, the scheduling granularity the sender plans with (RFC 5348
+/// sec. 4.6 and 8.3): a driver that wakes up late may send what the
+/// intervening t_nom slots allowed, up to this much sending time at once
+/// (a burst of at most t_gran * X bytes), and a packet may go up to
+/// min(t_ipi, t_gran) / 2 early. Without this credit the sender sends at
+/// most one packet per wakeup: the lab's driver wakes about every 50 us,
+/// which capped CCID3 at 1400 B / 50 us = 28 MB/s (224 Mbit/s) whatever
+/// X allowed, and as X may not exceed 2 X_recv, X stuck at twice that.
+/// 1 ms is a jiffy at HZ=1000 (the kernel's CCID3 t_gran) and twenty of
+/// the lab driver's wakeups; at 1 Gbit/s it is a burst of 89 packets of
+/// 1400 B, 1 % of the 94 ms path's BDP.
+const T_GRAN: Duration = Duration::from_millis(1);
 
 /// The CCID3 sender.
 #[derive(Debug)]
 pub struct Ccid3Tx {
     s: f64,
     x: f64,
+    /// The receive rate the latest feedback reported.
     x_recv: f64,
+    /// X_recv_set (sec. 4.3): the receive rates reported over the last two
+    /// RTTs, with their arrival times. The limit 2 max(X_recv_set), not
+    /// twice the latest report, keeps one short report (the sender was
+    /// descheduled for part of an RTT) from halving X: with only the
+    /// latest, the lab's CCID3 sat at X = 2 X_recv after such dips.
+    x_recv_set: VecDeque<(Time, f64)>,
     p: f64,
     rtt: Option<Duration>,
     /// When X last doubled in slow start (tld).
@@ -52,6 +71,7 @@ impl Ccid3Tx {
             // One packet per second until an RTT is known (sec. 4.2).
             x: s,
             x_recv: 0.0,
+            x_recv_set: VecDeque::with_capacity(4),
             p: 0.0,
             rtt: None,
             tld: None,
@@ -81,14 +101,42 @@ impl Ccid3Tx {
         Duration::from_secs_f64((self.s / self.x).min(T_MBI))
     }
 
+    /// How early a packet may go: t_delta = min(t_ipi, t_gran) / 2
+    /// (sec. 8.3).
+    fn t_delta(&self) -> Duration {
+        self.t_ipi().min(T_GRAN) / 2
+    }
+
     fn rto(&self) -> Duration {
         let r = self.rtt.unwrap_or(INITIAL_NOFEEDBACK / 4);
         (4 * r).max(Duration::from_secs_f64(2.0 * self.s / self.x))
     }
 
+    fn max_x_recv(&self) -> f64 {
+        self.x_recv_set.iter().map(|e| e.1).fold(0.0, f64::max)
+    }
+
+    /// Update_X_recv_set (sec. 4.3): adds a report, forgets those older
+    /// than two RTTs.
+    fn note_x_recv(&mut self, now: Time, rate: f64) {
+        let keep = 2 * self.rtt.unwrap_or(INITIAL_NOFEEDBACK);
+        while self
+            .x_recv_set
+            .front()
+            .is_some_and(|&(t, _)| now.duration_since(t) >= keep)
+        {
+            self.x_recv_set.pop_front();
+        }
+        if self.x_recv_set.len() == self.x_recv_set.capacity() {
+            self.x_recv_set.pop_front();
+        }
+        self.x_recv_set.push_back((now, rate));
+        self.x_recv = rate;
+    }
+
     /// Sec. 4.3 step 4 (and 4.4's use of it): the new X from X_recv and p.
     fn update_x(&mut self, now: Time) {
-        let recv_limit = 2.0 * self.x_recv;
+        let recv_limit = 2.0 * self.max_x_recv();
         let floor = self.s / T_MBI;
         let r = self.rtt.unwrap_or(Duration::from_secs(1));
         if self.p > 0.0 {
@@ -107,12 +155,12 @@ impl CcidTx for Ccid3Tx {
         if !data {
             return;
         }
-        let ipi = self.t_ipi();
-        // After idle, do not bank credit (sec. 4.6).
-        if self.t_nom + ipi < now {
-            self.t_nom = now;
+        // Slots missed while the driver slept stay usable, for at most
+        // t_gran; after idle no more credit than that is banked (sec. 4.6).
+        if let Some(oldest) = now.checked_sub(T_GRAN) {
+            self.t_nom = self.t_nom.max(oldest);
         }
-        self.t_nom += ipi;
+        self.t_nom += self.t_ipi();
         self.sent.push_back((seq, now));
         if self.sent.len() > 1 << 16 {
             self.sent.pop_front();
@@ -153,7 +201,7 @@ impl CcidTx for Ccid3Tx {
             }
         }
         self.feedback_seen = true;
-        self.x_recv = f64::from(rate);
+        self.note_x_recv(now, f64::from(rate));
         self.p = if ler == u32::MAX || ler == 0 {
             0.0
         } else {
@@ -178,13 +226,17 @@ impl CcidTx for Ccid3Tx {
             } else {
                 f64::INFINITY
             };
-            if self.p == 0.0 || x_calc > 2.0 * self.x_recv {
-                self.x_recv = (self.x_recv / 2.0).max(self.s / (2.0 * T_MBI));
+            let x_recv = self.max_x_recv();
+            let x_recv = if self.p == 0.0 || x_calc > 2.0 * x_recv {
+                (x_recv / 2.0).max(self.s / (2.0 * T_MBI))
             } else {
-                self.x_recv = x_calc / 4.0;
-            }
+                x_calc / 4.0
+            };
+            // Update_Limits: X_recv_set becomes the one halved value.
+            self.x_recv_set.clear();
+            self.note_x_recv(now, x_recv);
             if self.p > 0.0 {
-                self.x = x_calc.min(2.0 * self.x_recv).max(floor);
+                self.x = x_calc.min(2.0 * x_recv).max(floor);
             } else {
                 self.x = (self.x / 2.0).max(floor);
             }
@@ -197,16 +249,11 @@ impl CcidTx for Ccid3Tx {
     }
 
     fn can_send(&self, now: Time) -> bool {
-        // Send up to half an interval early (sec. 4.6's delta).
-        now + self.t_ipi() / 2 >= self.t_nom
+        now + self.t_delta() >= self.t_nom
     }
 
     fn next_send_time(&self) -> Option<Time> {
-        Some(
-            self.t_nom
-                .checked_sub(self.t_ipi() / 2)
-                .unwrap_or(self.t_nom),
-        )
+        Some(self.t_nom.checked_sub(self.t_delta()).unwrap_or(self.t_nom))
     }
 
     fn ccval(&mut self, now: Time) -> u8 {
@@ -555,11 +602,68 @@ mod tests {
         let t0 = Time::ZERO;
         let mut tx = Ccid3Tx::new(t0, &cfg(Some(10 * MS)));
         let ipi = Duration::from_secs_f64(1400.0 / x_of_any(&tx));
+        // t_ipi is 3.2 ms, longer than t_gran: up to t_gran / 2 early.
+        assert!(ipi > T_GRAN);
         assert!(tx.can_send(t0));
         tx.on_packet_sent(t0, Seq::new(1), 1400, true);
         assert!(!tx.can_send(t0));
-        assert!(tx.can_send(t0 + ipi - ipi / 2));
-        assert_eq!(tx.next_send_time(), Some(t0 + ipi - ipi / 2));
+        assert!(!tx.can_send(t0 + ipi - T_GRAN / 2 - Duration::from_nanos(1)));
+        assert!(tx.can_send(t0 + ipi - T_GRAN / 2));
+        assert_eq!(tx.next_send_time(), Some(t0 + ipi - T_GRAN / 2));
+    }
+
+    /// A driver that wakes late sends the slots it missed at once, but
+    /// never more than t_gran's worth; after idle no credit is banked.
+    #[test]
+    fn a_late_sender_catches_up_by_at_most_t_gran() {
+        let t0 = Time::ZERO + Duration::from_secs(1);
+        let mut tx = Ccid3Tx::new(t0, &cfg(Some(10 * MS)));
+        tx.x = 125e6; // 1 Gbit/s: t_ipi 11.2 us
+        let ipi = tx.t_ipi();
+        let burst = |tx: &mut Ccid3Tx, now: Time| {
+            let mut n = 0;
+            while tx.can_send(now) {
+                tx.on_packet_sent(now, Seq::new(n), 1400, true);
+                n += 1;
+            }
+            n
+        };
+        burst(&mut tx, t0);
+        // 50 us late: the four or five slots missed go now.
+        let n = burst(&mut tx, t0 + 50 * Duration::from_micros(1));
+        assert!((4..=6).contains(&n), "{n}");
+        // Asleep for a second: t_gran / t_ipi slots, not a second's worth.
+        let n = burst(&mut tx, t0 + Duration::from_secs(1));
+        let most = (T_GRAN.as_secs_f64() / ipi.as_secs_f64()).ceil() as u64 + 1;
+        assert!((most - 2..=most).contains(&n), "{n} of at most {most}");
+        // Then back to one slot per t_ipi.
+        let n = burst(&mut tx, t0 + Duration::from_secs(1) + ipi);
+        assert_eq!(n, 1);
+    }
+
+    /// recv_limit is twice the largest X_recv of the last two RTTs (RFC
+    /// 5348 sec. 4.3's X_recv_set), not twice the latest: one short
+    /// report does not halve X; two RTTs of them do.
+    #[test]
+    fn one_low_receive_rate_does_not_cap_x_for_two_rtts() {
+        let t0 = Time::ZERO;
+        let rtt = 100 * MS;
+        let mut tx = Ccid3Tx::new(t0, &cfg(Some(rtt)));
+        let eq = x_calc(1400.0, rtt, 1e-6);
+        let report = |tx: &mut Ccid3Tx, i: u64, rate: u32| {
+            tx.on_packet_sent(t0 + rtt * (i as u32 - 1), Seq::new(i), 1400, true);
+            feedback(tx, t0 + rtt * i as u32, i, 1_000_000, rate);
+            x_of(tx).0
+        };
+        // The equation (17 MB/s at p = 1e-6) is below 2 X_recv.
+        let x = report(&mut tx, 1, 10_000_000);
+        assert!((x / eq - 1.0).abs() < 0.01, "{x} {eq}");
+        // A short report: X stays where the equation puts it.
+        let x = report(&mut tx, 2, 2_000_000);
+        assert!((x / eq - 1.0).abs() < 0.01, "{x} {eq}");
+        // Two RTTs of short reports: now 2 X_recv limits.
+        let x = report(&mut tx, 3, 2_000_000);
+        assert_eq!(x, 4_000_000.0);
     }
 
     /// The receiver counts loss events and reports 1/p.
