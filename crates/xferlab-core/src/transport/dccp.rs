@@ -152,7 +152,7 @@ pub struct DccpSample {
     /// SafeUDP (CCID 248): its state at the end of the interval and what
     /// it raised during it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub safeudp: Option<SafeUdpSample>,
+    pub safeudp: Option<Box<SafeUdpSample>>,
     /// The stack's counters over the interval: data packets and their
     /// payload bytes each way, acknowledgements and Syncs sent, packets
     /// dropped for a bad checksum or as invalid (out of window, wrong
@@ -342,7 +342,7 @@ impl DccpCounters {
                     }) => (host_losses, network_losses, ecn_marks, events),
                     _ => (0, 0, 0, EventCounts::default()),
                 };
-                s.safeudp = Some(SafeUdpSample {
+                s.safeudp = Some(Box::new(SafeUdpSample {
                     offered_bps: offered * 8.0,
                     app_rate_bps: self.app_rate.map(|r| r * 8.0),
                     bound_bps: finite(bound),
@@ -353,7 +353,7 @@ impl DccpCounters {
                     network_losses: network_losses.saturating_sub(before.1),
                     ecn_marks: ecn_marks.saturating_sub(before.2),
                     events: events.since(before.3).into(),
-                });
+                }));
             }
             None => {}
         }
