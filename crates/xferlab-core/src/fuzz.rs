@@ -17,9 +17,10 @@ use crate::iperf3::{
 };
 use crate::outbox::Machine;
 use crate::proto::auth::{ServerAuth, NONCE_LEN};
+use crate::proto::fixtures::{self, report};
 use crate::proto::wire::{Attach, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION};
 use crate::proto::{ClientControl, ClientEvent, ServerControl, ServerEvent, ServerPolicy, Welcome};
-use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
+use crate::result::{Endpoint, Software};
 use crate::spec::TestSpec;
 
 /// Feeds `data` (after its first byte) to `m` in reads of a size the
@@ -53,39 +54,15 @@ fn feed<M: Machine>(m: &mut M, data: &[u8], mut act: impl FnMut(&mut M, Time, M:
     drain(m, end, &mut act);
 }
 
-fn report(endpoint: Endpoint) -> SideReport {
-    SideReport {
-        endpoint,
-        host: HostInfo::default(),
-        embedded: false,
-        duration_s: 1.0,
-        flows: vec![],
-        sums: vec![],
-        cpu: CpuUsage::default(),
-        counters: KernelCounters::default(),
-        warnings: vec![],
-        pattern: crate::result::PatternReport::Stream,
-        transport: None,
-    }
-}
+/// Tests the fuzzed machines may run.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
 
 fn welcome() -> Welcome {
-    Welcome {
-        session: "00".repeat(16),
-        software: software(),
-        host: HostInfo::default(),
-        max_duration_s: 3600.0,
-        udp_ports: vec![],
-        rr_port: None,
-    }
+    fixtures::welcome(software(), MAX_DURATION)
 }
 
 fn software() -> Software {
-    Software {
-        name: "xferlab".into(),
-        version: "fuzz".into(),
-        protocol: VERSION,
-    }
+    fixtures::software("fuzz")
 }
 
 /// A server's driver: accepts what is asked, starts, reports.
@@ -115,9 +92,7 @@ fn origin() -> Time {
 }
 
 fn policy() -> ServerPolicy {
-    ServerPolicy {
-        max_duration: Duration::from_secs(3600),
-    }
+    fixtures::policy(MAX_DURATION)
 }
 
 /// xferlab's control protocol, server side (with and without
@@ -145,7 +120,7 @@ pub fn xferlab_server(data: &[u8]) {
 
 /// xferlab's control protocol, client side (a hostile server).
 pub fn xferlab_client(data: &[u8]) {
-    let mut c = ClientControl::new(origin(), software(), TestSpec::default_stream())
+    let mut c = ClientControl::new(origin(), software(), TestSpec::default_stream(), None)
         .with_auth_key(Some(b"a key of sixteen bytes".to_vec()));
     c.poll_transmit();
     feed(&mut c, data, xferlab_client_act);

@@ -145,6 +145,9 @@ fn ecn_sack_transactions_quick_in_the_lab() {
     let _g = common::one_at_a_time();
     let md = run_quick("ecn-sack-transactions", Duration::from_secs(600));
     assert!(md.contains("Completed transactions per second"), "{md}");
+    // Two tests per run, each stored under its host.
+    assert!(md.contains("Background throughput"), "{md}");
+    assert!(md.contains("@bg stream -P 20"), "{md}");
 }
 
 #[test]

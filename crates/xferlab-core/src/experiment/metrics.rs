@@ -14,6 +14,12 @@
 //! `usb_*_transfers_per_second`); any other schema, or another major
 //! version, yields no metrics ([`kind`] tells them apart).
 //!
+//! A lab run with several tests (`xferlab lab ... @bg stream ... @ref rr
+//! ...`) writes `{"tests": {HOST: {"result": DOC, ...}}, "lab": {...}}`.
+//! Each test's metrics and series are named `NAME@HOST` (`tps@ref`,
+//! `throughput_bps@bg`), the lab's (`lab_*`) keep their names, and `ok` is
+//! whether every test's result was `ok`.
+//!
 //! # Metrics
 //!
 //! Names are stable snake_case; a metric is present only when the document
@@ -437,9 +443,10 @@ pub const SERIES: &[(&str, &str, &str)] = &[
     ("latency_mean_us", US, "rr mean latency per interval"),
 ];
 
-/// The unit of a metric or series name (`step{i}.NAME` included); `None`
-/// for names this module does not produce.
+/// The unit of a metric or series name (`step{i}.NAME` and `NAME@HOST`
+/// included); `None` for names this module does not produce.
 pub fn unit_of(name: &str) -> Option<&'static str> {
+    let (name, _) = split_host(name);
     let lookup = |table: &[(&str, &'static str, &str)], n: &str| {
         table.iter().find(|(m, _, _)| *m == n).map(|&(_, u, _)| u)
     };
@@ -451,6 +458,29 @@ pub fn unit_of(name: &str) -> Option<&'static str> {
         }
     }
     lookup(METRICS, name).or_else(|| lookup(SERIES, name))
+}
+
+/// `NAME@HOST` as (NAME, Some(HOST)); any other name as (name, None).
+pub fn split_host(name: &str) -> (&str, Option<&str>) {
+    match name.rsplit_once('@') {
+        Some((n, h)) if !n.is_empty() && !h.is_empty() => (n, Some(h)),
+        _ => (name, None),
+    }
+}
+
+/// The tests of a lab run with several tests, by host: each entry's
+/// `result` is that test's own document. `None` for any other document.
+pub fn tests_of(doc: &Value) -> Option<&serde_json::Map<String, Value>> {
+    if doc.get("schema").is_some() {
+        return None;
+    }
+    doc.get("tests")?.as_object()
+}
+
+/// The result document of host `host`'s test in a lab run with several
+/// tests.
+fn test_result<'a>(doc: &'a Value, host: &str) -> Option<&'a Value> {
+    tests_of(doc)?.get(host)?.get("result")
 }
 
 /// Which known schema a document follows.
@@ -550,6 +580,9 @@ impl Out {
 /// The headline metrics of one document, by schema (see the module docs
 /// for every name). Unknown schemas give none.
 pub fn extract(doc: &Value) -> Vec<Metric> {
+    if let Some(tests) = tests_of(doc) {
+        return several_tests_metrics(doc, tests);
+    }
     let doc = &*current(doc);
     let mut out = Out::default();
     match kind(doc) {
@@ -566,6 +599,26 @@ pub fn extract(doc: &Value) -> Vec<Metric> {
     if !load.is_empty() {
         out.push("load_cpu_pct", load.iter().sum::<f64>() / load.len() as f64);
     }
+    if let Some(lab) = doc.get("lab") {
+        lab_metrics(lab, &mut out);
+    }
+    out.0
+}
+
+/// A lab run with several tests: each test's metrics as `NAME@HOST`, the
+/// lab's, and `ok` when every test's result is.
+fn several_tests_metrics(doc: &Value, tests: &serde_json::Map<String, Value>) -> Vec<Metric> {
+    let mut out = Out::default();
+    let mut all_ok = !tests.is_empty();
+    for (host, t) in tests {
+        let result = t.get("result").unwrap_or(&Value::Null);
+        all_ok &= result.get("status").and_then(Value::as_str) == Some("ok");
+        out.0.extend(extract(result).into_iter().map(|m| Metric {
+            name: format!("{}@{host}", m.name),
+            ..m
+        }));
+    }
+    out.push("ok", b(all_ok));
     if let Some(lab) = doc.get("lab") {
         lab_metrics(lab, &mut out);
     }
@@ -942,6 +995,9 @@ fn rr_sums_series(doc: &Value, field: &str) -> Option<Points> {
 /// document that is not a result, or a test without such intervals
 /// (`-i 0`, a TCP series of a UDP test, …).
 pub fn series(doc: &Value, name: &str) -> Option<Vec<(f64, f64)>> {
+    if let (base, Some(host)) = split_host(name) {
+        return series(test_result(doc, host)?, base);
+    }
     if kind(doc) != Some(DocKind::Result) {
         return None;
     }
@@ -1003,8 +1059,12 @@ pub fn series(doc: &Value, name: &str) -> Option<Vec<(f64, f64)>> {
 /// The latency distribution of an rr result as a CDF: (latency in µs,
 /// cumulative fraction 0–1) from `client.rr.percentiles`, in increasing
 /// order. `None` when the document has no percentiles (not rr, or no
-/// transaction completed).
+/// transaction completed). Of a lab run with several tests: the first
+/// test's (by host name) that has them.
 pub fn latency_cdf(doc: &Value) -> Option<Vec<(f64, f64)>> {
+    if let Some(tests) = tests_of(doc) {
+        return tests.values().find_map(|t| latency_cdf(t.get("result")?));
+    }
     let doc = &*current(doc);
     let pct = arr(section(doc.get("client")?, "pattern", "rr")?, "percentiles");
     let mut points: Vec<(f64, f64)> = pct
@@ -1126,6 +1186,45 @@ mod tests {
 
     /// The metric's value, to 1e-12 relative: serde_json's default float
     /// parser may be one ulp off the correctly rounded literal.
+    #[test]
+    fn several_tests_name_each_test_metric_by_its_host() {
+        let (bg, rr, lab) = (
+            fixture("stream_tcp_bidir"),
+            fixture("rr_tcp"),
+            fixture("lab_stream"),
+        );
+        let mut doc = serde_json::json!({
+            "tests": {
+                "bg": {"host": "bg", "command": "stream", "exit_code": 0, "result": bg},
+                "ref": {"host": "ref", "command": "rr", "exit_code": 0, "result": rr},
+            },
+            "lab": lab["lab"],
+        });
+        let ms = extract(&doc);
+        for (host, alone) in [("bg", &bg), ("ref", &rr)] {
+            for m in extract(alone) {
+                has(&ms, &format!("{}@{host}", m.name), m.value);
+                assert_eq!(unit_of(&format!("{}@{host}", m.name)), Some(m.unit));
+            }
+        }
+        assert!(get(&ms, "tps").is_none(), "an unnamed test metric");
+        has(&ms, "ok", 1.0);
+        assert_eq!(get(&ms, "lab_valid"), get(&extract(&lab), "lab_valid"));
+        assert!(get(&ms, "lab_valid").is_some());
+        assert_eq!(series(&doc, "tps@ref"), series(&rr, "tps"));
+        assert!(series(&doc, "tps@ref").is_some());
+        assert_eq!(series(&doc, "tps@nobody"), None);
+        assert_eq!(series(&doc, "tps"), None);
+        assert_eq!(latency_cdf(&doc), latency_cdf(&rr));
+        assert!(latency_cdf(&doc).is_some());
+
+        doc["tests"]["bg"]["result"]["status"] = "partial".into();
+        has(&extract(&doc), "ok", 0.0);
+        assert_eq!(split_host("tps@ref"), ("tps", Some("ref")));
+        assert_eq!(split_host("tps"), ("tps", None));
+        assert_eq!(split_host("@ref"), ("@ref", None));
+    }
+
     #[track_caller]
     fn has(metrics: &[Metric], name: &str, want: f64) {
         let got = get(metrics, name).unwrap_or_else(|| panic!("{name} missing"));

@@ -73,41 +73,69 @@ pub enum Order {
     Shuffled { seed: u64 },
 }
 
-/// A knob: a flag of the verb, or of `xferlab lab` when `lab` is set.
+/// Whose flag a knob is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Scope {
+    /// The command's: with several tests (`@HOST` segments), every test
+    /// whose verb has the flag.
+    Command,
+    /// `xferlab lab`'s (`"lab --mark"`).
+    Lab,
+    /// The test started from lab host HOST (`"@ref -r"`).
+    Host(String),
+}
+
+/// A knob: a flag, and whose it is.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Knob {
-    pub lab: bool,
+    pub scope: Scope,
     pub flag: String,
 }
 
 impl Knob {
     fn parse(text: &str, line: usize) -> Result<Knob, ScenarioError> {
         let t = text.trim();
-        let (lab, flag) = match t.strip_prefix("lab ") {
-            Some(rest) => (true, rest.trim()),
-            None => (false, t),
+        let bad = |message: String| ScenarioError { line, message };
+        let (scope, flag) = if let Some(rest) = t.strip_prefix("lab ") {
+            (Scope::Lab, rest.trim())
+        } else if let Some(rest) = t.strip_prefix('@') {
+            let (host, flag) = rest.split_once(' ').unwrap_or((rest, ""));
+            if host.is_empty()
+                || !host
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return Err(bad(format!(
+                    "knob `{text}`: `@` names a lab host (lowercase letters, digits, `_`), as in \"@ref -r\""
+                )));
+            }
+            (Scope::Host(host.to_string()), flag.trim())
+        } else {
+            (Scope::Command, t)
         };
         if !flag.starts_with('-') || flag == "-" || flag == "--" || flag.contains(' ') {
-            return Err(ScenarioError {
-                line,
-                message: format!(
-                    "knob `{text}` is not a flag; write it as on the command line (\"-l\", \"--spacing\"), or \"lab --mark\" for a flag of `xferlab lab`"
-                ),
-            });
+            return Err(bad(format!(
+                "knob `{text}` is not a flag; write it as on the command line (\"-l\", \"--spacing\"), \"lab --mark\" for a flag of `xferlab lab`, or \"@ref -r\" for the test from lab host ref"
+            )));
         }
         Ok(Knob {
-            lab,
+            scope,
             flag: flag.to_string(),
         })
+    }
+
+    /// A flag of `xferlab lab`.
+    pub fn is_lab(&self) -> bool {
+        self.scope == Scope::Lab
     }
 }
 
 impl fmt::Display for Knob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.lab {
-            write!(f, "lab {}", self.flag)
-        } else {
-            f.write_str(&self.flag)
+        match &self.scope {
+            Scope::Command => f.write_str(&self.flag),
+            Scope::Lab => write!(f, "lab {}", self.flag),
+            Scope::Host(h) => write!(f, "@{h} {}", self.flag),
         }
     }
 }
@@ -1019,6 +1047,21 @@ cols = "-P"
 "#;
 
     #[test]
+    fn host_knobs_name_a_lab_host_and_round_trip() {
+        let k = Knob::parse("@ref  -r", 3).unwrap();
+        assert_eq!(k.scope, Scope::Host("ref".into()));
+        assert_eq!(k.flag, "-r");
+        assert_eq!(k.to_string(), "@ref -r");
+        assert_eq!(Knob::parse(&k.to_string(), 3).unwrap(), k);
+        assert_eq!(Knob::parse("lab --mark", 1).unwrap().scope, Scope::Lab);
+        assert_eq!(Knob::parse("-t", 1).unwrap().scope, Scope::Command);
+        for bad in ["@Ref -r", "@ -r", "@ref", "@ref r", "@re-f -r"] {
+            let e = Knob::parse(bad, 7).unwrap_err();
+            assert_eq!(e.line, 7, "{bad}");
+        }
+    }
+
+    #[test]
     fn expands_cross_product_zip_and_overrides() {
         let s = Scenario::parse(BASE, Scale::Full).unwrap();
         assert_eq!(s.command, ["stream", "-t", "3"]);
@@ -1123,7 +1166,7 @@ cols = "-P"
         .unwrap();
         assert_eq!(s.lab, ["--rate", "50M", "--delay", "10ms"]);
         let p = &s.points()[0];
-        assert!(p.knobs[0].0.lab);
+        assert!(p.knobs[0].0.is_lab());
         assert_eq!(p.key(), "lab --mark=c2s:1/50");
         assert_eq!(
             shlex_split("a \"b c\" d\\ e 'f\"g'"),

@@ -287,8 +287,13 @@ pub enum QueueLimit {
 pub enum EcnMarking {
     None,
     /// Mark CE on an ECT packet with fixed probability `p` ("1 in 50").
+    /// With `drop_not_ect`, a Not-ECT packet is dropped with the same
+    /// probability, as RED with ECN treats a flow without ECN; without it
+    /// Not-ECT packets pass untouched.
     Fixed {
         p: f64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        drop_not_ect: bool,
     },
     /// RED on the average queue (bytes): no marks below `min_bytes`, a
     /// probability rising to `max_p` at `max_bytes`, every packet above.

@@ -36,9 +36,9 @@ impl Marker {
         let signal = |ect: bool| if ect { Decision::Mark } else { Decision::Drop };
         match self.mode {
             EcnMarking::None => Decision::Pass,
-            EcnMarking::Fixed { p } => {
-                if ect && rng.chance(p) {
-                    Decision::Mark
+            EcnMarking::Fixed { p, drop_not_ect } => {
+                if (ect || drop_not_ect) && rng.chance(p) {
+                    signal(ect)
                 } else {
                     Decision::Pass
                 }
@@ -80,7 +80,10 @@ mod tests {
 
     #[test]
     fn fixed_marks_one_in_n_of_ect_only() {
-        let mut m = Marker::new(EcnMarking::Fixed { p: 1.0 / 20.0 });
+        let mut m = Marker::new(EcnMarking::Fixed {
+            p: 1.0 / 20.0,
+            drop_not_ect: false,
+        });
         let mut rng = Rng::new(2);
         let n = 100_000;
         let marks = (0..n)
@@ -89,6 +92,27 @@ mod tests {
         let sd = (n as f64 * 0.05 * 0.95).sqrt();
         assert!((marks - 5000.0).abs() < 3.3 * sd, "{marks}");
         assert!((0..1000).all(|_| m.decide(0, false, &mut rng) == Decision::Pass));
+    }
+
+    #[test]
+    fn fixed_with_drop_drops_not_ect_packets_as_often_as_it_marks() {
+        let mut m = Marker::new(EcnMarking::Fixed {
+            p: 1.0 / 5.0,
+            drop_not_ect: true,
+        });
+        let mut rng = Rng::new(3);
+        let n = 100_000;
+        let count = |m: &mut Marker, rng: &mut Rng, ect: bool, want: Decision| {
+            (0..n).filter(|_| m.decide(0, ect, rng) == want).count() as f64
+        };
+        let sd = (n as f64 * 0.2 * 0.8).sqrt();
+        let marks = count(&mut m, &mut rng, true, Decision::Mark);
+        let drops = count(&mut m, &mut rng, false, Decision::Drop);
+        assert!((marks - 20_000.0).abs() < 3.3 * sd, "{marks}");
+        assert!((drops - 20_000.0).abs() < 3.3 * sd, "{drops}");
+        // ECT packets are never dropped, Not-ECT ones never marked.
+        assert_eq!(count(&mut m, &mut rng, true, Decision::Drop), 0.0);
+        assert_eq!(count(&mut m, &mut rng, false, Decision::Mark), 0.0);
     }
 
     #[test]

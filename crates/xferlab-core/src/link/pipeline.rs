@@ -549,7 +549,10 @@ mod tests {
     #[test]
     fn marks_only_ect_packets_at_the_fixed_rate() {
         let mut c = cfg();
-        c.ecn = EcnMarking::Fixed { p: 0.05 };
+        c.ecn = EcnMarking::Fixed {
+            p: 0.05,
+            drop_not_ect: false,
+        };
         let mut link = Link::new(&c);
         let mut marks = 0;
         for i in 0..40_000 {

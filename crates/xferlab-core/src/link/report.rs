@@ -302,7 +302,10 @@ mod tests {
         bad.emulator.lateness_p99_us = Some(400.0);
         bad.unintended_drops.tun_tx_dropped = 3;
         let cfg = LinkConfig {
-            ecn: EcnMarking::Fixed { p: 0.05 },
+            ecn: EcnMarking::Fixed {
+                p: 0.05,
+                drop_not_ect: false,
+            },
             ..LinkConfig::default()
         };
         bad.emulator.counters.marked_packets = 5;

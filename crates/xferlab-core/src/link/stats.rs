@@ -163,7 +163,8 @@ pub struct LinkCounters {
     pub loss_bursts: u64,
     pub dropped_queue_packets: u64,
     pub dropped_queue_segments: u64,
-    /// Non-ECT packets RED dropped where it would have marked.
+    /// Non-ECT packets the marker dropped where it would have marked an
+    /// ECT one (RED, or fixed marking with `drop:`).
     pub dropped_red_packets: u64,
     pub dropped_red_segments: u64,
     /// Dropped at dequeue by the queue discipline (CoDel).

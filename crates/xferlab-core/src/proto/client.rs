@@ -51,12 +51,23 @@ pub struct ClientControl {
     /// The test's results frame limit, once the server said how long its
     /// tests may last (both ways).
     results_max: u32,
+    /// How long to wait for `start` after the welcome: the time the flows
+    /// may take to attach.
+    attach_wait: std::time::Duration,
     ch: Outbox<ClientEvent>,
 }
 
 impl ClientControl {
     /// Starts the handshake on a freshly connected control connection.
-    pub fn new(now: Time, software: Software, spec: TestSpec) -> Self {
+    /// `attach_wait`: how long the flows may take to attach (None: the
+    /// handshake timeout); the server is asked to wait as long.
+    pub fn new(
+        now: Time,
+        software: Software,
+        spec: TestSpec,
+        attach_wait: Option<std::time::Duration>,
+    ) -> Self {
+        let attach_wait_s = attach_wait.map(|d| d.as_secs_f64());
         let mut c = ClientControl {
             state: State::AwaitPreamble,
             preamble: Vec::with_capacity(PREAMBLE_LEN),
@@ -65,6 +76,7 @@ impl ClientControl {
             auth_key: None,
             hello: Vec::new(),
             results_max: MAX_SMALL_FRAME,
+            attach_wait: super::attach_wait(attach_wait_s),
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         c.ch.wait(
@@ -72,7 +84,11 @@ impl ClientControl {
             HANDSHAKE_TIMEOUT,
             "waiting for the server to accept the test",
         );
-        let hello = encode_frame(&ClientMsg::Hello { software, spec });
+        let hello = encode_frame(&ClientMsg::Hello {
+            software,
+            spec,
+            attach_wait_s,
+        });
         c.ch.send(&hello);
         c.hello = hello[4..].to_vec();
         c
@@ -108,7 +124,7 @@ impl ClientControl {
                 self.state = State::AwaitStart;
                 self.ch.wait(
                     now,
-                    HANDSHAKE_TIMEOUT,
+                    self.attach_wait,
                     "waiting for the server to start the test",
                 );
                 self.ch.emit(ClientEvent::Welcome(Box::new(w)));

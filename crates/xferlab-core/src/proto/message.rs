@@ -45,6 +45,11 @@ pub enum ClientMsg {
     Hello {
         software: Software,
         spec: TestSpec,
+        /// How long the client gives its data connections to attach (its
+        /// connect timeout, with retries on a lossy path); the server
+        /// waits as long, within its limits (see `proto::attach_wait`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attach_wait_s: Option<f64>,
     },
     /// The answer to the server's [`ServerMsg::Challenge`]: hex of
     /// HMAC-SHA256 over its nonce and the hello (see `proto::auth`).

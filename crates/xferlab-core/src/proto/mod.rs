@@ -8,6 +8,8 @@
 
 pub mod auth;
 mod client;
+#[cfg(any(test, feature = "fuzz"))]
+pub(crate) mod fixtures;
 mod message;
 mod server;
 pub mod wire;
@@ -105,6 +107,22 @@ pub fn interval_budget(spec: &TestSpec, max_duration: Duration) -> f64 {
 }
 /// How long each handshake step may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a server waits for a test's data connections, whatever the
+/// client asks (`attach_wait_s` in its hello): long enough for a TCP
+/// connect whose SYNs meet 20 % loss five times (retries after 1, 3, 7,
+/// 15 and 31 s), short enough that a client that never attaches holds a
+/// session slot for one minute at most.
+pub const MAX_ATTACH_WAIT: Duration = Duration::from_secs(60);
+
+/// How long both ends wait, after the welcome, for every data connection
+/// to attach: what the client asked, within [`HANDSHAKE_TIMEOUT`] and
+/// [`MAX_ATTACH_WAIT`].
+pub fn attach_wait(asked_s: Option<f64>) -> Duration {
+    asked_s
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .unwrap_or(HANDSHAKE_TIMEOUT)
+        .clamp(HANDSHAKE_TIMEOUT, MAX_ATTACH_WAIT)
+}
 /// How long, after stopping, a side may take to drain its flows and send
 /// its results.
 pub const RESULTS_TIMEOUT: Duration = Duration::from_secs(30);

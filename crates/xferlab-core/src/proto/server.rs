@@ -85,6 +85,8 @@ pub struct ServerControl {
     /// Authentication, when on; the hello frame it covers.
     auth: Option<ServerAuth>,
     hello: Vec<u8>,
+    /// How long the admitted test's flows may take to attach.
+    attach_wait: std::time::Duration,
     ch: Outbox<ServerEvent>,
 }
 
@@ -98,6 +100,7 @@ impl ServerControl {
             results_max: MAX_SMALL_FRAME,
             auth: None,
             hello: Vec::new(),
+            attach_wait: HANDSHAKE_TIMEOUT,
             ch: Outbox::starting_with(&Preamble::new(ConnKind::Control).encode()),
         };
         s.ch.wait(now, HANDSHAKE_TIMEOUT, "waiting for the client's hello");
@@ -144,7 +147,15 @@ impl ServerControl {
                 self.state = State::AwaitHello;
                 return self.handle_frame(now, &hello);
             }
-            (State::AwaitHello, ClientMsg::Hello { spec, .. }) => {
+            (
+                State::AwaitHello,
+                ClientMsg::Hello {
+                    spec,
+                    attach_wait_s,
+                    ..
+                },
+            ) => {
+                self.attach_wait = super::attach_wait(attach_wait_s);
                 if let Err(why) = self.policy.check(&spec) {
                     let why = why.to_string();
                     self.reject(ErrorCode::InvalidSpec, &why);
@@ -194,7 +205,7 @@ impl ServerControl {
         self.state = State::AwaitFlows;
         self.ch.wait(
             now,
-            HANDSHAKE_TIMEOUT,
+            self.attach_wait,
             "waiting for the client's data connections",
         );
     }

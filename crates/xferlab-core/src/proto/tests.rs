@@ -4,51 +4,26 @@ use std::time::Duration;
 
 use crate::time::Time;
 
+use super::fixtures::{self, report};
 use super::wire::{encode_frame, ConnKind, Preamble, PREAMBLE_LEN, VERSION};
 use super::*;
 use crate::outbox::Machine;
-use crate::result::{CpuUsage, Endpoint, HostInfo, KernelCounters, SideReport, Software};
+use crate::result::{Endpoint, Software};
 use crate::spec::TestSpec;
 
+/// Tests here may last at most this long.
+const MAX_DURATION: Duration = Duration::from_secs(60);
+
 fn software() -> Software {
-    Software {
-        name: "xferlab".into(),
-        version: "test".into(),
-        protocol: VERSION,
-    }
+    fixtures::software("test")
 }
 
 fn policy() -> ServerPolicy {
-    ServerPolicy {
-        max_duration: Duration::from_secs(60),
-    }
-}
-
-fn report(endpoint: Endpoint) -> SideReport {
-    SideReport {
-        endpoint,
-        host: HostInfo::default(),
-        embedded: false,
-        duration_s: 1.0,
-        flows: vec![],
-        sums: vec![],
-        cpu: CpuUsage::default(),
-        counters: KernelCounters::default(),
-        warnings: vec![],
-        pattern: crate::result::PatternReport::Stream,
-        transport: None,
-    }
+    fixtures::policy(MAX_DURATION)
 }
 
 fn welcome() -> Welcome {
-    Welcome {
-        session: "00".repeat(16),
-        software: software(),
-        host: HostInfo::default(),
-        max_duration_s: 60.0,
-        udp_ports: vec![],
-        rr_port: None,
-    }
+    fixtures::welcome(software(), MAX_DURATION)
 }
 
 /// A server that has read the client's preamble, as the dispatcher does.
@@ -77,7 +52,7 @@ fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Time) {
 #[test]
 fn a_whole_test_exchanges_results_both_ways() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = server_for(&mut c, t0);
     let Some(ServerEvent::TestRequested(spec)) = s.poll_event() else {
         panic!("no request")
@@ -119,7 +94,7 @@ fn version_mismatch_is_reported_on_both_sides() {
         Some(ServerEvent::Failed(ProtoError::VersionMismatch { theirs, .. })) if theirs == VERSION + 1
     ));
     // A client meeting a newer server.
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut newer = Preamble::new(ConnKind::Control);
     newer.version = VERSION + 1;
     c.handle_input(t0, &newer.encode());
@@ -143,7 +118,7 @@ fn the_server_answers_garbage_with_an_error_and_closes() {
     assert!(s.is_closed());
     let out = s.poll_transmit().unwrap();
     // preamble, then an error frame the client can print
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     c.handle_input(t0, &out);
     let Some(ClientEvent::Failed(ProtoError::Peer { code, .. })) = c.poll_event() else {
         panic!()
@@ -174,7 +149,7 @@ fn a_request_over_the_servers_limits_is_rejected_with_the_reason() {
     let t0 = Time::ZERO;
     let mut spec = TestSpec::default_stream();
     spec.limit = crate::spec::Limit::Duration { seconds: 120.0 };
-    let mut c = ClientControl::new(t0, software(), spec);
+    let mut c = ClientControl::new(t0, software(), spec, None);
     let mut s = server_for(&mut c, t0);
     assert!(matches!(s.poll_event(), Some(ServerEvent::Failed(_))));
     pump(&mut c, &mut s, t0);
@@ -200,7 +175,7 @@ fn every_wait_has_a_deadline() {
 
     // A client that never stops a 10 s test: the watchdog fires after
     // the planned time plus the grace.
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = server_for(&mut c, t0);
     s.poll_event();
     s.accept(t0, welcome());
@@ -211,7 +186,7 @@ fn every_wait_has_a_deadline() {
     );
 
     // A server that never answers.
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     c.handle_timeout(t0 + HANDSHAKE_TIMEOUT);
     assert!(matches!(
         c.poll_event(),
@@ -220,9 +195,37 @@ fn every_wait_has_a_deadline() {
 }
 
 #[test]
+fn both_ends_wait_for_the_flows_as_long_as_the_client_asked_within_limits() {
+    let t0 = Time::ZERO;
+    for (asked, waits) in [
+        (None, HANDSHAKE_TIMEOUT),
+        (Some(Duration::from_secs(2)), HANDSHAKE_TIMEOUT),
+        (Some(Duration::from_secs(40)), Duration::from_secs(40)),
+        (Some(Duration::from_secs(100_000)), MAX_ATTACH_WAIT),
+    ] {
+        let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), asked);
+        let mut s = server_for(&mut c, t0);
+        s.poll_event();
+        s.accept(t0, welcome());
+        assert_eq!(s.poll_timeout(), Some(t0 + waits), "{asked:?}");
+        pump(&mut c, &mut s, t0);
+        assert!(matches!(c.poll_event(), Some(ClientEvent::Welcome(_))));
+        assert_eq!(c.poll_timeout(), Some(t0 + waits), "{asked:?}");
+        // Still waiting just before; given up at the deadline.
+        s.handle_timeout(t0 + waits - Duration::from_millis(1));
+        assert!(s.poll_event().is_none());
+        s.handle_timeout(t0 + waits);
+        assert!(matches!(
+            s.poll_event(),
+            Some(ServerEvent::Failed(ProtoError::Timeout(_)))
+        ));
+    }
+}
+
+#[test]
 fn a_vanished_client_fails_the_session_at_once() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = server_for(&mut c, t0);
     s.poll_event();
     s.accept(t0, welcome());
@@ -328,7 +331,7 @@ fn auth_server_for(client: &mut ClientControl, t0: Time, key: &[u8]) -> ServerCo
 fn with_auth_on_the_hello_counts_only_once_the_challenge_is_answered() {
     let t0 = Time::ZERO;
     let key = b"a key both ends hold".to_vec();
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)
         .with_auth_key(Some(key.clone()));
     let mut s = auth_server_for(&mut c, t0, &key);
     assert!(
@@ -348,7 +351,7 @@ fn with_auth_on_the_hello_counts_only_once_the_challenge_is_answered() {
 #[test]
 fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream())
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)
         .with_auth_key(Some(b"the wrong key, 20 bytes".to_vec()));
     let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
     pump(&mut c, &mut s, t0);
@@ -364,7 +367,7 @@ fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
         }))
     ));
 
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = auth_server_for(&mut c, t0, b"the right key, 20 bytes");
     pump(&mut c, &mut s, t0);
     assert!(matches!(
@@ -380,7 +383,7 @@ fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
     ));
 
     // An answer to a challenge never sent (auth off) is out of place.
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = server_for(&mut c, t0);
     s.poll_event();
     s.handle_input(t0, &encode_frame(&ClientMsg::Auth { mac: "00".into() }));
@@ -424,7 +427,7 @@ fn the_results_limit_follows_the_tests_flows_and_intervals() {
 #[test]
 fn a_results_frame_over_the_tests_limit_is_refused_on_its_prefix() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream());
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
     let mut s = server_for(&mut c, t0);
     s.poll_event();
     s.accept(t0, welcome());

@@ -52,8 +52,10 @@ pub struct LabArgs {
     /// Drop-tail queue limit: packets (1000p) or bytes (256K); default 1000p.
     #[arg(long, value_name = "[DIR:]LIMIT", help_heading = "Link")]
     pub queue: Vec<String>,
-    /// Mark CE on ECT packets with a fixed probability (1/50, 2%).
-    #[arg(long, value_name = "[DIR:]PROB", help_heading = "Link")]
+    /// Mark CE on ECT packets with a fixed probability (1/50, 2%);
+    /// drop:PROB also drops Not-ECT packets with it (RED-style, as a
+    /// router with ECN signals flows without ECN).
+    #[arg(long, value_name = "[DIR:][drop:]PROB", help_heading = "Link")]
     pub mark: Vec<String>,
     /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002].
     #[arg(long, value_name = "[DIR:]SPEC", help_heading = "Link")]
@@ -392,13 +394,24 @@ pub fn apply_link_setting(
         }
         "loss" => apply(&flag, &v, parse_loss, a, b, |c, l| c.loss = *l),
         "queue" => apply(&flag, &v, parse_queue, a, b, |c, q| c.queue = *q),
-        "mark" => apply(&flag, &v, parse_probability, a, b, |c, &p| {
-            c.ecn = if p > 0.0 {
-                EcnMarking::Fixed { p }
-            } else {
-                EcnMarking::None
-            }
-        }),
+        "mark" => {
+            // `drop:PROB`: Not-ECT packets are dropped where ECT ones are
+            // marked (RED with ECN; a router's signal to a flow without ECN).
+            let mark = |s: &str| {
+                let (drop_not_ect, p) = match s.strip_prefix("drop:") {
+                    Some(p) => (true, p),
+                    None => (false, s),
+                };
+                parse_probability(p).map(|p| (p, drop_not_ect))
+            };
+            apply(&flag, &v, mark, a, b, |c, &(p, drop_not_ect)| {
+                c.ecn = if p > 0.0 {
+                    EcnMarking::Fixed { p, drop_not_ect }
+                } else {
+                    EcnMarking::None
+                }
+            })
+        }
         "red" => apply(&flag, &v, parse_red, a, b, |c, r| c.ecn = *r),
         "reorder" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.reorder = p),
         "duplicate" => apply(&flag, &v, parse_probability, a, b, |c, &p| c.duplicate = p),
@@ -848,6 +861,30 @@ mod tests {
     }
 
     #[test]
+    fn mark_drop_prefix_drops_not_ect_in_its_direction() {
+        let a = parse(&["--mark", "c2s:drop:1/5", "--mark", "s2c:1/50", "stream"]);
+        let (c2s, s2c) = a.link_configs().unwrap();
+        assert_eq!(
+            c2s.ecn,
+            EcnMarking::Fixed {
+                p: 0.2,
+                drop_not_ect: true
+            }
+        );
+        assert_eq!(
+            s2c.ecn,
+            EcnMarking::Fixed {
+                p: 0.02,
+                drop_not_ect: false
+            }
+        );
+        let e = parse(&["--mark", "drop:lots", "stream"])
+            .link_configs()
+            .unwrap_err();
+        assert!(e.contains("--mark"), "{e}");
+    }
+
+    #[test]
     fn direction_prefixes_pick_one_side() {
         let a = parse(&[
             "--rate", "100M", "--rate", "s2c:10M", "--loss", "c2s:1%", "--delay", "5ms", "--queue",
@@ -862,7 +899,13 @@ mod tests {
         assert_eq!(s2c.loss, LossModel::None);
         assert_eq!((c2s.delay_ns, s2c.delay_ns), (5_000_000, 5_000_000));
         assert_eq!(s2c.queue, QueueLimit::Bytes(65536));
-        assert_eq!(c2s.ecn, EcnMarking::Fixed { p: 0.02 });
+        assert_eq!(
+            c2s.ecn,
+            EcnMarking::Fixed {
+                p: 0.02,
+                drop_not_ect: false
+            }
+        );
         assert_eq!(s2c.seed, c2s.seed + 1);
         assert_eq!(a.command, ["stream", "-t", "3"]);
         assert!(

@@ -79,8 +79,6 @@ pub fn interruption(duration_s: f64) -> String {
     format!("interrupted by the user after {duration_s:.1} s")
 }
 
-const CUT: &str = "no end of stream within 10 s after the test stopped: flows cut";
-
 /// The connection a client's control machine talks to its peer over, and
 /// the peer's address (for messages).
 pub type Control<'a> = (&'a mut ControlIo, SocketAddr);
@@ -133,7 +131,7 @@ pub fn drive<R: ClientRole>(
             match action {
                 Action::Stop => workload.iter_mut().for_each(|w| w.stop(now)),
                 Action::EndPeer => role.end_peer(now),
-                Action::Cut => workload.iter_mut().for_each(|w| w.abort(CUT)),
+                Action::Cut => workload.iter_mut().for_each(|w| w.abort(super::CUT_CLIENT)),
                 Action::Abort(why) => {
                     error = Some(why.message().into());
                     workload

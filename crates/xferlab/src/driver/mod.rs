@@ -41,6 +41,17 @@ pub type Interrupts = AtomicU32;
 /// (receivers read what is still in flight) before they are cut.
 pub const DRAIN: Duration = Duration::from_secs(10);
 
+/// How a flow cut by the drain ends, on the client and on the server.
+pub const CUT_CLIENT: &str = "no end of stream within 10 s after the test stopped: flows cut";
+pub const CUT_SERVER: &str = "no end of stream within 10 s after the client stopped: flows cut";
+
+/// Whether a flow ended because the drain after a stop ran out: of a
+/// time-limited test, what it measured is whole (the window ended at the
+/// stop; what was still queued behind a lossy path is not part of it).
+pub fn cut_by_drain(end: &xferlab_core::result::FlowEnd) -> bool {
+    matches!(end, xferlab_core::result::FlowEnd::Aborted(r) if r == CUT_CLIENT || r == CUT_SERVER)
+}
+
 /// The data side of one running test, as the loops drive it. Every method
 /// is called from the loop's thread, never from the data path.
 pub trait Workload {

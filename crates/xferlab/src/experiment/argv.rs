@@ -3,7 +3,7 @@
 //! use every flag the CLI has and nothing else.
 
 use clap::CommandFactory;
-use xferlab_core::experiment::scenario::{Knob, KnobAt, Place, Point, Scenario, Value};
+use xferlab_core::experiment::scenario::{Knob, KnobAt, Place, Point, Scenario, Scope, Value};
 
 use crate::cli::Cli;
 
@@ -92,25 +92,40 @@ pub struct Invocations {
     /// Per point (same order as `Scenario::points`): the argv without the
     /// program name and without the output flags.
     pub argv: Vec<Vec<String>>,
+    /// The command runs several tests in one lab (`@HOST` segments): each
+    /// already asks for JSON (`-J`), and the one document they make
+    /// together comes on standard output, not through `-o`.
+    pub several: bool,
 }
 
-struct Resolved {
+/// One test of the command: the plain command's only test, or the test an
+/// `@HOST[:SERVER]` segment starts from lab host HOST.
+struct Segment {
+    /// The `@HOST[:SERVER]` word and the host it names.
+    at: Option<(String, String)>,
     verb: Vec<String>,
     base: Vec<String>,
     flags: Vec<FlagInfo>,
 }
 
-fn resolve_verb(s: &Scenario) -> Result<Resolved, ArgvError> {
+/// A piece of a lab command: a test, or an `exec HOST -- CMD` program,
+/// passed on as written.
+enum Part {
+    Test(Segment),
+    Exec(Vec<String>),
+}
+
+fn resolve_verb(words: &[String], place: Place, line: usize) -> Result<Segment, ArgvError> {
     let root = Cli::command();
     let verb = VERBS
         .iter()
         .find(|v| {
-            s.command.len() >= v.len()
-                && s.command[..v.len()] == v.iter().map(|x| x.to_string()).collect::<Vec<_>>()[..]
+            words.len() >= v.len()
+                && words[..v.len()] == v.iter().map(|x| x.to_string()).collect::<Vec<_>>()[..]
         })
         .ok_or_else(|| {
             err(
-                s.command_line,
+                line,
                 format!(
                     "`command` must start with a test verb: {} (got `{}`)",
                     VERBS
@@ -118,7 +133,7 @@ fn resolve_verb(s: &Scenario) -> Result<Resolved, ArgvError> {
                         .map(|v| v.join(" "))
                         .collect::<Vec<_>>()
                         .join(", "),
-                    s.command[0]
+                    words.first().map_or("", String::as_str)
                 ),
             )
         })?;
@@ -128,17 +143,83 @@ fn resolve_verb(s: &Scenario) -> Result<Resolved, ArgvError> {
             .find_subcommand(w)
             .expect("VERBS names existing subcommands");
     }
-    if s.place == Place::Lab && verb[0] == "usb" {
+    if place == Place::Lab && verb[0] == "usb" {
         return Err(err(
-            s.command_line,
+            line,
             "`usb bulk` cannot run in the network lab; use where = \"vm\"",
         ));
     }
-    Ok(Resolved {
+    Ok(Segment {
+        at: None,
         verb: verb.iter().map(|x| x.to_string()).collect(),
-        base: s.command[verb.len()..].to_vec(),
+        base: words[verb.len()..].to_vec(),
         flags: flags_of(cmd),
     })
+}
+
+/// Where a program of a lab command starts (as `xferlab lab` splits them).
+fn starts_program(w: &str) -> bool {
+    w.starts_with('@') || w == "exec"
+}
+
+/// The command's tests (and exec'd programs): one test, or in the lab the
+/// `@HOST ...` and `exec ...` programs it is made of.
+fn parts_of(s: &Scenario) -> Result<Vec<Part>, ArgvError> {
+    let line = s.command_line;
+    let several = s.command.iter().any(|w| starts_program(w));
+    if !several {
+        return Ok(vec![Part::Test(resolve_verb(&s.command, s.place, line)?)]);
+    }
+    if s.place != Place::Lab {
+        return Err(err(
+            line,
+            "`@HOST` tests and `exec` programs run in the lab; set where = \"lab\"",
+        ));
+    }
+    if !starts_program(&s.command[0]) {
+        return Err(err(
+            line,
+            format!(
+                "`command` runs several programs, so each starts with `@HOST` or `exec` (got `{}` first)",
+                s.command[0]
+            ),
+        ));
+    }
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < s.command.len() {
+        let end = (i + 1..s.command.len())
+            .find(|&j| starts_program(&s.command[j]))
+            .unwrap_or(s.command.len());
+        let words = &s.command[i..end];
+        if words[0] == "exec" {
+            parts.push(Part::Exec(words.to_vec()));
+        } else {
+            let host = words[0][1..].split(':').next().unwrap_or("").to_string();
+            if host.is_empty() {
+                return Err(err(line, "`@` must name a lab host: `@bg stream ...`"));
+            }
+            if parts.iter().any(
+                |p| matches!(p, Part::Test(t) if t.at.as_ref().is_some_and(|(_, h)| *h == host)),
+            ) {
+                return Err(err(
+                    line,
+                    format!("two tests start from lab host `{host}`; give each test its own host (`--client NAME` in `lab`)"),
+                ));
+            }
+            let mut seg = resolve_verb(&words[1..], s.place, line)?;
+            seg.at = Some((words[0].clone(), host));
+            parts.push(Part::Test(seg));
+        }
+        i = end;
+    }
+    if !parts.iter().any(|p| matches!(p, Part::Test(_))) {
+        return Err(err(
+            line,
+            "`command` runs no test; add one from a lab host (`@client stream -t 10`)",
+        ));
+    }
+    Ok(parts)
 }
 
 fn lab_flags() -> Vec<FlagInfo> {
@@ -233,14 +314,21 @@ fn lookup<'a>(flags: &'a [FlagInfo], k: &KnobAt, verb: &str) -> Result<&'a FlagI
 }
 
 /// Builds and checks every point's command line: each knob is a flag of
-/// the verb (or of `lab`), takes the kind of value given, and every
-/// resulting command line parses, so nothing runs from a scenario that
-/// would fail on its fifth point.
+/// the verb (or of `lab`, or of one host's test), takes the kind of value
+/// given, and every resulting command line parses, so nothing runs from a
+/// scenario that would fail on its fifth point.
 pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
-    let r = resolve_verb(s)?;
-    let verb_name = r.verb.join(" ");
+    let parts = parts_of(s)?;
+    let tests: Vec<&Segment> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::Test(t) => Some(t),
+            Part::Exec(_) => None,
+        })
+        .collect();
+    let several = tests.iter().any(|t| t.at.is_some());
     let lab = lab_flags();
-    for w in r.base.iter().chain(&s.lab) {
+    for w in tests.iter().flat_map(|t| &t.base).chain(&s.lab) {
         if RUNNER_FLAGS.contains(&w.as_str())
             || w.starts_with("--format=")
             || w.starts_with("--output=")
@@ -257,40 +345,87 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             ));
         }
     }
-    let knobs = s.knobs();
-    let mut infos = Vec::with_capacity(knobs.len());
-    for k in &knobs {
-        if k.knob.lab && s.place != Place::Lab {
+    // Each knob's flag, in each test it applies to (None: the lab's).
+    let mut infos: Vec<(KnobAt, Vec<(Option<usize>, FlagInfo)>)> = Vec::new();
+    for k in s.knobs() {
+        if k.knob.scope != Scope::Command && s.place != Place::Lab {
             return Err(err(
                 k.line,
-                format!("`{}` is a lab flag; it needs where = \"lab\"", k.knob),
+                format!("`{}` is a lab knob; it needs where = \"lab\"", k.knob),
             ));
         }
-        let info = if k.knob.lab {
-            lookup(&lab, k, "lab")?
-        } else {
-            lookup(&r.flags, k, &verb_name)?
+        let targets = match &k.knob.scope {
+            Scope::Lab => vec![(None, lookup(&lab, &k, "lab")?.clone())],
+            Scope::Host(h) => {
+                let Some(i) = tests
+                    .iter()
+                    .position(|t| t.at.as_ref().is_some_and(|(_, host)| host == h))
+                else {
+                    let named: Vec<String> = tests
+                        .iter()
+                        .filter_map(|t| t.at.as_ref().map(|(w, _)| w.clone()))
+                        .collect();
+                    return Err(err(
+                        k.line,
+                        format!(
+                            "`{}`: no test runs from lab host `{h}`; the command's tests: {}",
+                            k.knob,
+                            if named.is_empty() {
+                                "one, without `@HOST` (write the knob without `@`)".to_string()
+                            } else {
+                                named.join(", ")
+                            }
+                        ),
+                    ));
+                };
+                let t = tests[i];
+                vec![(Some(i), lookup(&t.flags, &k, &t.verb.join(" "))?.clone())]
+            }
+            Scope::Command if tests.len() == 1 => {
+                let t = tests[0];
+                vec![(Some(0), lookup(&t.flags, &k, &t.verb.join(" "))?.clone())]
+            }
+            Scope::Command => {
+                // Every test whose verb has the flag (`-t` sets them all).
+                let found: Vec<(Option<usize>, FlagInfo)> = tests
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, t)| {
+                        lookup(&t.flags, &k, "").ok().map(|f| (Some(i), f.clone()))
+                    })
+                    .collect();
+                if found.is_empty() {
+                    // The first test's error names the valid flags.
+                    lookup(&tests[0].flags, &k, &tests[0].verb.join(" "))?;
+                }
+                found
+            }
         };
-        infos.push((k.clone(), info.clone()));
+        infos.push((k, targets));
     }
     let mut argv = Vec::with_capacity(points.len());
     for p in points {
-        let mut verb_words = r.base.clone();
         let mut lab_words = s.lab.clone();
-        let mut verb_knobs = Vec::new();
         let mut lab_knobs = Vec::new();
+        let mut words: Vec<Vec<String>> = tests.iter().map(|t| t.base.clone()).collect();
+        let mut knobs: Vec<Vec<String>> = vec![Vec::new(); tests.len()];
         for (k, v) in &p.knobs {
-            let (at, info) = infos
+            let (at, targets) = infos
                 .iter()
                 .find(|(a, _)| &a.knob == k)
                 .expect("every point knob is a scenario knob");
-            let args = knob_args(k, v, info, at.line)?;
-            if k.lab {
-                remove_flag(&mut lab_words, info);
-                lab_knobs.extend(args);
-            } else {
-                remove_flag(&mut verb_words, info);
-                verb_knobs.extend(args);
+            for (target, info) in targets {
+                let args = knob_args(k, v, info, at.line)?;
+                match *target {
+                    None => {
+                        remove_flag(&mut lab_words, info);
+                        lab_knobs.extend(args);
+                    }
+                    Some(i) => {
+                        remove_flag(&mut words[i], info);
+                        knobs[i].extend(args);
+                    }
+                }
             }
         }
         let mut a = Vec::new();
@@ -299,13 +434,30 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             a.extend(lab_words);
             a.extend(lab_knobs);
         }
-        a.extend(r.verb.iter().cloned());
-        a.extend(verb_words);
-        a.extend(verb_knobs);
-        check_parses(s, p, &a, &infos)?;
+        let mut i = 0;
+        for part in &parts {
+            match part {
+                Part::Exec(w) => a.extend(w.iter().cloned()),
+                Part::Test(t) => {
+                    a.extend(t.at.iter().map(|(w, _)| w.clone()));
+                    a.extend(t.verb.iter().cloned());
+                    a.extend(std::mem::take(&mut words[i]));
+                    a.extend(std::mem::take(&mut knobs[i]));
+                    if several {
+                        a.push("-J".to_string());
+                    }
+                    i += 1;
+                }
+            }
+        }
+        let flat: Vec<(KnobAt, FlagInfo)> = infos
+            .iter()
+            .flat_map(|(k, ts)| ts.iter().map(move |(_, f)| (k.clone(), f.clone())))
+            .collect();
+        check_parses(s, p, &a, &flat)?;
         argv.push(a);
     }
-    Ok(Invocations { argv })
+    Ok(Invocations { argv, several })
 }
 
 /// The knob (and its line) an error message is about, else the command.
@@ -386,6 +538,71 @@ mod tests {
             argv[0],
             ["lab", "--rate", "50M", "--mark", "c2s:1/50", "rr", "-t", "2", "-r", "5K"]
         );
+    }
+
+    const TWO_HOSTS: &str = "title = \"t\"\nwhere = \"lab\"\nlab = \"--rate 20M --client bg:sack=off --client ref\"\ncommand = \"@bg stream -P 4 -t 9 @ref rr --mode tcp-crr -r 5K -t 9\"\n";
+
+    #[test]
+    fn several_tests_take_host_knobs_and_shared_flags() {
+        let text = format!(
+            "{TWO_HOSTS}[matrix]\n\"@ref -r\" = [\"10K\"]\n\"-t\" = [3]\n\"lab --sack\" = [\"off\"]\n"
+        );
+        let s = Scenario::parse(&text, Scale::Full).unwrap();
+        let inv = build(&s, &s.points()).unwrap();
+        assert!(inv.several);
+        assert_eq!(
+            inv.argv[0].join(" "),
+            "lab --rate 20M --client bg:sack=off --client ref --sack off \
+             @bg stream -P 4 -t 3 -J @ref rr --mode tcp-crr -r 10K -t 3 -J"
+        );
+        // A plain command stays as it was.
+        let one = build_text("title = \"t\"\ncommand = \"stream -t 3\"\n").unwrap();
+        assert_eq!(one[0], ["stream", "-t", "3"]);
+    }
+
+    #[test]
+    fn several_tests_refuse_what_cannot_run() {
+        let e =
+            build_text(&format!("{TWO_HOSTS}[matrix]\n\"@nobody -r\" = [\"1K\"]\n")).unwrap_err();
+        assert_eq!(e.line, 6, "{e}");
+        assert!(
+            e.message.contains("no test runs from lab host `nobody`"),
+            "{e}"
+        );
+        assert!(e.message.contains("@bg, @ref"), "{e}");
+        // A host's knob is looked up in that host's verb.
+        let e = build_text(&format!(
+            "{TWO_HOSTS}[matrix]\n\"@ref --lenght\" = [\"1M\"]\n"
+        ))
+        .unwrap_err();
+        assert!(
+            e.message.contains("unknown flag `--lenght` for `rr`"),
+            "{e}"
+        );
+        // A flag no test has.
+        let e = build_text(&format!("{TWO_HOSTS}[matrix]\n\"--bogus\" = [2]\n")).unwrap_err();
+        assert!(e.message.contains("unknown flag `--bogus`"), "{e}");
+        let e = build_text("title = \"t\"\ncommand = \"@bg stream\"\n").unwrap_err();
+        assert!(e.message.contains("where = \"lab\""), "{e}");
+        let e =
+            build_text("title = \"t\"\nwhere = \"lab\"\ncommand = \"stream -t 1 @bg stream\"\n")
+                .unwrap_err();
+        assert!(e.message.contains("each starts with `@HOST`"), "{e}");
+        let e = build_text(
+            "title = \"t\"\nwhere = \"lab\"\nlab = \"--client bg\"\ncommand = \"@bg stream @bg rr\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.message.contains("two tests start from lab host `bg`"),
+            "{e}"
+        );
+        // A host the lab does not have: the lab's own check, at build time.
+        let e = build_text("title = \"t\"\nwhere = \"lab\"\ncommand = \"@bg stream -t 1\"\n")
+            .unwrap_err();
+        assert!(e.message.contains("bg"), "{e}");
+        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"@bg -t\" = [1]\n")
+            .unwrap_err();
+        assert!(e.message.contains("needs where = \"lab\""), "{e}");
     }
 
     #[test]

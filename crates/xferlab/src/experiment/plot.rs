@@ -933,6 +933,21 @@ mod tests {
         (svg, pixmap)
     }
 
+    /// For looking at a report's plots: renders every `*.svg` in
+    /// $XFERLAB_SVG_DIR to a PNG beside it.
+    #[test]
+    #[ignore = "a tool: XFERLAB_SVG_DIR=DIR cargo test -p xferlab --bin xferlab svg_dir_to_png -- --ignored"]
+    fn svg_dir_to_png() {
+        let dir = std::env::var_os("XFERLAB_SVG_DIR").expect("set XFERLAB_SVG_DIR");
+        for e in std::fs::read_dir(dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.extension().is_some_and(|x| x == "svg") {
+                let svg = std::fs::read_to_string(&path).unwrap();
+                svg_to_png(&svg, &path.with_extension("png")).unwrap();
+            }
+        }
+    }
+
     /// Pixels that are not (opaque) white.
     fn non_white(p: &Pixmap) -> usize {
         p.pixels()

@@ -622,11 +622,7 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
     }
     let (plot_kind, title, x_label, y_label, shown, caption) = match spec.kind {
         PlotKindSpec::Time => {
-            let unit = metrics::SERIES
-                .iter()
-                .find(|(n, _, _)| *n == metric)
-                .map(|(_, u, _)| *u)
-                .unwrap_or("");
+            let unit = metrics::unit_of(&metric).unwrap_or("");
             let shown = Shown::for_values(unit, max);
             (
                 PlotKind::Time,

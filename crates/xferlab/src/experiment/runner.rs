@@ -88,7 +88,7 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
             json: None,
         };
     };
-    let doc_status = doc.get("status").and_then(|s| s.as_str());
+    let doc_status = doc_status(&doc);
     let schema = doc.get("schema").and_then(|s| s.as_str()).unwrap_or("");
     let status = match (exit_code, doc_status) {
         (Some(130), _) => "interrupted",
@@ -98,6 +98,8 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
         // cbr exits 1 when the rate was not sustained: a verdict, which
         // is a measurement, not a failure.
         (Some(1), _) if schema.starts_with("xferlab.cbr/") => "ok",
+        // Several tests in one lab: each cbr's verdict is its own measurement.
+        (Some(1), Some("ok")) if several_cbr_verdicts(&doc) => "ok",
         // A lab run whose emulation missed its accuracy targets.
         (Some(1), Some("ok")) if doc.get("lab").is_some() => "invalid",
         _ => "failed",
@@ -110,19 +112,70 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
     }
 }
 
+/// A document's status; of a lab run with several tests, the worst of
+/// theirs (`failed`, then `partial`, else `ok`).
+fn doc_status(doc: &serde_json::Value) -> Option<&str> {
+    let Some(tests) = metrics::tests_of(doc) else {
+        return doc.get("status").and_then(|s| s.as_str());
+    };
+    let statuses: Vec<&str> = tests
+        .values()
+        .map(|t| match t.get("result") {
+            // A document without a status (cbr, sweep) measured.
+            Some(r) if r.get("schema").is_some() => {
+                r.get("status").and_then(|s| s.as_str()).unwrap_or("ok")
+            }
+            // The test wrote no document.
+            _ => "failed",
+        })
+        .collect();
+    ["failed", "partial"]
+        .into_iter()
+        .find(|w| statuses.contains(w))
+        .or(Some("ok"))
+}
+
+/// Several tests whose only non-zero exits are cbr verdicts (exit 1: the
+/// rate was not sustained) on an accurate lab.
+fn several_cbr_verdicts(doc: &serde_json::Value) -> bool {
+    let Some(tests) = metrics::tests_of(doc) else {
+        return false;
+    };
+    doc.pointer("/lab/accuracy/valid") == Some(&serde_json::Value::Bool(true))
+        && tests.values().all(|t| {
+            t.get("exit_code").and_then(|c| c.as_i64()) == Some(0)
+                || (t.get("exit_code").and_then(|c| c.as_i64()) == Some(1)
+                    && t.pointer("/result/schema")
+                        .and_then(|s| s.as_str())
+                        .is_some_and(|s| s.starts_with("xferlab.cbr/")))
+        })
+}
+
 /// Runs that count as done when resuming: they measured what was asked.
 fn is_done(status: &str) -> bool {
     matches!(status, "ok" | "invalid")
 }
 
-/// The figure a progress line shows for a run.
+/// The figure a progress line shows for a run (each test's, with several
+/// tests in one lab).
 fn headline(ms: &[metrics::Metric]) -> String {
+    let mut shown: Vec<(Option<&str>, String)> = Vec::new();
     for name in ["tps", "throughput_bps", "best_bps_max", "sustained"] {
-        if let Some(m) = ms.iter().find(|m| m.name == name) {
-            return format!("{} {}", name, metrics::format_value(m.value, m.unit));
+        for m in ms {
+            let (base, host) = metrics::split_host(&m.name);
+            if base == name && !shown.iter().any(|(h, _)| *h == host) {
+                shown.push((
+                    host,
+                    format!("{} {}", m.name, metrics::format_value(m.value, m.unit)),
+                ));
+            }
         }
     }
-    String::new()
+    shown
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Progress: a live bar on a terminal, plain lines otherwise.
@@ -212,6 +265,8 @@ struct Ctx<'a> {
     point_ids: Vec<i64>,
     points: &'a [Point],
     argv: &'a [Vec<String>],
+    /// Several tests per run: the document comes on stdout.
+    several: bool,
     progress: Progress,
     overhead: Overhead,
     failed: usize,
@@ -231,9 +286,17 @@ impl Ctx<'_> {
             .as_deref()
             .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok());
         let ms = doc.as_ref().map(metrics::extract).unwrap_or_default();
+        // The machine the client ran on (with several tests, the first's:
+        // a lab's hosts are namespaces of one machine).
         let host = doc
             .as_ref()
-            .and_then(|d| d.pointer("/client/host"))
+            .and_then(|d| {
+                d.pointer("/client/host").or_else(|| {
+                    metrics::tests_of(d)?
+                        .values()
+                        .find_map(|t| t.pointer("/result/client/host"))
+                })
+            })
             .map(|h| h.to_string());
         let metric_rows: Vec<(String, f64, String)> = ms
             .iter()
@@ -274,21 +337,26 @@ impl Ctx<'_> {
     }
 }
 
-/// Runs one invocation as a child process and waits for it.
+/// Runs one invocation as a child process and waits for it. Its document
+/// goes to `out_file`: through `-o`, or with several tests in one lab
+/// (whose argv asks each for `-J`), as its standard output.
 fn run_child(
     argv: &[String],
+    several: bool,
     out_file: &Path,
 ) -> anyhow::Result<(Option<i32>, Option<String>, String)> {
     let exe = std::env::current_exe().context("cannot find my own binary")?;
     let _ = std::fs::remove_file(out_file);
     let mut cmd = Command::new(exe);
-    cmd.args(argv)
-        .arg("-J")
-        .arg("-o")
-        .arg(out_file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args(argv);
+    if several {
+        let f = std::fs::File::create(out_file)
+            .with_context(|| format!("cannot create {}", out_file.display()))?;
+        cmd.stdout(f);
+    } else {
+        cmd.arg("-J").arg("-o").arg(out_file).stdout(Stdio::null());
+    }
+    cmd.stdin(Stdio::null()).stderr(Stdio::piped());
     crate::sys::process::die_with_parent(&mut cmd, crate::sys::process::Signal::TERM);
     let mut child = cmd
         .spawn()
@@ -321,7 +389,7 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyh
         if let Some(end) = last_end {
             ctx.overhead.gaps_ms.push((t0 - end).as_secs_f64() * 1e3);
         }
-        let (code, json, stderr) = run_child(&ctx.argv[slot.point], &out_file)?;
+        let (code, json, stderr) = run_child(&ctx.argv[slot.point], ctx.several, &out_file)?;
         // The point ends when its process has exited; what follows
         // (reading its result, the store's commit) is the runner's gap.
         let ended = Instant::now();
@@ -592,6 +660,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         point_ids,
         points: &points,
         argv: &inv.argv,
+        several: inv.several,
         progress: Progress::new(pending.len(), points.len(), s.repeat),
         overhead: Overhead::default(),
         failed: 0,
@@ -679,6 +748,33 @@ mod tests {
         assert_eq!(o.status, "error");
         assert_eq!(o.error.as_deref(), Some("cannot connect"));
         assert_eq!(classify(None, Some("{not json".into()), "").status, "error");
+    }
+
+    #[test]
+    fn several_tests_take_the_worst_status_and_keep_cbr_verdicts() {
+        let doc = |bg: &str, bg_code: i32, valid: bool| {
+            Some(format!(
+                r#"{{"tests":{{"bg":{{"exit_code":{bg_code},"result":{bg}}},
+                "ref":{{"exit_code":0,"result":{{"schema":"xferlab.result/2","status":"ok"}}}}}},
+                "lab":{{"accuracy":{{"valid":{valid}}}}}}}"#
+            ))
+        };
+        let ok = r#"{"schema":"xferlab.result/2","status":"ok"}"#;
+        assert_eq!(classify(Some(0), doc(ok, 0, true), "").status, "ok");
+        let partial = r#"{"schema":"xferlab.result/2","status":"partial"}"#;
+        assert_eq!(
+            classify(Some(1), doc(partial, 1, true), "").status,
+            "partial"
+        );
+        // A test that wrote no document (its text is kept as a string).
+        assert_eq!(
+            classify(Some(2), doc(r#""usage""#, 2, true), "").status,
+            "failed"
+        );
+        assert_eq!(classify(Some(1), doc(ok, 0, false), "").status, "invalid");
+        let cbr = r#"{"schema":"xferlab.cbr/1"}"#;
+        assert_eq!(classify(Some(1), doc(cbr, 1, true), "").status, "ok");
+        assert_eq!(classify(Some(1), doc(cbr, 1, false), "").status, "invalid");
     }
 
     #[test]

@@ -364,7 +364,15 @@ fn describe(c: &LinkConfig) -> String {
     }
     match c.ecn {
         EcnMarking::None => {}
-        EcnMarking::Fixed { p } => parts.push(format!("CE mark {} %", p * 100.0)),
+        EcnMarking::Fixed { p, drop_not_ect } => parts.push(format!(
+            "CE mark {} %{}",
+            p * 100.0,
+            if drop_not_ect {
+                " (Not-ECT dropped)"
+            } else {
+                ""
+            }
+        )),
         EcnMarking::Red {
             min_bytes,
             max_bytes,

@@ -13,7 +13,7 @@ use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::proto::{ClientControl, ClientEvent, ErrorCode, Welcome};
 use xferlab_core::result::{FlowEnd, SideReport, Status, Summary, TestResult, SCHEMA};
 use xferlab_core::run::{Policy, Role};
-use xferlab_core::spec::TestSpec;
+use xferlab_core::spec::{Limit, TestSpec};
 
 use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, interruption, ClientRole, Cx};
@@ -35,6 +35,16 @@ pub struct ClientConfig {
     pub embedded: bool,
     /// The key that answers the server's challenge (`--auth-key`).
     pub auth_key: Option<Vec<u8>>,
+}
+
+impl ClientConfig {
+    /// How long the flows may take to attach, asked of the server: they
+    /// connect at once, each within the connect timeout and then its
+    /// attach reply; twice the timeout covers both (the server keeps at
+    /// least its handshake timeout and at most `proto::MAX_ATTACH_WAIT`).
+    pub fn attach_wait(&self) -> Duration {
+        xferlab_core::proto::attach_wait(Some((self.connect_timeout * 2).as_secs_f64()))
+    }
 }
 
 /// A test that ran, completely or in part.
@@ -166,8 +176,13 @@ pub fn run(
     };
     let pattern = patterns(&env)?;
     let mut role = XferlabClient {
-        ctl: ClientControl::new(clock::now(), crate::software(), cfg.spec.clone())
-            .with_auth_key(cfg.auth_key.clone()),
+        ctl: ClientControl::new(
+            clock::now(),
+            crate::software(),
+            cfg.spec.clone(),
+            Some(cfg.attach_wait()),
+        )
+        .with_auth_key(cfg.auth_key.clone()),
         env,
         pattern,
         session: String::new(),
@@ -256,11 +271,15 @@ pub(crate) fn assemble(
         s.rr()
             .is_none_or(|r| r.flows.iter().all(|f| f.end == FlowEnd::Completed))
     };
+    // A time-limited test's flows that were still draining a lossy path
+    // when the drain ran out measured their whole window (the warning
+    // stays); a byte-limited test's did not deliver their bytes.
+    let timed = matches!(cfg.spec.limit, Limit::Duration { .. });
     let all_completed = client
         .flows
         .iter()
         .chain(server.iter().flat_map(|s| s.flows.iter()))
-        .all(|f| f.end == FlowEnd::Completed)
+        .all(|f| f.end == FlowEnd::Completed || (timed && crate::driver::cut_by_drain(&f.end)))
         && rr_completed(&client)
         && server.as_ref().is_none_or(rr_completed);
     let moved = client.flows.iter().any(|f| f.total.bytes_all > 0)
@@ -292,6 +311,42 @@ pub(crate) fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drain_cut_spoils_only_byte_limited_tests() {
+        let r = xferlab_core::sample::bidir_result();
+        let mut cfg = ClientConfig {
+            spec: r.spec.clone(),
+            server: "x".into(),
+            addrs: Vec::new(),
+            connect_timeout: Duration::from_secs(5),
+            embedded: false,
+            auth_key: None,
+        };
+        let status = |cfg: &ClientConfig, end: FlowEnd| {
+            let mut server = r.server.clone().unwrap();
+            server.flows[0].end = end;
+            let out = assemble(
+                cfg,
+                String::new(),
+                SystemTime::now(),
+                r.client.clone(),
+                Some(server),
+                None,
+            );
+            out.status
+        };
+        assert!(matches!(cfg.spec.limit, Limit::Duration { .. }));
+        assert_eq!(status(&cfg, FlowEnd::Completed), Status::Ok);
+        let cut = || FlowEnd::Aborted(crate::driver::CUT_SERVER.into());
+        assert_eq!(status(&cfg, cut()), Status::Ok);
+        assert_eq!(
+            status(&cfg, FlowEnd::Aborted("connection reset by peer".into())),
+            Status::Partial
+        );
+        cfg.spec.limit = Limit::Bytes { bytes: 1 << 20 };
+        assert_eq!(status(&cfg, cut()), Status::Partial);
+    }
 
     #[test]
     fn tokens_round_trip_and_bad_ones_are_refused() {

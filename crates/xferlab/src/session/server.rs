@@ -355,13 +355,7 @@ pub fn serve(
         drain: DRAIN,
         quiesce: Duration::ZERO,
     };
-    let failure = serve_loop(
-        &mut role,
-        &mut io,
-        &rx,
-        run,
-        "no end of stream within 10 s after the client stopped: flows cut",
-    );
+    let failure = serve_loop(&mut role, &mut io, &rx, run, crate::driver::CUT_SERVER);
     drop(cpu_guard);
     drop(end_signal);
     if let Some(why) = failure {

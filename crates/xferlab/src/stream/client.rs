@@ -7,7 +7,7 @@ use std::time::Duration;
 use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::{Attach, AttachReply, ConnKind, Preamble};
-use xferlab_core::proto::{Welcome, HANDSHAKE_TIMEOUT};
+use xferlab_core::proto::Welcome;
 use xferlab_core::result::Endpoint;
 
 use super::side::{ConnectedFlow, Side};
@@ -77,27 +77,55 @@ pub(crate) fn connect_flows(
             plans.len()
         ));
     }
-    let mut out = Vec::with_capacity(plans.len());
-    for (i, plan) in plans.into_iter().enumerate() {
+    if carrier == Carrier::UsbBulk {
+        return Err("USB bulk tests run with `xferlab usb`".into());
+    }
+    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
         let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
-        hello.extend_from_slice(
-            &Attach {
-                token,
-                flow: plan.id,
-            }
-            .encode(),
-        );
-        let socket = match carrier {
-            Carrier::Bytes => FlowSocket::Stream(attach_stream(cfg, server, &hello, plan.id)?),
+        hello.extend_from_slice(&Attach { token, flow }.encode());
+        Ok(match carrier {
             Carrier::Datagrams => {
                 let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
-                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, plan.id)?)
+                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, flow)?)
             }
-            Carrier::UsbBulk => return Err("USB bulk tests run with `xferlab usb`".into()),
-        };
+            _ => FlowSocket::Stream(attach_stream(cfg, server, &hello, flow)?),
+        })
+    };
+    // All flows connect at once, one short-lived thread each: one after
+    // another, 20 flows over a path that loses 20 % of SYNs (a lab hop
+    // dropping Not-ECT packets) took longer than the server waits, since
+    // every lost SYN costs a second or more.
+    let sockets: Vec<Result<FlowSocket, String>> = if plans.len() == 1 {
+        vec![attach(0, plans[0].id)]
+    } else {
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = plans
+                .iter()
+                .enumerate()
+                .map(|(i, plan)| {
+                    let attach = &attach;
+                    let flow = plan.id;
+                    std::thread::Builder::new()
+                        .name("xfer-attach".into())
+                        .spawn_scoped(scope, move || attach(i, flow))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| match h {
+                    Ok(h) => h
+                        .join()
+                        .unwrap_or_else(|_| Err("a flow's connect thread panicked".into())),
+                    Err(e) => Err(format!("cannot start a thread: {e}")),
+                })
+                .collect()
+        })
+    };
+    let mut out = Vec::with_capacity(plans.len());
+    for (plan, socket) in plans.into_iter().zip(sockets) {
         out.push(ConnectedFlow::new(
             plan,
-            socket,
+            socket?,
             Endpoint::Client,
             &cfg.spec,
         )?);
@@ -116,7 +144,8 @@ fn attach_stream(
     stream
         .write_all(hello)
         .map_err(|e| format!("cannot attach flow {}: {e}", flow + 1))?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).ok();
+    // The reply may wait for retransmissions as long as the connect did.
+    stream.set_read_timeout(Some(cfg.attach_wait())).ok();
     let mut reply = [0u8; 1];
     stream
         .read_exact(&mut reply)
