@@ -209,6 +209,41 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if a.max_flows == Some(0) {
         return fail("--max-flows must be at least 1", 2);
     }
+    if !(a.preamble_timeout > 0.0 && a.preamble_timeout <= 3600.0) {
+        return fail(
+            &format!(
+                "--preamble-timeout must be above 0 and at most 1h (got {} s); the default is 5 s",
+                a.preamble_timeout
+            ),
+            2,
+        );
+    }
+    if a.auth_max_failures == 0 {
+        return fail(
+            "--auth-max-failures must be at least 1: every client would be refused after its first attempt",
+            2,
+        );
+    }
+    if !(a.auth_window > 0.0 && a.auth_window <= 86_400.0) {
+        return fail(
+            &format!(
+                "--auth-window must be above 0 and at most 1 day (got {} s); the default is 60 s",
+                a.auth_window
+            ),
+            2,
+        );
+    }
+    for (flag, v) in [
+        ("--max-pending-per-client", a.max_pending_per_client),
+        ("--max-pending", a.max_pending),
+    ] {
+        if v == 0 {
+            return fail(
+                &format!("{flag} must be at least 1: connections that have not yet said what they are would all be closed"),
+                2,
+            );
+        }
+    }
     let auth_keys = match &a.auth_key {
         Some(path) => match session::auth::load_keys(path) {
             Ok(k) => Some(std::sync::Arc::new(k)),
@@ -242,6 +277,13 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             max_total_rate: a.max_total_rate,
             max_flows: a.max_flows,
             min_interval: a.min_interval,
+        },
+        auth_max_failures: a.auth_max_failures,
+        auth_window: Duration::from_secs_f64(a.auth_window),
+        door: session::DoorLimits {
+            preamble_timeout: Duration::from_secs_f64(a.preamble_timeout),
+            max_pending_per_client: a.max_pending_per_client,
+            max_pending: a.max_pending,
         },
     };
     if let Some(cpu) = a.affinity {

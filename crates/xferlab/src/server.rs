@@ -10,8 +10,8 @@
 //! [`crate::session::shared`].
 //!
 //! A connection that has not yet said what it is costs a file descriptor
-//! and a few bytes here, no thread. It has [`PREAMBLE_TIMEOUT`] in total
-//! to say it (not per read: trickling a byte at a time does not extend
+//! and a few bytes here, no thread. It has `--preamble-timeout` (5 s) in
+//! total to say it (not per read: trickling a byte at a time does not extend
 //! it). Too many such connections from one address, or from everyone,
 //! and the oldest of them is closed to make room (and the log says so),
 //! so a flood of slow or idle connections delays nobody who talks
@@ -39,16 +39,6 @@ use crate::session::shared::lock;
 use crate::session::{self, ServerConfig, Shared};
 use crate::transport::FlowSocket;
 
-/// How long a new connection may take, in total, to say what it is (its
-/// preamble, and a data connection's attach record or an iperf3 cookie).
-pub const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections from one address still announcing themselves. A client's
-/// flows connect one after another (xferlab) or all at once (iperf3
-/// `-P 128`), so this leaves room for the largest test.
-pub const MAX_PENDING_PER_CLIENT: usize = 256;
-/// Connections still announcing themselves, from everyone: at most this,
-/// and at most a quarter of the open-file limit.
-pub const MAX_PENDING: usize = 8192;
 /// How often the front door looks at its shutdown flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);
 /// At most one log line per limit this often (the log cannot be flooded
@@ -141,7 +131,7 @@ impl Server {
             stop: self.stop.clone(),
             pending: VecDeque::new(),
             per_client: HashMap::new(),
-            max_pending: max_pending(),
+            max_pending: max_pending(self.shared.cfg.door.max_pending),
             sessions: Vec::new(),
             limit_log: [None, None],
         };
@@ -209,16 +199,16 @@ impl Server {
     }
 }
 
-/// The global pending limit for this process: [`MAX_PENDING`], or a
-/// quarter of the open-file limit if that is lower (the rest is for
-/// tests' flows).
-fn max_pending() -> usize {
+/// The global pending limit for this process: `limit`, or a quarter of
+/// the open-file limit if that is lower (the rest is for tests' flows).
+fn max_pending(limit: usize) -> usize {
     let nofile = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
         .unwrap_or(u64::MAX);
     usize::try_from(nofile / 4)
         .unwrap_or(usize::MAX)
-        .clamp(16, MAX_PENDING)
+        .max(16)
+        .min(limit)
 }
 
 /// A connection that has not yet said what it is.
@@ -292,7 +282,8 @@ impl FrontDoor {
         }
         tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
         let ip = peer.ip();
-        if self.per_client.get(&ip).copied().unwrap_or(0) >= MAX_PENDING_PER_CLIENT {
+        let door = self.shared.cfg.door;
+        if self.per_client.get(&ip).copied().unwrap_or(0) >= door.max_pending_per_client {
             let oldest = self
                 .pending
                 .iter()
@@ -311,7 +302,7 @@ impl FrontDoor {
             buf: [0; COOKIE_LEN],
             have: 0,
             need: PREAMBLE_LEN,
-            deadline: Instant::now() + PREAMBLE_TIMEOUT,
+            deadline: Instant::now() + door.preamble_timeout,
         });
         // It may have spoken already (a client writes its preamble
         // right after connecting).
@@ -322,14 +313,16 @@ impl FrontDoor {
     /// Closes pending connection `i` to make room under `limit`.
     fn evict(&mut self, i: usize, limit: Limit, newcomer: SocketAddr) {
         let Some(p) = self.remove(i) else { return };
+        let door = self.shared.cfg.door;
         let why = match limit {
             Limit::PerClient => format!(
-                "{}: {MAX_PENDING_PER_CLIENT} connections from this address still announcing themselves (the per-address limit): closed the oldest, {:.1} s old",
+                "{}: {} connections from this address still announcing themselves (the per-address limit, --max-pending-per-client): closed the oldest, {:.1} s old",
                 newcomer.ip(),
-                (PREAMBLE_TIMEOUT.saturating_sub(p.deadline.duration_since(Instant::now()))).as_secs_f64()
+                door.max_pending_per_client,
+                (door.preamble_timeout.saturating_sub(p.deadline.duration_since(Instant::now()))).as_secs_f64()
             ),
             Limit::Global => format!(
-                "{} connections still announcing themselves (the server-wide limit): closed the oldest, from {}",
+                "{} connections still announcing themselves (the server-wide limit, --max-pending): closed the oldest, from {}",
                 self.max_pending, p.peer
             ),
         };
@@ -374,7 +367,8 @@ impl FrontDoor {
         while i < self.pending.len() {
             if self.pending[i].deadline <= now {
                 let p = self.remove(i).expect("in range");
-                tracing::debug!(peer = %p.peer, got = p.have, "closed: did not say what it is within {} s", PREAMBLE_TIMEOUT.as_secs());
+                let within = self.shared.cfg.door.preamble_timeout.as_secs_f64();
+                tracing::debug!(peer = %p.peer, got = p.have, "closed: did not say what it is within {within} s");
             } else {
                 i += 1;
             }

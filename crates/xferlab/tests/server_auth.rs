@@ -130,6 +130,49 @@ fn failed_attempts_are_rate_limited_per_address() {
     );
 }
 
+/// The operator sets how many failures an address may make
+/// (--auth-max-failures) and for how long they count (--auth-window):
+/// after 2 an address is locked out, and let in again once the 2 s
+/// window is over.
+#[test]
+fn the_failure_limit_and_window_are_flags() {
+    let keys = TempFile::new("rlf-keys", "the-current-key-0123456789\n");
+    let wrong = TempFile::new("rlf-wrong", "a-key-the-server-does-not-have\n");
+    let srv = Server::start_with(&[
+        "--auth-key",
+        keys.path(),
+        "--auth-max-failures",
+        "2",
+        "--auth-window",
+        "2",
+    ]);
+    let t0 = std::time::Instant::now();
+    for _ in 0..2 {
+        srv.client(
+            &["-t", "0.3", "--auth-key", wrong.path()],
+            deadline_for(0.3),
+        )
+        .assert_one_line_failure(1, &["authentication failed"]);
+    }
+    srv.wait_for_log("2 of 2 allowed per 2 s", 1, Duration::from_secs(3));
+    let out = srv.client(&["-t", "0.3", "--auth-key", keys.path()], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["too many failed authentication attempts"]);
+    let wait = Duration::from_millis(2100).saturating_sub(t0.elapsed());
+    std::thread::sleep(wait); // the window is a span of time: wait it out
+    srv.json(&["-t", "0.3", "--auth-key", keys.path()], 0.3);
+    for (args, needle) in [
+        (
+            &["--auth-max-failures", "0"][..],
+            "--auth-max-failures must be at least 1",
+        ),
+        (&["--auth-window", "0"][..], "--auth-window must be above 0"),
+    ] {
+        let mut all = vec!["server", "-p", "0", "--iperf3-port", "off"];
+        all.extend_from_slice(args);
+        run(&all, Duration::from_secs(5)).assert_one_line_failure(2, &[needle]);
+    }
+}
+
 #[test]
 fn iperf3_clients_authenticate_with_iperf3s_rsa_scheme() {
     let users = users_file("users");

@@ -2,8 +2,10 @@
 //! sessions abandoned after a UDP welcome, connections that trickle or
 //! idle, UDP attaches and iperf3 stream hellos from a third address, an
 //! idle iperf3 UDP setup, oversized results, tests that would make the
-//! server keep too many intervals, iperf3 `--sctp`. Each test drives the
-//! real server binary over loopback.
+//! server keep too many intervals, iperf3 `--sctp`; and the operator's
+//! limits: handshake deadlines, the front door's flags, budgets (rr
+//! tests included) enforced while tests run. Each test drives the real
+//! server binary over loopback.
 
 mod common;
 
@@ -264,6 +266,156 @@ fn the_per_address_pending_limit_closes_the_oldest_and_logs_it() {
         .filter(|s| still_open(s))
         .count();
     assert_eq!(open, 256);
+}
+
+/// The front door's limits are the operator's: --preamble-timeout,
+/// --max-pending-per-client and --max-pending change when a silent
+/// connection is closed and how many are held, and the log names the
+/// flag that closed one.
+#[test]
+fn front_door_limits_are_flags() {
+    let srv = Server::start_with(&[
+        "--preamble-timeout",
+        "1",
+        "--max-pending-per-client",
+        "4",
+        "--max-pending",
+        "6",
+    ]);
+    // Silent: closed after 1 s, not 5.
+    let mut silent = raw_connect(srv.addr());
+    silent
+        .set_read_timeout(Some(Duration::from_secs(4)))
+        .unwrap();
+    let t0 = Instant::now();
+    assert!(reads_to_eof(&mut silent), "a silent connection was kept");
+    let closed = t0.elapsed();
+    assert!(
+        (Duration::from_millis(800)..Duration::from_millis(2500)).contains(&closed),
+        "closed after {closed:?}, not at its 1 s --preamble-timeout"
+    );
+    // Per address: the 5th from one address closes the 1st.
+    let a = Ipv4Addr::new(127, 0, 3, 1);
+    let mut from_a: Vec<TcpStream> = (0..5).map(|_| tcp_from(a, srv.addr())).collect();
+    assert!(reads_to_eof(&mut from_a[0]), "the oldest of 5 was kept");
+    srv.wait_for_log("--max-pending-per-client", 1, Duration::from_secs(3));
+    assert!(from_a[1..].iter().all(still_open));
+    // In all: 4 from a, 3 from b is 7 > 6: the oldest (from a) goes.
+    let b = Ipv4Addr::new(127, 0, 3, 2);
+    let from_b: Vec<TcpStream> = (0..3).map(|_| tcp_from(b, srv.addr())).collect();
+    srv.wait_for_log("--max-pending)", 1, Duration::from_secs(3));
+    from_a[1].set_nonblocking(false).unwrap();
+    assert!(reads_to_eof(&mut from_a[1]), "the oldest of 7 was kept");
+    assert!(from_b.iter().all(still_open));
+    // Talking promptly still works.
+    srv.json(&["-t", "0.2"], 0.2);
+}
+
+/// Bad front-door limits are refused with one line naming the flag.
+#[test]
+fn bad_front_door_limits_are_refused_in_one_line() {
+    for (args, needle) in [
+        (
+            &["--preamble-timeout", "0"][..],
+            "--preamble-timeout must be above 0",
+        ),
+        (&["--preamble-timeout", "2h"][..], "at most 1h"),
+        (
+            &["--max-pending", "0"][..],
+            "--max-pending must be at least 1",
+        ),
+        (
+            &["--max-pending-per-client", "0"][..],
+            "--max-pending-per-client must be at least 1",
+        ),
+    ] {
+        let mut all = vec!["server", "-p", "0", "--iperf3-port", "off"];
+        all.extend_from_slice(args);
+        run(&all, Duration::from_secs(5)).assert_one_line_failure(2, &[needle]);
+    }
+}
+
+/// Sends `opening` on a fresh connection, then trickles one byte of a
+/// message that never ends every 1.5 s; returns how long after the
+/// opening the server closed the connection.
+fn trickle_after(srv: &Server, opening: &[u8]) -> Duration {
+    let mut s = raw_connect(srv.addr());
+    send(&mut s, opening);
+    let t0 = Instant::now();
+    let mut reader = s.try_clone().unwrap();
+    reader
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let writer = std::thread::spawn(move || {
+        // A length prefix of 1000 bytes, then the bytes one by one.
+        let mut bytes = vec![0, 0, 3, 232];
+        bytes.extend([b'{'; 1000]);
+        for b in bytes {
+            if std::io::Write::write_all(&mut s, &[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1500));
+            if t0.elapsed() > Duration::from_secs(20) {
+                return;
+            }
+        }
+    });
+    assert!(reads_to_eof(&mut reader), "still open after 20 s");
+    let closed = t0.elapsed();
+    drop(reader);
+    writer.join().unwrap();
+    closed
+}
+
+/// The handshake after the opening bytes has 10 s in total, however its
+/// bytes are spaced: an xferlab hello and iperf3 parameters trickled a
+/// byte every 1.5 s are cut at 10 s.
+#[test]
+fn handshake_deadlines_are_total_not_per_read() {
+    let srv = Server::start();
+    let xferlab = {
+        let srv = &srv;
+        move || trickle_after(srv, &preamble(PROTOCOL, 1))
+    };
+    let iperf3 = || trickle_after(&srv, b"hardeningtrickleaaaaaaaaaaaaaaaaaaaa\0");
+    let (x, i) = std::thread::scope(|sc| {
+        let x = sc.spawn(xferlab);
+        let i = sc.spawn(iperf3);
+        (x.join().unwrap(), i.join().unwrap())
+    });
+    for (who, closed) in [("xferlab hello", x), ("iperf3 parameters", i)] {
+        assert!(
+            (Duration::from_millis(9500)..Duration::from_millis(12500)).contains(&closed),
+            "{who} trickled: closed after {closed:?}, not at the 10 s handshake deadline\n{}",
+            srv.log()
+        );
+    }
+}
+
+/// --max-duration holds a running test, not only its request: a
+/// byte-limited test (which says no duration) still running at
+/// --max-duration is cut 15 s later, and the client is told why.
+#[test]
+fn max_duration_cuts_a_byte_limited_test_while_it_runs() {
+    let srv = Server::start_with(&["--max-duration", "1"]);
+    let out = srv.client(
+        &["-n", "1G", "--fq-rate", "8M", "-R"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        out.code != Some(0)
+            && (Duration::from_secs(15)..Duration::from_secs(20)).contains(&out.elapsed),
+        "{}\n{}",
+        out.describe(),
+        srv.log()
+    );
+    assert!(
+        out.stderr
+            .contains("timed out waiting for the client to end the test"),
+        "{}",
+        out.describe()
+    );
+    srv.wait_for_log("ended: timed out", 1, Duration::from_secs(5));
 }
 
 // ---------------------------------------------------------- items 3, 4
@@ -619,4 +771,172 @@ fn requests_past_the_session_limit_are_answered_busy_without_a_thread() {
     let mut iperf3 = raw_connect(srv.addr());
     send(&mut iperf3, b"hardeningbusyaaaaaaaaaaaaaaaaaaaaaaa\0");
     assert_eq!(read_n(&mut iperf3, 1), [0xff], "ACCESS_DENIED");
+}
+
+// ------------------------------------------------------ rr and budgets
+
+/// Runs `rr 127.0.0.1 -p PORT ARGS` against `srv`.
+fn rr_client(srv: &Server, args: &[&str], seconds: f64) -> Output {
+    let port = srv.port.to_string();
+    let mut all = vec!["rr", "127.0.0.1", "-p", &port];
+    all.extend_from_slice(args);
+    run(&all, deadline_for(seconds))
+}
+
+/// `rr -J ARGS` against `srv`, which must succeed; its result.
+fn rr_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
+    let mut all = vec!["-J"];
+    all.extend_from_slice(args);
+    let out = rr_client(srv, &all, seconds);
+    assert!(
+        out.code == Some(0) && !out.timed_out,
+        "{}\n--- server log ---\n{}",
+        out.describe(),
+        srv.log()
+    );
+    parse_json(&out)
+}
+
+/// Bits per second of answers the client of an rr result received once
+/// the test had settled (intervals from 1 s on: TCP pacing lets the
+/// first answers of a connection go unpaced).
+fn settled_answer_rate(v: &Value, response: f64) -> f64 {
+    let (mut n, mut from, mut to) = (0.0, f64::MAX, 0.0f64);
+    for flow in v["client"]["pattern"]["flows"].as_array().unwrap() {
+        for iv in flow["intervals"].as_array().unwrap() {
+            let (start, end) = (f64_at(iv, "/start_s"), f64_at(iv, "/end_s"));
+            if start >= 1.0 {
+                n += f64_at(iv, "/transactions");
+                from = from.min(start);
+                to = to.max(end);
+            }
+        }
+    }
+    n * response * 8.0 / (to - from)
+}
+
+/// A hostile udp-rr client that sends requests as fast as it can gets
+/// answers at the server's --max-rate, not at the rate it asks for
+/// (without the budget the server answered this flood at hundreds of
+/// Mbit/s), and the log counts the answers held back.
+#[test]
+fn a_udp_rr_flood_is_answered_at_max_rate() {
+    let srv = Server::start_with(&["--max-rate", "10M"]);
+    let spec = rr_json(&srv, &["--mode", "udp-rr", "-s", "1400", "-t", "0.2"], 0.2)["spec"].clone();
+    let mut spec = spec;
+    spec["limit"] = json!({"duration": {"seconds": 5.0}});
+    let (_ctl, welcome) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    let to = SocketAddr::from((
+        Ipv4Addr::LOCALHOST,
+        welcome["rr_port"].as_u64().unwrap() as u16,
+    ));
+    let sock = udp_from(Ipv4Addr::LOCALHOST);
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let rx = sock.try_clone().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let counter = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        let (mut bytes, mut first, mut last) = (0u64, None, Instant::now());
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Ok(n) = rx.recv(&mut buf) {
+                let now = Instant::now();
+                first.get_or_insert(now);
+                last = now;
+                bytes += n as u64;
+            }
+        }
+        (bytes, first.map(|f| last - f))
+    });
+    let mut req = [0u8; 16];
+    let t0 = Instant::now();
+    let mut seq = 0u64;
+    while t0.elapsed() < Duration::from_millis(1500) {
+        for _ in 0..64 {
+            seq += 1;
+            req[..8].copy_from_slice(&seq.to_be_bytes());
+            sock.send_to(&req, to).ok();
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (bytes, span) = counter.join().unwrap();
+    let span = span.expect("no answer at all").as_secs_f64();
+    let rate = bytes as f64 * 8.0 / span;
+    assert!(
+        span > 1.0 && (5e6..12e6).contains(&rate),
+        "{seq} requests in 1.5 s answered at {rate:.0} bit/s over {span:.2} s by a server held to 10 Mbit/s"
+    );
+    drop(_ctl);
+    srv.wait_for_log("waited for their turn", 1, Duration::from_secs(10));
+}
+
+/// A real udp-rr and tcp-crr client asking for more than --max-rate get
+/// answers at about that rate, and their results say so; a tcp-rr
+/// client's answers are paced to it by the kernel.
+#[test]
+fn rr_answers_are_held_to_max_rate() {
+    let srv = Server::start_with(&["--max-rate", "10M"]);
+    for (mode, size, args) in [
+        (
+            "udp-rr",
+            1400.0,
+            &["-s", "1400", "-F", "8", "--depth", "16"][..],
+        ),
+        ("tcp-crr", 16384.0, &["-s", "16K", "-F", "4"][..]),
+        (
+            "tcp-rr",
+            65536.0,
+            &["-s", "64K", "-F", "2", "--depth", "4"][..],
+        ),
+    ] {
+        let mut all = vec!["--mode", mode, "-t", "3", "-i", "0.5"];
+        all.extend_from_slice(args);
+        let v = rr_json(&srv, &all, 3.0);
+        let rate = settled_answer_rate(&v, size);
+        assert!(
+            (5e6..11.5e6).contains(&rate),
+            "{mode}: answers at {rate:.0} bit/s from a server held to 10 Mbit/s\n{}",
+            srv.log()
+        );
+    }
+    let log = srv.log();
+    assert!(log.contains("answers held to 10.0 Mbits/sec"), "{log}");
+    assert!(
+        log.contains("answers paced to 5.00 Mbits/sec per flow"),
+        "{log}"
+    );
+}
+
+/// rr tests count in the budgets: their request/response flows in
+/// --max-flows, their answers in --max-total-rate while they run.
+#[test]
+fn rr_tests_count_in_the_flow_and_rate_budgets() {
+    let srv = Server::start_with(&[
+        "--max-flows",
+        "4",
+        "--max-rate",
+        "50M",
+        "--max-total-rate",
+        "60M",
+    ]);
+    rr_client(&srv, &["-F", "8", "-t", "1"], 1.0)
+        .assert_one_line_failure(1, &["8 flows", "--max-flows of 4"]);
+    let held = Proc::spawn(&[
+        "rr",
+        "127.0.0.1",
+        "-p",
+        &srv.port.to_string(),
+        "--mode",
+        "udp-rr",
+        "-t",
+        "1.5",
+    ]);
+    srv.wait_for_log("accepted", 1, Duration::from_secs(5));
+    let out = srv.client(&["-u", "-R", "-b", "20M", "-t", "0.3"], deadline_for(0.3));
+    out.assert_one_line_failure(1, &["busy", "--max-total-rate"]);
+    held.finish(deadline_for(1.5)).assert_success();
+    srv.wait_for_log("done:", 1, Duration::from_secs(5));
+    srv.json(&["-u", "-R", "-b", "20M", "-t", "0.3"], 0.3);
 }

@@ -2,9 +2,11 @@
 //! for ([`RrSpec`]), the per-flow transaction bookkeeping ([`tracker`]),
 //! per-interval transaction counts ([`meter`]), the result types
 //! ([`report`]) and the few bytes on the wire ([`wire`]). Latency
-//! histograms are [`crate::latency`]'s. The drivers in the `xferlab` crate
+//! histograms are [`crate::latency`]'s. The server's rate budget for
+//! its answers is [`budget`]. The drivers in the `xferlab` crate
 //! own the sockets.
 
+pub mod budget;
 pub mod meter;
 pub mod report;
 pub mod tracker;

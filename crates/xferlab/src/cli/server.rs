@@ -6,6 +6,7 @@ use clap::Args;
 use xferlab_core::units::{parse_rate, parse_seconds};
 
 use crate::net::DEFAULT_PORT;
+use crate::session::DoorLimits;
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
@@ -53,6 +54,13 @@ pub struct ServerArgs {
     /// --authorized-users-path, or are refused.
     #[arg(long, value_name = "FILE")]
     pub auth_key: Option<std::path::PathBuf>,
+    /// Failed authentication attempts one client address may make per
+    /// --auth-window; then it is refused until the window is over.
+    #[arg(long, default_value_t = crate::session::auth::MAX_FAILURES, value_name = "N")]
+    pub auth_max_failures: u32,
+    /// The window failed authentication attempts are counted in.
+    #[arg(long, default_value = "60", value_parser = parse_seconds, value_name = "DURATION")]
+    pub auth_window: f64,
     /// Require iperf3 clients to authenticate with iperf3's own scheme:
     /// the RSA private key (PEM) their --rsa-public-key-path matches.
     #[arg(long, value_name = "FILE", requires = "authorized_users_path")]
@@ -61,6 +69,21 @@ pub struct ServerArgs {
     /// hash of "{user}password" (as iperf3's server reads it).
     #[arg(long, value_name = "FILE", requires = "rsa_private_key_path")]
     pub authorized_users_path: Option<std::path::PathBuf>,
+    /// How long a new connection may take, in total, to say what it is
+    /// (its first bytes: xferlab's preamble and attach record, or iperf3's
+    /// cookie); then it is closed. A trickle of bytes does not extend it.
+    #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "DURATION")]
+    pub preamble_timeout: f64,
+    /// Connections from one client address that have not yet said what
+    /// they are; past it the oldest of them is closed (and logged). Leave
+    /// room for a client's largest test (iperf3 -P 128 opens 129 at once).
+    #[arg(long, default_value_t = DoorLimits::MAX_PENDING_PER_CLIENT, value_name = "N")]
+    pub max_pending_per_client: usize,
+    /// Connections from everyone that have not yet said what they are
+    /// (at most a quarter of the open-file limit is used); past it the
+    /// oldest is closed (and logged).
+    #[arg(long, default_value_t = DoorLimits::MAX_PENDING, value_name = "N")]
+    pub max_pending: usize,
     /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
     #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
     pub min_interval: Option<f64>,

@@ -445,9 +445,8 @@ fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i3
         Err(why) => {
             let n = shared.auth_failures.record(peer.ip());
             Err(refuse(format!(
-                "authentication failed: {why} ({n} of {} allowed per {} s from this address)",
-                crate::session::auth::MAX_FAILURES,
-                crate::session::auth::WINDOW.as_secs()
+                "authentication failed: {why} ({})",
+                shared.auth_failures.describe(n)
             )))
         }
     }

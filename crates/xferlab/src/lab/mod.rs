@@ -687,6 +687,13 @@ impl Lab {
                 SERVER_PORT.to_string(),
                 "--max-sessions".into(),
                 (tests + 16).to_string(),
+                // The lab's server faces only the lab's own hosts, over a
+                // link that may drop what it is told to: a data
+                // connection's first segment can need retransmissions
+                // (1 s, then 2 s, 4 s, ... apart) longer than the 5 s an
+                // Internet-facing server allows.
+                "--preamble-timeout".into(),
+                "60".into(),
             ];
             let mut srv = self.spawn_in(&ns_of(&h.name), &server_args, Stdio::piped())?;
             pending.push((h.name.clone(), srv.stdout.take()));

@@ -234,7 +234,10 @@ pub fn run(
         if flags.abort.load(Ordering::Relaxed) {
             for f in flows.iter_mut().filter(|f| f.end.is_none()) {
                 f.tracker.fail_all();
-                f.end = Some((FlowEnd::Aborted("the test was aborted".into()), now));
+                f.end = Some((
+                    FlowEnd::Aborted(crate::transport::flow::ABORTED.into()),
+                    now,
+                ));
             }
             break;
         }

@@ -15,6 +15,7 @@ use xferlab_core::time::Time;
 
 use xferlab_core::proto::wire::TOKEN_LEN;
 use xferlab_core::result::FlowEnd;
+use xferlab_core::rr::budget::{SharedRate, Slot};
 use xferlab_core::rr::wire::{decode_tcp_hello, decode_udp_header, TCP_HELLO_LEN, UDP_HEADER_LEN};
 use xferlab_core::rr::{RrMode, RrSpec, RrWait};
 
@@ -50,6 +51,13 @@ pub struct ServerPlan {
     pub notify: Box<dyn Fn() + Send + Sync>,
     /// How the engine threads wait (`--wait`, `auto` decided).
     pub wait: RrWait,
+    /// TCP RR: SO_MAX_PACING_RATE (bytes/s) of every flow's connection,
+    /// its share of the server's `--max-rate`.
+    pub pacing: Option<u64>,
+    /// UDP RR and CRR: the rate every answer of the test shares (per
+    /// connection pacing cannot hold CRR, whose connections each send
+    /// one answer, and one UDP socket answers every flow).
+    pub budget: Option<SharedRate>,
 }
 
 struct Conn {
@@ -112,7 +120,7 @@ pub fn run(
                     results.push(result(
                         id,
                         c,
-                        FlowEnd::Aborted("the test was aborted".into()),
+                        FlowEnd::Aborted(crate::transport::flow::ABORTED.into()),
                         now,
                     ));
                 }
@@ -129,7 +137,7 @@ pub fn run(
             // connection has ended, or the linger time.
             if rr.mode != RrMode::TcpRr || open == 0 {
                 if rr.mode == RrMode::UdpRr {
-                    serve_udp(&plan, &counters, &mut rbuf, &mut wbuf);
+                    serve_udp(&plan, &counters, &flags, &mut rbuf, &mut wbuf);
                 }
                 break;
             }
@@ -168,7 +176,9 @@ pub fn run(
             if spin {
                 super::poller::spin_readable(c.stream.as_raw_fd(), super::client_flow::SPIN_BUDGET);
             }
-            if let Some(end) = serve_tcp(&plan, &counters, c, 0, &poller, &mut rbuf, &wbuf, false) {
+            if let Some(end) = serve_tcp(
+                &plan, &counters, &flags, c, 0, &poller, &mut rbuf, &wbuf, false,
+            ) {
                 let c = conns[0].take().expect("present");
                 if let Some(id) = c.flow {
                     results.push(result(id, &c, end, clock::now()));
@@ -186,18 +196,10 @@ pub fn run(
             let ev = poller.get(k);
             if ev.token == LISTENER {
                 match &plan.socket {
-                    RrSocket::Udp(_) => serve_udp(&plan, &counters, &mut rbuf, &mut wbuf),
+                    RrSocket::Udp(_) => serve_udp(&plan, &counters, &flags, &mut rbuf, &mut wbuf),
                     RrSocket::Tcp(l) => {
                         accepted.clear();
-                        accept_all(
-                            l,
-                            &poller,
-                            &mut conns,
-                            &mut free,
-                            now,
-                            rr.mode == RrMode::TcpRr,
-                            &mut accepted,
-                        );
+                        accept_all(&plan, l, &poller, &mut conns, &mut free, now, &mut accepted);
                         if rr.mode == RrMode::TcpCrr {
                             // A CRR client writes its request right behind the
                             // handshake: it is usually here already, and
@@ -205,7 +207,8 @@ pub fn run(
                             for &i in &accepted {
                                 let Some(c) = conns[i].as_mut() else { continue };
                                 let done = serve_tcp(
-                                    &plan, &counters, c, i, &poller, &mut rbuf, &wbuf, false,
+                                    &plan, &counters, &flags, c, i, &poller, &mut rbuf, &wbuf,
+                                    false,
                                 )
                                 .is_some();
                                 if done
@@ -228,6 +231,7 @@ pub fn run(
             let outcome = serve_tcp(
                 &plan,
                 &counters,
+                &flags,
                 c,
                 i,
                 &poller,
@@ -262,20 +266,28 @@ fn result(id: u32, c: &Conn, end: FlowEnd, at: Time) -> FlowResult {
 }
 
 fn accept_all(
+    plan: &ServerPlan,
     l: &TcpListener,
     poller: &Poller,
     conns: &mut Vec<Option<Conn>>,
     free: &mut Vec<usize>,
     now: Time,
-    nodelay: bool,
     accepted: &mut Vec<usize>,
 ) {
+    let nodelay = plan.rr.mode == RrMode::TcpRr;
     for _ in 0..64 {
         let stream = match l.accept() {
             Ok((s, _)) => s,
             Err(_) => return,
         };
         stream.set_nonblocking(true).ok();
+        if let Some(rate) = plan.pacing {
+            // Without it the flow would answer as fast as the client
+            // asks, past the server's --max-rate: refuse the connection.
+            if crate::net::sockopt::set_max_pacing_rate(stream.as_raw_fd(), rate).is_err() {
+                continue;
+            }
+        }
         // A CRR connection writes one response: Nagle never holds it.
         if nodelay {
             stream.set_nodelay(true).ok();
@@ -312,6 +324,7 @@ fn accept_all(
 fn serve_tcp(
     plan: &ServerPlan,
     counters: &[FlowCounters],
+    flags: &EngineFlags,
     c: &mut Conn,
     i: usize,
     poller: &Poller,
@@ -354,8 +367,14 @@ fn serve_tcp(
                 while c.req_got >= req {
                     c.req_got -= req;
                     answered += 1;
-                    c.to_write += resp;
                 }
+                if let Some(b) = plan.budget.as_ref().filter(|_| answered > 0) {
+                    if !wait_for_slot(b, answered * resp as u64, flags) {
+                        counters[flow].dropped.fetch_add(answered, Relaxed);
+                        return Some(FlowEnd::Aborted("over the server's rate budget".into()));
+                    }
+                }
+                c.to_write += answered as usize * resp;
                 c.answered += answered;
                 if answered > 0 {
                     counters[flow].sent.fetch_add(answered, Relaxed);
@@ -403,7 +422,13 @@ fn serve_tcp(
     None
 }
 
-fn serve_udp(plan: &ServerPlan, counters: &[FlowCounters], rbuf: &mut [u8], wbuf: &mut [u8]) {
+fn serve_udp(
+    plan: &ServerPlan,
+    counters: &[FlowCounters],
+    flags: &EngineFlags,
+    rbuf: &mut [u8],
+    wbuf: &mut [u8],
+) {
     let RrSocket::Udp(s) = &plan.socket else {
         return;
     };
@@ -427,9 +452,37 @@ fn serve_udp(plan: &ServerPlan, counters: &[FlowCounters], rbuf: &mut [u8], wbuf
             c.dropped.fetch_add(1, Relaxed);
             continue;
         }
+        if let Some(b) = &plan.budget {
+            if !wait_for_slot(b, resp as u64, flags) {
+                c.dropped.fetch_add(1, Relaxed);
+                continue;
+            }
+        }
         wbuf[..UDP_HEADER_LEN].copy_from_slice(&rbuf[..UDP_HEADER_LEN]);
         if s.send_to(&wbuf[..resp], from).is_ok() {
             c.completed.fetch_add(1, Relaxed);
         }
+    }
+}
+
+/// Waits for an answer's slot in the test's shared rate, meanwhile
+/// leaving further requests in the socket's queue. False: drop the
+/// answer (its slot comes after the client stops waiting, or the test is
+/// aborted).
+fn wait_for_slot(budget: &SharedRate, bytes: u64, flags: &EngineFlags) -> bool {
+    let at = match budget.reserve(bytes, clock::now()) {
+        Slot::Now => return true,
+        Slot::Drop => return false,
+        Slot::At(at) => at,
+    };
+    loop {
+        let now = clock::now();
+        if now >= at {
+            return true;
+        }
+        if flags.abort.load(Relaxed) {
+            return false;
+        }
+        std::thread::sleep(at.duration_since(now).min(FLAG_POLL));
     }
 }

@@ -13,6 +13,7 @@ use xferlab_core::time::Time;
 use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::result::{Endpoint, SideReport};
+use xferlab_core::rr::budget::SharedRate;
 use xferlab_core::rr::{RrMode, RrSpec};
 use xferlab_core::spec::{Knobs, TestSpec, Transport};
 
@@ -89,7 +90,10 @@ impl SessionPattern for RrSession {
             peer_ip.to_string(),
         );
         let notify_tx = env.tx.clone();
+        let (pacing, budget) = answer_rate(spec, &rr);
         let plan = Arc::new(ServerPlan {
+            pacing,
+            budget,
             wait,
             rr: rr.clone(),
             token: env.token,
@@ -201,7 +205,34 @@ impl SessionPattern for RrSession {
     }
 
     fn outcome_line(&self, ours: Option<&SideReport>) -> String {
-        outcome_line(ours)
+        let mut line = outcome_line(ours);
+        if let Some(plan) = &self.plan {
+            line.push_str(&budget_note(plan));
+        }
+        line
+    }
+}
+
+/// How the server's answers are held to the rate each flow may send
+/// (`knobs.max_pacing_rate`, bytes/s: the client's --fq-rate, or this
+/// server's share of its --max-rate, see [`crate::session::budget`]):
+/// TCP RR connections are paced by the kernel; UDP RR and CRR answers
+/// share one rate for all flows, and an answer that could only go after
+/// the client's --timeout is dropped.
+fn answer_rate(spec: &TestSpec, rr: &RrSpec) -> (Option<u64>, Option<SharedRate>) {
+    let Some(per_flow) = spec.knobs.max_pacing_rate else {
+        return (None, None);
+    };
+    match rr.mode {
+        RrMode::TcpRr => (Some(per_flow), None),
+        RrMode::TcpCrr | RrMode::UdpRr => {
+            let bits = per_flow
+                .saturating_mul(8)
+                .saturating_mul(u64::from(rr.flows));
+            let wait = Duration::from_secs_f64(rr.timeout_s);
+            let wait_ns = u64::try_from(wait.as_nanos()).unwrap_or(u64::MAX);
+            (None, Some(SharedRate::new(bits, wait_ns)))
+        }
     }
 }
 
@@ -233,6 +264,23 @@ fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
     s.listen(4096).map_err(|e| format!("cannot listen: {e}"))?;
     s.set_nonblocking(true).map_err(|e| e.to_string())?;
     Ok(s.into())
+}
+
+/// What the rate budget did to the answers, for the log line.
+fn budget_note(plan: &ServerPlan) -> String {
+    let r = |bits: u64| xferlab_core::units::RateUnit::AutoBits.format_rate(bits as f64);
+    if let Some(bytes) = plan.pacing {
+        return format!(", answers paced to {} per flow", r(bytes.saturating_mul(8)));
+    }
+    let Some(b) = &plan.budget else {
+        return String::new();
+    };
+    format!(
+        ", answers held to {}: {} waited for their turn, {} dropped",
+        r(b.rate_bps()),
+        b.held(),
+        b.dropped()
+    )
 }
 
 fn outcome_line(r: Option<&SideReport>) -> String {

@@ -196,7 +196,7 @@ impl RrSide {
                     self.default_local.clone(),
                     self.default_remote.clone(),
                     if self.flags.abort.load(Ordering::Relaxed) {
-                        FlowEnd::Aborted("the test was aborted".into())
+                        FlowEnd::Aborted(crate::transport::flow::ABORTED.into())
                     } else {
                         FlowEnd::Completed
                     },

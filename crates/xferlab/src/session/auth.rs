@@ -1,8 +1,9 @@
 //! Authentication on the server's side, off unless keys are given: keys
 //! from a file (`--auth-key`), a fresh nonce per session, and failed
 //! attempts counted per client address, so nobody can try keys (or
-//! iperf3 passwords) at line rate: after [`MAX_FAILURES`] failures within
-//! [`WINDOW`], an address is refused until the window has passed.
+//! iperf3 passwords) at line rate: after `--auth-max-failures` (5)
+//! failures within `--auth-window` (60 s), an address is refused until
+//! the window has passed.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,8 +15,11 @@ use xferlab_core::proto::auth::{parse_keys, NONCE_LEN};
 
 use super::shared::lock;
 
-/// Failed attempts an address may make per [`WINDOW`].
+/// Failed attempts an address may make per [`WINDOW`] by default: a
+/// user who mistypes a password a few times is not locked out, a
+/// guesser gets 7,200 tries a day.
 pub const MAX_FAILURES: u32 = 5;
+/// The default window failed attempts are counted in.
 pub const WINDOW: Duration = Duration::from_secs(60);
 /// Addresses remembered at most (older records are dropped first once
 /// this many are kept).
@@ -36,18 +40,44 @@ pub fn nonce() -> Result<[u8; NONCE_LEN], String> {
 }
 
 /// Failed attempts per client address.
-#[derive(Default)]
 pub struct Failures {
     by_addr: Mutex<HashMap<IpAddr, (Instant, u32)>>,
+    /// Failures allowed per window.
+    pub max: u32,
+    pub window: Duration,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Failures::new(MAX_FAILURES, WINDOW)
+    }
 }
 
 impl Failures {
+    pub fn new(max: u32, window: Duration) -> Self {
+        Failures {
+            by_addr: Mutex::default(),
+            max,
+            window,
+        }
+    }
+
+    /// "N of M allowed per S s from this address", for log lines and
+    /// refusals after failure `n`.
+    pub fn describe(&self, n: u32) -> String {
+        format!(
+            "{n} of {} allowed per {} s from this address",
+            self.max,
+            self.window.as_secs_f64()
+        )
+    }
+
     /// How long `ip` is still refused, if it used up its attempts.
     pub fn locked_out(&self, ip: IpAddr) -> Option<Duration> {
         let map = lock(&self.by_addr);
         let (since, n) = map.get(&ip)?;
-        let left = WINDOW.checked_sub(since.elapsed())?;
-        (*n >= MAX_FAILURES).then_some(left)
+        let left = self.window.checked_sub(since.elapsed())?;
+        (*n >= self.max).then_some(left)
     }
 
     /// Counts a failed attempt from `ip`; returns the count in the
@@ -56,7 +86,7 @@ impl Failures {
         let mut map = lock(&self.by_addr);
         let now = Instant::now();
         if map.len() >= MAX_TRACKED {
-            map.retain(|_, (since, _)| now.duration_since(*since) < WINDOW);
+            map.retain(|_, (since, _)| now.duration_since(*since) < self.window);
             if map.len() >= MAX_TRACKED {
                 if let Some(oldest) = map.iter().min_by_key(|(_, (s, _))| *s).map(|(k, _)| *k) {
                     map.remove(&oldest);
@@ -64,7 +94,7 @@ impl Failures {
             }
         }
         let e = map.entry(ip).or_insert((now, 0));
-        if now.duration_since(e.0) >= WINDOW {
+        if now.duration_since(e.0) >= self.window {
             *e = (now, 0);
         }
         e.1 += 1;

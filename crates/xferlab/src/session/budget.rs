@@ -3,9 +3,11 @@
 //! for one test and for all tests together. Checked at admission with a
 //! refusal that names the limit, and enforced while the test runs: the
 //! rate the server grants a test becomes the pacing of every flow it
-//! sends (SO_MAX_PACING_RATE for TCP, the datagram pacer for UDP), and
-//! the grant is held against the server-wide budget until the session
-//! ends.
+//! sends (SO_MAX_PACING_RATE for TCP, the datagram pacer for UDP, the
+//! rr server's shared answer rate for UDP RR and CRR answers), and the
+//! grant is held against the server-wide budget until the session ends.
+//! An rr test counts its request/response flows as flows the server
+//! sends on (it answers on every one).
 
 use std::sync::Mutex;
 
@@ -92,11 +94,14 @@ impl Budgets {
         spec: &mut TestSpec,
     ) -> Result<Option<RateGrant<'a>>, OverBudget> {
         let plans = spec.flows();
+        // An rr test's request/response flows, besides its background
+        // stream flows (`plans`): the server answers on every one.
+        let rr_flows = spec.pattern.rr().map_or(0, |r| r.flows as u64);
+        let flows = plans.len() as u64 + rr_flows;
         if let Some(max) = self.max_flows {
-            if plans.len() > max {
+            if flows > max as u64 {
                 return Err(OverBudget::Flows(format!(
-                    "{} flows is more than this server's --max-flows of {max}",
-                    plans.len()
+                    "{flows} flows is more than this server's --max-flows of {max}"
                 )));
             }
         }
@@ -108,14 +113,14 @@ impl Budgets {
                 )));
             }
         }
-        // rr tests answer requests, one response per request: what they
-        // send is bounded by what the client sends, not paced here.
-        if (self.max_rate.is_none() && self.max_total_rate.is_none())
-            || spec.pattern != Pattern::Stream
-        {
+        if self.max_rate.is_none() && self.max_total_rate.is_none() {
             return Ok(None);
         }
-        let udp = spec.transport.carrier() == Carrier::Datagrams;
+        // UDP stream flows are paced by their -b (`knobs.rate`); TCP
+        // flows, and an rr test's answers, by `knobs.max_pacing_rate`
+        // (bytes/s per flow: SO_MAX_PACING_RATE, or the rr server's
+        // shared rate for UDP and CRR answers).
+        let udp = spec.pattern == Pattern::Stream && spec.transport.carrier() == Carrier::Datagrams;
         // What each flow asked for, bit/s (None: as fast as it can).
         let asked = if udp {
             spec.knobs.rate
@@ -125,8 +130,9 @@ impl Budgets {
         let ours = plans
             .iter()
             .filter(|p| p.direction == FlowDirection::S2c)
-            .count() as u64;
-        let theirs = plans.len() as u64 - ours;
+            .count() as u64
+            + rr_flows;
+        let theirs = plans.len() as u64 + rr_flows - ours;
         // The client's own unpaced datagrams cannot be throttled from
         // here: such a test must say its rate.
         if udp && asked.is_none() && theirs > 0 {
@@ -135,7 +141,18 @@ impl Budgets {
                 rate(self.max_rate.or(self.max_total_rate).unwrap_or(0))
             )));
         }
-        let flows = plans.len() as u64;
+        if let Some(max) = self.max_rate.filter(|_| asked.is_none()) {
+            if max
+                .checked_div(ours)
+                .is_some_and(|f| f < MIN_GRANT_PER_FLOW)
+            {
+                return Err(OverBudget::Rate(format!(
+                    "{ours} flows sent by the server would get less than {} each of its --max-rate of {}: use fewer flows",
+                    rate(MIN_GRANT_PER_FLOW),
+                    rate(max)
+                )));
+            }
+        }
         let mut reserved = lock(&book.reserved);
         let left = self
             .max_total_rate
@@ -274,5 +291,44 @@ mod tests {
         f.transport = Transport::Udp;
         f.knobs.rate = None;
         assert!(matches!(b.admit(&book, &mut f), Err(OverBudget::Rate(_))));
+    }
+
+    #[test]
+    fn rr_flows_count_and_their_answers_get_a_share() {
+        use xferlab_core::rr::RrMode;
+        let b = Budgets {
+            max_rate: Some(10 * M),
+            max_total_rate: Some(15 * M),
+            max_flows: Some(8),
+            ..Budgets::default()
+        };
+        let book = RateBook::default();
+        let rr = |flows: u32| {
+            let mut s = TestSpec::default_rr(RrMode::UdpRr);
+            if let Pattern::Rr(r) = &mut s.pattern {
+                r.flows = flows;
+            }
+            s
+        };
+        let e = b.admit(&book, &mut rr(9)).err().unwrap();
+        assert!(e.message().contains("9 flows"), "{e:?}");
+        let mut s = rr(4);
+        let g = b.admit(&book, &mut s).unwrap();
+        assert_eq!(s.knobs.max_pacing_rate, Some(10 * M / 4 / 8));
+        // 5 Mbit/s left for the next one.
+        let mut s2 = rr(1);
+        let _g2 = b.admit(&book, &mut s2).unwrap();
+        assert_eq!(s2.knobs.max_pacing_rate, Some(5 * M / 8));
+        drop(g);
+        // Too many flows for a useful share of --max-rate.
+        let b = Budgets {
+            max_rate: Some(M),
+            ..Budgets::default()
+        };
+        let e = b.admit(&book, &mut rr(20)).err().unwrap();
+        assert!(
+            matches!(e, OverBudget::Rate(ref m) if m.contains("use fewer flows")),
+            "{e:?}"
+        );
     }
 }

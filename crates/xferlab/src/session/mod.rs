@@ -11,4 +11,4 @@ pub mod server;
 pub mod shared;
 pub mod udp_door;
 
-pub use shared::{ServerConfig, Shared};
+pub use shared::{DoorLimits, ServerConfig, Shared};

@@ -212,12 +212,12 @@ impl SessionRole for XferlabSession<'_> {
                         }
                 );
                 if auth {
-                    let n = self.shared.auth_failures.record(self.peer.ip());
+                    let failures = &self.shared.auth_failures;
+                    let n = failures.record(self.peer.ip());
                     self.shared.log(format_args!(
-                        "{}: authentication failed ({n} of {} allowed per {} s from this address)",
+                        "{}: authentication failed ({})",
                         self.peer,
-                        auth::MAX_FAILURES,
-                        auth::WINDOW.as_secs()
+                        failures.describe(n)
                     ));
                 }
                 cx.fail(e.to_string());

@@ -17,6 +17,45 @@ use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
 use super::udp_door::Doors;
 use crate::control::Wake;
 
+/// The front door's limits on connections that have not yet said what
+/// they are (see [`crate::server`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DoorLimits {
+    /// How long a new connection may take, in total, to say what it is
+    /// (its preamble, and a data connection's attach record or an iperf3
+    /// cookie); `--preamble-timeout`.
+    pub preamble_timeout: Duration,
+    /// Such connections from one address; `--max-pending-per-client`.
+    pub max_pending_per_client: usize,
+    /// Such connections from everyone; `--max-pending` (and at most a
+    /// quarter of the open-file limit).
+    pub max_pending: usize,
+}
+
+impl DoorLimits {
+    /// 5 s: a client on another continent says what it is within one
+    /// round trip of connecting; 5 s is 20 of them at 250 ms.
+    pub const PREAMBLE_TIMEOUT: Duration = Duration::from_secs(5);
+    /// A client's flows connect one after another (xferlab) or all at
+    /// once (iperf3 `-P 128`, 129 connections with its control one): 256
+    /// leaves room for the largest test, and for two at once.
+    pub const MAX_PENDING_PER_CLIENT: usize = 256;
+    /// A flood of idle connections then costs at most 8192 file
+    /// descriptors and a few bytes each; at 256 per address it takes 32
+    /// addresses to reach it.
+    pub const MAX_PENDING: usize = 8192;
+}
+
+impl Default for DoorLimits {
+    fn default() -> Self {
+        DoorLimits {
+            preamble_timeout: Self::PREAMBLE_TIMEOUT,
+            max_pending_per_client: Self::MAX_PENDING_PER_CLIENT,
+            max_pending: Self::MAX_PENDING,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     /// Address to bind; None = every address, IPv6 and IPv4.
@@ -45,6 +84,12 @@ pub struct ServerConfig {
     pub udp_any_peer: bool,
     /// Rates, flows and intervals a test may use.
     pub budgets: Budgets,
+    /// Connections still saying what they are.
+    pub door: DoorLimits,
+    /// Failed authentication attempts one address may make per
+    /// `auth_window` (`--auth-max-failures`, `--auth-window`).
+    pub auth_max_failures: u32,
+    pub auth_window: Duration,
     /// Keys xferlab clients must prove they hold (`--auth-key`); None:
     /// authentication off.
     pub auth_keys: Option<Arc<Vec<Vec<u8>>>>,
@@ -78,6 +123,9 @@ impl ServerConfig {
             affinity: None,
             udp_any_peer: false,
             budgets: Budgets::default(),
+            door: DoorLimits::default(),
+            auth_max_failures: super::auth::MAX_FAILURES,
+            auth_window: super::auth::WINDOW,
             auth_keys: None,
             iperf3_users: None,
         }
@@ -130,6 +178,7 @@ impl Drop for SessionSlot<'_> {
 
 impl Shared {
     pub fn new(cfg: ServerConfig) -> Self {
+        let auth_failures = Failures::new(cfg.auth_max_failures, cfg.auth_window);
         Shared {
             cfg,
             registry: Mutex::new(HashMap::new()),
@@ -138,7 +187,7 @@ impl Shared {
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
             rates: RateBook::default(),
-            auth_failures: Failures::default(),
+            auth_failures,
         }
     }
 

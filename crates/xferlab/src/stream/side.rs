@@ -22,7 +22,7 @@ use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
-use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags};
+use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags, ABORTED};
 use crate::transport::sizing::StreamSizes;
 use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
 
@@ -145,6 +145,9 @@ pub struct Side {
     counters_before: xferlab_core::counters::CounterSnapshot,
     interface: Option<String>,
     warnings: Vec<String>,
+    /// Why the side aborted its flows (the first reason): each aborted
+    /// flow's end names it.
+    abort_why: Option<String>,
     stopped_at: Option<Time>,
 }
 
@@ -200,6 +203,7 @@ impl Side {
             counters_before: Default::default(),
             interface,
             warnings: Vec::new(),
+            abort_why: None,
             stopped_at: None,
         }
     }
@@ -414,6 +418,7 @@ impl Side {
             return;
         }
         self.warnings.push(why.to_string());
+        self.abort_why = Some(why.to_string());
         for f in &self.flows {
             if f.outcome.is_none() {
                 f.socket.interrupt();
@@ -461,7 +466,12 @@ impl Side {
                 socket: f.settings,
                 intervals,
                 total,
-                end: outcome.end,
+                end: match outcome.end {
+                    FlowEnd::Aborted(r) if r == ABORTED => {
+                        FlowEnd::Aborted(self.abort_why.clone().unwrap_or(r))
+                    }
+                    end => end,
+                },
             });
         }
         let wall = now.duration_since(self.start).as_secs_f64();

@@ -313,8 +313,12 @@ fn retry(e: &io::Error) -> bool {
     )
 }
 
+/// How a flow ends when its side aborted the test; the side's report
+/// replaces it with the reason (see `stream::side`).
+pub const ABORTED: &str = "the test was aborted";
+
 fn aborted() -> FlowEnd {
-    FlowEnd::Aborted("the test was aborted".into())
+    FlowEnd::Aborted(ABORTED.into())
 }
 
 fn describe(e: &io::Error, what: &str) -> String {
