@@ -161,6 +161,84 @@ fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
     }
 }
 
+/// SafeUDP's part of a flow's `dccp` section.
+fn safeudp(v: &Value) -> &Value {
+    let su = &v["dccp"]["safeudp"];
+    assert!(su.is_object(), "no safeudp section: {v}");
+    su
+}
+
+#[test]
+fn safeudp_by_name_sends_at_the_offer_and_reports_a_clear_path() {
+    let srv = Server::start();
+    let v = dccp_json(
+        &srv,
+        &[
+            "--ccid",
+            "safeudp",
+            "--on-congestion",
+            "step-down",
+            "-b",
+            "20M",
+            "-t",
+            "2",
+            "-l",
+            "1200",
+        ],
+        2.0,
+    );
+    let tx = flows(&v, "client", "sender");
+    let rx = flows(&v, "server", "receiver");
+    check_flow_pair(tx[0], rx[0]);
+    assert_eq!(v["spec"]["knobs"]["dccp"]["ccid"], 248, "{}", v["spec"]);
+    assert_eq!(v["spec"]["knobs"]["dccp"]["on_congestion"], "step-down");
+    let total = &tx[0]["total"];
+    assert_eq!(total["dccp"]["ccid"], 248, "{total}");
+    let su = safeudp(total);
+    // Nothing congests an idle loopback: no notice, no enforcement, the
+    // application keeps its -b rate.
+    assert_eq!(u(&total["dccp"]["dropped_by_ccid"]), 0, "{total}");
+    assert_eq!(su["network"], "clear", "{su}");
+    assert!(su["enforced_bps"].is_null(), "{su}");
+    assert_eq!(u(&su["events"]["persistent_network"]), 0, "{su}");
+    for iv in tx[0]["intervals"].as_array().unwrap() {
+        let su = safeudp(iv);
+        assert_eq!(su["app_rate_bps"].as_f64(), Some(20e6), "{su}");
+    }
+    let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
+    let offered = safeudp(last)["offered_bps"].as_f64().unwrap();
+    assert!((offered - 20e6).abs() < 2e6, "offered {offered} for -b 20M");
+}
+
+/// A receive buffer of a few datagrams on a 300 Mbit/s offer: the
+/// receiving socket drops, its SO_RXQ_OVFL count rides in option 120, and
+/// the sender files the losses under the end host, not the network.
+#[test]
+fn a_tiny_receive_buffer_is_end_host_congestion() {
+    let srv = Server::start();
+    let v = dccp_json(
+        &srv,
+        &[
+            "--ccid", "248", "-b", "300M", "-w", "4K", "-t", "2", "-l", "1200",
+        ],
+        2.0,
+    );
+    let tx = flows(&v, "client", "sender");
+    let rx = flows(&v, "server", "receiver");
+    let host_drops = u(&rx[0]["total"]["udp"]["host_drops"]);
+    assert!(host_drops > 100, "the receiver dropped only {host_drops}");
+    let su = safeudp(&tx[0]["total"]);
+    let (host, network) = (u(&su["host_losses"]), u(&su["network_losses"]));
+    assert!(
+        host > 10 * network && host * 2 > host_drops,
+        "{host} end-host and {network} network losses for {host_drops} socket drops: {su}"
+    );
+    assert!(u(&su["events"]["onset_end_host"]) >= 1, "{su}");
+    // End-host congestion is the receiver's to fix: no enforcement.
+    assert_eq!(u(&su["events"]["enforcing"]), 0, "{su}");
+    assert_eq!(u(&tx[0]["total"]["dccp"]["dropped_by_ccid"]), 0);
+}
+
 #[test]
 fn a_refused_service_code_is_one_line_and_exit_1() {
     let srv = Server::start();
@@ -179,6 +257,34 @@ fn bad_dccp_flags_are_one_line_and_exit_2() {
         (&["-u", "--ccid", "3"], &["--ccid", "--dccp"]),
         (&["--dccp", "-l", "8"], &["-l/--length", "DCCP"]),
         (&["--dccp", "--gso"], &["do not apply to DCCP"]),
+        (
+            &["--dccp", "--ccid", "tcp"],
+            &["'tcp' is not a CCID", "248"],
+        ),
+        (
+            &["--dccp", "--on-congestion", "ignore", "-b", "1M"],
+            &["--on-congestion", "--ccid 248"],
+        ),
+        (
+            &["--dccp", "--ccid", "safeudp", "--on-congestion", "tfrc"],
+            &["--on-congestion", "-b RATE"],
+        ),
+        (
+            &["-u", "--on-congestion", "tfrc", "-b", "1M"],
+            &["--on-congestion", "--dccp"],
+        ),
+        (
+            &[
+                "--dccp",
+                "--ccid",
+                "248",
+                "--on-congestion",
+                "halve",
+                "-b",
+                "1M",
+            ],
+            &["halve", "step-down"],
+        ),
     ];
     for (args, needles) in cases {
         let mut all = vec!["stream"];

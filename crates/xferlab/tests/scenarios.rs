@@ -151,6 +151,24 @@ fn ecn_sack_transactions_quick_in_the_lab() {
 }
 
 #[test]
+fn safeudp_fairness_quick_in_the_lab() {
+    assert!(
+        common::is_root(),
+        "the lab scenario needs root (CI runs as root)"
+    );
+    let _g = common::one_at_a_time();
+    let md = run_quick("safeudp-fairness", Duration::from_secs(300));
+    // Two tests per run, each stored under its host: the drop-tail
+    // plots of both have their series (CoDel is not in the quick scale).
+    assert!(md.contains("@cbr stream -b 16M"), "{md}");
+    assert!(md.contains("![CBR flow delivered, drop-tail]"), "{md}");
+    assert!(
+        md.contains("![TCP throughput (all flows) beside the CBR flow, drop-tail]"),
+        "{md}"
+    );
+}
+
+#[test]
 #[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn usb_bulk_levers_quick_in_the_lab_vm() {
     let _vm = labvm_support::vm_lock();

@@ -15,7 +15,10 @@ use crate::time::Time;
 const STEP_DOWN_FLOOR: f64 = 1.0 / 64.0;
 
 /// What the application does when told of persistent network congestion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
 pub enum OnCongestion {
     /// Keep the nominal rate (the CCID enforces after its deadline).
     Ignore,

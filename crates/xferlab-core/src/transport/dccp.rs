@@ -14,11 +14,12 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Carrier, TransportModel};
-use crate::dccp::ccid::CcidState;
+use crate::dccp::ccid::{safeudp, CcidState, EpisodeState, EventCounts};
+use crate::dccp::react::OnCongestion;
 use crate::dccp::Stats;
 use crate::spec::limits::{MAX_BATCH, MIN_DATAGRAM};
 use crate::spec::{Knobs, RecvMode, SendMode, SpecError};
-use crate::units::{format_bytes, Micros};
+use crate::units::{format_bytes, Micros, RateUnit};
 
 /// The service code xferlab's DCCP servers accept (RFC 4340 sec. 8.1.2):
 /// "XFLB" in ASCII, as a port names a service.
@@ -47,8 +48,16 @@ impl TransportModel for Dccp {
             return Err(SpecError::Batch(k.batch));
         }
         if let Some(d) = &k.dccp {
-            if !matches!(d.ccid, 2 | 3) {
+            if !matches!(d.ccid, 2 | 3 | safeudp::CCID) {
                 return Err(SpecError::Ccid(d.ccid));
+            }
+            if d.on_congestion.is_some() {
+                if d.ccid != safeudp::CCID {
+                    return Err(SpecError::OnCongestionCcid(d.ccid));
+                }
+                if k.rate.is_none_or(|r| r == 0) {
+                    return Err(SpecError::OnCongestionRate);
+                }
             }
         }
         if k.gso
@@ -93,11 +102,12 @@ impl DccpStack {
     }
 }
 
-/// DCCP's own knobs (`--ccid`, `--dccp-service`, `--dccp-stack`).
+/// DCCP's own knobs (`--ccid`, `--dccp-service`, `--dccp-stack`,
+/// `--on-congestion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DccpKnobs {
-    /// The CCID of both half-connections: 2 (TCP-like, RFC 4341) or 3
-    /// (TFRC, RFC 4342).
+    /// The CCID of both half-connections: 2 (TCP-like, RFC 4341), 3
+    /// (TFRC, RFC 4342) or 248 (SafeUDP, experimental; docs/safeudp.md).
     pub ccid: u8,
     /// The service code the client asks for; xferlab's servers accept
     /// only [`SERVICE_CODE`].
@@ -105,6 +115,11 @@ pub struct DccpKnobs {
     /// Which DCCP both ends run.
     #[serde(default)]
     pub stack: DccpStack,
+    /// SafeUDP only: how the sending application answers congestion
+    /// notifications (its -b rate is the nominal rate); None sends at -b
+    /// whatever the CCID says, as `ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_congestion: Option<OnCongestion>,
 }
 
 impl Default for DccpKnobs {
@@ -113,6 +128,7 @@ impl Default for DccpKnobs {
             ccid: 2,
             service: SERVICE_CODE,
             stack: DccpStack::Xferlab,
+            on_congestion: None,
         }
     }
 }
@@ -134,6 +150,9 @@ pub struct DccpCounters {
     /// Packets the driver took from the socket that were not DCCP for
     /// this connection (bad checksum, wrong ports, not DCCP at all).
     pub not_dccp: u64,
+    /// SafeUDP's sending application: the rate it offers now, bytes/s
+    /// (its policy lowers it from -b on congestion notices).
+    pub app_rate: Option<f64>,
 }
 
 /// DCCP's section of an interval (or of a total's window): the CCID's
@@ -173,6 +192,10 @@ pub struct DccpSample {
     /// The CCID's RTT estimate, if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_us: Option<f64>,
+    /// SafeUDP (CCID 248): its state at the end of the interval and what
+    /// it raised during it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safeudp: Option<Box<SafeUdpSample>>,
     /// The stack's counters over the interval: data packets and their
     /// payload bytes each way, acknowledgements and Syncs sent, packets
     /// dropped for a bad checksum or as invalid (out of window, wrong
@@ -188,8 +211,102 @@ pub struct DccpSample {
     pub dropped_invalid: u64,
     pub queue_full: u64,
     pub ecn_ce_received: u64,
+    /// Application datagrams the sending CCID dropped instead of sending
+    /// (SafeUDP enforcing its bound; 0 for CCID 2 and 3).
+    #[serde(default)]
+    pub dropped_by_ccid: u64,
     /// Datagrams on the flow's socket that were not DCCP at all.
     pub not_dccp: u64,
+}
+
+/// SafeUDP's part of a DCCP interval (docs/safeudp.md).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SafeUdpSample {
+    /// The application's offered rate as the CCID measures it (over its
+    /// 200 ms window), bit/s.
+    pub offered_bps: f64,
+    /// The rate the sending application's --on-congestion policy offers
+    /// at the end of the interval, bit/s (its -b until told otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_rate_bps: Option<f64>,
+    /// TFRC's rate for the measured p and RTT, bit/s; absent before any
+    /// network loss (no bound).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_bps: Option<f64>,
+    /// The rate the CCID enforces (the bound) while it drops the excess,
+    /// bit/s; absent when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforced_bps: Option<f64>,
+    /// Where the congestion episode at each site stands: `clear`,
+    /// `transient` or `persistent`.
+    pub network: EpisodeState,
+    pub end_host: EpisodeState,
+    /// Over the interval: losses the receiver's socket drops explain,
+    /// losses the network caused, ECN marks.
+    pub host_losses: u64,
+    pub network_losses: u64,
+    pub ecn_marks: u64,
+    /// Notifications raised over the interval, by kind and site.
+    pub events: SafeUdpEvents,
+}
+
+/// SafeUDP's notifications over an interval (`CongestionEvent`s).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub struct SafeUdpEvents {
+    pub total: u64,
+    pub onset_network: u64,
+    pub onset_end_host: u64,
+    pub persistent_network: u64,
+    pub persistent_end_host: u64,
+    pub cleared_network: u64,
+    pub cleared_end_host: u64,
+    pub enforcing: u64,
+    pub released: u64,
+}
+
+impl From<EventCounts> for SafeUdpEvents {
+    fn from(c: EventCounts) -> Self {
+        SafeUdpEvents {
+            total: c.total(),
+            onset_network: c.onset_network,
+            onset_end_host: c.onset_end_host,
+            persistent_network: c.persistent_network,
+            persistent_end_host: c.persistent_end_host,
+            cleared_network: c.cleared_network,
+            cleared_end_host: c.cleared_end_host,
+            enforcing: c.enforcing,
+            released: c.released,
+        }
+    }
+}
+
+impl SafeUdpEvents {
+    /// `onset/network 1, persistent/network 1, enforcing 1`; empty when
+    /// none.
+    fn describe(&self) -> String {
+        let named = [
+            ("onset/network", self.onset_network),
+            ("onset/end-host", self.onset_end_host),
+            ("persistent/network", self.persistent_network),
+            ("persistent/end-host", self.persistent_end_host),
+            ("cleared/network", self.cleared_network),
+            ("cleared/end-host", self.cleared_end_host),
+            ("enforcing", self.enforcing),
+            ("released", self.released),
+        ];
+        named
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn finite(bytes_per_s: f64) -> Option<f64> {
+    bytes_per_s.is_finite().then_some(bytes_per_s * 8.0)
 }
 
 fn us(d: Duration) -> f64 {
@@ -215,6 +332,7 @@ impl DccpCounters {
             dropped_invalid: a.dropped_invalid.saturating_sub(b.dropped_invalid),
             queue_full: a.queue_full.saturating_sub(b.queue_full),
             ecn_ce_received: a.ecn_ce_received.saturating_sub(b.ecn_ce_received),
+            dropped_by_ccid: a.dropped_by_ccid.saturating_sub(b.dropped_by_ccid),
             not_dccp: self.not_dccp.saturating_sub(prev.not_dccp),
             ..DccpSample::default()
         };
@@ -243,11 +361,45 @@ impl DccpCounters {
                 s.t_ipi_us = Some(us(t_ipi));
                 s.rtt_us = rtt.map(us);
             }
-            // The binary does not offer SafeUDP (CCID 248) yet: its state
-            // shares the loss event rate and RTT fields.
-            Some(CcidState::SafeUdp { p, rtt, .. }) => {
+            // SafeUDP shares the loss event rate and RTT fields.
+            Some(CcidState::SafeUdp {
+                offered,
+                bound,
+                p,
+                rtt,
+                enforcing,
+                host_losses,
+                network_losses,
+                ecn_marks,
+                network,
+                end_host,
+                events,
+                ..
+            }) => {
                 s.p = Some(p);
                 s.rtt_us = rtt.map(us);
+                let before = match prev.state {
+                    Some(CcidState::SafeUdp {
+                        host_losses,
+                        network_losses,
+                        ecn_marks,
+                        events,
+                        ..
+                    }) => (host_losses, network_losses, ecn_marks, events),
+                    _ => (0, 0, 0, EventCounts::default()),
+                };
+                s.safeudp = Some(Box::new(SafeUdpSample {
+                    offered_bps: offered * 8.0,
+                    app_rate_bps: self.app_rate.map(|r| r * 8.0),
+                    bound_bps: finite(bound),
+                    enforced_bps: finite(bound).filter(|_| enforcing),
+                    network,
+                    end_host,
+                    host_losses: host_losses.saturating_sub(before.0),
+                    network_losses: network_losses.saturating_sub(before.1),
+                    ecn_marks: ecn_marks.saturating_sub(before.2),
+                    events: events.since(before.3).into(),
+                }));
             }
             None => {}
         }
@@ -263,6 +415,7 @@ impl DccpSample {
             .rtt_us
             .map_or_else(|| "-".to_string(), |r| Micros(r as u64).to_string());
         let mut out = match (self.cwnd, self.x_bps) {
+            _ if self.safeudp.is_some() => self.describe_safeudp(&rtt),
             (Some(cwnd), _) => format!(
                 "DCCP CCID2: cwnd {cwnd} pipe {} ssthresh {} rtt {rtt}",
                 self.pipe.unwrap_or(0),
@@ -288,6 +441,41 @@ impl DccpSample {
         if self.ecn_ce_received > 0 {
             out.push_str(&format!(", {} ECN CE", self.ecn_ce_received));
         }
+        if self.dropped_by_ccid > 0 {
+            out.push_str(&format!(", {} dropped by the CCID", self.dropped_by_ccid));
+        }
+        if let Some(ev) = self.safeudp.as_ref().map(|s| s.events.describe()) {
+            if !ev.is_empty() {
+                out.push_str(&format!("; events: {ev}"));
+            }
+        }
+        out
+    }
+
+    /// `DCCP SafeUDP: offered 8.00 Mbits/sec (app 4.00 Mbits/sec)
+    /// enforcing 2.00 Mbits/sec p 0.02000 rtt 40.0 ms, network
+    /// persistent, end host clear`.
+    fn describe_safeudp(&self, rtt: &str) -> String {
+        let Some(su) = &self.safeudp else {
+            return String::new();
+        };
+        // In bits, as -b gives the application's rate.
+        let rate = |bps: f64| RateUnit::AutoBits.format_rate(bps);
+        let mut out = format!("DCCP SafeUDP: offered {}", rate(su.offered_bps));
+        if let Some(a) = su.app_rate_bps {
+            out.push_str(&format!(" (app {})", rate(a)));
+        }
+        match (su.enforced_bps, su.bound_bps) {
+            (Some(e), _) => out.push_str(&format!(" enforcing {}", rate(e))),
+            (None, Some(b)) => out.push_str(&format!(" bound {}", rate(b))),
+            (None, None) => out.push_str(" bound -"),
+        }
+        out.push_str(&format!(
+            " p {:.5} rtt {rtt}, network {}, end host {}",
+            self.p.unwrap_or(0.0),
+            su.network.as_str(),
+            su.end_host.as_str()
+        ));
         out
     }
 }
@@ -391,6 +579,92 @@ mod tests {
     }
 
     #[test]
+    fn safeudp_samples_carry_its_state_and_the_interval_s_events() {
+        let state = |events, network, enforcing, net_losses| CcidState::SafeUdp {
+            offered: 1e6,
+            bound: 2.5e5,
+            p: 0.02,
+            rtt: Some(Duration::from_millis(40)),
+            enforcing,
+            host_losses: 0,
+            network_losses: net_losses,
+            ecn_marks: 0,
+            dropped_by_ccid: 0,
+            network,
+            end_host: EpisodeState::Clear,
+            events,
+        };
+        let first = EventCounts {
+            onset_network: 1,
+            ..EventCounts::default()
+        };
+        let before = DccpCounters {
+            ccid: safeudp::CCID,
+            state: Some(state(first, EpisodeState::Transient, false, 4)),
+            ..DccpCounters::default()
+        };
+        let now = DccpCounters {
+            state: Some(state(
+                EventCounts {
+                    persistent_network: 1,
+                    enforcing: 1,
+                    ..first
+                },
+                EpisodeState::Persistent,
+                true,
+                10,
+            )),
+            stats: Stats {
+                dropped_by_ccid: 300,
+                ..Stats::default()
+            },
+            app_rate: Some(1e6),
+            ..before
+        };
+        let s = now.sample(&before);
+        assert_eq!(s.dropped_by_ccid, 300);
+        let su = s.safeudp.clone().expect("a SafeUDP section");
+        assert_eq!((su.bound_bps, su.enforced_bps), (Some(2e6), Some(2e6)));
+        assert_eq!((su.offered_bps, su.app_rate_bps), (8e6, Some(8e6)));
+        assert_eq!(su.network, EpisodeState::Persistent);
+        assert_eq!(su.network_losses, 6);
+        assert_eq!(
+            (
+                su.events.total,
+                su.events.onset_network,
+                su.events.enforcing
+            ),
+            (2, 0, 1)
+        );
+        let line = s.describe();
+        assert!(
+            line.starts_with("DCCP SafeUDP: offered 8.00 Mbits/sec (app 8.00 Mbits/sec) enforcing 2.00 Mbits/sec"),
+            "{line}"
+        );
+        assert!(line.contains("network persistent"), "{line}");
+        assert!(line.contains("300 dropped by the CCID"), "{line}");
+        assert!(
+            line.contains("events: persistent/network 1, enforcing 1"),
+            "{line}"
+        );
+        // No network loss yet: no bound, nothing enforced.
+        let mut free = state(first, EpisodeState::Clear, false, 0);
+        if let CcidState::SafeUdp { bound, .. } = &mut free {
+            *bound = f64::INFINITY;
+        }
+        let free = DccpCounters {
+            state: Some(free),
+            ..before
+        }
+        .sample(&DccpCounters::default());
+        let su = free.safeudp.unwrap();
+        assert_eq!(
+            (su.bound_bps, su.enforced_bps, su.events.total),
+            (None, None, 1)
+        );
+    }
+
+    #[test]
     fn knobs_name_the_flag_that_is_wrong() {
         let mut spec = TestSpec {
             transport: Transport::Dccp,
@@ -403,6 +677,22 @@ mod tests {
         });
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("--ccid 4"), "{e}");
+        spec.knobs.dccp = Some(DccpKnobs {
+            on_congestion: Some(OnCongestion::StepDown),
+            ..DccpKnobs::default()
+        });
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("--ccid 248"), "{e}");
+        spec.knobs.dccp = Some(DccpKnobs {
+            ccid: safeudp::CCID,
+            on_congestion: Some(OnCongestion::StepDown),
+            ..DccpKnobs::default()
+        });
+        spec.knobs.rate = None;
+        let e = spec.validate().unwrap_err().to_string();
+        assert!(e.contains("-b RATE"), "{e}");
+        spec.knobs.rate = Some(1_000_000);
+        assert_eq!(spec.validate(), Ok(()));
         spec.knobs.dccp = None;
         assert_eq!(spec.validate(), Ok(()));
         spec.knobs.size = 8;

@@ -103,9 +103,18 @@ pub struct StreamArgs {
     #[arg(long)]
     pub dont_fragment: bool,
     /// DCCP (--dccp): the CCID of both directions, 2 (TCP-like AIMD,
-    /// RFC 4341) or 3 (TFRC, RFC 4342). Default 2.
-    #[arg(long, value_name = "N")]
+    /// RFC 4341), 3 (TFRC, RFC 4342) or 248 / safeudp (SafeUDP, an
+    /// experimental CCID for constant-rate data: docs/safeudp.md).
+    /// Default 2.
+    #[arg(long, value_parser = parse_ccid, value_name = "N")]
     pub ccid: Option<u8>,
+    /// DCCP with --ccid 248: how the sending application answers
+    /// SafeUDP's persistent-congestion notices: ignore (the CCID enforces
+    /// TFRC's rate after its deadline), step-down (halve the -b rate per
+    /// notice) or tfrc (go to the notice's TFRC bound); both climb back
+    /// once congestion clears.
+    #[arg(long, value_parser = parse_on_congestion, value_name = "POLICY")]
+    pub on_congestion: Option<xferlab_core::dccp::react::OnCongestion>,
     /// DCCP (--dccp): the service code the client asks for (default
     /// xferlab's, which xferlab servers accept).
     #[arg(long, value_name = "CODE")]
@@ -363,7 +372,8 @@ impl StreamArgs {
                 dont_fragment: self.dont_fragment,
                 dccp: (self.ccid.is_some()
                     || self.dccp_service.is_some()
-                    || self.dccp_stack.is_some())
+                    || self.dccp_stack.is_some()
+                    || self.on_congestion.is_some())
                 .then(|| {
                     use xferlab_core::transport::dccp::{DccpKnobs, DccpStack};
                     let d = DccpKnobs::default();
@@ -374,6 +384,7 @@ impl StreamArgs {
                             Some("kernel") => DccpStack::Kernel,
                             _ => DccpStack::Xferlab,
                         },
+                        on_congestion: self.on_congestion,
                     }
                 }),
             },
@@ -544,6 +555,22 @@ fn parse_dscp(s: &str) -> Result<u8, String> {
         return Err(help());
     }
     Ok(v)
+}
+
+/// `--ccid`: a number, or `safeudp` for CCID 248. Which numbers the
+/// stack has is the spec's check (one line naming them).
+fn parse_ccid(s: &str) -> Result<u8, String> {
+    if s.trim().eq_ignore_ascii_case("safeudp") {
+        return Ok(xferlab_core::dccp::ccid::safeudp::CCID);
+    }
+    s.trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a CCID: use 2, 3 or 248 (safeudp)"))
+}
+
+fn parse_on_congestion(s: &str) -> Result<xferlab_core::dccp::react::OnCongestion, String> {
+    s.parse()
+        .map_err(|e: xferlab_core::dccp::react::ParseOnCongestionError| e.to_string())
 }
 
 #[cfg(test)]

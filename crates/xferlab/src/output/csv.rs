@@ -70,7 +70,7 @@ impl CsvReporter {
 /// The column names, written even when there are no rows so a consumer
 /// always finds the header. Must match the fields of [`Line`]'s parts (a
 /// test checks).
-const HEADER: [&str; 46] = [
+const HEADER: [&str; 54] = [
     "session",
     "endpoint",
     "flow",
@@ -117,6 +117,14 @@ const HEADER: [&str; 46] = [
     "dccp_x_bps",
     "dccp_p",
     "dccp_rtt_us",
+    "dccp_dropped_by_ccid",
+    "safeudp_offered_bps",
+    "safeudp_app_rate_bps",
+    "safeudp_bound_bps",
+    "safeudp_enforced_bps",
+    "safeudp_network",
+    "safeudp_end_host",
+    "safeudp_events",
 ];
 
 #[derive(Serialize, Clone, Copy)]
@@ -149,6 +157,14 @@ struct TransportCells {
     dccp_x_bps: Option<f64>,
     dccp_p: Option<f64>,
     dccp_rtt_us: Option<f64>,
+    dccp_dropped_by_ccid: Option<u64>,
+    safeudp_offered_bps: Option<f64>,
+    safeudp_app_rate_bps: Option<f64>,
+    safeudp_bound_bps: Option<f64>,
+    safeudp_enforced_bps: Option<f64>,
+    safeudp_network: Option<xferlab_core::dccp::ccid::EpisodeState>,
+    safeudp_end_host: Option<xferlab_core::dccp::ccid::EpisodeState>,
+    safeudp_events: Option<u64>,
 }
 
 impl TransportCells {
@@ -168,6 +184,14 @@ impl TransportCells {
                 dccp_x_bps: d.x_bps,
                 dccp_p: d.p,
                 dccp_rtt_us: d.rtt_us,
+                dccp_dropped_by_ccid: Some(d.dropped_by_ccid),
+                safeudp_offered_bps: d.safeudp.as_ref().map(|s| s.offered_bps),
+                safeudp_app_rate_bps: d.safeudp.as_ref().and_then(|s| s.app_rate_bps),
+                safeudp_bound_bps: d.safeudp.as_ref().and_then(|s| s.bound_bps),
+                safeudp_enforced_bps: d.safeudp.as_ref().and_then(|s| s.enforced_bps),
+                safeudp_network: d.safeudp.as_ref().map(|s| s.network),
+                safeudp_end_host: d.safeudp.as_ref().map(|s| s.end_host),
+                safeudp_events: d.safeudp.as_ref().map(|s| s.events.total),
                 ..TransportCells::default()
             },
         }

@@ -16,7 +16,7 @@ use super::packet::PacketWriter;
 use super::seq::Seq;
 use super::DccpError;
 
-pub use safeudp::{CongestionEvent, SafeUdpConfig, Site};
+pub use safeudp::{CongestionEvent, EpisodeState, EventCounts, SafeUdpConfig, Site};
 
 /// An acknowledgement as the sender's CCID sees it: the packet's
 /// acknowledgement number and its option area (Ack Vectors, CCID3
@@ -76,6 +76,11 @@ pub enum CcidState {
         network_losses: u64,
         ecn_marks: u64,
         dropped_by_ccid: u64,
+        /// Where each site's congestion episode stands.
+        network: EpisodeState,
+        end_host: EpisodeState,
+        /// The notifications raised so far.
+        events: EventCounts,
     },
 }
 

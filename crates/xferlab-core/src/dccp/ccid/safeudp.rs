@@ -125,6 +125,108 @@ pub enum CongestionEvent {
     Released,
 }
 
+/// Where an episode at one site stands, for the results.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EpisodeState {
+    /// No congestion signal outstanding.
+    #[default]
+    Clear,
+    /// Signals started less than a transient window ago.
+    Transient,
+    /// Signals kept coming past the transient window.
+    Persistent,
+}
+
+impl EpisodeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EpisodeState::Clear => "clear",
+            EpisodeState::Transient => "transient",
+            EpisodeState::Persistent => "persistent",
+        }
+    }
+}
+
+/// How many of each [`CongestionEvent`] the CCID has raised, cumulative:
+/// the results report them per interval as deltas, without a list that
+/// would need allocating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    pub onset_network: u64,
+    pub onset_end_host: u64,
+    pub persistent_network: u64,
+    pub persistent_end_host: u64,
+    pub cleared_network: u64,
+    pub cleared_end_host: u64,
+    pub enforcing: u64,
+    pub released: u64,
+}
+
+impl EventCounts {
+    pub fn count(&mut self, ev: &CongestionEvent) {
+        let net = |s: &Site| *s == Site::Network;
+        let slot = match ev {
+            CongestionEvent::Onset { site } if net(site) => &mut self.onset_network,
+            CongestionEvent::Onset { .. } => &mut self.onset_end_host,
+            CongestionEvent::Persistent { site, .. } if net(site) => &mut self.persistent_network,
+            CongestionEvent::Persistent { .. } => &mut self.persistent_end_host,
+            CongestionEvent::Cleared { site, .. } if net(site) => &mut self.cleared_network,
+            CongestionEvent::Cleared { .. } => &mut self.cleared_end_host,
+            CongestionEvent::Enforcing { .. } => &mut self.enforcing,
+            CongestionEvent::Released => &mut self.released,
+        };
+        *slot += 1;
+    }
+
+    /// The counts in a fixed order (the field order), for publishing.
+    pub fn to_array(self) -> [u64; 8] {
+        [
+            self.onset_network,
+            self.onset_end_host,
+            self.persistent_network,
+            self.persistent_end_host,
+            self.cleared_network,
+            self.cleared_end_host,
+            self.enforcing,
+            self.released,
+        ]
+    }
+
+    pub fn from_array(a: [u64; 8]) -> Self {
+        EventCounts {
+            onset_network: a[0],
+            onset_end_host: a[1],
+            persistent_network: a[2],
+            persistent_end_host: a[3],
+            cleared_network: a[4],
+            cleared_end_host: a[5],
+            enforcing: a[6],
+            released: a[7],
+        }
+    }
+
+    /// Events from `prev` to `self`.
+    pub fn since(self, prev: EventCounts) -> EventCounts {
+        let (a, b) = (self.to_array(), prev.to_array());
+        EventCounts::from_array(std::array::from_fn(|i| a[i].saturating_sub(b[i])))
+    }
+
+    pub fn total(self) -> u64 {
+        self.to_array().iter().sum()
+    }
+}
+
 /// One congestion episode at one site.
 #[derive(Clone, Copy, Debug, Default)]
 struct Episode {
@@ -159,6 +261,14 @@ impl Episode {
                 })
             }
             _ => None,
+        }
+    }
+
+    fn state(&self) -> EpisodeState {
+        match (self.start, self.persistent) {
+            (None, _) => EpisodeState::Clear,
+            (Some(_), false) => EpisodeState::Transient,
+            (Some(_), true) => EpisodeState::Persistent,
         }
     }
 
@@ -279,6 +389,7 @@ pub struct SafeUdpTx {
     /// The offered rate at the last evaluation, for [`CcidTx::state`].
     offered_rate: f64,
     events: VecDeque<CongestionEvent>,
+    counts: EventCounts,
     host_losses: u64,
     network_losses: u64,
     ecn_marks: u64,
@@ -309,6 +420,7 @@ impl SafeUdpTx {
             offered: RateMeter::new(cfg.safeudp.rate_window),
             offered_rate: 0.0,
             events: VecDeque::new(),
+            counts: EventCounts::default(),
             host_losses: 0,
             network_losses: 0,
             ecn_marks: 0,
@@ -318,6 +430,12 @@ impl SafeUdpTx {
 
     fn rtt(&self) -> Duration {
         self.srtt.unwrap_or(DEFAULT_RTT)
+    }
+
+    /// Queues an event for the application and counts it.
+    fn notify(&mut self, ev: CongestionEvent) {
+        self.counts.count(&ev);
+        self.events.push_back(ev);
     }
 
     /// TFRC's rate for the measured loss event rate and RTT (bytes/s of
@@ -356,7 +474,7 @@ impl SafeUdpTx {
             // The network's persistent notice carries the bound and the
             // deadline: `evaluate` sends it.
             Some(CongestionEvent::Persistent { .. }) => self.last_notice = None,
-            Some(ev) => self.events.push_back(ev),
+            Some(ev) => self.notify(ev),
             None => {}
         }
     }
@@ -413,7 +531,7 @@ impl SafeUdpTx {
         if self.enforcing {
             if offered <= bound {
                 self.enforcing = false;
-                self.events.push_back(CongestionEvent::Released);
+                self.notify(CongestionEvent::Released);
             }
             return;
         }
@@ -431,8 +549,7 @@ impl SafeUdpTx {
             // Start with a full bucket: no drop for the first instant.
             self.tokens = self.depth(bound);
             self.tokens_at = now;
-            self.events
-                .push_back(CongestionEvent::Enforcing { rate: bound });
+            self.notify(CongestionEvent::Enforcing { rate: bound });
             return;
         }
         let deadline = *self.deadline.get_or_insert(now + self.cfg.react_deadline);
@@ -442,7 +559,7 @@ impl SafeUdpTx {
             .is_none_or(|t| now.duration_since(t) >= every)
         {
             self.last_notice = Some(now);
-            self.events.push_back(CongestionEvent::Persistent {
+            self.notify(CongestionEvent::Persistent {
                 site: Site::Network,
                 bound,
                 deadline: Some(deadline),
@@ -461,11 +578,11 @@ impl SafeUdpTx {
     fn clear_episodes(&mut self, now: Time) {
         let w = self.cfg.transient_window;
         if let Some(ev) = self.net.check_clear(now, w, Site::Network) {
-            self.events.push_back(ev);
+            self.notify(ev);
             self.last_notice = None;
         }
         if let Some(ev) = self.host.check_clear(now, w, Site::EndHost) {
-            self.events.push_back(ev);
+            self.notify(ev);
         }
     }
 }
@@ -499,7 +616,7 @@ impl CcidTx for SafeUdpTx {
                         self.host_credit_at = now;
                         let w = self.cfg.transient_window;
                         if let Some(ev) = self.host.signal(now, w, Site::EndHost) {
-                            self.events.push_back(ev);
+                            self.notify(ev);
                         }
                     }
                 }
@@ -565,6 +682,9 @@ impl CcidTx for SafeUdpTx {
             network_losses: self.network_losses,
             ecn_marks: self.ecn_marks,
             dropped_by_ccid: self.dropped,
+            network: self.net.state(),
+            end_host: self.host.state(),
+            events: self.counts,
         }
     }
 
@@ -962,6 +1082,27 @@ pub(crate) mod tests {
         );
         let onset = log.events[0].0;
         assert!(onset > at(1.04) && onset < at(1.15), "{onset:?}");
+        // The state at the onset says transient; at the end, clear, with
+        // both events counted.
+        let Some(CcidState::SafeUdp { network, .. }) = log.events[0].2 else {
+            panic!("no state at the onset")
+        };
+        assert_eq!(network, EpisodeState::Transient);
+        let Some(CcidState::SafeUdp {
+            network, events, ..
+        }) = log.net.a.ccid_state()
+        else {
+            panic!("not SafeUDP")
+        };
+        assert_eq!(network, EpisodeState::Clear);
+        assert_eq!(
+            events,
+            EventCounts {
+                onset_network: 1,
+                cleared_network: 1,
+                ..EventCounts::default()
+            }
+        );
         let (_, _, _, enforcing, host, network, dropped) = log.state();
         assert!(!enforcing);
         assert_eq!((host, dropped), (0, 0));

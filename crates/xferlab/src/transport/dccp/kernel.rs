@@ -290,7 +290,7 @@ fn send(
     let mut seq: u64 = 0;
     let end = loop {
         if flags.abort.load(Ordering::Relaxed) {
-            break FlowEnd::Aborted("the test was aborted".into());
+            break FlowEnd::Aborted(crate::transport::flow::ABORTED.into());
         }
         if flags.stop.load(Ordering::Relaxed) || limit.is_some_and(|l| seq >= l) {
             break FlowEnd::Completed;
@@ -437,6 +437,8 @@ pub(super) fn read(socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> 
             t_rto,
             stats,
             not_dccp: 0,
+            // The kernel's CCIDs have no application-rate policy.
+            app_rate: None,
         })),
         ..Reading::default()
     }

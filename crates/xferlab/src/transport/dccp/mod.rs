@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
-use xferlab_core::dccp::ccid::CcidState;
+use xferlab_core::dccp::ccid::{CcidState, EpisodeState, EventCounts};
 use xferlab_core::dccp::Stats;
 use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
@@ -94,29 +94,104 @@ impl TransportIo for Dccp {
 #[derive(Debug, Default)]
 pub struct DccpShared {
     ccid: AtomicU64,
-    /// 0: no state yet; 2 or 3: which fields below mean what.
+    /// 0: no state yet; 2, 3 or 248: which fields below mean what.
     kind: AtomicU64,
     /// CCID2: cwnd, pipe, ssthresh. CCID3: X, X_recv, p as f64 bits.
+    /// SafeUDP: offered, bound, p as f64 bits.
     a: AtomicU64,
     b: AtomicU64,
     c: AtomicU64,
     /// u64::MAX: no RTT estimate.
     rtt_ns: AtomicU64,
     t_ipi_ns: AtomicU64,
-    stats: [AtomicU64; 10],
+    stats: [AtomicU64; 11],
     not_dccp: AtomicU64,
+    /// SafeUDP: host losses, network losses, ECN marks, the CCID's own
+    /// drop count; the episode states and enforcement packed
+    /// ([`pack_flags`]); the event counts; the application's rate (f64
+    /// bits, u64::MAX for none).
+    safeudp: [AtomicU64; 5],
+    events: [AtomicU64; 8],
+    app_rate: AtomicU64,
+}
+
+const NO_RATE: u64 = u64::MAX;
+
+fn episode_bits(e: EpisodeState) -> u64 {
+    match e {
+        EpisodeState::Clear => 0,
+        EpisodeState::Transient => 1,
+        EpisodeState::Persistent => 2,
+    }
+}
+
+fn episode_of(bits: u64) -> EpisodeState {
+    match bits & 3 {
+        1 => EpisodeState::Transient,
+        2 => EpisodeState::Persistent,
+        _ => EpisodeState::Clear,
+    }
+}
+
+/// SafeUDP's two episode states and whether it enforces, in one word.
+fn pack_flags(network: EpisodeState, end_host: EpisodeState, enforcing: bool) -> u64 {
+    episode_bits(network) | episode_bits(end_host) << 2 | u64::from(enforcing) << 4
 }
 
 const NO_RTT: u64 = u64::MAX;
 
 impl DccpShared {
-    pub(crate) fn publish(&self, ccid: u8, state: Option<CcidState>, s: &Stats, not_dccp: u64) {
+    /// `app_rate`: the rate a SafeUDP sender's --on-congestion policy
+    /// offers, bytes/s.
+    pub(crate) fn publish(
+        &self,
+        ccid: u8,
+        state: Option<CcidState>,
+        s: &Stats,
+        not_dccp: u64,
+        app_rate: Option<f64>,
+    ) {
         let r = Ordering::Relaxed;
         self.ccid.store(u64::from(ccid), r);
+        self.app_rate
+            .store(app_rate.map_or(NO_RATE, f64::to_bits), r);
         let rtt_ns = |rtt: Option<Duration>| rtt.map_or(NO_RTT, |d| d.as_nanos() as u64);
         match state {
-            // SafeUDP (CCID 248) is not offered by the binary yet.
-            None | Some(CcidState::SafeUdp { .. }) => self.kind.store(0, r),
+            None => self.kind.store(0, r),
+            Some(CcidState::SafeUdp {
+                offered,
+                bound,
+                p,
+                rtt,
+                enforcing,
+                host_losses,
+                network_losses,
+                ecn_marks,
+                dropped_by_ccid,
+                network,
+                end_host,
+                events,
+            }) => {
+                self.a.store(offered.to_bits(), r);
+                self.b.store(bound.to_bits(), r);
+                self.c.store(p.to_bits(), r);
+                self.rtt_ns.store(rtt_ns(rtt), r);
+                let words = [
+                    host_losses,
+                    network_losses,
+                    ecn_marks,
+                    dropped_by_ccid,
+                    pack_flags(network, end_host, enforcing),
+                ];
+                for (slot, v) in self.safeudp.iter().zip(words) {
+                    slot.store(v, r);
+                }
+                for (slot, v) in self.events.iter().zip(events.to_array()) {
+                    slot.store(v, r);
+                }
+                self.kind
+                    .store(u64::from(xferlab_core::dccp::ccid::safeudp::CCID), r);
+            }
             Some(CcidState::Ccid2 {
                 cwnd,
                 pipe,
@@ -155,6 +230,7 @@ impl DccpShared {
             s.dropped_invalid,
             s.queue_full,
             s.ecn_ce_received,
+            s.dropped_by_ccid,
         ];
         for (slot, v) in self.stats.iter().zip(values) {
             slot.store(v, r);
@@ -183,9 +259,28 @@ impl DccpShared {
                 rtt,
                 t_ipi: Duration::from_nanos(self.t_ipi_ns.load(r)),
             }),
+            k if k == u64::from(xferlab_core::dccp::ccid::safeudp::CCID) => {
+                let w: [u64; 5] = std::array::from_fn(|i| self.safeudp[i].load(r));
+                Some(CcidState::SafeUdp {
+                    offered: f64::from_bits(a),
+                    bound: f64::from_bits(b),
+                    p: f64::from_bits(c),
+                    rtt,
+                    enforcing: w[4] >> 4 & 1 == 1,
+                    host_losses: w[0],
+                    network_losses: w[1],
+                    ecn_marks: w[2],
+                    dropped_by_ccid: w[3],
+                    network: episode_of(w[4]),
+                    end_host: episode_of(w[4] >> 2),
+                    events: EventCounts::from_array(std::array::from_fn(|i| {
+                        self.events[i].load(r)
+                    })),
+                })
+            }
             _ => None,
         };
-        let v: [u64; 10] = std::array::from_fn(|i| self.stats[i].load(r));
+        let v: [u64; 11] = std::array::from_fn(|i| self.stats[i].load(r));
         DccpCounters {
             ccid: self.ccid.load(r) as u8,
             stack: xferlab_core::transport::dccp::DccpStack::Xferlab,
@@ -203,10 +298,13 @@ impl DccpShared {
                 dropped_invalid: v[7],
                 queue_full: v[8],
                 ecn_ce_received: v[9],
-                // Only SafeUDP drops data itself; not offered here yet.
-                dropped_by_ccid: 0,
+                dropped_by_ccid: v[10],
             },
             not_dccp: self.not_dccp.load(r),
+            app_rate: match self.app_rate.load(r) {
+                NO_RATE => None,
+                bits => Some(f64::from_bits(bits)),
+            },
         }
     }
 }
@@ -231,11 +329,39 @@ mod tests {
             ecn_ce_received: 2,
             ..Stats::default()
         };
-        sh.publish(3, Some(st), &stats, 4);
+        sh.publish(3, Some(st), &stats, 4, None);
         let c = sh.read();
         assert_eq!(
-            (c.ccid, c.state, c.stats, c.not_dccp),
-            (3, Some(st), stats, 4)
+            (c.ccid, c.state, c.stats, c.not_dccp, c.app_rate),
+            (3, Some(st), stats, 4, None)
+        );
+        let su = CcidState::SafeUdp {
+            offered: 1e6,
+            bound: f64::INFINITY,
+            p: 0.01,
+            rtt: None,
+            enforcing: true,
+            host_losses: 3,
+            network_losses: 5,
+            ecn_marks: 1,
+            dropped_by_ccid: 9,
+            network: EpisodeState::Persistent,
+            end_host: EpisodeState::Transient,
+            events: EventCounts {
+                onset_end_host: 2,
+                released: 7,
+                ..EventCounts::default()
+            },
+        };
+        let stats = Stats {
+            dropped_by_ccid: 9,
+            ..stats
+        };
+        sh.publish(248, Some(su), &stats, 0, Some(5e5));
+        let c = sh.read();
+        assert_eq!(
+            (c.ccid, c.state, c.stats, c.app_rate),
+            (248, Some(su), stats, Some(5e5))
         );
     }
 }

@@ -7,6 +7,12 @@
 //! datagram or the connection's next deadline. Buffers and message
 //! headers are built once; the loop allocates and formats nothing.
 //!
+//! With SafeUDP (CCID 248) the sender takes the CCID's congestion
+//! notifications each turn and, with `--on-congestion`, lets the core's
+//! [`Reaction`] set the pacer's rate; the receiver reads its socket's
+//! drop counter (SO_RXQ_OVFL, a control message on every datagram) and
+//! hands it to the connection, which reports it in option 120.
+//!
 //! The sender's datagrams carry xferlab's datagram header (sequence
 //! number, send time) and the pattern every sender writes; the receiver
 //! counts loss, reordering and jitter from the header as for UDP, and
@@ -21,6 +27,7 @@ use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
+use xferlab_core::dccp::react::Reaction;
 use xferlab_core::dccp::{CloseReason, Config, Connection, Event, ResetCode, Seq};
 use xferlab_core::proto::wire::{AttachReply, MAGIC};
 use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
@@ -100,6 +107,7 @@ struct Path<'a> {
     /// What every application datagram holds after its header.
     pattern: Vec<u8>,
     peer: String,
+    sender: bool,
 }
 
 impl<'a> Path<'a> {
@@ -122,6 +130,10 @@ impl<'a> Path<'a> {
             }
         }
         set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+        // The socket's drop count rides on every datagram: SafeUDP's
+        // receiver reports it (end-host congestion), and the result's
+        // `host_drops` shows it for any CCID.
+        set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
         if job.knobs.tos.is_none() {
             if peer.is_ipv6() {
@@ -163,6 +175,7 @@ impl<'a> Path<'a> {
             tx: TxBatch::new(fd, size + HEADROOM, batch),
             pattern: (0..size).map(|i| (i % 251) as u8).collect(),
             peer: peer.to_string(),
+            sender: job.role == FlowRole::Sender,
         })
     }
 
@@ -180,6 +193,12 @@ impl<'a> Path<'a> {
         // waits for acks, made 890.
         let batch = self.batch as u32;
         let mut pacer = Pacer::new(job.knobs.rate.unwrap_or(0), self.size, batch, start);
+        // A SafeUDP sender's policy: -b is its nominal rate (bytes/s).
+        let mut reaction = match (self.knobs.on_congestion, job.knobs.rate) {
+            (Some(policy), Some(bps)) if sender => Some(Reaction::new(policy, bps as f64 / 8.0)),
+            _ => None,
+        };
+        let mut host_drops: u32 = 0;
         let mut offered: u64 = 0;
         let mut stats = RecvStats::new();
         let mut received: u64 = 0;
@@ -202,8 +221,12 @@ impl<'a> Path<'a> {
                     Ok(n) => {
                         busy = true;
                         last_heard = now;
+                        let before = host_drops;
                         for i in 0..n {
                             let m = self.rx.message(i);
+                            if let Some(count) = m.drops {
+                                host_drops = count;
+                            }
                             if m.data.starts_with(&MAGIC) {
                                 // A repeated attach whose ack was lost.
                                 self.sock.send(&[AttachReply::Ok as u8]).ok();
@@ -225,6 +248,13 @@ impl<'a> Path<'a> {
                                 }
                                 _ => corrupt += 1,
                             }
+                        }
+                        if host_drops != before {
+                            self.conn.set_host_drops(u64::from(host_drops));
+                            shared
+                                .udp
+                                .host_drops
+                                .store(u64::from(host_drops), Ordering::Relaxed);
                         }
                         if n < self.batch {
                             break;
@@ -256,8 +286,24 @@ impl<'a> Path<'a> {
                     Event::Closed(r) => closed = Some(r),
                 }
             }
+            // SafeUDP's notifications (none from CCID 2 and 3), drained
+            // every turn; a policy turns them into the offered rate.
+            let app_rate = reaction.map(|r| r.rate());
+            while let Some(ev) = self.conn.poll_congestion() {
+                if let Some(r) = reaction.as_mut() {
+                    r.on_event(now, &ev);
+                }
+            }
+            if let Some(r) = reaction.as_mut() {
+                let rate = r.poll(now);
+                if Some(rate) != app_rate {
+                    // A new schedule from now: the pacer's is absolute.
+                    let bps = ((rate * 8.0) as u64).max(1);
+                    pacer = Pacer::new(bps, self.size, 1, now);
+                }
+            }
             if flags.abort.load(Ordering::Relaxed) {
-                break FlowEnd::Aborted("the test was aborted".into());
+                break FlowEnd::Aborted(crate::transport::flow::ABORTED.into());
             }
             // The application's offer.
             if sender && connected && closing.is_none() && closed.is_none() {
@@ -301,7 +347,8 @@ impl<'a> Path<'a> {
                 self.flush(&mut busy, &mut peer_gone);
             }
             if now.duration_since(published) >= PUBLISH_EVERY {
-                self.publish(shared, ccid, &mut stats, received, not_dccp, sender);
+                let app_rate = reaction.map(|r| r.rate());
+                self.publish(shared, ccid, &mut stats, received, not_dccp, app_rate);
                 published = now;
             }
             // Ends.
@@ -331,10 +378,13 @@ impl<'a> Path<'a> {
                 break FlowEnd::Completed;
             }
             if !busy {
-                self.wait(now, sender && connected && closing.is_none(), &pacer);
+                let offering = sender && connected && closing.is_none();
+                let change = reaction.and_then(|r| r.next_change());
+                self.wait(now, offering, &pacer, change);
             }
         };
-        self.publish(shared, ccid, &mut stats, received, not_dccp, sender);
+        let app_rate = reaction.map(|r| r.rate());
+        self.publish(shared, ccid, &mut stats, received, not_dccp, app_rate);
         let end = match end {
             FlowEnd::Completed if corrupt > 0 => FlowEnd::Aborted(format!(
                 "DCCP delivered {corrupt} datagrams whose payload differs from what was sent"
@@ -376,13 +426,14 @@ impl<'a> Path<'a> {
         stats: &mut RecvStats,
         received: u64,
         not_dccp: u64,
-        sender: bool,
+        app_rate: Option<f64>,
     ) {
+        let sender = self.sender;
         let s = self.conn.stats();
         // A receiver's own CCID only paces its acknowledgements: its state
         // would read as the flow's, so only senders report one.
         let state = self.conn.ccid_state().filter(|_| sender);
-        shared.dccp.publish(ccid, state, &s, not_dccp);
+        shared.dccp.publish(ccid, state, &s, not_dccp, app_rate);
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
             shared.udp.packets.store(s.data_sent, Ordering::Relaxed);
@@ -394,8 +445,11 @@ impl<'a> Path<'a> {
     /// Sleeps until a datagram comes, the socket takes the rest of a
     /// batch, or the connection's (or the application's pacing) next
     /// deadline; at most [`POLL_FLAGS`], so the flags are seen.
-    fn wait(&self, now: Time, offering: bool, pacer: &Pacer) {
+    fn wait(&self, now: Time, offering: bool, pacer: &Pacer, rate_change: Option<Time>) {
         let mut deadline = now + POLL_FLAGS;
+        if let Some(t) = rate_change {
+            deadline = deadline.min(t);
+        }
         if let Some(t) = self.conn.poll_timeout() {
             deadline = deadline.min(t);
         }

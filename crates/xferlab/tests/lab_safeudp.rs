@@ -1,0 +1,108 @@
+//! SafeUDP (DCCP CCID 248) through `xferlab lab`'s bottleneck: a constant
+//! rate above the link's, with the application ignoring the CCID's
+//! notices (the CCID enforces TFRC's rate and drops the excess) or
+//! stepping its rate down (never enforced). These tests need root (CI
+//! runs as root) and run one at a time: they measure timing on a shared
+//! 2-core machine.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// A 16 Mbit/s SafeUDP flow into a 10 Mbit/s, 40 ms RTT link with a
+/// 50-packet drop-tail queue (the simulator's path in docs/safeudp.md),
+/// the application answering with `policy`; returns the sender flow.
+fn overload(policy: &str) -> Value {
+    let _turn = one_at_a_time();
+    let args = [
+        "lab",
+        "--rate",
+        "10M",
+        "--delay",
+        "20ms",
+        "--queue",
+        "50p",
+        "--no-probe",
+        // The emulator's timing on a loaded 2-core machine is not what
+        // is measured here; the CCID's reaction is.
+        "--allow-invalid",
+        "stream",
+        "--dccp",
+        "--ccid",
+        "248",
+        "--on-congestion",
+        policy,
+        "-b",
+        "16M",
+        "-l",
+        "1200",
+        "-t",
+        "6",
+        "-J",
+    ];
+    let out = run(&args, deadline_for(11.0));
+    assert!(!out.timed_out, "lab hung\n{}", out.describe());
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert_ok(&v);
+    v["client"]["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["role"] == "sender")
+        .unwrap_or_else(|| panic!("no sender flow\n{}", out.describe()))
+        .clone()
+}
+
+fn count(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// The application's rate in each interval, bit/s.
+fn app_rates(tx: &Value) -> Vec<f64> {
+    tx["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|iv| iv["dccp"]["safeudp"]["app_rate_bps"].as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn an_ignoring_cbr_sender_above_the_bottleneck_is_enforced() {
+    let tx = overload("ignore");
+    let total = &tx["total"]["dccp"];
+    let ev = &total["safeudp"]["events"];
+    assert!(count(&ev["persistent_network"]) >= 1, "{total}");
+    assert!(count(&ev["enforcing"]) >= 1, "{total}");
+    assert!(count(&total["dropped_by_ccid"]) > 1000, "{total}");
+    // The application never lowered its rate; the CCID did.
+    assert!(app_rates(&tx).iter().all(|&r| r == 16e6), "{tx}");
+    let enforced: Vec<f64> = tx["intervals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|iv| iv["dccp"]["safeudp"]["enforced_bps"].as_f64())
+        .collect();
+    assert!(
+        !enforced.is_empty() && enforced.iter().all(|&r| r < 12e6),
+        "enforced rates {enforced:?} for a 10 Mbit/s link"
+    );
+}
+
+#[test]
+fn a_stepping_down_cbr_sender_lowers_its_rate_and_is_not_enforced() {
+    let tx = overload("step-down");
+    let total = &tx["total"]["dccp"];
+    let ev = &total["safeudp"]["events"];
+    assert!(count(&ev["persistent_network"]) >= 1, "{total}");
+    assert_eq!(count(&ev["enforcing"]), 0, "{total}");
+    assert_eq!(count(&total["dropped_by_ccid"]), 0, "{total}");
+    let rates = app_rates(&tx);
+    assert!(
+        rates.iter().any(|&r| r <= 8e6),
+        "never stepped down to half: {rates:?}"
+    );
+}
