@@ -270,7 +270,10 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             );
             let fpt = out["frames_per_transfer"].as_f64().unwrap();
             if nf == 1 {
-                assert_eq!(fpt, 1.0, "{name}");
+                // One frame per transfer; a frame whose length is a
+                // multiple of 512 is ended by a zero-length packet, its
+                // own transfer with no frame (1 in ~6,000 here).
+                assert!((0.99..=1.0).contains(&fpt), "{name}: {fpt} {hist:?}");
             }
             let line = format!(
                 "own {class} x{nf} {test}: TCP {mbps:.2} MB/s, OUT {fpt:.2} frames/transfer"
