@@ -143,11 +143,16 @@ fn several_cbr_verdicts(doc: &serde_json::Value) -> bool {
     };
     doc.pointer("/lab/accuracy/valid") == Some(&serde_json::Value::Bool(true))
         && tests.values().all(|t| {
-            t.get("exit_code").and_then(|c| c.as_i64()) == Some(0)
-                || (t.get("exit_code").and_then(|c| c.as_i64()) == Some(1)
-                    && t.pointer("/result/schema")
-                        .and_then(|s| s.as_str())
-                        .is_some_and(|s| s.starts_with("xferlab.cbr/")))
+            let cbr = || {
+                t.pointer("/result/schema")
+                    .and_then(|s| s.as_str())
+                    .is_some_and(|s| s.starts_with("xferlab.cbr/"))
+            };
+            match t.get("exit_code").and_then(|c| c.as_i64()) {
+                Some(0) => true,
+                Some(1) => cbr(),
+                _ => false,
+            }
         })
 }
 
