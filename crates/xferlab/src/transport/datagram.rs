@@ -115,7 +115,7 @@ pub fn send(
     let mut seq: u64 = 0;
     let end = loop {
         if flags.abort.load(Ordering::Relaxed) {
-            break FlowEnd::Aborted(super::flow::ABORTED.into());
+            break super::flow::aborted();
         }
         if flags.stop.load(Ordering::Relaxed) || limit.is_some_and(|l| seq >= l) {
             break FlowEnd::Completed;
@@ -268,7 +268,7 @@ pub fn receive(
             }
             Err(e) if transient(&e) => {
                 if flags.abort.load(Ordering::Relaxed) {
-                    break FlowEnd::Aborted(super::flow::ABORTED.into());
+                    break super::flow::aborted();
                 }
                 if flags.cut.load(Ordering::Relaxed)
                     || (flags.stop.load(Ordering::Relaxed)

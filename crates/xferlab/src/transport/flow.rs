@@ -317,7 +317,7 @@ fn retry(e: &io::Error) -> bool {
 /// replaces it with the reason (see `stream::side`).
 pub const ABORTED: &str = "the test was aborted";
 
-fn aborted() -> FlowEnd {
+pub(crate) fn aborted() -> FlowEnd {
     FlowEnd::Aborted(ABORTED.into())
 }
 

@@ -42,10 +42,6 @@ use crate::net::sockopt;
 use crate::stream::session::AttachWait;
 use crate::sys::clock;
 
-/// Messages the kernel may queue ahead of the CCID (DCCP_SOCKOPT_QPOLICY_
-/// TXQLEN; its default is 5). The userspace stack queues as many: enough
-/// that a window opening by a batch finds a batch queued.
-const TX_QUEUE: u32 = 64;
 /// How long a sender waits when the kernel refuses a message because its
 /// queue is full (the CCID sends slower than the application offers).
 /// dccp_poll reports POLLOUT by socket memory, not by this queue, so
@@ -76,7 +72,7 @@ fn socket(domain: Domain) -> Result<Socket, String> {
 /// Whether this kernel can open a DCCP socket (checked before a test
 /// starts, so a missing DCCP is one line, not a failed flow).
 pub(super) fn check(knobs: &Knobs) -> Result<(), String> {
-    if knobs.dccp.is_some_and(|d| d.stack == DccpStack::Kernel) {
+    if wanted(knobs) {
         socket(Domain::IPV4).map(drop)?;
     }
     Ok(())
@@ -162,7 +158,10 @@ fn connect_error(
 /// kernel queue as deep as the userspace stack's.
 fn prepare(s: &Socket, knobs: &Knobs) -> Result<(), String> {
     sockopt::apply(s, knobs, sockopt::SocketEnd::Accepted)?;
-    s.set_dccp_qpolicy_txqlen(TX_QUEUE).ok();
+    // The kernel's queue ahead of the CCID (DCCP_SOCKOPT_QPOLICY_TXQLEN,
+    // default 5) holds as many as the userspace stack's.
+    s.set_dccp_qpolicy_txqlen(super::QUEUE_DATAGRAMS as u32)
+        .ok();
     Ok(())
 }
 
@@ -290,7 +289,7 @@ fn send(
     let mut seq: u64 = 0;
     let end = loop {
         if flags.abort.load(Ordering::Relaxed) {
-            break FlowEnd::Aborted(crate::transport::flow::ABORTED.into());
+            break crate::transport::flow::aborted();
         }
         if flags.stop.load(Ordering::Relaxed) || limit.is_some_and(|l| seq >= l) {
             break FlowEnd::Completed;

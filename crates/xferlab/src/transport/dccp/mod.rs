@@ -7,6 +7,12 @@
 //! sending CCID's state and the stack's counters the thread published
 //! ([`DccpShared`]).
 
+/// Application datagrams that may wait for the CCID, in either stack.
+/// Enough that a window opening by a batch finds a batch queued; more only
+/// adds queueing delay (DCCP drops nothing the application queued, it
+/// refuses the offer).
+const QUEUE_DATAGRAMS: usize = 64;
+
 mod kernel;
 mod path;
 

@@ -42,10 +42,6 @@ use crate::sys::clock;
 /// Room after the payload for DCCP's header and options: the longest
 /// header (28 bytes) and the largest options area (1020).
 const HEADROOM: usize = 28 + 1020;
-/// Application datagrams that may wait for the CCID. Enough that a window
-/// opening by a batch finds a batch queued; more only adds queueing delay
-/// (DCCP drops nothing the application queued, it refuses the offer).
-const QUEUE_DATAGRAMS: usize = 64;
 /// Our Sequence Window (RFC 4340 sec. 7.5.2): it must exceed the packets
 /// in flight several times over, or a fast, long path looks out of
 /// window. 1 Gbit/s x 94 ms is ~8400 packets of 1400 B; 100000 covers
@@ -157,7 +153,7 @@ impl<'a> Path<'a> {
         };
         cfg.mss = size;
         cfg.seq_window = SEQ_WINDOW;
-        cfg.queue_bytes = size * QUEUE_DATAGRAMS;
+        cfg.queue_bytes = size * super::QUEUE_DATAGRAMS;
         cfg.give_up = HANDSHAKE_GIVE_UP;
         cfg.iss = random_iss();
         let conn = match job.endpoint {
@@ -299,11 +295,11 @@ impl<'a> Path<'a> {
                 if Some(rate) != app_rate {
                     // A new schedule from now: the pacer's is absolute.
                     let bps = ((rate * 8.0) as u64).max(1);
-                    pacer = Pacer::new(bps, self.size, 1, now);
+                    pacer = Pacer::new(bps, self.size, batch, now);
                 }
             }
             if flags.abort.load(Ordering::Relaxed) {
-                break FlowEnd::Aborted(crate::transport::flow::ABORTED.into());
+                break crate::transport::flow::aborted();
             }
             // The application's offer.
             if sender && connected && closing.is_none() && closed.is_none() {
