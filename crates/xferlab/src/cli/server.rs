@@ -59,7 +59,7 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = crate::session::auth::MAX_FAILURES, value_name = "N")]
     pub auth_max_failures: u32,
     /// The window failed authentication attempts are counted in.
-    #[arg(long, default_value = "60", value_parser = parse_seconds, value_name = "DURATION")]
+    #[arg(long, default_value_t = crate::session::auth::WINDOW.as_secs_f64(), value_parser = parse_seconds, value_name = "DURATION")]
     pub auth_window: f64,
     /// Require iperf3 clients to authenticate with iperf3's own scheme:
     /// the RSA private key (PEM) their --rsa-public-key-path matches.
@@ -72,7 +72,7 @@ pub struct ServerArgs {
     /// How long a new connection may take, in total, to say what it is
     /// (its first bytes: xferlab's preamble and attach record, or iperf3's
     /// cookie); then it is closed. A trickle of bytes does not extend it.
-    #[arg(long, default_value = "5", value_parser = parse_seconds, value_name = "DURATION")]
+    #[arg(long, default_value_t = DoorLimits::PREAMBLE_TIMEOUT.as_secs_f64(), value_parser = parse_seconds, value_name = "DURATION")]
     pub preamble_timeout: f64,
     /// Connections from one client address that have not yet said what
     /// they are; past it the oldest of them is closed (and logged). Leave

@@ -363,11 +363,8 @@ fn serve_tcp(
                 }
                 let flow = c.flow.expect("set above") as usize;
                 c.req_got += data.len();
-                let mut answered = 0u64;
-                while c.req_got >= req {
-                    c.req_got -= req;
-                    answered += 1;
-                }
+                let answered = (c.req_got / req) as u64;
+                c.req_got %= req;
                 if let Some(b) = plan.budget.as_ref().filter(|_| answered > 0) {
                     if !wait_for_slot(b, answered * resp as u64, flags) {
                         counters[flow].dropped.fetch_add(answered, Relaxed);
