@@ -21,11 +21,14 @@ pub struct CbrCriterion {
     pub max_underruns: u64,
 }
 
-/// One trial as the device reported it (STOP's answer).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// One trial as the device reported it (STOP's answer), and whether the
+/// host's own streaming failed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CbrOutcome {
     pub rx: Option<RateReport>,
     pub tx: Option<RateReport>,
+    /// The host stream's error: it fails the rate whatever the device saw.
+    pub host_error: Option<String>,
 }
 
 impl CbrOutcome {
@@ -52,6 +55,9 @@ impl Judge for CbrCriterion {
     type Outcome = CbrOutcome;
 
     fn judge(&self, o: &CbrOutcome) -> Verdict {
+        if let Some(e) = &o.host_error {
+            return Verdict::Failed(format!("the host stream failed: {e}"));
+        }
         let reports = [o.rx, o.tx];
         let streamed = reports.iter().flatten().any(|r| r.samples_due > 0);
         if !streamed {
@@ -107,7 +113,7 @@ mod tests {
         }
         CbrOutcome {
             rx: Some(b.report()),
-            tx: None,
+            ..CbrOutcome::default()
         }
     }
 
@@ -155,13 +161,21 @@ mod tests {
         assert!(
             matches!(c.judge(&CbrOutcome::default()), Verdict::Failed(w) if w.contains("streamed nothing"))
         );
+        // A failed host stream fails the rate whatever the device saw.
+        let broken = CbrOutcome {
+            host_error: Some("no such device".into()),
+            ..o.clone()
+        };
+        assert!(
+            matches!(c.judge(&broken), Verdict::Failed(w) if w == "the host stream failed: no such device")
+        );
         let mut sink = RateBuffer::new(Role::Sink { prefill: 8 }, 1000, 4, 8).unwrap();
         sink.start(0);
         sink.filled(0, 8);
         sink.advance(1_000_000_000);
         let o = CbrOutcome {
-            rx: None,
             tx: Some(sink.report()),
+            ..CbrOutcome::default()
         };
         assert_eq!(o.underruns(), 248);
         let Verdict::Failed(w) = c.judge(&o) else {
