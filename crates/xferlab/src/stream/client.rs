@@ -80,13 +80,18 @@ pub(crate) fn connect_flows(
     if carrier == Carrier::UsbBulk {
         return Err("USB bulk tests run with `xferlab usb`".into());
     }
-    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
+    let hello = |flow: u32| {
         let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
         hello.extend_from_slice(&Attach { token, flow }.encode());
+        hello
+    };
+    let in_band = transport::io(cfg.spec.transport)?.attach_in_band(&cfg.spec);
+    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
+        let hello = hello(flow);
         Ok(match carrier {
             Carrier::Datagrams => {
                 let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
-                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, flow)?)
+                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, flow, in_band)?)
             }
             _ => FlowSocket::Stream(attach_stream(cfg, server, &hello, flow)?),
         })
@@ -123,12 +128,11 @@ pub(crate) fn connect_flows(
     };
     let mut out = Vec::with_capacity(plans.len());
     for (plan, socket) in plans.into_iter().zip(sockets) {
-        out.push(ConnectedFlow::new(
-            plan,
-            socket?,
-            Endpoint::Client,
-            &cfg.spec,
-        )?);
+        let mut flow = ConnectedFlow::new(plan, socket?, Endpoint::Client, &cfg.spec)?;
+        if in_band {
+            flow.attach = Some(hello(plan.id));
+        }
+        out.push(flow);
     }
     Ok(out)
 }
@@ -166,6 +170,7 @@ fn attach_datagram(
     to: SocketAddr,
     hello: &[u8],
     flow: u32,
+    in_band: bool,
 ) -> Result<UdpSocket, String> {
     let io = transport::io(cfg.spec.transport)?;
     let sock = match io.connect_datagram(&cfg.spec, to, cfg.connect_timeout) {
@@ -182,6 +187,10 @@ fn attach_datagram(
             sock
         }
     };
+    if in_band {
+        // The flow's thread presents `hello` once its connection is up.
+        return Ok(sock);
+    }
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();
     let mut reply = [0u8; 1];
     for _ in 0..UDP_ATTACH_TRIES {

@@ -43,6 +43,9 @@ pub struct ConnectedFlow {
     pub settings: SocketSettings,
     sizes: StreamSizes,
     io: &'static dyn TransportIo,
+    /// The attach record the flow presents inside its own connection
+    /// ([`TransportIo::attach_in_band`]); None: presented already.
+    pub attach: Option<Vec<u8>>,
 }
 
 impl ConnectedFlow {
@@ -83,6 +86,7 @@ impl ConnectedFlow {
             settings,
             sizes,
             io,
+            attach: None,
         })
     }
 
@@ -109,6 +113,7 @@ struct RunningFlow {
     info: FlowStart,
     settings: SocketSettings,
     sizes: StreamSizes,
+    attach: Option<Vec<u8>>,
     socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
@@ -176,6 +181,7 @@ impl Side {
                 info: c.start_info(endpoint),
                 settings: c.settings,
                 sizes: c.sizes,
+                attach: c.attach,
                 socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
@@ -242,6 +248,7 @@ impl Side {
                 f.io,
                 f.sizes,
             );
+            let attach = f.attach.take();
             let endpoint = self.endpoint;
             let name = format!(
                 "xfer-{}-{}",
@@ -261,6 +268,7 @@ impl Side {
                     flags: &flags,
                     wire,
                     sizes,
+                    attach: attach.as_deref(),
                 });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);

@@ -174,6 +174,9 @@ pub struct FlowJob<'a> {
     pub wire: DatagramWire,
     /// A byte-stream receiver's per-call sizes.
     pub sizes: StreamSizes,
+    /// A client flow's attach record, when the flow presents it inside
+    /// its own connection ([`TransportIo::attach_in_band`]).
+    pub attach: Option<&'a [u8]>,
 }
 
 /// The binary's half of a transport (see the module docs for the whole
@@ -209,6 +212,13 @@ pub trait TransportIo: Sync {
     /// one line naming the fix.
     fn check(&self, _knobs: &Knobs) -> Result<(), String> {
         Ok(())
+    }
+
+    /// Whether a client's datagram flows present their attach record
+    /// inside the flow's own connection, once it is up (xferlab's DCCP
+    /// against a kernel DCCP server), instead of in a datagram first.
+    fn attach_in_band(&self, _spec: &TestSpec) -> bool {
+        false
     }
 
     /// A client flow's datagram socket connected to the server's flow

@@ -1,5 +1,7 @@
 //! One DCCP flow's thread: a thin driver around the core's
-//! [`Connection`] on one connected, non-blocking UDP socket. Each turn it
+//! [`Connection`] on one connected, non-blocking UDP socket, or with
+//! `--dccp-carrier ip` on a raw IP socket for the same ports ([`raw`]:
+//! DCCP's own checksum then covers the RFC 4340 pseudo-header). Each turn it
 //! takes every queued datagram (recvmmsg, with the ECN bits), runs the
 //! connection's timers, offers the application's datagrams at `-b` (or as
 //! fast as the CCID drains them), and sends what the connection emits in
@@ -13,6 +15,12 @@
 //! drop counter (SO_RXQ_OVFL, a control message on every datagram) and
 //! hands it to the connection, which reports it in option 120.
 //!
+//! Against a kernel DCCP server (`--dccp-server-stack kernel`) the
+//! client presents its attach record as the connection's first message
+//! and waits for the server's one-byte answer before any data, as a
+//! kernel DCCP client does; a kernel sender's end marker is taken as
+//! such.
+//!
 //! The sender's datagrams carry xferlab's datagram header (sequence
 //! number, send time) and the pattern every sender writes; the receiver
 //! counts loss, reordering and jitter from the header as for UDP, and
@@ -21,27 +29,31 @@
 use std::io;
 use std::mem::zeroed;
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use socket2::Socket;
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
 use xferlab_core::dccp::react::Reaction;
 use xferlab_core::dccp::{CloseReason, Config, Connection, Event, ResetCode, Seq};
 use xferlab_core::proto::wire::{AttachReply, MAGIC};
+use xferlab_core::transport::dccp::DccpCarrier;
 use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
 use xferlab_core::time::Time;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
-use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch};
+use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch, END_MARKER};
+use super::raw;
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
 use crate::sys::clock;
 
 /// Room after the payload for DCCP's header and options: the longest
-/// header (28 bytes) and the largest options area (1020).
-const HEADROOM: usize = 28 + 1020;
+/// header (28 bytes) and the largest options area (1020); and for the IP
+/// header (at most 60 bytes) a raw IPv4 read starts with.
+const HEADROOM: usize = 28 + 1020 + 60;
 /// Our Sequence Window (RFC 4340 sec. 7.5.2): it must exceed the packets
 /// in flight several times over, or a fast, long path looks out of
 /// window. 1 Gbit/s x 94 ms is ~8400 packets of 1400 B; 100000 covers
@@ -93,7 +105,13 @@ fn outcome(end: FlowEnd, bytes: u64, note: Option<String>) -> FlowOutcome {
 }
 
 struct Path<'a> {
+    /// The flow's UDP socket: its ports are the connection's; with the
+    /// UDP carrier it carries the packets too.
     sock: &'a UdpSocket,
+    /// The raw IP carrier's socket (`--dccp-carrier ip`), and whether its
+    /// reads start with an IPv4 header.
+    raw: Option<Socket>,
+    raw_v4: bool,
     conn: Connection,
     knobs: DccpKnobs,
     size: usize,
@@ -108,11 +126,16 @@ struct Path<'a> {
 
 impl<'a> Path<'a> {
     fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, String> {
-        let fd = sock.as_raw_fd();
         sock.set_nonblocking(true)
             .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
         let local = sock.local_addr().map_err(|e| e.to_string())?;
         let peer = sock.peer_addr().map_err(|e| e.to_string())?;
+        let knobs = job.knobs.dccp.unwrap_or_default();
+        let raw = match knobs.carrier {
+            DccpCarrier::Udp => None,
+            DccpCarrier::Ip => Some(raw::open(local, peer)?),
+        };
+        let fd = raw.as_ref().map_or(sock.as_raw_fd(), |r| r.as_raw_fd());
         if job.knobs.buffer.is_none() {
             // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
             // net.core.rmem_max allows.
@@ -143,7 +166,6 @@ impl<'a> Path<'a> {
                 set_int_opt(fd, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(ECT0));
             }
         }
-        let knobs = job.knobs.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
         let mut cfg = match job.endpoint {
             Endpoint::Client => {
@@ -152,6 +174,9 @@ impl<'a> Path<'a> {
             Endpoint::Server => Config::server(local.port(), vec![SERVICE_CODE]),
         };
         cfg.mss = size;
+        if raw.is_some() {
+            cfg.pseudo = raw::pseudo(local, peer);
+        }
         cfg.seq_window = SEQ_WINDOW;
         cfg.queue_bytes = size * super::QUEUE_DATAGRAMS;
         cfg.give_up = HANDSHAKE_GIVE_UP;
@@ -163,6 +188,8 @@ impl<'a> Path<'a> {
         let batch = job.knobs.batch as usize;
         Ok(Path {
             sock,
+            raw_v4: raw.is_some() && crate::net::canonical(peer).is_ipv4(),
+            raw,
             conn,
             knobs,
             size,
@@ -208,6 +235,9 @@ impl<'a> Path<'a> {
         let mut published = start;
         let mut peer_gone = false;
         let mut failed: Option<String> = None;
+        // A kernel DCCP server's flows attach inside the connection: no
+        // data until its answer came.
+        let mut attached = job.attach.is_none();
         let end = loop {
             let now = clock::now();
             let mut busy = false;
@@ -223,26 +253,48 @@ impl<'a> Path<'a> {
                             if let Some(count) = m.drops {
                                 host_drops = count;
                             }
-                            if m.data.starts_with(&MAGIC) {
+                            let data = if self.raw.is_some() {
+                                match raw::payload(self.raw_v4, m.data) {
+                                    Some(d) => d,
+                                    None => {
+                                        not_dccp += 1;
+                                        continue;
+                                    }
+                                }
+                            } else if m.data.starts_with(&MAGIC) {
                                 // A repeated attach whose ack was lost.
                                 self.sock.send(&[AttachReply::Ok as u8]).ok();
                                 not_dccp += 1;
                                 continue;
-                            }
+                            } else {
+                                m.data
+                            };
                             let ce = m.tos.is_some_and(|t| t & CE == CE);
-                            let Some(payload) = self.conn.handle_datagram_ecn(now, m.data, ce)
+                            let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce)
                             else {
                                 continue;
                             };
-                            received += payload.len() as u64;
+                            if !attached {
+                                match answer(payload) {
+                                    Ok(()) => attached = true,
+                                    Err(why) => failed = Some(why),
+                                }
+                                continue;
+                            }
                             match read_header(payload) {
+                                // A kernel DCCP sender's end marker.
+                                Some((END_MARKER, _)) if payload.len() == HEADER_LEN => continue,
                                 Some((seq, send_ns)) if payload.len() == self.size => {
+                                    received += payload.len() as u64;
                                     stats.on_datagram(seq, send_ns, now.as_nanos());
                                     if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
                                         corrupt += 1;
                                     }
                                 }
-                                _ => corrupt += 1,
+                                _ => {
+                                    received += payload.len() as u64;
+                                    corrupt += 1;
+                                }
                             }
                         }
                         if host_drops != before {
@@ -278,6 +330,9 @@ impl<'a> Path<'a> {
                     Event::Connected { tx_ccid, .. } => {
                         ccid = tx_ccid;
                         connected = true;
+                        if let Some(hello) = job.attach {
+                            self.conn.send(hello);
+                        }
                     }
                     Event::Closed(r) => closed = Some(r),
                 }
@@ -302,7 +357,7 @@ impl<'a> Path<'a> {
                 break crate::transport::flow::aborted();
             }
             // The application's offer.
-            if sender && connected && closing.is_none() && closed.is_none() {
+            if sender && connected && attached && closing.is_none() && closed.is_none() {
                 let done = limit.is_some_and(|l| offered >= l);
                 if done || flags.stop.load(Ordering::Relaxed) {
                     self.conn.close(now);
@@ -356,6 +411,11 @@ impl<'a> Path<'a> {
             if peer_gone {
                 break if closing.is_some() || !sender && flags.stop.load(Ordering::Relaxed) {
                     FlowEnd::Completed
+                } else if self.raw.is_some() {
+                    FlowEnd::Aborted(format!(
+                        "{} has no DCCP over IP (ICMP protocol unreachable): no xferlab or kernel DCCP there",
+                        self.peer
+                    ))
                 } else {
                     FlowEnd::Aborted(format!(
                         "the DCCP peer's UDP socket at {} is gone (ICMP port unreachable)",
@@ -374,7 +434,7 @@ impl<'a> Path<'a> {
                 break FlowEnd::Completed;
             }
             if !busy {
-                let offering = sender && connected && closing.is_none();
+                let offering = sender && connected && attached && closing.is_none();
                 let change = reaction.and_then(|r| r.next_change());
                 self.wait(now, offering, &pacer, change);
             }
@@ -465,8 +525,17 @@ impl<'a> Path<'a> {
         let Ok(ts) = Timespec::try_from(left) else {
             return;
         };
-        let mut fds = [PollFd::new(self.sock, events)];
+        let fd = self.data_fd();
+        let mut fds = [PollFd::new(&fd, events)];
         poll(&mut fds, Some(&ts)).ok();
+    }
+
+    /// The socket the packets travel on.
+    fn data_fd(&self) -> BorrowedFd<'_> {
+        match &self.raw {
+            Some(r) => r.as_fd(),
+            None => self.sock.as_fd(),
+        }
     }
 
     /// How the connection's end reads for this flow.
@@ -500,12 +569,29 @@ impl<'a> Path<'a> {
             CloseReason::TimedOut => {
                 let junk = s.dropped_checksum + s.dropped_invalid + not_dccp;
                 FlowEnd::Aborted(format!(
-                    "no DCCP answer from {} within {} s ({junk} datagrams that were not its DCCP): the peer does not speak xferlab's DCCP over UDP (--dccp)",
+                    "no DCCP answer from {} within {} s ({junk} packets that were not its DCCP): the peer does not speak DCCP over {} (--dccp-carrier {})",
                     self.peer,
-                    HANDSHAKE_GIVE_UP.as_secs()
+                    HANDSHAKE_GIVE_UP.as_secs(),
+                    if self.raw.is_some() { "IP" } else { "UDP" },
+                    if self.raw.is_some() { "ip" } else { "udp" },
                 ))
             }
         }
+    }
+}
+
+/// The server's one-byte answer to an attach record presented in band.
+fn answer(payload: &[u8]) -> Result<(), String> {
+    match payload {
+        [b] if *b == AttachReply::Ok as u8 => Ok(()),
+        [b] => Err(format!(
+            "the server refused the flow: {}",
+            AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe())
+        )),
+        _ => Err(format!(
+            "the server's DCCP sent {} bytes where the answer to the flow's attach record (1 byte) belongs",
+            payload.len()
+        )),
     }
 }
 
