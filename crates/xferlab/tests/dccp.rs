@@ -461,7 +461,10 @@ fn ip_carrier_runs_ccid2_and_ccid3_as_ip_protocol_33() {
     assert!(last["x_bps"].as_f64().unwrap() > 0.0, "{last}");
     // Request (0), Response (1), Data (2), Ack (3), DataAck (4), Close (6)
     // or CloseReq (5), Reset (7).
-    assert!(good > 1000, "{good} protocol-33 packets with a good checksum");
+    assert!(
+        good > 1000,
+        "{good} protocol-33 packets with a good checksum"
+    );
     assert_eq!(bad, 0, "{bad} packets with a bad checksum ({good} good)");
     for t in [0, 1, 3, 4] {
         assert!(types & 1 << t != 0, "no packet of type {t}: {types:#b}");

@@ -398,10 +398,7 @@ impl StreamArgs {
                         ccid: self.ccid.unwrap_or(d.ccid),
                         service: self.dccp_service.unwrap_or(d.service),
                         stack: stack(self.dccp_stack.as_deref()),
-                        server_stack: self
-                            .dccp_server_stack
-                            .as_deref()
-                            .map(|s| stack(Some(s))),
+                        server_stack: self.dccp_server_stack.as_deref().map(|s| stack(Some(s))),
                         carrier: match self.dccp_carrier.as_deref() {
                             Some("ip") => DccpCarrier::Ip,
                             _ => DccpCarrier::Udp,

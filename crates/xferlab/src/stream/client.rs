@@ -80,18 +80,13 @@ pub(crate) fn connect_flows(
     if carrier == Carrier::UsbBulk {
         return Err("USB bulk tests run with `xferlab usb`".into());
     }
-    let hello = |flow: u32| {
+    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
         let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
         hello.extend_from_slice(&Attach { token, flow }.encode());
-        hello
-    };
-    let in_band = transport::io(cfg.spec.transport)?.attach_in_band(&cfg.spec);
-    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
-        let hello = hello(flow);
         Ok(match carrier {
             Carrier::Datagrams => {
                 let to = SocketAddr::new(server.ip(), w.udp_ports[i]);
-                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, flow, in_band)?)
+                FlowSocket::Datagram(attach_datagram(cfg, to, &hello, flow)?)
             }
             _ => FlowSocket::Stream(attach_stream(cfg, server, &hello, flow)?),
         })
@@ -128,11 +123,12 @@ pub(crate) fn connect_flows(
     };
     let mut out = Vec::with_capacity(plans.len());
     for (plan, socket) in plans.into_iter().zip(sockets) {
-        let mut flow = ConnectedFlow::new(plan, socket?, Endpoint::Client, &cfg.spec)?;
-        if in_band {
-            flow.attach = Some(hello(plan.id));
-        }
-        out.push(flow);
+        out.push(ConnectedFlow::new(
+            plan,
+            socket?,
+            Endpoint::Client,
+            &cfg.spec,
+        )?);
     }
     Ok(out)
 }
@@ -170,7 +166,6 @@ fn attach_datagram(
     to: SocketAddr,
     hello: &[u8],
     flow: u32,
-    in_band: bool,
 ) -> Result<UdpSocket, String> {
     let io = transport::io(cfg.spec.transport)?;
     let sock = match io.connect_datagram(&cfg.spec, to, cfg.connect_timeout) {
@@ -187,8 +182,8 @@ fn attach_datagram(
             sock
         }
     };
-    if in_band {
-        // The flow's thread presents `hello` once its connection is up.
+    if let Some(attached) = io.attach_in_band(&cfg.spec, &sock, hello, cfg.attach_wait()) {
+        attached.map_err(|e| format!("flow {}: {e}", flow + 1))?;
         return Ok(sock);
     }
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();

@@ -43,9 +43,6 @@ pub struct ConnectedFlow {
     pub settings: SocketSettings,
     sizes: StreamSizes,
     io: &'static dyn TransportIo,
-    /// The attach record the flow presents inside its own connection
-    /// ([`TransportIo::attach_in_band`]); None: presented already.
-    pub attach: Option<Vec<u8>>,
 }
 
 impl ConnectedFlow {
@@ -86,7 +83,6 @@ impl ConnectedFlow {
             settings,
             sizes,
             io,
-            attach: None,
         })
     }
 
@@ -113,7 +109,6 @@ struct RunningFlow {
     info: FlowStart,
     settings: SocketSettings,
     sizes: StreamSizes,
-    attach: Option<Vec<u8>>,
     socket: Arc<FlowSocket>,
     shared: Arc<FlowShared>,
     meter: Option<FlowMeter>,
@@ -181,7 +176,6 @@ impl Side {
                 info: c.start_info(endpoint),
                 settings: c.settings,
                 sizes: c.sizes,
-                attach: c.attach,
                 socket: Arc::new(c.socket),
                 shared: Arc::new(FlowShared::default()),
                 meter: None,
@@ -248,7 +242,6 @@ impl Side {
                 f.io,
                 f.sizes,
             );
-            let attach = f.attach.take();
             let endpoint = self.endpoint;
             let name = format!(
                 "xfer-{}-{}",
@@ -268,7 +261,6 @@ impl Side {
                     flags: &flags,
                     wire,
                     sizes,
-                    attach: attach.as_deref(),
                 });
                 drop(cpu);
                 *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(out);

@@ -174,9 +174,6 @@ pub struct FlowJob<'a> {
     pub wire: DatagramWire,
     /// A byte-stream receiver's per-call sizes.
     pub sizes: StreamSizes,
-    /// A client flow's attach record, when the flow presents it inside
-    /// its own connection ([`TransportIo::attach_in_band`]).
-    pub attach: Option<&'a [u8]>,
 }
 
 /// The binary's half of a transport (see the module docs for the whole
@@ -214,11 +211,20 @@ pub trait TransportIo: Sync {
         Ok(())
     }
 
-    /// Whether a client's datagram flows present their attach record
-    /// inside the flow's own connection, once it is up (xferlab's DCCP
-    /// against a kernel DCCP server), instead of in a datagram first.
-    fn attach_in_band(&self, _spec: &TestSpec) -> bool {
-        false
+    /// For a transport whose client flows present their attach record
+    /// inside their own connection (xferlab's DCCP against a kernel DCCP
+    /// server, which reads it as the connection's first message): sets
+    /// up that connection on `sock` (bound and connected to the server's
+    /// flow port), presents `hello` and checks the answer, within
+    /// `timeout`. None: the record goes in a datagram first.
+    fn attach_in_band(
+        &self,
+        _spec: &TestSpec,
+        _sock: &UdpSocket,
+        _hello: &[u8],
+        _timeout: Duration,
+    ) -> Option<Result<(), String>> {
+        None
     }
 
     /// A client flow's datagram socket connected to the server's flow

@@ -65,8 +65,17 @@ impl TransportIo for Dccp {
         Ok(())
     }
 
-    fn attach_in_band(&self, spec: &TestSpec) -> bool {
-        spec.knobs.dccp.is_some_and(|d| d.attach_in_band())
+    fn attach_in_band(
+        &self,
+        spec: &TestSpec,
+        sock: &UdpSocket,
+        hello: &[u8],
+        timeout: Duration,
+    ) -> Option<Result<(), String>> {
+        spec.knobs
+            .dccp
+            .is_some_and(|d| d.attach_in_band())
+            .then(|| path::attach_in_band(spec, sock, hello, timeout))
     }
 
     fn connect_datagram(
