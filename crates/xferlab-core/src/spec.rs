@@ -365,10 +365,12 @@ pub enum SpecError {
     DccpLength(u64),
     #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like), CCID 3 (TFRC) and CCID 248 (SafeUDP); use --ccid 2, 3 or 248")]
     Ccid(u8),
-    #[error("--ccid, --dccp-service, --dccp-stack and --on-congestion apply to DCCP (--dccp)")]
+    #[error("--ccid, --dccp-service, --dccp-stack, --dccp-server-stack, --dccp-carrier and --on-congestion apply to DCCP (--dccp)")]
     DccpOptionsWithoutDccp,
     #[error("--on-congestion answers SafeUDP's congestion notifications (got --ccid {0}): use --ccid 248")]
     OnCongestionCcid(u8),
+    #[error("{0}")]
+    DccpCombination(&'static str),
     #[error("--on-congestion lowers a constant rate: add -b RATE")]
     OnCongestionRate,
     #[error("--gso, -C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]

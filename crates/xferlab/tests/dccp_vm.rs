@@ -3,13 +3,19 @@
 //! `xferlab server` over the guest's loopback with CCID2 and CCID3 (and
 //! CCID3 reversed, and four flows at once both ways), the CCID state the
 //! kernel reports in the `dccp` section, and a refused service code as one
-//! clear line. One boot for all of it.
+//! clear line. Then interop: the host (no kernel DCCP, so nothing here
+//! resets its packets) runs xferlab's own DCCP over raw IP through a TAP
+//! link against the guest's kernel DCCP server, CCID2 and CCID3 each way
+//! of the data, and CCID 248 (SafeUDP), which the kernel refuses in
+//! feature negotiation. One boot for all of it.
 
 mod common;
 mod labvm_support;
 
-use std::time::Duration;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
+use common::{run, Output};
 use labvm_support::*;
 use serde_json::Value;
 
@@ -41,6 +47,12 @@ echo '== service =='
 xferlab stream 127.0.0.1 --dccp --dccp-stack kernel --dccp-service 7 -t 1 >/dev/null 2>/tmp/err.txt
 echo rc=$?
 cat /tmp/err.txt
+echo '== tap =='
+ip link set eth0 up && ip addr add 10.250.33.2/24 dev eth0; echo rc=$?
+# The host's turn: its clients run against this server now; it releases
+# the guest by connecting to port 5299.
+timeout 150 nc -l -p 5299 </dev/null >/dev/null
+echo released=$?
 echo '== server =='
 cat /tmp/server.log
 "#;
@@ -69,15 +81,104 @@ fn sender_intervals<'a>(v: &'a Value, side: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The host end of the TAP link (lab/vm/run --tap) and the guest's.
+const HOST_CIDR: &str = "10.250.33.1/24";
+const GUEST: &str = "10.250.33.2";
+
+/// The host's interop cases against the guest's kernel DCCP server: each
+/// `(name, extra args)`, run as `xferlab stream GUEST --dccp
+/// --dccp-carrier ip --dccp-server-stack kernel -t 2 -l 1400 -b 20M -J`.
+const INTEROP: &[(&str, &[&str])] = &[
+    ("ccid2", &["--ccid", "2"]),
+    ("ccid3", &["--ccid", "3"]),
+    ("ccid3-reverse", &["--ccid", "3", "-R"]),
+    ("safeudp", &["--ccid", "248"]),
+];
+
+/// Waits until the guest's server answers on the TAP link (its address
+/// comes up once the loopback cases are done), runs [`INTEROP`], then
+/// releases the guest. None when the guest never came up (the VM's own
+/// result says why).
+fn host_turn(vm_done: impl Fn() -> bool) -> Option<Vec<Output>> {
+    let control: SocketAddr = format!("{GUEST}:5290").parse().unwrap();
+    let give_up = Instant::now() + Duration::from_secs(600);
+    loop {
+        if vm_done() || Instant::now() > give_up {
+            return None;
+        }
+        // Only through the TAP device: before lab/vm/run makes it, the
+        // address is routed to the default gateway, which may answer.
+        let route = std::process::Command::new("ip")
+            .args(["-o", "route", "get", GUEST])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if route.contains("dev xlvm")
+            && TcpStream::connect_timeout(&control, Duration::from_millis(300)).is_ok()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let outs = INTEROP
+        .iter()
+        .map(|(_, extra)| {
+            let mut args = vec![
+                "stream",
+                GUEST,
+                "--dccp",
+                "--dccp-carrier",
+                "ip",
+                "--dccp-server-stack",
+                "kernel",
+                "-t",
+                "2",
+                "-l",
+                "1400",
+                "-b",
+                "20M",
+                "-J",
+            ];
+            args.extend_from_slice(extra);
+            run(&args, Duration::from_secs(60))
+        })
+        .collect();
+    let release: SocketAddr = format!("{GUEST}:5299").parse().unwrap();
+    for _ in 0..20 {
+        if TcpStream::connect_timeout(&release, Duration::from_millis(500)).is_ok() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Some(outs)
+}
+
 #[test]
 #[cfg_attr(labvm_skip, ignore = "XFERLAB_LABVM=skip: boots the lab VM (QEMU)")]
 fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
     let _vm = vm_lock();
-    let r = run_vm(
-        &["--extra-modules", "dccp_ipv4", "--timeout", "240"],
-        SCRIPT,
-        Duration::from_secs(1200),
+    assert!(
+        common::is_root(),
+        "needs root: the TAP link (lab/vm/run --tap) and raw IP sockets"
     );
+    let (r, host) = std::thread::scope(|s| {
+        let vm = s.spawn(|| {
+            run_vm(
+                &[
+                    "--extra-modules",
+                    "dccp_ipv4",
+                    "--tap",
+                    HOST_CIDR,
+                    "--timeout",
+                    "240",
+                ],
+                SCRIPT,
+                Duration::from_secs(1200),
+            )
+        });
+        let host = host_turn(|| vm.is_finished());
+        (vm.join().unwrap(), host)
+    });
     assert_eq!(r.code, 0, "guest script failed");
     assert_eq!(field(section(&r.out, "modprobe"), "rc"), Some("0"));
 
@@ -154,5 +255,42 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         .collect();
     assert_eq!(lines.len(), 1, "one line names the refused code: {service}");
     assert!(lines[0].contains("leave out --dccp-service"), "{service}");
+
+    // Interop: the host's userspace DCCP over raw IP, the guest's kernel.
+    assert_eq!(field(section(&r.out, "tap"), "rc"), Some("0"));
+    let host = host.expect("the guest's server never answered on the TAP link");
+    for ((name, _), out) in INTEROP.iter().zip(&host) {
+        if *name == "safeudp" {
+            // Linux knows no CCID 248: its feature negotiation resets the
+            // handshake (Mandatory Error), and we say so in one line.
+            out.assert_one_line_failure(1, &["refused CCID 248", "--ccid 2"]);
+            continue;
+        }
+        assert_eq!(out.code, Some(0), "{name}: {}", out.describe());
+        let v = common::parse_json(out);
+        common::validate_schema(&v);
+        assert_eq!(v["status"], "ok", "{name}");
+        let (sender, receiver) = if name.ends_with("reverse") {
+            ("server", "client")
+        } else {
+            ("client", "server")
+        };
+        let tx = &v[sender]["flows"][0]["total"];
+        let rx = &v[receiver]["flows"][0]["total"];
+        assert_eq!(v["client"]["flows"][0]["total"]["dccp"]["stack"], "xferlab");
+        assert_eq!(v["server"]["flows"][0]["total"]["dccp"]["stack"], "kernel");
+        // Every datagram was checked byte for byte by its receiver
+        // (status ok); most of what was sent arrived.
+        let sent = tx["udp"]["packets"].as_u64().unwrap();
+        let got = rx["udp"]["packets"].as_u64().unwrap();
+        assert!(
+            got > 100 && got <= sent,
+            "{name}: sent {sent}, received {got}"
+        );
+        assert!(got * 10 >= sent * 9, "{name}: sent {sent}, received {got}");
+        let ccid = if *name == "ccid2" { 2 } else { 3 };
+        assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
+    }
+    assert_eq!(field(section(&r.out, "tap"), "released"), Some("0"));
     assert_no_qemu_left();
 }

@@ -18,9 +18,18 @@ pub enum Feature {
     SendNdpCount = 7,
     MinCsCov = 8,
     CheckDataChecksum = 9,
+    /// CCID3's Send Loss Event Rate (RFC 4342 sec. 8.4): whether the
+    /// receiver sends the Loss Event Rate option. Linux's CCID3 asks for it
+    /// Mandatory (its CCID3 reads no Loss Intervals option), so without it
+    /// a kernel peer's handshake ended in Mandatory Error; xferlab's CCID3
+    /// receiver always sends that option, so 1 is what it does anyway.
+    SendLossEventRate = 192,
 }
 
-const ALL: [Feature; 9] = [
+/// How many features [`Negotiator`] keeps.
+const COUNT: usize = 10;
+
+const ALL: [Feature; COUNT] = [
     Feature::Ccid,
     Feature::AllowShortSeqnos,
     Feature::SequenceWindow,
@@ -30,11 +39,16 @@ const ALL: [Feature; 9] = [
     Feature::SendNdpCount,
     Feature::MinCsCov,
     Feature::CheckDataChecksum,
+    Feature::SendLossEventRate,
 ];
 
 impl Feature {
     pub fn from_num(n: u8) -> Option<Self> {
-        ALL.get(usize::from(n).wrapping_sub(1)).copied()
+        match n {
+            1..=9 => ALL.get(usize::from(n) - 1).copied(),
+            192 => Some(Feature::SendLossEventRate),
+            _ => None,
+        }
     }
     /// Non-negotiable (sec. 6.3.2) rather than server-priority (6.3.1).
     pub fn is_nn(self) -> bool {
@@ -119,24 +133,28 @@ enum Confirm {
 #[derive(Clone, Debug)]
 pub struct Negotiator {
     server: bool,
-    values: [[u64; 2]; 9],
-    prefs: [[List; 2]; 9],
-    changes: [[Option<Change>; 2]; 9],
-    confirms: [[Option<Confirm>; 2]; 9],
+    values: [[u64; 2]; COUNT],
+    prefs: [[List; 2]; COUNT],
+    changes: [[Option<Change>; 2]; COUNT],
+    confirms: [[Option<Confirm>; 2]; COUNT],
 }
 
 fn idx(f: Feature) -> usize {
-    f as usize - 1
+    match f {
+        Feature::SendLossEventRate => COUNT - 1,
+        f => f as usize - 1,
+    }
 }
 
 impl Negotiator {
     pub fn new(server: bool) -> Self {
-        let mut prefs = [[List::default(); 2]; 9];
+        let mut prefs = [[List::default(); 2]; COUNT];
         for f in ALL {
             let p = match f {
                 Feature::Ccid => List::of(&[2, 3]),
                 Feature::MinCsCov => List::of(&[0]),
                 Feature::AllowShortSeqnos | Feature::CheckDataChecksum => List::of(&[0]),
+                Feature::SendLossEventRate => List::of(&[1, 0]),
                 _ => List::of(&[0, 1]),
             };
             prefs[idx(f)] = [p, p];
@@ -145,8 +163,8 @@ impl Negotiator {
             server,
             values: ALL.map(|f| [f.default_value(); 2]),
             prefs,
-            changes: [[None; 2]; 9],
-            confirms: [[None; 2]; 9],
+            changes: [[None; 2]; COUNT],
+            confirms: [[None; 2]; COUNT],
         }
     }
 
@@ -436,6 +454,24 @@ mod tests {
         assert_eq!(c.value(Feature::Ccid, Loc::Local), 3);
         assert_eq!(c.value(Feature::SendAckVector, Loc::Remote), 1);
         assert_eq!(c.value(Feature::SequenceWindow, Loc::Local), 5000);
+    }
+
+    /// What Linux's CCID3 server sends (net/dccp/feat.c,
+    /// ccid3_dependencies): Send Loss Event Rate on, Mandatory, for both
+    /// half-connections.
+    #[test]
+    fn linux_ccid3s_mandatory_send_loss_event_rate_is_agreed() {
+        let mut c = Negotiator::new(false);
+        for op in [FeatOp::ChangeL, FeatOp::ChangeR] {
+            assert_eq!(c.handle(op, 192, &[1], true), Ok(()), "{op:?}");
+        }
+        assert_eq!(c.value(Feature::SendLossEventRate, Loc::Local), 1);
+        assert_eq!(c.value(Feature::SendLossEventRate, Loc::Remote), 1);
+        // Another CCID-specific feature stays unknown: Mandatory resets.
+        assert_eq!(
+            c.handle(FeatOp::ChangeL, 193, &[1], true),
+            Err(ResetCode::MandatoryError)
+        );
     }
 
     #[test]

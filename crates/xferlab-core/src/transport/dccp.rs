@@ -48,6 +48,7 @@ impl TransportModel for Dccp {
             return Err(SpecError::Batch(k.batch));
         }
         if let Some(d) = &k.dccp {
+            d.check()?;
             if !matches!(d.ccid, 2 | 3 | safeudp::CCID) {
                 return Err(SpecError::Ccid(d.ccid));
             }
@@ -102,6 +103,20 @@ impl DccpStack {
     }
 }
 
+/// What carries xferlab's own DCCP (`--dccp-carrier`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum DccpCarrier {
+    /// UDP encapsulation (RFC 6773): unprivileged, any host.
+    #[default]
+    Udp,
+    /// IP protocol 33 on a raw socket, as the kernel's DCCP (needs
+    /// CAP_NET_RAW; wire-compatible with kernel DCCP).
+    Ip,
+}
+
 /// DCCP's own knobs (`--ccid`, `--dccp-service`, `--dccp-stack`,
 /// `--on-congestion`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -112,9 +127,17 @@ pub struct DccpKnobs {
     /// The service code the client asks for; xferlab's servers accept
     /// only [`SERVICE_CODE`].
     pub service: u32,
-    /// Which DCCP both ends run.
+    /// Which DCCP the client runs, and the server unless `server_stack`
+    /// says otherwise.
     #[serde(default)]
     pub stack: DccpStack,
+    /// The server's DCCP when it is not the client's: xferlab's client
+    /// over raw IP against the kernel's DCCP (interop).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_stack: Option<DccpStack>,
+    /// What carries xferlab's own DCCP (both ends).
+    #[serde(default)]
+    pub carrier: DccpCarrier,
     /// SafeUDP only: how the sending application answers congestion
     /// notifications (its -b rate is the nominal rate); None sends at -b
     /// whatever the CCID says, as `ignore`.
@@ -128,7 +151,40 @@ impl Default for DccpKnobs {
             ccid: 2,
             service: SERVICE_CODE,
             stack: DccpStack::Xferlab,
+            server_stack: None,
+            carrier: DccpCarrier::Udp,
             on_congestion: None,
+        }
+    }
+}
+
+impl DccpKnobs {
+    /// The DCCP the server runs.
+    pub fn server(&self) -> DccpStack {
+        self.server_stack.unwrap_or(self.stack)
+    }
+
+    /// Whether the client's flows present their attach record inside the
+    /// DCCP connection (a kernel DCCP server reads it as the first
+    /// message) instead of in a UDP datagram before it.
+    pub fn attach_in_band(&self) -> bool {
+        self.server() == DccpStack::Kernel
+    }
+
+    /// What does not fit together, as the flag to change.
+    fn check(&self) -> Result<(), SpecError> {
+        use DccpStack::{Kernel, Xferlab};
+        match (self.stack, self.server(), self.carrier) {
+            (Kernel, _, DccpCarrier::Ip) => Err(SpecError::DccpCombination(
+                "--dccp-carrier ip carries xferlab's own DCCP; the kernel's runs over IP anyway: leave out --dccp-carrier",
+            )),
+            (Kernel, Xferlab, _) => Err(SpecError::DccpCombination(
+                "a kernel DCCP client needs a kernel DCCP server: leave out --dccp-server-stack",
+            )),
+            (Xferlab, Kernel, DccpCarrier::Udp) => Err(SpecError::DccpCombination(
+                "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (raw IP, as root) to reach a kernel DCCP server",
+            )),
+            _ => Ok(()),
         }
     }
 }

@@ -124,6 +124,17 @@ pub struct StreamArgs {
     /// DCCP sockets: Linux before 6.16 with dccp_ipv4, e.g. the lab VM).
     #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
     pub dccp_stack: Option<String>,
+    /// DCCP (--dccp): the server's DCCP when it is not the client's:
+    /// `kernel` runs xferlab's client (--dccp-carrier ip) against a
+    /// server's kernel DCCP (interop; the lab VM's guest).
+    #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
+    pub dccp_server_stack: Option<String>,
+    /// DCCP (--dccp): what carries xferlab's own DCCP, both ends: `udp`
+    /// (default; RFC 6773, unprivileged) or `ip` (IP protocol 33 on a raw
+    /// socket, as root; wire-compatible with kernel DCCP, and only where
+    /// the kernel has no DCCP of its own, which would reset it).
+    #[arg(long, value_name = "CARRIER", value_parser = ["udp", "ip"])]
+    pub dccp_carrier: Option<String>,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -373,16 +384,24 @@ impl StreamArgs {
                 dccp: (self.ccid.is_some()
                     || self.dccp_service.is_some()
                     || self.dccp_stack.is_some()
+                    || self.dccp_server_stack.is_some()
+                    || self.dccp_carrier.is_some()
                     || self.on_congestion.is_some())
                 .then(|| {
-                    use xferlab_core::transport::dccp::{DccpKnobs, DccpStack};
+                    use xferlab_core::transport::dccp::{DccpCarrier, DccpKnobs, DccpStack};
                     let d = DccpKnobs::default();
+                    let stack = |s: Option<&str>| match s {
+                        Some("kernel") => DccpStack::Kernel,
+                        _ => DccpStack::Xferlab,
+                    };
                     DccpKnobs {
                         ccid: self.ccid.unwrap_or(d.ccid),
                         service: self.dccp_service.unwrap_or(d.service),
-                        stack: match self.dccp_stack.as_deref() {
-                            Some("kernel") => DccpStack::Kernel,
-                            _ => DccpStack::Xferlab,
+                        stack: stack(self.dccp_stack.as_deref()),
+                        server_stack: self.dccp_server_stack.as_deref().map(|s| stack(Some(s))),
+                        carrier: match self.dccp_carrier.as_deref() {
+                            Some("ip") => DccpCarrier::Ip,
+                            _ => DccpCarrier::Udp,
                         },
                         on_congestion: self.on_congestion,
                     }

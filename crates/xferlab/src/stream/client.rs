@@ -182,6 +182,10 @@ fn attach_datagram(
             sock
         }
     };
+    if let Some(attached) = io.attach_in_band(&cfg.spec, &sock, hello, cfg.attach_wait()) {
+        attached.map_err(|e| format!("flow {}: {e}", flow + 1))?;
+        return Ok(sock);
+    }
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();
     let mut reply = [0u8; 1];
     for _ in 0..UDP_ATTACH_TRIES {

@@ -211,6 +211,22 @@ pub trait TransportIo: Sync {
         Ok(())
     }
 
+    /// For a transport whose client flows present their attach record
+    /// inside their own connection (xferlab's DCCP against a kernel DCCP
+    /// server, which reads it as the connection's first message): sets
+    /// up that connection on `sock` (bound and connected to the server's
+    /// flow port), presents `hello` and checks the answer, within
+    /// `timeout`. None: the record goes in a datagram first.
+    fn attach_in_band(
+        &self,
+        _spec: &TestSpec,
+        _sock: &UdpSocket,
+        _hello: &[u8],
+        _timeout: Duration,
+    ) -> Option<Result<(), String>> {
+        None
+    }
+
     /// A client flow's datagram socket connected to the server's flow
     /// port `to`, for a transport whose flow sockets connect there
     /// themselves (kernel DCCP); None: bound and connected by [`bind`].

@@ -86,9 +86,14 @@ pub(super) fn is_kernel(socket: &FlowSocket) -> bool {
         .is_ok_and(|p| p == Some(Protocol::DCCP))
 }
 
-/// Whether `knobs` ask for kernel DCCP.
+/// Whether `knobs` ask for kernel DCCP on the client.
 pub(super) fn wanted(knobs: &Knobs) -> bool {
     knobs.dccp.is_some_and(|d| d.stack == DccpStack::Kernel)
+}
+
+/// Whether `knobs` ask for kernel DCCP on the server.
+pub(super) fn serves(knobs: &Knobs) -> bool {
+    knobs.dccp.is_some_and(|d| d.server() == DccpStack::Kernel)
 }
 
 /// The std wrapper a flow's DCCP socket travels in. std's UdpSocket is an

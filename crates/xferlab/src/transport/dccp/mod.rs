@@ -1,6 +1,7 @@
 //! DCCP's driver, picked with `--dccp`: xferlab's own DCCP (the core's
-//! [`xferlab_core::dccp`]) over UDP encapsulation (RFC 6773), or with
-//! `--dccp-stack kernel` the kernel's ([`kernel`]). A userspace flow is a
+//! [`xferlab_core::dccp`]) over UDP encapsulation (RFC 6773) or raw IP
+//! ([`raw`], `--dccp-carrier ip`), or with `--dccp-stack kernel` the
+//! kernel's ([`kernel`]). A userspace flow is a
 //! UDP socket attached to its test like any datagram flow's; its thread
 //! then runs one DCCP connection over it ([`path`]): the test's client
 //! end connects, the server's listens. Every interval it reads the
@@ -15,6 +16,7 @@ const QUEUE_DATAGRAMS: usize = 64;
 
 mod kernel;
 mod path;
+mod raw;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,7 +55,27 @@ impl TransportIo for Dccp {
     }
 
     fn check(&self, knobs: &Knobs) -> Result<(), String> {
-        kernel::check(knobs)
+        kernel::check(knobs)?;
+        if knobs
+            .dccp
+            .is_some_and(|d| d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip)
+        {
+            raw::socket(Domain::IPV4).map(drop)?;
+        }
+        Ok(())
+    }
+
+    fn attach_in_band(
+        &self,
+        spec: &TestSpec,
+        sock: &UdpSocket,
+        hello: &[u8],
+        timeout: Duration,
+    ) -> Option<Result<(), String>> {
+        spec.knobs
+            .dccp
+            .is_some_and(|d| d.attach_in_band())
+            .then(|| path::attach_in_band(spec, sock, hello, timeout))
     }
 
     fn connect_datagram(
@@ -71,7 +93,7 @@ impl TransportIo for Dccp {
         local: IpAddr,
         wait: &AttachWait,
     ) -> Option<Result<Vec<u16>, String>> {
-        kernel::wanted(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
+        kernel::serves(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
     }
 
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
@@ -87,7 +109,7 @@ impl TransportIo for Dccp {
     }
 
     fn run(&self, job: FlowJob<'_>) -> FlowOutcome {
-        if kernel::wanted(job.knobs) {
+        if kernel::is_kernel(job.socket) {
             return kernel::run(job);
         }
         path::run(job)

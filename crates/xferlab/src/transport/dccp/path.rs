@@ -1,5 +1,7 @@
 //! One DCCP flow's thread: a thin driver around the core's
-//! [`Connection`] on one connected, non-blocking UDP socket. Each turn it
+//! [`Connection`] on one connected, non-blocking UDP socket, or with
+//! `--dccp-carrier ip` on a raw IP socket for the same ports ([`raw`]:
+//! DCCP's own checksum then covers the RFC 4340 pseudo-header). Each turn it
 //! takes every queued datagram (recvmmsg, with the ECN bits), runs the
 //! connection's timers, offers the application's datagrams at `-b` (or as
 //! fast as the CCID drains them), and sends what the connection emits in
@@ -13,6 +15,13 @@
 //! drop counter (SO_RXQ_OVFL, a control message on every datagram) and
 //! hands it to the connection, which reports it in option 120.
 //!
+//! Against a kernel DCCP server (`--dccp-server-stack kernel`) the
+//! client sets up each flow's connection before the test
+//! ([`attach_in_band`]): it presents its attach record as the
+//! connection's first message and waits for the server's one-byte answer,
+//! as a kernel DCCP client does, and hands the open connection to the
+//! flow's thread. A kernel sender's end marker is taken as such.
+//!
 //! The sender's datagrams carry xferlab's datagram header (sequence
 //! number, send time) and the pattern every sender writes; the receiver
 //! counts loss, reordering and jitter from the header as for UDP, and
@@ -20,28 +29,34 @@
 
 use std::io;
 use std::mem::zeroed;
-use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, RawFd};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use socket2::Socket;
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
 use xferlab_core::dccp::react::Reaction;
 use xferlab_core::dccp::{CloseReason, Config, Connection, Event, ResetCode, Seq};
 use xferlab_core::proto::wire::{AttachReply, MAGIC};
 use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
+use xferlab_core::spec::{Knobs, TestSpec};
 use xferlab_core::time::Time;
+use xferlab_core::transport::dccp::DccpCarrier;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
-use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch};
+use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch, END_MARKER};
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
+use super::raw;
 use crate::sys::clock;
 
 /// Room after the payload for DCCP's header and options: the longest
-/// header (28 bytes) and the largest options area (1020).
-const HEADROOM: usize = 28 + 1020;
+/// header (28 bytes) and the largest options area (1020); and for the IP
+/// header (at most 60 bytes) a raw IPv4 read starts with.
+const HEADROOM: usize = 28 + 1020 + 60;
 /// Our Sequence Window (RFC 4340 sec. 7.5.2): it must exceed the packets
 /// in flight several times over, or a fast, long path looks out of
 /// window. 1 Gbit/s x 94 ms is ~8400 packets of 1400 B; 100000 covers
@@ -93,8 +108,16 @@ fn outcome(end: FlowEnd, bytes: u64, note: Option<String>) -> FlowOutcome {
 }
 
 struct Path<'a> {
+    /// The flow's UDP socket: its ports are the connection's; with the
+    /// UDP carrier it carries the packets too.
     sock: &'a UdpSocket,
+    /// The raw IP carrier's socket (`--dccp-carrier ip`), and whether its
+    /// reads start with an IPv4 header.
+    raw: Option<Socket>,
+    raw_v4: bool,
     conn: Connection,
+    /// The CCID of a connection handed over open ([`attach_in_band`]).
+    open: Option<u8>,
     knobs: DccpKnobs,
     size: usize,
     batch: usize,
@@ -108,62 +131,42 @@ struct Path<'a> {
 
 impl<'a> Path<'a> {
     fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, String> {
-        let fd = sock.as_raw_fd();
         sock.set_nonblocking(true)
             .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
         let local = sock.local_addr().map_err(|e| e.to_string())?;
         let peer = sock.peer_addr().map_err(|e| e.to_string())?;
-        if job.knobs.buffer.is_none() {
-            // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
-            // net.core.rmem_max allows.
-            for (force, plain) in [
-                (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-                (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-            ] {
-                if !set_int_opt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER) {
-                    set_int_opt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
-                }
-            }
-        }
-        set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
-        // The socket's drop count rides on every datagram: SafeUDP's
-        // receiver reports it (end-host congestion), and the result's
-        // `host_drops` shows it for any CCID.
-        set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
-        set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
-        if job.knobs.tos.is_none() {
-            if peer.is_ipv6() {
-                set_int_opt(
-                    fd,
-                    libc::IPPROTO_IPV6,
-                    libc::IPV6_TCLASS,
-                    libc::c_int::from(ECT0),
-                );
-            } else {
-                set_int_opt(fd, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(ECT0));
-            }
-        }
         let knobs = job.knobs.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
-        let mut cfg = match job.endpoint {
-            Endpoint::Client => {
-                Config::client(local.port(), peer.port(), knobs.service, knobs.ccid)
+        let (conn, raw, open) = match handed_over(local) {
+            Some(h) => (h.conn, Some(h.raw), Some(h.ccid)),
+            None => {
+                let raw = match knobs.carrier {
+                    DccpCarrier::Udp => None,
+                    DccpCarrier::Ip => Some(raw::open(local, peer)?),
+                };
+                let cfg = config(&knobs, size, job.endpoint, local, peer, raw.is_some());
+                let conn = match job.endpoint {
+                    Endpoint::Client => Connection::connect(clock::now(), cfg),
+                    Endpoint::Server => Connection::listen(cfg),
+                };
+                (conn, raw, None)
             }
-            Endpoint::Server => Config::server(local.port(), vec![SERVICE_CODE]),
         };
-        cfg.mss = size;
-        cfg.seq_window = SEQ_WINDOW;
-        cfg.queue_bytes = size * super::QUEUE_DATAGRAMS;
-        cfg.give_up = HANDSHAKE_GIVE_UP;
-        cfg.iss = random_iss();
-        let conn = match job.endpoint {
-            Endpoint::Client => Connection::connect(clock::now(), cfg),
-            Endpoint::Server => Connection::listen(cfg),
+        let fd = raw.as_ref().map_or(sock.as_raw_fd(), |r| r.as_raw_fd());
+        // A raw socket carries a v4-mapped peer as IPv4 (raw::open).
+        let wire_peer = if raw.is_some() {
+            crate::net::canonical(peer)
+        } else {
+            peer
         };
+        prepare(fd, job.knobs, wire_peer);
         let batch = job.knobs.batch as usize;
         Ok(Path {
             sock,
+            raw_v4: raw.is_some() && crate::net::canonical(peer).is_ipv4(),
+            raw,
             conn,
+            open,
             knobs,
             size,
             batch,
@@ -200,8 +203,8 @@ impl<'a> Path<'a> {
         let mut received: u64 = 0;
         let mut corrupt: u64 = 0;
         let mut not_dccp: u64 = 0;
-        let mut ccid = 0u8;
-        let mut connected = false;
+        let mut ccid = self.open.unwrap_or(0);
+        let mut connected = self.open.is_some();
         let mut closing: Option<Time> = None;
         let mut closed: Option<CloseReason> = None;
         let mut last_heard = start;
@@ -223,26 +226,40 @@ impl<'a> Path<'a> {
                             if let Some(count) = m.drops {
                                 host_drops = count;
                             }
-                            if m.data.starts_with(&MAGIC) {
+                            let data = if self.raw.is_some() {
+                                match raw::payload(self.raw_v4, m.data) {
+                                    Some(d) => d,
+                                    None => {
+                                        not_dccp += 1;
+                                        continue;
+                                    }
+                                }
+                            } else if m.data.starts_with(&MAGIC) {
                                 // A repeated attach whose ack was lost.
                                 self.sock.send(&[AttachReply::Ok as u8]).ok();
                                 not_dccp += 1;
                                 continue;
-                            }
+                            } else {
+                                m.data
+                            };
                             let ce = m.tos.is_some_and(|t| t & CE == CE);
-                            let Some(payload) = self.conn.handle_datagram_ecn(now, m.data, ce)
-                            else {
+                            let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce) else {
                                 continue;
                             };
-                            received += payload.len() as u64;
                             match read_header(payload) {
+                                // A kernel DCCP sender's end marker.
+                                Some((END_MARKER, _)) if payload.len() == HEADER_LEN => continue,
                                 Some((seq, send_ns)) if payload.len() == self.size => {
+                                    received += payload.len() as u64;
                                     stats.on_datagram(seq, send_ns, now.as_nanos());
                                     if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
                                         corrupt += 1;
                                     }
                                 }
-                                _ => corrupt += 1,
+                                _ => {
+                                    received += payload.len() as u64;
+                                    corrupt += 1;
+                                }
                             }
                         }
                         if host_drops != before {
@@ -356,6 +373,11 @@ impl<'a> Path<'a> {
             if peer_gone {
                 break if closing.is_some() || !sender && flags.stop.load(Ordering::Relaxed) {
                     FlowEnd::Completed
+                } else if self.raw.is_some() {
+                    FlowEnd::Aborted(format!(
+                        "{} has no DCCP over IP (ICMP protocol unreachable): no xferlab or kernel DCCP there",
+                        self.peer
+                    ))
                 } else {
                     FlowEnd::Aborted(format!(
                         "the DCCP peer's UDP socket at {} is gone (ICMP port unreachable)",
@@ -465,46 +487,253 @@ impl<'a> Path<'a> {
         let Ok(ts) = Timespec::try_from(left) else {
             return;
         };
-        let mut fds = [PollFd::new(self.sock, events)];
+        let fd = self.data_fd();
+        let mut fds = [PollFd::new(&fd, events)];
         poll(&mut fds, Some(&ts)).ok();
+    }
+
+    /// The socket the packets travel on.
+    fn data_fd(&self) -> BorrowedFd<'_> {
+        match &self.raw {
+            Some(r) => r.as_fd(),
+            None => self.sock.as_fd(),
+        }
     }
 
     /// How the connection's end reads for this flow.
     fn end_of(&self, r: CloseReason, not_dccp: u64) -> FlowEnd {
         let s = self.conn.stats();
-        match r {
-            CloseReason::Closed => FlowEnd::Completed,
-            CloseReason::Reset {
-                code: ResetCode::BadServiceCode,
-                by_peer: true,
-            } => FlowEnd::Aborted(format!(
-                "the DCCP server at {} refused service code {} (xferlab's servers accept {}): leave out --dccp-service",
-                self.peer,
-                self.knobs.service,
-                SERVICE_CODE
-            )),
-            CloseReason::Reset {
-                code: ResetCode::MandatoryError,
-                by_peer: true,
-            } => FlowEnd::Aborted(format!(
-                "the DCCP peer at {} refused CCID {}: try --ccid {}",
-                self.peer,
-                self.knobs.ccid,
-                if self.knobs.ccid == 2 { 3 } else { 2 }
-            )),
-            CloseReason::Reset { code, by_peer } => FlowEnd::Aborted(format!(
-                "the DCCP connection with {} was reset by {} ({code:?})",
-                self.peer,
-                if by_peer { "the peer" } else { "this end" }
-            )),
-            CloseReason::TimedOut => {
-                let junk = s.dropped_checksum + s.dropped_invalid + not_dccp;
-                FlowEnd::Aborted(format!(
-                    "no DCCP answer from {} within {} s ({junk} datagrams that were not its DCCP): the peer does not speak xferlab's DCCP over UDP (--dccp)",
-                    self.peer,
-                    HANDSHAKE_GIVE_UP.as_secs()
-                ))
+        let junk = s.dropped_checksum + s.dropped_invalid + not_dccp;
+        ended(r, &self.peer, &self.knobs, self.raw.is_some(), junk)
+    }
+}
+
+/// What a connection's end means for its flow, as one line where it
+/// failed (`junk`: packets that were not this connection's DCCP).
+fn ended(r: CloseReason, peer: &str, knobs: &DccpKnobs, raw: bool, junk: u64) -> FlowEnd {
+    match r {
+        CloseReason::Closed => FlowEnd::Completed,
+        CloseReason::Reset {
+            code: ResetCode::BadServiceCode,
+            by_peer: true,
+        } => FlowEnd::Aborted(format!(
+            "the DCCP server at {peer} refused service code {} (xferlab's servers accept {SERVICE_CODE}): leave out --dccp-service",
+            knobs.service,
+        )),
+        CloseReason::Reset {
+            code: ResetCode::MandatoryError,
+            by_peer: true,
+        } => FlowEnd::Aborted(format!(
+            "the DCCP peer at {peer} refused CCID {}: try --ccid {}",
+            knobs.ccid,
+            if knobs.ccid == 2 { 3 } else { 2 }
+        )),
+        CloseReason::Reset { code, by_peer } => FlowEnd::Aborted(format!(
+            "the DCCP connection with {peer} was reset by {} ({code:?})",
+            if by_peer { "the peer" } else { "this end" }
+        )),
+        CloseReason::TimedOut => FlowEnd::Aborted(format!(
+            "no DCCP answer from {peer} within {} s ({junk} packets that were not its DCCP): the peer does not speak DCCP over {} (--dccp-carrier {})",
+            HANDSHAKE_GIVE_UP.as_secs(),
+            if raw { "IP" } else { "UDP" },
+            if raw { "ip" } else { "udp" },
+        )),
+    }
+}
+
+/// The server's one-byte answer to an attach record presented in band.
+fn answer(payload: &[u8]) -> Result<(), String> {
+    match payload {
+        [b] if *b == AttachReply::Ok as u8 => Ok(()),
+        [b] => Err(format!(
+            "the server refused the flow: {}",
+            AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe())
+        )),
+        _ => Err(format!(
+            "the server's DCCP sent {} bytes where the answer to the flow's attach record (1 byte) belongs",
+            payload.len()
+        )),
+    }
+}
+
+/// The socket options of the socket a flow's packets travel on: buffers,
+/// ECN marks in and out, the drop count.
+fn prepare(fd: RawFd, knobs: &Knobs, peer: SocketAddr) {
+    if knobs.buffer.is_none() {
+        // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
+        // net.core.rmem_max allows.
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            if !set_int_opt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER) {
+                set_int_opt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
             }
+        }
+    }
+    set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
+    // The socket's drop count rides on every datagram: SafeUDP's
+    // receiver reports it (end-host congestion), and the result's
+    // `host_drops` shows it for any CCID.
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+    set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
+    if knobs.tos.is_none() {
+        if peer.is_ipv6() {
+            set_int_opt(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_TCLASS,
+                libc::c_int::from(ECT0),
+            );
+        } else {
+            set_int_opt(fd, libc::IPPROTO_IP, libc::IP_TOS, libc::c_int::from(ECT0));
+        }
+    }
+}
+
+/// The connection's configuration for one end (`raw`: the raw IP
+/// carrier, whose checksum covers the pseudo-header).
+fn config(
+    knobs: &DccpKnobs,
+    size: usize,
+    endpoint: Endpoint,
+    local: SocketAddr,
+    peer: SocketAddr,
+    raw: bool,
+) -> Config {
+    let mut cfg = match endpoint {
+        Endpoint::Client => Config::client(local.port(), peer.port(), knobs.service, knobs.ccid),
+        Endpoint::Server => Config::server(local.port(), vec![SERVICE_CODE]),
+    };
+    cfg.mss = size;
+    if raw {
+        cfg.pseudo = raw::pseudo(local, peer);
+    }
+    cfg.seq_window = SEQ_WINDOW;
+    cfg.queue_bytes = size * super::QUEUE_DATAGRAMS;
+    cfg.give_up = HANDSHAKE_GIVE_UP;
+    cfg.iss = random_iss();
+    cfg
+}
+
+/// A connection [`attach_in_band`] opened, waiting for its flow's thread.
+struct HandedOver {
+    local: SocketAddr,
+    conn: Connection,
+    raw: Socket,
+    ccid: u8,
+}
+
+/// Connections opened and attached before the test, by their flow
+/// socket's local address (unique while the socket lives). The flow's
+/// socket is all its thread gets, so the open connection waits here;
+/// each is put and taken once, at setup.
+static HANDED_OVER: Mutex<Vec<HandedOver>> = Mutex::new(Vec::new());
+
+fn handed_over(local: SocketAddr) -> Option<HandedOver> {
+    let mut all = HANDED_OVER.lock().unwrap_or_else(|e| e.into_inner());
+    let i = all.iter().position(|h| h.local == local)?;
+    Some(all.swap_remove(i))
+}
+
+/// Opens a client flow's connection over raw IP to a kernel DCCP server's
+/// port (`sock`'s peer; `sock`'s port is the connection's), presents the
+/// attach record `hello` as its first message and waits for the one-byte
+/// answer, within `timeout`; the open connection then waits for the
+/// flow's thread.
+pub(super) fn attach_in_band(
+    spec: &TestSpec,
+    sock: &UdpSocket,
+    hello: &[u8],
+    timeout: Duration,
+) -> Result<(), String> {
+    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let size = spec.knobs.size as usize;
+    let local = sock.local_addr().map_err(|e| e.to_string())?;
+    let peer = sock.peer_addr().map_err(|e| e.to_string())?;
+    let raw = raw::open(local, peer)?;
+    prepare(raw.as_raw_fd(), &spec.knobs, crate::net::canonical(peer));
+    let v4 = crate::net::canonical(peer).is_ipv4();
+    let start = clock::now();
+    let give_up = start + timeout;
+    let mut conn = Connection::connect(
+        start,
+        config(&knobs, size, Endpoint::Client, local, peer, true),
+    );
+    let mut buf = vec![0u8; size + HEADROOM];
+    let mut ccid = None;
+    let mut answered = false;
+    loop {
+        let now = clock::now();
+        loop {
+            // SAFETY: reads into a live buffer of the stated size.
+            let n = unsafe { libc::recv(raw.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if transient(&e) {
+                    break;
+                }
+                return Err(describe(&e, "receiving"));
+            }
+            let Some(data) = raw::payload(v4, &buf[..n as usize]) else {
+                continue;
+            };
+            if let Some(payload) = conn.handle_datagram_ecn(now, data, false) {
+                answer(payload)?;
+                answered = true;
+            }
+        }
+        if conn.poll_timeout().is_some_and(|t| now >= t) {
+            conn.handle_timeout(now);
+        }
+        while let Some(ev) = conn.poll_event() {
+            match ev {
+                Event::Connected { tx_ccid, .. } => {
+                    ccid = Some(tx_ccid);
+                    conn.send(hello);
+                }
+                Event::Closed(r) => {
+                    let s = conn.stats();
+                    let junk = s.dropped_checksum + s.dropped_invalid;
+                    return match ended(r, &peer.to_string(), &knobs, true, junk) {
+                        FlowEnd::Aborted(why) => Err(why),
+                        _ => Err(format!("the DCCP server at {peer} closed the connection before answering the attach")),
+                    };
+                }
+            }
+        }
+        let mut out = [0u8; 1 << 11];
+        while let Some(len) = conn.poll_transmit(now, &mut out) {
+            // SAFETY: sends from a live buffer.
+            unsafe { libc::send(raw.as_raw_fd(), out.as_ptr().cast(), len, 0) };
+        }
+        if let (true, Some(ccid)) = (answered, ccid) {
+            let h = HandedOver {
+                local,
+                conn,
+                raw,
+                ccid,
+            };
+            HANDED_OVER
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(h);
+            return Ok(());
+        }
+        if now >= give_up {
+            return Err(format!(
+                "no answer to the attach record from the kernel DCCP server at {peer} within {:.0} s",
+                timeout.as_secs_f64()
+            ));
+        }
+        let wait = conn
+            .poll_timeout()
+            .map_or(give_up, |t| t.min(give_up))
+            .duration_since(now)
+            .min(Duration::from_millis(10));
+        if let Ok(ts) = Timespec::try_from(wait) {
+            let mut fds = [PollFd::new(&raw, PollFlags::IN)];
+            poll(&mut fds, Some(&ts)).ok();
         }
     }
 }
