@@ -1315,4 +1315,50 @@ cols = "-P"
         );
         assert_eq!(shlex_split("a 'b"), None);
     }
+
+    const NAMED: &str = "title = \"t\"\nwhere = \"vm\"\n[command]\nmeasured = \"usb bulk -t 5 -i 1\"\n\"the model\" = [\"model\", \"usb\"]\n[matrix]\n\"-l\" = [512, \"64K\"]\n[[exclude]]\ncommand = \"the model\"\n\"-l\" = 512\n[quick]\nmatrix = { command = [\"the model\"] }\n[[report.plot]]\nkind = \"bars\"\nmetric = \"throughput_bps\"\nx = \"-l\"\nseries = \"command\"\n";
+
+    #[test]
+    fn named_commands_are_the_first_axis() {
+        let s = Scenario::parse(NAMED, Scale::Full).unwrap();
+        assert_eq!(s.commands.len(), 2);
+        assert_eq!(s.commands[1].name, "the model");
+        assert_eq!(s.commands[1].words, ["model", "usb"]);
+        let keys: Vec<String> = s.points().iter().map(Point::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "-l=512;command=measured",
+                "-l=64K;command=measured",
+                "-l=64K;command=the model"
+            ]
+        );
+        let p = &s.points()[2];
+        assert_eq!(s.command_of(p).words, ["model", "usb"]);
+        assert_eq!(p.label(), "command the model, -l 64K");
+        let q = Scenario::parse(NAMED, Scale::Quick).unwrap();
+        assert_eq!(q.points().len(), 1);
+        // One unnamed command: no axis, and every point runs it.
+        let one = Scenario::parse(BASE, Scale::Full).unwrap();
+        assert_eq!(one.commands[0].name, "");
+        assert!(!one.has_knob("command"));
+    }
+
+    #[test]
+    fn named_commands_refuse_what_names_none() {
+        let e = error_of(&NAMED.replace("command = \"the model\"\n", "command = \"model\"\n"));
+        assert!(e.message.contains("names no command"), "{e}");
+        assert_eq!(e.line, 8, "the [[exclude]]: {e}");
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\ncommand = [\"a\"]\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("table of named commands"), "{e}");
+        let e = error_of("title = \"t\"\n[command]\na = \"stream\"\nb = \"lab stream\"\n");
+        assert!(e.message.contains("names the verb only"), "{e}");
+        let e = error_of("title = \"t\"\ncommand = {}\n");
+        assert!(e.message.contains("names no command"), "{e}");
+        let e = error_of(&format!(
+            "{NAMED}[[override]]\nwhen = {{ \"-l\" = 512 }}\nset = {{ command = \"measured\" }}\n"
+        ));
+        assert!(e.message.contains("cannot set `command`"), "{e}");
+    }
 }

@@ -30,6 +30,7 @@ const VERBS: &[&[&str]] = &[
     &["sweep"],
     &["rr"],
     &["usb", "bulk"],
+    &["usb", "cbr"],
     &["model", "usb"],
 ];
 
@@ -688,5 +689,27 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
         assert!(e.message.contains("parallel"), "{e}");
+    }
+
+    #[test]
+    fn named_commands_take_the_knobs_their_verbs_have() {
+        let a = build_text(
+            "title = \"t\"\nwhere = \"vm\"\n[command]\nm = \"usb bulk -t 5 -i 1\"\nmodel = \"model usb --profile musb\"\n[matrix]\n\"-l\" = [512]\n\"-i\" = [2]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            [
+                vec!["usb", "bulk", "-t", "5", "-l", "512", "-i", "2"],
+                vec!["model", "usb", "--profile", "musb", "-l", "512"],
+            ]
+        );
+        // A flag none of the commands has is named with the valid ones.
+        let e = build_text(
+            "title = \"t\"\nwhere = \"vm\"\n[command]\nm = \"usb bulk\"\nmodel = \"model usb\"\n[matrix]\n\"--rate\" = [1]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 7, "{e}");
+        assert!(e.message.contains("unknown flag `--rate` for `usb bulk`"), "{e}");
     }
 }
