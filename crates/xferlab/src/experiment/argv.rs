@@ -116,8 +116,16 @@ enum Part {
     Exec(Vec<String>),
 }
 
+/// The command line definition with its global flags (`--load`, `-v`)
+/// propagated to every verb, as clap does when it parses.
+fn cli_command() -> clap::Command {
+    let mut root = Cli::command();
+    root.build();
+    root
+}
+
 fn resolve_verb(words: &[String], place: Place, line: usize) -> Result<Segment, ArgvError> {
-    let root = Cli::command();
+    let root = cli_command();
     let verb = VERBS
         .iter()
         .find(|v| {
@@ -224,7 +232,7 @@ fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
 }
 
 fn lab_flags() -> Vec<FlagInfo> {
-    let root = Cli::command();
+    let root = cli_command();
     flags_of(root.find_subcommand("lab").expect("lab exists"))
 }
 
@@ -272,9 +280,12 @@ fn knob_args(k: &Knob, v: &Value, info: &FlagInfo, line: usize) -> Result<Vec<St
             }
         }
         (Value::Switch(b), false) => Ok(if *b { vec![k.flag.clone()] } else { vec![] }),
-        (Value::Switch(_), true) => Err(err(
+        // false: the flag is not given (a base command's is removed), as
+        // the idle point beside `"--load" = [false, "cpu=1,mem=1"]`.
+        (Value::Switch(false), true) => Ok(vec![]),
+        (Value::Switch(true), true) => Err(err(
             line,
-            format!("`{k}` takes a value (a string or number), not true/false"),
+            format!("`{k}` takes a value (a string or number), not true; false leaves it out"),
         )),
         (Value::Arg(s), false) => Err(err(
             line,
@@ -711,5 +722,23 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.line, 7, "{e}");
         assert!(e.message.contains("unknown flag `--rate` for `usb bulk`"), "{e}");
+    }
+
+    #[test]
+    fn global_flags_are_knobs_and_false_leaves_a_flag_out() {
+        let a = build_text(
+            "title = \"t\"\ncommand = \"stream -t 1 --load cpu=2\"\n[matrix]\n\"--load\" = [false, \"cpu=1,mem=1\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            [
+                vec!["stream", "-t", "1"],
+                vec!["stream", "-t", "1", "--load", "cpu=1,mem=1"],
+            ]
+        );
+        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [true]\n")
+            .unwrap_err();
+        assert!(e.message.contains("false leaves it out"), "{e}");
     }
 }
