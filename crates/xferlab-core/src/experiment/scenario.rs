@@ -981,7 +981,11 @@ impl Scenario {
                     format!(
                         "`command` = \"{}\" names no command; the commands: {}",
                         v.label(),
-                        commands.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ")
+                        commands
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }

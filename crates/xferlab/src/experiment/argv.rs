@@ -721,7 +721,10 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.line, 7, "{e}");
-        assert!(e.message.contains("unknown flag `--rate` for `usb bulk`"), "{e}");
+        assert!(
+            e.message.contains("unknown flag `--rate` for `usb bulk`"),
+            "{e}"
+        );
     }
 
     #[test]
