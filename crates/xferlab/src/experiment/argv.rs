@@ -337,13 +337,12 @@ struct Shape {
     infos: Vec<(KnobAt, Targets)>,
 }
 
-impl Shape {
-    fn tests(&self) -> impl Iterator<Item = &Segment> {
-        self.parts.iter().filter_map(|p| match p {
-            Part::Test(t) => Some(t),
-            Part::Exec(_) => None,
-        })
-    }
+/// The tests among a command's programs.
+fn tests_of(parts: &[Part]) -> impl Iterator<Item = &Segment> {
+    parts.iter().filter_map(|p| match p {
+        Part::Test(t) => Some(t),
+        Part::Exec(_) => None,
+    })
 }
 
 /// Where the scenario's knobs go in one of its commands. A plain knob
@@ -351,13 +350,7 @@ impl Shape {
 /// some command has it).
 fn shape(s: &Scenario, command: &[String], lab: &[FlagInfo]) -> Result<Shape, ArgvError> {
     let parts = parts_of(s, command)?;
-    let tests: Vec<&Segment> = parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Test(t) => Some(t),
-            Part::Exec(_) => None,
-        })
-        .collect();
+    let tests: Vec<&Segment> = tests_of(&parts).collect();
     let several = tests.iter().any(|t| t.at.is_some());
     for w in tests.iter().flat_map(|t| &t.base).chain(&s.lab) {
         if RUNNER_FLAGS.contains(&w.as_str())
@@ -455,7 +448,9 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
     // names the valid flags.
     for (i, (k, _)) in shapes[0].infos.iter().enumerate() {
         if shapes.iter().all(|sh| sh.infos[i].1.is_empty()) {
-            let t = shapes[0].tests().next().expect("parts_of finds a test");
+            let t = tests_of(&shapes[0].parts)
+                .next()
+                .expect("parts_of finds a test");
             lookup(&t.flags, k, &t.verb.join(" "))?;
         }
     }
@@ -467,7 +462,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             .position(|c| std::ptr::eq(c, s.command_of(p)))
             .expect("command_of returns one of the commands");
         let Shape { parts, infos, .. } = &shapes[which];
-        let tests: Vec<&Segment> = shapes[which].tests().collect();
+        let tests: Vec<&Segment> = tests_of(parts).collect();
         let mut lab_words = s.lab.clone();
         let mut lab_knobs = Vec::new();
         let mut words: Vec<Vec<String>> = tests.iter().map(|t| t.base.clone()).collect();

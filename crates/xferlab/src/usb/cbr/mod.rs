@@ -52,10 +52,12 @@ fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
         Some(b) if a.size > 0 && b % a.size == 0 && b / a.size <= u64::from(u32::MAX) => {
             (b / a.size) as u32
         }
-        Some(b) => return bad(format!(
+        Some(b) => {
+            return bad(format!(
             "--host-buffer ({b}) must be a whole number of -l/--size transfers ({}): it is -l x -Q",
             a.size
-        )),
+        ))
+        }
     };
     plan::check_transfers(a.size, depth).map_err(Fail::usage)?;
     plan::check_usbfs_memory(a.size, depth, a.dir == CbrDir::Both).map_err(Fail::usage)?;
