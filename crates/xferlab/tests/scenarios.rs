@@ -175,6 +175,6 @@ fn usb_bulk_levers_quick_in_the_lab_vm() {
     let md = run_quick("usb-bulk-levers", Duration::from_secs(1200));
     assert!(md.contains("Bulk throughput"), "{md}");
     // The model's predictions are the second series of every plot.
-    assert!(md.contains("| model (EHCI, FFS AIO) |"), "{md}");
+    assert!(md.contains("| command model (EHCI, FFS AIO) |"), "{md}");
     labvm_support::assert_no_qemu_left();
 }

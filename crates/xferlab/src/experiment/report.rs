@@ -204,10 +204,13 @@ impl Data {
         self.scenario
             .axes
             .iter()
+            // An axis with one value (a quick scale's) tells no points apart.
             .filter(|a| {
-                !a.knobs
-                    .iter()
-                    .any(|k| used.contains(&k.knob.to_string().as_str()))
+                a.values.len() > 1
+                    && !a
+                        .knobs
+                        .iter()
+                        .any(|k| used.contains(&k.knob.to_string().as_str()))
             })
             .flat_map(|a| a.knobs.iter().map(|k| k.knob.to_string()))
             .collect()
