@@ -178,5 +178,7 @@ fn lab_vm_usb_bulk_levers_quick() {
     let _vm = labvm_support::vm_lock();
     let md = run_quick("usb-bulk-levers", Duration::from_secs(1200));
     assert!(md.contains("Bulk throughput"), "{md}");
+    // The model's predictions are the second series of every plot.
+    assert!(md.contains("| command model (EHCI, FFS AIO) |"), "{md}");
     labvm_support::assert_no_qemu_left();
 }

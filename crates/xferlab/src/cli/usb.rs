@@ -124,6 +124,10 @@ pub struct UsbCbrArgs {
     /// Host transfers in flight per direction (host buffer = -l x -Q).
     #[arg(short = 'Q', long, default_value_t = 8)]
     pub depth: u32,
+    /// The host buffer per direction instead of -Q: SIZE / -l transfers in
+    /// flight (a whole number), as a radio driver sizes its buffer.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "depth")]
+    pub host_buffer: Option<u64>,
     /// The application's read (RX) / write (TX) size: each transfer's data
     /// is copied to (from) the application in calls of this many bytes
     /// (default: -l).
