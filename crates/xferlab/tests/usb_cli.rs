@@ -74,7 +74,16 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["--encap", "--function net"],
         ),
         (
-            &["usb", "gadget", "--function", "net", "--encap", "eem", "-N", "0"],
+            &[
+                "usb",
+                "gadget",
+                "--function",
+                "net",
+                "--encap",
+                "eem",
+                "-N",
+                "0",
+            ],
             &["--frames-per-transfer", "got 0"],
         ),
         (

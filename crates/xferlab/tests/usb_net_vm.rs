@@ -341,10 +341,18 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         }
     }
     let bad = section(&r.out, "gown-eem-6-bad");
-    assert_eq!(field(bad, "rc"), Some("0"), "usb bulk wrote the bad stream: {bad}");
+    assert_eq!(
+        field(bad, "rc"),
+        Some("0"),
+        "usb bulk wrote the bad stream: {bad}"
+    );
     let g = section(&r.out, "gown-eem-6-gadget");
     // 130: ended by SIGINT, everything removed (a leftover would be 1).
-    assert_eq!(field(g, "gadget_rc"), Some("130"), "the gadget exits cleanly on SIGINT: {g}");
+    assert_eq!(
+        field(g, "gadget_rc"),
+        Some("130"),
+        "the gadget exits cleanly on SIGINT: {g}"
+    );
     assert_eq!(field(g, "taps"), Some("0"), "the TAP is gone: {g}");
     assert_eq!(field(g, "gadgets"), Some("0"), "the gadget is gone: {g}");
     let v = json_block(g);
@@ -358,11 +366,27 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     );
     let k = section(&r.out, "gown-ncm-8-kill");
     assert_eq!(field(k, "gadget_rc"), Some("137"), "SIGKILL: {k}");
-    assert_eq!(field(k, "taps"), Some("0"), "the TAP goes with the process: {k}");
-    assert_eq!(field(k, "gadgets_left"), Some("1"), "a killed gadget stays: {k}");
+    assert_eq!(
+        field(k, "taps"),
+        Some("0"),
+        "the TAP goes with the process: {k}"
+    );
+    assert_eq!(
+        field(k, "gadgets_left"),
+        Some("1"),
+        "a killed gadget stays: {k}"
+    );
     assert_eq!(field(k, "gadgets"), Some("0"), "--cleanup removes it: {k}");
-    assert_eq!(field(k, "mounts"), Some("0"), "and its FunctionFS mount: {k}");
-    assert_eq!(field(k, "host_rc"), Some("0"), "usb net ends when the device goes: {k}");
+    assert_eq!(
+        field(k, "mounts"),
+        Some("0"),
+        "and its FunctionFS mount: {k}"
+    );
+    assert_eq!(
+        field(k, "host_rc"),
+        Some("0"),
+        "usb net ends when the device goes: {k}"
+    );
     std::fs::write(
         repo_root().join("target/usb-net-kernel.txt"),
         table.join("\n") + "\n",

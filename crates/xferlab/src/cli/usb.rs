@@ -100,7 +100,10 @@ impl LinkOpts {
                 self.frames_per_transfer
             ));
         }
-        if self.max_transfer.is_some_and(|m| !(64..=65535).contains(&m)) {
+        if self
+            .max_transfer
+            .is_some_and(|m| !(64..=65535).contains(&m))
+        {
             return Err("--max-transfer must be 64 to 65535 bytes".into());
         }
         Ok(())

@@ -52,4 +52,3 @@ pub fn open_tap(name: &str) -> anyhow::Result<File> {
     }
     Ok(f)
 }
-

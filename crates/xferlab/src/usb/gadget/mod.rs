@@ -28,8 +28,8 @@ use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
 use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
-use cbr_io::{cbr_loop, CbrControl};
 use crate::usb::tap::open_tap;
+use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
     check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
 };
@@ -258,7 +258,8 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                         .context("cannot duplicate the TAP descriptor")?;
                     let limits = net_io::limits(encap, &a.link);
                     let (depth, size, crc) = (a.queue as usize, a.size as usize, a.link.crc);
-                    let (s1, n1, s2, n2) = (shared.clone(), net.clone(), shared.clone(), net.clone());
+                    let (s1, n1, s2, n2) =
+                        (shared.clone(), net.clone(), shared.clone(), net.clone());
                     threads.push(spawn("net-tx", move || {
                         net_io::tx_loop(ep_in, tap, encap, limits, crc, depth, &s1, &n1)
                     })?);

@@ -101,7 +101,11 @@ impl<B> Slots<B> {
 
     /// Submits `cb` in a free slot (holding `buf` until it completes);
     /// gives `buf` back if there is no slot or the kernel refuses it.
-    fn submit(&mut self, cb: impl FnOnce(u64) -> aio::Iocb, buf: Option<B>) -> Result<(), Option<B>> {
+    fn submit(
+        &mut self,
+        cb: impl FnOnce(u64) -> aio::Iocb,
+        buf: Option<B>,
+    ) -> Result<(), Option<B>> {
         let Some(i) = self.busy.iter().position(|b| !b) else {
             return Err(buf);
         };
