@@ -256,15 +256,20 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                     let tap_rx = tap
                         .try_clone()
                         .context("cannot duplicate the TAP descriptor")?;
-                    let limits = net_io::limits(encap, &a.link);
-                    let (depth, size, crc) = (a.queue as usize, a.size as usize, a.link.crc);
+                    let link = net_io::Link {
+                        encap,
+                        limits: net_io::limits(encap, &a.link),
+                        crc: a.link.crc,
+                        depth: a.queue as usize,
+                        rx_size: a.size as usize,
+                    };
                     let (s1, n1, s2, n2) =
                         (shared.clone(), net.clone(), shared.clone(), net.clone());
                     threads.push(spawn("net-tx", move || {
-                        net_io::tx_loop(ep_in, tap, encap, limits, crc, depth, &s1, &n1)
+                        net_io::tx_loop(ep_in, tap, link, &s1, &n1)
                     })?);
                     threads.push(spawn("net-rx", move || {
-                        net_io::rx_loop(ep_out, tap_rx, encap, size, depth, &s2, &n2)
+                        net_io::rx_loop(ep_out, tap_rx, link, &s2, &n2)
                     })?);
                     return link_and_bind(&mut g, &dir, &udc);
                 }

@@ -66,6 +66,20 @@ pub fn limits(encap: Encap, o: &LinkOpts) -> Limits {
     }
 }
 
+/// One link's settings, as the command line gave them.
+#[derive(Debug, Clone, Copy)]
+pub struct Link {
+    pub encap: Encap,
+    /// The IN direction's limits ([`limits`]).
+    pub limits: Limits,
+    /// EEM: a real CRC-32 instead of the sentinel.
+    pub crc: bool,
+    /// Transfers in flight per direction.
+    pub depth: usize,
+    /// Bytes per OUT read.
+    pub rx_size: usize,
+}
+
 /// The link's own counters (the transfer and byte counts are the
 /// gadget's `in`/`out` ones).
 #[derive(Default)]
@@ -130,17 +144,15 @@ impl<B> Slots<B> {
 }
 
 /// TAP -> coalescer -> IN transfers (ep1), `depth` in flight.
-pub fn tx_loop(
-    ep: File,
-    tap: File,
-    encap: Encap,
-    limits: Limits,
-    crc: bool,
-    depth: usize,
-    s: &Shared,
-    c: &NetCounters,
-) {
+pub fn tx_loop(ep: File, tap: File, l: Link, s: &Shared, c: &NetCounters) {
     let Some(mp) = wait_enabled(s) else { return };
+    let Link {
+        encap,
+        limits,
+        crc,
+        depth,
+        ..
+    } = l;
     match encap {
         Encap::Ecm => tx_with(EcmFraming::new(mp), ep, tap, limits, depth, s, c),
         Encap::Eem => tx_with(EemFraming::new(mp, crc), ep, tap, limits, depth, s, c),
@@ -298,15 +310,8 @@ fn submit<F: Framing>(
 }
 
 /// OUT transfers (ep2) -> decoder -> TAP, `depth` reads of `size` posted.
-pub fn rx_loop(
-    ep: File,
-    mut tap: File,
-    encap: Encap,
-    size: usize,
-    depth: usize,
-    s: &Shared,
-    c: &NetCounters,
-) {
+pub fn rx_loop(ep: File, mut tap: File, l: Link, s: &Shared, c: &NetCounters) {
+    let (encap, size, depth) = (l.encap, l.rx_size, l.depth);
     let mut dec = decoder(encap, 65535);
     let Ok(mut slots) = Slots::<usize>::new(depth) else {
         s.output.errors.fetch_add(1, Relaxed);
