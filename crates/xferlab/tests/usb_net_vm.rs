@@ -78,7 +78,8 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         assert_eq!(
             field(s, "rc"),
             Some("0"),
-            "{class}: TCP across the link: {s}"
+            "{class}: TCP across the link: {s}\nlink setup: {}",
+            section(&r.out, &format!("{class}-start"))
         );
         let stream = json_block(s);
         assert_eq!(stream["status"], "ok", "{class}");
@@ -247,7 +248,8 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             assert_eq!(
                 field(s, "rc"),
                 Some("0"),
-                "{name}: TCP across xferlab's link: {s}"
+                "{name}: TCP across xferlab's link: {s}\nlink setup: {}",
+                section(&r.out, &format!("own-{class}-{nf}-start"))
             );
             let stream = json_block(s);
             assert_eq!(stream["status"], "ok", "{name}");

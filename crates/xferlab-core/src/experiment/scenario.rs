@@ -810,18 +810,40 @@ impl Scenario {
             if let Some(m) = &q.matrix {
                 for (k, v) in &m.0 {
                     let (knob, vals) = values_of(k, v, &lines)?;
-                    let axis = axes
+                    let (axis, at) = axes
                         .iter_mut()
-                        .find(|a| a.knobs.len() == 1 && a.knobs[0].knob == knob.knob)
+                        .find_map(|a| {
+                            let at = a.knobs.iter().position(|x| x.knob == knob.knob)?;
+                            Some((a, at))
+                        })
                         .ok_or_else(|| {
                             err(
                                 knob.line,
                                 format!(
-                                    "[quick] matrix: `{k}` is not a single-knob axis of [matrix]"
+                                    "[quick] matrix: `{k}` is not a knob of [matrix] or [[zip]]"
                                 ),
                             )
                         })?;
-                    axis.values = vals.into_iter().map(|v| vec![v]).collect();
+                    if axis.knobs.len() == 1 {
+                        axis.values = vals.into_iter().map(|v| vec![v]).collect();
+                    } else {
+                        // A zip group keeps its steps whole: the quick scale
+                        // picks the steps whose value of this knob it names.
+                        if let Some(v) = vals
+                            .iter()
+                            .find(|v| !axis.values.iter().any(|s| s[at] == **v))
+                        {
+                            return Err(err(
+                                knob.line,
+                                format!(
+                                    "[quick] matrix: `{k}` = {} is not one of its [[zip]] group's values; \
+                                     a zip group's quick scale picks among its steps",
+                                    v.label()
+                                ),
+                            ));
+                        }
+                        axis.values.retain(|s| vals.contains(&s[at]));
+                    }
                 }
             }
             if let Some(s) = &q.set {
@@ -1087,6 +1109,40 @@ cols = "-P"
         assert_eq!(pts[0].get("-t"), Some(&Value::Arg("1".into())));
         assert_eq!(pts[0].get("-N"), Some(&Value::Switch(true)));
         assert_eq!(pts[2].get("-N"), None);
+    }
+
+    #[test]
+    fn quick_scale_picks_steps_of_a_zip_group() {
+        let text = BASE.replace(
+            r#"matrix = { "-P" = [1] }"#,
+            r#"matrix = { "-P" = [1], "-C" = ["bbr"] }"#,
+        );
+        let pts = Scenario::parse(&text, Scale::Quick).unwrap().points();
+        assert_eq!(pts.len(), 2, "2 sizes x 1 quick -P x the one bbr step");
+        assert!(pts
+            .iter()
+            .all(|p| p.get("-w") == Some(&Value::Arg("4M".into()))));
+        // The full scale is untouched.
+        assert_eq!(
+            Scenario::parse(&text, Scale::Full).unwrap().points().len(),
+            8
+        );
+
+        let bad = BASE.replace(
+            r#"matrix = { "-P" = [1] }"#,
+            r#"matrix = { "-C" = ["reno"] }"#,
+        );
+        let e = Scenario::parse(&bad, Scale::Quick).unwrap_err();
+        assert!(
+            e.message.contains("`-C` = reno is not one of its [[zip]]"),
+            "{e}"
+        );
+        let bad = BASE.replace(r#"matrix = { "-P" = [1] }"#, r#"matrix = { "-Z" = [1] }"#);
+        let e = Scenario::parse(&bad, Scale::Quick).unwrap_err();
+        assert!(
+            e.message.contains("not a knob of [matrix] or [[zip]]"),
+            "{e}"
+        );
     }
 
     fn error_of(text: &str) -> ScenarioError {
