@@ -99,7 +99,10 @@ NET_ID=$OWN_ID
 for cn in ${GOWN:-eem:6:kernel ncm:8:own}; do
     c=${cn%%:*}; rest=${cn#*:}; nf=${rest%%:*}; peer=${rest#*:}
     echo "== gown-$c-$nf-start =="
-    own_gadget_up $c $nf $peer || { echo "== $c-gown-$nf-fwd =="; echo "rc=99"; own_gadget_down kill; continue; }
+    own_gadget_up $c $nf $peer || {
+        echo "own_gadget_up $c failed; once more"; own_gadget_down kill > /dev/null
+        own_gadget_up $c $nf $peer
+    } || { echo "== $c-gown-$nf-fwd =="; echo "rc=99"; own_gadget_down kill; continue; }
     KNOBS="--knob class=$c --knob side=xferlab-gadget --knob host=$peer --knob frames_per_transfer=$nf"
     measure $c gown-$nf-fwd
     measure $c gown-$nf-bidir --bidir
