@@ -92,6 +92,27 @@ fn bad_usb_flags_are_one_line_usage_errors() {
         ),
         (&["usb", "gadget", "--name", "a/b"], &["--name"]),
         (
+            &["usb", "gadget", "--function", "net"],
+            &["--function net", "--encap"],
+        ),
+        (
+            &["usb", "gadget", "--encap", "eem"],
+            &["--encap", "--function net"],
+        ),
+        (
+            &[
+                "usb",
+                "gadget",
+                "--function",
+                "net",
+                "--encap",
+                "eem",
+                "-N",
+                "0",
+            ],
+            &["--frames-per-transfer", "got 0"],
+        ),
+        (
             &["usb", "gadget", "--id", "12345"],
             &["--id 12345", "VID:PID"],
         ),

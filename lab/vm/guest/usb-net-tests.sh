@@ -90,5 +90,40 @@ for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
     net_link_down
 done
 
+# xferlab's own gadget side (usb gadget --function net: FunctionFS + AIO, a
+# TAP bridged to the bulk pair): EEM against the kernel's cdc_eem host (then
+# a malformed stream from `usb bulk`, and SIGINT for the counters), NCM
+# against xferlab's own host side (then SIGKILL and `usb gadget --cleanup`).
+modprobe usb_f_fs || echo "modprobe usb_f_fs failed"
+NET_ID=$OWN_ID
+for cn in ${GOWN:-eem:6:kernel ncm:8:own}; do
+    c=${cn%%:*}; rest=${cn#*:}; nf=${rest%%:*}; peer=${rest#*:}
+    echo "== gown-$c-$nf-start =="
+    own_gadget_up $c $nf $peer || {
+        echo "own_gadget_up $c failed; once more"; own_gadget_down kill > /dev/null
+        own_gadget_up $c $nf $peer
+    } || { echo "== $c-gown-$nf-fwd =="; echo "rc=99"; own_gadget_down kill; continue; }
+    KNOBS="--knob class=$c --knob side=xferlab-gadget --knob host=$peer --knob frames_per_transfer=$nf"
+    measure $c gown-$nf-fwd
+    measure $c gown-$nf-bidir --bidir
+    if [ $peer = kernel ]; then
+        # Bad input: transfers of the mod63 pattern are no EEM stream; the
+        # gadget counts and drops them, and runs on.
+        timeout 20 xferlab usb bulk -d $OWN_ID --dir out -l 1000 -n 10000 --pattern mod63 \
+            --detach-kernel-driver -i 0 > /tmp/bad.txt 2>&1
+        brc=$?
+        echo "== gown-$c-$nf-bad =="
+        echo "rc=$brc"
+        echo "out=$(tr '\n' ' ' < /tmp/bad.txt)"
+        echo "== gown-$c-$nf-gadget =="
+        own_gadget_down
+        cat /tmp/og.json
+    else
+        echo "== gown-$c-$nf-kill =="
+        own_gadget_down kill
+        echo "host_out=$(tr '\n' ' ' < /tmp/on.json)"
+    fi
+done
+
 echo "== leftover =="
 echo "gadgets=$(ls /sys/kernel/config/usb_gadget | wc -l)"
