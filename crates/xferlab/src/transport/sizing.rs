@@ -57,7 +57,19 @@
 //! Below the cliff larger writes only save calls (64K pays in calls);
 //! past it (1M, twice L2) the source's misses come back.
 //! [`WRITE_L2_SHARE`] writes half of L2: 128K with 256 KiB of L2, 512K with
-//! 1 MiB, 1M with 2 MiB.
+//! 1 MiB, 1M with 2 MiB. Both rules together, with the L2 overridden for
+//! both ends (`--variant 'l2-128K=XFERLAB_L2_CACHE=128K'`), P=1, medians of
+//! 3 interleaved 3 s rounds, load average 1.3-1.5, iperf3 3.21 at 21.6
+//! Gbit/s / 0.570 CPU s/GB in the same rounds:
+//!
+//! | L2 override | write / read | Gbit/s | CPU s/GB |
+//! |-------------|--------------|--------|----------|
+//! | 128K        | 64K / 32K    | 21.6   | 0.566    |
+//! | 512K (real) | 256K / 128K  | 28.6   | 0.447    |
+//! | 4M          | 2M / 1M      | 16.2   | 0.643    |
+//! | `-l 1M`     | 1M / 128K    | 15.6   | 0.712    |
+//!
+//! Again, a smaller L2 than the real one costs calls, a larger one misses.
 
 //! # Wake-ups and placement
 //!
