@@ -459,9 +459,13 @@ fn fixed_rate_streaming_against_the_fixed_rate_gadget() {
             "{name}: {kind} {} in {} episodes at {first:?} s",
             f["samples"], f["episodes"]
         );
+        // Each stall shows as an episode starting with it. A loaded host
+        // (TCG beside other work) may add short episodes of its own
+        // before the first stall (seen: TX underruns at 0.12-0.54 s with
+        // builds running), so the stalls are looked for, not counted.
         assert!(
-            first.first().is_some_and(|&s| (0.9..1.4).contains(&s)),
-            "{name}: first episode at {first:?}"
+            first.iter().any(|&s| (0.9..1.4).contains(&s)),
+            "{name}: the first stall shows: {first:?}"
         );
         assert!(
             first.iter().any(|&s| (1.9..2.4).contains(&s)),
