@@ -3,6 +3,7 @@ CPU model, cache sizes (sysfs), load, tool versions, the sizes xferlab
 chose (from its JSON result), and the rotation that interleaves tools
 from round to round.  Imported by tcp-vs-iperf3 and udp-vs-iperf3."""
 
+import copy
 import os
 import platform
 import re
@@ -71,6 +72,15 @@ class Tool:
             m = re.match(r"iperf (\S+)", self.version)
             self.label = "iperf3-" + (m.group(1) if m else os.path.basename(path))
         self.tag = re.sub(r"[^A-Za-z0-9.+-]", "_", self.label)
+        # Extra command-line flags (variants, see variant()).
+        self.extra = ()
+
+
+def variant(tool, suffix, extra):
+    """tool run with extra flags, labelled tool.label + suffix."""
+    v = copy.copy(tool)
+    v.label, v.tag, v.extra = tool.label + suffix, tool.tag + suffix, tuple(extra)
+    return v
 
 
 def iperf3_tools(paths):
@@ -154,7 +164,12 @@ def xferlab_choice(doc):
                      if f.get("role") == "sender" and (f.get("socket") or {}).get("send_mode")),
                     None)
         if send:
-            out.append("%s senders: %s" % (side, send["send_mode"]))
+            write = send.get("write_size")
+            out.append("%s senders: %s%s" % (
+                side, send["send_mode"],
+                ", write %s per call (%s%s)" % (kib(write), send.get("write_size_from"),
+                                                ", L2 %s" % kib(l2) if l2 else "")
+                if write else ""))
         if recv:
             low = recv.get("rcvlowat") or 0
             out.append("%s receivers read %s per call (%s%s), rcvlowat %s" % (

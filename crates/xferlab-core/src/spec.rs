@@ -173,7 +173,9 @@ pub enum Limit {
 /// of knobs per transport and pattern).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Knobs {
-    /// Bytes per write() / read() call.
+    /// Bytes per write() / read() call (`-l`). Byte streams write
+    /// `write_size` and read `read_size` instead; for them this is the
+    /// unit of `-k` and the length an iperf3 peer is told.
     pub size: u64,
     /// SO_SNDBUF and SO_RCVBUF request on every data socket, both ends.
     pub buffer: Option<u64>,
@@ -198,6 +200,11 @@ pub struct Knobs {
     /// result's `socket.read_size` says what it picked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_size: Option<u64>,
+    /// Bytes per write() on byte-stream senders (`-l`); None: each sender
+    /// picks it from its own CPU's L2 cache size (the result's
+    /// `socket.write_size` says what it picked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_size: Option<u64>,
     /// Largest SO_RCVLOWAT a byte-stream receiver may set to batch its
     /// wake-ups (`--rcvlowat`); Some(0) turns batching off; None: the
     /// receiver's default (the result's `socket.rcvlowat`).
@@ -246,6 +253,7 @@ impl Default for Knobs {
             recv_mode: RecvMode::Copy,
             send_mode: SendMode::Copy,
             read_size: None,
+            write_size: None,
             rcvlowat: None,
             rate: None,
             batch: 1,
@@ -378,11 +386,9 @@ pub enum SpecError {
 }
 
 impl TestSpec {
-    /// The defaults: TCP stream, forward, 1 flow, 10 s, 1 s intervals and
-    /// 1 MiB writes. iperf3 writes 128 KiB; on loopback here that leaves
-    /// ~30 % of single-flow throughput to per-call overhead (iperf3 gains
-    /// the same with `-l 1M`), and the tool must not be the bottleneck it
-    /// measures. `-l` still sets any size.
+    /// The defaults: TCP stream, forward, 1 flow, 10 s, 1 s intervals,
+    /// 128 KiB blocks (iperf3's); each end sizes its writes and reads from
+    /// its own L2 cache (`-l` and `--read-size` set them instead).
     pub fn default_stream() -> Self {
         TestSpec {
             pattern: Pattern::Stream,
@@ -392,10 +398,7 @@ impl TestSpec {
             limit: Limit::Duration { seconds: 10.0 },
             omit_s: 0.0,
             interval_s: 1.0,
-            knobs: Knobs {
-                size: 1 << 20,
-                ..Knobs::default()
-            },
+            knobs: Knobs::default(),
             title: None,
             affinity: Affinity::default(),
         }
@@ -450,6 +453,11 @@ impl TestSpec {
         if let Some(r) = k.read_size {
             if r == 0 || r > MAX_READ_SIZE {
                 return Err(SpecError::ReadSize(r));
+            }
+        }
+        if let Some(w) = k.write_size {
+            if w == 0 || w > MAX_WRITE_SIZE {
+                return Err(SpecError::Length(w));
             }
         }
         if k.rcvlowat.is_some_and(|l| l > MAX_READ_SIZE) {

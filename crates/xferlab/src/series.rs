@@ -21,6 +21,7 @@ use xferlab_core::datagram::{
 };
 use xferlab_core::result::{Status, TestResult};
 use xferlab_core::spec::TestSpec;
+use xferlab_core::transport::Carrier;
 use xferlab_core::units::RateUnit;
 
 use crate::driver::Interrupts;
@@ -312,6 +313,10 @@ pub fn sweep_specs(
             .map(|&size| {
                 let mut s = base.clone();
                 s.knobs.size = size;
+                // A byte stream's swept size is its write size (as -l).
+                if s.transport.carrier() == Carrier::Bytes {
+                    s.knobs.write_size = Some(size);
+                }
                 (s, None)
             })
             .collect(),

@@ -1,5 +1,6 @@
-//! The byte-stream data path's choices, end to end: the read size each
-//! receiver derives from its L2 cache (or takes from --read-size), the
+//! The byte-stream data path's choices, end to end: the write and read
+//! sizes each end derives from its L2 cache (or takes from -l and
+//! --read-size), the
 //! copy-free send and receive modes, and how the result labels them. Real
 //! binary, loopback, embedded server; never a speed.
 
@@ -40,9 +41,13 @@ fn sender_socket(v: &Value) -> &Value {
 }
 
 #[test]
-fn receivers_read_a_quarter_of_the_l2_they_are_told_of() {
-    for (l2, read) in [("128K", 32 << 10), ("4M", 1 << 20)] {
+fn senders_write_half_and_receivers_read_a_quarter_of_the_l2_they_are_told_of() {
+    for (l2, write, read) in [("128K", 64 << 10, 32 << 10), ("4M", 2 << 20, 1 << 20)] {
         let v = embedded(&["-n", "8M"], &[("XFERLAB_L2_CACHE", l2)]);
+        assert!(v["spec"]["knobs"].get("write_size").is_none(), "no -l");
+        let w = sender_socket(&v);
+        assert_eq!(u64_at(w, "/write_size"), write, "L2 {l2}");
+        assert_eq!(w["write_size_from"], "l2_cache", "L2 {l2}");
         let (side, s) = receiver(&v);
         assert_eq!(u64_at(s, "/read_size"), read, "L2 {l2}");
         assert_eq!(s["read_size_from"], "l2_cache", "L2 {l2}");
@@ -69,6 +74,11 @@ fn without_an_override_the_sysfs_l2_is_used_and_reported() {
             assert_eq!(s["read_size_from"], "l2_cache");
             let want = ((l2 / 4) & !4095).clamp(16 << 10, 16 << 20);
             assert_eq!(u64_at(s, "/read_size"), want);
+            let w = sender_socket(&v);
+            assert_eq!(w["write_size_from"], "l2_cache");
+            let l2_server = u64_at(&v["server"]["host"]["caches"], "/l2");
+            let want = ((l2_server / 2) & !4095).clamp(16 << 10, 16 << 20);
+            assert_eq!(u64_at(w, "/write_size"), want, "-R: the server sends");
             assert!(sysfs.is_ok(), "an L2 reported without sysfs saying so");
         }
         None => {
@@ -83,11 +93,24 @@ fn without_an_override_the_sysfs_l2_is_used_and_reported() {
 }
 
 #[test]
-fn read_size_and_rcvlowat_options_win_and_are_recorded() {
+fn length_read_size_and_rcvlowat_options_win_and_are_recorded() {
     let v = embedded(
-        &["-n", "4M", "--read-size", "48K", "--rcvlowat", "1M"],
+        &[
+            "-n",
+            "4M",
+            "-l",
+            "40K",
+            "--read-size",
+            "48K",
+            "--rcvlowat",
+            "1M",
+        ],
         &[("XFERLAB_L2_CACHE", "4M")],
     );
+    assert_eq!(u64_at(&v, "/spec/knobs/write_size"), 40 << 10);
+    let w = sender_socket(&v);
+    assert_eq!(u64_at(w, "/write_size"), 40 << 10);
+    assert_eq!(w["write_size_from"], "option");
     assert_eq!(u64_at(&v, "/spec/knobs/read_size"), 48 << 10);
     let (_, s) = receiver(&v);
     assert_eq!(u64_at(s, "/read_size"), 48 << 10);

@@ -64,7 +64,54 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["usb", "cbr", "-b", "1M", "--app-size", "0"],
             &["--app-size"],
         ),
+        (
+            &[
+                "usb",
+                "cbr",
+                "-b",
+                "1M",
+                "-l",
+                "16K",
+                "--host-buffer",
+                "40K",
+            ],
+            &["--host-buffer", "whole number", "-l"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--host-buffer", "64K", "-Q", "4"],
+            &["--host-buffer", "--depth"],
+        ),
+        // The same -l and -Q limits as `usb bulk`.
+        (
+            &["usb", "cbr", "-b", "1M", "-Q", "5000"],
+            &["-Q/--depth", "4096"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "-l", "65M"],
+            &["-l/--size", "64M"],
+        ),
         (&["usb", "gadget", "--name", "a/b"], &["--name"]),
+        (
+            &["usb", "gadget", "--function", "net"],
+            &["--function net", "--encap"],
+        ),
+        (
+            &["usb", "gadget", "--encap", "eem"],
+            &["--encap", "--function net"],
+        ),
+        (
+            &[
+                "usb",
+                "gadget",
+                "--function",
+                "net",
+                "--encap",
+                "eem",
+                "-N",
+                "0",
+            ],
+            &["--frames-per-transfer", "got 0"],
+        ),
         (
             &["usb", "gadget", "--id", "12345"],
             &["--id 12345", "VID:PID"],

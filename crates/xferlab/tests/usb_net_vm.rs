@@ -17,7 +17,7 @@ use labvm_support::*;
 use serde_json::Value;
 
 const MODULES: &str =
-    "dummy_hcd,libcomposite,usb_f_ecm,usb_f_eem,usb_f_ncm,cdc_ether,cdc_eem,cdc_ncm,usbmon,tun";
+    "dummy_hcd,libcomposite,usb_f_fs,usb_f_ecm,usb_f_eem,usb_f_ncm,cdc_ether,cdc_eem,cdc_ncm,usbmon,tun";
 
 fn json_block(s: &str) -> Value {
     let mut out = Vec::new();
@@ -78,7 +78,8 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         assert_eq!(
             field(s, "rc"),
             Some("0"),
-            "{class}: TCP across the link: {s}"
+            "{class}: TCP across the link: {s}\nlink setup: {}",
+            section(&r.out, &format!("{class}-start"))
         );
         let stream = json_block(s);
         assert_eq!(stream["status"], "ok", "{class}");
@@ -247,7 +248,8 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             assert_eq!(
                 field(s, "rc"),
                 Some("0"),
-                "{name}: TCP across xferlab's link: {s}"
+                "{name}: TCP across xferlab's link: {s}\nlink setup: {}",
+                section(&r.out, &format!("own-{class}-{nf}-start"))
             );
             let stream = json_block(s);
             assert_eq!(stream["status"], "ok", "{name}");
@@ -306,6 +308,87 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     );
     eprintln!("{ratios}");
     table.push(ratios);
+    // xferlab's gadget side: EEM against cdc_eem, NCM against xferlab's host.
+    for (class, nf, host) in [("eem", 6usize, "kernel cdc_eem"), ("ncm", 8, "xferlab")] {
+        for test in ["fwd", "bidir"] {
+            let name = format!("{class}-gown-{nf}-{test}");
+            let s = section(&r.out, &name);
+            assert_eq!(field(s, "rc"), Some("0"), "{name}: TCP across: {s}");
+            let stream = json_block(s);
+            assert_eq!(stream["status"], "ok", "{name}");
+            let mut mbps = 0.0;
+            for f in stream["client"]["flows"].as_array().unwrap() {
+                let t = &f["total"];
+                let m = t["bytes"].as_f64().unwrap()
+                    / (t["end_s"].as_f64().unwrap() - t["start_s"].as_f64().unwrap())
+                    / 1e6;
+                assert!(m > 0.0, "{name}: each flow moves data");
+                mbps += m;
+            }
+            let mon = json_block(section(&r.out, &format!("{name}-mon")));
+            // IN is what the gadget sent: the frames-per-transfer limit holds.
+            let inn = &mon["usbmon"]["host_in"]["total"];
+            assert_eq!(inn["undecoded"], 0, "{name}: {inn}");
+            let hist = inn["frames_per_transfer_hist"].as_array().unwrap();
+            assert!(
+                hist.len() <= nf + 1,
+                "{name}: no IN transfer holds more than {nf} frames: {hist:?}"
+            );
+            let fpt = inn["frames_per_transfer"].as_f64().unwrap();
+            let line = format!(
+                "gadget {class} x{nf} (host: {host}) {test}: TCP {mbps:.2} MB/s, IN {fpt:.2} frames/transfer"
+            );
+            eprintln!("{line}");
+            table.push(line);
+        }
+    }
+    let bad = section(&r.out, "gown-eem-6-bad");
+    assert_eq!(
+        field(bad, "rc"),
+        Some("0"),
+        "usb bulk wrote the bad stream: {bad}"
+    );
+    let g = section(&r.out, "gown-eem-6-gadget");
+    // 130: ended by SIGINT, everything removed (a leftover would be 1).
+    assert_eq!(
+        field(g, "gadget_rc"),
+        Some("130"),
+        "the gadget exits cleanly on SIGINT: {g}"
+    );
+    assert_eq!(field(g, "taps"), Some("0"), "the TAP is gone: {g}");
+    assert_eq!(field(g, "gadgets"), Some("0"), "the gadget is gone: {g}");
+    let v = json_block(g);
+    let net = &v["net"];
+    assert!(net["tx_frames"].as_u64().unwrap() > 0, "{v}");
+    let dec = &net["rx_decode"];
+    assert!(dec["frames"].as_u64().unwrap() > 0, "{v}");
+    assert!(
+        dec["malformed"].as_u64().unwrap() + dec["bad_crc"].as_u64().unwrap() > 0,
+        "the malformed stream is counted: {dec}"
+    );
+    let k = section(&r.out, "gown-ncm-8-kill");
+    assert_eq!(field(k, "gadget_rc"), Some("137"), "SIGKILL: {k}");
+    assert_eq!(
+        field(k, "taps"),
+        Some("0"),
+        "the TAP goes with the process: {k}"
+    );
+    assert_eq!(
+        field(k, "gadgets_left"),
+        Some("1"),
+        "a killed gadget stays: {k}"
+    );
+    assert_eq!(field(k, "gadgets"), Some("0"), "--cleanup removes it: {k}");
+    assert_eq!(
+        field(k, "mounts"),
+        Some("0"),
+        "and its FunctionFS mount: {k}"
+    );
+    assert_eq!(
+        field(k, "host_rc"),
+        Some("0"),
+        "usb net ends when the device goes: {k}"
+    );
     std::fs::write(
         repo_root().join("target/usb-net-kernel.txt"),
         table.join("\n") + "\n",

@@ -31,8 +31,9 @@ cell both-slow --dir both -b 2M -t $T
 cell rx-stall --dir rx -b 4M -t 2.5 -Q 4 --host-stall 1s:300ms
 cell tx-stall --dir tx -b 4M -t 2.5 -Q 4 --host-stall 1s:300ms
 # The study's ladder (below it two rungs TCG surely sustains), 5 runs.
+# The host buffer given as such: 1M of 64K transfers is 16 in flight.
 cell ladder --dir rx --ladder 4M,8M,16M,18.3M,21.3M,25.6M,32M,42.6M --repeat 5 -t 1 \
-    -l 64K -Q 16 --device-buffer 1M --device-request 64K
+    -l 64K --host-buffer 1M --device-buffer 1M --device-request 64K
 # Human output, one rate.
 xferlab usb cbr -d 1d6b:0104 --dir both -b 1M -t 1 > /tmp/human.txt 2>&1
 rc=$?

@@ -1,13 +1,13 @@
 # Guest setup for USB experiments in the lab VM (busybox sh): a USB device
 # on dummy_hcd for `xferlab usb bulk` to measure, in the same guest.
 #
-#   sh /work/guest/usb-gadget-setup.sh [--function sourcesink|ffs] [--speed high|super]
+#   sh /work/guest/usb-gadget-setup.sh [--function sourcesink|ffs|cbr] [--speed high|super]
 #        [--pattern 0|1|2] [--buflen BYTES] [--qlen N]
 #
 # Needs usb.sh beside it (add the directory: lab/vm/run --add lab/vm/guest:/work/guest)
 # and the modules packed, not loaded (they take parameters):
 #   --extra-modules dummy_hcd,libcomposite,usb_f_ss_lb      (sourcesink)
-#   --extra-modules dummy_hcd,libcomposite,usb_f_fs         (ffs)
+#   --extra-modules dummy_hcd,libcomposite,usb_f_fs         (ffs, cbr)
 #
 # sourcesink (default): the kernel's SourceSink function (usb_f_ss_lb), as
 #   tests/usb_vm.rs uses it: 0525:a4a0, bulk IN is the source, bulk OUT the
@@ -19,6 +19,9 @@
 # ffs: xferlab's own FunctionFS gadget (`xferlab usb gadget`, AIO, --qlen
 #   requests in flight, --buflen bytes each), 1d6b:0104, left running in the
 #   background (log in /tmp/usb-gadget.log); pattern 2 is given as `none`.
+# cbr: xferlab's fixed-rate device (`xferlab usb gadget --function cbr`,
+#   1d6b:0104) for `xferlab usb cbr`, in the background likewise; each
+#   trial's rate and buffers come from the host, so no other option applies.
 #
 # Prints `xferlab usb list` at the end; exits non-zero (with the reason) if
 # the device does not enumerate within 15 s.
@@ -58,6 +61,11 @@ case "$function" in
             < /dev/null > /tmp/usb-gadget.log 2>&1 &
         usb_wait_device 1d6b:0104 15 || { cat /tmp/usb-gadget.log; exit 1; }
         ;;
-    *) echo "usb-gadget-setup.sh: --function sourcesink|ffs, not $function"; exit 2 ;;
+    cbr)
+        modprobe usb_f_fs || { echo "usb-gadget-setup.sh: modprobe usb_f_fs failed; pack it with --extra-modules"; exit 1; }
+        setsid xferlab usb gadget --function cbr < /dev/null > /tmp/usb-gadget.log 2>&1 &
+        usb_wait_device 1d6b:0104 15 || { cat /tmp/usb-gadget.log; exit 1; }
+        ;;
+    *) echo "usb-gadget-setup.sh: --function sourcesink|ffs|cbr, not $function"; exit 2 ;;
 esac
 xferlab usb list

@@ -92,9 +92,13 @@ rmmod usbtest
 ss_gadget_down
 
 # xferlab's own gadget: FunctionFS source/sink, AIO then sync, against the host side.
+# The sync gadget runs device-loaded (study 4's `stress -c 1 -m 1` on the
+# device, as the global --load): its load report ends on its stderr.
 modprobe usb_f_fs
 for io in aio sync; do
-    xferlab usb gadget --io $io --queue 8 -l 16K --pattern 1 -J > /tmp/gadget.json 2> /tmp/gadget.err &
+    load=
+    [ $io = sync ] && load="--load cpu=1,mem=1,vm-bytes=16M"
+    xferlab $load usb gadget --io $io --queue 8 -l 16K --pattern 1 -J > /tmp/gadget.json 2> /tmp/gadget.err &
     gpid=$!
     usb_wait_device 1d6b:0104 || { cat /tmp/gadget.err; exit 6; }
     for dir in in out both; do

@@ -104,3 +104,93 @@ net_link_down() {   # every step bounded: a hung step is named, not waited for
     n=0
     while [ -n "$(host_if)" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
 }
+
+# xferlab's own gadget side (`usb gadget --function net`, FunctionFS + AIO)
+# with the kernel's class driver or xferlab's own host side (`usb net`) as
+# the host; the same namespaces, addresses, server and $HIF as net_link_up.
+#   own_gadget_up CLASS N kernel|own   # gadget TAP xg0 in $GNS; host $HIF in $HNS
+#   own_gadget_down [kill]             # SIGINT (counters to /tmp/og.json), or SIGKILL + --cleanup
+OWN_GADGET=ownnet
+OWN_ID=1d6b:0104
+
+own_gadget_up() {   # CLASS N kernel|own
+    unshare -n sleep 100000 &
+    GNS=$!
+    unshare -n sleep 100000 &
+    HNS=$!
+    sleep 0.2
+    nsenter -t $GNS -n xferlab usb gadget --function net --encap $1 -N $2 --tap xg0 \
+        --name $OWN_GADGET -J > /tmp/og.json 2> /tmp/og.err &
+    GPID=$!
+    NPID=
+    n=0
+    if [ $3 = kernel ]; then
+        case $1 in eem) hdrv=cdc_eem ;; *) echo "own_gadget_up: no kernel host for $1"; return 1 ;; esac
+        HIF=
+        while [ $n -lt 150 ]; do
+            HIF=$(host_if $hdrv)
+            [ -n "$HIF" ] && break
+            sleep 0.1; n=$((n+1))
+        done
+        [ -n "$HIF" ] || { echo "own_gadget_up $1: no host interface"; cat /tmp/og.err; return 1; }
+        ip link set $HIF netns $HNS || return 1
+    else
+        usb_wait_device $OWN_ID 15 || { cat /tmp/og.err; return 1; }
+        nsenter -t $HNS -n xferlab usb net -d $OWN_ID --encap $1 -N $2 --tap xl0 -J \
+            > /tmp/on.json 2> /tmp/on.err &
+        NPID=$!
+        HIF=xl0
+        while ! ns_h ip link show xl0 > /dev/null 2>&1; do
+            sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { cat /tmp/on.err; return 1; }
+        done
+    fi
+    n=0
+    while ! ns_g ip link show xg0 > /dev/null 2>&1; do
+        sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { cat /tmp/og.err; return 1; }
+    done
+    ns_g sh -c "ip link set lo up; ip addr add 169.254.10.1/16 dev xg0; ip link set xg0 up" || return 1
+    ns_h sh -c "ip link set lo up; ip addr add 169.254.10.2/16 dev $HIF; ip link set $HIF up" || return 1
+    n=0
+    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
+        n=$((n+1)); [ $n -gt 30 ] && { echo "own_gadget_up $1: no ping across"; cat /tmp/og.err; return 1; }
+    done
+    nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
+    SPID=$!
+    n=0
+    while ! ns_g sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
+        sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
+    done
+    return 0
+}
+
+own_gadget_down() {   # [kill]: prints gadget_rc, host_rc, taps, gadgets_left, gadgets
+    kill $SPID 2>/dev/null; wait $SPID 2>/dev/null
+    if [ "$1" = kill ]; then
+        kill -KILL $GPID 2>/dev/null
+    else
+        kill -INT $GPID 2>/dev/null
+    fi
+    n=0
+    while kill -0 $GPID 2>/dev/null; do
+        sleep 0.1; n=$((n+1)); [ $n -gt 150 ] && { echo "own_gadget_down: gadget did not exit in 15 s"; kill -KILL $GPID; break; }
+    done
+    wait $GPID 2>/dev/null
+    echo "gadget_rc=$?"
+    # The TAP goes with the process, SIGKILL too; the gadget stays until --cleanup.
+    echo "taps=$(ns_g ip link show 2>/dev/null | grep -c xg0)"
+    echo "gadgets_left=$(ls /sys/kernel/config/usb_gadget | grep -c $OWN_GADGET)"
+    if [ -n "$NPID" ]; then
+        # xferlab's host side ends by itself when the device goes; bounded anyway.
+        n=0
+        while kill -0 $NPID 2>/dev/null && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+        kill -INT $NPID 2>/dev/null
+        wait $NPID 2>/dev/null
+        echo "host_rc=$?"
+    fi
+    xferlab usb gadget --cleanup --name $OWN_GADGET > /dev/null 2>&1
+    echo "gadgets=$(ls /sys/kernel/config/usb_gadget | grep -c $OWN_GADGET)"
+    echo "mounts=$(grep -c xferlab-ffs-$OWN_GADGET /proc/mounts)"
+    kill $GNS $HNS 2>/dev/null; wait $GNS $HNS 2>/dev/null
+    n=0
+    while [ -n "$(host_if)" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+}

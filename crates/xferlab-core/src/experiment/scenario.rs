@@ -83,6 +83,9 @@ pub enum Scope {
     Lab,
     /// The test started from lab host HOST (`"@ref -r"`).
     Host(String),
+    /// Not a flag: which of the scenario's named commands a point runs
+    /// (`command = { NAME = "...", ... }`), written `"command"`.
+    Variant,
 }
 
 /// A knob: a flag, and whose it is.
@@ -96,6 +99,9 @@ impl Knob {
     fn parse(text: &str, line: usize) -> Result<Knob, ScenarioError> {
         let t = text.trim();
         let bad = |message: String| ScenarioError { line, message };
+        if t == "command" {
+            return Ok(Knob::variant());
+        }
         let (scope, flag) = if let Some(rest) = t.strip_prefix("lab ") {
             (Scope::Lab, rest.trim())
         } else if let Some(rest) = t.strip_prefix('@') {
@@ -124,6 +130,14 @@ impl Knob {
         })
     }
 
+    /// The knob choosing among named commands (`"command"`).
+    pub fn variant() -> Knob {
+        Knob {
+            scope: Scope::Variant,
+            flag: "command".into(),
+        }
+    }
+
     /// A flag of `xferlab lab`.
     pub fn is_lab(&self) -> bool {
         self.scope == Scope::Lab
@@ -136,6 +150,7 @@ impl fmt::Display for Knob {
             Scope::Command => f.write_str(&self.flag),
             Scope::Lab => write!(f, "lab {}", self.flag),
             Scope::Host(h) => write!(f, "@{h} {}", self.flag),
+            Scope::Variant => f.write_str(&self.flag),
         }
     }
 }
@@ -306,13 +321,26 @@ pub struct ReportSpec {
     pub plot: Vec<PlotSpec>,
 }
 
+/// A command the points run: the verb and its base flags, as words
+/// (`["stream", "-t", "3"]`), and its name when the scenario names
+/// several (`command = { measured = "usb bulk ...", model = "model usb" }`),
+/// so one experiment holds, say, measured runs and a model's predictions
+/// as two series of the same knobs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    /// Empty for a scenario's only, unnamed command.
+    pub name: String,
+    pub words: Vec<String>,
+}
+
 /// A parsed, checked scenario.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Scenario {
     pub title: String,
     pub description: String,
-    /// The verb and its base flags, as words (`["stream", "-t", "3"]`).
-    pub command: Vec<String>,
+    /// One unnamed command, or the named ones: then the first axis is the
+    /// knob `command` (`Knob::variant`), whose values are their names.
+    pub commands: Vec<Command>,
     pub command_line: usize,
     pub place: Place,
     /// Base flags of `xferlab lab` (place = lab).
@@ -439,6 +467,14 @@ enum Words {
     List(Vec<String>),
 }
 
+/// `command = "..."`, or named commands `command = { NAME = "...", ... }`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RawCommand {
+    One(Words),
+    Named(Ordered<Words>),
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawOverride {
@@ -463,7 +499,7 @@ struct RawScenario {
     title: String,
     #[serde(default)]
     description: String,
-    command: Spanned<Words>,
+    command: Spanned<RawCommand>,
     #[serde(default, rename = "where")]
     place: Option<Place>,
     #[serde(default)]
@@ -611,6 +647,29 @@ fn assignments(
         .collect()
 }
 
+/// A command must name a test verb, not the runner's own or `lab`.
+fn check_command(command: &[String], line: usize) -> Result<(), ScenarioError> {
+    let Some(verb) = command.first() else {
+        return Err(err(
+            line,
+            "`command` is empty; name a verb, e.g. \"stream -t 3\"",
+        ));
+    };
+    if verb == "run" || verb == "report" || verb == "db" {
+        return Err(err(
+            line,
+            format!("`command` cannot be `{verb}`; a scenario runs test verbs (stream, cbr, sweep, rr, usb bulk)"),
+        ));
+    }
+    if verb == "lab" {
+        return Err(err(
+            line,
+            "`command` names the verb only; put the lab's flags in `lab = \"...\"` and set `where = \"lab\"`",
+        ));
+    }
+    Ok(())
+}
+
 impl Scenario {
     /// Parses and checks a scenario at the given scale. Errors carry the
     /// line they concern.
@@ -621,24 +680,35 @@ impl Scenario {
             err(line, e.message().trim().to_string())
         })?;
         let command_line = lines.of(raw.command.span().start);
-        let command = words(raw.command.get_ref(), command_line, "command")?;
-        if command.is_empty() {
-            return Err(err(
-                command_line,
-                "`command` is empty; name a verb, e.g. \"stream -t 3\"",
-            ));
-        }
-        if command[0] == "run" || command[0] == "report" || command[0] == "db" {
-            return Err(err(
-                command_line,
-                format!("`command` cannot be `{}`; a scenario runs test verbs (stream, cbr, sweep, rr, usb bulk)", command[0]),
-            ));
-        }
-        if command[0] == "lab" {
-            return Err(err(
-                command_line,
-                "`command` names the verb only; put the lab's flags in `lab = \"...\"` and set `where = \"lab\"`",
-            ));
+        let commands = match raw.command.get_ref() {
+            RawCommand::One(w) => vec![Command {
+                name: String::new(),
+                words: words(w, command_line, "command")?,
+            }],
+            RawCommand::Named(named) => {
+                if named.0.is_empty() {
+                    return Err(err(
+                        command_line,
+                        "`command = {}` names no command; give NAME = \"VERB FLAGS\" pairs",
+                    ));
+                }
+                named
+                    .0
+                    .iter()
+                    .map(|(name, w)| {
+                        if name.trim().is_empty() {
+                            return Err(err(command_line, "a named command needs a name"));
+                        }
+                        Ok(Command {
+                            name: name.clone(),
+                            words: words(w, command_line, &format!("command.{name}"))?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        for c in &commands {
+            check_command(&c.words, command_line)?;
         }
         let place = raw.place.unwrap_or(Place::Loopback);
         let (lab, lab_line) = match &raw.lab {
@@ -678,8 +748,32 @@ impl Scenario {
         };
 
         let mut axes: Vec<Axis> = Vec::new();
+        if let RawCommand::Named(_) = raw.command.get_ref() {
+            // First, so each command's points come together.
+            axes.push(Axis {
+                knobs: vec![KnobAt {
+                    knob: Knob::variant(),
+                    line: command_line,
+                }],
+                values: commands
+                    .iter()
+                    .map(|c| vec![Value::Arg(c.name.clone())])
+                    .collect(),
+            });
+        }
+        let not_an_axis = |k: &KnobAt| {
+            if k.knob.scope == Scope::Variant {
+                Err(err(
+                    k.line,
+                    "`command` is an axis when the command is a table of named commands (`command = { NAME = \"...\" }`), not a [matrix] entry",
+                ))
+            } else {
+                Ok(())
+            }
+        };
         for (k, v) in &raw.matrix.0 {
             let (knob, vals) = values_of(k, v, &lines)?;
+            not_an_axis(&knob)?;
             axes.push(Axis {
                 knobs: vec![knob],
                 values: vals.into_iter().map(|v| vec![v]).collect(),
@@ -690,6 +784,7 @@ impl Scenario {
             let mut cols: Vec<Vec<Value>> = Vec::new();
             for (k, v) in &group.0 {
                 let (knob, vals) = values_of(k, v, &lines)?;
+                not_an_axis(&knob)?;
                 if let Some(first) = cols.first() {
                     if first.len() != vals.len() {
                         return Err(err(
@@ -760,6 +855,12 @@ impl Scenario {
                 }
             }
             let set = assignments(o.get_ref().set.get_ref(), &lines)?;
+            if let Some((k, _)) = set.iter().find(|(k, _)| k.knob.scope == Scope::Variant) {
+                return Err(err(
+                    k.line,
+                    "an override cannot set `command`; leave points out with [[exclude]] instead",
+                ));
+            }
             if when.is_empty() || set.is_empty() {
                 return Err(err(
                     line,
@@ -769,7 +870,7 @@ impl Scenario {
             overrides.push(Override { line, when, set });
         }
 
-        let mut excludes = Vec::new();
+        let mut excludes: Vec<Vec<(Knob, Value)>> = Vec::new();
         for x in &raw.exclude {
             let line = lines.of(x.span().start);
             let set = assignments(x.get_ref(), &lines)?;
@@ -810,18 +911,40 @@ impl Scenario {
             if let Some(m) = &q.matrix {
                 for (k, v) in &m.0 {
                     let (knob, vals) = values_of(k, v, &lines)?;
-                    let axis = axes
+                    let (axis, at) = axes
                         .iter_mut()
-                        .find(|a| a.knobs.len() == 1 && a.knobs[0].knob == knob.knob)
+                        .find_map(|a| {
+                            let at = a.knobs.iter().position(|x| x.knob == knob.knob)?;
+                            Some((a, at))
+                        })
                         .ok_or_else(|| {
                             err(
                                 knob.line,
                                 format!(
-                                    "[quick] matrix: `{k}` is not a single-knob axis of [matrix]"
+                                    "[quick] matrix: `{k}` is not a knob of [matrix] or [[zip]]"
                                 ),
                             )
                         })?;
-                    axis.values = vals.into_iter().map(|v| vec![v]).collect();
+                    if axis.knobs.len() == 1 {
+                        axis.values = vals.into_iter().map(|v| vec![v]).collect();
+                    } else {
+                        // A zip group keeps its steps whole: the quick scale
+                        // picks the steps whose value of this knob it names.
+                        if let Some(v) = vals
+                            .iter()
+                            .find(|v| !axis.values.iter().any(|s| s[at] == **v))
+                        {
+                            return Err(err(
+                                knob.line,
+                                format!(
+                                    "[quick] matrix: `{k}` = {} is not one of its [[zip]] group's values; \
+                                     a zip group's quick scale picks among its steps",
+                                    v.label()
+                                ),
+                            ));
+                        }
+                        axis.values.retain(|s| vals.contains(&s[at]));
+                    }
                 }
             }
             if let Some(s) = &q.set {
@@ -858,10 +981,42 @@ impl Scenario {
             ));
         }
 
+        // A value of `command` anywhere must name one of the commands.
+        let named = |v: &Value| commands.iter().any(|c| Value::Arg(c.name.clone()) == *v);
+        let mut variant_values: Vec<(&Knob, &Value, usize)> = Vec::new();
+        for a in &axes {
+            for (i, k) in a.knobs.iter().enumerate() {
+                variant_values.extend(a.values.iter().map(|v| (&k.knob, &v[i], k.line)));
+            }
+        }
+        for o in &overrides {
+            variant_values.extend(o.when.iter().map(|(k, v)| (k, v, o.line)));
+        }
+        for (x, set) in raw.exclude.iter().zip(&excludes) {
+            let line = lines.of(x.span().start);
+            variant_values.extend(set.iter().map(|(k, v)| (k, v, line)));
+        }
+        for (k, v, line) in variant_values {
+            if k.scope == Scope::Variant && !named(v) {
+                return Err(err(
+                    line,
+                    format!(
+                        "`command` = \"{}\" names no command; the commands: {}",
+                        v.label(),
+                        commands
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            }
+        }
+
         let scenario = Scenario {
             title: raw.title,
             description: raw.description,
-            command,
+            commands,
             command_line,
             place,
             lab,
@@ -902,6 +1057,18 @@ impl Scenario {
             }
         }
         v
+    }
+
+    /// The command point `p` runs: its named one, else the only one.
+    pub fn command_of(&self, p: &Point) -> &Command {
+        match p.get("command") {
+            Some(Value::Arg(name)) => self
+                .commands
+                .iter()
+                .find(|c| &c.name == name)
+                .expect("a point's command is checked to be named"),
+            _ => &self.commands[0],
+        }
     }
 
     /// Whether `name` is a knob of this scenario.
@@ -1064,7 +1231,7 @@ cols = "-P"
     #[test]
     fn expands_cross_product_zip_and_overrides() {
         let s = Scenario::parse(BASE, Scale::Full).unwrap();
-        assert_eq!(s.command, ["stream", "-t", "3"]);
+        assert_eq!(s.commands[0].words, ["stream", "-t", "3"]);
         assert_eq!(s.repeat, 3);
         assert_eq!(s.order, Order::Interleaved);
         let pts = s.points();
@@ -1087,6 +1254,40 @@ cols = "-P"
         assert_eq!(pts[0].get("-t"), Some(&Value::Arg("1".into())));
         assert_eq!(pts[0].get("-N"), Some(&Value::Switch(true)));
         assert_eq!(pts[2].get("-N"), None);
+    }
+
+    #[test]
+    fn quick_scale_picks_steps_of_a_zip_group() {
+        let text = BASE.replace(
+            r#"matrix = { "-P" = [1] }"#,
+            r#"matrix = { "-P" = [1], "-C" = ["bbr"] }"#,
+        );
+        let pts = Scenario::parse(&text, Scale::Quick).unwrap().points();
+        assert_eq!(pts.len(), 2, "2 sizes x 1 quick -P x the one bbr step");
+        assert!(pts
+            .iter()
+            .all(|p| p.get("-w") == Some(&Value::Arg("4M".into()))));
+        // The full scale is untouched.
+        assert_eq!(
+            Scenario::parse(&text, Scale::Full).unwrap().points().len(),
+            8
+        );
+
+        let bad = BASE.replace(
+            r#"matrix = { "-P" = [1] }"#,
+            r#"matrix = { "-C" = ["reno"] }"#,
+        );
+        let e = Scenario::parse(&bad, Scale::Quick).unwrap_err();
+        assert!(
+            e.message.contains("`-C` = reno is not one of its [[zip]]"),
+            "{e}"
+        );
+        let bad = BASE.replace(r#"matrix = { "-P" = [1] }"#, r#"matrix = { "-Z" = [1] }"#);
+        let e = Scenario::parse(&bad, Scale::Quick).unwrap_err();
+        assert!(
+            e.message.contains("not a knob of [matrix] or [[zip]]"),
+            "{e}"
+        );
     }
 
     fn error_of(text: &str) -> ScenarioError {
@@ -1173,5 +1374,51 @@ cols = "-P"
             Some(vec!["a".into(), "b c".into(), "d e".into(), "f\"g".into()])
         );
         assert_eq!(shlex_split("a 'b"), None);
+    }
+
+    const NAMED: &str = "title = \"t\"\nwhere = \"vm\"\n[command]\nmeasured = \"usb bulk -t 5 -i 1\"\n\"the model\" = [\"model\", \"usb\"]\n[matrix]\n\"-l\" = [512, \"64K\"]\n[[exclude]]\ncommand = \"the model\"\n\"-l\" = 512\n[quick]\nmatrix = { command = [\"the model\"] }\n[[report.plot]]\nkind = \"bars\"\nmetric = \"throughput_bps\"\nx = \"-l\"\nseries = \"command\"\n";
+
+    #[test]
+    fn named_commands_are_the_first_axis() {
+        let s = Scenario::parse(NAMED, Scale::Full).unwrap();
+        assert_eq!(s.commands.len(), 2);
+        assert_eq!(s.commands[1].name, "the model");
+        assert_eq!(s.commands[1].words, ["model", "usb"]);
+        let keys: Vec<String> = s.points().iter().map(Point::key).collect();
+        assert_eq!(
+            keys,
+            [
+                "-l=512;command=measured",
+                "-l=64K;command=measured",
+                "-l=64K;command=the model"
+            ]
+        );
+        let p = &s.points()[2];
+        assert_eq!(s.command_of(p).words, ["model", "usb"]);
+        assert_eq!(p.label(), "command the model, -l 64K");
+        let q = Scenario::parse(NAMED, Scale::Quick).unwrap();
+        assert_eq!(q.points().len(), 1);
+        // One unnamed command: no axis, and every point runs it.
+        let one = Scenario::parse(BASE, Scale::Full).unwrap();
+        assert_eq!(one.commands[0].name, "");
+        assert!(!one.has_knob("command"));
+    }
+
+    #[test]
+    fn named_commands_refuse_what_names_none() {
+        let e = error_of(&NAMED.replace("command = \"the model\"\n", "command = \"model\"\n"));
+        assert!(e.message.contains("names no command"), "{e}");
+        assert_eq!(e.line, 8, "the [[exclude]]: {e}");
+        let e = error_of("title = \"t\"\ncommand = \"stream\"\n[matrix]\ncommand = [\"a\"]\n");
+        assert_eq!(e.line, 4, "{e}");
+        assert!(e.message.contains("table of named commands"), "{e}");
+        let e = error_of("title = \"t\"\n[command]\na = \"stream\"\nb = \"lab stream\"\n");
+        assert!(e.message.contains("names the verb only"), "{e}");
+        let e = error_of("title = \"t\"\ncommand = {}\n");
+        assert!(e.message.contains("names no command"), "{e}");
+        let e = error_of(&format!(
+            "{NAMED}[[override]]\nwhen = {{ \"-l\" = 512 }}\nset = {{ command = \"measured\" }}\n"
+        ));
+        assert!(e.message.contains("cannot set `command`"), "{e}");
     }
 }

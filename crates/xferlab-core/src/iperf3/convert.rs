@@ -199,6 +199,9 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
                 SendMode::Copy
             },
             read_size: None,
+            // An iperf3 client always sends its block length: a sender
+            // here writes what the stock server would.
+            write_size: (!udp).then_some(size),
             rcvlowat: None,
             rate,
             batch: if udp { SERVER_UDP_BATCH } else { 1 },

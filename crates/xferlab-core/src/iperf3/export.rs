@@ -1061,7 +1061,7 @@ mod tests {
         );
         assert_eq!(
             s["test_start"],
-            json!({"protocol": "TCP", "num_streams": 2, "blksize": 1u64 << 20, "omit": 1,
+            json!({"protocol": "TCP", "num_streams": 2, "blksize": 128u64 << 10, "omit": 1,
                    "duration": 3, "bytes": 0, "blocks": 0, "reverse": 0, "tos": 0,
                    "target_bitrate": 0, "bidir": 1, "fqrate": 0, "interval": 1})
         );

@@ -351,6 +351,12 @@ pub struct SocketSettings {
     /// Senders of a byte stream: how data reaches the kernel.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub send_mode: Option<SendMode>,
+    /// Byte-stream senders: bytes handed to the kernel per write() call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_size: Option<u64>,
+    /// Where `write_size` came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_size_from: Option<SizeSource>,
     /// Byte-stream receivers: bytes asked for per read() call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_size: Option<u64>,

@@ -33,6 +33,7 @@ impl TransportModel for Udp {
             || k.send_mode != SendMode::Copy
             || k.recv_mode == RecvMode::Zerocopy
             || k.read_size.is_some()
+            || k.write_size.is_some()
             || k.rcvlowat.is_some()
         {
             return Err(SpecError::TcpOptionsOnUdp);

@@ -1,8 +1,16 @@
 //! FunctionFS (drivers/usb/gadget/function/f_fs.c) as bytes: the
 //! descriptor and string blobs a user-space function writes to ep0, and
-//! the events it reads back. xferlab's gadget is a vendor-specific
-//! interface with one bulk IN and one bulk OUT endpoint (ep1 and ep2 in the
-//! FunctionFS mount), described for full, high and super speed.
+//! the events it reads back. xferlab's gadget is one interface with one
+//! bulk IN and one bulk OUT endpoint (ep1 and ep2 in the FunctionFS
+//! mount), described for full, high and super speed: vendor-specific for
+//! the source/sink, CDC-EEM for the network link (a class the host's
+//! cdc_eem binds by its interface triple alone).
+//!
+//! FunctionFS refuses class-specific (CS_INTERFACE, 0x24) descriptors
+//! other than HID's and CCID's (f_fs.c, ffs_do_single_desc, Linux 6.1), so
+//! a FunctionFS function cannot carry the CDC header, union and Ethernet
+//! functional descriptors that cdc_ether and cdc_ncm require: those
+//! classes are served as vendor-specific interfaces.
 
 use super::descriptor::{DT_ENDPOINT, DT_INTERFACE, DT_SS_ENDPOINT_COMP, XFER_BULK};
 
@@ -17,10 +25,18 @@ pub const EP_IN_ADDR: u8 = 0x81;
 /// ep2 of the FunctionFS mount: bulk OUT (host to device).
 pub const EP_OUT_ADDR: u8 = 0x02;
 
-fn interface_desc() -> [u8; 9] {
-    // bInterfaceNumber is rewritten by f_fs; class 0xff = vendor specific;
-    // iInterface = string 1.
-    [9, DT_INTERFACE, 0, 0, 2, 0xff, 0, 0, 1]
+/// bInterfaceClass, bInterfaceSubClass, bInterfaceProtocol.
+pub type InterfaceClass = [u8; 3];
+
+/// Vendor specific: only a program that claims the interface drives it.
+pub const VENDOR_SPECIFIC: InterfaceClass = [0xff, 0, 0];
+/// CDC (communications), subclass EEM (0x0c), protocol EEM (7): cdc_eem's
+/// match (CDC EEM 1.0, section 5.1).
+pub const CDC_EEM: InterfaceClass = [0x02, 0x0c, 0x07];
+
+fn interface_desc(class: InterfaceClass) -> [u8; 9] {
+    // bInterfaceNumber is rewritten by f_fs; iInterface = string 1.
+    [9, DT_INTERFACE, 0, 0, 2, class[0], class[1], class[2], 1]
 }
 
 fn endpoint_desc(addr: u8, max_packet: u16) -> [u8; 7] {
@@ -28,9 +44,16 @@ fn endpoint_desc(addr: u8, max_packet: u16) -> [u8; 7] {
     [7, DT_ENDPOINT, addr, XFER_BULK, mp[0], mp[1], 0]
 }
 
-/// The v2 descriptor blob: FS (64 B packets), HS (512 B) and SS (1024 B,
-/// bursts of `ss_max_burst + 1` packets).
+/// The v2 descriptor blob of a vendor-specific interface: FS (64 B
+/// packets), HS (512 B) and SS (1024 B, bursts of `ss_max_burst + 1`
+/// packets).
 pub fn descriptors(ss_max_burst: u8) -> Vec<u8> {
+    descriptors_for(VENDOR_SPECIFIC, ss_max_burst)
+}
+
+/// The same blob for an interface of `class`.
+pub fn descriptors_for(class: InterfaceClass, ss_max_burst: u8) -> Vec<u8> {
+    let interface_desc = || interface_desc(class);
     let mut fs = Vec::new();
     fs.extend(interface_desc());
     fs.extend(endpoint_desc(EP_IN_ADDR, 64));
@@ -147,6 +170,19 @@ mod tests {
         assert_eq!(p.bulk_out.unwrap().address, EP_OUT_ADDR);
         let ss = &blob[24 + 2 * fs_len..];
         assert_eq!(ss.len(), 9 + 2 * (7 + 6));
+    }
+
+    #[test]
+    fn an_eem_interface_carries_the_class_triple_at_every_speed() {
+        let blob = descriptors_for(CDC_EEM, 0);
+        let intf: Vec<usize> = (24..blob.len() - 1)
+            .filter(|&i| blob[i] == 9 && blob[i + 1] == DT_INTERFACE)
+            .collect();
+        assert_eq!(intf.len(), 3, "one interface descriptor per speed");
+        for i in intf {
+            assert_eq!(&blob[i + 5..i + 8], &CDC_EEM);
+        }
+        assert_eq!(blob.len(), descriptors(0).len());
     }
 
     #[test]

@@ -73,9 +73,11 @@ pub struct StreamArgs {
     #[arg(long)]
     pub bidir: bool,
 
-    /// TCP: bytes per write() call (default 1M; iperf3 uses 128K: fewer
-    /// calls, the same cost per byte; receivers read --read-size per
-    /// call). UDP: datagram size, header included (default 1400).
+    /// TCP: bytes per write() call (default: half of the sending CPU's L2
+    /// cache, which keeps the source of the copy in L2; the result's
+    /// socket.write_size says what each sender used; receivers read
+    /// --read-size per call). UDP: datagram size, header included
+    /// (default 1400).
     #[arg(short = 'l', long = "length", value_parser = parse_size, value_name = "SIZE")]
     pub length: Option<u64>,
 
@@ -316,7 +318,7 @@ impl StreamArgs {
         let size = self.length.unwrap_or(if udp {
             DEFAULT_UDP_SIZE
         } else {
-            DEFAULT_TCP_SIZE
+            DEFAULT_TCP_BLOCK
         });
         let limit = match (self.bytes, self.blocks, self.time) {
             (Some(bytes), _, _) => Limit::Bytes { bytes },
@@ -364,6 +366,7 @@ impl StreamArgs {
                     Some(ZerocopyArg::Msg) => SendMode::MsgZerocopy,
                 },
                 read_size: self.read_size,
+                write_size: self.length.filter(|_| !udp),
                 rcvlowat: self.rcvlowat,
                 rate: if udp {
                     match self.gap {
@@ -496,13 +499,10 @@ pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
     Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
 }
 
-/// TCP bytes per write (see `-l`).
-/// Not derived from the cache like the read size: the sender copies into
-/// fresh socket pages, whose misses cost the same whatever the source's
-/// size. Sender CPU s/GB on loopback here (AMD EPYC, 512 KiB L2), medians
-/// of 3: 0.105 at 128K, 0.100 at 256K, 0.104 at 1M; the larger write just
-/// makes 8x fewer calls.
-const DEFAULT_TCP_SIZE: u64 = 1 << 20;
+/// TCP's unit without `-l`: what `-k` counts and what an iperf3 server is
+/// told, iperf3's own default block. Senders write a size derived from
+/// their L2 cache instead (`transport::sizing`).
+const DEFAULT_TCP_BLOCK: u64 = 128 << 10;
 /// UDP datagram size: fits an Ethernet MTU over IPv4 and IPv6 with room
 /// for a tunnel header.
 const DEFAULT_UDP_SIZE: u64 = 1400;
@@ -668,7 +668,11 @@ mod tests {
             .contains("--batch"));
         assert!(parse(&["-b", "10M"]).unwrap_err().contains("-u"));
         assert!(parse(&["--gso"]).unwrap_err().contains("UDP"));
-        assert_eq!(parse(&[]).unwrap().knobs.size, 1 << 20);
+        let tcp = parse(&[]).unwrap().knobs;
+        assert_eq!((tcp.size, tcp.write_size), (128 << 10, None));
+        let tcp = parse(&["-l", "64K"]).unwrap().knobs;
+        assert_eq!((tcp.size, tcp.write_size), (64 << 10, Some(64 << 10)));
+        assert_eq!(parse(&["-u"]).unwrap().knobs.write_size, None);
     }
 
     #[test]

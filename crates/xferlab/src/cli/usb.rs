@@ -53,18 +53,34 @@ pub struct NetArgs {
     /// Framing on the bulk pipes.
     #[arg(long, value_parser = parse_encap)]
     pub encap: xferlab_core::usb::net::Encap,
-    /// Ethernet frames per OUT transfer, at most (ECM: always 1).
+    /// Transfers in flight per direction.
+    #[arg(short = 'Q', long, default_value_t = 8)]
+    pub depth: usize,
+    #[command(flatten)]
+    pub link: LinkOpts,
+    /// Seconds to run (default: until SIGINT/SIGTERM).
+    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
+    pub time: Option<f64>,
+    /// Print the link's counters as JSON at exit.
+    #[arg(short = 'J', long)]
+    pub json: bool,
+}
+
+/// The options both ends of xferlab's own USB network link share (`usb
+/// net` on the host, `usb gadget --function net` on the device).
+#[derive(Debug, Args)]
+pub struct LinkOpts {
+    /// Ethernet frames per transfer this end sends, at most (ECM: always 1).
     #[arg(short = 'N', long, default_value_t = 1)]
     pub frames_per_transfer: usize,
     /// How long the first frame of a transfer waits for more, microseconds.
     #[arg(long, default_value_t = 100)]
     pub coalesce_us: u64,
-    /// Transfers in flight per direction.
-    #[arg(short = 'Q', long, default_value_t = 8)]
-    pub depth: usize,
-    /// Bytes per OUT transfer at most: what the receiver's requests hold
-    /// (default: EEM 1536, the kernel f_eem's at MTU 1500; NCM 16384, f_ncm's
-    /// NTB size). Raise it (with the gadget's MTU) for many full frames.
+    /// Bytes per transfer this end sends, at most: what the receiver's
+    /// requests hold (host side, default: EEM 1536, the kernel f_eem's at
+    /// MTU 1500; NCM 16384, f_ncm's NTB size; gadget side, default: EEM
+    /// 1524, cdc_eem's receive URB at MTU 1500; NCM 16384). Raise it (with
+    /// the receiver's MTU) for many full frames.
     #[arg(long, value_parser = parse_size)]
     pub max_transfer: Option<u64>,
     /// EEM: send a real CRC-32 (bmCRC = 1) instead of the sentinel.
@@ -73,12 +89,25 @@ pub struct NetArgs {
     /// Name of the TAP device to create (removed at exit, also after SIGKILL).
     #[arg(long, default_value = "xl-usb0")]
     pub tap: String,
-    /// Seconds to run (default: until SIGINT/SIGTERM).
-    #[arg(short = 't', long = "time", value_parser = parse_seconds)]
-    pub time: Option<f64>,
-    /// Print the link's counters as JSON at exit.
-    #[arg(short = 'J', long)]
-    pub json: bool,
+}
+
+impl LinkOpts {
+    /// The one-line errors of out-of-range values.
+    pub fn check(&self) -> Result<(), String> {
+        if self.frames_per_transfer == 0 || self.frames_per_transfer > 256 {
+            return Err(format!(
+                "--frames-per-transfer must be 1 to 256 (got {})",
+                self.frames_per_transfer
+            ));
+        }
+        if self
+            .max_transfer
+            .is_some_and(|m| !(64..=65535).contains(&m))
+        {
+            return Err("--max-transfer must be 64 to 65535 bytes".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,6 +153,10 @@ pub struct UsbCbrArgs {
     /// Host transfers in flight per direction (host buffer = -l x -Q).
     #[arg(short = 'Q', long, default_value_t = 8)]
     pub depth: u32,
+    /// The host buffer per direction instead of -Q: SIZE / -l transfers in
+    /// flight (a whole number), as a radio driver sizes its buffer.
+    #[arg(long, value_parser = parse_size, value_name = "SIZE", conflicts_with = "depth")]
+    pub host_buffer: Option<u64>,
     /// The application's read (RX) / write (TX) size: each transfer's data
     /// is copied to (from) the application in calls of this many bytes
     /// (default: -l).
@@ -307,6 +340,10 @@ pub enum GadgetFunction {
     Eem,
     /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
     Ncm,
+    /// xferlab's own network link over FunctionFS: a TAP device bridged to
+    /// bulk IN/OUT in --encap framing (EEM: a CDC-EEM interface the host's
+    /// cdc_eem binds; ECM and NCM: vendor-specific, for `xferlab usb net`).
+    Net,
 }
 
 impl GadgetFunction {
@@ -316,7 +353,10 @@ impl GadgetFunction {
             GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
             GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
             GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
-            GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Sourcesink => None,
+            GadgetFunction::Ffs
+            | GadgetFunction::Cbr
+            | GadgetFunction::Sourcesink
+            | GadgetFunction::Net => None,
         }
     }
 }
@@ -337,14 +377,16 @@ pub struct GadgetArgs {
     /// FunctionFS I/O mode.
     #[arg(long, value_enum, default_value = "aio")]
     pub io: GadgetIo,
-    /// Requests in flight per endpoint (AIO; SourceSink's bulk_qlen).
+    /// Requests in flight per endpoint (AIO; SourceSink's bulk_qlen; net:
+    /// transfers in flight per direction).
     #[arg(long, default_value_t = 8)]
     pub queue: u32,
     /// ECM/EEM/NCM: the function's qmult (request queue multiplier at high
     /// speed; kernel default 5).
     #[arg(long)]
     pub qmult: Option<u32>,
-    /// Bytes per request (SourceSink's bulk_buflen).
+    /// Bytes per request (SourceSink's bulk_buflen; net: each OUT request,
+    /// the largest transfer the host may send).
     #[arg(short = 'l', long = "size", value_parser = parse_size, default_value = "16K")]
     pub size: u64,
     /// Data pattern sent on IN and checked on OUT (0/zeros, 1/mod63, 2/none).
@@ -373,6 +415,11 @@ pub struct GadgetArgs {
     /// run left behind, then exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// --function net: framing on the bulk pipes.
+    #[arg(long, value_parser = parse_encap)]
+    pub encap: Option<xferlab_core::usb::net::Encap>,
+    #[command(flatten)]
+    pub link: LinkOpts,
 }
 
 fn parse_ep(s: &str) -> Result<u8, String> {

@@ -30,6 +30,7 @@ const VERBS: &[&[&str]] = &[
     &["sweep"],
     &["rr"],
     &["usb", "bulk"],
+    &["usb", "cbr"],
     &["model", "usb"],
 ];
 
@@ -115,8 +116,16 @@ enum Part {
     Exec(Vec<String>),
 }
 
+/// The command line definition with its global flags (`--load`, `-v`)
+/// propagated to every verb, as clap does when it parses.
+fn cli_command() -> clap::Command {
+    let mut root = Cli::command();
+    root.build();
+    root
+}
+
 fn resolve_verb(words: &[String], place: Place, line: usize) -> Result<Segment, ArgvError> {
-    let root = Cli::command();
+    let root = cli_command();
     let verb = VERBS
         .iter()
         .find(|v| {
@@ -164,11 +173,11 @@ fn starts_program(w: &str) -> bool {
 
 /// The command's tests (and exec'd programs): one test, or in the lab the
 /// `@HOST ...` and `exec ...` programs it is made of.
-fn parts_of(s: &Scenario) -> Result<Vec<Part>, ArgvError> {
+fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
     let line = s.command_line;
-    let several = s.command.iter().any(|w| starts_program(w));
+    let several = command.iter().any(|w| starts_program(w));
     if !several {
-        return Ok(vec![Part::Test(resolve_verb(&s.command, s.place, line)?)]);
+        return Ok(vec![Part::Test(resolve_verb(command, s.place, line)?)]);
     }
     if s.place != Place::Lab {
         return Err(err(
@@ -176,22 +185,22 @@ fn parts_of(s: &Scenario) -> Result<Vec<Part>, ArgvError> {
             "`@HOST` tests and `exec` programs run in the lab; set where = \"lab\"",
         ));
     }
-    if !starts_program(&s.command[0]) {
+    if !starts_program(&command[0]) {
         return Err(err(
             line,
             format!(
                 "`command` runs several programs, so each starts with `@HOST` or `exec` (got `{}` first)",
-                s.command[0]
+                command[0]
             ),
         ));
     }
     let mut parts = Vec::new();
     let mut i = 0;
-    while i < s.command.len() {
-        let end = (i + 1..s.command.len())
-            .find(|&j| starts_program(&s.command[j]))
-            .unwrap_or(s.command.len());
-        let words = &s.command[i..end];
+    while i < command.len() {
+        let end = (i + 1..command.len())
+            .find(|&j| starts_program(&command[j]))
+            .unwrap_or(command.len());
+        let words = &command[i..end];
         if words[0] == "exec" {
             parts.push(Part::Exec(words.to_vec()));
         } else {
@@ -223,7 +232,7 @@ fn parts_of(s: &Scenario) -> Result<Vec<Part>, ArgvError> {
 }
 
 fn lab_flags() -> Vec<FlagInfo> {
-    let root = Cli::command();
+    let root = cli_command();
     flags_of(root.find_subcommand("lab").expect("lab exists"))
 }
 
@@ -271,9 +280,12 @@ fn knob_args(k: &Knob, v: &Value, info: &FlagInfo, line: usize) -> Result<Vec<St
             }
         }
         (Value::Switch(b), false) => Ok(if *b { vec![k.flag.clone()] } else { vec![] }),
-        (Value::Switch(_), true) => Err(err(
+        // false: the flag is not given (a base command's is removed), as
+        // the idle point beside `"--load" = [false, "cpu=1,mem=1"]`.
+        (Value::Switch(false), true) => Ok(vec![]),
+        (Value::Switch(true), true) => Err(err(
             line,
-            format!("`{k}` takes a value (a string or number), not true/false"),
+            format!("`{k}` takes a value (a string or number), not true; false leaves it out"),
         )),
         (Value::Arg(s), false) => Err(err(
             line,
@@ -317,21 +329,29 @@ fn lookup<'a>(flags: &'a [FlagInfo], k: &KnobAt, verb: &str) -> Result<&'a FlagI
 /// lab's flags), with the flag as that verb defines it.
 type Targets = Vec<(Option<usize>, FlagInfo)>;
 
-/// Builds and checks every point's command line: each knob is a flag of
-/// the verb (or of `lab`, or of one host's test), takes the kind of value
-/// given, and every resulting command line parses, so nothing runs from a
-/// scenario that would fail on its fifth point.
-pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
-    let parts = parts_of(s)?;
-    let tests: Vec<&Segment> = parts
-        .iter()
-        .filter_map(|p| match p {
-            Part::Test(t) => Some(t),
-            Part::Exec(_) => None,
-        })
-        .collect();
+/// One command's programs, and where each knob's flag goes in them.
+struct Shape {
+    parts: Vec<Part>,
+    /// Several tests in one lab (`@HOST` segments).
+    several: bool,
+    infos: Vec<(KnobAt, Targets)>,
+}
+
+/// The tests among a command's programs.
+fn tests_of(parts: &[Part]) -> impl Iterator<Item = &Segment> {
+    parts.iter().filter_map(|p| match p {
+        Part::Test(t) => Some(t),
+        Part::Exec(_) => None,
+    })
+}
+
+/// Where the scenario's knobs go in one of its commands. A plain knob
+/// sets every test whose verb has the flag (none may: `build` checks that
+/// some command has it).
+fn shape(s: &Scenario, command: &[String], lab: &[FlagInfo]) -> Result<Shape, ArgvError> {
+    let parts = parts_of(s, command)?;
+    let tests: Vec<&Segment> = tests_of(&parts).collect();
     let several = tests.iter().any(|t| t.at.is_some());
-    let lab = lab_flags();
     for w in tests.iter().flat_map(|t| &t.base).chain(&s.lab) {
         if RUNNER_FLAGS.contains(&w.as_str())
             || w.starts_with("--format=")
@@ -352,6 +372,9 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
     // Each knob's flag, in each test it applies to (None: the lab's).
     let mut infos: Vec<(KnobAt, Targets)> = Vec::new();
     for k in s.knobs() {
+        if k.knob.scope == Scope::Variant {
+            continue;
+        }
         if k.knob.scope != Scope::Command && s.place != Place::Lab {
             return Err(err(
                 k.line,
@@ -359,7 +382,8 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             ));
         }
         let targets = match &k.knob.scope {
-            Scope::Lab => vec![(None, lookup(&lab, &k, "lab")?.clone())],
+            Scope::Variant => unreachable!("skipped above"),
+            Scope::Lab => vec![(None, lookup(lab, &k, "lab")?.clone())],
             Scope::Host(h) => {
                 let Some(i) = tests
                     .iter()
@@ -385,35 +409,68 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
                 let t = tests[i];
                 vec![(Some(i), lookup(&t.flags, &k, &t.verb.join(" "))?.clone())]
             }
-            Scope::Command if tests.len() == 1 => {
-                let t = tests[0];
-                vec![(Some(0), lookup(&t.flags, &k, &t.verb.join(" "))?.clone())]
-            }
-            Scope::Command => {
-                // Every test whose verb has the flag (`-t` sets them all).
-                let found: Targets = tests
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, t)| {
-                        lookup(&t.flags, &k, "").ok().map(|f| (Some(i), f.clone()))
-                    })
-                    .collect();
-                if found.is_empty() {
-                    // The first test's error names the valid flags.
-                    lookup(&tests[0].flags, &k, &tests[0].verb.join(" "))?;
-                }
-                found
-            }
+            // Every test whose verb has the flag (`-t` sets them all).
+            Scope::Command => tests
+                .iter()
+                .enumerate()
+                .filter_map(|(i, t)| lookup(&t.flags, &k, "").ok().map(|f| (Some(i), f.clone())))
+                .collect(),
         };
         infos.push((k, targets));
     }
+    Ok(Shape {
+        parts,
+        several,
+        infos,
+    })
+}
+
+/// Builds and checks every point's command line: each knob is a flag of
+/// the verb (or of `lab`, or of one host's test; with named commands, of
+/// at least one of them, and it sets those that have it), takes the kind
+/// of value given, and every resulting command line parses, so nothing
+/// runs from a scenario that would fail on its fifth point.
+pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
+    let lab = lab_flags();
+    let shapes: Vec<Shape> = s
+        .commands
+        .iter()
+        .map(|c| shape(s, &c.words, &lab))
+        .collect::<Result<_, _>>()?;
+    let several = shapes[0].several;
+    if shapes.iter().any(|sh| sh.several != several) {
+        return Err(err(
+            s.command_line,
+            "named commands must all run one test, or all several (`@HOST` tests)",
+        ));
+    }
+    // A plain knob no test of any command has: the first test's error
+    // names the valid flags.
+    for (i, (k, _)) in shapes[0].infos.iter().enumerate() {
+        if shapes.iter().all(|sh| sh.infos[i].1.is_empty()) {
+            let t = tests_of(&shapes[0].parts)
+                .next()
+                .expect("parts_of finds a test");
+            lookup(&t.flags, k, &t.verb.join(" "))?;
+        }
+    }
     let mut argv = Vec::with_capacity(points.len());
     for p in points {
+        let which = s
+            .commands
+            .iter()
+            .position(|c| std::ptr::eq(c, s.command_of(p)))
+            .expect("command_of returns one of the commands");
+        let Shape { parts, infos, .. } = &shapes[which];
+        let tests: Vec<&Segment> = tests_of(parts).collect();
         let mut lab_words = s.lab.clone();
         let mut lab_knobs = Vec::new();
         let mut words: Vec<Vec<String>> = tests.iter().map(|t| t.base.clone()).collect();
         let mut knobs: Vec<Vec<String>> = vec![Vec::new(); tests.len()];
         for (k, v) in &p.knobs {
+            if k.scope == Scope::Variant {
+                continue;
+            }
             let (at, targets) = infos
                 .iter()
                 .find(|(a, _)| &a.knob == k)
@@ -439,7 +496,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             a.extend(lab_knobs);
         }
         let mut i = 0;
-        for part in &parts {
+        for part in parts {
             match part {
                 Part::Exec(w) => a.extend(w.iter().cloned()),
                 Part::Test(t) => {
@@ -638,5 +695,48 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
         assert!(e.message.contains("parallel"), "{e}");
+    }
+
+    #[test]
+    fn named_commands_take_the_knobs_their_verbs_have() {
+        let a = build_text(
+            "title = \"t\"\nwhere = \"vm\"\n[command]\nm = \"usb bulk -t 5 -i 1\"\nmodel = \"model usb --profile musb\"\n[matrix]\n\"-l\" = [512]\n\"-i\" = [2]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            [
+                vec!["usb", "bulk", "-t", "5", "-l", "512", "-i", "2"],
+                vec!["model", "usb", "--profile", "musb", "-l", "512"],
+            ]
+        );
+        // A flag none of the commands has is named with the valid ones.
+        let e = build_text(
+            "title = \"t\"\nwhere = \"vm\"\n[command]\nm = \"usb bulk\"\nmodel = \"model usb\"\n[matrix]\n\"--rate\" = [1]\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 7, "{e}");
+        assert!(
+            e.message.contains("unknown flag `--rate` for `usb bulk`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn global_flags_are_knobs_and_false_leaves_a_flag_out() {
+        let a = build_text(
+            "title = \"t\"\ncommand = \"stream -t 1 --load cpu=2\"\n[matrix]\n\"--load\" = [false, \"cpu=1,mem=1\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            a,
+            [
+                vec!["stream", "-t", "1"],
+                vec!["stream", "-t", "1", "--load", "cpu=1,mem=1"],
+            ]
+        );
+        let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [true]\n")
+            .unwrap_err();
+        assert!(e.message.contains("false leaves it out"), "{e}");
     }
 }

@@ -204,10 +204,13 @@ impl Data {
         self.scenario
             .axes
             .iter()
+            // An axis with one value (a quick scale's) tells no points apart.
             .filter(|a| {
-                !a.knobs
-                    .iter()
-                    .any(|k| used.contains(&k.knob.to_string().as_str()))
+                a.values.len() > 1
+                    && !a
+                        .knobs
+                        .iter()
+                        .any(|k| used.contains(&k.knob.to_string().as_str()))
             })
             .flat_map(|a| a.knobs.iter().map(|k| k.knob.to_string()))
             .collect()
@@ -735,17 +738,17 @@ pub fn write(
     let total_runs: usize = d.runs.iter().map(Vec::len).sum();
     let _ = writeln!(
         md,
-        "Experiment {experiment} (`{name}`): {} points, {} runs measured, {} failed. Command: `xferlab {}`.\n",
+        "Experiment {experiment} (`{name}`): {} points, {} runs measured, {} failed. {}.\n",
         d.points.len(),
         total_runs,
         d.failed.len(),
-        d.scenario.command.join(" ")
+        commands_text(&d.scenario, "`")
     );
     let mut sections = vec![HtmlSection::Paragraph(format!(
-        "Experiment {experiment} ({name}): {} points, {total_runs} runs measured, {} failed. Command: xferlab {}",
+        "Experiment {experiment} ({name}): {} points, {total_runs} runs measured, {} failed. {}",
         d.points.len(),
         d.failed.len(),
-        d.scenario.command.join(" ")
+        commands_text(&d.scenario, "")
     ))];
     let mut printed = String::new();
     let mut n_table = 0;
@@ -821,6 +824,25 @@ pub fn write(
     let _ = write!(out, "{printed}");
     let _ = writeln!(out, "report: {}", page.display());
     Ok(page)
+}
+
+/// "Command: `xferlab ...`", or with named commands "Commands: NAME
+/// `xferlab ...`; ..." (`quote` around each command line).
+fn commands_text(s: &Scenario, quote: &str) -> String {
+    let line = |c: &xferlab_core::experiment::scenario::Command| {
+        format!("{quote}xferlab {}{quote}", c.words.join(" "))
+    };
+    match &s.commands[..] {
+        [one] if one.name.is_empty() => format!("Command: {}", line(one)),
+        named => format!(
+            "Commands: {}",
+            named
+                .iter()
+                .map(|c| format!("{} {}", c.name, line(c)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
 }
 
 #[cfg(test)]

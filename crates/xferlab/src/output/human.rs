@@ -807,9 +807,12 @@ fn describe_stream(spec: &TestSpec) -> String {
         SendMode::Sendfile => "sendfile",
         SendMode::MsgZerocopy => "MSG_ZEROCOPY send",
     };
+    let writes = match spec.knobs.write_size {
+        Some(w) => format!("{} per {send}", format_bytes(w)),
+        None => format!("{send} sized from the L2 cache"),
+    };
     format!(
-        "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {} per {send}, receive: {receive}",
-        format_bytes(spec.knobs.size)
+        "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {writes}, receive: {receive}"
     )
 }
 

@@ -127,12 +127,18 @@ impl Budgets {
         } else {
             spec.knobs.max_pacing_rate.map(|b| b.saturating_mul(8))
         };
-        let ours = plans
+        let sent_by_us = plans
             .iter()
             .filter(|p| p.direction == FlowDirection::S2c)
-            .count() as u64
-            + rr_flows;
-        let theirs = plans.len() as u64 + rr_flows - ours;
+            .count() as u64;
+        let ours = sent_by_us + rr_flows;
+        let theirs = plans.len() as u64 - sent_by_us;
+        // Whether `budget` split over our flows leaves each too little.
+        let too_thin = |budget: u64| {
+            budget
+                .checked_div(ours)
+                .is_some_and(|f| f < MIN_GRANT_PER_FLOW)
+        };
         // The client's own unpaced datagrams cannot be throttled from
         // here: such a test must say its rate.
         if udp && asked.is_none() && theirs > 0 {
@@ -142,10 +148,7 @@ impl Budgets {
             )));
         }
         if let Some(max) = self.max_rate.filter(|_| asked.is_none()) {
-            if max
-                .checked_div(ours)
-                .is_some_and(|f| f < MIN_GRANT_PER_FLOW)
-            {
+            if too_thin(max) {
                 return Err(OverBudget::Rate(format!(
                     "{ours} flows sent by the server would get less than {} each of its --max-rate of {}: use fewer flows",
                     rate(MIN_GRANT_PER_FLOW),
@@ -181,7 +184,7 @@ impl Budgets {
                 // Only the client sends (ours == 0), under TCP's own
                 // control: no share of the server's sending rate.
                 if let Some(per_flow) = cap.checked_div(ours) {
-                    if per_flow < MIN_GRANT_PER_FLOW {
+                    if too_thin(cap) {
                         return Err(OverBudget::Busy(format!(
                             "server busy: {} of its --max-total-rate of {} is in use; try again later",
                             rate(*reserved),

@@ -66,10 +66,14 @@ impl ConnectedFlow {
             Endpoint::Client => spec.affinity.client,
             Endpoint::Server => spec.affinity.server,
         };
-        let sizes = StreamSizes::for_receiver(&spec.knobs, &sys::cache::caches(cpu));
+        let sizes = StreamSizes::for_flow(&spec.knobs, &sys::cache::caches(cpu));
         if matches!(socket, FlowSocket::Stream(_)) {
             match role {
-                FlowRole::Sender => settings.send_mode = Some(spec.knobs.send_mode),
+                FlowRole::Sender => {
+                    settings.send_mode = Some(spec.knobs.send_mode);
+                    settings.write_size = Some(sizes.write_size as u64);
+                    settings.write_size_from = Some(sizes.write_size_from);
+                }
                 FlowRole::Receiver => {
                     settings.read_size = Some(sizes.read_size as u64);
                     settings.read_size_from = Some(sizes.read_size_from);

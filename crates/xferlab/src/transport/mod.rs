@@ -172,7 +172,7 @@ pub struct FlowJob<'a> {
     pub flags: &'a SideFlags,
     /// The header datagrams carry (xferlab's or a stock iperf3 peer's).
     pub wire: DatagramWire,
-    /// A byte-stream receiver's per-call sizes.
+    /// A byte-stream flow's per-call sizes.
     pub sizes: StreamSizes,
 }
 
@@ -278,7 +278,7 @@ pub trait TransportIo: Sync {
         match (job.socket, job.role) {
             (FlowSocket::Stream(s), FlowRole::Sender) => flow::send(
                 s,
-                k.size as usize,
+                job.sizes.write_size,
                 k.send_mode,
                 job.quota,
                 job.shared,

@@ -1,7 +1,8 @@
-//! How much a byte-stream receiver asks for per read() and how it batches
-//! its wake-ups: the read size derived from the L2 cache of the machine it
-//! runs on unless the command line says otherwise. Pure: the caller reads the
-//! caches (`sys::cache`) and records the choice in the result.
+//! How much a byte-stream flow moves per system call and how its receiver
+//! batches its wake-ups: the write and read sizes derived from the L2 cache
+//! of the machine each end runs on unless the command line says otherwise.
+//! Pure: the caller reads the caches (`sys::cache`) and records the choice
+//! in the result.
 //!
 //! # Why the L2 cache
 //!
@@ -36,6 +37,40 @@
 //! believing in a larger one makes reads overrun the real L2 and brings
 //! the cliff back: the size has to come from the machine that reads.
 
+//! # Why half of L2 per write
+//!
+//! A copying send reads the user buffer (the same one every call, so it
+//! stays cached while it fits) and writes fresh socket pages. With the
+//! source in L2, only the destination misses; once the source outgrows
+//! L2 it is fetched from L3 on every call as well. On loopback the sender
+//! also runs the receiver's TCP input (softirq), so what the sender saves
+//! is throughput. Measured here (AMD EPYC, 512 KiB L2, reads of 128K),
+//! P=1, `bench/tcp-vs-iperf3 --parallel 1 --variant ...`, medians of 3
+//! interleaved 4 s rounds, load average 0.8-1.8, iperf3 3.21 in the same
+//! rounds at 24.9 Gbit/s / 0.451 CPU s/GB:
+//!
+//! | write size | 64K   | 128K  | 256K  | 512K  | 1M    |
+//! |------------|-------|-------|-------|-------|-------|
+//! | Gbit/s     | 24.3  | 23.8  | 28.0  | 24.6  | 20.1  |
+//! | CPU s/GB   | 0.486 | 0.340 | 0.299 | 0.278 | 0.529 |
+//!
+//! Below the cliff larger writes only save calls (64K pays in calls);
+//! past it (1M, twice L2) the source's misses come back.
+//! [`WRITE_L2_SHARE`] writes half of L2: 128K with 256 KiB of L2, 512K with
+//! 1 MiB, 1M with 2 MiB. Both rules together, with the L2 overridden for
+//! both ends (`--variant 'l2-128K=XFERLAB_L2_CACHE=128K'`), P=1, medians of
+//! 3 interleaved 3 s rounds, load average 1.3-1.5, iperf3 3.21 at 21.6
+//! Gbit/s / 0.570 CPU s/GB in the same rounds:
+//!
+//! | L2 override | write / read | Gbit/s | CPU s/GB |
+//! |-------------|--------------|--------|----------|
+//! | 128K        | 64K / 32K    | 21.6   | 0.566    |
+//! | 512K (real) | 256K / 128K  | 28.6   | 0.447    |
+//! | 4M          | 2M / 1M      | 16.2   | 0.643    |
+//! | `-l 1M`     | 1M / 128K    | 15.6   | 0.712    |
+//!
+//! Again, a smaller L2 than the real one costs calls, a larger one misses.
+
 //! # Wake-ups and placement
 //!
 //! SO_RCVLOWAT batching (`--rcvlowat`) and pinning stay off unless asked
@@ -51,18 +86,25 @@ use xferlab_core::spec::Knobs;
 
 /// The fraction of L2 one read fills (see the module docs).
 const L2_SHARE: u64 = 4;
-/// Reads never go below this: a loopback TCP segment is up to 64K, and
-/// smaller reads only add system calls.
-const MIN_READ: u64 = 16 << 10;
-/// Nor above this, whatever the L2 (no CPU's L2 makes a larger read pay).
-const MAX_READ: u64 = 16 << 20;
-/// Read size on a machine that does not report its L2: iperf3's default
-/// block, a quarter of the smallest L2 of a current server CPU.
-const FALLBACK_READ: u64 = 128 << 10;
+/// The fraction of L2 one write's source buffer fills (see the module
+/// docs).
+const WRITE_L2_SHARE: u64 = 2;
+/// Reads and writes never go below this: a loopback TCP segment is up to
+/// 64K, and smaller calls only add system calls.
+const MIN_SIZE: u64 = 16 << 10;
+/// Nor above this, whatever the L2 (no CPU's L2 makes a larger call pay).
+const MAX_SIZE: u64 = 16 << 20;
+/// Read and write size on a machine that does not report its L2: iperf3's
+/// default block, a quarter of the smallest L2 of a current server CPU.
+const FALLBACK_SIZE: u64 = 128 << 10;
 
-/// What one byte-stream receiver uses.
+/// What one byte-stream flow uses: the sender the write size, the receiver
+/// the rest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StreamSizes {
+    /// Bytes per write() (every send mode).
+    pub write_size: usize,
+    pub write_size_from: SizeSource,
     /// Bytes per read() (copy and zero-copy receive).
     pub read_size: usize,
     pub read_size_from: SizeSource,
@@ -71,26 +113,34 @@ pub struct StreamSizes {
 }
 
 impl StreamSizes {
-    /// The sizes a receiver on a machine with `caches` uses for `knobs`.
-    pub fn for_receiver(knobs: &Knobs, caches: &CacheSizes) -> StreamSizes {
-        let (read, from) = match (knobs.read_size, caches.l2) {
-            (Some(r), _) => (r, SizeSource::Option),
-            (None, Some(l2)) => (
-                page_floor(l2 / L2_SHARE).clamp(MIN_READ, MAX_READ),
-                SizeSource::L2Cache,
-            ),
-            (None, None) => (FALLBACK_READ, SizeSource::Fallback),
-        };
+    /// The sizes a flow's end on a machine with `caches` uses for `knobs`.
+    pub fn for_flow(knobs: &Knobs, caches: &CacheSizes) -> StreamSizes {
+        let (read, read_from) = from_l2(knobs.read_size, caches, L2_SHARE);
+        let (write, write_from) = from_l2(knobs.write_size, caches, WRITE_L2_SHARE);
         let read_size = usize::try_from(read).unwrap_or(usize::MAX);
         StreamSizes {
+            write_size: usize::try_from(write).unwrap_or(usize::MAX),
+            write_size_from: write_from,
             read_size,
-            read_size_from: from,
+            read_size_from: read_from,
             // A wake-up never asks for more than one read drains.
             rcvlowat: knobs
                 .rcvlowat
                 .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
                 .min(read_size),
         }
+    }
+}
+
+/// `given`, else `1/share` of L2 within bounds, else the fallback.
+fn from_l2(given: Option<u64>, caches: &CacheSizes, share: u64) -> (u64, SizeSource) {
+    match (given, caches.l2) {
+        (Some(n), _) => (n, SizeSource::Option),
+        (None, Some(l2)) => (
+            page_floor(l2 / share).clamp(MIN_SIZE, MAX_SIZE),
+            SizeSource::L2Cache,
+        ),
+        (None, None) => (FALLBACK_SIZE, SizeSource::Fallback),
     }
 }
 
@@ -113,14 +163,14 @@ mod tests {
     #[test]
     fn reads_fill_a_quarter_of_l2_within_bounds() {
         let k = Knobs::default();
-        let at = |c| StreamSizes::for_receiver(&k, &c).read_size;
+        let at = |c| StreamSizes::for_flow(&k, &c).read_size;
         assert_eq!(at(l2(512 << 10)), 128 << 10);
         assert_eq!(at(l2(256 << 10)), 64 << 10);
         assert_eq!(at(l2(1280 << 10)), 320 << 10);
         assert_eq!(at(l2(2 << 20)), 512 << 10);
         assert_eq!(at(l2(16 << 10)), 16 << 10);
         assert_eq!(at(l2(1 << 30)), 16 << 20);
-        let s = StreamSizes::for_receiver(&k, &l2(512 << 10));
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
         assert_eq!(
             (s.read_size_from, s.rcvlowat),
             (SizeSource::L2Cache, 0),
@@ -129,9 +179,32 @@ mod tests {
     }
 
     #[test]
+    fn writes_fill_half_of_l2_and_the_option_wins() {
+        let k = Knobs::default();
+        let at = |c| {
+            let s = StreamSizes::for_flow(&k, &c);
+            (s.write_size, s.write_size_from)
+        };
+        assert_eq!(at(l2(512 << 10)), (256 << 10, SizeSource::L2Cache));
+        assert_eq!(at(l2(256 << 10)), (128 << 10, SizeSource::L2Cache));
+        assert_eq!(at(l2(2 << 20)), (1 << 20, SizeSource::L2Cache));
+        assert_eq!(at(l2(16 << 10)), (16 << 10, SizeSource::L2Cache));
+        assert_eq!(at(CacheSizes::default()), (128 << 10, SizeSource::Fallback));
+        let k = Knobs {
+            write_size: Some(100_000),
+            ..Knobs::default()
+        };
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
+        assert_eq!(
+            (s.write_size, s.write_size_from),
+            (100_000, SizeSource::Option)
+        );
+    }
+
+    #[test]
     fn an_unknown_l2_falls_back_and_the_option_wins() {
         let k = Knobs::default();
-        let s = StreamSizes::for_receiver(&k, &CacheSizes::default());
+        let s = StreamSizes::for_flow(&k, &CacheSizes::default());
         assert_eq!(
             (s.read_size, s.read_size_from),
             (128 << 10, SizeSource::Fallback)
@@ -141,7 +214,7 @@ mod tests {
             rcvlowat: Some(1 << 20),
             ..Knobs::default()
         };
-        let s = StreamSizes::for_receiver(&k, &l2(512 << 10));
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
         assert_eq!(
             (s.read_size, s.read_size_from, s.rcvlowat),
             (100_000, SizeSource::Option, 100_000),

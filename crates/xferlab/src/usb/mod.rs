@@ -11,6 +11,7 @@ mod engine;
 mod gadget;
 mod mon;
 mod net;
+mod tap;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;

@@ -7,10 +7,9 @@
 //! the TAP. Malformed transfers are counted and dropped. The TAP is not
 //! persistent: the kernel removes it when the process ends, SIGKILL too.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -26,12 +25,9 @@ use xferlab_core::usb::net::{
 };
 
 use super::device;
+use super::tap::{open_tap, FRAME_MAX};
 use crate::cli::usb::NetArgs;
 use crate::sys::clock;
-
-/// The largest Ethernet frame the TAP hands us (MTU 1500 + header; VLAN
-/// tags and jumbo frames are not carried).
-const FRAME_MAX: usize = 1518;
 
 #[derive(Default)]
 struct Counters {
@@ -57,57 +53,8 @@ pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-/// A non-persistent TAP device (IFF_TAP | IFF_NO_PI): one read() or
-/// write() is one Ethernet frame.
-fn open_tap(name: &str) -> anyhow::Result<File> {
-    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
-        bail!("--tap {name}: an interface name is 1 to 15 characters, no '/' or spaces");
-    }
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open("/dev/net/tun")
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                anyhow!("no /dev/net/tun: load the tun module (`modprobe tun`)")
-            }
-            std::io::ErrorKind::PermissionDenied => {
-                anyhow!("cannot open /dev/net/tun: a TAP device needs root (or CAP_NET_ADMIN)")
-            }
-            _ => anyhow!("cannot open /dev/net/tun: {e}"),
-        })?;
-    #[repr(C)]
-    struct IfReq {
-        name: [u8; 16],
-        flags: libc::c_short,
-        _pad: [u8; 22],
-    }
-    let mut req = IfReq {
-        name: [0; 16],
-        flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
-        _pad: [0; 22],
-    };
-    req.name[..name.len()].copy_from_slice(name.as_bytes());
-    // SAFETY: TUNSETIFF reads and writes one struct ifreq of ours.
-    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF as _, &mut req as *mut IfReq) };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        bail!("cannot create TAP device {name}: {e} (is the name taken? `ip link show {name}`)");
-    }
-    Ok(f)
-}
-
 fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
-    if a.frames_per_transfer == 0 || a.frames_per_transfer > 256 {
-        bail!(
-            "--frames-per-transfer must be 1 to 256 (got {})",
-            a.frames_per_transfer
-        );
-    }
-    if a.max_transfer.is_some_and(|m| !(64..=65535).contains(&m)) {
-        bail!("--max-transfer must be 64 to 65535 bytes");
-    }
+    a.link.check().map_err(|e| anyhow!(e))?;
     if a.depth == 0 || a.depth > 256 {
         bail!("-Q must be 1 to 256 transfers in flight (got {})", a.depth);
     }
@@ -124,7 +71,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     // usbfs detaches it for the run and rebinds it when we release it.
     let intf = device::claim(&info, &dev, &pipes, true)?;
     let max_packet = usize::from(ep_out.max_packet.max(1));
-    let tap = open_tap(&a.tap)?;
+    let tap = open_tap(&a.link.tap)?;
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
     let out = intf
@@ -137,9 +84,9 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         max_frames: if a.encap == Encap::Ecm {
             1
         } else {
-            a.frames_per_transfer
+            a.link.frames_per_transfer
         },
-        max_transfer: match (a.encap, a.max_transfer) {
+        max_transfer: match (a.encap, a.link.max_transfer) {
             (Encap::Ecm, _) => FRAME_MAX,
             (_, Some(m)) => m as usize,
             // f_eem's OUT requests are sized for one frame (u_ether: MTU +
@@ -151,7 +98,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
             // f_ncm's dwNtbOutMaxSize (GET_NTB_PARAMETERS is not asked).
             (Encap::Ncm, None) => NtbParams::LINUX_GADGET.max_size,
         },
-        timeout: Duration::from_micros(a.coalesce_us),
+        timeout: Duration::from_micros(a.link.coalesce_us),
     };
     // IN transfers: whole packets, room for the largest the device sends.
     let rx_size = match a.encap {
@@ -167,7 +114,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         counters.clone(),
         stop.clone(),
     );
-    let (encap, depth, crc) = (a.encap, a.depth, a.crc);
+    let (encap, depth, crc) = (a.encap, a.depth, a.link.crc);
     let tx = std::thread::Builder::new()
         .name("usbnet-tx".into())
         .spawn(move || match encap {
@@ -213,12 +160,12 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         "{} {}: TAP {} <-> bulk 0x{:02x}/0x{:02x}, {} x{} frames per transfer, {} us coalescing, {} in flight",
         device::describe(&info),
         device::speed_label(info.speed()).unwrap_or("?"),
-        a.tap,
+        a.link.tap,
         ep_out.address,
         ep_in.address,
         a.encap.label(),
         limits.max_frames,
-        a.coalesce_us,
+        a.link.coalesce_us,
         a.depth
     ));
     let t0 = Instant::now();
@@ -434,8 +381,8 @@ fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
         "encap": a.encap.label(),
-        "frames_per_transfer_max": a.frames_per_transfer,
-        "coalesce_us": a.coalesce_us,
+        "frames_per_transfer_max": a.link.frames_per_transfer,
+        "coalesce_us": a.link.coalesce_us,
         "depth": a.depth,
         "seconds": secs,
         "tx": {

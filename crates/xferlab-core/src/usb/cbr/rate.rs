@@ -117,8 +117,6 @@ pub struct RateBuffer {
     origin: Option<u64>,
     /// When the sample clock started (source: at start; sink: at prefill).
     clock0: Option<u64>,
-    /// Samples processed (due and accounted for) so far.
-    done: u64,
     /// The last processed sample was faulty (an episode is open).
     in_fault: bool,
     report: RateReport,
@@ -147,7 +145,6 @@ impl RateBuffer {
             capacity,
             origin: None,
             clock0: None,
-            done: 0,
             in_fault: false,
             report: RateReport::default(),
         })
@@ -201,7 +198,7 @@ impl RateBuffer {
 
     /// When the next sample falls due: the driver's next wake-up.
     pub fn next_due(&self) -> Option<u64> {
-        self.due_time(self.done + 1)
+        self.due_time(self.report.samples_due + 1)
     }
 
     /// Source: when the fill reaches `level` bytes if the host takes nothing
@@ -211,10 +208,10 @@ impl RateBuffer {
             return None;
         }
         if self.report.fill >= level {
-            return self.due_time(self.done);
+            return self.due_time(self.report.samples_due);
         }
         let samples = (level - self.report.fill).div_ceil(self.sample);
-        self.due_time(self.done + samples)
+        self.due_time(self.report.samples_due + samples)
     }
 
     /// Sink: when the space reaches `level` bytes if the host gives nothing
@@ -225,20 +222,20 @@ impl RateBuffer {
         }
         let space = self.space();
         if space >= level {
-            return self.due_time(self.done);
+            return self.due_time(self.report.samples_due);
         }
         let samples = (level - space).div_ceil(self.sample);
-        self.due_time(self.done + samples)
+        self.due_time(self.report.samples_due + samples)
     }
 
     /// Accounts for every sample due by `now`, in order.
     pub fn advance(&mut self, now: u64) {
         let due = self.due_by(now);
-        if due <= self.done {
+        if due <= self.report.samples_due {
             return;
         }
-        let n = due - self.done;
-        let first = self.done + 1;
+        let n = due - self.report.samples_due;
+        let first = self.report.samples_due + 1;
         let fill = self.report.fill;
         // How many of the n samples the buffer serves before it is full/empty.
         let served = match self.role {
@@ -263,7 +260,6 @@ impl RateBuffer {
             f.add(faulty, t, continues);
         }
         self.in_fault = faulty > 0;
-        self.done = due;
         self.report.samples_due = due;
         self.note_fill();
     }

@@ -15,6 +15,9 @@ pub const REQ_START: u8 = 0x61;
 pub const REQ_STOP: u8 = 0x62;
 
 pub const MAGIC: &[u8; 4] = b"XLCB";
+/// Largest device buffer a START may ask for, per direction: the device
+/// allocates it (in requests) for the trial.
+pub const MAX_BUFFER: u64 = 64 << 20;
 pub const VERSION: u16 = 1;
 pub const INFO_LEN: usize = 8;
 pub const START_LEN: usize = 48;

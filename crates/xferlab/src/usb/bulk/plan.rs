@@ -10,6 +10,13 @@ use crate::output::Format;
 /// usbfs caps the memory of all URBs in flight (usbcore.usbfs_memory_mb, 16 MiB by default).
 const USBFS_DEFAULT_MB: u64 = 16;
 
+/// Largest transfer, -l (what usbfs takes in one URB is bounded by
+/// usbfs_memory_mb anyway; this keeps a typo from asking for gigabytes).
+pub const MAX_SIZE: u64 = 64 << 20;
+
+/// Most transfers in flight per endpoint, -Q.
+pub const MAX_DEPTH: u32 = 4096;
+
 /// Seconds a run lasts without -t or -n.
 const DEFAULT_SECONDS: f64 = 10.0;
 
@@ -44,12 +51,7 @@ pub enum PlanError {
 
 /// Rejects arguments no device could run with.
 pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
-    if a.size == 0 || a.size > 64 << 20 {
-        return Err(PlanError::Size(a.size));
-    }
-    if a.depth == 0 || a.depth > 4096 {
-        return Err(PlanError::Depth(a.depth));
-    }
+    check_transfers(a.size, a.depth)?;
     if let Some(t) = a.time {
         if !(t > 0.0 && t.is_finite()) {
             return Err(PlanError::Time(t));
@@ -65,6 +67,17 @@ pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
         return Err(PlanError::Iperf3Json);
     }
     check_usbfs_memory(a.size, a.depth, a.dir == UsbDir::Both)
+}
+
+/// -l and -Q as every host-side USB verb takes them.
+pub fn check_transfers(size: u64, depth: u32) -> Result<(), PlanError> {
+    if size == 0 || size > MAX_SIZE {
+        return Err(PlanError::Size(size));
+    }
+    if depth == 0 || depth > MAX_DEPTH {
+        return Err(PlanError::Depth(depth));
+    }
+    Ok(())
 }
 
 /// The transfers in flight (`size` x `depth`, per direction) must fit in

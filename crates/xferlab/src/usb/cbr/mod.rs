@@ -43,28 +43,28 @@ struct Setup {
     app: App,
     params: StartParams,
     rates: Vec<u64>,
-    single: bool,
 }
 
 fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
     let bad = |m: String| Err(Fail::usage(m));
-    if a.size == 0 || a.size > 16 << 20 {
-        return bad(format!(
-            "-l/--size must be 1 byte to 16M per transfer (got {})",
+    let depth = match a.host_buffer {
+        None => a.depth,
+        Some(b) if a.size > 0 && b % a.size == 0 && b / a.size <= u64::from(u32::MAX) => {
+            (b / a.size) as u32
+        }
+        Some(b) => {
+            return bad(format!(
+            "--host-buffer ({b}) must be a whole number of -l/--size transfers ({}): it is -l x -Q",
             a.size
-        ));
-    }
-    if a.depth == 0 || a.depth > 1024 {
-        return bad(format!(
-            "-Q/--depth must be 1 to 1024 transfers in flight (got {})",
-            a.depth
-        ));
-    }
-    plan::check_usbfs_memory(a.size, a.depth, a.dir == CbrDir::Both).map_err(Fail::usage)?;
+        ))
+        }
+    };
+    plan::check_transfers(a.size, depth).map_err(Fail::usage)?;
+    plan::check_usbfs_memory(a.size, depth, a.dir == CbrDir::Both).map_err(Fail::usage)?;
     let call = a.app_size.unwrap_or(a.size);
-    if call == 0 || call > 16 << 20 {
+    if call == 0 || call > plan::MAX_SIZE {
         return bad(format!(
-            "--app-size must be 1 byte to 16M per call (got {call})"
+            "--app-size must be 1 byte up to 64M per call (got {call})"
         ));
     }
     if !(a.time > 0.0 && a.time.is_finite()) {
@@ -79,7 +79,7 @@ fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
             a.repeat
         ));
     }
-    if a.device_buffer == 0 || a.device_buffer > 64 << 20 {
+    if a.device_buffer == 0 || a.device_buffer > wire::MAX_BUFFER {
         return bad(format!(
             "--device-buffer must be 1 byte to 64M (got {})",
             a.device_buffer
@@ -108,17 +108,17 @@ fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
         None => None,
         Some(s) => Some(parse_stall(s).map_err(Fail::usage)?),
     };
-    let (rates, single) = match a.rate {
-        Some(r) => (vec![r], true),
+    let rates = match a.rate {
+        Some(r) => vec![r],
         None if a.ladder.is_empty() => {
             return bad("give a rate (-b/--rate BYTES/S) or a --ladder of rates".into())
         }
-        None => (a.ladder.clone(), false),
+        None => a.ladder.clone(),
     };
     Ok(Setup {
         app: App {
             size: a.size as usize,
-            depth: a.depth as usize,
+            depth: depth as usize,
             call: call as usize,
             stall,
         },
@@ -132,7 +132,6 @@ fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
             prefill,
         },
         rates,
-        single,
     })
 }
 
@@ -153,7 +152,10 @@ fn parse_stall(s: &str) -> Result<(Duration, Duration), String> {
 /// What one trial measured on both ends.
 struct Trial {
     rate: u64,
-    status: Status,
+    /// ns from START to STOP, as the device timed the stream.
+    elapsed_ns: u64,
+    /// The device's reports and the host's error, as judged.
+    outcome: CbrOutcome,
     rx: Option<HostCounts>,
     tx: Option<HostCounts>,
     verdict: Verdict,
@@ -289,7 +291,8 @@ fn trial(
     let verdict = search.record(rate * 8, &outcome);
     Ok(Trial {
         rate,
-        status,
+        elapsed_ns: status.elapsed_ns,
+        outcome,
         rx,
         tx,
         verdict,
@@ -334,7 +337,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
             "Test: USB fixed-rate {}, {} B per transfer, {} in flight, application calls of {} B, device buffer {} B in {} B requests, {}-byte samples, {} s per trial{}",
             dir_label(a.dir),
             a.size,
-            a.depth,
+            s.app.depth,
             s.app.call,
             a.device_buffer,
             a.device_request,
@@ -377,7 +380,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
                 "dir": format!("{:?}", a.dir).to_lowercase(),
                 "interface": dev.pipes.interface,
                 "transfer_size": a.size,
-                "depth": a.depth,
+                "depth": s.app.depth,
                 "app_size": s.app.call,
                 "device_buffer": a.device_buffer,
                 "device_request": a.device_request,
@@ -403,7 +406,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         });
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Fail::run(e.to_string()))?;
         w(&mut out, text)?;
-    } else if s.single {
+    } else if a.rate.is_some() {
         w(
             &mut out,
             if ok {
@@ -458,7 +461,7 @@ fn mbytes(bytes_per_s: u64) -> String {
 
 /// Host bytes/s summed over the directions, over the device's stream time.
 fn host_rate(t: &Trial) -> f64 {
-    let secs = (t.status.elapsed_ns as f64 / 1e9).max(1e-9);
+    let secs = (t.elapsed_ns as f64 / 1e9).max(1e-9);
     let bytes: u64 = t.rx.iter().chain(t.tx.iter()).map(|c| c.bytes).sum();
     bytes as f64 / secs
 }
@@ -482,8 +485,8 @@ fn times(f: &Faults) -> String {
 }
 
 fn trial_line(run: u32, t: &Trial) -> String {
-    let over = t.status.rx.map(|r| r.overruns).unwrap_or_default();
-    let under = t.status.tx.map(|r| r.underruns).unwrap_or_default();
+    let over = t.outcome.rx.map(|r| r.overruns).unwrap_or_default();
+    let under = t.outcome.tx.map(|r| r.underruns).unwrap_or_default();
     let shown = match &t.verdict {
         Verdict::Sustained => "sustained".to_string(),
         Verdict::Failed(why) => format!("FAILED: {why}"),
@@ -492,10 +495,10 @@ fn trial_line(run: u32, t: &Trial) -> String {
         "run {run}  {:>12}  host {:>12}  overruns {:>8} ({} ep{})  underruns {:>8} ({} ep{})  -> {shown}",
         mbytes(t.rate),
         format!("{:.2} MB/s", host_rate(t) / 1e6),
-        over.samples,
+        t.outcome.overruns(),
         over.episodes,
         times(&over),
-        under.samples,
+        t.outcome.underruns(),
         under.episodes,
         times(&under),
     )
@@ -541,19 +544,16 @@ fn trial_json(t: &Trial) -> Value {
         Verdict::Sustained => (true, None),
         Verdict::Failed(w) => (false, Some(w.clone())),
     };
-    let error = t.rx.iter().chain(t.tx.iter()).find_map(|c| c.error.clone());
-    let over = t.status.rx.map_or(0, |r| r.overruns.samples);
-    let under = t.status.tx.map_or(0, |r| r.underruns.samples);
     json!({
         "rate_bps": t.rate * 8,
         "rate_bytes_per_s": t.rate,
-        "seconds": t.status.elapsed_ns as f64 / 1e9,
+        "seconds": t.elapsed_ns as f64 / 1e9,
         "host_bytes_per_s": host_rate(t),
-        "overruns": over,
-        "underruns": under,
+        "overruns": t.outcome.overruns(),
+        "underruns": t.outcome.underruns(),
         "device": {
-            "rx": t.status.rx.as_ref().map(report_json),
-            "tx": t.status.tx.as_ref().map(report_json),
+            "rx": t.outcome.rx.as_ref().map(report_json),
+            "tx": t.outcome.tx.as_ref().map(report_json),
         },
         "host": {
             "rx": t.rx.as_ref().map(host_json),
@@ -561,6 +561,6 @@ fn trial_json(t: &Trial) -> Value {
         },
         "sustained": sustained,
         "reason": reason,
-        "error": error,
+        "error": t.outcome.host_error,
     })
 }

@@ -106,7 +106,7 @@ fn valid(p: &StartParams) -> bool {
     (p.rx || p.tx)
         && p.request > 0
         && p.request <= p.buffer
-        && p.buffer <= 64 << 20
+        && p.buffer <= wire::MAX_BUFFER
         && fits(Role::Source)
         && (!p.tx || fits(Role::Sink { prefill: p.prefill }))
 }
@@ -120,7 +120,6 @@ struct Stream {
     busy: Vec<bool>,
     events: Vec<aio::IoEvent>,
     request: usize,
-    in_flight: usize,
     errors: u64,
 }
 
@@ -143,14 +142,13 @@ impl Stream {
             busy: vec![false; slots],
             events: vec![aio::IoEvent::default(); slots],
             request,
-            in_flight: 0,
             errors: 0,
         })
     }
 
-    /// Bytes the requests in flight hold (IN) or have reserved (OUT).
-    fn committed(&self) -> u64 {
-        (self.in_flight * self.request) as u64
+    /// Requests in flight (a few dozen slots: counted when needed).
+    fn in_flight(&self) -> usize {
+        self.busy.iter().filter(|&&b| b).count()
     }
 
     /// One wake-up: completions, then the clock, then new requests; sleeps
@@ -161,12 +159,15 @@ impl Stream {
     fn step(&mut self, f: &File, is_in: bool, ctl: &CbrControl, seen: u64) {
         let now = clock::now().as_nanos();
         let req = self.request as u64;
+        // Bytes the requests in flight hold (IN) or have reserved (OUT).
+        let committed = |in_flight: usize| in_flight as u64 * req;
+        let in_flight = self.in_flight();
         let next = if is_in {
-            self.model.time_of_fill(self.committed() + req)
+            self.model.time_of_fill(committed(in_flight) + req)
         } else {
-            self.model.time_of_space(self.committed() + req)
+            self.model.time_of_space(committed(in_flight) + req)
         };
-        let can_submit = self.in_flight < self.busy.len();
+        let can_submit = in_flight < self.busy.len();
         let wait = match next {
             Some(t) if can_submit => Duration::from_nanos(t.saturating_sub(now)).min(TICK),
             _ => TICK,
@@ -183,7 +184,6 @@ impl Stream {
                 continue;
             }
             self.busy[i] = false;
-            self.in_flight -= 1;
             if ev.res < 0 {
                 self.errors += 1;
             } else if is_in {
@@ -201,11 +201,12 @@ impl Stream {
         } else {
             aio::CMD_PREAD
         };
-        while self.in_flight < self.busy.len() {
+        let mut in_flight = self.in_flight();
+        while in_flight < self.busy.len() {
             let ready = if is_in {
-                self.model.fill() >= self.committed() + req
+                self.model.fill() >= committed(in_flight) + req
             } else {
-                self.model.space() >= self.committed() + req
+                self.model.space() >= committed(in_flight) + req
             };
             if !ready {
                 break;
@@ -220,7 +221,7 @@ impl Stream {
                 break;
             }
             self.busy[i] = true;
-            self.in_flight += 1;
+            in_flight += 1;
         }
     }
 }

@@ -110,7 +110,7 @@ fn counters(s: &Shared, is_in: bool) -> &DirCounters {
 }
 
 /// Waits until the host has enabled the function; the packet size, or None at stop.
-fn wait_enabled(s: &Shared) -> Option<usize> {
+pub fn wait_enabled(s: &Shared) -> Option<usize> {
     loop {
         if s.stop.load(Relaxed) {
             return None;

@@ -3,13 +3,16 @@
 //! xferlab's own source/sink over FunctionFS (IN: writes the pattern, OUT:
 //! reads and checks it; synchronous or Linux AIO with a queue of
 //! requests), xferlab's fixed-rate device over FunctionFS (`usb cbr`'s
-//! peer), the kernel's SourceSink function, or its network functions. Everything it creates
+//! peer), the device side of xferlab's own network link over FunctionFS
+//! (`usb net`'s peer), the kernel's SourceSink function, or its network
+//! functions. Everything it creates
 //! (configfs directories, the FunctionFS mount) is removed on exit, also
 //! after an error or Ctrl-C; `--cleanup` removes what a killed run left.
 
 mod cbr_io;
 mod configfs;
 mod ffs_io;
+mod net_io;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -25,11 +28,13 @@ use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
 use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
+use crate::usb::tap::open_tap;
 use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
     check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
 };
 use ffs_io::{aio_loop, ep0_loop, sync_loop, DirCounters, Shared};
+use net_io::NetCounters;
 
 fn fail(msg: &str, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
@@ -59,13 +64,25 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         return fail("--name must be a plain name (no '/', '.' or spaces)", 2);
     }
     let default_id = match a.function {
-        GadgetFunction::Ffs | GadgetFunction::Cbr => (0x1d6b, 0x0104),
+        GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net => (0x1d6b, 0x0104),
         GadgetFunction::Sourcesink => (0x0525, 0xa4a0),
         // g_ether's NetChip ID: the host binds its class driver by class anyway.
         GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => (0x0525, 0xa4a1),
     };
     if a.qmult.is_some() && a.function.net_kind().is_none() {
         return fail("--qmult is for --function ecm|eem|ncm", 2);
+    }
+    match (a.function, a.encap) {
+        (GadgetFunction::Net, None) => {
+            return fail("--function net needs --encap ecm|eem|ncm", 2);
+        }
+        (GadgetFunction::Net, Some(_)) => {
+            if let Err(e) = a.link.check() {
+                return fail(&e, 2);
+            }
+        }
+        (_, Some(_)) => return fail("--encap is for --function net", 2),
+        (_, None) => {}
     }
     let (vid, pid) = match &a.id {
         None => default_id,
@@ -106,7 +123,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         );
     }
     let function = match a.function {
-        GadgetFunction::Ffs | GadgetFunction::Cbr => format!("ffs.{}", a.name),
+        GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net => {
+            format!("ffs.{}", a.name)
+        }
         GadgetFunction::Sourcesink => "SourceSink.0".to_string(),
         GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => {
             format!("{}.{}", a.function.net_kind().unwrap_or_default().0, a.name)
@@ -125,6 +144,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         input: DirCounters::default(),
         output: DirCounters::default(),
     });
+    let net = Arc::new(NetCounters::default());
     let mut threads = Vec::new();
     let setup = (|| -> anyhow::Result<()> {
         mkdir(&dir)
@@ -142,10 +162,11 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             GadgetFunction::Ecm => "xferlab CDC-ECM link",
             GadgetFunction::Eem => "xferlab CDC-EEM link",
             GadgetFunction::Ncm => "xferlab CDC-NCM link",
+            GadgetFunction::Net => "xferlab network link (FunctionFS)",
         };
         write_attr(&dir.join("strings/0x409/product"), product)?;
         mkdir(&g.func_dir()).map_err(|e| match a.function {
-            GadgetFunction::Ffs | GadgetFunction::Cbr => anyhow!(
+            GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net => anyhow!(
                 "{e:#}; is FunctionFS available (CONFIG_USB_CONFIGFS_F_FS, `modprobe usb_f_fs`)?"
             ),
             GadgetFunction::Sourcesink => {
@@ -178,7 +199,12 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                     write_attr(&g.func_dir().join("qmult"), &q.to_string())?;
                 }
             }
-            GadgetFunction::Ffs | GadgetFunction::Cbr => {
+            GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net => {
+                // The TAP first: a taken name fails before the host sees a device.
+                let tap = match a.encap {
+                    Some(_) if a.function == GadgetFunction::Net => Some(open_tap(&a.link.tap)?),
+                    _ => None,
+                };
                 let mp = mount_point(&a.name);
                 let _ = fs::create_dir_all(&mp);
                 let mounted = mount(
@@ -200,9 +226,15 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                     .write(true)
                     .open(mp.join("ep0"))
                     .with_context(|| format!("cannot open {}/ep0", mp.display()))?;
-                ep0.write_all(&ffs::descriptors(0))
+                let (class, label) = match a.encap {
+                    Some(e) if tap.is_some() => {
+                        (net_io::interface_class(e), "xferlab network link")
+                    }
+                    _ => (ffs::VENDOR_SPECIFIC, "xferlab source/sink"),
+                };
+                ep0.write_all(&ffs::descriptors_for(class, 0))
                     .context("FunctionFS refused the descriptors")?;
-                ep0.write_all(&ffs::strings("xferlab source/sink"))
+                ep0.write_all(&ffs::strings(label))
                     .context("FunctionFS refused the strings")?;
                 let open_ep = |n: u32| {
                     OpenOptions::new()
@@ -220,6 +252,27 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 threads.push(spawn("ffs-ep0", move || {
                     ep0_loop(ep0, &s0, &u0, c0.as_deref())
                 })?);
+                if let (Some(tap), Some(encap)) = (tap, a.encap) {
+                    let tap_rx = tap
+                        .try_clone()
+                        .context("cannot duplicate the TAP descriptor")?;
+                    let link = net_io::Link {
+                        encap,
+                        limits: net_io::limits(encap, &a.link),
+                        crc: a.link.crc,
+                        depth: a.queue as usize,
+                        rx_size: a.size as usize,
+                    };
+                    let (s1, n1, s2, n2) =
+                        (shared.clone(), net.clone(), shared.clone(), net.clone());
+                    threads.push(spawn("net-tx", move || {
+                        net_io::tx_loop(ep_in, tap, link, &s1, &n1)
+                    })?);
+                    threads.push(spawn("net-rx", move || {
+                        net_io::rx_loop(ep_out, tap_rx, link, &s2, &n2)
+                    })?);
+                    return link_and_bind(&mut g, &dir, &udc);
+                }
                 for (file, is_in) in [(ep_in, true), (ep_out, false)] {
                     let s = shared.clone();
                     let (size, queue, pattern, io) =
@@ -234,12 +287,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 }
             }
         }
-        std::os::unix::fs::symlink(g.func_dir(), g.link())
-            .context("cannot link the function into the configuration")?;
-        write_attr(&dir.join("UDC"), &udc)
-            .map_err(|e| anyhow!("{e:#}; is the UDC `{udc}` used by another gadget?"))?;
-        g.bound = true;
-        Ok(())
+        link_and_bind(&mut g, &dir, &udc)
     })();
     if let Err(e) = setup {
         shared.stop.store(true, Relaxed);
@@ -280,16 +328,31 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 a.function.net_kind().unwrap_or_default().0.to_uppercase(),
                 ifname.as_deref().unwrap_or("?")
             ),
+            GadgetFunction::Net => {
+                let encap = a.encap.unwrap_or(xferlab_core::usb::net::Encap::Eem);
+                let l = net_io::limits(encap, &a.link);
+                format!(
+                    "FunctionFS network link, TAP {} <-> bulk IN/OUT, {} x{} frames per IN transfer \
+                     (at most {} B), {} us coalescing,",
+                    a.link.tap,
+                    encap.label(),
+                    l.max_frames,
+                    l.max_transfer,
+                    a.link.coalesce_us
+                )
+            }
         },
         match (a.function, a.io) {
             (GadgetFunction::Sourcesink, _) => "(in kernel)",
             (GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm, _) => "(in kernel)",
-            (GadgetFunction::Cbr, _) => "AIO",
+            (GadgetFunction::Cbr | GadgetFunction::Net, _) => "AIO",
             (_, GadgetIo::Sync) => "sync I/O",
             (_, GadgetIo::Aio) => "AIO",
         },
         if a.function == GadgetFunction::Cbr {
             String::new()
+        } else if a.function == GadgetFunction::Net {
+            format!(", {} B OUT requests, queue {}", a.size, a.queue)
         } else {
             format!(
                 ", {} B requests, queue {}, pattern {}",
@@ -324,6 +387,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     report(
         a,
         &shared,
+        &net,
         secs,
         (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
         ifname.as_deref(),
@@ -338,7 +402,14 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64), ifname: Option<&str>) {
+fn report(
+    a: &GadgetArgs,
+    s: &Shared,
+    net: &NetCounters,
+    secs: f64,
+    cpu: (f64, f64),
+    ifname: Option<&str>,
+) {
     let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
     let dir = |c: &DirCounters| {
         serde_json::json!({
@@ -364,9 +435,22 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64), ifname: Option
             "cpu": { "user_s": cpu.0, "system_s": cpu.1, "percent": cpu_percent },
             "in": dir(&s.input),
             "out": dir(&s.output),
+            "net": (a.function == GadgetFunction::Net).then(|| serde_json::json!({
+                "encap": a.encap.map(|e| e.label()),
+                "tap": a.link.tap,
+                "frames_per_transfer_max": a.link.frames_per_transfer,
+                "coalesce_us": a.link.coalesce_us,
+                "tx_frames": net.tx_frames.load(Relaxed),
+                "tx_too_large": net.tx_too_large.load(Relaxed),
+                "rx_decode": *net.decode.lock().unwrap_or_else(|e| e.into_inner()),
+                "tap_drops": net.tap_drops.load(Relaxed),
+            })),
         });
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else if matches!(a.function, GadgetFunction::Ffs | GadgetFunction::Cbr) {
+    } else if matches!(
+        a.function,
+        GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net
+    ) {
         for (label, c) in [("IN  (to host)", &s.input), ("OUT (from host)", &s.output)] {
             println!(
                 "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",
@@ -389,6 +473,17 @@ fn report(a: &GadgetArgs, s: &Shared, secs: f64, cpu: (f64, f64), ifname: Option
     } else {
         println!("gadget `{}` removed", a.name);
     }
+}
+
+/// The last steps of a setup: the function into the configuration, the
+/// gadget onto the UDC (the host sees the device from here on).
+fn link_and_bind(g: &mut Gadget, dir: &Path, udc: &str) -> anyhow::Result<()> {
+    std::os::unix::fs::symlink(g.func_dir(), g.link())
+        .context("cannot link the function into the configuration")?;
+    write_attr(&dir.join("UDC"), udc)
+        .map_err(|e| anyhow!("{e:#}; is the UDC `{udc}` used by another gadget?"))?;
+    g.bound = true;
+    Ok(())
 }
 
 fn spawn(

@@ -1,0 +1,54 @@
+//! The TAP device of xferlab's own USB network link (both ends): a
+//! non-persistent TAP, so the kernel removes it when the process ends,
+//! after SIGKILL too.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+
+use anyhow::{anyhow, bail};
+
+/// The largest Ethernet frame the TAP hands us (MTU 1500 + header; VLAN
+/// tags and jumbo frames are not carried).
+pub const FRAME_MAX: usize = 1518;
+
+/// A non-persistent TAP device (IFF_TAP | IFF_NO_PI): one read() or
+/// write() is one Ethernet frame.
+pub fn open_tap(name: &str) -> anyhow::Result<File> {
+    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
+        bail!("--tap {name}: an interface name is 1 to 15 characters, no '/' or spaces");
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open("/dev/net/tun")
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                anyhow!("no /dev/net/tun: load the tun module (`modprobe tun`)")
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                anyhow!("cannot open /dev/net/tun: a TAP device needs root (or CAP_NET_ADMIN)")
+            }
+            _ => anyhow!("cannot open /dev/net/tun: {e}"),
+        })?;
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; 16],
+        flags: libc::c_short,
+        _pad: [u8; 22],
+    }
+    let mut req = IfReq {
+        name: [0; 16],
+        flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
+        _pad: [0; 22],
+    };
+    req.name[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: TUNSETIFF reads and writes one struct ifreq of ours.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), libc::TUNSETIFF as _, &mut req as *mut IfReq) };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        bail!("cannot create TAP device {name}: {e} (is the name taken? `ip link show {name}`)");
+    }
+    Ok(f)
+}
