@@ -165,11 +165,12 @@ impl DccpKnobs {
         self.server_stack.unwrap_or(self.stack)
     }
 
-    /// Whether the client's flows present their attach record inside the
-    /// DCCP connection (a kernel DCCP server reads it as the first
-    /// message) instead of in a UDP datagram before it.
+    /// Whether xferlab's client stack presents its flows' attach records
+    /// inside the DCCP connection (a kernel DCCP server reads it as the
+    /// first message) instead of in a UDP datagram before it. (A kernel
+    /// client's socket carries the record as its first message anyway.)
     pub fn attach_in_band(&self) -> bool {
-        self.server() == DccpStack::Kernel
+        self.stack == DccpStack::Xferlab && self.server() == DccpStack::Kernel
     }
 
     /// What does not fit together, as the flag to change.
@@ -719,6 +720,37 @@ mod tests {
             (su.bound_bps, su.enforced_bps, su.events.total),
             (None, None, 1)
         );
+    }
+
+    /// Which end presents the attach in band, and what does not combine.
+    #[test]
+    fn stacks_and_carriers_combine_only_where_they_meet() {
+        use DccpStack::{Kernel, Xferlab};
+        let k = |stack, server_stack, carrier| DccpKnobs {
+            stack,
+            server_stack,
+            carrier,
+            ..DccpKnobs::default()
+        };
+        let interop = k(Xferlab, Some(Kernel), DccpCarrier::Ip);
+        assert_eq!(interop.check(), Ok(()));
+        assert!(interop.attach_in_band());
+        for both in [
+            k(Kernel, None, DccpCarrier::Udp),
+            k(Kernel, Some(Kernel), DccpCarrier::Udp),
+            k(Xferlab, None, DccpCarrier::Ip),
+            k(Xferlab, None, DccpCarrier::Udp),
+        ] {
+            assert_eq!(both.check(), Ok(()), "{both:?}");
+            assert!(!both.attach_in_band(), "{both:?}");
+        }
+        for bad in [
+            k(Kernel, None, DccpCarrier::Ip),
+            k(Kernel, Some(Xferlab), DccpCarrier::Udp),
+            k(Xferlab, Some(Kernel), DccpCarrier::Udp),
+        ] {
+            assert!(bad.check().is_err(), "{bad:?}");
+        }
     }
 
     #[test]
