@@ -76,6 +76,10 @@
 //! | `usb_in_latency_p99_us` | us | USB: `total.latency.p99_us` |
 //! | `usb_in_latency_p999_us` | us | USB: `total.latency.p999_us` |
 //! | `usb_in_latency_max_us` | us | USB: `total.latency.max_us` |
+//! | `ccid_drops` | count | DCCP: Σ over sender flows of `total.dccp.dropped_by_ccid` (SafeUDP enforcing) |
+//! | `notice_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.persistent_network` > 0 |
+//! | `app_lowered_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.app_rate_bps` is below the first interval's |
+//! | `enforced_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.enforcing` > 0 |
 //! | `lab_valid` | bool | lab: `lab.accuracy.valid` |
 //! | `lab_c2s_loss_drops` | count | lab: `accuracy.c2s.counters.dropped_loss_segments` (`lab_s2c_*`: the s2c direction) |
 //! | `lab_c2s_queue_drops` | count | lab: `dropped_queue_segments` |
@@ -156,6 +160,7 @@ pub mod unit {
     pub const PERCENT: &str = "%";
     pub const BOOL: &str = "bool";
     pub const BYTES: &str = "bytes";
+    pub const SECONDS: &str = "s";
 }
 
 use unit::*;
@@ -215,6 +220,26 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "tcp-crr connect time, 99th percentile",
     ),
     ("connect_max_us", US, "tcp-crr connect time, maximum"),
+    (
+        "ccid_drops",
+        COUNT,
+        "DCCP datagrams the sending CCID dropped",
+    ),
+    (
+        "notice_s",
+        SECONDS,
+        "SafeUDP: first persistent network congestion notice",
+    ),
+    (
+        "app_lowered_s",
+        SECONDS,
+        "SafeUDP: the application first lowered its rate",
+    ),
+    (
+        "enforced_s",
+        SECONDS,
+        "SafeUDP: the CCID first enforced its bound",
+    ),
     (
         "usb_in_transfers_per_second",
         PER_SECOND,
@@ -672,6 +697,7 @@ fn result_metrics(doc: &Value, out: &mut Out) {
     if let Some(rr) = section(summary, "pattern", "rr") {
         rr_metrics(rr, out);
     }
+    dccp_metrics(doc, out);
     if let Some(usb) = doc
         .get("client")
         .and_then(|c| section(c, "transport", "usb_bulk"))
@@ -743,6 +769,59 @@ fn tcp_rtt_metrics(doc: &Value, out: &mut Out) {
         .filter_map(|t| num(t, &["rtt_max_us"]))
         .reduce(f64::max);
     out.push_opt("rtt_max_us", max);
+}
+
+/// DCCP senders' CCID drops and, for SafeUDP, when it reacted: the end
+/// of the first interval (of any sender flow) that shows each step.
+fn dccp_metrics(doc: &Value, out: &mut Out) {
+    let senders: Vec<&Value> = sender_flows(doc)
+        .filter(|f| {
+            f.get("total")
+                .and_then(|t| t.get("dccp"))
+                .is_some_and(Value::is_object)
+        })
+        .collect();
+    if senders.is_empty() {
+        return;
+    }
+    out.push(
+        "ccid_drops",
+        senders
+            .iter()
+            .filter_map(|f| num(f, &["total", "dccp", "dropped_by_ccid"]))
+            .sum(),
+    );
+    let safeudp = |iv: &Value| {
+        iv.get("dccp")?
+            .get("safeudp")
+            .filter(|v| v.is_object())
+            .cloned()
+    };
+    let first_end = |pred: &dyn Fn(&Value, &[Value]) -> bool| {
+        senders
+            .iter()
+            .filter_map(|f| {
+                let ivs = arr(f, "intervals");
+                ivs.iter()
+                    .find(|iv| safeudp(iv).is_some_and(|su| pred(&su, ivs)))
+                    .and_then(|iv| num(iv, &["end_s"]))
+            })
+            .reduce(f64::min)
+    };
+    let event = |k: &'static str| {
+        move |su: &Value, _: &[Value]| num(su, &["events", k]).is_some_and(|n| n > 0.0)
+    };
+    out.push_opt("notice_s", first_end(&event("persistent_network")));
+    out.push_opt(
+        "app_lowered_s",
+        first_end(&|su: &Value, ivs: &[Value]| {
+            let start = ivs
+                .iter()
+                .find_map(|iv| safeudp(iv).and_then(|s| num(&s, &["app_rate_bps"])));
+            matches!((num(su, &["app_rate_bps"]), start), (Some(a), Some(s)) if a < s)
+        }),
+    );
+    out.push_opt("enforced_s", first_end(&event("enforcing")));
 }
 
 fn rr_metrics(rr: &Value, out: &mut Out) {
@@ -1182,6 +1261,45 @@ mod tests {
         let found: Vec<&Metric> = metrics.iter().filter(|m| m.name == name).collect();
         assert!(found.len() <= 1, "{name} appears {} times", found.len());
         found.first().map(|m| m.value)
+    }
+
+    /// SafeUDP's reaction times are the ends of the first intervals that
+    /// show a persistent notice, a lowered application rate, enforcement.
+    #[test]
+    fn dccp_drops_and_safeudp_reaction_times() {
+        let iv = |end: f64, persistent: u64, app: f64, enforcing: u64| {
+            serde_json::json!({"end_s": end, "dccp": {"safeudp": {
+                "app_rate_bps": app,
+                "events": {"persistent_network": persistent, "enforcing": enforcing}}}})
+        };
+        let doc = serde_json::json!({
+            "client": {"flows": [{
+                "role": "sender",
+                "total": {"dccp": {"dropped_by_ccid": 300}},
+                "intervals": [
+                    iv(0.5, 0, 16e6, 0),
+                    iv(1.0, 1, 16e6, 0),
+                    iv(1.5, 0, 8e6, 0),
+                    iv(2.0, 0, 8e6, 1),
+                ],
+            }]},
+            "server": {"flows": [{"role": "receiver", "total": {"dccp": {}}}]},
+        });
+        let mut out = Out::default();
+        dccp_metrics(&doc, &mut out);
+        let m = out.0;
+        assert_eq!(get(&m, "ccid_drops"), Some(300.0));
+        assert_eq!(get(&m, "notice_s"), Some(1.0));
+        assert_eq!(get(&m, "app_lowered_s"), Some(1.5));
+        assert_eq!(get(&m, "enforced_s"), Some(2.0));
+        // CCID 2 and 3: drops (0) but no SafeUDP times.
+        let doc = serde_json::json!({"client": {"flows": [{
+            "role": "sender", "total": {"dccp": {"dropped_by_ccid": 0}},
+            "intervals": [{"end_s": 1.0, "dccp": {}}]}]}});
+        let mut out = Out::default();
+        dccp_metrics(&doc, &mut out);
+        assert_eq!(get(&out.0, "ccid_drops"), Some(0.0));
+        assert_eq!(get(&out.0, "notice_s"), None);
     }
 
     /// The metric's value, to 1e-12 relative: serde_json's default float
