@@ -69,7 +69,6 @@ impl TransportModel for Dccp {
             || k.send_mode != SendMode::Copy
             || k.recv_mode != RecvMode::Copy
             || k.read_size.is_some()
-            || k.write_size.is_some()
             || k.rcvlowat.is_some()
         {
             return Err(SpecError::OptionsOnDccp);
