@@ -162,6 +162,17 @@ fn safeudp_fairness_quick_in_the_lab() {
     // plots of both have their series (CoDel is not in the quick scale).
     assert!(md.contains("@cbr stream -b 16M"), "{md}");
     assert!(md.contains("![CBR flow delivered, drop-tail]"), "{md}");
+    // SafeUDP's time to react is a stored metric: against 4 flows its
+    // notice comes within the 6 s (1-2.5 s in the hand runs).
+    let notice = md
+        .split("**SafeUDP: first persistent network congestion notice")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no notice table: {md}"));
+    let ignore_row = notice
+        .lines()
+        .find(|l| l.starts_with("| ignore |"))
+        .unwrap_or_else(|| panic!("no `ignore` row: {notice}"));
+    assert!(!ignore_row.contains('–'), "{ignore_row}");
     assert!(
         md.contains("![TCP throughput (all flows) beside the CBR flow, drop-tail]"),
         "{md}"
