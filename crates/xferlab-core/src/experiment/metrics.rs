@@ -78,7 +78,7 @@
 //! | `usb_in_latency_max_us` | us | USB: `total.latency.max_us` |
 //! | `ccid_drops` | count | DCCP: Σ over sender flows of `total.dccp.dropped_by_ccid` (SafeUDP enforcing) |
 //! | `notice_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.persistent_network` > 0 |
-//! | `app_lowered_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.app_rate_bps` is below the first interval's |
+//! | `app_lowered_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.app_rate_bps` is below `spec.knobs.rate` (the -b) |
 //! | `enforced_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.enforcing` > 0 |
 //! | `lab_valid` | bool | lab: `lab.accuracy.valid` |
 //! | `lab_c2s_loss_drops` | count | lab: `accuracy.c2s.counters.dropped_loss_segments` (`lab_s2c_*`: the s2c direction) |
@@ -771,6 +771,11 @@ fn tcp_rtt_metrics(doc: &Value, out: &mut Out) {
     out.push_opt("rtt_max_us", max);
 }
 
+/// An interval's SafeUDP section.
+fn safeudp(iv: &Value) -> Option<&Value> {
+    iv.get("dccp")?.get("safeudp").filter(|v| v.is_object())
+}
+
 /// DCCP senders' CCID drops and, for SafeUDP, when it reacted: the end
 /// of the first interval (of any sender flow) that shows each step.
 fn dccp_metrics(doc: &Value, out: &mut Out) {
@@ -791,36 +796,27 @@ fn dccp_metrics(doc: &Value, out: &mut Out) {
             .filter_map(|f| num(f, &["total", "dccp", "dropped_by_ccid"]))
             .sum(),
     );
-    let safeudp = |iv: &Value| {
-        iv.get("dccp")?
-            .get("safeudp")
-            .filter(|v| v.is_object())
-            .cloned()
-    };
-    let first_end = |pred: &dyn Fn(&Value, &[Value]) -> bool| {
+    let first_end = |pred: &dyn Fn(&Value) -> bool| {
         senders
             .iter()
             .filter_map(|f| {
-                let ivs = arr(f, "intervals");
-                ivs.iter()
-                    .find(|iv| safeudp(iv).is_some_and(|su| pred(&su, ivs)))
+                arr(f, "intervals")
+                    .iter()
+                    .find(|iv| safeudp(iv).is_some_and(pred))
                     .and_then(|iv| num(iv, &["end_s"]))
             })
             .reduce(f64::min)
     };
-    let event = |k: &'static str| {
-        move |su: &Value, _: &[Value]| num(su, &["events", k]).is_some_and(|n| n > 0.0)
-    };
+    let event =
+        |k: &'static str| move |su: &Value| num(su, &["events", k]).is_some_and(|n| n > 0.0);
     out.push_opt("notice_s", first_end(&event("persistent_network")));
-    out.push_opt(
-        "app_lowered_s",
-        first_end(&|su: &Value, ivs: &[Value]| {
-            let start = ivs
-                .iter()
-                .find_map(|iv| safeudp(iv).and_then(|s| num(&s, &["app_rate_bps"])));
-            matches!((num(su, &["app_rate_bps"]), start), (Some(a), Some(s)) if a < s)
-        }),
-    );
+    // Lowered: below the -b it started from (the spec's rate).
+    if let Some(offer) = num(doc, &["spec", "knobs", "rate"]) {
+        out.push_opt(
+            "app_lowered_s",
+            first_end(&|su: &Value| num(su, &["app_rate_bps"]).is_some_and(|a| a < offer)),
+        );
+    }
     out.push_opt("enforced_s", first_end(&event("enforcing")));
 }
 
@@ -1273,6 +1269,7 @@ mod tests {
                 "events": {"persistent_network": persistent, "enforcing": enforcing}}}})
         };
         let doc = serde_json::json!({
+            "spec": {"knobs": {"rate": 16e6}},
             "client": {"flows": [{
                 "role": "sender",
                 "total": {"dccp": {"dropped_by_ccid": 300}},
