@@ -240,23 +240,7 @@ fn tx_loop<F: Framing>(
             continue;
         }
         // Wait for a frame, at most until the open transfer's deadline.
-        let t = now();
-        let wait_ns = co
-            .poll_timeout()
-            .map(|d| d.as_nanos().saturating_sub(t.as_nanos()))
-            .unwrap_or(50_000_000)
-            .min(50_000_000);
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: wait_ns as libc::c_long,
-        };
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd and a timespec of ours.
-        unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        crate::usb::tap::wait_frame(fd, co.poll_timeout());
         // Read what is there; each read() is one frame.
         while in_flight < depth {
             let n = match tap.read(&mut frame) {

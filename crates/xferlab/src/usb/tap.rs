@@ -52,3 +52,26 @@ pub fn open_tap(name: &str) -> anyhow::Result<File> {
     }
     Ok(f)
 }
+
+/// Waits until the TAP `fd` has a frame, or until `due` (the coalescer's
+/// open transfer's deadline, on `clock::now()`'s time line) when sooner;
+/// never longer than 50 ms, so the caller's loop sees its stop flag.
+pub fn wait_frame(fd: std::os::fd::RawFd, due: Option<xferlab_core::time::Time>) {
+    const MAX_WAIT_NS: u64 = 50_000_000;
+    let now = crate::sys::clock::now();
+    let wait_ns = due
+        .map(|d| d.as_nanos().saturating_sub(now.as_nanos()))
+        .unwrap_or(MAX_WAIT_NS)
+        .min(MAX_WAIT_NS);
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: wait_ns as libc::c_long,
+    };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd and a timespec of ours.
+    unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+}
