@@ -30,6 +30,20 @@ fn json_block(s: &str) -> Value {
     serde_json::from_str(&out.join("\n")).unwrap_or_else(|e| panic!("no JSON ({e}) in: {s}"))
 }
 
+/// The client's flows' MB/s, summed; each flow must have moved data.
+fn client_mbps(stream: &Value, name: &str) -> f64 {
+    let mut mbps = 0.0;
+    for f in stream["client"]["flows"].as_array().unwrap() {
+        let t = &f["total"];
+        let m = t["bytes"].as_f64().unwrap()
+            / (t["end_s"].as_f64().unwrap() - t["start_s"].as_f64().unwrap())
+            / 1e6;
+        assert!(m > 0.0, "{name}: each flow moves data");
+        mbps += m;
+    }
+    mbps
+}
+
 /// `rx_bytes rx_packets tx_bytes tx_packets`.
 fn counters(s: &str, key: &str) -> [u64; 4] {
     let v: Vec<u64> = field(s, key)
@@ -253,15 +267,7 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             );
             let stream = json_block(s);
             assert_eq!(stream["status"], "ok", "{name}");
-            let mut mbps = 0.0;
-            for f in stream["client"]["flows"].as_array().unwrap() {
-                let t = &f["total"];
-                let m = t["bytes"].as_f64().unwrap()
-                    / (t["end_s"].as_f64().unwrap() - t["start_s"].as_f64().unwrap())
-                    / 1e6;
-                assert!(m > 0.0, "{name}: each flow moves data");
-                mbps += m;
-            }
+            let mbps = client_mbps(&stream, &name);
             let mon = json_block(section(&r.out, &format!("{name}-mon")));
             let out = &mon["usbmon"]["host_out"]["total"];
             assert_eq!(out["undecoded"], 0, "{name}: {out}");
@@ -316,15 +322,7 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             assert_eq!(field(s, "rc"), Some("0"), "{name}: TCP across: {s}");
             let stream = json_block(s);
             assert_eq!(stream["status"], "ok", "{name}");
-            let mut mbps = 0.0;
-            for f in stream["client"]["flows"].as_array().unwrap() {
-                let t = &f["total"];
-                let m = t["bytes"].as_f64().unwrap()
-                    / (t["end_s"].as_f64().unwrap() - t["start_s"].as_f64().unwrap())
-                    / 1e6;
-                assert!(m > 0.0, "{name}: each flow moves data");
-                mbps += m;
-            }
+            let mbps = client_mbps(&stream, &name);
             let mon = json_block(section(&r.out, &format!("{name}-mon")));
             // IN is what the gadget sent: the frames-per-transfer limit holds.
             let inn = &mon["usbmon"]["host_in"]["total"];
