@@ -71,7 +71,7 @@ net_link_up() {   # CLASS [QMULT] [MTU]
     # The link is up when the host reaches the gadget end.
     n=0
     while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
-        n=$((n+1)); [ $n -gt 30 ] && { echo "net_link_up $1: no ping across"; dmesg | tail -n 15; return 1; }
+        n=$((n+1)); [ $n -gt 30 ] && { echo "net_link_up $1: no ping across"; net_diag; return 1; }
     done
     # nsenter execs the command: $! is the server itself, not a subshell.
     nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
@@ -81,6 +81,19 @@ net_link_up() {   # CLASS [QMULT] [MTU]
         sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
     done
     return 0
+}
+
+# What a link that does not pass a ping looks like: both ends' flags (carrier),
+# counters, addresses and neighbours, the USB interfaces' altsettings and
+# drivers, the kernel's last words.
+net_diag() {
+    echo "gadget end ($GIF):"; ns_g ip -s link show $GIF; ns_g ip addr show $GIF; ns_g ip neigh
+    echo "host end ($HIF):"; ns_h ip -s link show $HIF; ns_h ip addr show $HIF; ns_h ip neigh
+    echo "root namespace: $(ip -br link | tr '\n' ';')"
+    for d in /sys/bus/usb/devices/*:*; do
+        echo "$(basename $d) class=$(cat $d/bInterfaceClass) alt=$(cat $d/bAlternateSetting) driver=$(basename "$(readlink $d/driver)")"
+    done
+    dmesg | tail -n 15
 }
 
 # `IF rx_bytes rx_packets tx_bytes tx_packets` from the namespace's /proc/net/dev.

@@ -41,11 +41,29 @@ pub struct Topology {
     pub realtime: bool,
     /// Microseconds busy-waited before each departure instead of sleeping.
     pub spin_us: u64,
+    /// The spin was derived from `timer_wakeup` (`--spin-us auto`).
+    #[serde(default)]
+    pub spin_auto: bool,
+    /// How late this machine's timer wake-ups came at lab start, under the
+    /// forwarders' scheduling; absent in results from before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timer_wakeup: Option<TimerWakeup>,
     /// Packet buffers per direction.
     pub buffers: u64,
     /// Where the forwarded packets were captured, if asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcap: Option<String>,
+}
+
+/// Overshoot of short timed sleeps (ppoll with no descriptors), measured
+/// on a thread tuned as the forwarders are.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct TimerWakeup {
+    pub samples: u32,
+    /// The sleep asked for each sample.
+    pub sleep_us: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

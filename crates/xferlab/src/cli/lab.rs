@@ -165,16 +165,19 @@ pub struct LabArgs {
     #[arg(long, help_heading = "Emulator")]
     pub no_realtime: bool,
     /// Busy-wait the last microseconds before a departure instead of
-    /// sleeping (timer wake-ups come ~20-80 us late). On a busy 2-core
-    /// machine this trades the median for the tail (measured at 100M:
-    /// p50 24 -> 1 us, p99 ~100 us -> several ms), so the default is 0.
+    /// sleeping: a number, 0 (never), or `auto`, the p99 lateness of this
+    /// machine's timer wake-ups measured at start (~55 ms; 10-50 us on
+    /// bare metal, 70-140 us seen on a nested VM), at most 200 us. Each
+    /// forwarder spins at most a quarter of its time, so on a busy 2-core
+    /// machine spinning cannot starve the hosts' own threads.
     #[arg(
         long,
-        value_name = "US",
-        default_value_t = 0,
+        value_name = "US|auto",
+        default_value = "auto",
+        value_parser = parse_spin,
         help_heading = "Emulator"
     )]
-    pub spin_us: u64,
+    pub spin_us: Spin,
     /// Skip the RTT probe before the test.
     #[arg(long, help_heading = "Emulator")]
     pub no_probe: bool,
@@ -842,6 +845,22 @@ fn on_off(s: OnOff) -> &'static str {
     }
 }
 
+/// `--spin-us`: a fixed busy-wait, or one derived from the machine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spin {
+    Auto,
+    Us(u64),
+}
+
+fn parse_spin(s: &str) -> Result<Spin, String> {
+    if s == "auto" {
+        return Ok(Spin::Auto);
+    }
+    s.parse()
+        .map(Spin::Us)
+        .map_err(|_| format!("'{s}' is neither a number of microseconds nor 'auto'"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -858,6 +877,17 @@ mod tests {
         let mut v = vec!["lab"];
         v.extend_from_slice(args);
         Wrap::try_parse_from(v).unwrap().lab
+    }
+
+    #[test]
+    fn spin_is_auto_unless_given() {
+        assert_eq!(parse(&["stream"]).spin_us, Spin::Auto);
+        assert_eq!(parse(&["--spin-us", "0", "stream"]).spin_us, Spin::Us(0));
+        let Err(e) = Wrap::try_parse_from(["lab", "--spin-us", "soon", "stream"]) else {
+            panic!("--spin-us soon was taken");
+        };
+        let e = e.to_string();
+        assert!(e.contains("neither a number of microseconds nor 'auto'"), "{e}");
     }
 
     #[test]

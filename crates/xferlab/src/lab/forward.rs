@@ -27,6 +27,50 @@ const READ_BURST: usize = 64;
 /// How long a stopping forwarder keeps delivering what is in flight.
 const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 
+/// Each forwarder busy-waits at most 1/[`SPIN_SHARE_DIV`] of each window
+/// of this length (counted from the first spin to the next sleep): with
+/// no limit, at 100 Mbit/s (a departure every 120 us) a spin of ~100 us
+/// never slept, and two spinning forwarders at SCHED_FIFO took both CPUs
+/// of a 2-core machine from the hosts' threads (departure p99 ~100 us ->
+/// several ms). A quarter each leaves them at least half the machine.
+const SPIN_WINDOW_NS: u64 = 10_000_000;
+const SPIN_SHARE_DIV: u64 = 4;
+
+/// The busy-wait allowance: whether to spin now, and the time spun.
+#[derive(Default)]
+struct SpinBudget {
+    window_start: u64,
+    spun: u64,
+    since: Option<u64>,
+}
+
+impl SpinBudget {
+    /// Whether to spin at `now` (ns), counting a spin started earlier.
+    fn spin(&mut self, now: u64) -> bool {
+        if now >= self.window_start + SPIN_WINDOW_NS {
+            self.window_start = now;
+            self.spun = 0;
+            if self.since.is_some() {
+                self.since = Some(now);
+            }
+        }
+        let ongoing = self.since.map_or(0, |s| now.saturating_sub(s));
+        if self.spun + ongoing >= SPIN_WINDOW_NS / SPIN_SHARE_DIV {
+            self.stop(now);
+            return false;
+        }
+        self.since.get_or_insert(now);
+        true
+    }
+
+    /// The thread goes to sleep at `now`.
+    fn stop(&mut self, now: u64) {
+        if let Some(s) = self.since.take() {
+            self.spun += now.saturating_sub(s);
+        }
+    }
+}
+
 /// No output for this host id.
 pub const NO_ROUTE: u8 = u8::MAX;
 
@@ -77,7 +121,7 @@ fn lab_time(epoch: Instant) -> Time {
 
 /// Timer slack 1 ns (default slack adds ~50 us to every wake-up) and,
 /// when permitted, SCHED_FIFO. Returns whether SCHED_FIFO took.
-fn tune_thread(realtime: bool) -> bool {
+pub(super) fn tune_thread(realtime: bool) -> bool {
     crate::sys::affinity::tighten_timer_slack();
     if realtime {
         let p = libc::sched_param { sched_priority: 10 };
@@ -127,11 +171,17 @@ impl Forwarder {
         let mut next_input = 0usize;
         let mut flush_deadline: Option<Time> = None;
         let next_due = |hops: &[Link]| hops.iter().filter_map(Link::next_due).min();
+        let mut spin = SpinBudget::default();
         loop {
             // Departures hop by hop: one leaving hop k arrives at hop k+1
-            // at the same instant (and may leave it at once when that hop
-            // is unshaped). A fresh clock per departure: the lateness
-            // recorded is that of the write about to happen.
+            // at the instant it was due to leave, not when this thread got
+            // round to it (and may leave it at once when that hop is
+            // unshaped). Arriving at "now" added each hop's wake-up
+            // lateness to the next hop's schedule: over 3 hops the probe's
+            // RTT on an idle path sat 1.1 ms above the configured 20 ms on
+            // a machine whose timer wake-ups come ~30-120 us late. A
+            // fresh clock per departure: the lateness recorded is that of
+            // the write about to happen.
             for k in 0..=last {
                 loop {
                     let now = lab_time(self.epoch);
@@ -147,7 +197,8 @@ impl Forwarder {
                         // The queue discipline dropped it at dequeue.
                     } else if k < last {
                         let info = infos[t];
-                        if let Arrival::Queued { mark_ce } = hops[k + 1].arrive(now, &info, d.token)
+                        if let Arrival::Queued { mark_ce } =
+                            hops[k + 1].arrive(d.due, &info, d.token)
                         {
                             refs[t] += 1;
                             if mark_ce {
@@ -260,13 +311,19 @@ impl Forwarder {
             if wait == 0 {
                 continue;
             }
-            if wait <= self.spin_ns {
+            let wait = if wait <= self.spin_ns {
                 // Close to a departure: a timer would wake us tens of
-                // microseconds late; check the input and the clock instead.
-                std::hint::spin_loop();
-                continue;
-            }
-            let wait = wait - self.spin_ns;
+                // microseconds late; check the input and the clock instead,
+                // while the budget lasts (then sleep, and be late).
+                if spin.spin(now.as_nanos()) {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                wait
+            } else {
+                wait - self.spin_ns
+            };
+            spin.stop(now.as_nanos());
             let ts = Timespec {
                 tv_sec: (wait / 1_000_000_000) as _,
                 tv_nsec: (wait % 1_000_000_000) as _,
@@ -305,5 +362,32 @@ impl Forwarder {
             abandoned,
             pcap_error,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spin_budget_is_a_quarter_of_each_window() {
+        let mut b = SpinBudget::default();
+        let q = SPIN_WINDOW_NS / SPIN_SHARE_DIV;
+        // One long spin: allowed until a quarter of the window is used.
+        assert!(b.spin(0));
+        assert!(b.spin(q - 1));
+        assert!(!b.spin(q), "the quarter is used");
+        assert!(!b.spin(q + 1000));
+        // The next window starts afresh.
+        assert!(b.spin(SPIN_WINDOW_NS));
+        b.stop(SPIN_WINDOW_NS + 1000);
+        // Short spins add up; sleeping between them does not count.
+        for k in 0..q / 1000 - 1 {
+            let t = SPIN_WINDOW_NS + 10_000 + k * 2000;
+            assert!(b.spin(t), "spin {k}");
+            b.stop(t + 1000);
+        }
+        assert_eq!(b.spun, q);
+        assert!(!b.spin(2 * SPIN_WINDOW_NS - 1), "{} ns spun", b.spun);
     }
 }

@@ -13,6 +13,7 @@ mod pcap;
 mod probe;
 mod report;
 mod tun;
+mod wakeup;
 
 use anyhow::{anyhow, bail, Context};
 use std::fs::File;
@@ -29,7 +30,7 @@ use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
-use crate::cli::lab::{CheckedLab, HostTest, LabArgs, LabArgsError, Program};
+use crate::cli::lab::{CheckedLab, HostTest, LabArgs, LabArgsError, Program, Spin};
 use crate::cli::lab_topology::HostSpec;
 use crate::output::Format;
 use crate::sys;
@@ -150,7 +151,7 @@ struct Plan {
     /// emulator (the kernel default 500 silently dropped bursts).
     txqueuelen: u32,
     realtime: bool,
-    spin_us: u64,
+    spin: Spin,
     probe: bool,
     allow_invalid: bool,
     /// A router namespace between the emulated link and the server.
@@ -207,7 +208,7 @@ impl Plan {
             buffers,
             txqueuelen: a.txqueuelen,
             realtime: !a.no_realtime,
-            spin_us: a.spin_us,
+            spin: a.spin_us,
             probe: !a.no_probe,
             allow_invalid: a.allow_invalid,
             router: a.router,
@@ -548,6 +549,7 @@ impl Lab {
         leg: Leg,
         plan: &Plan,
         epoch: (Instant, u64),
+        spin_ns: u64,
     ) -> anyhow::Result<()> {
         let Leg {
             name,
@@ -583,7 +585,7 @@ impl Lab {
             },
             pcap,
             realtime: plan.realtime,
-            spin_ns: plan.spin_us * 1000,
+            spin_ns,
             epoch: epoch.0,
             epoch_unix_ns: epoch.1,
             stop: self.stop.clone(),
@@ -609,6 +611,21 @@ impl Lab {
             print_hosts(&hosts, plan);
         }
         let before = self.snapshots()?;
+
+        // The forwarders' busy-wait: given, or from this machine's timer.
+        let timer = wakeup::calibrate(plan.realtime);
+        let spin = match plan.spin {
+            Spin::Us(us) => report::SpinChoice {
+                us,
+                auto: false,
+                timer,
+            },
+            Spin::Auto => report::SpinChoice {
+                us: wakeup::auto_spin_us(&timer),
+                auto: true,
+                timer,
+            },
+        };
 
         // Forwarders: c2s reads the client hosts' devices and writes the
         // far end's, s2c the reverse; each carries every hop in series.
@@ -653,7 +670,7 @@ impl Lab {
                 hops,
                 pcap,
             };
-            self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
+            self.start_forwarder(leg, plan, (epoch, epoch_unix_ns), spin.us * 1000)?;
         }
         if let Some((r, sv)) = wiring.router_hop {
             // The router's plain hop to the server.
@@ -666,7 +683,7 @@ impl Lab {
                     hops: vec![LinkConfig::default()],
                     pcap: None,
                 };
-                self.start_forwarder(leg, plan, (epoch, epoch_unix_ns))?;
+                self.start_forwarder(leg, plan, (epoch, epoch_unix_ns), spin.us * 1000)?;
             }
         }
 
@@ -797,7 +814,15 @@ impl Lab {
         let after = self.snapshots()?;
         stop_children(&mut self.children);
 
-        let report = report::assemble(plan, hosts, &reports, &wiring, (&before, &after), probe);
+        let report = report::assemble(
+            plan,
+            hosts,
+            &reports,
+            &wiring,
+            (&before, &after),
+            probe,
+            spin,
+        );
         let invalid = !report.accuracy.valid;
         if plan.single {
             report::emit(plan, &report, &texts[0])?;

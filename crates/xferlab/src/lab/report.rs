@@ -9,7 +9,7 @@ use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::link::config::{EcnMarking, LossModel, Qdisc, QueueLimit};
 use xferlab_core::link::report::{
     judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, HopLink, LabHost, LabReport,
-    RttProbe, Targets, Topology, UnintendedDrops,
+    RttProbe, Targets, TimerWakeup, Topology, UnintendedDrops,
 };
 use xferlab_core::link::stats::DirectionReport;
 use xferlab_core::link::LinkConfig;
@@ -18,6 +18,13 @@ use super::forward::ForwardReport;
 use super::{Plan, Wiring};
 use crate::cli::lab::HostTest;
 use crate::output::Format;
+
+/// The forwarders' busy-wait and the timer measurement behind it.
+pub(super) struct SpinChoice {
+    pub us: u64,
+    pub auto: bool,
+    pub timer: TimerWakeup,
+}
 
 /// How far the probe's median RTT may sit from the configured one.
 const RTT_TOLERANCE_US: f64 = 1000.0;
@@ -35,6 +42,7 @@ pub(super) fn assemble(
     w: &Wiring,
     (before, after): (&Vec<CounterSnapshot>, &Vec<CounterSnapshot>),
     rtt_probe: Option<RttProbe>,
+    spin: SpinChoice,
 ) -> LabReport {
     // Snapshots are per port (TUN device): counters of its namespace and
     // its device.
@@ -190,7 +198,9 @@ pub(super) fn assemble(
             hosts,
             offload: plan.offload,
             realtime: fwd.iter().all(|f| f.realtime),
-            spin_us: plan.spin_us,
+            spin_us: spin.us,
+            spin_auto: spin.auto,
+            timer_wakeup: Some(spin.timer),
             buffers: plan.buffers as u64,
             pcap: plan.pcap.as_ref().map(|p| p.display().to_string()),
         },
@@ -441,10 +451,19 @@ fn human(lab: &LabReport) -> String {
     }
     s.pop();
     s += &format!(
-        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us, {} buffers per direction\n",
+        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us{}, {} buffers per direction\n",
         on(lab.topology.offload),
         on(lab.topology.realtime),
         lab.topology.spin_us,
+        match (&lab.topology.timer_wakeup, lab.topology.spin_auto) {
+            (Some(w), auto) => format!(
+                " ({}timer wake-ups p50 {:.0} us p99 {:.0} us late)",
+                if auto { "auto: " } else { "" },
+                w.p50_us,
+                w.p99_us
+            ),
+            (None, _) => String::new(),
+        },
         lab.topology.buffers
     );
     for (name, cfg, a) in [
