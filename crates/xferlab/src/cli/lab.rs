@@ -887,7 +887,10 @@ mod tests {
             panic!("--spin-us soon was taken");
         };
         let e = e.to_string();
-        assert!(e.contains("neither a number of microseconds nor 'auto'"), "{e}");
+        assert!(
+            e.contains("neither a number of microseconds nor 'auto'"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -198,54 +198,82 @@ pub(super) fn listen(spec: &TestSpec, local: IpAddr, wait: AttachWait) -> Result
     Ok(vec![port; flows])
 }
 
+/// Connections accepted but not yet attached, at most this many beyond the
+/// flows still missing: a peer that connects and stays silent holds one
+/// place until newer connections push it out or the setup deadline
+/// passes; it cannot keep the session's own flows from attaching (a
+/// blocking read of its first message did, until the deadline).
+const EXTRA_PENDING: usize = 4;
+
 fn serve(listener: &Socket, knobs: &Knobs, flows: usize, wait: &AttachWait) {
     let mut attached = vec![false; flows];
+    let mut pending: std::collections::VecDeque<Socket> = std::collections::VecDeque::new();
     let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
     while attached.iter().any(|a| !a) {
         let Some(left) = wait.left().and_then(|l| Timespec::try_from(l).ok()) else {
             return;
         };
-        let mut fds = [
-            PollFd::new(listener, PollFlags::IN),
-            PollFd::new(&wait.end, PollFlags::IN),
-        ];
+        let mut fds: Vec<PollFd> = [listener.as_fd(), wait.end.as_fd()]
+            .into_iter()
+            .chain(pending.iter().map(|c| c.as_fd()))
+            .map(|fd| PollFd::from_borrowed_fd(fd, PollFlags::IN))
+            .collect();
         if !poll(&mut fds, Some(&left)).is_ok_and(|n| n > 0) {
             continue;
         }
         if !fds[1].revents().is_empty() {
             return;
         }
-        let Ok((conn, from)) = listener.accept() else {
-            continue;
-        };
-        let from = from.as_socket().map(crate::net::canonical);
-        if !from.is_some_and(|f| wait.any_peer || f.ip() == wait.peer.ip()) {
-            tracing::debug!(?from, peer = %wait.peer, "DCCP connection from another address than the control connection's; closed");
+        let listener_ready = !fds[0].revents().is_empty();
+        let ready: Vec<bool> = fds[2..].iter().map(|f| !f.revents().is_empty()).collect();
+        drop(fds);
+        // The first message of each connection that has spoken: the
+        // attach record (the client sends it right after the handshake),
+        // or the connection is closed.
+        let mut k = 0;
+        for speaks in ready {
+            if !speaks {
+                k += 1;
+                continue;
+            }
+            let conn = pending.remove(k).expect("one place per descriptor");
+            let flow = match (&conn).read(&mut buf) {
+                Ok(n) => wait.flow_of(&buf[..n]),
+                Err(_) => None,
+            };
+            let Some(slot) = flow.and_then(|f| attached.get_mut(f as usize).filter(|a| !**a))
+            else {
+                continue;
+            };
+            conn.set_nonblocking(false).ok();
+            if prepare(&conn, knobs).is_err() || conn.send(&[AttachReply::Ok as u8]).is_err() {
+                continue;
+            }
+            *slot = true;
+            let flow = flow.expect("a slot implies a flow");
+            let sock = FlowSocket::Datagram(as_datagram(conn));
+            if wait.tx.send(Wake::Attach(flow, sock)).is_err() {
+                return;
+            }
+        }
+        if !listener_ready {
             continue;
         }
-        // The attach record is the connection's first message; the
-        // client sends it right after the handshake.
-        conn.set_nonblocking(false).ok();
-        let Some(left) = wait.left() else { return };
-        conn.set_read_timeout(Some(left)).ok();
-        let n = match (&conn).read(&mut buf) {
-            Ok(n) => n,
-            Err(_) => continue,
-        };
-        let Some(flow) = wait.flow_of(&buf[..n]) else {
-            continue;
-        };
-        let Some(slot) = attached.get_mut(flow as usize).filter(|a| !**a) else {
-            continue;
-        };
-        conn.set_read_timeout(None).ok();
-        if prepare(&conn, knobs).is_err() || conn.send(&[AttachReply::Ok as u8]).is_err() {
-            continue;
-        }
-        *slot = true;
-        let sock = FlowSocket::Datagram(as_datagram(conn));
-        if wait.tx.send(Wake::Attach(flow, sock)).is_err() {
-            return;
+        while let Ok((conn, from)) = listener.accept() {
+            let from = from.as_socket().map(crate::net::canonical);
+            if !from.is_some_and(|f| wait.any_peer || f.ip() == wait.peer.ip()) {
+                tracing::debug!(?from, peer = %wait.peer, "DCCP connection from another address than the control connection's; closed");
+                continue;
+            }
+            conn.set_nonblocking(true).ok();
+            let missing = attached.iter().filter(|a| !**a).count();
+            if pending.len() >= missing + EXTRA_PENDING {
+                tracing::debug!(
+                    "DCCP connection silent since it was accepted; closed for a newer one"
+                );
+                pending.pop_front();
+            }
+            pending.push_back(conn);
         }
     }
 }
@@ -451,6 +479,52 @@ pub(super) fn read(socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `serve` over TCP on loopback (accept and a first message behave as
+    /// DCCP's; this host has no DCCP): more silent connections than it
+    /// keeps places for, then the flow's own, which must attach at once.
+    #[test]
+    fn silent_connections_do_not_keep_a_flow_from_attaching() {
+        use std::io::Write;
+        use std::net::TcpStream;
+        use xferlab_core::proto::wire::{Attach, ConnKind, Preamble};
+        let l = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        l.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+            .unwrap();
+        l.listen(64).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let addr = l.local_addr().unwrap().as_socket().unwrap();
+        let (_end, end) = crate::session::end::session_end().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let token = [7u8; xferlab_core::proto::wire::TOKEN_LEN];
+        let wait = AttachWait {
+            token,
+            peer: SocketAddr::from(([127, 0, 0, 1], 1)),
+            any_peer: false,
+            tx,
+            end,
+            deadline: clock::now() + Duration::from_secs(20),
+        };
+        std::thread::spawn(move || serve(&l, &Knobs::default(), 1, &wait));
+        let silent: Vec<TcpStream> = (0..2 + EXTRA_PENDING)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let mut wrong = TcpStream::connect(addr).unwrap();
+        wrong.write_all(b"not an attach record").unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
+        hello.extend_from_slice(&Attach { token, flow: 0 }.encode());
+        c.write_all(&hello).unwrap();
+        match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Wake::Attach(0, _)) => {}
+            Ok(_) => panic!("another wake than flow 0's attach"),
+            Err(e) => panic!("flow 0 did not attach within 5 s beside silent connections: {e}"),
+        }
+        let mut reply = [0u8; 1];
+        c.read_exact(&mut reply).unwrap();
+        assert_eq!(reply[0], AttachReply::Ok as u8);
+        drop(silent);
+    }
 
     /// The layout the kernel copies out (include/uapi/linux/tfrc.h: two
     /// u64 then five u32, 36 bytes, padded to 40).
