@@ -129,6 +129,34 @@ fn assert_not_blank(svg: &str, path: &Path) {
     );
 }
 
+/// Every committed scenario, also those too long or too big for CI, is
+/// checked as `xferlab run` checks it before anything runs (every point's
+/// command line parsed, every knob found), at full and quick scale.
+#[test]
+fn every_committed_scenario_plans_at_both_scales() {
+    let dir = labvm_support::repo_root().join("scenarios");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for path in &names {
+        let p = path.to_str().unwrap();
+        for quick in [false, true] {
+            let mut args = vec!["run", p, "--dry-run"];
+            if quick {
+                args.push("--quick");
+            }
+            let out = run(&args, Duration::from_secs(20));
+            assert_eq!(out.code, Some(0), "{}", out.describe());
+            assert!(out.stdout.contains(" runs ("), "{}", out.describe());
+        }
+    }
+}
+
 #[test]
 fn udpmon_quick() {
     let _g = common::one_at_a_time();

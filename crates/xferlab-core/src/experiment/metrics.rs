@@ -40,6 +40,11 @@
 //! | `cpu_client_pct` | % | `client.cpu.percent` |
 //! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
 //! | `load_cpu_pct` | % | `--load`: mean over `load.workers` of `cpu_percent` (any schema) |
+//! | `usb_in_bps` | bit/s | `--usbmon` (any schema): `usbmon.host_in.total.mbytes_per_second` (USB payload, framing included) |
+//! | `usb_out_bps` | bit/s | `--usbmon`: `usbmon.host_out.total.mbytes_per_second` |
+//! | `usb_bus_pct` | % | `--usbmon`: Σ of both directions' `total.bus_percent` (of the high-speed bulk capacity) |
+//! | `usb_in_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_in.total.frames_per_transfer` (decoded transfers) |
+//! | `usb_out_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_out.total.frames_per_transfer` |
 //! | `loss_fraction` | fraction | UDP: Σ `udp.lost` / Σ `udp.sent` over directions whose receiver reported (tail loss included) |
 //! | `lost` | count | UDP: Σ `udp.lost`, same directions |
 //! | `host_drops` | count | UDP: Σ `udp.host_drops`, same directions |
@@ -182,6 +187,31 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "load_cpu_pct",
         PERCENT,
         "background load, mean CPU per worker, % of one core",
+    ),
+    (
+        "usb_in_bps",
+        BPS,
+        "USB payload device to host (usbmon, framing included)",
+    ),
+    (
+        "usb_out_bps",
+        BPS,
+        "USB payload host to device (usbmon, framing included)",
+    ),
+    (
+        "usb_bus_pct",
+        PERCENT,
+        "USB bus used, both directions, % of high-speed bulk capacity",
+    ),
+    (
+        "usb_in_frames_per_transfer",
+        COUNT,
+        "Ethernet frames per USB transfer, device to host (mean)",
+    ),
+    (
+        "usb_out_frames_per_transfer",
+        COUNT,
+        "Ethernet frames per USB transfer, host to device (mean)",
     ),
     ("loss_fraction", FRACTION, "UDP datagrams lost / sent"),
     ("lost", COUNT, "UDP datagrams lost"),
@@ -624,6 +654,9 @@ pub fn extract(doc: &Value) -> Vec<Metric> {
     if !load.is_empty() {
         out.push("load_cpu_pct", load.iter().sum::<f64>() / load.len() as f64);
     }
+    if let Some(mon) = doc.get("usbmon") {
+        usbmon_metrics(mon, &mut out);
+    }
     if let Some(lab) = doc.get("lab") {
         lab_metrics(lab, &mut out);
     }
@@ -910,6 +943,34 @@ fn usb_model_metrics(doc: &Value, out: &mut Out) {
             &format!("usb_{dir}_transfers_per_second"),
             num(pipe, &["transfers_per_s"]),
         );
+    }
+}
+
+/// `--usbmon`'s bus figures beside any verb's result.
+fn usbmon_metrics(mon: &Value, out: &mut Out) {
+    let total = |dir: &str| mon.get(dir).and_then(|d| d.get("total"));
+    let (i, o) = (total("host_in"), total("host_out"));
+    for (name, t) in [("usb_in_bps", i), ("usb_out_bps", o)] {
+        if let Some(v) = t.and_then(|t| num(t, &["mbytes_per_second"])) {
+            out.push(name, v * 8e6);
+        }
+    }
+    let pct: Vec<f64> = [i, o]
+        .iter()
+        .filter_map(|t| t.and_then(|t| num(t, &["bus_percent"])))
+        .collect();
+    if !pct.is_empty() {
+        out.push("usb_bus_pct", pct.iter().sum());
+    }
+    if mon.get("encap").is_some_and(|e| !e.is_null()) {
+        for (name, t) in [
+            ("usb_in_frames_per_transfer", i),
+            ("usb_out_frames_per_transfer", o),
+        ] {
+            if let Some(v) = t.and_then(|t| num(t, &["frames_per_transfer"])) {
+                out.push(name, v);
+            }
+        }
     }
 }
 
@@ -1591,6 +1652,32 @@ mod tests {
         has(&m, "step0.jitter_us", 5.556531796935184);
         assert_eq!(get(&m, "step0.spacing_us"), None);
         assert_eq!(get(&m, "step3.size"), None);
+    }
+
+    #[test]
+    fn usbmon_beside_a_result_gives_the_bus_figures() {
+        let doc = serde_json::json!({
+            "schema": "xferlab.result/2",
+            "status": "ok",
+            "summary": {"directions": []},
+            "usbmon": {
+                "encap": "ncm",
+                "host_in": {"total": {"mbytes_per_second": 2.5, "bus_percent": 4.7, "frames_per_transfer": 3.5}},
+                "host_out": {"total": {"mbytes_per_second": 0.5, "bus_percent": 0.9, "frames_per_transfer": 1.0}}
+            }
+        });
+        let m = extract(&doc);
+        has(&m, "usb_in_bps", 20e6);
+        has(&m, "usb_out_bps", 4e6);
+        has(&m, "usb_bus_pct", 5.6);
+        has(&m, "usb_in_frames_per_transfer", 3.5);
+        has(&m, "usb_out_frames_per_transfer", 1.0);
+        // Without a framing there are no frames to count.
+        let mut bare = doc.clone();
+        bare["usbmon"]["encap"] = serde_json::Value::Null;
+        assert!(!extract(&bare)
+            .iter()
+            .any(|x| x.name.ends_with("frames_per_transfer")));
     }
 
     #[test]

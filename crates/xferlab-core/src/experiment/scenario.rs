@@ -244,6 +244,10 @@ pub struct VmSetup {
     /// Limit for the whole batch, seconds (default 1800).
     #[serde(default)]
     pub timeout: Option<u64>,
+    /// Guest CPUs (default 1): 2 gives a reader such as `--usbmon` a CPU
+    /// of its own beside the link it watches.
+    #[serde(default)]
+    pub smp: Option<u32>,
 }
 
 /// One table of the default report.

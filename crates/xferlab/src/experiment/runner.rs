@@ -458,6 +458,7 @@ fn run_vm(
         add,
         setup: s.vm.setup.clone(),
         timeout_s: s.vm.timeout.unwrap_or(1800),
+        smp: s.vm.smp,
     };
     let jobs: Vec<vm::Job> = pending
         .iter()

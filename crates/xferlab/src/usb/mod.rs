@@ -9,7 +9,7 @@ mod cbr;
 mod device;
 mod engine;
 mod gadget;
-mod mon;
+pub mod mon;
 mod net;
 mod tap;
 
