@@ -1,5 +1,17 @@
 //! `xferlab`: a transport-performance lab (see README.md and docs/design.md).
 
+/// `println!` for a command's own output on stdout that never panics: a
+/// reader gone away (`xferlab run --dry-run | head -2`) drops the rest of
+/// the output and the command goes on to its end and its cleanup. std's
+/// `println!` panics there, because Rust ignores SIGPIPE (and the data path
+/// needs it ignored: a write to a closed peer must be an error, not death).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod cli;
 mod control;
 mod driver;
@@ -336,10 +348,10 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         .map(|a| a.to_string())
         .unwrap_or_default();
     match server.iperf3_addr() {
-        Some(i) => println!(
+        Some(i) => outln!(
             "xferlab server listening on {addr} (control protocol v{VERSION}) and {i} (iperf3); both ports serve both protocols"
         ),
-        None => println!("xferlab server listening on {addr} (control protocol v{VERSION})"),
+        None => outln!("xferlab server listening on {addr} (control protocol v{VERSION})"),
     }
     io::stdout().flush().ok();
     server.run();

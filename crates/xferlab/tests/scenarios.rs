@@ -157,6 +157,26 @@ fn every_committed_scenario_plans_at_both_scales() {
     }
 }
 
+/// A reader that goes away (`xferlab run ... --dry-run | head -1`) ends
+/// the output, not the program with a panic.
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    use std::process::{Command, Stdio};
+    let path = scenario("usb-net-kernel");
+    let mut child = Command::new(common::BIN)
+        .args(["run", path.to_str().unwrap(), "--dry-run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the plan is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
 #[test]
 fn udpmon_quick() {
     let _g = common::one_at_a_time();

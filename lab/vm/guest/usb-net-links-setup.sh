@@ -10,7 +10,8 @@
 #   eem: server 169.254.12.1, host 169.254.12.2, usbmon 2.2,eem
 #   ncm: server 169.254.13.1, host 169.254.13.2, usbmon 3.2,ncm
 # Pack: --extra-modules dummy_hcd,libcomposite,usb_f_ecm,usb_f_eem,usb_f_ncm,
-#   cdc_ether,cdc_eem,cdc_ncm,usbmon. Needs usb.sh and usb-net.sh beside it.
+#   cdc_ether,cdc_eem,cdc_ncm,usbmon,tun (net_modules loads tun too). Needs usb.sh
+#   and usb-net.sh beside it.
 # Exits non-zero, naming the link, when one does not pass a ping.
 here=$(dirname "$0")
 . "$here/usb.sh" || exit 1

@@ -40,9 +40,9 @@
 //! | `cpu_client_pct` | % | `client.cpu.percent` |
 //! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
 //! | `load_cpu_pct` | % | `--load`: mean over `load.workers` of `cpu_percent` (any schema) |
-//! | `usb_in_bps` | bit/s | `--usbmon` (any schema): `usbmon.host_in.total.mbytes_per_second` (USB payload, framing included) |
-//! | `usb_out_bps` | bit/s | `--usbmon`: `usbmon.host_out.total.mbytes_per_second` |
-//! | `usb_bus_pct` | % | `--usbmon`: Σ of both directions' `total.bus_percent` (of the high-speed bulk capacity) |
+//! | `usb_in_bps` | bit/s | `--usbmon` (any schema): `usbmon.host_in.total.bytes` (USB payload, framing included) over the result's measured seconds (the longest direction's); usbmon's own window (`mbytes_per_second`, which brackets the test) for other documents |
+//! | `usb_out_bps` | bit/s | `--usbmon`: `usbmon.host_out.total.bytes`, the same way |
+//! | `usb_bus_pct` | % | `--usbmon`: `usb_in_bps` + `usb_out_bps` against `usbmon.capacity_bytes_per_second` (the high-speed bulk capacity) |
 //! | `usb_in_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_in.total.frames_per_transfer` (decoded transfers) |
 //! | `usb_out_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_out.total.frames_per_transfer` |
 //! | `loss_fraction` | fraction | UDP: Σ `udp.lost` / Σ `udp.sent` over directions whose receiver reported (tail loss included) |
@@ -655,7 +655,14 @@ pub fn extract(doc: &Value) -> Vec<Metric> {
         out.push("load_cpu_pct", load.iter().sum::<f64>() / load.len() as f64);
     }
     if let Some(mon) = doc.get("usbmon") {
-        usbmon_metrics(mon, &mut out);
+        // A result's own measured seconds: usbmon's window brackets the
+        // test (setup and drain), so its rates read low.
+        let window = arr(doc.get("summary").unwrap_or(&Value::Null), "directions")
+            .iter()
+            .filter_map(|d| num(d, &["receiver", "seconds"]).or(num(d, &["sender", "seconds"])))
+            .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))))
+            .filter(|&s| s > 0.0);
+        usbmon_metrics(mon, window, &mut out);
     }
     if let Some(lab) = doc.get("lab") {
         lab_metrics(lab, &mut out);
@@ -946,21 +953,31 @@ fn usb_model_metrics(doc: &Value, out: &mut Out) {
     }
 }
 
-/// `--usbmon`'s bus figures beside any verb's result.
-fn usbmon_metrics(mon: &Value, out: &mut Out) {
+/// `--usbmon`'s bus figures beside any verb's result, over `window`
+/// seconds when the document has them.
+fn usbmon_metrics(mon: &Value, window: Option<f64>, out: &mut Out) {
     let total = |dir: &str| mon.get(dir).and_then(|d| d.get("total"));
     let (i, o) = (total("host_in"), total("host_out"));
-    for (name, t) in [("usb_in_bps", i), ("usb_out_bps", o)] {
-        if let Some(v) = t.and_then(|t| num(t, &["mbytes_per_second"])) {
-            out.push(name, v * 8e6);
+    let bytes_per_s = |t: Option<&Value>| {
+        let t = t?;
+        match window {
+            Some(w) => num(t, &["bytes"]).map(|b| b / w),
+            None => num(t, &["mbytes_per_second"]).map(|m| m * 1e6),
         }
-    }
-    let pct: Vec<f64> = [i, o]
-        .iter()
-        .filter_map(|t| t.and_then(|t| num(t, &["bus_percent"])))
+    };
+    let rates: Vec<f64> = [("usb_in_bps", i), ("usb_out_bps", o)]
+        .into_iter()
+        .filter_map(|(name, t)| {
+            let r = bytes_per_s(t)?;
+            out.push(name, r * 8.0);
+            Some(r)
+        })
         .collect();
-    if !pct.is_empty() {
-        out.push("usb_bus_pct", pct.iter().sum());
+    if let (false, Some(cap)) = (
+        rates.is_empty(),
+        num(mon, &["capacity_bytes_per_second"]).filter(|&c| c > 0.0),
+    ) {
+        out.push("usb_bus_pct", rates.iter().sum::<f64>() / cap * 100.0);
     }
     if mon.get("encap").is_some_and(|e| !e.is_null()) {
         for (name, t) in [
@@ -1662,16 +1679,29 @@ mod tests {
             "summary": {"directions": []},
             "usbmon": {
                 "encap": "ncm",
-                "host_in": {"total": {"mbytes_per_second": 2.5, "bus_percent": 4.7, "frames_per_transfer": 3.5}},
-                "host_out": {"total": {"mbytes_per_second": 0.5, "bus_percent": 0.9, "frames_per_transfer": 1.0}}
+                "capacity_bytes_per_second": 53_248_000.0,
+                "host_in": {"total": {"bytes": 10_000_000, "mbytes_per_second": 2.5, "frames_per_transfer": 3.5}},
+                "host_out": {"total": {"bytes": 2_000_000, "mbytes_per_second": 0.5, "frames_per_transfer": 1.0}}
             }
         });
+        // No measured seconds in the result: usbmon's own window.
         let m = extract(&doc);
         has(&m, "usb_in_bps", 20e6);
         has(&m, "usb_out_bps", 4e6);
-        has(&m, "usb_bus_pct", 5.6);
+        has(&m, "usb_bus_pct", 3e6 / 53_248_000.0 * 100.0);
         has(&m, "usb_in_frames_per_transfer", 3.5);
         has(&m, "usb_out_frames_per_transfer", 1.0);
+        // With them: the bytes over the test's own window (2 s, the
+        // longer direction's), not usbmon's longer one.
+        let mut timed = doc.clone();
+        timed["summary"]["directions"] = serde_json::json!([
+            {"receiver": {"seconds": 1.5}},
+            {"receiver": null, "sender": {"seconds": 2.0}}
+        ]);
+        let m = extract(&timed);
+        has(&m, "usb_in_bps", 40e6);
+        has(&m, "usb_out_bps", 8e6);
+        has(&m, "usb_bus_pct", 6e6 / 53_248_000.0 * 100.0);
         // Without a framing there are no frames to count.
         let mut bare = doc.clone();
         bare["usbmon"]["encap"] = serde_json::Value::Null;
