@@ -40,20 +40,8 @@ for c in ecm eem ncm; do
     ip link set $gif netns $gns || exit 1
     nsenter -t $gns -n sh -c "ip link set lo up; ip addr add 169.254.$net.1/24 dev $gif; ip link set $gif up" || exit 1
     ip addr add 169.254.$net.2/24 dev $hif && ip link set $hif up || exit 1
-    n=0
-    while ! ping -c 1 -W 1 169.254.$net.1 > /dev/null 2>&1; do
-        n=$((n+1))
-        if [ $n = 5 ] && ip link show $hif | grep -q NO-CARRIER; then
-            echo "$c: the host end has no carrier after 5 s; gadget end down and up"
-            nsenter -t $gns -n ip link set $gif down; nsenter -t $gns -n ip link set $gif up
-        fi
-        [ $n -gt 30 ] && { echo "$c: no ping across ($hif to $gif)"; dmesg | tail -n 15; exit 1; }
-    done
-    setsid nsenter -t $gns -n xferlab server < /dev/null > /tmp/server-$c.log 2>&1 &
-    n=0
-    while ! nsenter -t $gns -n sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
-        sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "$c: the server did not listen"; exit 1; }
-    done
+    link_wait "$c ($hif to $gif)" $gns $gif - $hif 169.254.$net.1 || { dmesg | tail -n 15; exit 1; }
+    server_up $gns /tmp/server-$c.log || exit 1
     echo "$c: host $hif 169.254.$net.2 -> gadget $gif 169.254.$net.1 (netns of pid $gns), bus $k"
 done
 xferlab usb list

@@ -77,10 +77,7 @@ for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
         sleep 0.1; k=$((k+1)); [ $k -gt 100 ] && break
     done
     ns_h sh -c "ip addr add 169.254.10.2/16 dev xl0; ip link set xl0 up"
-    k=0
-    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
-        k=$((k+1)); [ $k -gt 20 ] && { echo "own-$c-$nf: no ping across"; net_diag; break; }
-    done
+    link_wait "own-$c-$nf" $GNS $GIF $HNS xl0 169.254.10.1 || net_diag
     HIF=xl0
     measure $c own-$nf-fwd
     measure $c own-$nf-bidir --bidir
