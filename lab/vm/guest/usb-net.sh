@@ -87,6 +87,7 @@ link_wait() {   # WHAT GNS GIF HNS|- HIF ADDR   (-: the host end is in the root 
         fi
         [ $n -gt 30 ] && { echo "$1: no ping across"; return 1; }
     done
+    return 0   # not the loop's status: its last body command may be a false test
 }
 
 # An xferlab server in the namespace held by pid GNS, in a session of its
@@ -99,6 +100,7 @@ server_up() {   # GNS LOG
     while ! nsenter -t $1 -n sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
         sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
     done
+    return 0
 }
 
 # What a link that does not pass a ping looks like: both ends' flags (carrier),
