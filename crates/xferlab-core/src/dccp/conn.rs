@@ -15,7 +15,7 @@ use super::ccid::{
 };
 use super::checksum::Pseudo;
 use super::feature::{Feature, Loc, Negotiator};
-use super::options::{Opt, Options};
+use super::options::{Elapsed, Opt, Options};
 use super::packet::{self, Body, Header, PacketType, PacketWriter, ResetCode};
 use super::queue::DatagramQueue;
 use super::seq::Seq;
@@ -180,6 +180,13 @@ pub struct Connection {
     /// Request or Response send time, cleared on retransmission (Karn).
     probe_sent: Option<Time>,
     handshake_rtt: Option<Duration>,
+    /// The latest Timestamp option the peer sent and when it came, owed a
+    /// Timestamp Echo on our next packet (sec. 13.3). Linux sends one on
+    /// its Request and Response and takes its CCID3 sender's first RTT
+    /// (dccps_syn_rtt) from the echo on the packet that completes the
+    /// handshake; without it its sender starts at one packet per second
+    /// with the 200 ms fallback RTT (see docs/dccp.md).
+    ts_echo: Option<(u32, Time)>,
     last_sync: Option<Time>,
     /// Non-data packets sent since the last data packet (NDP Count).
     ndp: u64,
@@ -235,6 +242,7 @@ impl Connection {
             timewait_until: None,
             probe_sent: None,
             handshake_rtt: None,
+            ts_echo: None,
             last_sync: None,
             ndp: 0,
             close_wanted: false,
@@ -570,7 +578,7 @@ impl Connection {
             }
             return None;
         }
-        if let Err(code) = self.process_options(p.options) {
+        if let Err(code) = self.process_options(now, p.options) {
             self.reset(code, h.seq, false);
             return None;
         }
@@ -675,9 +683,10 @@ impl Connection {
         None
     }
 
-    fn process_options(&mut self, area: &[u8]) -> Result<(), ResetCode> {
+    fn process_options(&mut self, now: Time, area: &[u8]) -> Result<(), ResetCode> {
         for o in Options::new(area) {
             match o {
+                Ok((Opt::Timestamp(v), _)) => self.ts_echo = Some((v, now)),
                 Ok((Opt::Feature { op, feature, value }, m)) => {
                     self.neg.handle(op, feature, value, m)?
                 }
@@ -710,7 +719,7 @@ impl Connection {
             self.reset(ResetCode::BadServiceCode, h.seq, false);
             return;
         }
-        if let Err(code) = self.process_options(options) {
+        if let Err(code) = self.process_options(now, options) {
             self.reset(code, h.seq, false);
             return;
         }
@@ -740,7 +749,7 @@ impl Connection {
                     self.reset(ResetCode::BadServiceCode, h.seq, false);
                     return;
                 }
-                if let Err(code) = self.process_options(options) {
+                if let Err(code) = self.process_options(now, options) {
                     self.reset(code, h.seq, false);
                     return;
                 }
@@ -912,6 +921,12 @@ impl Connection {
             State::Request | State::Respond | State::PartOpen
         ) {
             self.neg.write(w).ok()?;
+        }
+        if let Some((echo, at)) = self.ts_echo.take() {
+            // Elapsed time since the Timestamp came, in 10 us units.
+            let tens_of_us = now.duration_since(at).as_micros() / 10;
+            let elapsed = Elapsed::of(tens_of_us.min(u128::from(u32::MAX)) as u32);
+            w.option(&Opt::TimestampEcho { echo, elapsed }).ok()?;
         }
         if let Some(rx) = self.rx.as_mut() {
             if rx.ack_due(now) {
