@@ -282,20 +282,20 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         assert_eq!(v["server"]["flows"][0]["total"]["dccp"]["stack"], "kernel");
         // Every datagram was checked byte for byte by its receiver
         // (status ok); most of what was sent arrived, at -b 20M about 3500
-        // in 2 s. Except from the kernel's CCID3 sender: against
-        // xferlab's CCID3 receiver its X falls to a few kbit/s and only a
-        // handful leave its queue (open, docs/dccp.md), so that case
-        // checks delivery only.
-        let least = if *name == "ccid3-reverse" { 1 } else { 1000 };
+        // in 2 s, and at most of the offered rate. The kernel's CCID3
+        // sender (-R) has the slowest start: it takes its first RTT from
+        // our Timestamp Echo and its packet size s from the 1-byte attach
+        // answer, and reached the rate after ~0.5 s under TCG (19.7
+        // Mbit/s over the 2 s); without the echo it sent 3 packets in 2 s
+        // (docs/dccp.md).
         let sent = tx["udp"]["packets"].as_u64().unwrap();
         let got = rx["udp"]["packets"].as_u64().unwrap();
         assert!(
-            got >= least && got <= sent,
+            got >= 1000 && got <= sent && got * 10 >= sent * 9,
             "{name}: sent {sent}, received {got}"
         );
-        if least > 1 {
-            assert!(got * 10 >= sent * 9, "{name}: sent {sent}, received {got}");
-        }
+        let bps = rx["bits_per_second"].as_f64().unwrap();
+        assert!(bps >= 10e6, "{name}: received {bps} bit/s of -b 20M");
         let ccid = if name.starts_with("ccid2") { 2 } else { 3 };
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
     }
