@@ -281,20 +281,25 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         assert_eq!(v["client"]["flows"][0]["total"]["dccp"]["stack"], "xferlab");
         assert_eq!(v["server"]["flows"][0]["total"]["dccp"]["stack"], "kernel");
         // Every datagram was checked byte for byte by its receiver
-        // (status ok); most of what was sent arrived, at -b 20M about 3500
-        // in 2 s. Except from the kernel's CCID3 sender: against
-        // xferlab's CCID3 receiver its X falls to a few kbit/s and only a
-        // handful leave its queue (open, docs/dccp.md), so that case
-        // checks delivery only.
-        let least = if *name == "ccid3-reverse" { 1 } else { 1000 };
+        // (status ok), and at least 90 % of what was sent arrived: at -b
+        // 20M about 3500 in 2 s, at least 1000 (5.6 Mbit/s). The kernel's
+        // CCID3 sender (-R) at least 500 (2.8 Mbit/s) and its X at the
+        // end at least 1 Mbit/s: it reached 11.8-20 Mbit/s in our runs
+        // and 5.5 once under host load, as its own loopback runs in this
+        // guest do (5.6-17 Mbit/s; its timer-paced sending is what TCG
+        // slows most), where before the Timestamp Echo it sent 3 datagrams
+        // in 2 s with X at 7.2 kbit/s (docs/dccp.md).
         let sent = tx["udp"]["packets"].as_u64().unwrap();
         let got = rx["udp"]["packets"].as_u64().unwrap();
+        let least = if *name == "ccid3-reverse" { 500 } else { 1000 };
         assert!(
-            got >= least && got <= sent,
+            got >= least && got <= sent && got * 10 >= sent * 9,
             "{name}: sent {sent}, received {got}"
         );
-        if least > 1 {
-            assert!(got * 10 >= sent * 9, "{name}: sent {sent}, received {got}");
+        if *name == "ccid3-reverse" {
+            let ends = sender_intervals(&v, sender);
+            let x = ends.last().unwrap()["x_bps"].as_f64().unwrap();
+            assert!(x >= 1e6, "{name}: the kernel's X fell to {x} bit/s");
         }
         let ccid = if name.starts_with("ccid2") { 2 } else { 3 };
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");

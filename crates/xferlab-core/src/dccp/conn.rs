@@ -15,7 +15,7 @@ use super::ccid::{
 };
 use super::checksum::Pseudo;
 use super::feature::{Feature, Loc, Negotiator};
-use super::options::{Opt, Options};
+use super::options::{Elapsed, Opt, Options};
 use super::packet::{self, Body, Header, PacketType, PacketWriter, ResetCode};
 use super::queue::DatagramQueue;
 use super::seq::Seq;
@@ -180,6 +180,13 @@ pub struct Connection {
     /// Request or Response send time, cleared on retransmission (Karn).
     probe_sent: Option<Time>,
     handshake_rtt: Option<Duration>,
+    /// The latest Timestamp option the peer sent and when it came, owed a
+    /// Timestamp Echo on our next packet (sec. 13.3). Linux sends one on
+    /// its Request and Response and takes its CCID3 sender's first RTT
+    /// (dccps_syn_rtt) from the echo on the packet that completes the
+    /// handshake; without it its sender starts at one packet per second
+    /// with the 200 ms fallback RTT (see docs/dccp.md).
+    ts_echo: Option<(u32, Time)>,
     last_sync: Option<Time>,
     /// Non-data packets sent since the last data packet (NDP Count).
     ndp: u64,
@@ -235,6 +242,7 @@ impl Connection {
             timewait_until: None,
             probe_sent: None,
             handshake_rtt: None,
+            ts_echo: None,
             last_sync: None,
             ndp: 0,
             close_wanted: false,
@@ -570,7 +578,7 @@ impl Connection {
             }
             return None;
         }
-        if let Err(code) = self.process_options(p.options) {
+        if let Err(code) = self.process_options(now, p.options) {
             self.reset(code, h.seq, false);
             return None;
         }
@@ -675,9 +683,10 @@ impl Connection {
         None
     }
 
-    fn process_options(&mut self, area: &[u8]) -> Result<(), ResetCode> {
+    fn process_options(&mut self, now: Time, area: &[u8]) -> Result<(), ResetCode> {
         for o in Options::new(area) {
             match o {
+                Ok((Opt::Timestamp(v), _)) => self.ts_echo = Some((v, now)),
                 Ok((Opt::Feature { op, feature, value }, m)) => {
                     self.neg.handle(op, feature, value, m)?
                 }
@@ -710,7 +719,7 @@ impl Connection {
             self.reset(ResetCode::BadServiceCode, h.seq, false);
             return;
         }
-        if let Err(code) = self.process_options(options) {
+        if let Err(code) = self.process_options(now, options) {
             self.reset(code, h.seq, false);
             return;
         }
@@ -740,7 +749,7 @@ impl Connection {
                     self.reset(ResetCode::BadServiceCode, h.seq, false);
                     return;
                 }
-                if let Err(code) = self.process_options(options) {
+                if let Err(code) = self.process_options(now, options) {
                     self.reset(code, h.seq, false);
                     return;
                 }
@@ -912,6 +921,12 @@ impl Connection {
             State::Request | State::Respond | State::PartOpen
         ) {
             self.neg.write(w).ok()?;
+        }
+        if let Some((echo, at)) = self.ts_echo.take() {
+            // Elapsed time since the Timestamp came, in 10 us units.
+            let tens_of_us = now.duration_since(at).as_micros() / 10;
+            let elapsed = Elapsed::of(tens_of_us.min(u128::from(u32::MAX)) as u32);
+            w.option(&Opt::TimestampEcho { echo, elapsed }).ok()?;
         }
         if let Some(rx) = self.rx.as_mut() {
             if rx.ack_due(now) {
@@ -1119,6 +1134,63 @@ mod tests {
             } if ack == Seq::new(9)
         ));
         assert!(server.is_drained());
+    }
+
+    /// Linux's DCCP puts a Timestamp on its Response and takes its CCID3
+    /// sender's first RTT from the echo on the client's next packet
+    /// (dccps_syn_rtt). Without the echo the kernel's sender started at
+    /// one packet per second with its 200 ms fallback RTT and sent our
+    /// receiver 3 packets in 2 s at -b 20M (docs/dccp.md). The echo
+    /// goes once, on the packet that completes the handshake, with the
+    /// time it was held.
+    #[test]
+    fn a_timestamp_on_the_response_is_echoed_once_with_the_time_held() {
+        let t0 = Time::ZERO;
+        let ms = Duration::from_millis(1);
+        let mut client = Connection::connect(t0, Config::client(40000, 5001, SVC, 3));
+        let mut server = Connection::listen(Config::server(5001, vec![SVC]));
+        let (mut a, mut b) = ([0u8; 512], [0u8; 512]);
+        let n = client.poll_transmit(t0, &mut a).unwrap();
+        assert_eq!(server.handle_datagram(t0 + 10 * ms, &a[..n]), None);
+        let n = server.poll_transmit(t0 + 10 * ms, &mut b).unwrap();
+        // The server's Response as Linux sends it: a Timestamp (10 us
+        // units of its own clock) among its options.
+        let stamp = 0x0005_6E9A;
+        let p = packet::parse(&b[..n]).unwrap();
+        assert!(matches!(p.header.body, Body::Response { .. }));
+        let mut w = PacketWriter::new(&mut a, &p.header).unwrap();
+        for (o, _) in Options::new(p.options).flatten() {
+            w.option(&o).unwrap();
+        }
+        w.option(&Opt::Timestamp(stamp)).unwrap();
+        let n = w.finish(p.payload, &Pseudo::None).unwrap();
+        assert_eq!(client.handle_datagram(t0 + 20 * ms, &a[..n]), None);
+        assert_eq!(client.state(), State::PartOpen);
+
+        let echoes = |buf: &[u8]| {
+            let p = packet::parse(buf).unwrap();
+            Options::new(p.options)
+                .flatten()
+                .filter_map(|(o, _)| match o {
+                    Opt::TimestampEcho { echo, elapsed } => Some((echo, elapsed)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // 3 ms later the attach record goes (a DataAck): it carries the
+        // echo with 300 x 10 us held.
+        assert!(client.send(b"attach"));
+        let now = t0 + 23 * ms;
+        let n = client.poll_transmit(now, &mut b).unwrap();
+        assert!(matches!(
+            packet::parse(&b[..n]).unwrap().header.body,
+            Body::DataAck { .. }
+        ));
+        assert_eq!(echoes(&b[..n]), vec![(stamp, Elapsed::Short(300))]);
+        // Nothing echoed twice.
+        while let Some(n) = client.poll_transmit(now, &mut b) {
+            assert_eq!(echoes(&b[..n]), vec![]);
+        }
     }
 
     #[test]
