@@ -39,6 +39,9 @@ struct Counters {
     rx_errors: u64,
     /// Frames the TAP would not take (its queue was full).
     tap_drops: u64,
+    /// ppoll() calls of the link's thread (each a sleep unless a
+    /// descriptor was ready): the wake-ups the frames cost.
+    polls: u64,
 }
 
 pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
@@ -281,6 +284,7 @@ impl Link {
             let nfds = if want_tap { 2 } else { 1 };
             // SAFETY: `nfds` pollfds and a timespec of ours.
             let r = unsafe { libc::ppoll(p.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+            self.c.polls += 1;
             if r <= 0 {
                 // Timeout (the coalescer's deadline) or a signal: look again.
                 usb_ready = false;
@@ -372,6 +376,7 @@ impl Link {
 fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
+        "polls": c.polls,
         "encap": a.encap.label(),
         "frames_per_transfer_max": a.link.frames_per_transfer,
         "coalesce_us": a.link.coalesce_us,
