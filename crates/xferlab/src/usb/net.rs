@@ -6,6 +6,8 @@
 //! each completed one is split by the core's decoder into frames written to
 //! the TAP. Malformed transfers are counted and dropped. The TAP is not
 //! persistent: the kernel removes it when the process ends, SIGKILL too.
+//! One thread does all of it, polling the TAP and the device's usbfs node
+//! together (URBs of our own, usb/usbfs.rs).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -17,12 +19,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::{
-    coalesce::Transfer, decoder, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing,
-    Limits, NcmFraming, NtbParams, Push,
+    coalesce::Transfer, decoder, gso::Segmenter, Coalescer, DecodeStats, EcmFraming, EemFraming,
+    Encap, Framing, Limits, NcmFraming, NtbParams, Push,
 };
 
 use super::device;
-use super::tap::{open_tap, FRAME_MAX};
+use super::tap::{open_tap, write_vnet, FRAME_MAX};
 use super::usbfs::{Completion, Urbs};
 use crate::cli::usb::NetArgs;
 use crate::sys::clock;
@@ -34,6 +36,8 @@ struct Counters {
     tx_bytes: u64,
     tx_errors: u64,
     tx_too_large: u64,
+    /// Packets from the TAP the segmenter could not cut (gso.rs).
+    tx_malformed: u64,
     rx_transfers: u64,
     rx_bytes: u64,
     rx_errors: u64,
@@ -75,7 +79,9 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     // usbfs detaches it for the run, and we rebind it at exit.
     let node = device::open_node(&info, &pipes)?;
     let max_packet = usize::from(ep_out.max_packet.max(1));
-    let tap = open_tap(&a.link.tap)?;
+    // TSO and checksum offload: TCP's super-frames are cut here, one
+    // read() for up to 64 KB (gso.rs).
+    let tap = open_tap(&a.link.tap, true)?;
     let limits = Limits {
         max_frames: if a.encap == Encap::Ecm {
             1
@@ -204,6 +210,11 @@ impl Link {
     fn run<F: Framing>(&mut self, mut co: Coalescer<F>, stop: impl Fn() -> bool) {
         // Never more than 50 ms without looking at `stop`.
         const MAX_WAIT_NS: u64 = 50_000_000;
+        // A packet from the TAP (virtio_net_hdr + up to 64 KB) and the
+        // frame being cut from it.
+        let mut pkt = vec![0u8; 65536 + 256];
+        let mut pkt_len = 0;
+        let mut seg = Segmenter::default();
         let mut frame = vec![0u8; 65536];
         for slot in self.depth..2 * self.depth {
             self.submit_in(slot);
@@ -216,13 +227,20 @@ impl Link {
                 self.reap_all();
             }
             let mut now = clock::now();
-            while tap_ready && !self.out_free.is_empty() {
-                let n = match self.tap.read(&mut frame) {
-                    Ok(n) => n,
-                    Err(_) => {
-                        tap_ready = false;
+            while !self.out_free.is_empty() {
+                // The next frame of the packet at hand, or the next packet.
+                let Some(n) = seg.next(&pkt[..pkt_len], &mut frame) else {
+                    if !tap_ready {
                         break;
                     }
+                    match self.tap.read(&mut pkt) {
+                        Ok(n) => {
+                            pkt_len = n;
+                            seg.start(&pkt[..n]);
+                        }
+                        Err(_) => tap_ready = false,
+                    }
+                    continue;
                 };
                 now = clock::now();
                 match co.push(now, &frame[..n]) {
@@ -296,6 +314,7 @@ impl Link {
             }
         }
         self.urbs.cancel_all(Duration::from_secs(1));
+        self.c.tx_malformed = seg.malformed;
     }
 
     /// Reaps every completed URB: OUT slots come free, IN transfers are
@@ -325,10 +344,10 @@ impl Link {
         if done.errno == 0 {
             self.c.rx_transfers += 1;
             self.c.rx_bytes += done.len as u64;
-            let (tap, c) = (&mut self.tap, &mut self.c);
+            let (tap, c) = (&self.tap, &mut self.c);
             self.dec
                 .decode(self.urbs.data(done.slot, done.len), &mut |f| {
-                    if tap.write(f).is_err() {
+                    if write_vnet(tap, f).is_err() {
                         c.tap_drops += 1;
                     }
                 });
@@ -388,6 +407,7 @@ fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
             "bytes": c.tx_bytes,
             "errors": c.tx_errors,
             "too_large": c.tx_too_large,
+            "malformed": c.tx_malformed,
         },
         "rx": {
             "transfers": c.rx_transfers,
