@@ -1,5 +1,17 @@
 //! `xferlab`: a transport-performance lab (see README.md and docs/design.md).
 
+/// `println!` for a command's own output on stdout that never panics: a
+/// reader gone away (`xferlab run --dry-run | head -2`) drops the rest of
+/// the output and the command goes on to its end and its cleanup. std's
+/// `println!` panics there, because Rust ignores SIGPIPE (and the data path
+/// needs it ignored: a write to a closed peer must be an error, not death).
+macro_rules! outln {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
 mod cli;
 mod control;
 mod driver;
@@ -67,28 +79,62 @@ fn main() -> ExitCode {
         Ok(l) => l,
         Err(e) => return fail(&format!("cannot start the --load workers: {e}"), 1),
     };
+    let usbmon = match cli
+        .usbmon
+        .as_ref()
+        .map(usb::mon::Background::start)
+        .transpose()
+    {
+        Ok(m) => m,
+        Err(e) => return fail(&format!("--usbmon: {e:#}"), 1),
+    };
     let output = cli.command.output_path().map(std::path::Path::to_path_buf);
     let code = run_command(cli.command);
-    if let Some(load) = load {
-        let report = load.stop();
-        // Into the JSON document written with -o; otherwise one line on
-        // stderr (stdout is the verb's own output, JSON or live table).
-        let doc = output
-            .as_ref()
-            .and_then(|p| std::fs::read_to_string(p).ok());
-        match (
-            &output,
-            doc.and_then(|d| output::inject_member(&d, "load", &report)),
-        ) {
-            (Some(path), Some(text)) => {
-                if let Err(e) = std::fs::write(path, text) {
-                    return fail(&format!("cannot write {}: {e}", path.display()), 1);
+    if let Some(mon) = usbmon {
+        match mon.stop() {
+            Ok(report) => {
+                if let Err(e) =
+                    add_member(&output, "usbmon", &report, || usb::mon::summary(&report))
+                {
+                    return fail(&e, 1);
                 }
             }
-            _ => eprintln!("xferlab: {}", report.line()),
+            Err(e) => return fail(&format!("--usbmon: {e:#}"), 1),
+        }
+    }
+    if let Some(load) = load {
+        let report = load.stop();
+        if let Err(e) = add_member(&output, "load", &report, || report.line()) {
+            return fail(&e, 1);
         }
     }
     code
+}
+
+/// A global option's report: into the JSON document written with -o as
+/// member `key`; otherwise `line()` on stderr (stdout is the verb's own
+/// output, JSON or live table).
+fn add_member<T: serde::Serialize>(
+    output: &Option<std::path::PathBuf>,
+    key: &str,
+    report: &T,
+    line: impl FnOnce() -> String,
+) -> Result<(), String> {
+    let doc = output
+        .as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    match (
+        output,
+        doc.and_then(|d| output::inject_member(&d, key, report)),
+    ) {
+        (Some(path), Some(text)) => {
+            std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+        }
+        _ => {
+            eprintln!("xferlab: {}", line());
+            Ok(())
+        }
+    }
 }
 
 /// Runs one verb.
@@ -302,10 +348,10 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         .map(|a| a.to_string())
         .unwrap_or_default();
     match server.iperf3_addr() {
-        Some(i) => println!(
+        Some(i) => outln!(
             "xferlab server listening on {addr} (control protocol v{VERSION}) and {i} (iperf3); both ports serve both protocols"
         ),
-        None => println!("xferlab server listening on {addr} (control protocol v{VERSION})"),
+        None => outln!("xferlab server listening on {addr} (control protocol v{VERSION})"),
     }
     io::stdout().flush().ok();
     server.run();

@@ -339,9 +339,20 @@ fn kernel_stack_without_kernel_dccp_is_one_line_naming_the_fix() {
 /// CsCov names. Returns (packets with a good checksum, bad ones, packet
 /// types seen as a bit set).
 fn capture_dccp_over_ip(f: impl FnOnce()) -> (u64, u64, u32) {
+    capture_dccp_over(false, f)
+}
+
+/// As [`capture_dccp_over_ip`], over IPv6 (loopback: both addresses ::1;
+/// a raw IPv6 socket delivers the DCCP header without the IP header).
+fn capture_dccp_over_ipv6(f: impl FnOnce()) -> (u64, u64, u32) {
+    capture_dccp_over(true, f)
+}
+
+fn capture_dccp_over(v6: bool, f: impl FnOnce()) -> (u64, u64, u32) {
     use std::sync::atomic::{AtomicBool, Ordering};
+    let family = if v6 { libc::AF_INET6 } else { libc::AF_INET };
     // SAFETY: plain socket calls on a descriptor this function owns.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_DCCP) };
+    let fd = unsafe { libc::socket(family, libc::SOCK_RAW, libc::IPPROTO_DCCP) };
     assert!(
         fd >= 0,
         "a raw socket for IP protocol 33 needs root (CAP_NET_RAW): {}",
@@ -371,8 +382,15 @@ fn capture_dccp_over_ip(f: impl FnOnce()) -> (u64, u64, u32) {
                     continue;
                 }
                 let ip = &buf[..n as usize];
-                let ihl = usize::from(ip[0] & 0xf) * 4;
-                let d = &ip[ihl..];
+                // IPv4: the header is there, its addresses at 12..20. IPv6:
+                // no header; source and destination are ::1 (loopback).
+                let loopback6 = std::net::Ipv6Addr::LOCALHOST.octets();
+                let (addrs, d): (Vec<u8>, &[u8]) = if v6 {
+                    ([loopback6, loopback6].concat(), ip)
+                } else {
+                    let ihl = usize::from(ip[0] & 0xf) * 4;
+                    (ip[12..20].to_vec(), &ip[ihl..])
+                };
                 if d.len() < 12 {
                     bad += 1;
                     continue;
@@ -384,8 +402,10 @@ fn capture_dccp_over_ip(f: impl FnOnce()) -> (u64, u64, u32) {
                 } else {
                     (offset + (cscov - 1) * 4).min(d.len())
                 };
-                let mut acc: u64 = 33 + d.len() as u64;
-                for w in ip[12..20].chunks(2).chain(d[..covered].chunks(2)) {
+                // The pseudo-header's protocol and length (RFC 4340 9.1:
+                // IPv6's length is 32 bits, summed as two 16-bit words).
+                let mut acc: u64 = 33 + (d.len() as u64 >> 16) + (d.len() as u64 & 0xffff);
+                for w in addrs.chunks(2).chain(d[..covered].chunks(2)) {
                     acc += u64::from(w[0]) << 8 | u64::from(*w.get(1).unwrap_or(&0));
                 }
                 while acc > 0xffff {
@@ -464,6 +484,54 @@ fn ip_carrier_runs_ccid2_and_ccid3_as_ip_protocol_33() {
     assert!(
         good > 1000,
         "{good} protocol-33 packets with a good checksum"
+    );
+    assert_eq!(bad, 0, "{bad} packets with a bad checksum ({good} good)");
+    for t in [0, 1, 3, 4] {
+        assert!(types & 1 << t != 0, "no packet of type {t}: {types:#b}");
+    }
+}
+
+/// The raw carrier over IPv6 (::1): the flow runs to its end and every
+/// packet on the wire carries RFC 4340's checksum over the IPv6
+/// pseudo-header.
+#[test]
+fn ip_carrier_runs_over_ipv6() {
+    let srv = Server::start();
+    let port = srv.port.to_string();
+    let mut out = None;
+    let (good, bad, types) = capture_dccp_over_ipv6(|| {
+        out = Some(common::run(
+            &[
+                "stream",
+                "::1",
+                "-p",
+                &port,
+                "-J",
+                "--dccp",
+                "--dccp-carrier",
+                "ip",
+                "--ccid",
+                "2",
+                "-t",
+                "2",
+                "-l",
+                "1400",
+            ],
+            common::deadline_for(2.0),
+        ));
+    });
+    let out = out.unwrap();
+    out.assert_success();
+    let v = common::parse_json(&out);
+    common::assert_ok(&v);
+    assert_eq!(v["spec"]["knobs"]["dccp"]["carrier"], "ip");
+    let tx = flows(&v, "client", "sender");
+    let rx = flows(&v, "server", "receiver");
+    assert_eq!((tx.len(), rx.len()), (1, 1));
+    check_flow_pair(tx[0], rx[0]);
+    assert!(
+        good > 500,
+        "{good} protocol-33 packets over IPv6 with a good checksum"
     );
     assert_eq!(bad, 0, "{bad} packets with a bad checksum ({good} good)");
     for t in [0, 1, 3, 4] {

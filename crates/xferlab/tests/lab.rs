@@ -140,13 +140,27 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
             assert_eq!(u[k], 0, "{dir} {k}\n{}", out.describe());
         }
     }
+    // The busy-wait was chosen from this machine's timer (--spin-us auto):
+    // its p99 wake-up lateness, rounded up to 10 us, at most 200 us.
+    let topo = &v["lab"]["topology"];
+    let wake = &topo["timer_wakeup"];
+    assert_eq!(topo["spin_auto"], true, "{topo}");
+    assert_eq!(wake["samples"], 100, "{topo}");
+    let p99 = f64_at(wake, "/p99_us");
+    let spin = u64_at(topo, "/spin_us");
+    assert!(
+        spin % 10 == 0 && spin <= 200 && (spin == 200 || spin as f64 >= p99),
+        "spin {spin} us for a p99 wake-up of {p99} us"
+    );
     eprintln!(
-        "goodput {:.2} Mbit/s (ideal {:.2}), probe RTT {:.0} us, c2s lateness p50/p99 {}/{} us",
+        "goodput {:.2} Mbit/s (ideal {:.2}), probe RTT {:.0} us, c2s lateness p50/p99 {}/{} us, \
+         spin {spin} us (timer wake-ups p50 {} p99 {p99} us)",
         goodput / 1e6,
         ideal / 1e6,
         rtt,
         acc["lateness_p50_us"],
-        acc["lateness_p99_us"]
+        acc["lateness_p99_us"],
+        wake["p50_us"]
     );
 }
 

@@ -129,6 +129,54 @@ fn assert_not_blank(svg: &str, path: &Path) {
     );
 }
 
+/// Every committed scenario, also those too long or too big for CI, is
+/// checked as `xferlab run` checks it before anything runs (every point's
+/// command line parsed, every knob found), at full and quick scale.
+#[test]
+fn every_committed_scenario_plans_at_both_scales() {
+    let dir = labvm_support::repo_root().join("scenarios");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8, "{names:?}");
+    for path in &names {
+        let p = path.to_str().unwrap();
+        for quick in [false, true] {
+            let mut args = vec!["run", p, "--dry-run"];
+            if quick {
+                args.push("--quick");
+            }
+            let out = run(&args, Duration::from_secs(20));
+            assert_eq!(out.code, Some(0), "{}", out.describe());
+            assert!(out.stdout.contains(" runs ("), "{}", out.describe());
+        }
+    }
+}
+
+/// A reader that goes away (`xferlab run ... --dry-run | head -1`) ends
+/// the output, not the program with a panic.
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    use std::process::{Command, Stdio};
+    let path = scenario("usb-net-kernel");
+    let mut child = Command::new(common::BIN)
+        .args(["run", path.to_str().unwrap(), "--dry-run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Close the read end before the plan is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+}
+
 #[test]
 fn udpmon_quick() {
     let _g = common::one_at_a_time();

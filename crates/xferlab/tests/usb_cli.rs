@@ -116,6 +116,11 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["usb", "gadget", "--id", "12345"],
             &["--id 12345", "VID:PID"],
         ),
+        (
+            &["stream", "-t", "1", "--usbmon", "0525:a4a1,xyz"],
+            &["--usbmon", "'xyz'", "ecm, eem or ncm"],
+        ),
+        (&["stream", "--usbmon", ",ecm"], &["--usbmon", "VID:PID"]),
     ];
     for (args, needles) in cases {
         let out = run(args, T);
@@ -125,11 +130,21 @@ fn bad_usb_flags_are_one_line_usage_errors() {
 
 #[test]
 fn a_missing_device_is_named_with_what_to_do() {
-    let out = run(&["usb", "bulk", "-d", "ffff:fffe", "-t", "1"], T);
-    let line = out.assert_one_line(&[]);
-    assert_eq!(out.code, Some(1), "{line}");
-    assert!(
-        line.contains("no USB device ffff:fffe") || line.contains("no USB host controller"),
-        "{line}"
-    );
+    for (args, prefix) in [
+        (&["usb", "bulk", "-d", "ffff:fffe", "-t", "1"][..], ""),
+        // Beside another verb: refused before the verb starts.
+        (
+            &["--usbmon", "ffff:fffe,ecm", "stream", "-t", "1"][..],
+            "--usbmon: ",
+        ),
+    ] {
+        let out = run(args, T);
+        let line = out.assert_one_line(&[]);
+        assert_eq!(out.code, Some(1), "{line}");
+        assert!(line.contains(prefix), "{line}");
+        assert!(
+            line.contains("no USB device ffff:fffe") || line.contains("no USB host controller"),
+            "{line}"
+        );
+    }
 }

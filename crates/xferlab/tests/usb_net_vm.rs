@@ -251,6 +251,33 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         table.join("\n") + "\n",
     )
     .ok();
+    // The other patterns across the NCM link: rr completes; cbr reports
+    // (exit 1 is its verdict on loss or lateness under TCG, still a report).
+    let s = section(&r.out, "ncm-rr");
+    assert_eq!(field(s, "rc"), Some("0"), "ncm-rr: {s}");
+    let rr = json_block(s);
+    assert_eq!(rr["status"], "ok", "ncm-rr: {rr}");
+    assert!(
+        rr["summary"]["pattern"]["transactions"].as_u64() > Some(0),
+        "ncm-rr: {rr}"
+    );
+    let s = section(&r.out, "ncm-cbr");
+    assert!(matches!(field(s, "rc"), Some("0" | "1")), "ncm-cbr: {s}");
+    assert_eq!(json_block(s)["schema"], "xferlab.cbr/1", "ncm-cbr: {s}");
+    // `--usbmon` beside a stream: the bus figures inside its -o document.
+    let s = section(&r.out, "ncm-usbmon");
+    assert_eq!(field(s, "rc"), Some("0"), "ncm-usbmon: {s}");
+    let doc = json_block(s);
+    assert_eq!(doc["status"], "ok", "ncm-usbmon");
+    let u = &doc["usbmon"];
+    assert_eq!(u["encap"], "ncm", "{u}");
+    let out = &u["host_out"]["total"];
+    assert!(out["bytes"].as_u64().unwrap() > 100_000, "{out}");
+    assert!(
+        out["frames_per_transfer"].as_f64().unwrap() > 1.0,
+        "NCM packs frames under bulk TCP: {out}"
+    );
+    assert!(!u["host_out"]["intervals"].as_array().unwrap().is_empty());
     // xferlab's own host side (usb net) against the kernel's gadgets:
     // verified data is TCP's own (a stream that completes moved every byte
     // in order); the frames-per-transfer limit shows in usbmon's histogram.

@@ -53,9 +53,13 @@ for c in ${CLASSES:-ecm eem ncm}; do
     if [ $c = ncm ]; then
         # The other patterns cross the same link.
         ns_h timeout 60 xferlab rr 169.254.10.1 -t 2 -J > /tmp/rr.json 2> /tmp/rr.err
-        echo "== $c-rr =="; echo "rc=$?"; echo "stderr=$(tr '\n' ' ' < /tmp/rr.err)"; cat /tmp/rr.json
+        rc=$?; echo "== $c-rr =="; echo "rc=$rc"; echo "stderr=$(tr '\n' ' ' < /tmp/rr.err)"; cat /tmp/rr.json
         ns_h timeout 60 xferlab cbr 169.254.10.1 -b 5M -t 2 -J > /tmp/cbr.json 2> /tmp/cbr.err
-        echo "== $c-cbr =="; echo "rc=$?"; echo "stderr=$(tr '\n' ' ' < /tmp/cbr.err)"; cat /tmp/cbr.json
+        rc=$?; echo "== $c-cbr =="; echo "rc=$rc"; echo "stderr=$(tr '\n' ' ' < /tmp/cbr.err)"; cat /tmp/cbr.json
+        # The bus figures inside the TCP result: --usbmon beside the stream.
+        ns_h timeout 60 xferlab stream 169.254.10.1 -t 2 --usbmon $NET_ID,ncm -J -o /tmp/um.json \
+            > /dev/null 2> /tmp/um.err
+        rc=$?; echo "== $c-usbmon =="; echo "rc=$rc"; echo "stderr=$(tr '\n' ' ' < /tmp/um.err)"; cat /tmp/um.json
     fi
     echo "== $c-down =="
     net_link_down
@@ -73,10 +77,7 @@ for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
         sleep 0.1; k=$((k+1)); [ $k -gt 100 ] && break
     done
     ns_h sh -c "ip addr add 169.254.10.2/16 dev xl0; ip link set xl0 up"
-    k=0
-    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
-        k=$((k+1)); [ $k -gt 20 ] && { echo "own-$c-$nf: no ping across"; net_diag; break; }
-    done
+    link_wait "own-$c-$nf" $GNS $GIF $HNS xl0 169.254.10.1 || net_diag
     HIF=xl0
     measure $c own-$nf-fwd
     measure $c own-$nf-bidir --bidir

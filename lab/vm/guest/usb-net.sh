@@ -68,24 +68,36 @@ net_link_up() {   # CLASS [QMULT] [MTU]
     ip link set $GIF netns $GNS && ip link set $HIF netns $HNS || return 1
     ns_g sh -c "ip link set lo up; ip addr add 169.254.10.1/16 dev $GIF; ip link set $GIF up" || return 1
     ns_h sh -c "ip link set lo up; ip addr add 169.254.10.2/16 dev $HIF; ip link set $HIF up" || return 1
-    # The link is up when the host reaches the gadget end. Now and then
-    # (one link in ~10 here) the host end never gets the function's
-    # NETWORK_CONNECTION notification and stays NO-CARRIER; taking the
-    # gadget end down and up sends it again (said in the output).
+    link_wait "net_link_up $1" $GNS $GIF $HNS $HIF 169.254.10.1 || { net_diag; return 1; }
+    server_up $GNS /tmp/server.log
+}
+
+# Waits until the host end reaches the gadget end. Now and then (2 links
+# of 18 in one boot here) the host end never gets the function's
+# NETWORK_CONNECTION notification and stays NO-CARRIER; taking the gadget
+# end down and up sends it again (said in the output).
+link_wait() {   # WHAT GNS GIF HNS|- HIF ADDR   (-: the host end is in the root namespace)
+    lw_h=; [ "$4" = - ] || lw_h="nsenter -t $4 -n"
     n=0
-    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
+    while ! $lw_h ping -c 1 -W 1 $6 > /dev/null 2>&1; do
         n=$((n+1))
-        if [ $n = 5 ] && ns_h ip link show $HIF | grep -q NO-CARRIER; then
-            echo "net_link_up $1: the host end has no carrier after 5 s; gadget end down and up"
-            ns_g ip link set $GIF down; ns_g ip link set $GIF up
+        if [ $n = 5 ] && $lw_h ip link show $5 | grep -q NO-CARRIER; then
+            echo "$1: the host end has no carrier after 5 s; gadget end down and up"
+            nsenter -t $2 -n ip link set $3 down; nsenter -t $2 -n ip link set $3 up
         fi
-        [ $n -gt 30 ] && { echo "net_link_up $1: no ping across"; net_diag; return 1; }
+        [ $n -gt 30 ] && { echo "$1: no ping across"; return 1; }
     done
-    # nsenter execs the command: $! is the server itself, not a subshell.
-    nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
+    return 0   # not the loop's status: its last body command may be a false test
+}
+
+# An xferlab server in the namespace held by pid GNS, in a session of its
+# own (it outlives a setup script's shell); waits until it listens. Sets
+# SPID: setsid and nsenter exec, so $! is the server itself.
+server_up() {   # GNS LOG
+    setsid nsenter -t $1 -n xferlab server < /dev/null > $2 2>&1 &
     SPID=$!
     n=0
-    while ! ns_g sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
+    while ! nsenter -t $1 -n sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
         sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
     done
     return 0
@@ -179,17 +191,8 @@ own_gadget_up() {   # CLASS N kernel|own
     done
     ns_g sh -c "ip link set lo up; ip addr add 169.254.10.1/16 dev xg0; ip link set xg0 up" || return 1
     ns_h sh -c "ip link set lo up; ip addr add 169.254.10.2/16 dev $HIF; ip link set $HIF up" || return 1
-    n=0
-    while ! ns_h ping -c 1 -W 1 169.254.10.1 > /dev/null 2>&1; do
-        n=$((n+1)); [ $n -gt 30 ] && { echo "own_gadget_up $1: no ping across"; cat /tmp/og.err; return 1; }
-    done
-    nsenter -t $GNS -n xferlab server > /tmp/server.log 2>&1 &
-    SPID=$!
-    n=0
-    while ! ns_g sh -c "cat /proc/net/tcp /proc/net/tcp6 2>/dev/null" | grep -qi ':14AA '; do
-        sleep 0.1; n=$((n+1)); [ $n -gt 100 ] && { echo "server did not listen"; return 1; }
-    done
-    return 0
+    link_wait "own_gadget_up $1" $GNS xg0 $HNS $HIF 169.254.10.1 || { cat /tmp/og.err; return 1; }
+    server_up $GNS /tmp/server.log
 }
 
 own_gadget_down() {   # [kill]: prints gadget_rc, host_rc, taps, gadgets_left, gadgets

@@ -40,6 +40,11 @@
 //! | `cpu_client_pct` | % | `client.cpu.percent` |
 //! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
 //! | `load_cpu_pct` | % | `--load`: mean over `load.workers` of `cpu_percent` (any schema) |
+//! | `usb_in_bps` | bit/s | `--usbmon` (any schema): `usbmon.host_in.total.bytes` (USB payload, framing included) over the result's measured seconds (the longest direction's); usbmon's own window (`mbytes_per_second`, which brackets the test) for other documents |
+//! | `usb_out_bps` | bit/s | `--usbmon`: `usbmon.host_out.total.bytes`, the same way |
+//! | `usb_bus_pct` | % | `--usbmon`: `usb_in_bps` + `usb_out_bps` against `usbmon.capacity_bytes_per_second` (the high-speed bulk capacity) |
+//! | `usb_in_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_in.total.frames_per_transfer` (decoded transfers) |
+//! | `usb_out_frames_per_transfer` | count | `--usbmon` with a framing: `usbmon.host_out.total.frames_per_transfer` |
 //! | `loss_fraction` | fraction | UDP: Σ `udp.lost` / Σ `udp.sent` over directions whose receiver reported (tail loss included) |
 //! | `lost` | count | UDP: Σ `udp.lost`, same directions |
 //! | `host_drops` | count | UDP: Σ `udp.host_drops`, same directions |
@@ -182,6 +187,31 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "load_cpu_pct",
         PERCENT,
         "background load, mean CPU per worker, % of one core",
+    ),
+    (
+        "usb_in_bps",
+        BPS,
+        "USB payload device to host (usbmon, framing included)",
+    ),
+    (
+        "usb_out_bps",
+        BPS,
+        "USB payload host to device (usbmon, framing included)",
+    ),
+    (
+        "usb_bus_pct",
+        PERCENT,
+        "USB bus used, both directions, % of high-speed bulk capacity",
+    ),
+    (
+        "usb_in_frames_per_transfer",
+        COUNT,
+        "Ethernet frames per USB transfer, device to host (mean)",
+    ),
+    (
+        "usb_out_frames_per_transfer",
+        COUNT,
+        "Ethernet frames per USB transfer, host to device (mean)",
     ),
     ("loss_fraction", FRACTION, "UDP datagrams lost / sent"),
     ("lost", COUNT, "UDP datagrams lost"),
@@ -624,6 +654,16 @@ pub fn extract(doc: &Value) -> Vec<Metric> {
     if !load.is_empty() {
         out.push("load_cpu_pct", load.iter().sum::<f64>() / load.len() as f64);
     }
+    if let Some(mon) = doc.get("usbmon") {
+        // A result's own measured seconds: usbmon's window brackets the
+        // test (setup and drain), so its rates read low.
+        let window = arr(doc.get("summary").unwrap_or(&Value::Null), "directions")
+            .iter()
+            .filter_map(|d| num(d, &["receiver", "seconds"]).or(num(d, &["sender", "seconds"])))
+            .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.max(s))))
+            .filter(|&s| s > 0.0);
+        usbmon_metrics(mon, window, &mut out);
+    }
     if let Some(lab) = doc.get("lab") {
         lab_metrics(lab, &mut out);
     }
@@ -910,6 +950,44 @@ fn usb_model_metrics(doc: &Value, out: &mut Out) {
             &format!("usb_{dir}_transfers_per_second"),
             num(pipe, &["transfers_per_s"]),
         );
+    }
+}
+
+/// `--usbmon`'s bus figures beside any verb's result, over `window`
+/// seconds when the document has them.
+fn usbmon_metrics(mon: &Value, window: Option<f64>, out: &mut Out) {
+    let total = |dir: &str| mon.get(dir).and_then(|d| d.get("total"));
+    let (i, o) = (total("host_in"), total("host_out"));
+    let bytes_per_s = |t: Option<&Value>| {
+        let t = t?;
+        match window {
+            Some(w) => num(t, &["bytes"]).map(|b| b / w),
+            None => num(t, &["mbytes_per_second"]).map(|m| m * 1e6),
+        }
+    };
+    let rates: Vec<f64> = [("usb_in_bps", i), ("usb_out_bps", o)]
+        .into_iter()
+        .filter_map(|(name, t)| {
+            let r = bytes_per_s(t)?;
+            out.push(name, r * 8.0);
+            Some(r)
+        })
+        .collect();
+    if let (false, Some(cap)) = (
+        rates.is_empty(),
+        num(mon, &["capacity_bytes_per_second"]).filter(|&c| c > 0.0),
+    ) {
+        out.push("usb_bus_pct", rates.iter().sum::<f64>() / cap * 100.0);
+    }
+    if mon.get("encap").is_some_and(|e| !e.is_null()) {
+        for (name, t) in [
+            ("usb_in_frames_per_transfer", i),
+            ("usb_out_frames_per_transfer", o),
+        ] {
+            if let Some(v) = t.and_then(|t| num(t, &["frames_per_transfer"])) {
+                out.push(name, v);
+            }
+        }
     }
 }
 
@@ -1591,6 +1669,45 @@ mod tests {
         has(&m, "step0.jitter_us", 5.556531796935184);
         assert_eq!(get(&m, "step0.spacing_us"), None);
         assert_eq!(get(&m, "step3.size"), None);
+    }
+
+    #[test]
+    fn usbmon_beside_a_result_gives_the_bus_figures() {
+        let doc = serde_json::json!({
+            "schema": "xferlab.result/2",
+            "status": "ok",
+            "summary": {"directions": []},
+            "usbmon": {
+                "encap": "ncm",
+                "capacity_bytes_per_second": 53_248_000.0,
+                "host_in": {"total": {"bytes": 10_000_000, "mbytes_per_second": 2.5, "frames_per_transfer": 3.5}},
+                "host_out": {"total": {"bytes": 2_000_000, "mbytes_per_second": 0.5, "frames_per_transfer": 1.0}}
+            }
+        });
+        // No measured seconds in the result: usbmon's own window.
+        let m = extract(&doc);
+        has(&m, "usb_in_bps", 20e6);
+        has(&m, "usb_out_bps", 4e6);
+        has(&m, "usb_bus_pct", 3e6 / 53_248_000.0 * 100.0);
+        has(&m, "usb_in_frames_per_transfer", 3.5);
+        has(&m, "usb_out_frames_per_transfer", 1.0);
+        // With them: the bytes over the test's own window (2 s, the
+        // longer direction's), not usbmon's longer one.
+        let mut timed = doc.clone();
+        timed["summary"]["directions"] = serde_json::json!([
+            {"receiver": {"seconds": 1.5}},
+            {"receiver": null, "sender": {"seconds": 2.0}}
+        ]);
+        let m = extract(&timed);
+        has(&m, "usb_in_bps", 40e6);
+        has(&m, "usb_out_bps", 8e6);
+        has(&m, "usb_bus_pct", 6e6 / 53_248_000.0 * 100.0);
+        // Without a framing there are no frames to count.
+        let mut bare = doc.clone();
+        bare["usbmon"]["encap"] = serde_json::Value::Null;
+        assert!(!extract(&bare)
+            .iter()
+            .any(|x| x.name.ends_with("frames_per_transfer")));
     }
 
     #[test]

@@ -244,6 +244,10 @@ pub struct VmSetup {
     /// Limit for the whole batch, seconds (default 1800).
     #[serde(default)]
     pub timeout: Option<u64>,
+    /// Guest CPUs (default 1): 2 gives a reader such as `--usbmon` a CPU
+    /// of its own beside the link it watches.
+    #[serde(default)]
+    pub smp: Option<u32>,
 }
 
 /// One table of the default report.
@@ -1030,7 +1034,7 @@ impl Scenario {
             report: raw.report,
             has_quick,
         };
-        scenario.check_report()?;
+        scenario.check_report(scale)?;
         let n = scenario.points().len();
         if n > 100_000 {
             return Err(err(
@@ -1076,7 +1080,7 @@ impl Scenario {
         self.knobs().iter().any(|k| k.knob.to_string() == name)
     }
 
-    fn check_report(&self) -> Result<(), ScenarioError> {
+    fn check_report(&self, scale: Scale) -> Result<(), ScenarioError> {
         let axis_knob = |name: &str, what: &str| -> Result<(), ScenarioError> {
             if self
                 .axes
@@ -1121,8 +1125,38 @@ impl Scenario {
             if let Some(s) = &p.series {
                 axis_knob(s, "series")?;
             }
-            for k in p.filter.keys() {
+            for (k, v) in &p.filter {
                 axis_knob(k, "filter")?;
+                // A value the axis never takes draws an empty plot; at the
+                // quick scale an axis may lack it by design.
+                let want = Value::from_toml(v, 0, k)?;
+                let have: Vec<&Value> = self
+                    .axes
+                    .iter()
+                    .flat_map(|a| {
+                        a.knobs
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, at)| at.knob.to_string() == *k)
+                            .flat_map(move |(i, _)| a.values.iter().map(move |step| &step[i]))
+                    })
+                    .collect();
+                if scale == Scale::Full && !have.contains(&&want) {
+                    let shown = |x: &Value| match x {
+                        Value::Arg(s) => format!("{s:?}"),
+                        Value::Switch(b) => b.to_string(),
+                    };
+                    let values: Vec<String> = have.iter().map(|x| shown(x)).collect();
+                    return Err(err(
+                        0,
+                        format!(
+                            "[[report.plot]] filter \"{k}\" = {} is none of that axis's values ({}); \
+                             a switch is written false or true, not in quotes",
+                            shown(&want),
+                            values.join(", ")
+                        ),
+                    ));
+                }
             }
         }
         Ok(())
@@ -1330,6 +1364,19 @@ cols = "-P"
 
         let e = error_of("title = \"t\"\ncommand = \"stream\"\nlab = \"--rate 1M\"\n");
         assert_eq!(e.line, 3, "{e}");
+
+        // A filter value the axis never takes: a quoted switch.
+        let bad_filter = "title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"--bidir\" = [false, true]\n\
+            [[report.plot]]\nkind = \"time\"\nmetric = \"throughput_bps\"\nfilter = { \"--bidir\" = \"false\" }\n";
+        let e = error_of(bad_filter);
+        assert!(
+            e.message
+                .contains("\"--bidir\" = \"false\" is none of that axis's values (false, true)"),
+            "{e}"
+        );
+        assert!(
+            Scenario::parse(&bad_filter.replace("\"false\" }", "false }"), Scale::Full).is_ok()
+        );
     }
 
     #[test]

@@ -50,6 +50,14 @@ pub struct Cli {
     /// or printed on stderr.
     #[arg(long, global = true, value_name = "cpu=N,mem=M[,vm-bytes=SIZE]")]
     pub load: Option<xferlab_core::load::LoadSpec>,
+    /// Bus accounting beside the verb: usbmon reads the bus of this USB
+    /// device (VID:PID or BUS.ADDR; `,ecm|eem|ncm` counts the link's
+    /// Ethernet frames per transfer) from start to end. Payload MB/s,
+    /// transfers/s, frames per transfer and % of the high-speed bulk
+    /// capacity per direction go into a JSON result written with -o as
+    /// `usbmon`, or on stderr. Needs root and the usbmon module.
+    #[arg(long, global = true, value_name = "DEVICE[,ENCAP]")]
+    pub usbmon: Option<usb::UsbMonSpec>,
 }
 
 impl Cli {

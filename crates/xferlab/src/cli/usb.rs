@@ -439,3 +439,35 @@ pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
         u16::from_str_radix(p, 16).ok()?,
     ))
 }
+
+/// `--usbmon DEVICE[,ENCAP]`: the device (VID:PID or BUS.ADDR) whose bus
+/// usbmon reads beside the verb, and the link's framing to count frames
+/// per transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsbMonSpec {
+    pub device: String,
+    pub encap: Option<xferlab_core::usb::net::Encap>,
+}
+
+impl std::str::FromStr for UsbMonSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (device, encap) = match s.split_once(',') {
+            Some((d, e)) => {
+                let encap = xferlab_core::usb::net::Encap::parse(e).ok_or_else(|| {
+                    format!("'{e}' is no USB network framing: ecm, eem or ncm (e.g. 1.2,ncm)")
+                })?;
+                (d, Some(encap))
+            }
+            None => (s, None),
+        };
+        if device.is_empty() {
+            return Err("name the device: VID:PID or BUS.ADDR, e.g. 0525:a4a1 or 1.2,ecm".into());
+        }
+        Ok(UsbMonSpec {
+            device: device.to_string(),
+            encap,
+        })
+    }
+}

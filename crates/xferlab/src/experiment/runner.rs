@@ -458,6 +458,7 @@ fn run_vm(
         add,
         setup: s.vm.setup.clone(),
         timeout_s: s.vm.timeout.unwrap_or(1800),
+        smp: s.vm.smp,
     };
     let jobs: Vec<vm::Job> = pending
         .iter()
@@ -548,7 +549,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
     };
     let slots = plan::order(points.len(), s.repeat, s.order);
     if o.dry_run {
-        println!(
+        outln!(
             "{}: {} points x {} repeats = {} runs ({:?} order, {} scale, {})",
             s.title,
             points.len(),
@@ -563,7 +564,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             }
         );
         for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
-            println!(
+            outln!(
                 "point {:>3}  {:<40}  xferlab {}",
                 i + 1,
                 p.label(),

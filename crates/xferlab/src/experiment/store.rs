@@ -1618,7 +1618,7 @@ pub(crate) mod tests {
         }
         times.sort();
         let median = times[times.len() / 2];
-        println!(
+        outln!(
             "insert_run: {} B result, {} metrics: median {:.2} ms, min {:.2} ms, max {:.2} ms",
             result.len(),
             metrics.len(),

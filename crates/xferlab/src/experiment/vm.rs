@@ -52,6 +52,8 @@ pub struct VmSetup {
     pub setup: Option<String>,
     /// Limit for the whole guest command (setup and all jobs), seconds.
     pub timeout_s: u64,
+    /// Guest CPUs: `--smp` (lab/vm/run's default, 1, when None).
+    pub smp: Option<u32>,
 }
 
 /// One xferlab invocation in the batch.
@@ -291,6 +293,10 @@ fn lab_args(setup: &VmSetup, xferlab_static: Option<&Path>) -> Vec<String> {
     if let Some(x) = xferlab_static {
         args.push("--xferlab".into());
         args.push(x.display().to_string());
+    }
+    if let Some(n) = setup.smp {
+        args.push("--smp".into());
+        args.push(n.to_string());
     }
     args.push("--timeout".into());
     args.push(setup.timeout_s.max(1).to_string());
@@ -1104,6 +1110,7 @@ echo setup warns >&2"#;
             add: vec!["a.sh:/work/a.sh".into()],
             setup: None,
             timeout_s: 90,
+            smp: None,
         };
         assert_eq!(
             lab_args(&setup, Some(Path::new("/x/xferlab"))),
@@ -1208,6 +1215,7 @@ echo setup warns >&2"#;
     fn three_jobs_in_one_boot() {
         let setup = VmSetup {
             timeout_s: 240,
+            smp: None,
             ..VmSetup::default()
         };
         let jobs = [
@@ -1258,6 +1266,7 @@ echo setup warns >&2"#;
             add: vec![format!("{}:/work/guest", guest_dir.display())],
             setup: Some("sh /work/guest/usb-gadget-setup.sh".into()),
             timeout_s: 300,
+            smp: None,
         };
         let bulk = |dir: &str, size: &str, depth: &str, t: &str| -> Vec<String> {
             [
@@ -1350,6 +1359,7 @@ echo setup warns >&2"#;
         let stop = AtomicBool::new(false);
         let setup = VmSetup {
             timeout_s: 120,
+            smp: None,
             ..VmSetup::default()
         };
         let mut seen_qemu = false;

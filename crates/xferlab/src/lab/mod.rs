@@ -1007,7 +1007,7 @@ fn print_hosts(hosts: &[LabHost], plan: &Plan) {
     // JSON: the document has them. Exec'd programs alone own stdout.
     let has_tests = plan.programs.iter().any(|p| matches!(p, Program::Test(_)));
     match (has_tests, plan.format) {
-        (true, Format::Human) => println!("{s}"),
+        (true, Format::Human) => outln!("{s}"),
         (false, _) => eprintln!("{s}"),
         _ => {}
     }
@@ -1065,12 +1065,12 @@ fn clean() -> ExitCode {
         .map(|(n, _)| n)
         .collect();
     if removed.is_empty() {
-        println!("lab clean: nothing left over");
+        outln!("lab clean: nothing left over");
     } else {
-        println!("lab clean: removed {}", removed.join(", "));
+        outln!("lab clean: removed {}", removed.join(", "));
     }
     if !running.is_empty() {
-        println!(
+        outln!(
             "lab clean: kept {} (its lab is still running)",
             running.join(", ")
         );

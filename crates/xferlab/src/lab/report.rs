@@ -263,7 +263,8 @@ pub(super) fn emit(plan: &Plan, lab: &LabReport, captured: &str) -> anyhow::Resu
                     .and_then(|mut f| f.write_all(text.as_bytes()))
                     .with_context(|| format!("cannot write {}", path.display())),
                 None => {
-                    print!("{text}");
+                    // A reader gone away (`| head`) is not the lab's failure.
+                    let _ = std::io::stdout().write_all(text.as_bytes());
                     Ok(())
                 }
             }

@@ -9,7 +9,7 @@ mod cbr;
 mod device;
 mod engine;
 mod gadget;
-mod mon;
+pub mod mon;
 mod net;
 mod tap;
 mod usbfs;
@@ -45,7 +45,7 @@ fn list() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    println!("BUS.ADDR  VID:PID    SPEED       DRIVERS            PRODUCT");
+    outln!("BUS.ADDR  VID:PID    SPEED       DRIVERS            PRODUCT");
     for d in &devs {
         let drivers: Vec<String> = d
             .interfaces()
@@ -55,7 +55,7 @@ fn list() -> ExitCode {
                 format!("{}:{drv}", i.interface_number())
             })
             .collect();
-        println!(
+        outln!(
             "{:<9} {:04x}:{:04x}  {:<10}  {:<17}  {}{}",
             format!("{}.{}", d.busnum(), d.device_address()),
             d.vendor_id(),

@@ -11,7 +11,8 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -21,7 +22,8 @@ use xferlab_core::usb::usbmon::{
 };
 
 use super::device;
-use crate::cli::usb::MonArgs;
+use crate::cli::usb::{MonArgs, UsbMonSpec};
+use xferlab_core::usb::net::Encap;
 
 /// struct mon_bin_mfetch { offvec, nfetch, nflush } (drivers/usb/mon/mon_bin.c).
 #[repr(C)]
@@ -127,151 +129,256 @@ fn record(a: &MonArgs, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
         bail!("-i/--interval must be above 0 s (got {})", a.interval);
     }
     let knobs = knobs(a)?;
-    let sel = device::parse_selector(Some(&a.device))?;
-    let dev = device::select(&sel, None)?;
-    let bus = dev.busnum();
-    let devnum = dev.device_address();
-    let path = format!("/dev/usbmon{bus}");
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => anyhow!(
-                "no {path}: load usbmon (`modprobe usbmon`; CONFIG_USB_MON) and mount devtmpfs"
-            ),
-            std::io::ErrorKind::PermissionDenied => {
-                anyhow!("cannot open {path}: reading usbmon needs root; run it with sudo")
-            }
-            _ => anyhow!("cannot open {path}: {e}"),
-        })?;
-    let fd = f.as_raw_fd();
-    // SAFETY: ioctls on our own usbmon fd with integer arguments.
-    let ring_len = unsafe {
-        libc::ioctl(fd, MON_IOCT_RING_SIZE as _, RING_SIZE);
-        libc::ioctl(fd, MON_IOCQ_RING_SIZE as _)
-    };
-    if ring_len <= 0 {
-        bail!(
-            "{path}: cannot read the usbmon ring size ({})",
-            std::io::Error::last_os_error()
-        );
-    }
-    let ring = Ring::map(fd, ring_len as usize).with_context(|| format!("cannot map {path}"))?;
-    // The reader must keep up with the link it watches, which may hold the
-    // CPU (one CPU under TCG: with an ECM link at full speed the ring still
-    // overflowed by ~360 events in 5 s at nice 0, by none at nice -10;
-    // with traffic both ways on one CPU it still may: the report counts it). A higher priority only
-    // changes when it runs, not how much: root may raise it.
-    // SAFETY: setpriority on this process.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
-    let mut meter = BusMeter::new(a.encap, Some(devnum));
-    let mut offsets = [0u32; BATCH];
-    let mut flush = 0u32;
+    let mon = Monitor::open(&a.device, a.encap, knobs)?;
     let t0 = Instant::now();
     let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
-    let step = Duration::from_secs_f64(a.interval);
-    let mut next = t0 + step;
-    let (mut prev_in, mut prev_out) = (meter.host_in, meter.host_out);
-    let (mut ins, mut outs) = (Vec::new(), Vec::new());
-    let mut since_check = 0u32;
-    let mut cut = |meter: &BusMeter,
-                   prev_in: &mut DirCounters,
-                   prev_out: &mut DirCounters,
-                   from: f64,
-                   to: f64| {
-        ins.push(meter.host_in.sample(prev_in, from, to));
-        outs.push(meter.host_out.sample(prev_out, from, to));
-        *prev_in = meter.host_in;
-        *prev_out = meter.host_out;
-    };
-    let mut last_cut = 0.0;
-    loop {
-        let mut m = MonBinMfetch {
-            offvec: offsets.as_mut_ptr(),
-            nfetch: BATCH as u32,
-            nflush: flush,
+    mon.run(Duration::from_secs_f64(a.interval), || {
+        interrupts.load(Relaxed) > 0 || end.is_some_and(|e| Instant::now() >= e)
+    })
+}
+
+/// One device's bus, opened for reading: the device found, its bus's
+/// usbmon ring mapped.
+pub struct Monitor {
+    path: String,
+    file: std::fs::File,
+    ring: Ring,
+    bus: u8,
+    devnum: u8,
+    speed: Option<String>,
+    encap: Option<Encap>,
+    knobs: BTreeMap<String, String>,
+}
+
+// SAFETY: the ring is a read-only shared mapping owned by the monitor; it
+// is read by whichever one thread runs the monitor.
+unsafe impl Send for Ring {}
+
+impl Monitor {
+    /// Finds `device` (VID:PID or BUS.ADDR) and maps its bus's ring; every
+    /// failure is one line naming the fix.
+    pub fn open(
+        device: &str,
+        encap: Option<Encap>,
+        knobs: BTreeMap<String, String>,
+    ) -> anyhow::Result<Monitor> {
+        let sel = device::parse_selector(Some(device))?;
+        let dev = device::select(&sel, None)?;
+        let bus = dev.busnum();
+        let path = format!("/dev/usbmon{bus}");
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => anyhow!(
+                    "no {path}: load usbmon (`modprobe usbmon`; CONFIG_USB_MON) and mount devtmpfs"
+                ),
+                std::io::ErrorKind::PermissionDenied => {
+                    anyhow!("cannot open {path}: reading usbmon needs root; run it with sudo")
+                }
+                _ => anyhow!("cannot open {path}: {e}"),
+            })?;
+        let fd = file.as_raw_fd();
+        // SAFETY: ioctls on our own usbmon fd with integer arguments.
+        let ring_len = unsafe {
+            libc::ioctl(fd, MON_IOCT_RING_SIZE as _, RING_SIZE);
+            libc::ioctl(fd, MON_IOCQ_RING_SIZE as _)
         };
-        // SAFETY: MFETCH writes at most `nfetch` offsets into `offsets` and
-        // the counts into `m`, both ours and live for the call.
-        let r = unsafe { libc::ioctl(fd, MON_IOCX_MFETCH as _, &mut m as *mut MonBinMfetch) };
-        // The flush is done before the fetch can fail (EAGAIN, EINTR).
-        flush = 0;
-        let idle = if r == 0 {
-            for &off in &offsets[..(m.nfetch as usize).min(BATCH)] {
-                let off = off as usize;
-                // Fillers at the ring's end ('@') do not parse: skipped.
-                let Some(ev) = ring.bytes(off, MON_BIN_HDR_LEN).and_then(MonEvent::parse) else {
-                    continue;
-                };
-                let data = ring
-                    .bytes(off + MON_BIN_HDR_LEN, ev.len_cap as usize)
-                    .unwrap_or(&[]);
-                meter.record(&ev, data);
-            }
-            flush = m.nfetch;
-            since_check += m.nfetch;
-            m.nfetch == 0
-        } else {
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) => true,
-                Some(libc::EINTR) => false,
-                _ => return Err(e).with_context(|| format!("reading {path}")),
-            }
+        if ring_len <= 0 {
+            bail!(
+                "{path}: cannot read the usbmon ring size ({})",
+                std::io::Error::last_os_error()
+            );
+        }
+        let ring =
+            Ring::map(fd, ring_len as usize).with_context(|| format!("cannot map {path}"))?;
+        Ok(Monitor {
+            path,
+            file,
+            ring,
+            bus,
+            devnum: dev.device_address(),
+            speed: device::speed_label(dev.speed()).map(str::to_string),
+            encap,
+            knobs,
+        })
+    }
+
+    /// Reads the bus until `stop` says so, cutting an interval every
+    /// `step`, and reports.
+    pub fn run(self, step: Duration, stop: impl Fn() -> bool) -> anyhow::Result<BusReport> {
+        let Monitor {
+            path,
+            file,
+            ring,
+            bus,
+            devnum,
+            speed,
+            encap,
+            knobs,
+        } = self;
+        let fd = file.as_raw_fd();
+        // The reader must keep up with the link it watches, which may hold the
+        // CPU (one CPU under TCG: with an ECM link at full speed the ring still
+        // overflowed by ~360 events in 5 s at nice 0, by none at nice -10;
+        // with traffic both ways on one CPU it still may: the report counts it). A higher priority only
+        // changes when it runs, not how much: root may raise it.
+        // SAFETY: setpriority on this thread (Linux: per thread).
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+        let mut meter = BusMeter::new(encap, Some(devnum));
+        let mut offsets = [0u32; BATCH];
+        let mut flush = 0u32;
+        let t0 = Instant::now();
+        let mut next = t0 + step;
+        let (mut prev_in, mut prev_out) = (meter.host_in, meter.host_out);
+        let (mut ins, mut outs) = (Vec::new(), Vec::new());
+        let mut since_check = 0u32;
+        let mut cut = |meter: &BusMeter,
+                       prev_in: &mut DirCounters,
+                       prev_out: &mut DirCounters,
+                       from: f64,
+                       to: f64| {
+            ins.push(meter.host_in.sample(prev_in, from, to));
+            outs.push(meter.host_out.sample(prev_out, from, to));
+            *prev_in = meter.host_in;
+            *prev_out = meter.host_out;
         };
-        if idle || since_check >= 256 {
-            since_check = 0;
-            let now = Instant::now();
-            while now >= next {
-                let to = (next - t0).as_secs_f64();
-                cut(&meter, &mut prev_in, &mut prev_out, last_cut, to);
-                last_cut = to;
-                next += step;
-            }
-            if interrupts.load(Relaxed) > 0 || end.is_some_and(|e| now >= e) {
-                break;
-            }
-            if idle {
-                // Polling beat sleeping 5 ms between fetches under TCG
-                // (2763 vs 0-360 events lost in 5 s): a sleeping reader
-                // wakes late and the 1.2 MB ring (~30 ms of a busy link)
-                // overflows.
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one pollfd of ours.
-                unsafe { libc::poll(&mut p, 1, 20) };
+        let mut last_cut = 0.0;
+        loop {
+            let mut m = MonBinMfetch {
+                offvec: offsets.as_mut_ptr(),
+                nfetch: BATCH as u32,
+                nflush: flush,
+            };
+            // SAFETY: MFETCH writes at most `nfetch` offsets into `offsets` and
+            // the counts into `m`, both ours and live for the call.
+            let r = unsafe { libc::ioctl(fd, MON_IOCX_MFETCH as _, &mut m as *mut MonBinMfetch) };
+            // The flush is done before the fetch can fail (EAGAIN, EINTR).
+            flush = 0;
+            let idle = if r == 0 {
+                for &off in &offsets[..(m.nfetch as usize).min(BATCH)] {
+                    let off = off as usize;
+                    // Fillers at the ring's end ('@') do not parse: skipped.
+                    let Some(ev) = ring.bytes(off, MON_BIN_HDR_LEN).and_then(MonEvent::parse)
+                    else {
+                        continue;
+                    };
+                    let data = ring
+                        .bytes(off + MON_BIN_HDR_LEN, ev.len_cap as usize)
+                        .unwrap_or(&[]);
+                    meter.record(&ev, data);
+                }
+                flush = m.nfetch;
+                since_check += m.nfetch;
+                m.nfetch == 0
+            } else {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => true,
+                    Some(libc::EINTR) => false,
+                    _ => return Err(e).with_context(|| format!("reading {path}")),
+                }
+            };
+            if idle || since_check >= 256 {
+                since_check = 0;
+                let now = Instant::now();
+                while now >= next {
+                    let to = (next - t0).as_secs_f64();
+                    cut(&meter, &mut prev_in, &mut prev_out, last_cut, to);
+                    last_cut = to;
+                    next += step;
+                }
+                if stop() {
+                    break;
+                }
+                if idle {
+                    // Polling beat sleeping 5 ms between fetches under TCG
+                    // (2763 vs 0-360 events lost in 5 s): a sleeping reader
+                    // wakes late and the 1.2 MB ring (~30 ms of a busy link)
+                    // overflows.
+                    let mut p = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    // SAFETY: one pollfd of ours.
+                    unsafe { libc::poll(&mut p, 1, 20) };
+                }
             }
         }
+        let secs = t0.elapsed().as_secs_f64();
+        if secs - last_cut > 1e-3 {
+            cut(&meter, &mut prev_in, &mut prev_out, last_cut, secs);
+        }
+        let mut stats = [0u32; 2];
+        // SAFETY: MON_IOCG_STATS writes two u32 into `stats`.
+        unsafe { libc::ioctl(fd, MON_IOCG_STATS as _, stats.as_mut_ptr()) };
+        let zero = DirCounters::default();
+        Ok(BusReport {
+            bus: u16::from(bus),
+            devnum: Some(devnum),
+            speed,
+            encap,
+            knobs,
+            dropped_events: u64::from(stats[1]),
+            capacity_bytes_per_second: HS_BULK_CAPACITY_BPS,
+            host_in: BusDirection {
+                intervals: ins,
+                total: meter.host_in.sample(&zero, 0.0, secs),
+            },
+            host_out: BusDirection {
+                intervals: outs,
+                total: meter.host_out.sample(&zero, 0.0, secs),
+            },
+        })
     }
-    let secs = t0.elapsed().as_secs_f64();
-    if secs - last_cut > 1e-3 {
-        cut(&meter, &mut prev_in, &mut prev_out, last_cut, secs);
+}
+
+/// `--usbmon DEVICE[,ENCAP]` beside any verb: the device's bus read on a
+/// thread of its own from before the verb starts until it ends.
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<anyhow::Result<BusReport>>,
+}
+
+impl Background {
+    pub fn start(spec: &UsbMonSpec) -> anyhow::Result<Background> {
+        let mon = Monitor::open(&spec.device, spec.encap, BTreeMap::new())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("xl-usbmon".into())
+            .spawn(move || mon.run(Duration::from_secs(1), || flag.load(Relaxed)))
+            .context("cannot start the usbmon thread")?;
+        Ok(Background { stop, thread })
     }
-    let mut stats = [0u32; 2];
-    // SAFETY: MON_IOCG_STATS writes two u32 into `stats`.
-    unsafe { libc::ioctl(fd, MON_IOCG_STATS as _, stats.as_mut_ptr()) };
-    let zero = DirCounters::default();
-    Ok(BusReport {
-        bus: u16::from(bus),
-        devnum: Some(devnum),
-        speed: device::speed_label(dev.speed()).map(str::to_string),
-        encap: a.encap,
-        knobs,
-        dropped_events: u64::from(stats[1]),
-        capacity_bytes_per_second: HS_BULK_CAPACITY_BPS,
-        host_in: BusDirection {
-            intervals: ins,
-            total: meter.host_in.sample(&zero, 0.0, secs),
-        },
-        host_out: BusDirection {
-            intervals: outs,
-            total: meter.host_out.sample(&zero, 0.0, secs),
-        },
-    })
+
+    pub fn stop(self) -> anyhow::Result<BusReport> {
+        self.stop.store(true, Relaxed);
+        self.thread
+            .join()
+            .map_err(|_| anyhow!("the usbmon thread panicked"))?
+    }
+}
+
+/// The totals of a report in one line per direction, for stderr.
+pub fn summary(r: &BusReport) -> String {
+    let mut t = format!(
+        "usbmon bus {} device {} ({}):\n{}\n{}",
+        r.bus,
+        r.devnum.unwrap_or(0),
+        r.encap.map(|e| e.label()).unwrap_or("no framing given"),
+        line("IN", &r.host_in.total),
+        line("OUT", &r.host_out.total)
+    );
+    if r.dropped_events > 0 {
+        t += &format!(
+            "\nusbmon dropped {} events (ring full): counts are low",
+            r.dropped_events
+        );
+    }
+    t
 }
 
 fn line(label: &str, s: &BusSample) -> String {

@@ -111,9 +111,9 @@ pub fn cleanup(name: &str) -> ExitCode {
         g.unmount();
     }
     if found {
-        println!("removed gadget `{name}`");
+        outln!("removed gadget `{name}`");
     } else {
-        println!("no gadget `{name}` to remove");
+        outln!("no gadget `{name}` to remove");
     }
     ExitCode::SUCCESS
 }

@@ -313,7 +313,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         if a.json {
             eprintln!("{msg}");
         } else {
-            println!("{msg}");
+            outln!("{msg}");
         }
     };
     say(format!(
@@ -448,13 +448,13 @@ fn report(
                 "tap_drops": net.tap_drops.load(Relaxed),
             })),
         });
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else if matches!(
         a.function,
         GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net
     ) {
         for (label, c) in [("IN  (to host)", &s.input), ("OUT (from host)", &s.output)] {
-            println!(
+            outln!(
                 "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",
                 c.transfers.load(Relaxed),
                 c.bytes.load(Relaxed),
@@ -465,15 +465,16 @@ fn report(
         }
     }
     if !a.json {
-        println!(
+        outln!(
             "CPU gadget {cpu_percent:.1}% (user {:.2} s, sys {:.2} s)",
-            cpu.0, cpu.1
+            cpu.0,
+            cpu.1
         );
     }
     if a.json {
         eprintln!("gadget `{}` removed", a.name);
     } else {
-        println!("gadget `{}` removed", a.name);
+        outln!("gadget `{}` removed", a.name);
     }
 }
 
