@@ -149,7 +149,7 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
     let p99 = f64_at(wake, "/p99_us");
     let spin = u64_at(topo, "/spin_us");
     assert!(
-        spin % 10 == 0 && spin <= 200 && (spin == 200 || spin as f64 >= p99),
+        spin.is_multiple_of(10) && spin <= 200 && (spin == 200 || spin as f64 >= p99),
         "spin {spin} us for a p99 wake-up of {p99} us"
     );
     eprintln!(
