@@ -90,25 +90,25 @@ fn main() -> ExitCode {
     };
     let output = cli.command.output_path().map(std::path::Path::to_path_buf);
     let code = run_command(cli.command);
+    // Both reports are written (or said) even when one of them fails.
+    let mut failure = None;
     if let Some(mon) = usbmon {
-        match mon.stop() {
-            Ok(report) => {
-                if let Err(e) =
-                    add_member(&output, "usbmon", &report, || usb::mon::summary(&report))
-                {
-                    return fail(&e, 1);
-                }
-            }
-            Err(e) => return fail(&format!("--usbmon: {e:#}"), 1),
-        }
+        failure = mon
+            .stop()
+            .map_err(|e| format!("--usbmon: {e:#}"))
+            .and_then(|r| add_member(&output, "usbmon", &r, || usb::mon::summary(&r)))
+            .err();
     }
     if let Some(load) = load {
         let report = load.stop();
         if let Err(e) = add_member(&output, "load", &report, || report.line()) {
-            return fail(&e, 1);
+            failure.get_or_insert(e);
         }
     }
-    code
+    match failure {
+        Some(e) => fail(&e, 1),
+        None => code,
+    }
 }
 
 /// A global option's report: into the JSON document written with -o as

@@ -497,11 +497,9 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
         .iter()
         .map(|n| std::fs::metadata(format!("/run/netns/{n}")).unwrap().ino())
         .collect();
-    wait_until(
-        "lab B's server and client processes",
-        SETUP_WAIT,
-        || processes_in(&inodes).len() >= 2,
-    );
+    wait_until("lab B's server and client processes", SETUP_WAIT, || {
+        processes_in(&inodes).len() >= 2
+    });
     b.kill();
     wait_until("lab B's processes to die", Duration::from_secs(5), || {
         processes_in(&inodes).is_empty()
