@@ -18,7 +18,8 @@
 //! Against a kernel DCCP server (`--dccp-server-stack kernel`) the
 //! client sets up each flow's connection before the test
 //! ([`attach_in_band`]): it presents its attach record as the
-//! connection's first message and waits for the server's one-byte answer,
+//! connection's first message and waits for the server's answer (one
+//! byte, padded to the flow's datagram size),
 //! as a kernel DCCP client does, and hands the open connection to the
 //! flow's thread. A kernel sender's end marker is taken as such.
 //!
@@ -541,18 +542,21 @@ fn ended(r: CloseReason, peer: &str, knobs: &DccpKnobs, raw: bool, junk: u64) ->
     }
 }
 
-/// The server's one-byte answer to an attach record presented in band.
+/// The server's answer to an attach record presented in band: its first
+/// byte; the rest is padding (a kernel server pads it to the flow's
+/// datagram size, `kernel::serve`, so its CCID3 takes that as its packet
+/// size).
 fn answer(payload: &[u8]) -> Result<(), String> {
     match payload {
-        [b] if *b == AttachReply::Ok as u8 => Ok(()),
-        [b] => Err(format!(
+        [b, ..] if *b == AttachReply::Ok as u8 => Ok(()),
+        [b, ..] => Err(format!(
             "the server refused the flow: {}",
             AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe())
         )),
-        _ => Err(format!(
-            "the server's DCCP sent {} bytes where the answer to the flow's attach record (1 byte) belongs",
-            payload.len()
-        )),
+        [] => Err(
+            "the server's DCCP sent an empty message where the answer to the flow's attach record belongs"
+                .into(),
+        ),
     }
 }
 
@@ -638,8 +642,8 @@ fn handed_over(local: SocketAddr) -> Option<HandedOver> {
 
 /// Opens a client flow's connection over raw IP to a kernel DCCP server's
 /// port (`sock`'s peer; `sock`'s port is the connection's), presents the
-/// attach record `hello` as its first message and waits for the one-byte
-/// answer, within `timeout`; the open connection then waits for the
+/// attach record `hello` as its first message and waits for the answer
+/// ([`answer`]), within `timeout`; the open connection then waits for the
 /// flow's thread.
 pub(super) fn attach_in_band(
     spec: &TestSpec,
@@ -841,5 +845,24 @@ impl TxBatch {
             self.clear();
         }
         Ok(r as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel server's answer is one byte padded to -l; an older one's
+    /// is the byte alone. Both are taken; a refusal names its cause.
+    #[test]
+    fn an_attach_answer_is_its_first_byte_whatever_the_padding() {
+        let mut padded = vec![0u8; 1400];
+        padded[0] = AttachReply::Ok as u8;
+        assert_eq!(answer(&padded), Ok(()));
+        assert_eq!(answer(&[AttachReply::Ok as u8]), Ok(()));
+        padded[0] = AttachReply::UnknownSession as u8;
+        let refused = answer(&padded).unwrap_err();
+        assert!(refused.contains("refused the flow"), "{refused}");
+        assert!(answer(&[]).unwrap_err().contains("empty message"));
     }
 }
