@@ -15,7 +15,7 @@ mod labvm_support;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{run, Output};
+use common::{run, Output, Server};
 use labvm_support::*;
 use serde_json::Value;
 
@@ -53,6 +53,13 @@ ip link set eth0 up && ip addr add 10.250.33.2/24 dev eth0; echo rc=$?
 # the guest by connecting to port 5299.
 timeout 150 nc -l -p 5299 </dev/null >/dev/null
 echo released=$?
+# The other role: this kernel's DCCP client against the host's
+# `xferlab server`, whose DCCP is xferlab's own over raw IP.
+echo '== kernel-client =='
+xferlab stream 10.250.33.1 -p HOST_PORT --dccp --dccp-stack kernel --dccp-server-stack xferlab --dccp-carrier ip --ccid 3 -t 2 -l 1400 -b 20M -J >/tmp/out.json 2>/tmp/err.txt
+echo rc=$?
+echo '== kernel-client-json =='; cat /tmp/out.json
+echo '== kernel-client-err =='; cat /tmp/err.txt
 echo '== server =='
 cat /tmp/server.log
 "#;
@@ -162,6 +169,10 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         common::is_root(),
         "needs root: the TAP link (lab/vm/run --tap) and raw IP sockets"
     );
+    // The host's server for the guest's kernel client (its DCCP is
+    // xferlab's, over raw IP: the host has no kernel DCCP).
+    let server = Server::start();
+    let script = SCRIPT.replace("HOST_PORT", &server.port.to_string());
     let (r, host) = std::thread::scope(|s| {
         let vm = s.spawn(|| {
             run_vm(
@@ -173,7 +184,7 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
                     "--timeout",
                     "240",
                 ],
-                SCRIPT,
+                &script,
                 Duration::from_secs(1200),
             )
         });
@@ -305,5 +316,35 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
     }
     assert_eq!(field(section(&r.out, "tap"), "released"), Some("0"));
+
+    // The guest kernel's DCCP client against xferlab's server stack on
+    // the host: the attach in band, accepted by the host (`path::
+    // listen_in_band`), and the kernel's CCID3 sending to xferlab's
+    // CCID3 receiver, every datagram checked byte for byte.
+    let name = "kernel-client";
+    assert_eq!(
+        field(section(&r.out, name), "rc"),
+        Some("0"),
+        "{name}: {}; host server: {}",
+        section(&r.out, &format!("{name}-err")),
+        server.log()
+    );
+    let v = json(&r.out, name);
+    assert_eq!(v["status"], "ok", "{name}");
+    let tx = &v["client"]["flows"][0]["total"];
+    let rx = &v["server"]["flows"][0]["total"];
+    assert_eq!(tx["dccp"]["stack"], "kernel", "{name}: {tx}");
+    assert_eq!(rx["dccp"]["stack"], "xferlab", "{name}: {rx}");
+    assert_eq!(tx["dccp"]["ccid"], 3, "{name}: {tx}");
+    let sent = tx["udp"]["packets"].as_u64().unwrap();
+    let got = rx["udp"]["packets"].as_u64().unwrap();
+    assert!(
+        got >= 500 && got <= sent && got * 10 >= sent * 9,
+        "{name}: sent {sent}, received {got}"
+    );
+    let ends = sender_intervals(&v, "client");
+    let x = ends.last().unwrap()["x_bps"].as_f64().unwrap();
+    assert!(x >= 1e6, "{name}: the kernel's X fell to {x} bit/s");
+    drop(server);
     assert_no_qemu_left();
 }
