@@ -7,7 +7,9 @@
 //! resets its packets) runs xferlab's own DCCP over raw IP through a TAP
 //! link against the guest's kernel DCCP server, CCID2 and CCID3 each way
 //! of the data, and CCID 248 (SafeUDP), which the kernel refuses in
-//! feature negotiation. One boot for all of it.
+//! feature negotiation; and the other role, the guest kernel's DCCP
+//! client against the host's `xferlab server` (xferlab's DCCP over raw
+//! IP). One boot for all of it.
 
 mod common;
 mod labvm_support;
@@ -293,24 +295,25 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         assert_eq!(v["server"]["flows"][0]["total"]["dccp"]["stack"], "kernel");
         // Every datagram was checked byte for byte by its receiver
         // (status ok), and at least 90 % of what was sent arrived: at -b
-        // 20M about 3500 in 2 s, at least 1000 (5.6 Mbit/s). The kernel's
-        // CCID3 sender (-R) at least 500 (2.8 Mbit/s) and its X at the
-        // end at least 1 Mbit/s: it reached 11.8-20 Mbit/s in our runs
-        // and 5.5 once under host load, as its own loopback runs in this
-        // guest do (5.6-17 Mbit/s; its timer-paced sending is what TCG
-        // slows most), where before the Timestamp Echo it sent 3 datagrams
-        // in 2 s with X at 7.2 kbit/s (docs/dccp.md).
+        // 20M about 3570 in 2 s, at least 1000 (5.6 Mbit/s). The kernel's
+        // CCID3 sender (-R) too, and its X at the end at least 5 Mbit/s:
+        // with the attach answer padded to -l it delivered 3567-3575 in
+        // five runs of 2 s (19.9-20.0 Mbit/s, X at the end 28-54 Mbit/s,
+        // host load 3.2 on 2 cores); with the 1-byte answer 1354-3573
+        // (7.6-20.0 Mbit/s), and before the Timestamp Echo 3 datagrams
+        // with X at 7.2 kbit/s (docs/dccp.md). The floor leaves room for
+        // TCG under load: the kernel's timer-paced sending is what it
+        // slows most.
         let sent = tx["udp"]["packets"].as_u64().unwrap();
         let got = rx["udp"]["packets"].as_u64().unwrap();
-        let least = if *name == "ccid3-reverse" { 500 } else { 1000 };
         assert!(
-            got >= least && got <= sent && got * 10 >= sent * 9,
+            got >= 1000 && got <= sent && got * 10 >= sent * 9,
             "{name}: sent {sent}, received {got}"
         );
         if *name == "ccid3-reverse" {
             let ends = sender_intervals(&v, sender);
             let x = ends.last().unwrap()["x_bps"].as_f64().unwrap();
-            assert!(x >= 1e6, "{name}: the kernel's X fell to {x} bit/s");
+            assert!(x >= 5e6, "{name}: the kernel's X fell to {x} bit/s");
         }
         let ccid = if name.starts_with("ccid2") { 2 } else { 3 };
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
