@@ -21,7 +21,10 @@
 //! connection's first message and waits for the server's answer (one
 //! byte, padded to the flow's datagram size),
 //! as a kernel DCCP client does, and hands the open connection to the
-//! flow's thread. A kernel sender's end marker is taken as such.
+//! flow's thread. A kernel sender's end marker is taken as such. The
+//! server, for a kernel DCCP client, does the other half: it accepts each
+//! flow's connection and attach record in band before the test
+//! ([`listen_in_band`]) and hands it over the same way.
 //!
 //! The sender's datagrams carry xferlab's datagram header (sequence
 //! number, send time) and the pattern every sender writes; the receiver
