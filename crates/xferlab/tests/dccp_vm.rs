@@ -90,6 +90,17 @@ fn sender_intervals<'a>(v: &'a Value, side: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The highest X the kernel's CCID3 sender reported in any interval. Not
+/// the last one: read after the sender stopped, X has been halved by the
+/// no-feedback timer every RTO (~2 ms here) since (the kernel client's
+/// last reading once: 18 kbit/s, after 44 Mbit/s the interval before).
+fn top_x(intervals: &[&Value]) -> f64 {
+    intervals
+        .iter()
+        .filter_map(|d| d["x_bps"].as_f64())
+        .fold(0.0, f64::max)
+}
+
 /// The host end of the TAP link (lab/vm/run --tap) and the guest's.
 const HOST_CIDR: &str = "10.250.33.1/24";
 const GUEST: &str = "10.250.33.2";
@@ -311,9 +322,8 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
             "{name}: sent {sent}, received {got}"
         );
         if *name == "ccid3-reverse" {
-            let ends = sender_intervals(&v, sender);
-            let x = ends.last().unwrap()["x_bps"].as_f64().unwrap();
-            assert!(x >= 5e6, "{name}: the kernel's X fell to {x} bit/s");
+            let x = top_x(&sender_intervals(&v, sender));
+            assert!(x >= 5e6, "{name}: the kernel's X reached only {x} bit/s");
         }
         let ccid = if name.starts_with("ccid2") { 2 } else { 3 };
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
@@ -345,9 +355,8 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         got >= 500 && got <= sent && got * 10 >= sent * 9,
         "{name}: sent {sent}, received {got}"
     );
-    let ends = sender_intervals(&v, "client");
-    let x = ends.last().unwrap()["x_bps"].as_f64().unwrap();
-    assert!(x >= 1e6, "{name}: the kernel's X fell to {x} bit/s");
+    let x = top_x(&sender_intervals(&v, "client"));
+    assert!(x >= 5e6, "{name}: the kernel's X reached only {x} bit/s");
     drop(server);
     assert_no_qemu_left();
 }
