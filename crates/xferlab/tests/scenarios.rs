@@ -1,7 +1,8 @@
 //! The committed scenarios (scenarios/*.toml), each run at its quick scale
 //! exactly as a user would: `xferlab run scenarios/NAME.toml --quick`.
-//! Every run must be stored (ok, or invalid when a lab emulator fell
-//! behind its accuracy target), most of them ok, and the report must hold
+//! Every run must be stored: ok, or invalid when a lab emulator's timing
+//! fell behind its accuracy target (a loaded machine; any other miss of
+//! the lab's self-check fails), and the report must hold
 //! at least a table per `[[report.table]]` and a rendered picture per
 //! `[[report.plot]]`.
 //! The lab scenario needs root (CI runs as root); the USB scenario boots
@@ -71,11 +72,37 @@ fn run_quick(name: &str, timeout: Duration) -> String {
         "every planned run stored, ok or invalid\n{}",
         out.describe()
     );
-    assert!(
-        ok as usize * 2 > planned,
-        "most runs ok ({ok} of {planned})\n{}",
-        out.describe()
-    );
+    // An invalid run must be invalid for timing alone: the emulator's
+    // departures late or the probe's RTT off, which a loaded machine
+    // causes. Any other miss (unintended drops, the rate, CE marks, losses
+    // outside their interval) is a fault of the tool and fails the test.
+    let mut stmt = c
+        .prepare("SELECT result_json FROM runs WHERE status = 'invalid'")
+        .unwrap();
+    let docs: Vec<Option<String>> = stmt
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for doc in &docs {
+        let v: serde_json::Value = serde_json::from_str(doc.as_deref().unwrap_or("null")).unwrap();
+        let violations = v["lab"]["accuracy"]["violations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("an invalid run without the lab's violations: {v}"));
+        for m in violations {
+            let m = m.as_str().unwrap_or_default();
+            assert!(
+                m.contains("departure lateness") || m.starts_with("rtt probe: median"),
+                "an invalid run for another reason than timing: {m}\n{}",
+                out.describe()
+            );
+        }
+    }
+    if invalid > 0 {
+        eprintln!(
+            "{name}: {invalid} of {planned} runs invalid (emulator timing on a loaded machine)"
+        );
+    }
     let text = std::fs::read_to_string(&path).unwrap();
     let tables = text.matches("[[report.table]]").count();
     let plots = text.matches("[[report.plot]]").count();

@@ -222,3 +222,49 @@ pub fn claim(
     }
     Ok(intf)
 }
+
+/// Opens the device's usbfs node for URBs of our own and claims the
+/// pipes' interface, detaching its kernel driver, with the alternate
+/// setting selected; the same errors as [`open`] and [`claim`].
+pub fn open_node(d: &DeviceInfo, pipes: &BulkPipes) -> anyhow::Result<super::usbfs::Node> {
+    let path = usbfs_path(d);
+    let gone = || {
+        anyhow!(
+            "{} went away while opening it; check the cable and dmesg",
+            describe(d)
+        )
+    };
+    let mut node = super::usbfs::Node::open(&path).map_err(|e| match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => anyhow!(errors::permission_denied(
+            &path,
+            d.vendor_id(),
+            d.product_id()
+        )),
+        Some(libc::ENOENT | libc::ENODEV) => gone(),
+        _ => anyhow!("cannot open {path} ({}): {e}", describe(d)),
+    })?;
+    let n = pipes.interface;
+    node.detach_and_claim(n)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EBUSY) => {
+                let intf_name = sysfs_interface(d, n).unwrap_or_else(|| format!("<interface {n}>"));
+                anyhow!(errors::interface_busy(
+                    n,
+                    interface_driver(d, n).as_deref(),
+                    &intf_name
+                ))
+            }
+            Some(libc::ENODEV) => anyhow!("{} went away while claiming it", describe(d)),
+            _ => anyhow!("cannot claim interface {n} of {}: {e}", describe(d)),
+        })?;
+    if pipes.alt != 0 {
+        node.set_interface(n, pipes.alt).map_err(|e| {
+            anyhow!(
+                "cannot select alternate setting {} of interface {n} of {}: {e}",
+                pipes.alt,
+                describe(d)
+            )
+        })?;
+    }
+    Ok(node)
+}

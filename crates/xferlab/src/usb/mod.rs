@@ -12,6 +12,7 @@ mod gadget;
 pub mod mon;
 mod net;
 mod tap;
+mod usbfs;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;

@@ -1,4 +1,5 @@
-//! `xferlab usb mon`: bus accounting from usbmon's binary interface. Maps
+//! `xferlab usb mon` and the global `--usbmon` beside any verb
+//! ([`Background`]): bus accounting from usbmon's binary interface. Maps
 //! the ring of `/dev/usbmonN` and fetches events in batches
 //! (MON_IOCX_MFETCH, non-blocking, with poll() when the ring is empty) for the bus of one device, feeds its bulk
 //! events to the core's [`BusMeter`] and reports per direction and

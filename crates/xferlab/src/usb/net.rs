@@ -6,41 +6,46 @@
 //! each completed one is split by the core's decoder into frames written to
 //! the TAP. Malformed transfers are counted and dropped. The TAP is not
 //! persistent: the kernel removes it when the process ends, SIGKILL too.
+//! One thread does all of it, polling the TAP and the device's usbfs node
+//! together (URBs of our own, usb/usbfs.rs).
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
-use nusb::transfer::{Buffer, Bulk, In, Out};
-use nusb::Endpoint;
+use anyhow::{anyhow, bail};
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::{
-    coalesce::Transfer, decoder, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing,
-    Limits, NcmFraming, NtbParams, Push,
+    coalesce::Transfer, decoder, gso::Segmenter, Coalescer, DecodeStats, EcmFraming, EemFraming,
+    Encap, Framing, Limits, NcmFraming, NtbParams, Push,
 };
 
 use super::device;
-use super::tap::{open_tap, FRAME_MAX};
+use super::tap::{open_tap, write_vnet, FRAME_MAX};
+use super::usbfs::{Completion, Urbs};
 use crate::cli::usb::NetArgs;
 use crate::sys::clock;
 
 #[derive(Default)]
 struct Counters {
-    tx_frames: AtomicU64,
-    tx_transfers: AtomicU64,
-    tx_bytes: AtomicU64,
-    tx_errors: AtomicU64,
-    tx_too_large: AtomicU64,
-    rx_transfers: AtomicU64,
-    rx_bytes: AtomicU64,
-    rx_errors: AtomicU64,
+    tx_frames: u64,
+    tx_transfers: u64,
+    tx_bytes: u64,
+    tx_errors: u64,
+    tx_too_large: u64,
+    /// Packets from the TAP the segmenter could not cut (gso.rs).
+    tx_malformed: u64,
+    rx_transfers: u64,
+    rx_bytes: u64,
+    rx_errors: u64,
     /// Frames the TAP would not take (its queue was full).
-    tap_drops: AtomicU64,
+    tap_drops: u64,
+    /// ppoll() calls of the link's thread (each a sleep unless a
+    /// descriptor was ready): the wake-ups the frames cost.
+    polls: u64,
 }
 
 pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
@@ -60,7 +65,10 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     }
     let sel = device::parse_selector(Some(&a.device))?;
     let info = device::select(&sel, None)?;
+    // nusb finds the device and reads its descriptors; the transfers run
+    // on a usbfs descriptor of our own (usb/usbfs.rs), polled with the TAP.
     let (dev, _cfg, pipes) = device::open(&info, PipeRequest::default())?;
+    drop(dev);
     let (Some(ep_in), Some(ep_out)) = (pipes.bulk_in, pipes.bulk_out) else {
         bail!(
             "{} has no interface with a bulk IN and a bulk OUT endpoint",
@@ -68,18 +76,12 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         );
     };
     // The class driver (cdc_ether, cdc_eem, cdc_ncm) holds the interface:
-    // usbfs detaches it for the run and rebinds it when we release it.
-    let intf = device::claim(&info, &dev, &pipes, true)?;
+    // usbfs detaches it for the run, and we rebind it at exit.
+    let node = device::open_node(&info, &pipes)?;
     let max_packet = usize::from(ep_out.max_packet.max(1));
-    let tap = open_tap(&a.link.tap)?;
-    let counters = Arc::new(Counters::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let out = intf
-        .endpoint::<Bulk, Out>(ep_out.address)
-        .with_context(|| format!("cannot open endpoint 0x{:02x}", ep_out.address))?;
-    let inp = intf
-        .endpoint::<Bulk, In>(ep_in.address)
-        .with_context(|| format!("cannot open endpoint 0x{:02x}", ep_in.address))?;
+    // TSO and checksum offload: TCP's super-frames are cut here, one
+    // read() for up to 64 KB (gso.rs).
+    let tap = open_tap(&a.link.tap, true)?;
     let limits = Limits {
         max_frames: if a.encap == Encap::Ecm {
             1
@@ -105,50 +107,12 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         Encap::Ecm => FRAME_MAX.div_ceil(max_packet) * max_packet,
         Encap::Eem | Encap::Ncm => 16384,
     };
-    let tap_rx = tap
-        .try_clone()
-        .context("cannot duplicate the TAP descriptor")?;
-    let (c1, s1, c2, s2) = (
-        counters.clone(),
-        stop.clone(),
-        counters.clone(),
-        stop.clone(),
-    );
-    let (encap, depth, crc) = (a.encap, a.depth, a.link.crc);
-    let tx = std::thread::Builder::new()
-        .name("usbnet-tx".into())
-        .spawn(move || match encap {
-            Encap::Ecm => tx_loop(
-                out,
-                tap,
-                EcmFraming::new(max_packet),
-                limits,
-                depth,
-                &c1,
-                &s1,
-            ),
-            Encap::Eem => tx_loop(
-                out,
-                tap,
-                EemFraming::new(max_packet, crc),
-                limits,
-                depth,
-                &c1,
-                &s1,
-            ),
-            Encap::Ncm => tx_loop(
-                out,
-                tap,
-                NcmFraming::new(NtbParams::LINUX_GADGET, max_packet),
-                limits,
-                depth,
-                &c1,
-                &s1,
-            ),
-        })?;
-    let rx = std::thread::Builder::new()
-        .name("usbnet-rx".into())
-        .spawn(move || rx_loop(inp, tap_rx, encap, rx_size, depth, &c2, &s2))?;
+    // Slots 0..depth are OUT URBs, depth..2 depth IN URBs.
+    let depth = a.depth;
+    let slots: Vec<(u8, usize)> = std::iter::repeat_n((ep_out.address, limits.max_transfer), depth)
+        .chain(std::iter::repeat_n((ep_in.address, rx_size), depth))
+        .collect();
+    let urbs = Urbs::new(node, &slots);
     let say = |m: String| {
         if a.json {
             eprintln!("{m}")
@@ -170,19 +134,35 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     ));
     let t0 = Instant::now();
     let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
-    while interrupts.load(Relaxed) == 0
-        && !stop.load(Relaxed)
-        && end.is_none_or(|e| Instant::now() < e)
-    {
-        std::thread::sleep(Duration::from_millis(50));
+    let mut l = Link {
+        urbs,
+        tap,
+        depth,
+        rx_size,
+        out_free: (0..depth).rev().collect(),
+        dec: decoder(a.encap, 65535),
+        c: Counters::default(),
+        gone: false,
+    };
+    let crc = a.link.crc;
+    let stop = || interrupts.load(Relaxed) > 0 || end.is_some_and(|e| Instant::now() >= e);
+    match a.encap {
+        Encap::Ecm => l.run(Coalescer::new(EcmFraming::new(max_packet), limits), stop),
+        Encap::Eem => l.run(
+            Coalescer::new(EemFraming::new(max_packet, crc), limits),
+            stop,
+        ),
+        Encap::Ncm => l.run(
+            Coalescer::new(NcmFraming::new(NtbParams::LINUX_GADGET, max_packet), limits),
+            stop,
+        ),
     }
-    stop.store(true, Relaxed);
-    let _ = tx.join();
-    let stats = rx.join().unwrap_or_default();
     let secs = t0.elapsed().as_secs_f64();
-    drop(intf);
+    let Link { urbs, c, dec, .. } = l;
+    // Releasing the interface asks the kernel to bind a driver to it again.
+    drop(urbs);
     rebind(&info);
-    report(a, &counters, &stats, secs);
+    report(a, &c, dec.stats(), secs);
     Ok(())
 }
 
@@ -201,187 +181,240 @@ fn rebind(info: &nusb::DeviceInfo) {
     }
 }
 
-/// TAP -> coalescer -> OUT transfers, `depth` in flight.
-fn tx_loop<F: Framing>(
-    mut ep: Endpoint<Bulk, Out>,
-    mut tap: File,
-    framing: F,
-    limits: Limits,
+/// The device went away: URBs complete with these, and usbfs refuses new ones.
+fn is_gone(errno: i32) -> bool {
+    matches!(errno, libc::ENODEV | libc::ESHUTDOWN)
+}
+
+/// The link's one thread: it polls the TAP (for frames to send, while an
+/// OUT URB is free) and the usbfs node (POLLOUT: URBs completed) together,
+/// so a frame costs no wake-up of another thread, and its system calls
+/// are a read() or write() on the TAP and a submit and a reap.
+struct Link {
+    urbs: Urbs,
+    tap: File,
     depth: usize,
-    c: &Counters,
-    stop: &AtomicBool,
-) {
-    let mut co = Coalescer::new(framing, limits);
-    let mut spare: Vec<Buffer> = (0..depth + 1)
-        .map(|_| ep.allocate(limits.max_transfer))
-        .collect();
-    let mut in_flight = 0usize;
-    let mut frame = vec![0u8; 65536];
-    let fd = tap.as_raw_fd();
-    let now = clock::now;
-    while !stop.load(Relaxed) {
-        // Reclaim what completed: without waiting, unless all are in flight.
-        while in_flight > 0 {
-            let wait = if in_flight >= depth {
-                Duration::from_millis(50)
-            } else {
-                Duration::ZERO
-            };
-            let Some(done) = ep.wait_next_complete(wait) else {
-                break;
-            };
-            in_flight -= 1;
-            if done.status.is_err() {
-                c.tx_errors.fetch_add(1, Relaxed);
+    rx_size: usize,
+    /// OUT slots not in flight.
+    out_free: Vec<usize>,
+    dec: Box<dyn xferlab_core::usb::net::Decode + Send>,
+    c: Counters,
+    /// The device went away.
+    gone: bool,
+}
+
+impl Link {
+    /// Runs until `stop()` says so or the device goes; the TAP's frames
+    /// go through `co` into OUT transfers, `depth` in flight, and `depth`
+    /// IN transfers stay queued, each decoded into frames for the TAP.
+    fn run<F: Framing>(&mut self, mut co: Coalescer<F>, stop: impl Fn() -> bool) {
+        // Never more than 50 ms without looking at `stop`.
+        const MAX_WAIT_NS: u64 = 50_000_000;
+        // A packet from the TAP (virtio_net_hdr + up to 64 KB) and the
+        // frame being cut from it.
+        let mut pkt = vec![0u8; 65536 + 256];
+        let mut pkt_len = 0;
+        let mut seg = Segmenter::default();
+        let mut frame = vec![0u8; 65536];
+        for slot in self.depth..2 * self.depth {
+            self.submit_in(slot);
+        }
+        // Whether the TAP may hold a frame (it was not read empty) and
+        // whether URBs may have completed, from the last poll.
+        let (mut tap_ready, mut usb_ready) = (true, true);
+        while !self.gone && !stop() {
+            if usb_ready {
+                self.reap_all();
             }
-            spare.push(done.buffer);
-        }
-        if in_flight >= depth {
-            continue;
-        }
-        // Wait for a frame, at most until the open transfer's deadline.
-        crate::usb::tap::wait_frame(fd, co.poll_timeout());
-        // Read what is there; each read() is one frame.
-        while in_flight < depth {
-            let n = match tap.read(&mut frame) {
-                Ok(n) => n,
-                Err(_) => break,
-            };
-            let t = now();
-            match co.push(t, &frame[..n]) {
-                Push::Added => {}
-                Push::TooLarge => {
-                    c.tx_too_large.fetch_add(1, Relaxed);
-                }
-                Push::Full => {
-                    if let Some(tr) = co.poll_transfer(t) {
-                        let b = submit(&mut ep, &mut spare, &mut in_flight, tr, c, limits);
-                        co.recycle(b);
+            let mut now = clock::now();
+            while !self.out_free.is_empty() {
+                // The next frame of the packet at hand, or the next packet.
+                let Some(n) = seg.next(&pkt[..pkt_len], &mut frame) else {
+                    if !tap_ready {
+                        break;
                     }
-                    co.push(t, &frame[..n]);
+                    match self.tap.read(&mut pkt) {
+                        Ok(n) => {
+                            pkt_len = n;
+                            seg.start(&pkt[..n]);
+                        }
+                        Err(_) => tap_ready = false,
+                    }
+                    continue;
+                };
+                now = clock::now();
+                match co.push(now, &frame[..n]) {
+                    Push::Added => {}
+                    Push::TooLarge => self.c.tx_too_large += 1,
+                    Push::Full => {
+                        // The closed transfer takes the free slot; the
+                        // frame opens the next one (never Full again).
+                        if let Some(t) = co.poll_transfer(now) {
+                            self.send(t, &mut co);
+                        }
+                        co.push(now, &frame[..n]);
+                    }
+                }
+                if self.out_free.is_empty() {
+                    break;
+                }
+                if let Some(t) = co.poll_transfer(now) {
+                    self.send(t, &mut co);
                 }
             }
-            if let Some(tr) = co.poll_transfer(t) {
-                let b = submit(&mut ep, &mut spare, &mut in_flight, tr, c, limits);
-                co.recycle(b);
+            if !self.out_free.is_empty() {
+                if let Some(t) = co.poll_transfer(now) {
+                    self.send(t, &mut co);
+                }
+            }
+            if self.gone {
+                break;
+            }
+            // Wait for a completion, or a frame while an OUT URB is free,
+            // at most until the open transfer's deadline.
+            let want_tap = !self.out_free.is_empty();
+            if want_tap && tap_ready {
+                // Stopped reading for want of a slot, and one came free.
+                continue;
+            }
+            let wait_ns = co
+                .poll_timeout()
+                .filter(|_| want_tap)
+                .map(|d| d.as_nanos().saturating_sub(now.as_nanos()))
+                .unwrap_or(MAX_WAIT_NS)
+                .min(MAX_WAIT_NS);
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: wait_ns as libc::c_long,
+            };
+            let mut p = [
+                libc::pollfd {
+                    fd: self.urbs.raw_fd(),
+                    events: libc::POLLOUT,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.tap.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let nfds = if want_tap { 2 } else { 1 };
+            // SAFETY: `nfds` pollfds and a timespec of ours.
+            let r = unsafe { libc::ppoll(p.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
+            self.c.polls += 1;
+            if r <= 0 {
+                // Timeout (the coalescer's deadline) or a signal: look again.
+                usb_ready = false;
+                continue;
+            }
+            usb_ready = p[0].revents != 0;
+            if want_tap {
+                tap_ready = p[1].revents != 0;
             }
         }
-        if let Some(tr) = co.poll_transfer(now()) {
-            let b = submit(&mut ep, &mut spare, &mut in_flight, tr, c, limits);
-            co.recycle(b);
+        self.urbs.cancel_all(Duration::from_secs(1));
+        self.c.tx_malformed = seg.malformed;
+    }
+
+    /// Reaps every completed URB: OUT slots come free, IN transfers are
+    /// decoded to the TAP and resubmitted.
+    fn reap_all(&mut self) {
+        loop {
+            match self.urbs.reap() {
+                Ok(Some(done)) if done.slot < self.depth => {
+                    if done.errno != 0 {
+                        self.c.tx_errors += 1;
+                        self.gone |= is_gone(done.errno);
+                    }
+                    self.out_free.push(done.slot);
+                }
+                Ok(Some(done)) => self.received(done),
+                Ok(None) => return,
+                // ENODEV: the device is gone and everything is reaped.
+                Err(_) => {
+                    self.gone = true;
+                    return;
+                }
+            }
         }
     }
-    ep.cancel_all();
-    while in_flight > 0 && ep.wait_next_complete(Duration::from_secs(1)).is_some() {
-        in_flight -= 1;
-    }
-}
 
-/// Copies a closed transfer into a usbfs buffer and submits it (with a ZLP
-/// after it when its framing needs one); returns its bytes for reuse.
-fn submit(
-    ep: &mut Endpoint<Bulk, Out>,
-    spare: &mut Vec<Buffer>,
-    in_flight: &mut usize,
-    t: Transfer,
-    c: &Counters,
-    limits: Limits,
-) -> Vec<u8> {
-    let mut b = spare
-        .pop()
-        .unwrap_or_else(|| ep.allocate(limits.max_transfer));
-    b.clear();
-    b.extend_from_slice(&t.buf);
-    ep.submit(b);
-    *in_flight += 1;
-    if t.zlp {
-        // A zero-length OUT transfer is the ZLP that ends an ECM frame
-        // filling its last packet.
-        let mut z = spare.pop().unwrap_or_else(|| ep.allocate(0));
-        z.clear();
-        ep.submit(z);
-        *in_flight += 1;
-    }
-    c.tx_transfers.fetch_add(1, Relaxed);
-    c.tx_frames.fetch_add(t.frames as u64, Relaxed);
-    c.tx_bytes.fetch_add(t.buf.len() as u64, Relaxed);
-    t.buf
-}
-
-/// IN transfers -> decoder -> TAP, `depth` queued.
-fn rx_loop(
-    mut ep: Endpoint<Bulk, In>,
-    mut tap: File,
-    encap: Encap,
-    size: usize,
-    depth: usize,
-    c: &Counters,
-    stop: &AtomicBool,
-) -> DecodeStats {
-    let mut dec = decoder(encap, 65535);
-    for _ in 0..depth {
-        let mut b = ep.allocate(size);
-        b.set_requested_len(size);
-        ep.submit(b);
-    }
-    let mut pending = depth;
-    while !stop.load(Relaxed) {
-        let Some(done) = ep.wait_next_complete(Duration::from_millis(50)) else {
-            continue;
-        };
-        pending -= 1;
-        match done.status {
-            Ok(()) => {
-                c.rx_transfers.fetch_add(1, Relaxed);
-                c.rx_bytes.fetch_add(done.actual_len as u64, Relaxed);
-                dec.decode(&done.buffer[..done.actual_len], &mut |f| {
-                    if tap.write(f).is_err() {
-                        c.tap_drops.fetch_add(1, Relaxed);
+    fn received(&mut self, done: Completion) {
+        if done.errno == 0 {
+            self.c.rx_transfers += 1;
+            self.c.rx_bytes += done.len as u64;
+            let (tap, c) = (&self.tap, &mut self.c);
+            self.dec
+                .decode(self.urbs.data(done.slot, done.len), &mut |f| {
+                    if write_vnet(tap, f).is_err() {
+                        c.tap_drops += 1;
                     }
                 });
+        } else {
+            self.c.rx_errors += 1;
+            self.gone |= is_gone(done.errno);
+        }
+        if !self.gone {
+            self.submit_in(done.slot);
+        }
+    }
+
+    fn submit_in(&mut self, slot: usize) {
+        if let Err(e) = self.urbs.submit(slot, self.rx_size, false) {
+            self.c.rx_errors += 1;
+            self.gone |= e.raw_os_error().is_some_and(is_gone);
+        }
+    }
+
+    /// Copies a closed transfer into a free OUT URB and submits it (ending
+    /// it with a ZLP when its framing needs one); its buffer goes back to
+    /// the coalescer.
+    fn send<F: Framing>(&mut self, t: Transfer, co: &mut Coalescer<F>) {
+        let Some(slot) = self.out_free.pop() else {
+            unreachable!("a transfer is taken only while an OUT URB is free")
+        };
+        let n = t.buf.len();
+        self.urbs.buf_mut(slot)[..n].copy_from_slice(&t.buf);
+        match self.urbs.submit(slot, n, t.zlp) {
+            Ok(()) => {
+                self.c.tx_transfers += 1;
+                self.c.tx_frames += t.frames as u64;
+                self.c.tx_bytes += n as u64;
             }
-            Err(nusb::transfer::TransferError::Disconnected) => {
-                c.rx_errors.fetch_add(1, Relaxed);
-                stop.store(true, Relaxed);
-                break;
-            }
-            Err(_) => {
-                c.rx_errors.fetch_add(1, Relaxed);
+            Err(e) => {
+                self.c.tx_errors += 1;
+                self.gone |= e.raw_os_error().is_some_and(is_gone);
+                self.out_free.push(slot);
             }
         }
-        let mut b = done.buffer;
-        b.set_requested_len(size);
-        ep.submit(b);
-        pending += 1;
+        co.recycle(t.buf);
     }
-    ep.cancel_all();
-    while pending > 0 && ep.wait_next_complete(Duration::from_secs(1)).is_some() {
-        pending -= 1;
-    }
-    *dec.stats()
 }
 
 fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
+        "polls": c.polls,
         "encap": a.encap.label(),
         "frames_per_transfer_max": a.link.frames_per_transfer,
         "coalesce_us": a.link.coalesce_us,
         "depth": a.depth,
         "seconds": secs,
         "tx": {
-            "transfers": c.tx_transfers.load(Relaxed),
-            "frames": c.tx_frames.load(Relaxed),
-            "bytes": c.tx_bytes.load(Relaxed),
-            "errors": c.tx_errors.load(Relaxed),
-            "too_large": c.tx_too_large.load(Relaxed),
+            "transfers": c.tx_transfers,
+            "frames": c.tx_frames,
+            "bytes": c.tx_bytes,
+            "errors": c.tx_errors,
+            "too_large": c.tx_too_large,
+            "malformed": c.tx_malformed,
         },
         "rx": {
-            "transfers": c.rx_transfers.load(Relaxed),
-            "bytes": c.rx_bytes.load(Relaxed),
-            "errors": c.rx_errors.load(Relaxed),
+            "transfers": c.rx_transfers,
+            "bytes": c.rx_bytes,
+            "errors": c.rx_errors,
             "decode": rx,
-            "tap_drops": c.tap_drops.load(Relaxed),
+            "tap_drops": c.tap_drops,
         },
     });
     if a.json {

@@ -1,6 +1,7 @@
 //! The TAP device of xferlab's own USB network link (both ends): a
 //! non-persistent TAP, so the kernel removes it when the process ends,
-//! after SIGKILL too.
+//! after SIGKILL too; optionally with offloads (a `virtio_net_hdr` before
+//! each packet, TCP super-frames and checksums left to us).
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -12,9 +13,19 @@ use anyhow::{anyhow, bail};
 /// tags and jumbo frames are not carried).
 pub const FRAME_MAX: usize = 1518;
 
+/// IFF_VNET_HDR (linux/if_tun.h).
+const IFF_VNET_HDR: libc::c_int = 0x4000;
+/// TUNSETOFFLOAD, `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::Ioctl = libc::_IOW::<libc::c_uint>(b'T' as u32, 208);
+/// TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6.
+const OFFLOADS: libc::c_ulong = 0x01 | 0x02 | 0x04;
+
 /// A non-persistent TAP device (IFF_TAP | IFF_NO_PI): one read() or
-/// write() is one Ethernet frame.
-pub fn open_tap(name: &str) -> anyhow::Result<File> {
+/// write() is one Ethernet frame. With `offload`, each read() and write()
+/// starts with a `virtio_net_hdr` (xferlab_core::usb::net::gso), and the
+/// kernel hands over TCP super-frames of up to 64 KB with their checksums
+/// to fill in (TSO and checksum offload), as it does to a virtual NIC.
+pub fn open_tap(name: &str, offload: bool) -> anyhow::Result<File> {
     if name.is_empty() || name.len() > 15 || name.contains(['/', ' ']) {
         bail!("--tap {name}: an interface name is 1 to 15 characters, no '/' or spaces");
     }
@@ -40,7 +51,8 @@ pub fn open_tap(name: &str) -> anyhow::Result<File> {
     }
     let mut req = IfReq {
         name: [0; 16],
-        flags: (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short,
+        flags: (libc::IFF_TAP | libc::IFF_NO_PI | if offload { IFF_VNET_HDR } else { 0 })
+            as libc::c_short,
         _pad: [0; 22],
     };
     req.name[..name.len()].copy_from_slice(name.as_bytes());
@@ -50,7 +62,38 @@ pub fn open_tap(name: &str) -> anyhow::Result<File> {
         let e = std::io::Error::last_os_error();
         bail!("cannot create TAP device {name}: {e} (is the name taken? `ip link show {name}`)");
     }
+    if offload {
+        // SAFETY: TUNSETOFFLOAD takes its flags by value.
+        let r = unsafe { libc::ioctl(f.as_raw_fd(), TUNSETOFFLOAD, OFFLOADS) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            bail!("cannot enable TSO and checksum offload on TAP device {name}: {e}");
+        }
+    }
     Ok(f)
+}
+
+/// Writes one Ethernet frame to a TAP opened with `offload`, behind a
+/// `virtio_net_hdr` that asks for nothing (no GSO, checksums as sent).
+pub fn write_vnet(tap: &File, frame: &[u8]) -> std::io::Result<usize> {
+    const HDR: [u8; xferlab_core::usb::net::gso::VNET_HDR_LEN] = [0; 10];
+    let iov = [
+        libc::iovec {
+            iov_base: HDR.as_ptr() as *mut libc::c_void,
+            iov_len: HDR.len(),
+        },
+        libc::iovec {
+            iov_base: frame.as_ptr() as *mut libc::c_void,
+            iov_len: frame.len(),
+        },
+    ];
+    // SAFETY: two iovecs over memory we own that writev only reads.
+    let n = unsafe { libc::writev(tap.as_raw_fd(), iov.as_ptr(), 2) };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 /// Waits until the TAP `fd` has a frame, or until `due` (the coalescer's

@@ -16,6 +16,7 @@
 pub mod coalesce;
 pub mod ecm;
 pub mod eem;
+pub mod gso;
 pub mod ncm;
 
 use serde::{Deserialize, Serialize};

@@ -202,7 +202,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net => {
                 // The TAP first: a taken name fails before the host sees a device.
                 let tap = match a.encap {
-                    Some(_) if a.function == GadgetFunction::Net => Some(open_tap(&a.link.tap)?),
+                    Some(_) if a.function == GadgetFunction::Net => {
+                        Some(open_tap(&a.link.tap, false)?)
+                    }
                     _ => None,
                 };
                 let mp = mount_point(&a.name);

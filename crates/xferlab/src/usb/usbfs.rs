@@ -1,0 +1,375 @@
+//! Bulk URBs on a usbfs device node of our own (/dev/bus/usb/BBB/DDD):
+//! claiming an interface (detaching its kernel driver), a fixed set of
+//! URBs with preallocated buffers, and submitting, reaping and
+//! discarding them with the usbfs ioctls. The node's descriptor is
+//! exposed so one thread can poll it (POLLOUT: a URB completed) next to
+//! its other descriptors: nusb completes URBs on its own event thread and
+//! wakes the waiting one, two wake-ups per transfer that a link of one
+//! frame per transfer cannot afford (docs/usb-net.md).
+//!
+//! Buffers are mapped from the usbfs node (its mmap) when the kernel
+//! allows, so neither submitting nor reaping copies; otherwise plain memory,
+//! which usbfs copies.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `struct usbdevfs_urb` (linux/usbdevice_fs.h), without ISO descriptors.
+#[repr(C)]
+struct Urb {
+    kind: u8,
+    endpoint: u8,
+    status: c_int,
+    flags: c_uint,
+    buffer: *mut c_void,
+    buffer_length: c_int,
+    actual_length: c_int,
+    start_frame: c_int,
+    stream_id: c_uint,
+    error_count: c_int,
+    signr: c_uint,
+    usercontext: *mut c_void,
+}
+
+#[repr(C)]
+struct DisconnectClaim {
+    interface: c_uint,
+    flags: c_uint,
+    driver: [u8; 256],
+}
+
+#[repr(C)]
+struct SetInterface {
+    interface: c_uint,
+    alt_setting: c_uint,
+}
+
+#[repr(C)]
+struct IoctlArg {
+    interface: c_int,
+    ioctl_code: c_int,
+    data: *mut c_void,
+}
+
+const U: u32 = b'U' as u32;
+const SETINTERFACE: libc::Ioctl = libc::_IOR::<SetInterface>(U, 4);
+const SUBMITURB: libc::Ioctl = libc::_IOR::<Urb>(U, 10);
+const DISCARDURB: libc::Ioctl = libc::_IO(U, 11);
+const REAPURBNDELAY: libc::Ioctl = libc::_IOW::<*mut c_void>(U, 13);
+const RELEASEINTERFACE: libc::Ioctl = libc::_IOR::<c_uint>(U, 16);
+const IOCTL: libc::Ioctl = libc::_IOWR::<IoctlArg>(U, 18);
+const CONNECT: libc::Ioctl = libc::_IO(U, 23);
+const DISCONNECT_CLAIM: libc::Ioctl = libc::_IOR::<DisconnectClaim>(U, 27);
+const URB_TYPE_BULK: u8 = 3;
+const URB_ZERO_PACKET: c_uint = 0x40;
+/// DISCONNECT_CLAIM: detach any driver but usbfs itself (named in `driver`).
+const DISCONNECT_CLAIM_EXCEPT_DRIVER: c_uint = 0x02;
+
+fn check(r: c_int) -> io::Result<c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+/// An open usbfs device node with at most one interface claimed; the
+/// claim is released (and the kernel asked to bind a driver again) on drop.
+pub struct Node {
+    fd: OwnedFd,
+    claimed: Option<u8>,
+}
+
+impl Node {
+    pub fn open(path: &str) -> io::Result<Node> {
+        let c = std::ffi::CString::new(path).map_err(|_| io::ErrorKind::InvalidInput)?;
+        // SAFETY: a NUL-terminated path of ours; the descriptor is owned below.
+        let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
+        // SAFETY: `fd` was just opened and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Node { fd, claimed: None })
+    }
+
+    /// Claims `interface`, detaching the kernel driver that holds it.
+    pub fn detach_and_claim(&mut self, interface: u8) -> io::Result<()> {
+        let mut dc = DisconnectClaim {
+            interface: interface.into(),
+            flags: DISCONNECT_CLAIM_EXCEPT_DRIVER,
+            driver: [0; 256],
+        };
+        dc.driver[..5].copy_from_slice(b"usbfs");
+        // SAFETY: the ioctl reads one struct usbdevfs_disconnect_claim of ours.
+        check(unsafe { libc::ioctl(self.fd.as_raw_fd(), DISCONNECT_CLAIM, &mut dc) })?;
+        self.claimed = Some(interface);
+        Ok(())
+    }
+
+    pub fn set_interface(&self, interface: u8, alt: u8) -> io::Result<()> {
+        let mut s = SetInterface {
+            interface: interface.into(),
+            alt_setting: alt.into(),
+        };
+        // SAFETY: the ioctl reads one struct usbdevfs_setinterface of ours.
+        check(unsafe { libc::ioctl(self.fd.as_raw_fd(), SETINTERFACE, &mut s) }).map(drop)
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let Some(n) = self.claimed else { return };
+        let fd = self.fd.as_raw_fd();
+        let mut intf = c_uint::from(n);
+        // SAFETY: RELEASEINTERFACE reads one unsigned int of ours.
+        if unsafe { libc::ioctl(fd, RELEASEINTERFACE, &mut intf) } == 0 {
+            let mut arg = IoctlArg {
+                interface: n.into(),
+                ioctl_code: CONNECT as c_int,
+                data: std::ptr::null_mut(),
+            };
+            // SAFETY: USBDEVFS_IOCTL reads one struct usbdevfs_ioctl of ours;
+            // CONNECT takes no data.
+            unsafe { libc::ioctl(fd, IOCTL, &mut arg) };
+        }
+    }
+}
+
+/// A URB's buffer: mapped from the usbfs node, or plain memory.
+enum Mem {
+    Mapped(*mut u8, usize),
+    Heap(Box<[u8]>),
+}
+
+impl Mem {
+    fn new(fd: RawFd, len: usize) -> Mem {
+        // SAFETY: a fresh shared mapping of the usbfs node; usbfs backs it
+        // with memory the host controller can use directly.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Mem::Heap(vec![0; len].into_boxed_slice())
+        } else {
+            Mem::Mapped(p.cast(), len)
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            // SAFETY: the mapping is `n` bytes, ours until drop.
+            Mem::Mapped(p, n) => unsafe { std::slice::from_raw_parts_mut(*p, *n) },
+            Mem::Heap(b) => b,
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            // SAFETY: the mapping is `n` bytes, ours until drop.
+            Mem::Mapped(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
+            Mem::Heap(b) => b,
+        }
+    }
+}
+
+impl Drop for Mem {
+    fn drop(&mut self) {
+        if let Mem::Mapped(p, n) = *self {
+            // SAFETY: our own mapping of `n` bytes, no longer referenced.
+            unsafe { libc::munmap(p.cast(), n) };
+        }
+    }
+}
+
+struct Slot {
+    urb: Urb,
+    mem: Mem,
+    busy: bool,
+}
+
+/// A reaped URB.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub slot: usize,
+    /// 0, or the errno the transfer failed with (ENOENT/ECONNRESET when
+    /// discarded, ESHUTDOWN/ENODEV when the device went, EPIPE a stall).
+    pub errno: i32,
+    pub len: usize,
+}
+
+/// A fixed set of bulk URBs on one device node, each with its own
+/// endpoint and buffer. `slots` must not move while the kernel holds a
+/// URB (it writes the status back into it when reaped): it is a boxed
+/// slice allocated once. Fields drop in order, so the node closes (usbfs
+/// kills what is still in flight) before the buffers are freed.
+pub struct Urbs {
+    node: Node,
+    slots: Box<[Slot]>,
+    busy: usize,
+}
+
+impl Urbs {
+    /// One URB per `(endpoint, buffer size)`, slot numbers in that order.
+    pub fn new(node: Node, urbs: &[(u8, usize)]) -> Urbs {
+        let fd = node.raw_fd();
+        let slots = urbs
+            .iter()
+            .map(|&(ep, len)| Slot {
+                urb: Urb {
+                    kind: URB_TYPE_BULK,
+                    endpoint: ep,
+                    status: 0,
+                    flags: 0,
+                    buffer: std::ptr::null_mut(),
+                    buffer_length: 0,
+                    actual_length: 0,
+                    start_frame: 0,
+                    stream_id: 0,
+                    error_count: 0,
+                    signr: 0,
+                    usercontext: std::ptr::null_mut(),
+                },
+                mem: Mem::new(fd, len),
+                busy: false,
+            })
+            .collect();
+        Urbs {
+            node,
+            slots,
+            busy: 0,
+        }
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.node.raw_fd()
+    }
+
+    /// The slot's whole buffer, to fill before an OUT submission.
+    pub fn buf_mut(&mut self, slot: usize) -> &mut [u8] {
+        let s = &mut self.slots[slot];
+        assert!(!s.busy, "a submitted URB's buffer is the kernel's");
+        s.mem.as_mut_slice()
+    }
+
+    /// The first `len` bytes of a reaped slot's buffer.
+    pub fn data(&self, slot: usize, len: usize) -> &[u8] {
+        &self.slots[slot].mem.as_slice()[..len]
+    }
+
+    /// Submits the slot's URB for `len` bytes (an IN URB: up to `len`);
+    /// `zlp` ends an OUT transfer that fills its last packet with a
+    /// zero-length packet.
+    pub fn submit(&mut self, slot: usize, len: usize, zlp: bool) -> io::Result<()> {
+        let fd = self.node.raw_fd();
+        let s = &mut self.slots[slot];
+        assert!(!s.busy && len <= s.mem.as_slice().len());
+        let buffer = s.mem.as_mut_slice().as_mut_ptr().cast();
+        s.urb.status = 0;
+        s.urb.actual_length = 0;
+        s.urb.flags = if zlp { URB_ZERO_PACKET } else { 0 };
+        s.urb.buffer = buffer;
+        s.urb.buffer_length = len as c_int;
+        s.urb.usercontext = slot as *mut c_void;
+        let urb: *mut Urb = &mut s.urb;
+        // SAFETY: the URB and its buffer live in `self.slots`, which does not
+        // move or drop while the kernel holds them (see the struct's doc).
+        check(unsafe { libc::ioctl(fd, SUBMITURB, urb) })?;
+        s.busy = true;
+        self.busy += 1;
+        Ok(())
+    }
+
+    /// A completed URB, without waiting: `Ok(None)` when none is; ENODEV
+    /// once the device is gone and every URB has been reaped.
+    pub fn reap(&mut self) -> io::Result<Option<Completion>> {
+        let mut p: *mut Urb = std::ptr::null_mut();
+        // SAFETY: REAPURBNDELAY stores one pointer into `p`: one of the URBs
+        // we submitted, whose status the kernel has written back.
+        let r = unsafe { libc::ioctl(self.node.raw_fd(), REAPURBNDELAY, &mut p) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        // SAFETY: `p` points at one of our slots' URBs (usercontext is the
+        // slot number we set); the kernel is done with it.
+        let (slot, status, actual) =
+            unsafe { ((*p).usercontext as usize, (*p).status, (*p).actual_length) };
+        let s = &mut self.slots[slot];
+        debug_assert!(s.busy);
+        s.busy = false;
+        self.busy -= 1;
+        Ok(Some(Completion {
+            slot,
+            errno: -status,
+            len: actual.max(0) as usize,
+        }))
+    }
+
+    /// Asks the kernel to cancel every URB in flight (they complete with
+    /// ENOENT, to be reaped).
+    pub fn discard_all(&mut self) {
+        let fd = self.node.raw_fd();
+        for s in self.slots.iter_mut().filter(|s| s.busy) {
+            let urb: *mut Urb = &mut s.urb;
+            // SAFETY: DISCARDURB takes the address of a URB we submitted.
+            unsafe { libc::ioctl(fd, DISCARDURB, urb) };
+        }
+    }
+
+    /// Discards everything in flight and reaps it, waiting up to `wait`.
+    pub fn cancel_all(&mut self, wait: std::time::Duration) {
+        self.discard_all();
+        let end = std::time::Instant::now() + wait;
+        while self.busy > 0 {
+            match self.reap() {
+                Ok(Some(_)) => continue,
+                Ok(None) => {}
+                Err(_) => break,
+            }
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let mut p = libc::pollfd {
+                fd: self.raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one pollfd of ours.
+            unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as c_int) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request numbers match linux/usbdevice_fs.h on x86_64 (as
+    /// linux-raw-sys has them): the structs have the kernel's sizes.
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn ioctl_numbers_are_the_kernels() {
+        assert_eq!(SUBMITURB as u32, 0x8038_550a);
+        assert_eq!(DISCARDURB as u32, 0x550b);
+        assert_eq!(REAPURBNDELAY as u32, 0x4008_550d);
+        assert_eq!(SETINTERFACE as u32, 0x8008_5504);
+        assert_eq!(RELEASEINTERFACE as u32, 0x8004_5510);
+        assert_eq!(IOCTL as u32, 0xc010_5512);
+        assert_eq!(CONNECT as u32, 0x5517);
+        assert_eq!(DISCONNECT_CLAIM as u32, 0x8108_551b);
+    }
+}
