@@ -131,11 +131,13 @@ pub struct DccpKnobs {
     /// says otherwise.
     #[serde(default)]
     pub stack: DccpStack,
-    /// The server's DCCP when it is not the client's: xferlab's client
-    /// over raw IP against the kernel's DCCP (interop).
+    /// The server's DCCP when it is not the client's (interop, over raw
+    /// IP): xferlab's client against the kernel's DCCP, or the kernel's
+    /// client against xferlab's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub server_stack: Option<DccpStack>,
-    /// What carries xferlab's own DCCP (both ends).
+    /// What carries xferlab's own DCCP (both ends; with a kernel client,
+    /// the server's).
     #[serde(default)]
     pub carrier: DccpCarrier,
     /// SafeUDP only: how the sending application answers congestion
@@ -172,15 +174,21 @@ impl DccpKnobs {
         self.stack == DccpStack::Xferlab && self.server() == DccpStack::Kernel
     }
 
+    /// Whether xferlab's server stack takes its flows' attach records
+    /// inside the DCCP connection: a kernel DCCP client's, over raw IP.
+    pub fn accept_in_band(&self) -> bool {
+        self.stack == DccpStack::Kernel && self.server() == DccpStack::Xferlab
+    }
+
     /// What does not fit together, as the flag to change.
     fn check(&self) -> Result<(), SpecError> {
         use DccpStack::{Kernel, Xferlab};
         match (self.stack, self.server(), self.carrier) {
-            (Kernel, _, DccpCarrier::Ip) => Err(SpecError::DccpCombination(
+            (Kernel, Kernel, DccpCarrier::Ip) => Err(SpecError::DccpCombination(
                 "--dccp-carrier ip carries xferlab's own DCCP; the kernel's runs over IP anyway: leave out --dccp-carrier",
             )),
-            (Kernel, Xferlab, _) => Err(SpecError::DccpCombination(
-                "a kernel DCCP client needs a kernel DCCP server: leave out --dccp-server-stack",
+            (Kernel, Xferlab, DccpCarrier::Udp) => Err(SpecError::DccpCombination(
+                "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (the server's xferlab DCCP over raw IP, as root) to reach an xferlab DCCP server",
             )),
             (Xferlab, Kernel, DccpCarrier::Udp) => Err(SpecError::DccpCombination(
                 "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (raw IP, as root) to reach a kernel DCCP server",
@@ -734,6 +742,11 @@ mod tests {
         let interop = k(Xferlab, Some(Kernel), DccpCarrier::Ip);
         assert_eq!(interop.check(), Ok(()));
         assert!(interop.attach_in_band());
+        assert!(!interop.accept_in_band());
+        let kernel_client = k(Kernel, Some(Xferlab), DccpCarrier::Ip);
+        assert_eq!(kernel_client.check(), Ok(()));
+        assert!(kernel_client.accept_in_band());
+        assert!(!kernel_client.attach_in_band());
         for both in [
             k(Kernel, None, DccpCarrier::Udp),
             k(Kernel, Some(Kernel), DccpCarrier::Udp),
@@ -742,9 +755,11 @@ mod tests {
         ] {
             assert_eq!(both.check(), Ok(()), "{both:?}");
             assert!(!both.attach_in_band(), "{both:?}");
+            assert!(!both.accept_in_band(), "{both:?}");
         }
         for bad in [
             k(Kernel, None, DccpCarrier::Ip),
+            k(Kernel, Some(Kernel), DccpCarrier::Ip),
             k(Kernel, Some(Xferlab), DccpCarrier::Udp),
             k(Xferlab, Some(Kernel), DccpCarrier::Udp),
         ] {

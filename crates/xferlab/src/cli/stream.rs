@@ -126,9 +126,11 @@ pub struct StreamArgs {
     /// DCCP sockets: Linux before 6.16 with dccp_ipv4, e.g. the lab VM).
     #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
     pub dccp_stack: Option<String>,
-    /// DCCP (--dccp): the server's DCCP when it is not the client's:
-    /// `kernel` runs xferlab's client (--dccp-carrier ip) against a
-    /// server's kernel DCCP (interop; the lab VM's guest).
+    /// DCCP (--dccp): the server's DCCP when it is not the client's
+    /// (interop, with --dccp-carrier ip): `kernel` runs xferlab's client
+    /// against a server's kernel DCCP (the lab VM's guest); `xferlab` with
+    /// --dccp-stack kernel runs the kernel's client against an xferlab
+    /// server's own DCCP over raw IP.
     #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
     pub dccp_server_stack: Option<String>,
     /// DCCP (--dccp): what carries xferlab's own DCCP, both ends: `udp`

@@ -209,6 +209,16 @@ fn serve(listener: &Socket, knobs: &Knobs, flows: usize, wait: &AttachWait) {
     let mut attached = vec![false; flows];
     let mut pending: std::collections::VecDeque<Socket> = std::collections::VecDeque::new();
     let mut buf = [0u8; PREAMBLE_LEN + ATTACH_LEN + 1];
+    // The answer: AttachReply::Ok, padded with zeros to the flow's
+    // datagram size. Linux's CCID3 sender takes its packet size s from
+    // the connection's first data packet (`tx_s = skb->len` in
+    // ccid3_hc_tx_send_packet), and this answer is that packet: a 1-byte
+    // answer started the server's CCID3 at X = 1 byte/s with an initial
+    // window of 4 bytes per RTT, ~0.5 s to reach -b 20M under TCG
+    // (docs/dccp.md). A client reads the first byte; DCCP is datagram
+    // based, so a shorter read still takes the whole message.
+    let mut answer = vec![0u8; (knobs.size as usize).max(1)];
+    answer[0] = AttachReply::Ok as u8;
     while attached.iter().any(|a| !a) {
         let Some(left) = wait.left().and_then(|l| Timespec::try_from(l).ok()) else {
             return;
@@ -246,7 +256,12 @@ fn serve(listener: &Socket, knobs: &Knobs, flows: usize, wait: &AttachWait) {
                 continue;
             };
             conn.set_nonblocking(false).ok();
-            if prepare(&conn, knobs).is_err() || conn.send(&[AttachReply::Ok as u8]).is_err() {
+            // At most what the connection carries per packet (the client
+            // refuses a larger -l at connect; a kernel client checks its
+            // own path, not ours).
+            let mps = conn.dccp_cur_mps().map_or(answer.len(), |m| m as usize);
+            let reply = &answer[..answer.len().min(mps).max(1)];
+            if prepare(&conn, knobs).is_err() || conn.send(reply).is_err() {
                 continue;
             }
             *slot = true;
@@ -482,7 +497,8 @@ mod tests {
 
     /// `serve` over TCP on loopback (accept and a first message behave as
     /// DCCP's; this host has no DCCP): more silent connections than it
-    /// keeps places for, then the flow's own, which must attach at once.
+    /// keeps places for, then the flow's own, which must attach at once
+    /// and get its answer padded to -l.
     #[test]
     fn silent_connections_do_not_keep_a_flow_from_attaching() {
         use std::io::Write;
@@ -505,7 +521,11 @@ mod tests {
             end,
             deadline: clock::now() + Duration::from_secs(20),
         };
-        std::thread::spawn(move || serve(&l, &Knobs::default(), 1, &wait));
+        let knobs = Knobs {
+            size: 1400,
+            ..Knobs::default()
+        };
+        std::thread::spawn(move || serve(&l, &knobs, 1, &wait));
         let silent: Vec<TcpStream> = (0..2 + EXTRA_PENDING)
             .map(|_| TcpStream::connect(addr).unwrap())
             .collect();
@@ -520,9 +540,11 @@ mod tests {
             Ok(_) => panic!("another wake than flow 0's attach"),
             Err(e) => panic!("flow 0 did not attach within 5 s beside silent connections: {e}"),
         }
-        let mut reply = [0u8; 1];
+        // The answer, padded to the flow's datagram size (-l 1400).
+        let mut reply = [0xffu8; 1400];
         c.read_exact(&mut reply).unwrap();
         assert_eq!(reply[0], AttachReply::Ok as u8);
+        assert!(reply[1..].iter().all(|&b| b == 0));
         drop(silent);
     }
 

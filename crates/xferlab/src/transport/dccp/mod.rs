@@ -56,10 +56,12 @@ impl TransportIo for Dccp {
 
     fn check(&self, knobs: &Knobs) -> Result<(), String> {
         kernel::check(knobs)?;
-        if knobs
-            .dccp
-            .is_some_and(|d| d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip)
-        {
+        // The raw IP carrier is the client's own only when its DCCP is
+        // xferlab's (a kernel client's is the kernel's IP).
+        if knobs.dccp.is_some_and(|d| {
+            d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip
+                && d.stack == xferlab_core::transport::dccp::DccpStack::Xferlab
+        }) {
             raw::socket(Domain::IPV4).map(drop)?;
         }
         Ok(())
@@ -93,6 +95,9 @@ impl TransportIo for Dccp {
         local: IpAddr,
         wait: &AttachWait,
     ) -> Option<Result<Vec<u16>, String>> {
+        if spec.knobs.dccp.is_some_and(|d| d.accept_in_band()) {
+            return Some(path::listen_in_band(spec, local, wait.clone()));
+        }
         kernel::serves(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
     }
 

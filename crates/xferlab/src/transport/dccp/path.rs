@@ -18,9 +18,13 @@
 //! Against a kernel DCCP server (`--dccp-server-stack kernel`) the
 //! client sets up each flow's connection before the test
 //! ([`attach_in_band`]): it presents its attach record as the
-//! connection's first message and waits for the server's one-byte answer,
+//! connection's first message and waits for the server's answer (one
+//! byte, padded to the flow's datagram size),
 //! as a kernel DCCP client does, and hands the open connection to the
-//! flow's thread. A kernel sender's end marker is taken as such.
+//! flow's thread. A kernel sender's end marker is taken as such. The
+//! server, for a kernel DCCP client, does the other half: it accepts each
+//! flow's connection and attach record in band before the test
+//! ([`listen_in_band`]) and hands it over the same way.
 //!
 //! The sender's datagrams carry xferlab's datagram header (sequence
 //! number, send time) and the pattern every sender writes; the receiver
@@ -51,6 +55,8 @@ use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatc
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
 use super::raw;
+use crate::control::Wake;
+use crate::stream::session::AttachWait;
 use crate::sys::clock;
 
 /// Room after the payload for DCCP's header and options: the longest
@@ -541,18 +547,21 @@ fn ended(r: CloseReason, peer: &str, knobs: &DccpKnobs, raw: bool, junk: u64) ->
     }
 }
 
-/// The server's one-byte answer to an attach record presented in band.
+/// The server's answer to an attach record presented in band: its first
+/// byte; the rest is padding (a kernel server pads it to the flow's
+/// datagram size, `kernel::serve`, so its CCID3 takes that as its packet
+/// size).
 fn answer(payload: &[u8]) -> Result<(), String> {
     match payload {
-        [b] if *b == AttachReply::Ok as u8 => Ok(()),
-        [b] => Err(format!(
+        [b, ..] if *b == AttachReply::Ok as u8 => Ok(()),
+        [b, ..] => Err(format!(
             "the server refused the flow: {}",
             AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe())
         )),
-        _ => Err(format!(
-            "the server's DCCP sent {} bytes where the answer to the flow's attach record (1 byte) belongs",
-            payload.len()
-        )),
+        [] => Err(
+            "the server's DCCP sent an empty message where the answer to the flow's attach record belongs"
+                .into(),
+        ),
     }
 }
 
@@ -638,8 +647,8 @@ fn handed_over(local: SocketAddr) -> Option<HandedOver> {
 
 /// Opens a client flow's connection over raw IP to a kernel DCCP server's
 /// port (`sock`'s peer; `sock`'s port is the connection's), presents the
-/// attach record `hello` as its first message and waits for the one-byte
-/// answer, within `timeout`; the open connection then waits for the
+/// attach record `hello` as its first message and waits for the answer
+/// ([`answer`]), within `timeout`; the open connection then waits for the
 /// flow's thread.
 pub(super) fn attach_in_band(
     spec: &TestSpec,
@@ -734,6 +743,172 @@ pub(super) fn attach_in_band(
         if let Ok(ts) = Timespec::try_from(wait) {
             let mut fds = [PollFd::new(&raw, PollFlags::IN)];
             poll(&mut fds, Some(&ts)).ok();
+        }
+    }
+}
+
+/// One flow of [`listen_in_band`]: its UDP socket (the flow's port), its
+/// raw socket, the connection being accepted, and the answer sent.
+struct Accepting {
+    flow: u32,
+    udp: UdpSocket,
+    local: SocketAddr,
+    raw: Socket,
+    conn: Connection,
+    ccid: Option<u8>,
+    answered: bool,
+}
+
+/// The server's side of a kernel DCCP client (`--dccp-stack kernel
+/// --dccp-server-stack xferlab --dccp-carrier ip`): a kernel client opens
+/// its connection to the flow's port over IP and sends the attach record
+/// as its first message, so each flow's connection is accepted here, in
+/// band, before the test. Per flow a UDP socket holds the port (and is
+/// the flow's socket, connected to the client's DCCP port once known) and
+/// a raw socket takes protocol 33 from the control peer's address to that
+/// port; a thread runs the handshakes, takes each attach record (the
+/// session's token, this flow's number), answers it padded to -l (a
+/// kernel sender's CCID3 takes its packet size from it) and hands the
+/// open connection to the flow's thread, until every flow is here, the
+/// setup deadline passes, or the session ends. Returns the flows' ports.
+pub(super) fn listen_in_band(
+    spec: &TestSpec,
+    local: std::net::IpAddr,
+    wait: AttachWait,
+) -> Result<Vec<u16>, String> {
+    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let size = spec.knobs.size as usize;
+    let peer = crate::net::canonical(wait.peer);
+    let mut flows = Vec::new();
+    for plan in spec.flows() {
+        let udp = UdpSocket::bind(SocketAddr::new(local, 0))
+            .map_err(|e| format!("cannot bind a DCCP flow port on {local}: {e}"))?;
+        let at = udp.local_addr().map_err(|e| e.to_string())?;
+        let raw = raw::listen(at, peer)?;
+        prepare(raw.as_raw_fd(), &spec.knobs, peer);
+        let cfg = config(&knobs, size, Endpoint::Server, at, peer, true);
+        flows.push(Accepting {
+            flow: plan.id,
+            udp,
+            local: at,
+            raw,
+            conn: Connection::listen(cfg),
+            ccid: None,
+            answered: false,
+        });
+    }
+    let ports = flows.iter().map(|f| f.local.port()).collect();
+    let mut answer = vec![0u8; size.max(1)];
+    answer[0] = AttachReply::Ok as u8;
+    std::thread::Builder::new()
+        .name("xfer-dccp-accept".into())
+        .spawn(move || accept_in_band(flows, &answer, &knobs, size, peer, &wait))
+        .map_err(|e| format!("cannot start a thread: {e}"))?;
+    Ok(ports)
+}
+
+fn accept_in_band(
+    mut flows: Vec<Accepting>,
+    answer: &[u8],
+    knobs: &DccpKnobs,
+    size: usize,
+    peer: SocketAddr,
+    wait: &AttachWait,
+) {
+    let v4 = peer.is_ipv4();
+    let mut buf = vec![0u8; size + HEADROOM];
+    let mut out = vec![0u8; size + HEADROOM];
+    while !flows.is_empty() {
+        let Some(left) = wait.left() else {
+            return;
+        };
+        let now = clock::now();
+        let mut k = 0;
+        while k < flows.len() {
+            let f = &mut flows[k];
+            loop {
+                // SAFETY: reads into a live buffer of the stated size.
+                let n =
+                    unsafe { libc::recv(f.raw.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+                if n < 0 {
+                    break;
+                }
+                let Some(data) = raw::payload(v4, &buf[..n as usize]) else {
+                    continue;
+                };
+                // The first message is the attach record; one for another
+                // session or flow gets no answer (the client gives up).
+                if let Some(msg) = f.conn.handle_datagram_ecn(now, data, false) {
+                    if !f.answered && wait.flow_of(msg) == Some(f.flow) {
+                        f.conn.send(answer);
+                        f.answered = true;
+                    }
+                }
+            }
+            if f.conn.poll_timeout().is_some_and(|t| now >= t) {
+                f.conn.handle_timeout(now);
+            }
+            while let Some(ev) = f.conn.poll_event() {
+                match ev {
+                    Event::Connected { tx_ccid, .. } => f.ccid = Some(tx_ccid),
+                    // A client that reset or left before its attach: wait
+                    // for the next one on a fresh listener.
+                    Event::Closed(_) => {
+                        let cfg = config(knobs, size, Endpoint::Server, f.local, peer, true);
+                        f.conn = Connection::listen(cfg);
+                        (f.ccid, f.answered) = (None, false);
+                    }
+                }
+            }
+            while let Some(len) = f.conn.poll_transmit(now, &mut out) {
+                // SAFETY: sends from a live buffer.
+                unsafe { libc::send(f.raw.as_raw_fd(), out.as_ptr().cast(), len, 0) };
+            }
+            let (true, Some(ccid)) = (f.answered, f.ccid) else {
+                k += 1;
+                continue;
+            };
+            let f = flows.swap_remove(k);
+            // The flow's socket names the client's DCCP port as its peer
+            // (the flow's thread reads it there; nothing goes out on it).
+            let client = SocketAddr::new(peer.ip(), f.conn.ports().1);
+            if f.udp.connect(client).is_err() {
+                continue;
+            }
+            HANDED_OVER
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(HandedOver {
+                    local: f.local,
+                    conn: f.conn,
+                    raw: f.raw,
+                    ccid,
+                });
+            let sock = FlowSocket::Datagram(f.udp);
+            if wait.tx.send(Wake::Attach(f.flow, sock)).is_err() {
+                return;
+            }
+        }
+        if flows.is_empty() {
+            return;
+        }
+        let next = flows
+            .iter()
+            .filter_map(|f| f.conn.poll_timeout())
+            .min()
+            .map_or(left, |t| t.duration_since(clock::now()).min(left))
+            .min(Duration::from_millis(10));
+        let Ok(ts) = Timespec::try_from(next) else {
+            continue;
+        };
+        let mut fds: Vec<PollFd> = flows
+            .iter()
+            .map(|f| PollFd::new(&f.raw, PollFlags::IN))
+            .chain(std::iter::once(PollFd::new(&wait.end, PollFlags::IN)))
+            .collect();
+        poll(&mut fds, Some(&ts)).ok();
+        if fds.last().is_some_and(|f| !f.revents().is_empty()) {
+            return;
         }
     }
 }
@@ -841,5 +1016,24 @@ impl TxBatch {
             self.clear();
         }
         Ok(r as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel server's answer is one byte padded to -l; an older one's
+    /// is the byte alone. Both are taken; a refusal names its cause.
+    #[test]
+    fn an_attach_answer_is_its_first_byte_whatever_the_padding() {
+        let mut padded = vec![0u8; 1400];
+        padded[0] = AttachReply::Ok as u8;
+        assert_eq!(answer(&padded), Ok(()));
+        assert_eq!(answer(&[AttachReply::Ok as u8]), Ok(()));
+        padded[0] = AttachReply::UnknownSession as u8;
+        let refused = answer(&padded).unwrap_err();
+        assert!(refused.contains("refused the flow"), "{refused}");
+        assert!(answer(&[]).unwrap_err().contains("empty message"));
     }
 }

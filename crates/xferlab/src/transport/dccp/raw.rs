@@ -49,6 +49,18 @@ pub(super) fn socket(domain: Domain) -> Result<Socket, String> {
 /// non-blocking. Packets that reached it before the filter are drained.
 pub(super) fn open(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String> {
     let (local, peer) = (canonical(local), canonical(peer));
+    filtered(local, peer, Some(peer.port()))
+}
+
+/// A raw protocol-33 socket that waits for a connection from any port of
+/// `peer`'s address to `local`'s port (a server's flow, whose client's
+/// port it learns from the Request): as [`open`], filtered to the local
+/// port only (flow ports are unique on a host, being UDP sockets' ports).
+pub(super) fn listen(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String> {
+    filtered(canonical(local), canonical(peer), None)
+}
+
+fn filtered(local: SocketAddr, peer: SocketAddr, peer_port: Option<u16>) -> Result<Socket, String> {
     let s = socket(Domain::for_address(peer))?;
     // Nothing until the socket is connected and drained, then only ours:
     // the connect filters by address, the port filter by connection.
@@ -73,35 +85,37 @@ pub(super) fn open(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String
             return Err(format!("cannot read the raw DCCP socket: {e}"));
         }
     }
-    s.attach_filter(&port_filter(peer.is_ipv4(), local.port(), peer.port()))
+    s.attach_filter(&port_filter(peer.is_ipv4(), local.port(), peer_port))
         .map_err(|e| format!("cannot filter the raw DCCP socket: {e}"))?;
     Ok(s)
 }
 
-/// Keeps packets from `peer_port` to `local_port` (the DCCP header's
-/// first two fields); IPv4 packets come with their IP header first.
-fn port_filter(v4: bool, local_port: u16, peer_port: u16) -> Vec<SockFilter> {
-    let (src, dst) = (u32::from(peer_port), u32::from(local_port));
+/// Keeps packets from `peer_port` (any port: None) to `local_port` (the
+/// DCCP header's first two fields); IPv4 packets come with their IP
+/// header first.
+fn port_filter(v4: bool, local_port: u16, peer_port: Option<u16>) -> Vec<SockFilter> {
+    let dst = u32::from(local_port);
+    // Loads the half-word at DCCP header offset `k`.
+    let load = |k: u32| {
+        if v4 {
+            SockFilter::new(LD_H_IND, 0, 0, k)
+        } else {
+            SockFilter::new(LD_H_ABS, 0, 0, k)
+        }
+    };
+    let mut f = Vec::with_capacity(7);
     if v4 {
-        vec![
-            SockFilter::new(LDX_B_MSH, 0, 0, 0),
-            SockFilter::new(LD_H_IND, 0, 0, 0),
-            SockFilter::new(JEQ_K, 0, 3, src),
-            SockFilter::new(LD_H_IND, 0, 0, 2),
-            SockFilter::new(JEQ_K, 0, 1, dst),
-            SockFilter::new(RET_K, 0, 0, KEEP),
-            SockFilter::new(RET_K, 0, 0, 0),
-        ]
-    } else {
-        vec![
-            SockFilter::new(LD_H_ABS, 0, 0, 0),
-            SockFilter::new(JEQ_K, 0, 3, src),
-            SockFilter::new(LD_H_ABS, 0, 0, 2),
-            SockFilter::new(JEQ_K, 0, 1, dst),
-            SockFilter::new(RET_K, 0, 0, KEEP),
-            SockFilter::new(RET_K, 0, 0, 0),
-        ]
+        f.push(SockFilter::new(LDX_B_MSH, 0, 0, 0));
     }
+    if let Some(src) = peer_port {
+        f.push(load(0));
+        f.push(SockFilter::new(JEQ_K, 0, 3, u32::from(src)));
+    }
+    f.push(load(2));
+    f.push(SockFilter::new(JEQ_K, 0, 1, dst));
+    f.push(SockFilter::new(RET_K, 0, 0, KEEP));
+    f.push(SockFilter::new(RET_K, 0, 0, 0));
+    f
 }
 
 /// The DCCP packet in what a raw socket read returned: IPv4 reads carry
