@@ -24,7 +24,7 @@ use xferlab_core::usb::net::{
 };
 
 use super::device;
-use super::tap::{open_tap, write_vnet, FRAME_MAX};
+use super::tap::{open_tap, wait_until, write_vnet, FRAME_MAX};
 use super::usbfs::{Completion, Urbs};
 use crate::cli::usb::NetArgs;
 use crate::sys::clock;
@@ -208,8 +208,6 @@ impl Link {
     /// go through `co` into OUT transfers, `depth` in flight, and `depth`
     /// IN transfers stay queued, each decoded into frames for the TAP.
     fn run<F: Framing>(&mut self, mut co: Coalescer<F>, stop: impl Fn() -> bool) {
-        // Never more than 50 ms without looking at `stop`.
-        const MAX_WAIT_NS: u64 = 50_000_000;
         // A packet from the TAP (virtio_net_hdr + up to 64 KB) and the
         // frame being cut from it.
         let mut pkt = vec![0u8; 65536 + 256];
@@ -277,16 +275,7 @@ impl Link {
                 // Stopped reading for want of a slot, and one came free.
                 continue;
             }
-            let wait_ns = co
-                .poll_timeout()
-                .filter(|_| want_tap)
-                .map(|d| d.as_nanos().saturating_sub(now.as_nanos()))
-                .unwrap_or(MAX_WAIT_NS)
-                .min(MAX_WAIT_NS);
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: wait_ns as libc::c_long,
-            };
+            let ts = wait_until(co.poll_timeout().filter(|_| want_tap), now);
             let mut p = [
                 libc::pollfd {
                     fd: self.urbs.raw_fd(),

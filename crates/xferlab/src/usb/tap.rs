@@ -96,20 +96,27 @@ pub fn write_vnet(tap: &File, frame: &[u8]) -> std::io::Result<usize> {
     }
 }
 
-/// Waits until the TAP `fd` has a frame, or until `due` (the coalescer's
-/// open transfer's deadline, on `clock::now()`'s time line) when sooner;
-/// never longer than 50 ms, so the caller's loop sees its stop flag.
-pub fn wait_frame(fd: std::os::fd::RawFd, due: Option<xferlab_core::time::Time>) {
+/// The wait until `due` (the coalescer's open transfer's deadline, on
+/// `clock::now()`'s time line) from `now`, never longer than 50 ms, so a
+/// link's loop sees its stop flag: for ppoll.
+pub fn wait_until(
+    due: Option<xferlab_core::time::Time>,
+    now: xferlab_core::time::Time,
+) -> libc::timespec {
     const MAX_WAIT_NS: u64 = 50_000_000;
-    let now = crate::sys::clock::now();
     let wait_ns = due
         .map(|d| d.as_nanos().saturating_sub(now.as_nanos()))
         .unwrap_or(MAX_WAIT_NS)
         .min(MAX_WAIT_NS);
-    let ts = libc::timespec {
+    libc::timespec {
         tv_sec: 0,
         tv_nsec: wait_ns as libc::c_long,
-    };
+    }
+}
+
+/// Waits until the TAP `fd` has a frame, or until [`wait_until`]'s time.
+pub fn wait_frame(fd: std::os::fd::RawFd, due: Option<xferlab_core::time::Time>) {
+    let ts = wait_until(due, crate::sys::clock::now());
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLIN,
