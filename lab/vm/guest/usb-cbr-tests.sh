@@ -23,9 +23,12 @@ gpid=$!
 usb_wait_device 1d6b:0104 || { cat /tmp/gadget.err; exit 6; }
 
 # Far below what dummy_hcd moves (~30 MB/s through FunctionFS AIO under TCG).
-cell rx-slow --dir rx -b 2M -t $T
-cell tx-slow --dir tx -b 2M -t $T
-cell both-slow --dir both -b 2M -t $T
+# A 512K device buffer lasts 256 ms at 2 MB/s (TX prefill: 128 ms): on a
+# loaded CI host the TCG guest once paused ~40 ms, and the default 64K
+# (32 ms) overran at 1.1 s. The stall cells below keep 64K on purpose.
+cell rx-slow --dir rx -b 2M -t $T --device-buffer 512K
+cell tx-slow --dir tx -b 2M -t $T --device-buffer 512K
+cell both-slow --dir both -b 2M -t $T --device-buffer 512K
 # The host application stops for 300 ms every second: the device buffer
 # (64K) plus the host's (4 x 16K) last 32 ms at 4 MB/s.
 cell rx-stall --dir rx -b 4M -t 2.5 -Q 4 --host-stall 1s:300ms
