@@ -36,8 +36,12 @@ pub mod limits {
     pub const MIN_DATAGRAM: u64 = 16;
     /// Datagrams per system call (`--batch`).
     pub const MAX_BATCH: u32 = 1024;
-    /// Segments the kernel accepts in one UDP_SEGMENT send.
-    pub const MAX_GSO_SEGMENTS: u32 = 64;
+    /// Segments the kernel accepts in one UDP_SEGMENT send: 128 on
+    /// recent kernels (6.18 here: 128 sent, 129 EINVAL), 64 on older ones
+    /// ([`OLD_GSO_SEGMENTS`]; a sender that meets EINVAL falls back).
+    pub const MAX_GSO_SEGMENTS: u32 = 128;
+    /// UDP_MAX_SEGMENTS of kernels before it was raised to 128.
+    pub const OLD_GSO_SEGMENTS: u32 = 64;
 }
 
 /// What the application does, with the settings only that pattern has

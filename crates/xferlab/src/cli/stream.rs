@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use xferlab_core::spec::{
-    Affinity, Direction, Knobs, Limit, RecvMode, SendMode, TestSpec, Transport,
+    limits, Affinity, Direction, Knobs, Limit, RecvMode, SendMode, TestSpec, Transport,
 };
 use xferlab_core::transport::Carrier;
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
@@ -94,7 +94,8 @@ pub struct StreamArgs {
     #[arg(long, value_name = "US", conflicts_with = "bitrate")]
     pub gap: Option<f64>,
     /// UDP datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
-    /// buffer with --gso (default 32).
+    /// buffer with --gso (default 32; with --gso, as many as the kernel
+    /// cuts from one send: 128, or 64 on kernels before that limit rose).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch: Option<i64>,
     /// UDP: coalesce datagrams into one buffer per call (UDP_SEGMENT on
@@ -302,6 +303,11 @@ impl StreamArgs {
         let batch = match self.batch {
             Some(b) => u32::try_from(b)
                 .map_err(|_| format!("--batch must be between 1 and 1024 datagrams (got {b})"))?,
+            // One GSO send per system call: the more segments, the fewer
+            // calls. 64-byte datagrams, unlimited, loopback: 10.7M sent in
+            // 2 s with 32 per send, 20.3M with 64 (`stream -u -b 0 -l 64
+            // --gso --batch N`).
+            None if udp && self.gso => limits::MAX_GSO_SEGMENTS,
             None if udp => DEFAULT_UDP_BATCH,
             None => 1,
         };
