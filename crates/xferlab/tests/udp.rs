@@ -249,6 +249,16 @@ fn gso_counts_match_exactly() {
     assert_eq!(v["spec"]["knobs"]["batch"], 128);
     assert_no_loss(&v, "c2s");
     assert_udp_flows_agree(&v);
+    // A GRO receiver given no -w asks for 4 MiB (SO_RCVBUFFORCE as root;
+    // the kernel reports it doubled), not the default ~208 KiB.
+    if common::is_root() {
+        assert_eq!(
+            v["server"]["flows"][0]["socket"]["rcvbuf"],
+            8 << 20,
+            "{}",
+            v["server"]["flows"][0]
+        );
+    }
 }
 
 // ---------------------------------------------------------------- pacing

@@ -61,6 +61,11 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
+        if let FlowSocket::Datagram(s) = &socket {
+            if role == FlowRole::Receiver {
+                transport::datagram::size_receive_buffer(s, &spec.knobs);
+            }
+        }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
         let cpu = match endpoint {
             Endpoint::Client => spec.affinity.client,
