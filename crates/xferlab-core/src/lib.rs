@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod csum;
 pub mod datagram;
 pub mod dccp;
 pub mod experiment;

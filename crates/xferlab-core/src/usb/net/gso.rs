@@ -28,19 +28,7 @@ const TCP_CWR: u8 = 0x80;
 /// The ones' complement sum of `data` (RFC 1071), folded to 16 bits, with
 /// `init` added; big-endian words, an odd last byte padded with zero.
 pub fn csum_add(init: u32, data: &[u8]) -> u16 {
-    let mut sum = u64::from(init);
-    let mut words = data.chunks_exact(4);
-    for w in &mut words {
-        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
-    }
-    let rest = words.remainder();
-    let mut tail = [0u8; 4];
-    tail[..rest.len()].copy_from_slice(rest);
-    sum += u64::from(u32::from_be_bytes(tail));
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+    crate::csum::fold(crate::csum::sum(u64::from(init), data))
 }
 
 /// One packet read from the TAP, as the segmenter sees it.
