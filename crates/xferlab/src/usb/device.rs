@@ -147,10 +147,9 @@ pub fn open(
             d.vendor_id(),
             d.product_id()
         )),
-        nusb::ErrorKind::Disconnected | nusb::ErrorKind::NotFound => anyhow!(
-            "{} went away while opening it; check the cable and dmesg",
-            describe(d)
-        ),
+        nusb::ErrorKind::Disconnected | nusb::ErrorKind::NotFound => {
+            went_away(d, "opening it; check the cable and dmesg")
+        }
         _ => anyhow::Error::new(e).context(format!(
             "cannot open {} ({})",
             usbfs_path(d),
@@ -199,15 +198,8 @@ pub fn claim(
         dev.claim_interface(n).wait()
     };
     let intf = res.map_err(|e| match e.kind() {
-        nusb::ErrorKind::Busy => {
-            let intf_name = sysfs_interface(d, n).unwrap_or_else(|| format!("<interface {n}>"));
-            anyhow!(errors::interface_busy(
-                n,
-                interface_driver(d, n).as_deref(),
-                &intf_name
-            ))
-        }
-        nusb::ErrorKind::Disconnected => anyhow!("{} went away while claiming it", describe(d)),
+        nusb::ErrorKind::Busy => busy(d, n),
+        nusb::ErrorKind::Disconnected => went_away(d, "claiming it"),
         _ => {
             anyhow::Error::new(e).context(format!("cannot claim interface {n} of {}", describe(d)))
         }
@@ -228,33 +220,20 @@ pub fn claim(
 /// setting selected; the same errors as [`open`] and [`claim`].
 pub fn open_node(d: &DeviceInfo, pipes: &BulkPipes) -> anyhow::Result<super::usbfs::Node> {
     let path = usbfs_path(d);
-    let gone = || {
-        anyhow!(
-            "{} went away while opening it; check the cable and dmesg",
-            describe(d)
-        )
-    };
     let mut node = super::usbfs::Node::open(&path).map_err(|e| match e.raw_os_error() {
         Some(libc::EACCES | libc::EPERM) => anyhow!(errors::permission_denied(
             &path,
             d.vendor_id(),
             d.product_id()
         )),
-        Some(libc::ENOENT | libc::ENODEV) => gone(),
+        Some(libc::ENOENT | libc::ENODEV) => went_away(d, "opening it; check the cable and dmesg"),
         _ => anyhow!("cannot open {path} ({}): {e}", describe(d)),
     })?;
     let n = pipes.interface;
     node.detach_and_claim(n)
         .map_err(|e| match e.raw_os_error() {
-            Some(libc::EBUSY) => {
-                let intf_name = sysfs_interface(d, n).unwrap_or_else(|| format!("<interface {n}>"));
-                anyhow!(errors::interface_busy(
-                    n,
-                    interface_driver(d, n).as_deref(),
-                    &intf_name
-                ))
-            }
-            Some(libc::ENODEV) => anyhow!("{} went away while claiming it", describe(d)),
+            Some(libc::EBUSY) => busy(d, n),
+            Some(libc::ENODEV) => went_away(d, "claiming it"),
             _ => anyhow!("cannot claim interface {n} of {}: {e}", describe(d)),
         })?;
     if pipes.alt != 0 {
@@ -267,4 +246,19 @@ pub fn open_node(d: &DeviceInfo, pipes: &BulkPipes) -> anyhow::Result<super::usb
         })?;
     }
     Ok(node)
+}
+
+/// The device vanished while we were `doing` something with it.
+fn went_away(d: &DeviceInfo, doing: &str) -> anyhow::Error {
+    anyhow!("{} went away while {doing}", describe(d))
+}
+
+/// Interface `n` is held by another driver or program: which, and how to free it.
+fn busy(d: &DeviceInfo, n: u8) -> anyhow::Error {
+    let intf_name = sysfs_interface(d, n).unwrap_or_else(|| format!("<interface {n}>"));
+    anyhow!(errors::interface_busy(
+        n,
+        interface_driver(d, n).as_deref(),
+        &intf_name
+    ))
 }
