@@ -345,7 +345,12 @@ fn assert_host_drops_attributed(rate: &str, extra: &[&str], dir: &str) {
     let rcv_side = if dir == "c2s" { "server" } else { "client" };
     let rcv = &flows(&v, rcv_side)[0];
     assert_eq!(rcv["role"], "receiver");
-    assert_eq!(u64_at(rcv, "/total/udp/host_drops_all"), host);
+    // The socket's counter also counts dropped end-of-flow markers (up to
+    // 3 copies, not in `sent`); the summary clamps it to `lost` (CI saw
+    // 4999 raw against 4998 lost).
+    let raw = u64_at(rcv, "/total/udp/host_drops_all");
+    assert_eq!(raw.min(lost), host, "flow host_drops_all {raw} vs summary: {u}");
+    assert!(raw <= host + 3, "flow host_drops_all {raw} vs summary: {u}");
     assert!(
         u64_at(rcv, "/socket/rcvbuf") <= 16 << 10,
         "-w 4K not applied: {}",
@@ -354,8 +359,8 @@ fn assert_host_drops_attributed(rate: &str, extra: &[&str], dir: &str) {
     let ivs = rcv["intervals"].as_array().unwrap();
     let iv_drops: u64 = ivs.iter().map(|i| u64_at(i, "/udp/host_drops")).sum();
     assert!(
-        iv_drops <= host && iv_drops > 0,
-        "interval host_drops {iv_drops} vs total {host}"
+        iv_drops <= raw && iv_drops > 0,
+        "interval host_drops {iv_drops} vs total {raw}"
     );
 }
 
