@@ -349,7 +349,11 @@ fn assert_host_drops_attributed(rate: &str, extra: &[&str], dir: &str) {
     // 3 copies, not in `sent`); the summary clamps it to `lost` (CI saw
     // 4999 raw against 4998 lost).
     let raw = u64_at(rcv, "/total/udp/host_drops_all");
-    assert_eq!(raw.min(lost), host, "flow host_drops_all {raw} vs summary: {u}");
+    assert_eq!(
+        raw.min(lost),
+        host,
+        "flow host_drops_all {raw} vs summary: {u}"
+    );
     assert!(raw <= host + 3, "flow host_drops_all {raw} vs summary: {u}");
     assert!(
         u64_at(rcv, "/socket/rcvbuf") <= 16 << 10,
