@@ -315,58 +315,23 @@ pub struct SafeUdpSample {
     pub events: SafeUdpEvents,
 }
 
-/// SafeUDP's notifications over an interval (`CongestionEvent`s).
+/// SafeUDP's notifications over an interval (`CongestionEvent`s): each
+/// kind and site, and their sum.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
 )]
 pub struct SafeUdpEvents {
     pub total: u64,
-    pub onset_network: u64,
-    pub onset_end_host: u64,
-    pub persistent_network: u64,
-    pub persistent_end_host: u64,
-    pub cleared_network: u64,
-    pub cleared_end_host: u64,
-    pub enforcing: u64,
-    pub released: u64,
+    #[serde(flatten)]
+    pub counts: EventCounts,
 }
 
 impl From<EventCounts> for SafeUdpEvents {
-    fn from(c: EventCounts) -> Self {
+    fn from(counts: EventCounts) -> Self {
         SafeUdpEvents {
-            total: c.total(),
-            onset_network: c.onset_network,
-            onset_end_host: c.onset_end_host,
-            persistent_network: c.persistent_network,
-            persistent_end_host: c.persistent_end_host,
-            cleared_network: c.cleared_network,
-            cleared_end_host: c.cleared_end_host,
-            enforcing: c.enforcing,
-            released: c.released,
+            total: counts.total(),
+            counts,
         }
-    }
-}
-
-impl SafeUdpEvents {
-    /// `onset/network 1, persistent/network 1, enforcing 1`; empty when
-    /// none.
-    fn describe(&self) -> String {
-        let named = [
-            ("onset/network", self.onset_network),
-            ("onset/end-host", self.onset_end_host),
-            ("persistent/network", self.persistent_network),
-            ("persistent/end-host", self.persistent_end_host),
-            ("cleared/network", self.cleared_network),
-            ("cleared/end-host", self.cleared_end_host),
-            ("enforcing", self.enforcing),
-            ("released", self.released),
-        ];
-        named
-            .iter()
-            .filter(|(_, n)| *n > 0)
-            .map(|(name, n)| format!("{name} {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
     }
 }
 
@@ -509,7 +474,7 @@ impl DccpSample {
         if self.dropped_by_ccid > 0 {
             out.push_str(&format!(", {} dropped by the CCID", self.dropped_by_ccid));
         }
-        if let Some(ev) = self.safeudp.as_ref().map(|s| s.events.describe()) {
+        if let Some(ev) = self.safeudp.as_ref().map(|s| s.events.counts.describe()) {
             if !ev.is_empty() {
                 out.push_str(&format!("; events: {ev}"));
             }
@@ -696,8 +661,8 @@ mod tests {
         assert_eq!(
             (
                 su.events.total,
-                su.events.onset_network,
-                su.events.enforcing
+                su.events.counts.onset_network,
+                su.events.counts.enforcing
             ),
             (2, 0, 1)
         );

@@ -40,8 +40,6 @@ const T_GRAN: Duration = Duration::from_millis(1);
 pub struct Ccid3Tx {
     s: f64,
     x: f64,
-    /// The receive rate the latest feedback reported.
-    x_recv: f64,
     /// X_recv_set (sec. 4.3): the receive rates reported over the last two
     /// RTTs, with their arrival times. The limit 2 max(X_recv_set), not
     /// twice the latest report, keeps one short report (the sender was
@@ -70,7 +68,6 @@ impl Ccid3Tx {
             s,
             // One packet per second until an RTT is known (sec. 4.2).
             x: s,
-            x_recv: 0.0,
             x_recv_set: VecDeque::with_capacity(4),
             p: 0.0,
             rtt: None,
@@ -131,7 +128,6 @@ impl Ccid3Tx {
             self.x_recv_set.pop_front();
         }
         self.x_recv_set.push_back((now, rate));
-        self.x_recv = rate;
     }
 
     /// Sec. 4.3 step 4 (and 4.4's use of it): the new X from X_recv and p.
@@ -271,7 +267,8 @@ impl CcidTx for Ccid3Tx {
     fn state(&self) -> CcidState {
         CcidState::Ccid3 {
             x: self.x,
-            x_recv: self.x_recv,
+            // The receive rate the latest feedback reported.
+            x_recv: self.x_recv_set.back().map_or(0.0, |e| e.1),
             p: self.p,
             rtt: self.rtt,
             t_ipi: self.t_ipi(),

@@ -161,7 +161,17 @@ impl EpisodeState {
 /// How many of each [`CongestionEvent`] the CCID has raised, cumulative:
 /// the results report them per interval as deltas, without a list that
 /// would need allocating.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
 pub struct EventCounts {
     pub onset_network: u64,
     pub onset_end_host: u64,
@@ -224,6 +234,28 @@ impl EventCounts {
 
     pub fn total(self) -> u64 {
         self.to_array().iter().sum()
+    }
+
+    /// `onset/network 1, persistent/network 1, enforcing 1`; empty when
+    /// none.
+    pub fn describe(&self) -> String {
+        const NAMES: [&str; 8] = [
+            "onset/network",
+            "onset/end-host",
+            "persistent/network",
+            "persistent/end-host",
+            "cleared/network",
+            "cleared/end-host",
+            "enforcing",
+            "released",
+        ];
+        NAMES
+            .iter()
+            .zip(self.to_array())
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
