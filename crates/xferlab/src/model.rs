@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 use xferlab_core::units::RateUnit;
 use xferlab_core::usb::model::profile::{DeviceSpec, HostSpec};
-use xferlab_core::usb::model::{self, Prediction, Profiles, Share, Window, Workload};
+use xferlab_core::usb::model::{
+    self, Periodic, PeriodicKind, Prediction, Profile, Profiles, Share, Window, Workload,
+};
 
 use crate::cli::model::{ModelArgs, ModelCommand, UsbModelArgs};
 use crate::cli::usb::UsbDir;
@@ -37,8 +39,58 @@ pub fn run(a: &ModelArgs) -> ExitCode {
     }
 }
 
+/// `iso|interrupt:in|out:SIZE[xMULT][/INTERVAL]`, checked against the
+/// limits of the profile's bus speed.
+fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, String> {
+    let form = "--periodic takes iso|interrupt:in|out:SIZE[xMULT][/INTERVAL], e.g. iso:in:1024x3 or interrupt:in:64/8";
+    let bad = |why: String| format!("{why} in --periodic '{spec}'; {form}");
+    let mut parts = spec.splitn(3, ':');
+    let (Some(kind), Some(dir), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(form.to_string());
+    };
+    let kind = match kind {
+        "iso" | "isochronous" => PeriodicKind::Isochronous,
+        "interrupt" | "int" => PeriodicKind::Interrupt,
+        k => return Err(bad(format!("unknown transfer type '{k}'"))),
+    };
+    let out = match dir {
+        "in" => false,
+        "out" => true,
+        d => return Err(bad(format!("unknown direction '{d}'"))),
+    };
+    let (rest, interval) = match rest.split_once('/') {
+        Some((r, i)) => (
+            r,
+            i.parse::<u32>()
+                .map_err(|_| bad(format!("'{i}' is not a number of (micro)frames")))?,
+        ),
+        None => (rest, 1),
+    };
+    let (size, mult) = match rest.split_once('x') {
+        Some((s, m)) => (
+            s,
+            m.parse::<u32>()
+                .map_err(|_| bad(format!("'{m}' is not a number of transactions")))?,
+        ),
+        None => (rest, 1),
+    };
+    let size = xferlab_core::units::parse_size(size)
+        .ok()
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| bad(format!("'{size}' is not a size in bytes")))?;
+    let per = Periodic {
+        kind,
+        out,
+        size,
+        mult,
+        interval,
+    };
+    per.check(speed)?;
+    Ok(per)
+}
+
 /// The workload of the flags, checked.
-pub fn workload(a: &UsbModelArgs) -> Result<Workload, String> {
+pub fn workload(a: &UsbModelArgs, p: &Profile) -> Result<Workload, String> {
     if a.size == 0 || a.size > u32::MAX as u64 {
         return Err(format!(
             "-l must be 1 byte to 4 GiB per transfer (got {})",
@@ -54,12 +106,23 @@ pub fn workload(a: &UsbModelArgs) -> Result<Workload, String> {
             a.time
         ));
     }
+    let periodic = match &a.periodic {
+        Some(spec) if p.tt.is_some() => {
+            return Err(format!(
+                "--periodic '{spec}': periodic transfers behind a hub's transaction translator (profile {}) are not modelled; use a profile without a hub",
+                p.name
+            ))
+        }
+        Some(spec) => Some(periodic(spec, p.phy.speed)?),
+        None => None,
+    };
     Ok(Workload {
         size: a.size as u32,
         depth: a.depth,
-        bulk_in: a.dir != UsbDir::Out,
-        bulk_out: a.dir != UsbDir::In,
+        bulk_in: !a.no_bulk && a.dir != UsbDir::Out,
+        bulk_out: !a.no_bulk && a.dir != UsbDir::In,
         device_depth: a.device_depth,
+        periodic,
     })
 }
 
@@ -70,10 +133,10 @@ fn usb(a: &UsbModelArgs) -> Result<(), (String, u8)> {
     if a.list {
         return list(&profiles, &mut out).map_err(io);
     }
-    let w = workload(a).map_err(|e| (e, 2))?;
     let p = profiles
         .resolve(&a.profile)
         .map_err(|e| (e.to_string(), 2))?;
+    let w = workload(a, &p).map_err(|e| (e, 2))?;
     let window = Window {
         window_us: a.time * 1e6,
         ..Window::default()
@@ -109,9 +172,17 @@ fn human(p: &Prediction, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "USB bus model, profile {}", p.profile)?;
     writeln!(out, "  host:   {}", p.host)?;
     writeln!(out, "  device: {}", p.device)?;
+    let bulk = if p.pipes.is_empty() {
+        "no bulk transfers".to_string()
+    } else {
+        format!(
+            "bulk transfers of {} B, {} in flight (device: {} queued)",
+            p.size, p.depth, p.device_depth
+        )
+    };
     writeln!(
         out,
-        "  {:?} speed{}, max packet {} B; transfers of {} B, {} in flight (device: {} queued)",
+        "  {:?} speed{}, max packet {} B; {bulk}",
         p.speed,
         if p.hub_tt {
             ", behind a hub's transaction translator"
@@ -119,9 +190,6 @@ fn human(p: &Prediction, out: &mut dyn Write) -> std::io::Result<()> {
             ""
         },
         p.max_packet,
-        p.size,
-        p.depth,
-        p.device_depth
     )?;
     writeln!(out)?;
     writeln!(
@@ -131,6 +199,25 @@ fn human(p: &Prediction, out: &mut dyn Write) -> std::io::Result<()> {
         p.transfers_per_s,
         p.transactions_per_frame
     )?;
+    if let Some(per) = &p.periodic {
+        let e = &per.endpoint;
+        writeln!(
+            out,
+            "  {} {} {} B x{} every {} {frame}{}: {}, {:.0} transactions/s, {:.1} % of each {frame} it is due in",
+            match e.kind {
+                PeriodicKind::Isochronous => "isochronous",
+                PeriodicKind::Interrupt => "interrupt",
+            },
+            per.dir.to_uppercase(),
+            e.size,
+            e.mult,
+            e.interval,
+            if e.interval == 1 { "" } else { "s" },
+            rate(per.throughput_bps),
+            per.transactions_per_s,
+            per.frame_percent
+        )?;
+    }
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1} us"));
     for pipe in &p.pipes {
         writeln!(

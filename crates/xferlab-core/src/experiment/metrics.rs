@@ -71,6 +71,7 @@
 //! | `connect_p99_us` | us | tcp-crr: `summary.rr.connect.p99_us` |
 //! | `connect_max_us` | us | tcp-crr: `summary.rr.connect.max_us` |
 //! | `usb_in_transfers_per_second` | 1/s | USB: the IN pipe's `total.transfers_per_second` (`usb_out_*`: the OUT pipe, same fields) |
+//! | `usb_periodic_bps` | bit/s | USB model: the periodic endpoint's `periodic.throughput_bps` (`model usb --periodic`) |
 //! | `usb_in_transfers` | count | USB: `total.transfers` |
 //! | `usb_in_short` | count | USB: `total.short_transfers` |
 //! | `usb_in_errors` | count | USB: Σ `total.errors[].count` |
@@ -950,6 +951,9 @@ fn usb_model_metrics(doc: &Value, out: &mut Out) {
             &format!("usb_{dir}_transfers_per_second"),
             num(pipe, &["transfers_per_s"]),
         );
+    }
+    if let Some(per) = doc.get("periodic") {
+        out.push_opt("usb_periodic_bps", num(per, &["throughput_bps"]));
     }
 }
 

@@ -189,6 +189,7 @@ impl TransferTimes {
                     bulk_in: cfg.bulk_in,
                     bulk_out: !cfg.bulk_in,
                     device_depth: None,
+                    periodic: None,
                 };
                 let win = Window {
                     warmup_us: 5_000.0,

@@ -35,6 +35,18 @@ pub struct UsbModelArgs {
     /// Direction.
     #[arg(long = "dir", value_enum, default_value = "in")]
     pub dir: UsbDir,
+    /// A periodic endpoint beside the bulk transfers:
+    /// iso|interrupt:in|out:SIZE[xMULT][/INTERVAL], e.g. iso:in:1024x3 (3
+    /// x 1024 bytes every microframe, a high-bandwidth isochronous IN
+    /// endpoint) or interrupt:in:64/8 (64 bytes every 8 (micro)frames).
+    /// It is served first in each (micro)frame it is due in, and its
+    /// device is always ready: what the schedule allows, and what it
+    /// leaves to bulk.
+    #[arg(long, value_name = "SPEC")]
+    pub periodic: Option<String>,
+    /// Only the periodic endpoint: no bulk transfers.
+    #[arg(long, requires = "periodic")]
+    pub no_bulk: bool,
     /// Device requests queued per endpoint (default: the profile's).
     #[arg(long, value_name = "N")]
     pub device_depth: Option<u32>,

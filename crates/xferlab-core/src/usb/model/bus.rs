@@ -6,8 +6,10 @@
 
 use std::collections::VecDeque;
 
+use serde::Serialize;
+
 use super::profile::Profile;
-use super::wire::Speed;
+use super::wire::{Phy, Speed};
 
 /// Where bus time goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +47,113 @@ pub struct Workload {
     pub bulk_out: bool,
     /// Device requests queued per pipe (None: the profile's).
     pub device_depth: Option<u32>,
+    /// A periodic endpoint beside the bulk pipes, if any.
+    pub periodic: Option<Periodic>,
+}
+
+/// Isochronous or interrupt: what the periodic endpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PeriodicKind {
+    /// No handshake, no retry (USB 2.0 section 5.6).
+    Isochronous,
+    /// Token, data and handshake, like bulk, but on a schedule (5.7).
+    Interrupt,
+}
+
+/// A periodic endpoint: served at the start of each (micro)frame it is
+/// due in, before the bulk pipes, as an EHCI controller walks its
+/// periodic schedule after SOF and only then the asynchronous one
+/// (EHCI 1.0 section 4.4). Its device always has data ready (or room for
+/// it): the model predicts what the schedule allows, and what it leaves
+/// to bulk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Periodic {
+    pub kind: PeriodicKind,
+    /// OUT (host to device); the prediction names the direction.
+    #[serde(skip)]
+    pub out: bool,
+    /// Bytes per transaction (wMaxPacketSize's size field).
+    pub size: u32,
+    /// Transactions in each (micro)frame it is due in: 1, or at high
+    /// speed up to 3 (a high-bandwidth endpoint).
+    pub mult: u32,
+    /// (Micro)frames from one service to the next.
+    pub interval: u32,
+}
+
+impl Periodic {
+    /// Checks the endpoint against USB 2.0's limits for `speed`, which a
+    /// host controller enforces when the device is configured (sections
+    /// 5.6.3 and 5.7.3, table 9-13 for the high-bandwidth sizes, 9.6.6 for
+    /// bInterval).
+    pub fn check(&self, speed: Speed) -> Result<(), String> {
+        let kind = match self.kind {
+            PeriodicKind::Isochronous => "isochronous",
+            PeriodicKind::Interrupt => "interrupt",
+        };
+        let (max, mult_max) = match (speed, self.kind) {
+            (Speed::High, _) => (1024, 3),
+            (Speed::Full, PeriodicKind::Isochronous) => (1023, 1),
+            (Speed::Full, PeriodicKind::Interrupt) => (64, 1),
+        };
+        if self.size == 0 || self.size > max {
+            return Err(format!(
+                "a {speed:?}-speed {kind} endpoint carries 1 to {max} bytes per transaction (got {})",
+                self.size
+            ));
+        }
+        if self.mult == 0 || self.mult > mult_max {
+            return Err(if mult_max == 1 {
+                format!("a full-speed {kind} endpoint makes one transaction per frame (got x{}); drop the xN", self.mult)
+            } else {
+                format!("a high-speed {kind} endpoint makes 1 to 3 transactions per microframe (got x{})", self.mult)
+            });
+        }
+        // Table 9-13: 2 per microframe need 513-1024 bytes, 3 need 683-1024.
+        let min_for_mult = match self.mult {
+            2 => 513,
+            3 => 683,
+            _ => 1,
+        };
+        if self.size < min_for_mult {
+            return Err(format!(
+                "{} transactions per microframe need {min_for_mult}-1024 bytes each (USB 2.0 table 9-13; got {}): use x1 with {} bytes",
+                self.mult, self.size, self.size
+            ));
+        }
+        // bInterval: 2^(b-1) (micro)frames, b = 1..16, except full-speed
+        // interrupt endpoints, which take 1..255 frames as they are.
+        let fs_interrupt = speed == Speed::Full && self.kind == PeriodicKind::Interrupt;
+        let ok = if fs_interrupt {
+            (1..=255).contains(&self.interval)
+        } else {
+            self.interval.is_power_of_two() && self.interval <= 32_768
+        };
+        if !ok {
+            return Err(if fs_interrupt {
+                format!(
+                    "a full-speed interrupt endpoint is polled every 1 to 255 frames (got /{})",
+                    self.interval
+                )
+            } else {
+                format!(
+                    "a {speed:?}-speed {kind} endpoint is served every 2^(bInterval-1) (micro)frames: 1, 2, 4 ... 32768 (got /{})",
+                    self.interval
+                )
+            });
+        }
+        Ok(())
+    }
+
+    /// One transaction on the wire: isochronous ones have no handshake
+    /// (section 8.5.5).
+    pub fn transaction(&self, phy: &Phy) -> u64 {
+        match self.kind {
+            PeriodicKind::Isochronous => phy.token() + phy.data(self.size),
+            PeriodicKind::Interrupt => phy.transaction(self.size),
+        }
+    }
 }
 
 /// Simulated results of one pipe over the measured window.
@@ -76,6 +185,8 @@ pub struct Totals {
     pub cats: [u64; CATS],
     pub bulk_in: Option<PipeTotals>,
     pub bulk_out: Option<PipeTotals>,
+    /// The periodic endpoint's bytes and transactions.
+    pub periodic: Option<PipeTotals>,
     /// (Micro)frames in the window.
     pub frames: u64,
 }
@@ -168,6 +279,10 @@ pub struct Sim<'a> {
     hc_cause: Cat,
     rr: usize,
     pipes: Vec<Pipe>,
+    periodic: Option<(Periodic, PipeTotals)>,
+    /// SOFs so far: the periodic endpoint is due when this is a multiple
+    /// of its interval.
+    sofs: u64,
     cats: [u64; CATS],
     frames: u64,
     w0: u64,
@@ -194,12 +309,14 @@ impl<'a> Sim<'a> {
             hc_cause: Cat::HostGap,
             rr: 0,
             pipes,
+            periodic: w.periodic.map(|per| (per, PipeTotals::default())),
+            sofs: 0,
             cats: [0; CATS],
             frames: 0,
             w0: warmup,
             w1: warmup + window,
         };
-        if w.size > 0 && !sim.pipes.is_empty() {
+        if (w.size > 0 && !sim.pipes.is_empty()) || sim.periodic.is_some() {
             sim.go();
         } else {
             sim.cats[Cat::HostTurnaround as usize] = window;
@@ -218,6 +335,7 @@ impl<'a> Sim<'a> {
             cats: sim.cats,
             bulk_in,
             bulk_out,
+            periodic: sim.periodic.map(|(_, t)| t),
             frames: sim.frames,
         }
     }
@@ -246,6 +364,8 @@ impl<'a> Sim<'a> {
                 }
                 self.now = start + sof;
                 self.next_sof = start + phy.frame;
+                self.serve_periodic();
+                self.sofs += 1;
                 continue;
             }
             // The pipe the controller serves next: the earliest one able to
@@ -281,6 +401,40 @@ impl<'a> Sim<'a> {
             }
             self.execute(i, dur, kind);
             self.rr = (i + 1) % n;
+        }
+    }
+
+    /// Right after SOF: the periodic endpoint's transactions, if it is due
+    /// in this (micro)frame, with the host's gap between them. Checked
+    /// endpoints always fit: at most 3 x 1024 bytes take 54 us of a
+    /// 125 us microframe, 1023 bytes 691 us of a 1 ms frame.
+    fn serve_periodic(&mut self) {
+        let Some((per, _)) = self.periodic else {
+            return;
+        };
+        if !self.sofs.is_multiple_of(u64::from(per.interval.max(1))) {
+            return;
+        }
+        let phy = self.p.phy;
+        let dur = per.transaction(&phy);
+        let payload = phy.payload(per.size);
+        for k in 0..per.mult {
+            if k > 0 {
+                let gap = self.p.host.transaction_gap;
+                self.charge(Cat::HostGap, self.now, self.now + gap);
+                self.now += gap;
+            }
+            let start = self.now;
+            let end = start + dur;
+            self.charge(Cat::WirePayload, start, start + payload);
+            self.charge(Cat::WireOverhead, start + payload, end);
+            if self.in_window(end) {
+                if let Some((_, t)) = &mut self.periodic {
+                    t.bytes += u64::from(per.size);
+                    t.transactions += 1;
+                }
+            }
+            self.now = end;
         }
     }
 

@@ -11,7 +11,7 @@ pub mod wire;
 
 use serde::Serialize;
 
-pub use bus::{Cat, Workload};
+pub use bus::{Cat, Periodic, PeriodicKind, Workload};
 pub use profile::{Profile, ProfileError, Profiles};
 pub use wire::{Phy, Speed, TICKS_PER_US};
 
@@ -78,6 +78,19 @@ pub struct PipePrediction {
     pub nak_span_us: Option<f64>,
 }
 
+/// The periodic endpoint's prediction.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct PeriodicPrediction {
+    #[serde(flatten)]
+    pub endpoint: Periodic,
+    pub dir: &'static str,
+    pub throughput_bps: f64,
+    pub transactions_per_s: f64,
+    /// The share of each (micro)frame it is due in that its transactions
+    /// (and the host's gaps between them) take.
+    pub frame_percent: f64,
+}
+
 /// What the model predicts for one workload on one profile.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Prediction {
@@ -91,12 +104,16 @@ pub struct Prediction {
     pub device_depth: u32,
     pub max_packet: u32,
     pub window_us: f64,
-    /// Payload bits per second, all pipes.
+    /// Payload bits per second, all pipes, the periodic one included.
     pub throughput_bps: f64,
     pub transfers_per_s: f64,
-    /// Data transactions per (micro)frame, all pipes.
+    /// Data transactions per (micro)frame, all pipes, the periodic one
+    /// included.
     pub transactions_per_frame: f64,
+    /// The bulk pipes.
     pub pipes: Vec<PipePrediction>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub periodic: Option<PeriodicPrediction>,
     pub breakdown: Breakdown,
 }
 
@@ -127,12 +144,24 @@ pub fn predict(p: &Profile, w: &Workload, win: Window) -> Prediction {
             nak_span_us: mean(pt.nak_span),
         })
         .collect();
+    let periodic = w.periodic.zip(t.periodic.as_ref()).map(|(per, pt)| {
+        let phy = p.phy;
+        let busy = u64::from(per.mult) * per.transaction(&phy)
+            + u64::from(per.mult.saturating_sub(1)) * p.host.transaction_gap;
+        PeriodicPrediction {
+            endpoint: per,
+            dir: if per.out { "out" } else { "in" },
+            throughput_bps: pt.bytes as f64 * 8.0 / secs,
+            transactions_per_s: pt.transactions as f64 / secs,
+            frame_percent: 100.0 * busy as f64 / phy.frame as f64,
+        }
+    });
     let transfers: u64 = [&t.bulk_in, &t.bulk_out]
         .into_iter()
         .flatten()
         .map(|pt| pt.transfers)
         .sum();
-    let transactions: u64 = [&t.bulk_in, &t.bulk_out]
+    let transactions: u64 = [&t.bulk_in, &t.bulk_out, &t.periodic]
         .into_iter()
         .flatten()
         .map(|pt| pt.transactions)
@@ -159,7 +188,8 @@ pub fn predict(p: &Profile, w: &Workload, win: Window) -> Prediction {
         device_depth: w.device_depth.unwrap_or(p.device.depth),
         max_packet: p.phy.max_packet,
         window_us: us(t.window),
-        throughput_bps: pipes.iter().map(|x| x.throughput_bps).sum(),
+        throughput_bps: pipes.iter().map(|x| x.throughput_bps).sum::<f64>()
+            + periodic.as_ref().map_or(0.0, |x| x.throughput_bps),
         transfers_per_s: transfers as f64 / secs,
         transactions_per_frame: if t.frames > 0 {
             transactions as f64 / t.frames as f64
@@ -167,6 +197,7 @@ pub fn predict(p: &Profile, w: &Workload, win: Window) -> Prediction {
             0.0
         },
         pipes,
+        periodic,
         breakdown: Breakdown {
             wire_payload: share(Cat::WirePayload),
             wire_overhead: share(Cat::WireOverhead),

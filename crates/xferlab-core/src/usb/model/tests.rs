@@ -11,8 +11,118 @@ fn run(profile: &str, size: u32, depth: u32, dir: &str) -> Prediction {
         bulk_in: dir != "out",
         bulk_out: dir != "in",
         device_depth: None,
+        periodic: None,
     };
     predict(&p, &w, Window::default())
+}
+
+/// `profile` with a periodic endpoint, beside bulk IN of `bulk` bytes per
+/// transfer (2 in flight) or alone.
+fn run_periodic(profile: &str, per: Periodic, bulk: Option<u32>) -> Prediction {
+    let p = Profiles::builtin().resolve(profile).unwrap();
+    per.check(p.phy.speed).unwrap();
+    let w = Workload {
+        size: bulk.unwrap_or(0),
+        depth: 2,
+        bulk_in: bulk.is_some(),
+        bulk_out: false,
+        device_depth: None,
+        periodic: Some(per),
+    };
+    predict(&p, &w, Window::default())
+}
+
+fn iso_in(size: u32, mult: u32, interval: u32) -> Periodic {
+    Periodic {
+        kind: PeriodicKind::Isochronous,
+        out: false,
+        size,
+        mult,
+        interval,
+    }
+}
+
+#[test]
+fn a_high_bandwidth_isochronous_endpoint_moves_three_packets_per_microframe() {
+    // 3 x 1024 bytes every 125 us: 24.576 MB/s, the most one high-speed
+    // periodic endpoint can move (USB 2.0 section 5.6.3).
+    let r = run_periodic("wire", iso_in(1024, 3, 1), None);
+    let per = r.periodic.as_ref().unwrap();
+    assert_eq!(per.throughput_bps, 3.0 * 1024.0 * 8000.0 * 8.0);
+    assert_eq!(per.transactions_per_s, 24_000.0);
+    assert_eq!(r.throughput_bps, per.throughput_bps);
+    // Token and data, no handshake: (153 + 8409) bit times each, 3 of them
+    // in 60000: 42.8 %.
+    assert!((per.frame_percent - 42.81).abs() < 0.01, "{per:?}");
+    // Every other microframe halves it.
+    let half = run_periodic("wire", iso_in(1024, 3, 2), None);
+    assert_eq!(half.throughput_bps, per.throughput_bps / 2.0);
+}
+
+#[test]
+fn bulk_beside_an_isochronous_stream_gets_what_is_left_of_each_microframe() {
+    // 60000 bit times - 185 SOF - 3 x 8562 isochronous = 34129, room for
+    // 7 bulk transactions of 4571 (13 without the stream).
+    let r = run_periodic("wire", iso_in(1024, 3, 1), Some(65536));
+    assert_eq!(pipe(&r, "in").throughput_bps, 7.0 * 512.0 * 8000.0 * 8.0);
+    assert_eq!(r.transactions_per_frame, 10.0);
+    let b = &r.breakdown;
+    let sum = b.wire_payload.percent
+        + b.wire_overhead.percent
+        + b.device_latency.percent
+        + b.host_gap.percent
+        + b.host_turnaround.percent
+        + b.idle.percent;
+    assert!((sum - 100.0).abs() < 1e-9, "{sum}");
+}
+
+#[test]
+fn a_full_speed_interrupt_endpoint_polled_every_8_frames() {
+    // 64 bytes every 8 ms: 64 kbit/s, on the OHCI profile's host gaps.
+    let per = Periodic {
+        kind: PeriodicKind::Interrupt,
+        out: true,
+        size: 64,
+        mult: 1,
+        interval: 8,
+    };
+    let r = run_periodic("mcu-fs", per, None);
+    let p = r.periodic.as_ref().unwrap();
+    assert_eq!((p.dir, p.throughput_bps), ("out", 64_000.0));
+    assert_eq!(p.transactions_per_s, 125.0);
+}
+
+#[test]
+fn periodic_endpoints_outside_the_spec_are_refused_with_the_limit() {
+    let hs = Speed::High;
+    let fs = Speed::Full;
+    let int = |size, mult, interval| Periodic {
+        kind: PeriodicKind::Interrupt,
+        ..iso_in(size, mult, interval)
+    };
+    for (per, speed, says) in [
+        (iso_in(1025, 1, 1), hs, "1 to 1024 bytes"),
+        (iso_in(1024, 4, 1), hs, "1 to 3 transactions"),
+        (iso_in(512, 2, 1), hs, "513-1024 bytes"),
+        (iso_in(682, 3, 1), hs, "683-1024 bytes"),
+        (iso_in(1024, 1, 3), hs, "2^(bInterval-1)"),
+        (iso_in(1024, 1, 1), fs, "1 to 1023 bytes"),
+        (iso_in(1023, 2, 1), fs, "one transaction per frame"),
+        (int(65, 1, 1), fs, "1 to 64 bytes"),
+        (int(64, 1, 256), fs, "every 1 to 255 frames"),
+    ] {
+        let err = per.check(speed).unwrap_err();
+        assert!(err.contains(says), "{per:?}: {err}");
+    }
+    for (per, speed) in [
+        (iso_in(1024, 3, 1), hs),
+        (iso_in(683, 3, 8), hs),
+        (int(1024, 1, 32_768), hs),
+        (iso_in(1023, 1, 1), fs),
+        (int(64, 1, 10), fs),
+    ] {
+        assert_eq!(per.check(speed), Ok(()), "{per:?}");
+    }
 }
 
 fn pipe<'a>(r: &'a Prediction, dir: &str) -> &'a PipePrediction {
