@@ -363,10 +363,10 @@ pub fn receive(
 /// returning a handful of datagrams per call, and the sender spending 10 %
 /// of its time waking it. So after a call that emptied the queue (fewer
 /// than a batch, or with GRO a look that found nothing) the receiver
-/// sleeps for about the time a batch takes to
-/// arrive at the measured rate, and the sender wakes no one: no waiter.
-/// The sleep never exceeds [`NAP_MAX`] nor the time it takes to fill a
-/// quarter of the receive buffer, so a nap cannot cause a drop.
+/// sleeps for about the time a batch takes to arrive at the measured
+/// rate, and the sender wakes no one: no waiter. The sleep never
+/// exceeds [`NAP_MAX`] nor the time it takes to fill a quarter of the
+/// receive buffer, so a nap cannot cause a drop.
 struct Nap {
     /// Messages to let arrive before the next call.
     batch: usize,
