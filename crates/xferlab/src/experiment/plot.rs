@@ -60,8 +60,9 @@ const TITLE_SIZE: f64 = 24.0;
 const DESC_SIZE: f64 = 19.0;
 const TICK_SIZE: f64 = 17.0;
 const LEGEND_SIZE: f64 = 16.0;
-/// Rough width of one legend character at LEGEND_SIZE, for sizing the legend panel.
-const LEGEND_CHAR_PX: f64 = 7.4;
+/// The legend panel's width: room for the swatch and gaps, and at most this much in all.
+const LEGEND_PAD_PX: f64 = 36.0;
+const LEGEND_MAX_PX: f64 = 300.0;
 const LEGEND_ROW_PX: i32 = 20;
 /// Rough width of one tick-label character at TICK_SIZE.
 const TICK_CHAR_PX: f64 = 8.0;
@@ -571,6 +572,59 @@ fn y_range(mut lo: f64, mut hi: f64, always_zero: bool) -> (f64, f64) {
     )
 }
 
+/// Width in pixels of `s` set in sans-serif at `size` (plotters' size; it writes
+/// `font-size = size / 1.24`), from DejaVu Sans's advance widths in ems: the sans-serif
+/// fontconfig picks on Debian, and wider than Liberation Sans or Arial, so text sized by it
+/// fits those too. Against rsvg-convert at 12.9 px (estimated / measured, px): "command
+/// dummy_hcd, --load off" 214 / 214; "command dummy_hcd, --load cpu=1,mem=1,vm-bytes=64M"
+/// 396 / 397; "command dummy_h…1,vm-bytes=64M" 254 / 255; the alphabet 189 / 188; upper case
+/// 235 / 225. A flat 7.4 px a character, used before, put the third 33 px past the legend's
+/// edge, out of the picture.
+fn text_px(s: &str, size: f64) -> f64 {
+    let em: f64 = s
+        .chars()
+        .map(|c| match c {
+            'i' | 'j' | 'l' => 0.278,
+            'f' => 0.352,
+            't' => 0.392,
+            'r' => 0.411,
+            's' => 0.521,
+            'z' => 0.525,
+            'c' => 0.550,
+            'k' => 0.579,
+            'v' | 'x' | 'y' => 0.592,
+            'm' => 0.974,
+            'w' => 0.818,
+            'a'..='z' => 0.63,
+            '0'..='9' => 0.636,
+            'A'..='Z' => 0.70,
+            ' ' | ',' | '.' => 0.318,
+            ':' | ';' | '/' | '|' => 0.337,
+            '-' => 0.361,
+            '(' | ')' | '[' | ']' => 0.390,
+            '_' | '*' => 0.5,
+            '=' | '+' | '<' | '>' | '#' => 0.838,
+            '%' => 0.950,
+            '…' | '@' => 1.0,
+            _ => 0.65,
+        })
+        .sum();
+    em * size / 1.24
+}
+
+/// `s` as it fits `px` pixels at `size`: whole, or cut in the middle (see
+/// [`truncate_middle`]).
+fn fit_px(s: &str, size: f64, px: f64) -> String {
+    let mut max = s.chars().count();
+    loop {
+        let t = truncate_middle(s, max);
+        if max <= 4 || text_px(&t, size) <= px {
+            return t;
+        }
+        max -= 1;
+    }
+}
+
 /// Cuts `s` to at most `max` characters by replacing its middle with "…": configuration
 /// labels often share a prefix and differ at the end.
 fn truncate_middle(s: &str, max: usize) -> String {
@@ -610,10 +664,9 @@ pub fn render_svg(plot: &Plot) -> Result<String, PlotError> {
             let longest = prep
                 .legend
                 .iter()
-                .map(|(l, _)| l.chars().count())
-                .max()
-                .unwrap_or(0);
-            let w = (40.0 + longest as f64 * LEGEND_CHAR_PX).clamp(100.0, 260.0) as u32;
+                .map(|(l, _)| text_px(l, LEGEND_SIZE))
+                .fold(0.0, f64::max);
+            let w = (LEGEND_PAD_PX + 4.0 + longest).clamp(100.0, LEGEND_MAX_PX) as u32;
             let (b, w) = (body.dim_in_pixel().0, w);
             let (c, l) = body.split_horizontally(b.saturating_sub(w));
             (c, Some(l))
@@ -830,7 +883,7 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
         .into_font()
         .color(&BLACK)
         .pos(Pos::new(HPos::Left, VPos::Center));
-    let max_chars = ((f64::from(w) - 36.0) / LEGEND_CHAR_PX).max(4.0) as usize;
+    let room = f64::from(w) - LEGEND_PAD_PX;
     let top = 14;
     let rows = ((h as i32 - top - 60) / LEGEND_ROW_PX).max(1) as usize;
     let shown = if prep.legend.len() > rows {
@@ -848,7 +901,7 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
         area.draw(&Rectangle::new([(8, y - 6), (24, y + 6)], style))
             .map_err(render_err)?;
         area.draw(&Text::new(
-            truncate_middle(label, max_chars),
+            fit_px(label, LEGEND_SIZE, room),
             (30, y),
             font.clone(),
         ))
@@ -1471,5 +1524,26 @@ mod tests {
                 .any(|x| x.contains('…') && x.ends_with("17 with knobs")),
             "{t:?}"
         );
+    }
+
+    /// Legend text is sized from the font's advance widths: within 3 % of what rsvg-convert
+    /// draws with DejaVu Sans at the legend's 12.9 px, and cut in the middle to fit.
+    #[test]
+    fn text_widths_follow_the_measured_font() {
+        for (s, px) in [
+            ("command dummy_hcd, --load off", 214.0),
+            ("command dummy_hcd, --load cpu=1,mem=1,vm-bytes=64M", 397.0),
+            ("command dummy_h…1,vm-bytes=64M", 255.0),
+            ("abcdefghijklmnopqrstuvwxyz", 188.0),
+            ("--dir rx, -l 4K, --host-buffer 32K", 198.0),
+        ] {
+            let est = text_px(s, LEGEND_SIZE);
+            assert!((est - px).abs() <= 0.03 * px, "{s}: {est} against {px}");
+        }
+        let long = "command dummy_hcd, --load cpu=1,mem=1,vm-bytes=64M";
+        let cut = fit_px(long, LEGEND_SIZE, 264.0);
+        assert!(text_px(&cut, LEGEND_SIZE) <= 264.0, "{cut}");
+        assert!(cut.contains('…') && cut.ends_with("64M"), "{cut}");
+        assert_eq!(fit_px("short", LEGEND_SIZE, 264.0), "short");
     }
 }
