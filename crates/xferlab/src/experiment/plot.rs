@@ -578,7 +578,7 @@ fn y_range(mut lo: f64, mut hi: f64, always_zero: bool) -> (f64, f64) {
 /// fits those too. Against rsvg-convert at 12.9 px (estimated / measured, px): "command
 /// dummy_hcd, --load off" 214 / 214; "command dummy_hcd, --load cpu=1,mem=1,vm-bytes=64M"
 /// 396 / 397; "command dummy_h…1,vm-bytes=64M" 254 / 255; the alphabet 189 / 188; upper case
-/// 235 / 225. A flat 7.4 px a character, used before, put the third 33 px past the legend's
+/// 235 / 225. A flat 7.4 px a character, used before, put the third 25 px past the legend's
 /// edge, out of the picture.
 fn text_px(s: &str, size: f64) -> f64 {
     let em: f64 = s
