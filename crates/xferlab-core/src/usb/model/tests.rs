@@ -66,13 +66,7 @@ fn bulk_beside_an_isochronous_stream_gets_what_is_left_of_each_microframe() {
     let r = run_periodic("wire", iso_in(1024, 3, 1), Some(65536));
     assert_eq!(pipe(&r, "in").throughput_bps, 7.0 * 512.0 * 8000.0 * 8.0);
     assert_eq!(r.transactions_per_frame, 10.0);
-    let b = &r.breakdown;
-    let sum = b.wire_payload.percent
-        + b.wire_overhead.percent
-        + b.device_latency.percent
-        + b.host_gap.percent
-        + b.host_turnaround.percent
-        + b.idle.percent;
+    let sum = percent_sum(&r.breakdown);
     assert!((sum - 100.0).abs() < 1e-9, "{sum}");
 }
 
@@ -125,6 +119,16 @@ fn periodic_endpoints_outside_the_spec_are_refused_with_the_limit() {
     }
 }
 
+/// The shares of the window, which must add up to 100 %.
+fn percent_sum(b: &Breakdown) -> f64 {
+    b.wire_payload.percent
+        + b.wire_overhead.percent
+        + b.device_latency.percent
+        + b.host_gap.percent
+        + b.host_turnaround.percent
+        + b.idle.percent
+}
+
 fn pipe<'a>(r: &'a Prediction, dir: &str) -> &'a PipePrediction {
     r.pipes.iter().find(|p| p.dir == dir).unwrap()
 }
@@ -150,13 +154,7 @@ fn the_breakdown_accounts_for_every_microsecond() {
         ("musb", "out", 32),
         ("mcu-fs-hub", "in", 4),
     ] {
-        let b = run(profile, 16384, q, dir).breakdown;
-        let sum = b.wire_payload.percent
-            + b.wire_overhead.percent
-            + b.device_latency.percent
-            + b.host_gap.percent
-            + b.host_turnaround.percent
-            + b.idle.percent;
+        let sum = percent_sum(&run(profile, 16384, q, dir).breakdown);
         assert!((sum - 100.0).abs() < 1e-9, "{profile} {dir}: {sum}");
     }
 }
