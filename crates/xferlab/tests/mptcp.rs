@@ -52,8 +52,19 @@ fn assert_subflows_every_interval(v: &Value, side: &str, subflows: usize) {
             assert_eq!(m["fallback"], false, "{side} {role} #{i}: {m}");
             let list = m["subflows"].as_array().unwrap();
             assert!(!list.is_empty(), "{side} {role} #{i}: no subflow: {m}");
-            assert_eq!(list[0]["local"], f["local"], "{side} {role} #{i}");
-            assert_eq!(list[0]["remote"], f["remote"], "{side} {role} #{i}");
+            // The last interval and the total end with a reading taken at
+            // the close, when a subflow being torn down may no longer know
+            // its address (reported empty; the kernel said 0.0.0.0 in 1 of
+            // 6 runs against iperf3 3.21's server, which closes first).
+            let closing = i + 1 >= ivs.len();
+            for end in ["local", "remote"] {
+                let got = &list[0][end];
+                assert!(
+                    *got == f[end] || (closing && *got == ""),
+                    "{side} {role} #{i}: subflow {end} {got} against the flow's {}",
+                    f[end]
+                );
+            }
             for s in list {
                 assert!(s["tcp"]["snd_mss"].as_u64().unwrap() > 0, "{s}");
             }

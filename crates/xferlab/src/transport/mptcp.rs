@@ -174,8 +174,12 @@ fn subflows(fd: RawFd) -> io::Result<Vec<SubflowCounters>> {
                 Some(a) => (sockaddr(&a[..ADDRS_LEN / 2]), sockaddr(&a[ADDRS_LEN / 2..])),
                 None => (None, None),
             };
+            // A subflow being torn down can report its local address as
+            // 0.0.0.0 with its port (seen in the reading taken at a close
+            // the peer started): unknown, not an address.
             let show = |a: Option<SocketAddr>| {
-                a.map(|a| crate::net::canonical(a).to_string())
+                a.filter(|a| !a.ip().is_unspecified())
+                    .map(|a| crate::net::canonical(a).to_string())
                     .unwrap_or_default()
             };
             SubflowCounters {
