@@ -85,7 +85,8 @@ fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, String> {
         mult,
         interval,
     };
-    per.check(speed)?;
+    per.check(speed)
+        .map_err(|e| format!("{e} in --periodic '{spec}'"))?;
     Ok(per)
 }
 

@@ -40,14 +40,32 @@ fn sender_socket(v: &Value) -> &Value {
         .expect("a sending flow")
 }
 
+/// The CPUs this test (and the binary it starts) may use.
+fn usable_cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
+/// What a side running `flows` flows writes per call of an L2 of `l2`
+/// bytes, and why: half of it with a core to itself, a quarter when its
+/// flows are at least its CPUs.
+fn expected_write(l2: u64, flows: u64) -> (u64, &'static str) {
+    let clamp = |n: u64| (n & !4095).clamp(16 << 10, 16 << 20);
+    if flows >= usable_cpus() {
+        (clamp(l2 / 4), "l2_cache_shared")
+    } else {
+        (clamp(l2 / 2), "l2_cache")
+    }
+}
+
 #[test]
 fn senders_write_half_and_receivers_read_a_quarter_of_the_l2_they_are_told_of() {
-    for (l2, write, read) in [("128K", 64 << 10, 32 << 10), ("4M", 2 << 20, 1 << 20)] {
+    for (l2, read) in [("128K", 32 << 10), ("4M", 1 << 20)] {
         let v = embedded(&["-n", "8M"], &[("XFERLAB_L2_CACHE", l2)]);
         assert!(v["spec"]["knobs"].get("write_size").is_none(), "no -l");
         let w = sender_socket(&v);
+        let (write, from) = expected_write(xferlab_core::units::parse_size(l2).unwrap(), 1);
         assert_eq!(u64_at(w, "/write_size"), write, "L2 {l2}");
-        assert_eq!(w["write_size_from"], "l2_cache", "L2 {l2}");
+        assert_eq!(w["write_size_from"], from, "L2 {l2}");
         let (side, s) = receiver(&v);
         assert_eq!(u64_at(s, "/read_size"), read, "L2 {l2}");
         assert_eq!(s["read_size_from"], "l2_cache", "L2 {l2}");
@@ -59,6 +77,23 @@ fn senders_write_half_and_receivers_read_a_quarter_of_the_l2_they_are_told_of() 
         );
         assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
     }
+}
+
+/// As many flows as CPUs share the cores: each writes a quarter of L2,
+/// and the result says why (`l2_cache_shared`); reads stay a quarter.
+#[test]
+fn a_flow_per_cpu_or_more_writes_a_quarter_of_l2() {
+    let p = usable_cpus().to_string();
+    let v = embedded(&["-n", "8M", "-P", &p], &[("XFERLAB_L2_CACHE", "1M")]);
+    let mut senders = 0;
+    for f in flows(&v, "client").iter().filter(|f| f["role"] == "sender") {
+        assert_eq!(u64_at(&f["socket"], "/write_size"), 256 << 10, "{f}");
+        assert_eq!(f["socket"]["write_size_from"], "l2_cache_shared", "{f}");
+        senders += 1;
+    }
+    assert_eq!(senders, usable_cpus(), "one sender per flow");
+    let (_, s) = receiver(&v);
+    assert_eq!(u64_at(s, "/read_size"), 256 << 10);
 }
 
 #[test]
@@ -75,9 +110,9 @@ fn without_an_override_the_sysfs_l2_is_used_and_reported() {
             let want = ((l2 / 4) & !4095).clamp(16 << 10, 16 << 20);
             assert_eq!(u64_at(s, "/read_size"), want);
             let w = sender_socket(&v);
-            assert_eq!(w["write_size_from"], "l2_cache");
             let l2_server = u64_at(&v["server"]["host"]["caches"], "/l2");
-            let want = ((l2_server / 2) & !4095).clamp(16 << 10, 16 << 20);
+            let (want, from) = expected_write(l2_server, 1);
+            assert_eq!(w["write_size_from"], from);
             assert_eq!(u64_at(w, "/write_size"), want, "-R: the server sends");
             assert!(sysfs.is_ok(), "an L2 reported without sysfs saying so");
         }

@@ -375,6 +375,10 @@ pub struct SocketSettings {
 pub enum SizeSource {
     /// Derived from this machine's L2 cache size.
     L2Cache,
+    /// Derived from the L2 cache size, shared: this side runs at least as
+    /// many flows as it may use CPUs, so a write fills a quarter of L2
+    /// rather than half.
+    L2CacheShared,
     /// The fallback for a machine whose cache sizes are unknown.
     Fallback,
     /// Given on the command line.

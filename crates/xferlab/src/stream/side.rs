@@ -16,7 +16,7 @@ use xferlab_core::result::{
     sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
     SocketSettings,
 };
-use xferlab_core::spec::{FlowDirection, FlowPlan, Knobs, TestSpec};
+use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
@@ -71,7 +71,18 @@ impl ConnectedFlow {
             Endpoint::Client => spec.affinity.client,
             Endpoint::Server => spec.affinity.server,
         };
-        let sizes = StreamSizes::for_flow(&spec.knobs, &sys::cache::caches(cpu));
+        let flows = u64::from(spec.parallel)
+            * if spec.direction == Direction::Bidir {
+                2
+            } else {
+                1
+            };
+        let cpus = sys::affinity::usable_cpus().map_or(1, |c| c.len());
+        let sizes = StreamSizes::for_flow(
+            &spec.knobs,
+            &sys::cache::caches(cpu),
+            transport::sizing::crowded(flows, cpus),
+        );
         if matches!(socket, FlowSocket::Stream(_)) {
             match role {
                 FlowRole::Sender => {

@@ -70,6 +70,32 @@
 //! | `-l 1M`     | 1M / 128K    | 15.6   | 0.712    |
 //!
 //! Again, a smaller L2 than the real one costs calls, a larger one misses.
+//!
+//! # A quarter of L2 per write when a core runs more than one flow
+//!
+//! Half of L2 assumes the sender has its core's L2 to itself. When a
+//! side runs as many flows as it may use CPUs, or more, a core holds two
+//! buffers: two senders' sources, or on loopback a sender's source and a
+//! receiver's read buffer (the receiver of another flow, or the sender's
+//! own softirq receive). Then each write fills a quarter of L2, as reads
+//! do, and the result says `l2_cache_shared`. Measured on a second CPU,
+//! AMD EPYC Zen 4 (1 MiB L2 per core, 32 MiB L3, 2 vCPUs), `bench/tcp-vs-iperf3
+//! --time 4 --rounds 5 --variant 'w256=--length 256K' --variant
+//! 'l2-512K=XFERLAB_L2_CACHE=512K'`, medians of 5 interleaved rounds,
+//! load average 1.3-2.1, throughput and CPU s/GB as ratios to iperf3
+//! 3.21 in the same rounds:
+//!
+//! | P | write 512K, read 256K (L2/2, L2/4) | write 256K (L2/4) | L2 told 512K (256K / 128K) |
+//! |---|-------------|-------------|-------------|
+//! | 1 | 1.36 / 0.76 | 1.18 / 0.86 | 1.19 / 0.85 |
+//! | 2 | 1.04 / 0.93 | 1.08 / 0.90 | 0.90 / 1.10 |
+//! | 4 | 0.98 / 1.02 | 1.01 / 0.99 | 0.98 / 1.01 |
+//! | 8 | 1.09 / 0.92 | 1.13 / 0.88 | 1.09 / 0.92 |
+//!
+//! One flow per side gains from half of L2 (1.36 against 1.18); with a
+//! flow per CPU or more, a quarter does better at every P. The last
+//! column is the Zen 3 sizing on this CPU: believing in half the real L2
+//! cost P=1 a seventh of its throughput, as on Zen 3 the other way round.
 
 //! # Wake-ups and placement
 //!
@@ -113,10 +139,19 @@ pub struct StreamSizes {
 }
 
 impl StreamSizes {
-    /// The sizes a flow's end on a machine with `caches` uses for `knobs`.
-    pub fn for_flow(knobs: &Knobs, caches: &CacheSizes) -> StreamSizes {
+    /// The sizes a flow's end on a machine with `caches` uses for `knobs`;
+    /// `crowded`: this side runs at least as many flows as it may use
+    /// CPUs (see [`crowded`]).
+    pub fn for_flow(knobs: &Knobs, caches: &CacheSizes, crowded: bool) -> StreamSizes {
         let (read, read_from) = from_l2(knobs.read_size, caches, L2_SHARE);
-        let (write, write_from) = from_l2(knobs.write_size, caches, WRITE_L2_SHARE);
+        let (write, write_from) = if crowded {
+            match from_l2(knobs.write_size, caches, L2_SHARE) {
+                (n, SizeSource::L2Cache) => (n, SizeSource::L2CacheShared),
+                other => other,
+            }
+        } else {
+            from_l2(knobs.write_size, caches, WRITE_L2_SHARE)
+        };
         let read_size = usize::try_from(read).unwrap_or(usize::MAX);
         StreamSizes {
             write_size: usize::try_from(write).unwrap_or(usize::MAX),
@@ -130,6 +165,12 @@ impl StreamSizes {
                 .min(read_size),
         }
     }
+}
+
+/// Whether a side's flows share its cores: as many data flows as usable
+/// CPUs, or more (`-P` flows, twice that with `--bidir`).
+pub fn crowded(flows: u64, usable_cpus: usize) -> bool {
+    flows >= usable_cpus.max(1) as u64
 }
 
 /// `given`, else `1/share` of L2 within bounds, else the fallback.
@@ -163,14 +204,14 @@ mod tests {
     #[test]
     fn reads_fill_a_quarter_of_l2_within_bounds() {
         let k = Knobs::default();
-        let at = |c| StreamSizes::for_flow(&k, &c).read_size;
+        let at = |c| StreamSizes::for_flow(&k, &c, false).read_size;
         assert_eq!(at(l2(512 << 10)), 128 << 10);
         assert_eq!(at(l2(256 << 10)), 64 << 10);
         assert_eq!(at(l2(1280 << 10)), 320 << 10);
         assert_eq!(at(l2(2 << 20)), 512 << 10);
         assert_eq!(at(l2(16 << 10)), 16 << 10);
         assert_eq!(at(l2(1 << 30)), 16 << 20);
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
         assert_eq!(
             (s.read_size_from, s.rcvlowat),
             (SizeSource::L2Cache, 0),
@@ -182,7 +223,7 @@ mod tests {
     fn writes_fill_half_of_l2_and_the_option_wins() {
         let k = Knobs::default();
         let at = |c| {
-            let s = StreamSizes::for_flow(&k, &c);
+            let s = StreamSizes::for_flow(&k, &c, false);
             (s.write_size, s.write_size_from)
         };
         assert_eq!(at(l2(512 << 10)), (256 << 10, SizeSource::L2Cache));
@@ -194,7 +235,7 @@ mod tests {
             write_size: Some(100_000),
             ..Knobs::default()
         };
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
         assert_eq!(
             (s.write_size, s.write_size_from),
             (100_000, SizeSource::Option)
@@ -202,9 +243,35 @@ mod tests {
     }
 
     #[test]
+    fn a_crowded_side_writes_a_quarter_of_l2_and_says_so() {
+        let k = Knobs::default();
+        let s = StreamSizes::for_flow(&k, &l2(1 << 20), true);
+        assert_eq!(
+            (s.write_size, s.write_size_from, s.read_size),
+            (256 << 10, SizeSource::L2CacheShared, 256 << 10)
+        );
+        let s = StreamSizes::for_flow(&k, &CacheSizes::default(), true);
+        assert_eq!(
+            (s.write_size, s.write_size_from),
+            (128 << 10, SizeSource::Fallback)
+        );
+        let k = Knobs {
+            write_size: Some(100_000),
+            ..Knobs::default()
+        };
+        let s = StreamSizes::for_flow(&k, &l2(1 << 20), true);
+        assert_eq!(
+            (s.write_size, s.write_size_from),
+            (100_000, SizeSource::Option)
+        );
+        assert!(!crowded(1, 2) && crowded(2, 2) && crowded(8, 2) && crowded(1, 1));
+        assert!(crowded(1, 0), "an empty affinity mask counts as one CPU");
+    }
+
+    #[test]
     fn an_unknown_l2_falls_back_and_the_option_wins() {
         let k = Knobs::default();
-        let s = StreamSizes::for_flow(&k, &CacheSizes::default());
+        let s = StreamSizes::for_flow(&k, &CacheSizes::default(), false);
         assert_eq!(
             (s.read_size, s.read_size_from),
             (128 << 10, SizeSource::Fallback)
@@ -214,7 +281,7 @@ mod tests {
             rcvlowat: Some(1 << 20),
             ..Knobs::default()
         };
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10));
+        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
         assert_eq!(
             (s.read_size, s.read_size_from, s.rcvlowat),
             (100_000, SizeSource::Option, 100_000),

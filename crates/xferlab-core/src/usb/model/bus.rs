@@ -82,65 +82,99 @@ pub struct Periodic {
     pub interval: u32,
 }
 
+/// Why a periodic endpoint cannot exist at a speed: each is a limit of
+/// USB 2.0 that a host controller enforces when the device is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PeriodicError {
+    #[error(
+        "a {speed:?}-speed {kind} endpoint carries 1 to {max} bytes per transaction (got {size})"
+    )]
+    Size {
+        speed: Speed,
+        kind: PeriodicKind,
+        max: u32,
+        size: u32,
+    },
+    #[error(
+        "a full-speed {kind} endpoint makes one transaction per frame (got x{mult}); drop the xN"
+    )]
+    FullSpeedMult { kind: PeriodicKind, mult: u32 },
+    #[error("a high-speed {kind} endpoint makes 1 to 3 transactions per microframe (got x{mult})")]
+    HighSpeedMult { kind: PeriodicKind, mult: u32 },
+    #[error("{mult} transactions per microframe need {min}-1024 bytes each (USB 2.0 table 9-13; got {size}): use x1 with {size} bytes")]
+    SizeForMult { mult: u32, min: u32, size: u32 },
+    #[error("a full-speed interrupt endpoint is polled every 1 to 255 frames (got /{interval})")]
+    FullSpeedInterruptInterval { interval: u32 },
+    #[error("a {speed:?}-speed {kind} endpoint is served every 2^(bInterval-1) (micro)frames: 1, 2, 4 ... 32768 (got /{interval})")]
+    Interval {
+        speed: Speed,
+        kind: PeriodicKind,
+        interval: u32,
+    },
+}
+
+impl std::fmt::Display for PeriodicKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeriodicKind::Isochronous => "isochronous",
+            PeriodicKind::Interrupt => "interrupt",
+        })
+    }
+}
+
 impl Periodic {
     /// Checks the endpoint against USB 2.0's limits for `speed`, which a
     /// host controller enforces when the device is configured (sections
     /// 5.6.3 and 5.7.3, table 9-13 for the high-bandwidth sizes, 9.6.6 for
     /// bInterval).
-    pub fn check(&self, speed: Speed) -> Result<(), String> {
-        let kind = match self.kind {
-            PeriodicKind::Isochronous => "isochronous",
-            PeriodicKind::Interrupt => "interrupt",
-        };
-        let (max, mult_max) = match (speed, self.kind) {
+    pub fn check(&self, speed: Speed) -> Result<(), PeriodicError> {
+        let kind = self.kind;
+        let (max, mult_max) = match (speed, kind) {
             (Speed::High, _) => (1024, 3),
             (Speed::Full, PeriodicKind::Isochronous) => (1023, 1),
             (Speed::Full, PeriodicKind::Interrupt) => (64, 1),
         };
         if self.size == 0 || self.size > max {
-            return Err(format!(
-                "a {speed:?}-speed {kind} endpoint carries 1 to {max} bytes per transaction (got {})",
-                self.size
-            ));
+            return Err(PeriodicError::Size {
+                speed,
+                kind,
+                max,
+                size: self.size,
+            });
         }
-        if self.mult == 0 || self.mult > mult_max {
+        let mult = self.mult;
+        if mult == 0 || mult > mult_max {
             return Err(if mult_max == 1 {
-                format!("a full-speed {kind} endpoint makes one transaction per frame (got x{}); drop the xN", self.mult)
+                PeriodicError::FullSpeedMult { kind, mult }
             } else {
-                format!("a high-speed {kind} endpoint makes 1 to 3 transactions per microframe (got x{})", self.mult)
+                PeriodicError::HighSpeedMult { kind, mult }
             });
         }
         // Table 9-13: 2 per microframe need 513-1024 bytes, 3 need 683-1024.
-        let min_for_mult = match self.mult {
+        let min = match mult {
             2 => 513,
             3 => 683,
             _ => 1,
         };
-        if self.size < min_for_mult {
-            return Err(format!(
-                "{} transactions per microframe need {min_for_mult}-1024 bytes each (USB 2.0 table 9-13; got {}): use x1 with {} bytes",
-                self.mult, self.size, self.size
-            ));
+        if self.size < min {
+            return Err(PeriodicError::SizeForMult {
+                mult,
+                min,
+                size: self.size,
+            });
         }
         // bInterval: 2^(b-1) (micro)frames, b = 1..16, except full-speed
         // interrupt endpoints, which take 1..255 frames as they are.
-        let fs_interrupt = speed == Speed::Full && self.kind == PeriodicKind::Interrupt;
-        let ok = if fs_interrupt {
-            (1..=255).contains(&self.interval)
-        } else {
-            self.interval.is_power_of_two() && self.interval <= 32_768
-        };
-        if !ok {
-            return Err(if fs_interrupt {
-                format!(
-                    "a full-speed interrupt endpoint is polled every 1 to 255 frames (got /{})",
-                    self.interval
-                )
-            } else {
-                format!(
-                    "a {speed:?}-speed {kind} endpoint is served every 2^(bInterval-1) (micro)frames: 1, 2, 4 ... 32768 (got /{})",
-                    self.interval
-                )
+        let interval = self.interval;
+        if speed == Speed::Full && kind == PeriodicKind::Interrupt {
+            if !(1..=255).contains(&interval) {
+                return Err(PeriodicError::FullSpeedInterruptInterval { interval });
+            }
+        } else if !(interval.is_power_of_two() && interval <= 32_768) {
+            return Err(PeriodicError::Interval {
+                speed,
+                kind,
+                interval,
             });
         }
         Ok(())

@@ -11,7 +11,7 @@ pub mod wire;
 
 use serde::Serialize;
 
-pub use bus::{Cat, Periodic, PeriodicKind, Workload};
+pub use bus::{Cat, Periodic, PeriodicError, PeriodicKind, Workload};
 pub use profile::{Profile, ProfileError, Profiles};
 pub use wire::{Phy, Speed, TICKS_PER_US};
 

@@ -105,7 +105,7 @@ fn periodic_endpoints_outside_the_spec_are_refused_with_the_limit() {
         (int(65, 1, 1), fs, "1 to 64 bytes"),
         (int(64, 1, 256), fs, "every 1 to 255 frames"),
     ] {
-        let err = per.check(speed).unwrap_err();
+        let err = per.check(speed).unwrap_err().to_string();
         assert!(err.contains(says), "{per:?}: {err}");
     }
     for (per, speed) in [
