@@ -74,7 +74,8 @@ pub struct StreamArgs {
     pub bidir: bool,
 
     /// TCP: bytes per write() call (default: half of the sending CPU's L2
-    /// cache, which keeps the source of the copy in L2; the result's
+    /// cache, which keeps the source of the copy in L2, or a quarter when
+    /// the side runs as many flows as CPUs or more; the result's
     /// socket.write_size says what each sender used; receivers read
     /// --read-size per call). UDP: datagram size, header included
     /// (default 1400).
