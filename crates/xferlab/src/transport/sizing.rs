@@ -95,7 +95,10 @@
 //! One flow per side gains from half of L2 (1.36 against 1.18); with a
 //! flow per CPU or more, a quarter does better at every P. The last
 //! column is the Zen 3 sizing on this CPU: believing in half the real L2
-//! cost P=1 a seventh of its throughput, as on Zen 3 the other way round.
+//! cost P=1 a seventh of its throughput (on Zen 3, believing in a larger
+//! L2 did, above). With this rule in place, the next run of the same bench
+//! without variants (load average 1.9-2.0) gave 1.43 / 1.24 / 1.06 / 1.23
+//! at P = 1 / 2 / 4 / 8, CPU s/GB 0.71 / 0.79 / 0.94 / 0.82.
 
 //! # Wake-ups and placement
 //!
