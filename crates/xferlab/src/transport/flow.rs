@@ -117,6 +117,30 @@ pub struct FlowOutcome {
 /// per byte.
 const PAGE: usize = 4096;
 
+/// `len` bytes that start on a page, inside a vector a page longer.
+struct PageAligned {
+    raw: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl PageAligned {
+    /// Byte `i` of the whole vector is `fill(i)`.
+    fn new(len: usize, fill: impl Fn(usize) -> u8) -> Self {
+        let raw: Vec<u8> = (0..len + PAGE).map(fill).collect();
+        let off = raw.as_ptr().align_offset(PAGE);
+        PageAligned { raw, off, len }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &self.raw[self.off..self.off + self.len]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.off..self.off + self.len]
+    }
+}
+
 /// Sends until stopped or `quota` bytes are written, then shuts down the
 /// write side so the receiver sees end of stream after the last byte.
 pub fn send(
@@ -130,9 +154,8 @@ pub fn send(
     sock.set_write_timeout(Some(POLL_FLAGS)).ok();
     // A repeating pattern rather than zeros, so compressing links or
     // zero-page tricks do not flatter the result.
-    let raw: Vec<u8> = (0..write_size + PAGE).map(|i| (i % 251) as u8).collect();
-    let off = raw.as_ptr().align_offset(PAGE);
-    let buf = &raw[off..off + write_size];
+    let source_buf = PageAligned::new(write_size, |i| (i % 251) as u8);
+    let buf = source_buf.bytes();
     let mut source = match mode {
         SendMode::Copy => Source::Copy,
         SendMode::Sendfile => match SendfileSource::new(buf) {
@@ -224,9 +247,8 @@ pub fn receive(
     } else {
         sizes.read_size
     };
-    let mut raw = vec![0u8; want_len + PAGE];
-    let off = raw.as_ptr().align_offset(PAGE);
-    let buf = &mut raw[off..off + want_len];
+    let mut read_buf = PageAligned::new(want_len, |_| 0);
+    let buf = read_buf.bytes_mut();
     let mut window = match mode {
         RecvMode::Zerocopy => match ZerocopyWindow::new(sock, sizes.read_size) {
             Ok(w) => Some(w),
