@@ -220,12 +220,13 @@ pub struct Knobs {
     #[schemars(range(min = 1))]
     pub rate: Option<u64>,
     /// Datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
-    /// buffer with `gso` (`--batch`). UDP only.
+    /// buffer with `gso` (`--batch`). UDP and DCCP.
     #[serde(default = "one")]
     #[schemars(range(min = 1))]
     pub batch: u32,
     /// Coalesce datagrams into one buffer: UDP_SEGMENT on send, UDP_GRO
-    /// on receive (`--gso`).
+    /// on receive (`--gso`). UDP, and xferlab's DCCP over UDP (where
+    /// equal packets that follow each other share a send).
     #[serde(default)]
     pub gso: bool,
     /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).
@@ -385,8 +386,10 @@ pub enum SpecError {
     DccpCombination(&'static str),
     #[error("--on-congestion lowers a constant rate: add -b RATE")]
     OnCongestionRate,
-    #[error("--gso, -C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
+    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
     OptionsOnDccp,
+    #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
+    DccpGso,
 }
 
 impl TestSpec {

@@ -719,6 +719,43 @@ fn pcap_capture_holds_the_forwarded_packets() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// DCCP with `--gso` over a 1 Gbit/s link: its trains cross the emulator
+/// as UDP GSO superpackets (the TUN devices take UDP segmentation
+/// offload), one read, departure and write for many datagrams, and the
+/// receiver still gets every datagram, checked byte for byte.
+#[test]
+fn dccp_trains_cross_the_emulator_as_superpackets_and_arrive_checked() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--rate",
+            "1G",
+            "--offload",
+            "on",
+            "--no-probe",
+            "--allow-invalid",
+            "stream",
+            "--dccp",
+            "--gso",
+            "-l",
+            "1400",
+            "-t",
+            "2",
+            "-J",
+        ],
+        2.0,
+    );
+    assert_eq!(v["status"], "ok", "{}", out.describe());
+    let packets = u64_at(&v, "/lab/accuracy/c2s/counters/arrived_packets");
+    let segments = u64_at(&v, "/lab/accuracy/c2s/counters/arrived_segments");
+    assert!(
+        segments >= 2 * packets,
+        "{segments} datagrams in {packets} reads: no superpackets (a kernel before 6.2 has no UDP offload on TUN)"
+    );
+    let got = u64_at(&v, "/server/flows/0/total/dccp/data_received");
+    assert!(got > 10_000, "{got} data packets received");
+}
+
 /// Bus time of one transfer the USB model predicts for a queued stream
 /// (`xferlab model usb`), in microseconds.
 fn usb_transfer_us(size: &str, dir: &str) -> f64 {

@@ -61,8 +61,16 @@ impl TransportModel for Dccp {
                 }
             }
         }
-        if k.gso
-            || k.congestion.is_some()
+        if k.gso {
+            let d = k.dccp.unwrap_or_default();
+            if d.stack != DccpStack::Xferlab
+                || d.server() != DccpStack::Xferlab
+                || d.carrier != DccpCarrier::Udp
+            {
+                return Err(SpecError::DccpGso);
+            }
+        }
+        if k.congestion.is_some()
             || k.mss.is_some()
             || k.nodelay
             || k.max_pacing_rate.is_some()
@@ -763,6 +771,25 @@ mod tests {
         assert_eq!(spec.validate(), Ok(()));
         spec.knobs.dccp = None;
         assert_eq!(spec.validate(), Ok(()));
+        // --gso: xferlab's own DCCP over UDP only.
+        spec.knobs.gso = true;
+        assert_eq!(spec.validate(), Ok(()));
+        for (stack, server_stack, carrier) in [
+            (DccpStack::Xferlab, None, DccpCarrier::Ip),
+            (DccpStack::Xferlab, Some(DccpStack::Kernel), DccpCarrier::Ip),
+            (DccpStack::Kernel, None, DccpCarrier::Udp),
+        ] {
+            spec.knobs.dccp = Some(DccpKnobs {
+                stack,
+                server_stack,
+                carrier,
+                ..DccpKnobs::default()
+            });
+            let e = spec.validate().unwrap_err().to_string();
+            assert!(e.contains("leave out --gso"), "{e}");
+        }
+        spec.knobs.dccp = None;
+        spec.knobs.gso = false;
         spec.knobs.size = 8;
         assert!(spec
             .validate()

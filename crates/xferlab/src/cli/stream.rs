@@ -100,7 +100,10 @@ pub struct StreamArgs {
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch: Option<i64>,
     /// UDP: coalesce datagrams into one buffer per call (UDP_SEGMENT on
-    /// send, UDP_GRO on receive).
+    /// send, UDP_GRO on receive). DCCP over UDP (xferlab's own stack):
+    /// equal packets that follow each other share one send, and
+    /// coalesced ones are split on receive; the packets on the wire are
+    /// the same.
     #[arg(long)]
     pub gso: bool,
     /// UDP: set don't-fragment; too-large datagrams fail instead.

@@ -735,6 +735,11 @@ impl RecvBatch {
         }
     }
 
+    /// Messages one call takes at most.
+    pub(super) fn capacity(&self) -> usize {
+        self.msgs.len()
+    }
+
     pub(super) fn message(&self, i: usize) -> Received<'_> {
         let m = &self.msgs[i];
         let len = (m.msg_len as usize).min(self.buf_len);

@@ -17,6 +17,7 @@ const QUEUE_DATAGRAMS: usize = 64;
 mod kernel;
 mod path;
 mod raw;
+mod tx;
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicU64, Ordering};
