@@ -287,12 +287,8 @@ pub fn receive(
                     } else {
                         fallback_ns
                     };
-                    if let Some(count) = m.drops {
-                        drops.kernel_count = count;
-                    }
                     let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
-                    drops.max_per_buffer =
-                        drops.max_per_buffer.max(m.data.len().div_ceil(seg) as u64);
+                    drops.note(m.drops, m.data.len().div_ceil(seg));
                     for d in m.data.chunks(seg) {
                         if wire == DatagramWire::Xferlab && d.starts_with(&MAGIC) {
                             // A repeated attach whose ack was lost: ack again.
@@ -442,13 +438,22 @@ fn truesize(len: usize) -> usize {
 /// socket are the big catch-up bursts, so the mean undercounts. The
 /// caller caps the estimate at the loss actually seen. Exact without GRO.
 #[derive(Default)]
-struct HostDrops {
+pub(super) struct HostDrops {
     kernel_count: u32,
     max_per_buffer: u64,
 }
 
 impl HostDrops {
-    fn datagrams_dropped(&self, gro: bool) -> u64 {
+    /// Takes what one received buffer says: the socket's drop count, if
+    /// it came with one, and how many datagrams the buffer held.
+    pub(super) fn note(&mut self, count: Option<u32>, datagrams: usize) {
+        if let Some(c) = count {
+            self.kernel_count = c;
+        }
+        self.max_per_buffer = self.max_per_buffer.max(datagrams as u64);
+    }
+
+    pub(super) fn datagrams_dropped(&self, gro: bool) -> u64 {
         let dropped = u64::from(self.kernel_count);
         if gro {
             dropped * self.max_per_buffer.max(1)

@@ -50,7 +50,9 @@ use xferlab_core::time::Time;
 use xferlab_core::transport::dccp::DccpCarrier;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
-use super::super::datagram::{describe, publish, set_int_opt, transient, RecvBatch, END_MARKER};
+use super::super::datagram::{
+    describe, publish, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
+};
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
 use super::raw;
@@ -133,6 +135,8 @@ struct Path<'a> {
     size: usize,
     batch: usize,
     rx: RecvBatch,
+    /// Whether the socket coalesces received datagrams (UDP_GRO).
+    gro: bool,
     tx: TxBatch,
     /// What every application datagram holds after its header.
     pattern: Vec<u8>,
@@ -191,6 +195,7 @@ impl<'a> Path<'a> {
             size,
             batch,
             rx,
+            gro,
             tx: TxBatch::new(fd, size + HEADROOM, batch, gso),
             pattern: (0..size).map(|i| (i % 251) as u8).collect(),
             peer: peer.to_string(),
@@ -217,7 +222,8 @@ impl<'a> Path<'a> {
             (Some(policy), Some(bps)) if sender => Some(Reaction::new(policy, bps as f64 / 8.0)),
             _ => None,
         };
-        let mut host_drops: u32 = 0;
+        let mut drops = HostDrops::default();
+        let mut host_drops: u64 = 0;
         let mut offered: u64 = 0;
         let mut stats = RecvStats::new();
         let mut received: u64 = 0;
@@ -243,12 +249,10 @@ impl<'a> Path<'a> {
                         let before = host_drops;
                         for i in 0..n {
                             let m = self.rx.message(i);
-                            if let Some(count) = m.drops {
-                                host_drops = count;
-                            }
                             // A GRO buffer holds datagrams of one size back
                             // to back (the last may be shorter).
                             let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
+                            drops.note(m.drops, m.data.len().div_ceil(seg));
                             for dgram in m.data.chunks(seg) {
                                 let data = if self.raw.is_some() {
                                     match raw::payload(self.raw_v4, dgram) {
@@ -290,12 +294,16 @@ impl<'a> Path<'a> {
                                 }
                             }
                         }
+                        // A GRO buffer the socket dropped held several
+                        // datagrams: the estimate never claims more than the
+                        // loss the receiver saw.
+                        host_drops = drops.datagrams_dropped(self.gro);
+                        if self.gro && !sender {
+                            host_drops = host_drops.min(stats.counters().lost);
+                        }
                         if host_drops != before {
-                            self.conn.set_host_drops(u64::from(host_drops));
-                            shared
-                                .udp
-                                .host_drops
-                                .store(u64::from(host_drops), Ordering::Relaxed);
+                            self.conn.set_host_drops(host_drops);
+                            shared.udp.host_drops.store(host_drops, Ordering::Relaxed);
                         }
                         if n < self.rx.capacity() {
                             break;
