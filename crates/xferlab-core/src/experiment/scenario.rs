@@ -347,9 +347,14 @@ pub struct Scenario {
     pub commands: Vec<Command>,
     pub command_line: usize,
     pub place: Place,
-    /// Base flags of `xferlab lab` (place = lab).
+    /// Base flags of `xferlab lab` (place = lab, or vm with a lab inside
+    /// the guest: [`Scenario::in_lab`]).
     pub lab: Vec<String>,
     pub lab_line: usize,
+    /// `lab` was given in a vm scenario: each point runs `xferlab lab`
+    /// inside the guest (for what only the guest's kernel has, such as
+    /// DCCP).
+    pub lab_in_vm: bool,
     pub vm: VmSetup,
     pub axes: Vec<Axis>,
     pub overrides: Vec<Override>,
@@ -675,6 +680,12 @@ fn check_command(command: &[String], line: usize) -> Result<(), ScenarioError> {
 }
 
 impl Scenario {
+    /// Whether each point runs through `xferlab lab`: in the network lab
+    /// on this host, or in the lab inside the lab VM's guest.
+    pub fn in_lab(&self) -> bool {
+        self.place == Place::Lab || self.lab_in_vm
+    }
+
     /// Parses and checks a scenario at the given scale. Errors carry the
     /// line they concern.
     pub fn parse(text: &str, scale: Scale) -> Result<Scenario, ScenarioError> {
@@ -718,8 +729,11 @@ impl Scenario {
         let (lab, lab_line) = match &raw.lab {
             Some(l) => {
                 let line = lines.of(l.span().start);
-                if place != Place::Lab {
-                    return Err(err(line, "`lab` flags need `where = \"lab\"`"));
+                if place == Place::Loopback {
+                    return Err(err(
+                        line,
+                        "`lab` flags need `where = \"lab\"` (or \"vm\": the lab inside the lab VM)",
+                    ));
                 }
                 (words(l.get_ref(), line, "lab")?, line)
             }
@@ -1023,6 +1037,7 @@ impl Scenario {
             commands,
             command_line,
             place,
+            lab_in_vm: place == Place::Vm && raw.lab.is_some(),
             lab,
             lab_line,
             vm: raw.vm.unwrap_or_default(),
@@ -1397,6 +1412,30 @@ cols = "-P"
         )
         .unwrap_err();
         assert_eq!(e.line, 4, "{e}");
+    }
+
+    /// `lab` flags put each point through `xferlab lab`: on this host
+    /// (where = "lab"), or inside the lab VM's guest (where = "vm"); a
+    /// loopback scenario has no lab to put them in.
+    #[test]
+    fn lab_flags_run_in_the_lab_here_or_inside_the_vm() {
+        let text = |place: &str| {
+            format!("title = \"t\"\nwhere = \"{place}\"\nlab = \"--rate 20M\"\ncommand = \"stream --dccp\"\n")
+        };
+        let vm = Scenario::parse(&text("vm"), Scale::Full).unwrap();
+        assert!(vm.in_lab() && vm.lab_in_vm);
+        assert_eq!(vm.lab, ["--rate", "20M"]);
+        let lab = Scenario::parse(&text("lab"), Scale::Full).unwrap();
+        assert!(lab.in_lab() && !lab.lab_in_vm);
+        let plain_vm = Scenario::parse(
+            "title = \"t\"\nwhere = \"vm\"\ncommand = \"usb bulk\"\n",
+            Scale::Full,
+        )
+        .unwrap();
+        assert!(!plain_vm.in_lab());
+        let e = error_of(&text("loopback"));
+        assert_eq!(e.line, 3, "{e}");
+        assert!(e.message.contains("where = \"lab\""), "{e}");
     }
 
     #[test]

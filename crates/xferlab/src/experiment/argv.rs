@@ -3,7 +3,7 @@
 //! use every flag the CLI has and nothing else.
 
 use clap::CommandFactory;
-use xferlab_core::experiment::scenario::{Knob, KnobAt, Place, Point, Scenario, Scope, Value};
+use xferlab_core::experiment::scenario::{Knob, KnobAt, Point, Scenario, Scope, Value};
 
 use crate::cli::Cli;
 
@@ -124,7 +124,7 @@ fn cli_command() -> clap::Command {
     root
 }
 
-fn resolve_verb(words: &[String], place: Place, line: usize) -> Result<Segment, ArgvError> {
+fn resolve_verb(words: &[String], in_lab: bool, line: usize) -> Result<Segment, ArgvError> {
     let root = cli_command();
     let verb = VERBS
         .iter()
@@ -152,7 +152,7 @@ fn resolve_verb(words: &[String], place: Place, line: usize) -> Result<Segment, 
             .find_subcommand(w)
             .expect("VERBS names existing subcommands");
     }
-    if place == Place::Lab && verb[0] == "usb" {
+    if in_lab && verb[0] == "usb" {
         return Err(err(
             line,
             "`usb bulk` cannot run in the network lab; use where = \"vm\"",
@@ -177,9 +177,9 @@ fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
     let line = s.command_line;
     let several = command.iter().any(|w| starts_program(w));
     if !several {
-        return Ok(vec![Part::Test(resolve_verb(command, s.place, line)?)]);
+        return Ok(vec![Part::Test(resolve_verb(command, s.in_lab(), line)?)]);
     }
-    if s.place != Place::Lab {
+    if !s.in_lab() {
         return Err(err(
             line,
             "`@HOST` tests and `exec` programs run in the lab; set where = \"lab\"",
@@ -216,7 +216,7 @@ fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
                     format!("two tests start from lab host `{host}`; give each test its own host (`--client NAME` in `lab`)"),
                 ));
             }
-            let mut seg = resolve_verb(&words[1..], s.place, line)?;
+            let mut seg = resolve_verb(&words[1..], s.in_lab(), line)?;
             seg.at = Some((words[0].clone(), host));
             parts.push(Part::Test(seg));
         }
@@ -375,7 +375,7 @@ fn shape(s: &Scenario, command: &[String], lab: &[FlagInfo]) -> Result<Shape, Ar
         if k.knob.scope == Scope::Variant {
             continue;
         }
-        if k.knob.scope != Scope::Command && s.place != Place::Lab {
+        if k.knob.scope != Scope::Command && !s.in_lab() {
             return Err(err(
                 k.line,
                 format!("`{}` is a lab knob; it needs where = \"lab\"", k.knob),
@@ -490,7 +490,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             }
         }
         let mut a = Vec::new();
-        if s.place == Place::Lab {
+        if s.in_lab() {
             a.push("lab".to_string());
             a.extend(lab_words);
             a.extend(lab_knobs);
@@ -541,7 +541,7 @@ fn blame(s: &Scenario, p: &Point, infos: &[(KnobAt, FlagInfo)], message: &str) -
             return at.line;
         }
     }
-    if s.place == Place::Lab && message.contains("lab") {
+    if s.in_lab() && message.contains("lab") {
         s.lab_line
     } else {
         s.command_line

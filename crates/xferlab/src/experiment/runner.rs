@@ -560,6 +560,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
             match s.place {
                 Place::Loopback => "on this host",
                 Place::Lab => "in the network lab",
+                Place::Vm if s.in_lab() => "in the network lab inside the lab VM, one boot",
                 Place::Vm => "in the lab VM, one boot",
             }
         );
