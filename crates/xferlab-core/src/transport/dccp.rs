@@ -466,6 +466,13 @@ impl DccpSample {
                 Sci(self.p.unwrap_or(0.0)),
                 self.t_ipi_us.unwrap_or(0.0)
             ),
+            // A sender whose stack keeps its CCID's state to itself
+            // (Linux's CCID2 has no getsockopt for it).
+            (None, None) if self.data_sent > 0 && self.ccid != 0 => format!(
+                "DCCP CCID{}: no CCID state ({} DCCP exposes none)",
+                self.ccid,
+                self.stack.label()
+            ),
             (None, None) => "DCCP: receiving".to_string(),
         };
         out.push_str(&format!(
@@ -610,6 +617,29 @@ mod tests {
             .contains(r#""stack":"kernel""#));
         assert!(c3.describe().starts_with("DCCP CCID3: X "));
         assert!(c3.describe().contains(" p 0.01 "), "{}", c3.describe());
+        // A kernel CCID2 sender has no state to show, and says so rather
+        // than reading as a receiver.
+        let k2 = DccpSample {
+            stack: DccpStack::Kernel,
+            ccid: 2,
+            data_sent: 10,
+            ..DccpSample::default()
+        };
+        assert!(
+            k2.describe()
+                .starts_with("DCCP CCID2: no CCID state (kernel DCCP exposes none); data 10 sent"),
+            "{}",
+            k2.describe()
+        );
+        let rx = DccpSample {
+            data_received: 10,
+            ..DccpSample::default()
+        };
+        assert!(
+            rx.describe().starts_with("DCCP: receiving;"),
+            "{}",
+            rx.describe()
+        );
         // A long fat path's p is not printed as zero.
         assert_eq!(Sci(2.329e-8).to_string(), "2.33e-8");
         assert_eq!(Sci(0.0).to_string(), "0");
