@@ -491,25 +491,6 @@ impl Connection {
         bytes: &'a [u8],
         ecn_ce: bool,
     ) -> Option<&'a [u8]> {
-        self.handle_arrival(now, now, bytes, ecn_ce)
-    }
-
-    /// As [`Connection::handle_datagram_ecn`], for a packet that reached
-    /// the host at `arrived` (the kernel's receive stamp) and is handled
-    /// at `now`. The receiving CCID sees the arrival time, so what it
-    /// measures from arrivals (CCID3's receive rate X_recv and RTT
-    /// estimate, the Elapsed Time it reports) is the network's and not
-    /// the receiving thread's: a thread that stalls and then works off a
-    /// backlog made CCID3's X_recv swing from 34 to 1348 Mbit/s while 960
-    /// arrived steadily (the lab's 1 Gbit/s, 94 ms path).
-    pub fn handle_arrival<'a>(
-        &mut self,
-        now: Time,
-        arrived: Time,
-        bytes: &'a [u8],
-        ecn_ce: bool,
-    ) -> Option<&'a [u8]> {
-        let arrived = arrived.min(now);
         if packet::verify_checksum(bytes, &self.cfg.pseudo.reversed()).is_err() {
             self.stats.dropped_checksum += 1;
             return None;
@@ -675,7 +656,7 @@ impl Connection {
                 })
                 .unwrap_or(0);
             rx.on_packet(
-                arrived,
+                now,
                 &Arrival {
                     seq: h.seq,
                     data,

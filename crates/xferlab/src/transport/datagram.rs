@@ -516,7 +516,7 @@ fn pause(target: Time) {
     }
 }
 
-pub(super) fn realtime_ns() -> u64 {
+fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -117,9 +117,7 @@ pub trait CcidTx: Send {
 /// The receiving half of a CCID: decides when acknowledgements go and
 /// what they carry.
 pub trait CcidRx: Send {
-    /// A packet that arrived at `at`: at or before the `now` of the calls
-    /// that follow, as a driver may hand over a backlog late.
-    fn on_packet(&mut self, at: Time, a: &Arrival);
+    fn on_packet(&mut self, now: Time, a: &Arrival);
     /// The peer acknowledged our packet `ack` (lets Ack Vectors shrink).
     fn on_peer_ack(&mut self, ack: Seq);
     /// Whether an acknowledgement should go now.

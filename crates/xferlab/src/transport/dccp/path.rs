@@ -51,7 +51,7 @@ use xferlab_core::transport::dccp::DccpCarrier;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
 use super::super::datagram::{
-    describe, publish, realtime_ns, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
+    describe, publish, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
 };
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
@@ -247,22 +247,12 @@ impl<'a> Path<'a> {
                         busy = true;
                         last_heard = now;
                         let before = host_drops;
-                        // Handled now: a fresh reading per call, as one
-                        // turn may drain a backlog for tens of ms (a stale
-                        // time bounding the arrivals squeezed them into too
-                        // short a span). The kernel's receive stamps are
-                        // wall-clock time; both clocks read side by side
-                        // map them onto the connection's.
-                        let (handled, real_now) = (clock::now(), realtime_ns());
                         for i in 0..n {
                             let m = self.rx.message(i);
                             // A GRO buffer holds datagrams of one size back
                             // to back (the last may be shorter).
                             let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
                             drops.note(m.drops, m.data.len().div_ceil(seg));
-                            let arrived = m.stamp_ns.map_or(handled, |t| {
-                                handled - Duration::from_nanos(real_now.saturating_sub(t))
-                            });
                             for dgram in m.data.chunks(seg) {
                                 let data = if self.raw.is_some() {
                                     match raw::payload(self.raw_v4, dgram) {
@@ -281,8 +271,7 @@ impl<'a> Path<'a> {
                                     dgram
                                 };
                                 let ce = m.tos.is_some_and(|t| t & CE == CE);
-                                let Some(payload) =
-                                    self.conn.handle_arrival(handled, arrived, data, ce)
+                                let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce)
                                 else {
                                     continue;
                                 };
@@ -293,7 +282,7 @@ impl<'a> Path<'a> {
                                     }
                                     Some((seq, send_ns)) if payload.len() == self.size => {
                                         received += payload.len() as u64;
-                                        stats.on_datagram(seq, send_ns, handled.as_nanos());
+                                        stats.on_datagram(seq, send_ns, now.as_nanos());
                                         if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
                                             corrupt += 1;
                                         }
@@ -334,8 +323,6 @@ impl<'a> Path<'a> {
             if let Some(why) = failed.take() {
                 break FlowEnd::Aborted(why);
             }
-            // The rest of the turn runs after what was received.
-            let now = clock::now();
             if self.conn.poll_timeout().is_some_and(|t| now >= t) {
                 self.conn.handle_timeout(now);
             }
@@ -624,8 +611,6 @@ fn prepare(fd: RawFd, knobs: &Knobs, peer: SocketAddr) {
         }
     }
     set_int_opt(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1);
-    // Arrival times for the receiving CCID (Connection::handle_arrival).
-    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
     // The socket's drop count rides on every datagram: SafeUDP's
     // receiver reports it (end-host congestion), and the result's
     // `host_drops` shows it for any CCID.
