@@ -753,6 +753,10 @@ fn dccp_trains_cross_the_emulator_as_superpackets_and_arrive_checked() {
         2.0,
     );
     assert_eq!(v["status"], "ok", "{}", out.describe());
+    assert_eq!(
+        v["lab"]["topology"]["udp_offload"], true,
+        "the result says UDP offload took"
+    );
     let packets = u64_at(&v, "/lab/accuracy/c2s/counters/arrived_packets");
     let segments = u64_at(&v, "/lab/accuracy/c2s/counters/arrived_segments");
     assert!(

@@ -37,6 +37,12 @@ pub struct Topology {
     /// TSO/checksum offload on the TUN devices (GSO superpackets pass the
     /// emulator whole; rates still count per wire segment).
     pub offload: bool,
+    /// With `offload`, UDP segmentation offload took too (Linux 6.2 on):
+    /// UDP GSO sends (`-u --gso`, DCCP `--gso`) pass whole as well.
+    /// False where the kernel refused it, and in results from before it
+    /// was recorded.
+    #[serde(default)]
+    pub udp_offload: bool,
     /// The forwarding threads ran under SCHED_FIFO.
     pub realtime: bool,
     /// Microseconds busy-waited before each departure instead of sleeping.

@@ -344,6 +344,8 @@ struct Lab {
     tuns: Vec<File>,
     /// (namespace, interface) of each TUN device, parallel to `tuns`.
     ports: Vec<(String, &'static str)>,
+    /// Every TUN device took UDP segmentation offload (with offload on).
+    udp_offload: bool,
 }
 
 /// One TUN interface of a host.
@@ -368,6 +370,7 @@ impl Lab {
             forwarders: Vec::new(),
             tuns: Vec::new(),
             ports: Vec::new(),
+            udp_offload: true,
         }
     }
 
@@ -405,10 +408,12 @@ impl Lab {
         let (offload, txqueuelen) = (plan.offload, plan.txqueuelen);
         let settings = sysctls.to_vec();
         let specs = ifaces.to_vec();
-        let tuns = netns::run_in(&ns, move || {
+        let (tuns, udp_offload) = netns::run_in(&ns, move || {
             let mut files = Vec::new();
+            let mut udp_offload = true;
             for i in &specs {
-                let f = tun::open(i.name, offload)?;
+                let (f, uso) = tun::open(i.name, offload)?;
+                udp_offload &= uso;
                 // No router solicitations: the emulated link has no
                 // router advertising; addresses are static.
                 let _ = std::fs::write(
@@ -427,8 +432,9 @@ impl Lab {
             for (k, v) in &settings {
                 netns::write_sysctl(k, v)?;
             }
-            Ok(files)
+            Ok((files, udp_offload))
         })?;
+        self.udp_offload &= udp_offload;
         for (f, i) in tuns.into_iter().zip(ifaces) {
             self.tuns.push(f);
             self.ports.push((ns.clone(), i.name));
@@ -814,7 +820,7 @@ impl Lab {
         let after = self.snapshots()?;
         stop_children(&mut self.children);
 
-        let report = report::assemble(
+        let mut report = report::assemble(
             plan,
             hosts,
             &reports,
@@ -823,6 +829,7 @@ impl Lab {
             probe,
             spin,
         );
+        report.topology.udp_offload = plan.offload && self.udp_offload;
         let invalid = !report.accuracy.valid;
         if plan.single {
             report::emit(plan, &report, &texts[0])?;

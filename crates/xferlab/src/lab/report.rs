@@ -197,6 +197,8 @@ pub(super) fn assemble(
         topology: Topology {
             hosts,
             offload: plan.offload,
+            // Known once the TUN devices exist: the caller sets it.
+            udp_offload: false,
             realtime: fwd.iter().all(|f| f.realtime),
             spin_us: spin.us,
             spin_auto: spin.auto,
@@ -453,7 +455,11 @@ fn human(lab: &LabReport) -> String {
     s.pop();
     s += &format!(
         "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us{}, {} buffers per direction\n",
-        on(lab.topology.offload),
+        match (lab.topology.offload, lab.topology.udp_offload) {
+            (true, true) => "on (TCP and UDP)",
+            (true, false) => "on (TCP; this kernel has no UDP offload on TUN)",
+            (false, _) => "off",
+        },
         on(lab.topology.realtime),
         lab.topology.spin_us,
         match (&lab.topology.timer_wakeup, lab.topology.spin_auto) {

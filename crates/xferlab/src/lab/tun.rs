@@ -95,8 +95,9 @@ fn ctl_socket(family: AddressFamily) -> io::Result<OwnedFd> {
 /// Creates TUN device `name` (IP packets, no packet-info header, with a
 /// virtio-net header) in the calling thread's namespace; with `offload`
 /// the kernel may hand it checksum-less GSO superpackets. Non-blocking.
-/// The device disappears when the returned file is closed.
-pub fn open(name: &str, offload: bool) -> anyhow::Result<File> {
+/// The device disappears when the returned file is closed. Also returns
+/// whether UDP segmentation offload took.
+pub fn open(name: &str, offload: bool) -> anyhow::Result<(File, bool)> {
     let open = || {
         OpenOptions::new()
             .read(true)
@@ -126,13 +127,14 @@ pub fn open(name: &str, offload: bool) -> anyhow::Result<File> {
         // wake-up timer), and starved the hosts' threads on 2 CPUs. Older
         // kernels refuse the flags: TCP offload alone then.
         let tcp = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6;
-        if set_offload(&f, tcp | TUN_F_USO4 | TUN_F_USO6).is_err() {
-            set_offload(&f, tcp).context("TUNSETOFFLOAD")?;
+        if set_offload(&f, tcp | TUN_F_USO4 | TUN_F_USO6).is_ok() {
+            return Ok((f, true));
         }
+        set_offload(&f, tcp).context("TUNSETOFFLOAD")?;
     } else {
         set_offload(&f, 0).context("TUNSETOFFLOAD")?;
     }
-    Ok(f)
+    Ok((f, false))
 }
 
 fn set_offload(f: &File, flags: libc::c_uint) -> io::Result<()> {
