@@ -144,6 +144,17 @@ struct Path<'a> {
     sender: bool,
 }
 
+/// What the receiving half took: the datagram counters, the payload
+/// bytes, the packets whose payload differed from the pattern, and what
+/// was not DCCP.
+#[derive(Default)]
+struct Taken {
+    stats: RecvStats,
+    received: u64,
+    corrupt: u64,
+    not_dccp: u64,
+}
+
 impl<'a> Path<'a> {
     fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, String> {
         sock.set_nonblocking(true)
@@ -225,10 +236,7 @@ impl<'a> Path<'a> {
         let mut drops = HostDrops::default();
         let mut host_drops: u64 = 0;
         let mut offered: u64 = 0;
-        let mut stats = RecvStats::new();
-        let mut received: u64 = 0;
-        let mut corrupt: u64 = 0;
-        let mut not_dccp: u64 = 0;
+        let mut taken = Taken::default();
         let mut ccid = self.open.unwrap_or(0);
         let mut connected = self.open.is_some();
         let mut closing: Option<Time> = None;
@@ -247,59 +255,13 @@ impl<'a> Path<'a> {
                         busy = true;
                         last_heard = now;
                         let before = host_drops;
-                        for i in 0..n {
-                            let m = self.rx.message(i);
-                            // A GRO buffer holds datagrams of one size back
-                            // to back (the last may be shorter).
-                            let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
-                            drops.note(m.drops, m.data.len().div_ceil(seg));
-                            for dgram in m.data.chunks(seg) {
-                                let data = if self.raw.is_some() {
-                                    match raw::payload(self.raw_v4, dgram) {
-                                        Some(d) => d,
-                                        None => {
-                                            not_dccp += 1;
-                                            continue;
-                                        }
-                                    }
-                                } else if dgram.starts_with(&MAGIC) {
-                                    // A repeated attach whose ack was lost.
-                                    self.sock.send(&[AttachReply::Ok as u8]).ok();
-                                    not_dccp += 1;
-                                    continue;
-                                } else {
-                                    dgram
-                                };
-                                let ce = m.tos.is_some_and(|t| t & CE == CE);
-                                let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce)
-                                else {
-                                    continue;
-                                };
-                                match read_header(payload) {
-                                    // A kernel DCCP sender's end marker.
-                                    Some((END_MARKER, _)) if payload.len() == HEADER_LEN => {
-                                        continue
-                                    }
-                                    Some((seq, send_ns)) if payload.len() == self.size => {
-                                        received += payload.len() as u64;
-                                        stats.on_datagram(seq, send_ns, now.as_nanos());
-                                        if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
-                                            corrupt += 1;
-                                        }
-                                    }
-                                    _ => {
-                                        received += payload.len() as u64;
-                                        corrupt += 1;
-                                    }
-                                }
-                            }
-                        }
+                        self.take(now, n, &mut taken, &mut drops);
                         // A GRO buffer the socket dropped held several
                         // datagrams: the estimate never claims more than the
                         // loss the receiver saw.
                         host_drops = drops.datagrams_dropped(self.gro);
                         if self.gro && !sender {
-                            host_drops = host_drops.min(stats.counters().lost);
+                            host_drops = host_drops.min(taken.stats.counters().lost);
                         }
                         if host_drops != before {
                             self.conn.set_host_drops(host_drops);
@@ -397,13 +359,13 @@ impl<'a> Path<'a> {
             }
             if now.duration_since(published) >= PUBLISH_EVERY {
                 let app_rate = reaction.map(|r| r.rate());
-                self.publish(shared, ccid, &mut stats, received, not_dccp, app_rate);
+                self.publish(shared, ccid, &mut taken, app_rate);
                 published = now;
             }
             // Ends.
             if let Some(r) = closed {
                 if !self.tx.pending() {
-                    break self.end_of(r, not_dccp);
+                    break self.end_of(r, taken.not_dccp);
                 }
             }
             if peer_gone {
@@ -438,16 +400,70 @@ impl<'a> Path<'a> {
             }
         };
         let app_rate = reaction.map(|r| r.rate());
-        self.publish(shared, ccid, &mut stats, received, not_dccp, app_rate);
+        self.publish(shared, ccid, &mut taken, app_rate);
         let end = match end {
-            FlowEnd::Completed if corrupt > 0 => FlowEnd::Aborted(format!(
-                "DCCP delivered {corrupt} datagrams whose payload differs from what was sent"
+            FlowEnd::Completed if taken.corrupt > 0 => FlowEnd::Aborted(format!(
+                "DCCP delivered {} datagrams whose payload differs from what was sent",
+                taken.corrupt
             )),
             e => e,
         };
         let s = self.conn.stats();
-        let bytes = if sender { s.data_bytes_sent } else { received };
+        let bytes = if sender {
+            s.data_bytes_sent
+        } else {
+            taken.received
+        };
         outcome(end, bytes, None)
+    }
+
+    /// Takes the `n` messages the last receive call brought: each
+    /// datagram (a GRO buffer holds several of one size, the last maybe
+    /// shorter) through the connection, and a data packet's payload
+    /// checked against the pattern.
+    fn take(&mut self, now: Time, n: usize, t: &mut Taken, drops: &mut HostDrops) {
+        for i in 0..n {
+            let m = self.rx.message(i);
+            let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
+            drops.note(m.drops, m.data.len().div_ceil(seg));
+            let ce = m.tos.is_some_and(|t| t & CE == CE);
+            for dgram in m.data.chunks(seg) {
+                let data = if self.raw.is_some() {
+                    match raw::payload(self.raw_v4, dgram) {
+                        Some(d) => d,
+                        None => {
+                            t.not_dccp += 1;
+                            continue;
+                        }
+                    }
+                } else if dgram.starts_with(&MAGIC) {
+                    // A repeated attach whose ack was lost.
+                    self.sock.send(&[AttachReply::Ok as u8]).ok();
+                    t.not_dccp += 1;
+                    continue;
+                } else {
+                    dgram
+                };
+                let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce) else {
+                    continue;
+                };
+                match read_header(payload) {
+                    // A kernel DCCP sender's end marker.
+                    Some((END_MARKER, _)) if payload.len() == HEADER_LEN => {}
+                    Some((seq, send_ns)) if payload.len() == self.size => {
+                        t.received += payload.len() as u64;
+                        t.stats.on_datagram(seq, send_ns, now.as_nanos());
+                        if payload[HEADER_LEN..] != self.pattern[HEADER_LEN..] {
+                            t.corrupt += 1;
+                        }
+                    }
+                    _ => {
+                        t.received += payload.len() as u64;
+                        t.corrupt += 1;
+                    }
+                }
+            }
+        }
     }
 
     /// Sends what the batch holds; false when the socket took only part
@@ -473,26 +489,20 @@ impl<'a> Path<'a> {
         }
     }
 
-    fn publish(
-        &self,
-        shared: &FlowShared,
-        ccid: u8,
-        stats: &mut RecvStats,
-        received: u64,
-        not_dccp: u64,
-        app_rate: Option<f64>,
-    ) {
+    fn publish(&self, shared: &FlowShared, ccid: u8, taken: &mut Taken, app_rate: Option<f64>) {
         let sender = self.sender;
         let s = self.conn.stats();
         // A receiver's own CCID only paces its acknowledgements: its state
         // would read as the flow's, so only senders report one.
         let state = self.conn.ccid_state().filter(|_| sender);
-        shared.dccp.publish(ccid, state, &s, not_dccp, app_rate);
+        shared
+            .dccp
+            .publish(ccid, state, &s, taken.not_dccp, app_rate);
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
             shared.udp.packets.store(s.data_sent, Ordering::Relaxed);
         } else {
-            publish(stats, received, shared);
+            publish(&mut taken.stats, taken.received, shared);
         }
     }
 
