@@ -46,6 +46,18 @@ fn namespaces_of(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The network namespace inodes of the lab `pid` owns, read afresh: a
+/// namespace's file exists a moment before the namespace is bind-mounted
+/// on it, and read in that moment its inode is the empty file's (which
+/// no process has; twice a full test run waited 30 s on it, "0 seen").
+fn ns_inodes(pid: u32) -> HashSet<u64> {
+    namespaces_of(pid)
+        .iter()
+        .filter_map(|n| std::fs::metadata(format!("/run/netns/{n}")).ok())
+        .map(|m| m.ino())
+        .collect()
+}
+
 /// Processes whose network namespace is one of `inodes`.
 fn processes_in(inodes: &HashSet<u64>) -> Vec<i32> {
     std::fs::read_dir("/proc")
@@ -493,11 +505,9 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
         namespaces_of(b.pid()).len() == 2
     });
     let b_pid = b.pid();
-    let inodes: HashSet<u64> = namespaces_of(b_pid)
-        .iter()
-        .map(|n| std::fs::metadata(format!("/run/netns/{n}")).unwrap().ino())
-        .collect();
+    let mut inodes = HashSet::new();
     wait_until("lab B's server and client processes", SETUP_WAIT, || {
+        inodes = ns_inodes(b_pid);
         processes_in(&inodes).len() >= 2
     });
     b.kill();
@@ -532,22 +542,20 @@ fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() 
         namespaces_of(c.pid()).len() == 3
     });
     let c_pid = c.pid();
-    let c_inodes: HashSet<u64> = namespaces_of(c_pid)
-        .iter()
-        .map(|n| std::fs::metadata(format!("/run/netns/{n}")).unwrap().ino())
-        .collect();
-    // (Once seen timing out in a full suite run, passing alone: the
-    // message says how far the lab got.)
     let end = Instant::now() + SETUP_WAIT;
-    while processes_in(&c_inodes).len() < 3 {
+    let c_inodes = loop {
+        let inodes = ns_inodes(c_pid);
+        if processes_in(&inodes).len() >= 3 {
+            break inodes;
+        }
         assert!(
             Instant::now() < end,
             "timed out waiting for lab C's server and two client processes: {} seen\n{}",
-            processes_in(&c_inodes).len(),
+            processes_in(&inodes).len(),
             c.stderr()
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
+    };
     c.kill();
     wait_until("lab C's processes to die", Duration::from_secs(5), || {
         processes_in(&c_inodes).is_empty()
