@@ -328,6 +328,16 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             "usb net exits cleanly on SIGINT: {net}"
         );
         let v = json_block(net);
+        // No -Q: as many transfers in flight as usbnet queues at high
+        // speed (60 x 1518 bytes per direction), by each one's size.
+        let (out_depth, in_depth) = match class {
+            "ecm" => (60, 60),
+            "eem" => (59, 60),
+            _ => (5, 5),
+        };
+        assert_eq!(v["depth"]["from"], "usbnet_queue_memory", "{v}");
+        assert_eq!(v["depth"]["out"], out_depth, "{class}: {v}");
+        assert_eq!(v["depth"]["in"], in_depth, "{class}: {v}");
         assert!(v["tx"]["frames"].as_u64().unwrap() > 0, "{v}");
         assert!(v["rx"]["decode"]["frames"].as_u64().unwrap() > 0, "{v}");
         assert_eq!(v["rx"]["decode"]["malformed"], 0, "{v}");

@@ -53,9 +53,11 @@ pub struct NetArgs {
     /// Framing on the bulk pipes.
     #[arg(long, value_parser = parse_encap)]
     pub encap: xferlab_core::usb::net::Encap,
-    /// Transfers in flight per direction.
-    #[arg(short = 'Q', long, default_value_t = 8)]
-    pub depth: usize,
+    /// Transfers in flight per direction (default: as many as hold the
+    /// bytes Linux's usbnet keeps queued at the device's speed, 60 x 1518
+    /// at high speed: 60 ECM frames, 5 NCM NTBs of 16 KiB).
+    #[arg(short = 'Q', long)]
+    pub depth: Option<usize>,
     #[command(flatten)]
     pub link: LinkOpts,
     /// Seconds to run (default: until SIGINT/SIGTERM).

@@ -19,8 +19,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::{
-    coalesce::Transfer, decoder, gso::Segmenter, Coalescer, DecodeStats, EcmFraming, EemFraming,
-    Encap, Framing, Limits, NcmFraming, NtbParams, Push,
+    coalesce::Transfer,
+    decoder, default_depth,
+    gro::{GroStats, Merger},
+    gso::Segmenter,
+    BusSpeed, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing, Limits, NcmFraming,
+    NtbParams, Push, MAX_DEPTH,
 };
 
 use super::device;
@@ -60,8 +64,8 @@ pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
 
 fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     a.link.check().map_err(|e| anyhow!(e))?;
-    if a.depth == 0 || a.depth > 256 {
-        bail!("-Q must be 1 to 256 transfers in flight (got {})", a.depth);
+    if let Some(q) = a.depth.filter(|&q| q == 0 || q > MAX_DEPTH) {
+        bail!("-Q must be 1 to {MAX_DEPTH} transfers in flight (got {q})");
     }
     let sel = device::parse_selector(Some(&a.device))?;
     let info = device::select(&sel, None)?;
@@ -107,11 +111,19 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         Encap::Ecm => FRAME_MAX.div_ceil(max_packet) * max_packet,
         Encap::Eem | Encap::Ncm => 16384,
     };
-    // Slots 0..depth are OUT URBs, depth..2 depth IN URBs.
-    let depth = a.depth;
-    let slots: Vec<(u8, usize)> = std::iter::repeat_n((ep_out.address, limits.max_transfer), depth)
-        .chain(std::iter::repeat_n((ep_in.address, rx_size), depth))
-        .collect();
+    // IN transfers are sized for the largest the device may send, but the
+    // kernel's f_ecm and f_eem send one frame each: the IN depth counts
+    // frames for them, as usbnet's rx_qlen counts its hard_mtu URBs.
+    let in_typical = match a.encap {
+        Encap::Ecm | Encap::Eem => FRAME_MAX,
+        Encap::Ncm => rx_size,
+    };
+    let depth = Depth::of(a.depth, info.speed(), limits.max_transfer, in_typical);
+    // Slots 0..depth.out are OUT URBs, the rest IN URBs.
+    let slots: Vec<(u8, usize)> =
+        std::iter::repeat_n((ep_out.address, limits.max_transfer), depth.out)
+            .chain(std::iter::repeat_n((ep_in.address, rx_size), depth.inn))
+            .collect();
     let urbs = Urbs::new(node, &slots);
     let say = |m: String| {
         if a.json {
@@ -121,7 +133,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         }
     };
     say(format!(
-        "{} {}: TAP {} <-> bulk 0x{:02x}/0x{:02x}, {} x{} frames per transfer, {} us coalescing, {} in flight",
+        "{} {}: TAP {} <-> bulk 0x{:02x}/0x{:02x}, {} x{} frames per transfer, {} us coalescing, {} OUT and {} IN transfers in flight{}",
         device::describe(&info),
         device::speed_label(info.speed()).unwrap_or("?"),
         a.link.tap,
@@ -130,17 +142,20 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         a.encap.label(),
         limits.max_frames,
         a.link.coalesce_us,
-        a.depth
+        depth.out,
+        depth.inn,
+        if depth.from_flag { " (-Q)" } else { " (usbnet's queue at this speed)" },
     ));
     let t0 = Instant::now();
     let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
     let mut l = Link {
         urbs,
         tap,
-        depth,
+        out_slots: depth.out,
         rx_size,
-        out_free: (0..depth).rev().collect(),
+        out_free: (0..depth.out).rev().collect(),
         dec: decoder(a.encap, 65535),
+        gro: Merger::default(),
         c: Counters::default(),
         gone: false,
     };
@@ -158,12 +173,49 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         ),
     }
     let secs = t0.elapsed().as_secs_f64();
-    let Link { urbs, c, dec, .. } = l;
+    let Link {
+        urbs, c, dec, gro, ..
+    } = l;
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    report(a, &c, dec.stats(), secs);
+    report(a, &depth, &c, dec.stats(), &gro.stats, secs);
     Ok(())
+}
+
+/// Transfers in flight per direction: `-Q` for both, or by the device's
+/// speed and each direction's transfer size (the core's `default_depth`).
+struct Depth {
+    out: usize,
+    inn: usize,
+    from_flag: bool,
+}
+
+impl Depth {
+    fn of(
+        flag: Option<usize>,
+        speed: Option<nusb::Speed>,
+        out_bytes: usize,
+        in_bytes: usize,
+    ) -> Depth {
+        if let Some(q) = flag {
+            return Depth {
+                out: q,
+                inn: q,
+                from_flag: true,
+            };
+        }
+        let speed = match speed {
+            Some(nusb::Speed::Low | nusb::Speed::Full) => BusSpeed::LowFull,
+            Some(nusb::Speed::High) | None => BusSpeed::High,
+            Some(_) => BusSpeed::Super,
+        };
+        Depth {
+            out: default_depth(speed, out_bytes),
+            inn: default_depth(speed, in_bytes),
+            from_flag: false,
+        }
+    }
 }
 
 /// Gives the device back to its class driver. usbfs reattaches the driver
@@ -193,11 +245,14 @@ fn is_gone(errno: i32) -> bool {
 struct Link {
     urbs: Urbs,
     tap: File,
-    depth: usize,
+    /// OUT slots: 0..out_slots; IN slots after them.
+    out_slots: usize,
     rx_size: usize,
     /// OUT slots not in flight.
     out_free: Vec<usize>,
     dec: Box<dyn xferlab_core::usb::net::Decode + Send>,
+    /// Received TCP segments merged into super-frames for the TAP.
+    gro: Merger,
     c: Counters,
     /// The device went away.
     gone: bool,
@@ -205,8 +260,9 @@ struct Link {
 
 impl Link {
     /// Runs until `stop()` says so or the device goes; the TAP's frames
-    /// go through `co` into OUT transfers, `depth` in flight, and `depth`
-    /// IN transfers stay queued, each decoded into frames for the TAP.
+    /// go through `co` into OUT transfers, one per OUT slot in flight, and
+    /// every IN slot stays queued, each completion decoded into frames for
+    /// the TAP.
     fn run<F: Framing>(&mut self, mut co: Coalescer<F>, stop: impl Fn() -> bool) {
         // A packet from the TAP (virtio_net_hdr + up to 64 KB) and the
         // frame being cut from it.
@@ -214,7 +270,7 @@ impl Link {
         let mut pkt_len = 0;
         let mut seg = Segmenter::default();
         let mut frame = vec![0u8; 65536];
-        for slot in self.depth..2 * self.depth {
+        for slot in self.out_slots..self.urbs.slots() {
             self.submit_in(slot);
         }
         // Whether the TAP may hold a frame (it was not read empty) and
@@ -307,11 +363,22 @@ impl Link {
     }
 
     /// Reaps every completed URB: OUT slots come free, IN transfers are
-    /// decoded to the TAP and resubmitted.
+    /// decoded to the TAP and resubmitted. What the merger still holds
+    /// goes up at the end, before the thread may sleep.
     fn reap_all(&mut self) {
+        self.reap_completed();
+        let (tap, c) = (&self.tap, &mut self.c);
+        self.gro.flush(&mut |h, f| {
+            if write_vnet(tap, h, f).is_err() {
+                c.tap_drops += 1;
+            }
+        });
+    }
+
+    fn reap_completed(&mut self) {
         loop {
             match self.urbs.reap() {
-                Ok(Some(done)) if done.slot < self.depth => {
+                Ok(Some(done)) if done.slot < self.out_slots => {
                     if done.errno != 0 {
                         self.c.tx_errors += 1;
                         self.gone |= is_gone(done.errno);
@@ -333,12 +400,14 @@ impl Link {
         if done.errno == 0 {
             self.c.rx_transfers += 1;
             self.c.rx_bytes += done.len as u64;
-            let (tap, c) = (&self.tap, &mut self.c);
+            let (tap, c, gro) = (&self.tap, &mut self.c, &mut self.gro);
             self.dec
                 .decode(self.urbs.data(done.slot, done.len), &mut |f| {
-                    if write_vnet(tap, f).is_err() {
-                        c.tap_drops += 1;
-                    }
+                    gro.push(f, &mut |h, f| {
+                        if write_vnet(tap, h, f).is_err() {
+                            c.tap_drops += 1;
+                        }
+                    })
                 });
         } else {
             self.c.rx_errors += 1;
@@ -381,14 +450,18 @@ impl Link {
     }
 }
 
-fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
+fn report(a: &NetArgs, depth: &Depth, c: &Counters, rx: &DecodeStats, gro: &GroStats, secs: f64) {
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
         "polls": c.polls,
         "encap": a.encap.label(),
         "frames_per_transfer_max": a.link.frames_per_transfer,
         "coalesce_us": a.link.coalesce_us,
-        "depth": a.depth,
+        "depth": {
+            "out": depth.out,
+            "in": depth.inn,
+            "from": if depth.from_flag { "flag" } else { "usbnet_queue_memory" },
+        },
         "seconds": secs,
         "tx": {
             "transfers": c.tx_transfers,
@@ -403,6 +476,7 @@ fn report(a: &NetArgs, c: &Counters, rx: &DecodeStats, secs: f64) {
             "bytes": c.rx_bytes,
             "errors": c.rx_errors,
             "decode": rx,
+            "gro": gro,
             "tap_drops": c.tap_drops,
         },
     });

@@ -73,14 +73,14 @@ pub fn open_tap(name: &str, offload: bool) -> anyhow::Result<File> {
     Ok(f)
 }
 
-/// Writes one Ethernet frame to a TAP opened with `offload`, behind a
-/// `virtio_net_hdr` that asks for nothing (no GSO, checksums as sent).
-pub fn write_vnet(tap: &File, frame: &[u8]) -> std::io::Result<usize> {
-    const HDR: [u8; xferlab_core::usb::net::gso::VNET_HDR_LEN] = [0; 10];
+/// Writes one packet to a TAP opened with `offload`: its `virtio_net_hdr`
+/// (the GRO merger's: all zeros for a frame as it came, or a TCP
+/// super-frame's) and the Ethernet frame.
+pub fn write_vnet(tap: &File, hdr: &[u8], frame: &[u8]) -> std::io::Result<usize> {
     let iov = [
         libc::iovec {
-            iov_base: HDR.as_ptr() as *mut libc::c_void,
-            iov_len: HDR.len(),
+            iov_base: hdr.as_ptr() as *mut libc::c_void,
+            iov_len: hdr.len(),
         },
         libc::iovec {
             iov_base: frame.as_ptr() as *mut libc::c_void,

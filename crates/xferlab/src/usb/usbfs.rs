@@ -254,6 +254,11 @@ impl Urbs {
         self.node.raw_fd()
     }
 
+    /// How many URBs (slots) there are.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The slot's whole buffer, to fill before an OUT submission.
     pub fn buf_mut(&mut self, slot: usize) -> &mut [u8] {
         let s = &mut self.slots[slot];

@@ -15,10 +15,10 @@
 /// packet on a TAP opened with IFF_VNET_HDR.
 pub const VNET_HDR_LEN: usize = 10;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`.
-const F_NEEDS_CSUM: u8 = 1;
-const GSO_NONE: u8 = 0;
-const GSO_TCPV4: u8 = 1;
-const GSO_TCPV6: u8 = 4;
+pub(crate) const F_NEEDS_CSUM: u8 = 1;
+pub(crate) const GSO_NONE: u8 = 0;
+pub(crate) const GSO_TCPV4: u8 = 1;
+pub(crate) const GSO_TCPV6: u8 = 4;
 const GSO_ECN: u8 = 0x80;
 
 const TCP_FIN: u8 = 0x01;
@@ -217,10 +217,16 @@ impl Segmenter {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn vnet(flags: u8, gso: u8, gso_size: u16, csum_start: u16, csum_offset: u16) -> Vec<u8> {
+    pub(crate) fn vnet(
+        flags: u8,
+        gso: u8,
+        gso_size: u16,
+        csum_start: u16,
+        csum_offset: u16,
+    ) -> Vec<u8> {
         let mut h = vec![flags, gso];
         h.extend_from_slice(&0u16.to_le_bytes());
         h.extend_from_slice(&gso_size.to_le_bytes());
@@ -230,7 +236,7 @@ mod tests {
     }
 
     /// An Ethernet + IPv4 + TCP (12 bytes of options) packet.
-    fn tcp4(payload: &[u8], flags: u8) -> Vec<u8> {
+    pub(crate) fn tcp4(payload: &[u8], flags: u8) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x08, 0x00];
         let tot = (20 + 32 + payload.len()) as u16;
         f.extend_from_slice(&[0x45, 0, 0, 0, 0x12, 0x34, 0x40, 0, 64, 6, 0, 0]);
