@@ -4,16 +4,20 @@
 //! NCM framing, up to N frames a transfer, a coalescing timeout) and sent
 //! with `-Q` OUT transfers in flight; `-Q` IN transfers stay queued, and
 //! each completed one is split by the core's decoder into frames written to
-//! the TAP. Malformed transfers are counted and dropped. The TAP is not
-//! persistent: the kernel removes it when the process ends, SIGKILL too.
-//! One thread does all of it, polling the TAP and the device's usbfs node
-//! together (URBs of our own, usb/usbfs.rs).
+//! the TAP (TCP segments merged into super-frames first, core
+//! `usb::net::gro`). Malformed transfers are counted and dropped. The TAP
+//! is not persistent: the kernel removes it when the process ends, SIGKILL
+//! too. Two threads share the device's usbfs node (URBs of our own,
+//! usb/usbfs.rs): one sends, one reaps and receives ([`Shared`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU32, AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
@@ -47,9 +51,26 @@ struct Counters {
     rx_errors: u64,
     /// Frames the TAP would not take (its queue was full).
     tap_drops: u64,
-    /// ppoll() calls of the link's thread (each a sleep unless a
+    /// ppoll() calls of the link's threads (each a sleep unless a
     /// descriptor was ready): the wake-ups the frames cost.
     polls: u64,
+}
+
+impl Counters {
+    /// Adds the other thread's counts.
+    fn add(&mut self, o: &Counters) {
+        self.tx_frames += o.tx_frames;
+        self.tx_transfers += o.tx_transfers;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_errors += o.tx_errors;
+        self.tx_too_large += o.tx_too_large;
+        self.tx_malformed += o.tx_malformed;
+        self.rx_transfers += o.rx_transfers;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_errors += o.rx_errors;
+        self.tap_drops += o.tap_drops;
+        self.polls += o.polls;
+    }
 }
 
 pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
@@ -148,38 +169,58 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     ));
     let t0 = Instant::now();
     let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
-    let mut l = Link {
-        urbs,
-        tap,
+    let mut urbs = urbs;
+    let sh = Shared {
+        urbs: &urbs,
+        tap: &tap,
         out_slots: depth.out,
-        rx_size,
-        out_free: (0..depth.out).rev().collect(),
-        dec: decoder(a.encap, 65535),
-        gro: Merger::default(),
-        c: Counters::default(),
-        gone: false,
+        free: FreeSlots::all(depth.out),
+        tx_waiting: AtomicBool::new(false),
+        wake: eventfd()?,
+        gone: AtomicBool::new(false),
     };
     let crc = a.link.crc;
     let stop = || interrupts.load(Relaxed) > 0 || end.is_some_and(|e| Instant::now() >= e);
-    match a.encap {
-        Encap::Ecm => l.run(Coalescer::new(EcmFraming::new(max_packet), limits), stop),
-        Encap::Eem => l.run(
-            Coalescer::new(EemFraming::new(max_packet, crc), limits),
-            stop,
-        ),
-        Encap::Ncm => l.run(
-            Coalescer::new(NcmFraming::new(NtbParams::LINUX_GADGET, max_packet), limits),
-            stop,
-        ),
-    }
+    let mut rx = Rx {
+        dec: decoder(a.encap, 65535),
+        gro: Merger::default(),
+        rx_size,
+        c: Counters::default(),
+    };
+    let mut c = std::thread::scope(|scope| {
+        let (sh, stop) = (&sh, &stop);
+        let tx = std::thread::Builder::new()
+            .name("xfer-usbnet-tx".into())
+            .spawn_scoped(scope, move || match a.encap {
+                Encap::Ecm => sh.tx(Coalescer::new(EcmFraming::new(max_packet), limits), stop),
+                Encap::Eem => sh.tx(
+                    Coalescer::new(EemFraming::new(max_packet, crc), limits),
+                    stop,
+                ),
+                Encap::Ncm => sh.tx(
+                    Coalescer::new(NcmFraming::new(NtbParams::LINUX_GADGET, max_packet), limits),
+                    stop,
+                ),
+            });
+        let tx = match tx {
+            Ok(tx) => tx,
+            Err(e) => return Err(anyhow!("cannot start the link's sending thread: {e}")),
+        };
+        sh.rx(&mut rx, stop);
+        // The receiving side has stopped (asked to, or the device went):
+        // the sending side stops too, even if it waits for a slot.
+        sh.gone.store(true, SeqCst);
+        sh.wake();
+        Ok(tx.join().unwrap_or_default())
+    })?;
+    drop(sh);
+    urbs.cancel_all(Duration::from_secs(1));
+    c.add(&rx.c);
     let secs = t0.elapsed().as_secs_f64();
-    let Link {
-        urbs, c, dec, gro, ..
-    } = l;
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    report(a, &depth, &c, dec.stats(), &gro.stats, secs);
+    report(a, &depth, &c, rx.dec.stats(), &rx.gro.stats, secs);
     Ok(())
 }
 
@@ -238,56 +279,116 @@ fn is_gone(errno: i32) -> bool {
     matches!(errno, libc::ENODEV | libc::ESHUTDOWN)
 }
 
-/// The link's one thread: it polls the TAP (for frames to send, while an
-/// OUT URB is free) and the usbfs node (POLLOUT: URBs completed) together,
-/// so a frame costs no wake-up of another thread, and its system calls
-/// are a read() or write() on the TAP and a submit and a reap.
-struct Link {
-    urbs: Urbs,
-    tap: File,
-    /// OUT slots: 0..out_slots; IN slots after them.
+/// The link's two threads and what they share. The sending thread reads
+/// the TAP, cuts and packs frames and submits OUT URBs; the receiving
+/// thread reaps every completed URB, hands OUT slots back through
+/// [`FreeSlots`], decodes IN transfers to the TAP and resubmits them.
+/// One thread doing both was CPU-bound in the lab VM (85-95 % of a CPU,
+/// the kernel ECM link's sender and receiver run in their own contexts):
+/// split, the reaping, decoding and the TCP work that writing to the TAP
+/// runs (ACKs that release more data) no longer wait behind the cutting
+/// and submitting. The threads meet only at the slot set and, when the
+/// sender has no free slot, one eventfd wake-up per batch of completions.
+struct Shared<'a> {
+    urbs: &'a Urbs,
+    tap: &'a File,
+    /// OUT slots are 0..out_slots; IN slots follow.
     out_slots: usize,
-    rx_size: usize,
-    /// OUT slots not in flight.
-    out_free: Vec<usize>,
+    free: FreeSlots,
+    /// The sending thread sleeps until a slot comes free.
+    tx_waiting: AtomicBool,
+    /// An eventfd: the receiving thread's wake-up of the sending one.
+    wake: File,
+    /// The device went away, or the link is stopping.
+    gone: AtomicBool,
+}
+
+/// The receiving thread's own state.
+struct Rx {
     dec: Box<dyn xferlab_core::usb::net::Decode + Send>,
     /// Received TCP segments merged into super-frames for the TAP.
     gro: Merger,
+    rx_size: usize,
     c: Counters,
-    /// The device went away.
-    gone: bool,
 }
 
-impl Link {
-    /// Runs until `stop()` says so or the device goes; the TAP's frames
-    /// go through `co` into OUT transfers, one per OUT slot in flight, and
-    /// every IN slot stays queued, each completion decoded into frames for
-    /// the TAP.
-    fn run<F: Framing>(&mut self, mut co: Coalescer<F>, stop: impl Fn() -> bool) {
+/// OUT slots not in flight: a bit per slot. Only the sending thread takes
+/// (clears) bits and only the receiving thread returns (sets) them, so a
+/// load and a `fetch_and` claim a slot without a retry loop.
+struct FreeSlots([AtomicU64; MAX_DEPTH / 64]);
+
+impl FreeSlots {
+    fn all(n: usize) -> Self {
+        let f = FreeSlots(Default::default());
+        for i in 0..n {
+            f.put(i);
+        }
+        f
+    }
+
+    fn put(&self, slot: usize) {
+        self.0[slot / 64].fetch_or(1 << (slot % 64), SeqCst);
+    }
+
+    fn any(&self) -> bool {
+        self.0.iter().any(|w| w.load(SeqCst) != 0)
+    }
+
+    fn take(&self) -> Option<usize> {
+        for (i, w) in self.0.iter().enumerate() {
+            let v = w.load(SeqCst);
+            if v != 0 {
+                let bit = v.trailing_zeros() as usize;
+                w.fetch_and(!(1 << bit), SeqCst);
+                return Some(i * 64 + bit);
+            }
+        }
+        None
+    }
+}
+
+fn eventfd() -> anyhow::Result<File> {
+    // SAFETY: eventfd() returns a new descriptor or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        bail!("eventfd: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor, ours alone.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+impl Shared<'_> {
+    /// Wakes the sending thread if it waits for a slot.
+    fn wake(&self) {
+        let _ = (&self.wake).write(&1u64.to_ne_bytes());
+    }
+
+    fn stopping(&self, stop: &impl Fn() -> bool) -> bool {
+        self.gone.load(Relaxed) || stop()
+    }
+
+    /// The sending thread: the TAP's frames go through `co` into OUT
+    /// transfers, one per free OUT slot.
+    fn tx<F: Framing>(&self, mut co: Coalescer<F>, stop: &(impl Fn() -> bool + Sync)) -> Counters {
+        let mut c = Counters::default();
         // A packet from the TAP (virtio_net_hdr + up to 64 KB) and the
         // frame being cut from it.
         let mut pkt = vec![0u8; 65536 + 256];
         let mut pkt_len = 0;
         let mut seg = Segmenter::default();
         let mut frame = vec![0u8; 65536];
-        for slot in self.out_slots..self.urbs.slots() {
-            self.submit_in(slot);
-        }
-        // Whether the TAP may hold a frame (it was not read empty) and
-        // whether URBs may have completed, from the last poll.
-        let (mut tap_ready, mut usb_ready) = (true, true);
-        while !self.gone && !stop() {
-            if usb_ready {
-                self.reap_all();
-            }
+        // Whether the TAP may hold a frame (it was not read empty).
+        let mut tap_ready = true;
+        let mut tap = self.tap;
+        while !self.stopping(stop) {
             let mut now = clock::now();
-            while !self.out_free.is_empty() {
+            while self.free.any() {
                 // The next frame of the packet at hand, or the next packet.
                 let Some(n) = seg.next(&pkt[..pkt_len], &mut frame) else {
                     if !tap_ready {
                         break;
                     }
-                    match self.tap.read(&mut pkt) {
+                    match tap.read(&mut pkt) {
                         Ok(n) => {
                             pkt_len = n;
                             seg.start(&pkt[..n]);
@@ -299,155 +400,198 @@ impl Link {
                 now = clock::now();
                 match co.push(now, &frame[..n]) {
                     Push::Added => {}
-                    Push::TooLarge => self.c.tx_too_large += 1,
+                    Push::TooLarge => c.tx_too_large += 1,
                     Push::Full => {
                         // The closed transfer takes the free slot; the
                         // frame opens the next one (never Full again).
                         if let Some(t) = co.poll_transfer(now) {
-                            self.send(t, &mut co);
+                            self.send(t, &mut co, &mut c);
                         }
                         co.push(now, &frame[..n]);
                     }
                 }
-                if self.out_free.is_empty() {
+                if !self.free.any() {
                     break;
                 }
                 if let Some(t) = co.poll_transfer(now) {
-                    self.send(t, &mut co);
+                    self.send(t, &mut co, &mut c);
                 }
             }
-            if !self.out_free.is_empty() {
+            if self.free.any() {
                 if let Some(t) = co.poll_transfer(now) {
-                    self.send(t, &mut co);
+                    self.send(t, &mut co, &mut c);
                 }
             }
-            if self.gone {
-                break;
+            if !self.free.any() {
+                // Every OUT URB is in flight: sleep until the receiving
+                // thread returns one (it wakes us if we say we wait).
+                self.tx_waiting.store(true, SeqCst);
+                if !self.free.any() && !self.stopping(stop) {
+                    c.polls += 1;
+                    poll_in(&[self.wake.as_raw_fd()], None, now);
+                    let mut b = [0u8; 8];
+                    let _ = (&self.wake).read(&mut b);
+                }
+                self.tx_waiting.store(false, SeqCst);
+                continue;
             }
-            // Wait for a completion, or a frame while an OUT URB is free,
-            // at most until the open transfer's deadline.
-            let want_tap = !self.out_free.is_empty();
-            if want_tap && tap_ready {
+            if tap_ready {
                 // Stopped reading for want of a slot, and one came free.
                 continue;
             }
-            let ts = wait_until(co.poll_timeout().filter(|_| want_tap), now);
-            let mut p = [
-                libc::pollfd {
-                    fd: self.urbs.raw_fd(),
-                    events: libc::POLLOUT,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.tap.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            let nfds = if want_tap { 2 } else { 1 };
-            // SAFETY: `nfds` pollfds and a timespec of ours.
-            let r = unsafe { libc::ppoll(p.as_mut_ptr(), nfds, &ts, std::ptr::null()) };
-            self.c.polls += 1;
-            if r <= 0 {
-                // Timeout (the coalescer's deadline) or a signal: look again.
-                usb_ready = false;
-                continue;
-            }
-            usb_ready = p[0].revents != 0;
-            if want_tap {
-                tap_ready = p[1].revents != 0;
-            }
+            // Wait for a frame, at most until the open transfer's deadline.
+            c.polls += 1;
+            tap_ready = poll_in(&[tap.as_raw_fd()], co.poll_timeout(), now);
         }
-        self.urbs.cancel_all(Duration::from_secs(1));
-        self.c.tx_malformed = seg.malformed;
+        c.tx_malformed = seg.malformed;
+        c
     }
 
-    /// Reaps every completed URB: OUT slots come free, IN transfers are
-    /// decoded to the TAP and resubmitted. What the merger still holds
-    /// goes up at the end, before the thread may sleep.
-    fn reap_all(&mut self) {
-        self.reap_completed();
-        let (tap, c) = (&self.tap, &mut self.c);
-        self.gro.flush(&mut |h, f| {
+    /// Copies a closed transfer into a free OUT URB and submits it (ending
+    /// it with a ZLP when its framing needs one); its buffer goes back to
+    /// the coalescer.
+    fn send<F: Framing>(&self, t: Transfer, co: &mut Coalescer<F>, c: &mut Counters) {
+        let Some(slot) = self.free.take() else {
+            unreachable!("a transfer is taken only while an OUT URB is free")
+        };
+        let n = t.buf.len();
+        // SAFETY: a slot taken from the free set is this thread's until
+        // it is submitted (and, after a failed submission, put back).
+        let r = unsafe {
+            self.urbs.buf_mut(slot)[..n].copy_from_slice(&t.buf);
+            self.urbs.submit(slot, n, t.zlp)
+        };
+        match r {
+            Ok(()) => {
+                c.tx_transfers += 1;
+                c.tx_frames += t.frames as u64;
+                c.tx_bytes += n as u64;
+            }
+            Err(e) => {
+                c.tx_errors += 1;
+                if e.raw_os_error().is_some_and(is_gone) {
+                    self.gone.store(true, SeqCst);
+                }
+                self.free.put(slot);
+            }
+        }
+        co.recycle(t.buf);
+    }
+
+    /// The receiving thread: keeps every IN slot queued and reaps until
+    /// `stop()` says so or the device goes.
+    fn rx(&self, r: &mut Rx, stop: &impl Fn() -> bool) {
+        for slot in self.out_slots..self.urbs.slots() {
+            self.submit_in(r, slot);
+        }
+        while !self.stopping(stop) {
+            self.reap_all(r);
+            r.c.polls += 1;
+            let mut p = libc::pollfd {
+                fd: self.urbs.raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            let ts = wait_until(None, clock::now());
+            // SAFETY: one pollfd and a timespec of ours.
+            unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        }
+    }
+
+    /// Reaps every completed URB: OUT slots go back to the sending
+    /// thread, IN transfers are decoded to the TAP and resubmitted. What
+    /// the merger still holds goes up at the end, before the thread may
+    /// sleep.
+    fn reap_all(&self, r: &mut Rx) {
+        let mut returned = false;
+        loop {
+            match self.urbs.reap() {
+                Ok(Some(done)) if done.slot < self.out_slots => {
+                    if done.errno != 0 {
+                        r.c.tx_errors += 1;
+                        if is_gone(done.errno) {
+                            self.gone.store(true, SeqCst);
+                        }
+                    }
+                    self.free.put(done.slot);
+                    returned = true;
+                }
+                Ok(Some(done)) => self.received(r, done),
+                Ok(None) => break,
+                // ENODEV: the device is gone and everything is reaped.
+                Err(_) => {
+                    self.gone.store(true, SeqCst);
+                    break;
+                }
+            }
+        }
+        if returned && self.tx_waiting.load(SeqCst) {
+            self.wake();
+        }
+        let (tap, c) = (self.tap, &mut r.c);
+        r.gro.flush(&mut |h, f| {
             if write_vnet(tap, h, f).is_err() {
                 c.tap_drops += 1;
             }
         });
     }
 
-    fn reap_completed(&mut self) {
-        loop {
-            match self.urbs.reap() {
-                Ok(Some(done)) if done.slot < self.out_slots => {
-                    if done.errno != 0 {
-                        self.c.tx_errors += 1;
-                        self.gone |= is_gone(done.errno);
-                    }
-                    self.out_free.push(done.slot);
-                }
-                Ok(Some(done)) => self.received(done),
-                Ok(None) => return,
-                // ENODEV: the device is gone and everything is reaped.
-                Err(_) => {
-                    self.gone = true;
-                    return;
-                }
-            }
-        }
-    }
-
-    fn received(&mut self, done: Completion) {
+    fn received(&self, r: &mut Rx, done: Completion) {
         if done.errno == 0 {
-            self.c.rx_transfers += 1;
-            self.c.rx_bytes += done.len as u64;
-            let (tap, c, gro) = (&self.tap, &mut self.c, &mut self.gro);
-            self.dec
-                .decode(self.urbs.data(done.slot, done.len), &mut |f| {
-                    gro.push(f, &mut |h, f| {
-                        if write_vnet(tap, h, f).is_err() {
-                            c.tap_drops += 1;
-                        }
-                    })
-                });
+            r.c.rx_transfers += 1;
+            r.c.rx_bytes += done.len as u64;
+            let (tap, c, gro) = (self.tap, &mut r.c, &mut r.gro);
+            // SAFETY: the slot was just reaped by this thread.
+            let data = unsafe { self.urbs.data(done.slot, done.len) };
+            r.dec.decode(data, &mut |f| {
+                gro.push(f, &mut |h, f| {
+                    if write_vnet(tap, h, f).is_err() {
+                        c.tap_drops += 1;
+                    }
+                })
+            });
         } else {
-            self.c.rx_errors += 1;
-            self.gone |= is_gone(done.errno);
+            r.c.rx_errors += 1;
+            if is_gone(done.errno) {
+                self.gone.store(true, SeqCst);
+            }
         }
-        if !self.gone {
-            self.submit_in(done.slot);
+        if !self.gone.load(Relaxed) {
+            self.submit_in(r, done.slot);
         }
     }
 
-    fn submit_in(&mut self, slot: usize) {
-        if let Err(e) = self.urbs.submit(slot, self.rx_size, false) {
-            self.c.rx_errors += 1;
-            self.gone |= e.raw_os_error().is_some_and(is_gone);
+    fn submit_in(&self, r: &mut Rx, slot: usize) {
+        // SAFETY: IN slots belong to this thread whenever they are not
+        // in flight: at the start, and once reaped.
+        if let Err(e) = unsafe { self.urbs.submit(slot, r.rx_size, false) } {
+            r.c.rx_errors += 1;
+            if e.raw_os_error().is_some_and(is_gone) {
+                self.gone.store(true, SeqCst);
+            }
         }
     }
+}
 
-    /// Copies a closed transfer into a free OUT URB and submits it (ending
-    /// it with a ZLP when its framing needs one); its buffer goes back to
-    /// the coalescer.
-    fn send<F: Framing>(&mut self, t: Transfer, co: &mut Coalescer<F>) {
-        let Some(slot) = self.out_free.pop() else {
-            unreachable!("a transfer is taken only while an OUT URB is free")
-        };
-        let n = t.buf.len();
-        self.urbs.buf_mut(slot)[..n].copy_from_slice(&t.buf);
-        match self.urbs.submit(slot, n, t.zlp) {
-            Ok(()) => {
-                self.c.tx_transfers += 1;
-                self.c.tx_frames += t.frames as u64;
-                self.c.tx_bytes += n as u64;
-            }
-            Err(e) => {
-                self.c.tx_errors += 1;
-                self.gone |= e.raw_os_error().is_some_and(is_gone);
-                self.out_free.push(slot);
-            }
-        }
-        co.recycle(t.buf);
+/// Sleeps in ppoll() until one of `fds` is readable or `due` (never longer
+/// than [`wait_until`]'s bound); whether one was.
+fn poll_in(
+    fds: &[RawFd],
+    due: Option<xferlab_core::time::Time>,
+    now: xferlab_core::time::Time,
+) -> bool {
+    let mut p = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 2];
+    for (p, &fd) in p.iter_mut().zip(fds) {
+        p.fd = fd;
     }
+    let ts = wait_until(due, now);
+    // SAFETY: `fds.len()` (at most 2) pollfds and a timespec of ours.
+    let r = unsafe { libc::ppoll(p.as_mut_ptr(), fds.len().min(2) as _, &ts, std::ptr::null()) };
+    r > 0
 }
 
 fn report(a: &NetArgs, depth: &Depth, c: &Counters, rx: &DecodeStats, gro: &GroStats, secs: f64) {

@@ -2,10 +2,12 @@
 //! claiming an interface (detaching its kernel driver), a fixed set of
 //! URBs with preallocated buffers, and submitting, reaping and
 //! discarding them with the usbfs ioctls. The node's descriptor is
-//! exposed so one thread can poll it (POLLOUT: a URB completed) next to
+//! exposed so a thread can poll it (POLLOUT: a URB completed) next to
 //! its other descriptors: nusb completes URBs on its own event thread and
 //! wakes the waiting one, two wake-ups per transfer that a link of one
-//! frame per transfer cannot afford (docs/usb-net.md).
+//! frame per transfer cannot afford (docs/usb-net.md). Two threads may
+//! share the set: one reaps, and each slot belongs to one thread at a
+//! time (see [`Urbs`]).
 //!
 //! Buffers are mapped from the usbfs node (its mmap) when the kernel
 //! allows, so neither submitting nor reaping copies; otherwise plain memory,
@@ -197,6 +199,9 @@ struct Slot {
     busy: bool,
 }
 
+/// A slot, written through `&Urbs` by the one thread that holds it.
+struct Cell(std::cell::UnsafeCell<Slot>);
+
 /// A reaped URB.
 #[derive(Debug, Clone, Copy)]
 pub struct Completion {
@@ -212,11 +217,23 @@ pub struct Completion {
 /// URB (it writes the status back into it when reaped): it is a boxed
 /// slice allocated once. Fields drop in order, so the node closes (usbfs
 /// kills what is still in flight) before the buffers are freed.
+///
+/// Shared by threads (`&Urbs`), a slot has one holder at a time: the
+/// thread that fills and submits it, then the kernel, then the thread
+/// that reaps it, which hands it back (through a synchronizing channel
+/// of the caller's). The `unsafe` methods are those that touch a slot;
+/// their callers promise to hold it.
 pub struct Urbs {
     node: Node,
-    slots: Box<[Slot]>,
-    busy: usize,
+    slots: Box<[Cell]>,
+    busy: std::sync::atomic::AtomicUsize,
 }
+
+// SAFETY: slots are touched only by their holder (the contract of the
+// unsafe methods); the node is a file descriptor, the count atomic.
+unsafe impl Sync for Urbs {}
+// SAFETY: the raw pointers are into memory the set owns.
+unsafe impl Send for Urbs {}
 
 impl Urbs {
     /// One URB per `(endpoint, buffer size)`, slot numbers in that order.
@@ -224,30 +241,43 @@ impl Urbs {
         let fd = node.raw_fd();
         let slots = urbs
             .iter()
-            .map(|&(ep, len)| Slot {
-                urb: Urb {
-                    kind: URB_TYPE_BULK,
-                    endpoint: ep,
-                    status: 0,
-                    flags: 0,
-                    buffer: std::ptr::null_mut(),
-                    buffer_length: 0,
-                    actual_length: 0,
-                    start_frame: 0,
-                    stream_id: 0,
-                    error_count: 0,
-                    signr: 0,
-                    usercontext: std::ptr::null_mut(),
-                },
-                mem: Mem::new(fd, len),
-                busy: false,
+            .map(|&(ep, len)| {
+                Cell(std::cell::UnsafeCell::new(Slot {
+                    urb: Urb {
+                        kind: URB_TYPE_BULK,
+                        endpoint: ep,
+                        status: 0,
+                        flags: 0,
+                        buffer: std::ptr::null_mut(),
+                        buffer_length: 0,
+                        actual_length: 0,
+                        start_frame: 0,
+                        stream_id: 0,
+                        error_count: 0,
+                        signr: 0,
+                        usercontext: std::ptr::null_mut(),
+                    },
+                    mem: Mem::new(fd, len),
+                    busy: false,
+                }))
             })
             .collect();
         Urbs {
             node,
             slots,
-            busy: 0,
+            busy: 0.into(),
         }
+    }
+
+    /// The slot, for its holder.
+    ///
+    /// # Safety
+    /// The caller holds `slot` (no other thread touches it, the kernel
+    /// does not hold it, or only reads what the caller does not write).
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slot(&self, slot: usize) -> &mut Slot {
+        // SAFETY: the caller's promise.
+        unsafe { &mut *self.slots[slot].0.get() }
     }
 
     pub fn raw_fd(&self) -> RawFd {
@@ -260,23 +290,36 @@ impl Urbs {
     }
 
     /// The slot's whole buffer, to fill before an OUT submission.
-    pub fn buf_mut(&mut self, slot: usize) -> &mut [u8] {
-        let s = &mut self.slots[slot];
+    ///
+    /// # Safety
+    /// The caller holds `slot`.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn buf_mut(&self, slot: usize) -> &mut [u8] {
+        // SAFETY: the caller holds the slot.
+        let s = unsafe { self.slot(slot) };
         assert!(!s.busy, "a submitted URB's buffer is the kernel's");
         s.mem.as_mut_slice()
     }
 
     /// The first `len` bytes of a reaped slot's buffer.
-    pub fn data(&self, slot: usize, len: usize) -> &[u8] {
-        &self.slots[slot].mem.as_slice()[..len]
+    ///
+    /// # Safety
+    /// The caller holds `slot` (it reaped it and has not resubmitted it).
+    pub unsafe fn data(&self, slot: usize, len: usize) -> &[u8] {
+        // SAFETY: the caller holds the slot.
+        &unsafe { self.slot(slot) }.mem.as_slice()[..len]
     }
 
     /// Submits the slot's URB for `len` bytes (an IN URB: up to `len`);
     /// `zlp` ends an OUT transfer that fills its last packet with a
     /// zero-length packet.
-    pub fn submit(&mut self, slot: usize, len: usize, zlp: bool) -> io::Result<()> {
+    ///
+    /// # Safety
+    /// The caller holds `slot`; it passes to the kernel until reaped.
+    pub unsafe fn submit(&self, slot: usize, len: usize, zlp: bool) -> io::Result<()> {
         let fd = self.node.raw_fd();
-        let s = &mut self.slots[slot];
+        // SAFETY: the caller holds the slot.
+        let s = unsafe { self.slot(slot) };
         assert!(!s.busy && len <= s.mem.as_slice().len());
         let buffer = s.mem.as_mut_slice().as_mut_ptr().cast();
         s.urb.status = 0;
@@ -286,17 +329,22 @@ impl Urbs {
         s.urb.buffer_length = len as c_int;
         s.urb.usercontext = slot as *mut c_void;
         let urb: *mut Urb = &mut s.urb;
+        s.busy = true;
+        self.busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: the URB and its buffer live in `self.slots`, which does not
         // move or drop while the kernel holds them (see the struct's doc).
-        check(unsafe { libc::ioctl(fd, SUBMITURB, urb) })?;
-        s.busy = true;
-        self.busy += 1;
+        if let Err(e) = check(unsafe { libc::ioctl(fd, SUBMITURB, urb) }) {
+            s.busy = false;
+            self.busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            return Err(e);
+        }
         Ok(())
     }
 
     /// A completed URB, without waiting: `Ok(None)` when none is; ENODEV
-    /// once the device is gone and every URB has been reaped.
-    pub fn reap(&mut self) -> io::Result<Option<Completion>> {
+    /// once the device is gone and every URB has been reaped. The reaped
+    /// slot is the caller's. One thread reaps.
+    pub fn reap(&self) -> io::Result<Option<Completion>> {
         let mut p: *mut Urb = std::ptr::null_mut();
         // SAFETY: REAPURBNDELAY stores one pointer into `p`: one of the URBs
         // we submitted, whose status the kernel has written back.
@@ -312,10 +360,11 @@ impl Urbs {
         // slot number we set); the kernel is done with it.
         let (slot, status, actual) =
             unsafe { ((*p).usercontext as usize, (*p).status, (*p).actual_length) };
-        let s = &mut self.slots[slot];
+        // SAFETY: the kernel handed the slot back, to us alone.
+        let s = unsafe { self.slot(slot) };
         debug_assert!(s.busy);
         s.busy = false;
-        self.busy -= 1;
+        self.busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Some(Completion {
             slot,
             errno: -status,
@@ -327,7 +376,12 @@ impl Urbs {
     /// ENOENT, to be reaped).
     pub fn discard_all(&mut self) {
         let fd = self.node.raw_fd();
-        for s in self.slots.iter_mut().filter(|s| s.busy) {
+        for s in self
+            .slots
+            .iter_mut()
+            .map(|c| c.0.get_mut())
+            .filter(|s| s.busy)
+        {
             let urb: *mut Urb = &mut s.urb;
             // SAFETY: DISCARDURB takes the address of a URB we submitted.
             unsafe { libc::ioctl(fd, DISCARDURB, urb) };
@@ -338,7 +392,7 @@ impl Urbs {
     pub fn cancel_all(&mut self, wait: std::time::Duration) {
         self.discard_all();
         let end = std::time::Instant::now() + wait;
-        while self.busy > 0 {
+        while *self.busy.get_mut() > 0 {
             match self.reap() {
                 Ok(Some(_)) => continue,
                 Ok(None) => {}
