@@ -148,3 +148,19 @@ fn a_missing_device_is_named_with_what_to_do() {
         );
     }
 }
+
+#[test]
+fn usb_net_depth_out_of_range_is_one_line_before_any_device_is_touched() {
+    for q in ["0", "257"] {
+        let out = run(
+            &["usb", "net", "-d", "ffff:fffe", "--encap", "ecm", "-Q", q],
+            T,
+        );
+        let line = out.assert_one_line(&[]);
+        assert_eq!(out.code, Some(1), "{line}");
+        assert!(
+            line.contains("-Q must be 1 to 256") && line.contains(&format!("got {q}")),
+            "{line}"
+        );
+    }
+}
