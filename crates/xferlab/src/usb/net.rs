@@ -211,7 +211,8 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         // the sending side stops too, even if it waits for a slot.
         sh.gone.store(true, SeqCst);
         sh.wake();
-        Ok(tx.join().unwrap_or_default())
+        tx.join()
+            .map_err(|_| anyhow!("the link's sending thread panicked"))
     })?;
     drop(sh);
     urbs.cancel_all(Duration::from_secs(1));
