@@ -31,6 +31,21 @@ case $mode in kernel) num=3 ;; own) num=4 ;; *) echo "usb-net-links-setup.sh: ke
 modprobe dummy_hcd is_high_speed=1 num=$num || { echo "usb-net-links-setup.sh: modprobe dummy_hcd num=$num failed"; exit 1; }
 net_modules || { echo "usb-net-links-setup.sh: pack the class modules with --extra-modules"; exit 1; }
 
+# The ends of a link: the gadget's interface in a network namespace of its
+# own with 169.254.NET.1 and a server, the host's in the root namespace
+# with 169.254.NET.2; until a ping crosses.
+link_ends() {   # WHAT GIF HIF NET BUS
+    setsid unshare -n sleep 100000 < /dev/null > /dev/null 2>&1 &
+    gns=$!
+    sleep 0.2
+    ip link set $2 netns $gns || return 1
+    nsenter -t $gns -n sh -c "ip link set lo up; ip addr add 169.254.$4.1/24 dev $2; ip link set $2 up" || return 1
+    ip addr add 169.254.$4.2/24 dev $3 && ip link set $3 up || return 1
+    link_wait "$1 ($3 to $2)" $gns $2 - $3 169.254.$4.1 || { dmesg | tail -n 15; return 1; }
+    server_up $gns "/tmp/server-$3.log" || return 1
+    echo "$1: host $3 169.254.$4.2 -> gadget $2 169.254.$4.1 (netns of pid $gns), bus $5"
+}
+
 k=0
 if [ $mode = kernel ]; then
 for c in ecm eem ncm; do
@@ -46,15 +61,7 @@ for c in ecm eem ncm; do
     done
     [ -n "$hif" ] || { echo "$c: no host interface ($hdrv)"; cat /tmp/gadget-$c.err; exit 1; }
     gif=$(cat /sys/kernel/config/usb_gadget/link$c/functions/$c.link$c/ifname)
-    setsid unshare -n sleep 100000 < /dev/null > /dev/null 2>&1 &
-    gns=$!
-    sleep 0.2
-    ip link set $gif netns $gns || exit 1
-    nsenter -t $gns -n sh -c "ip link set lo up; ip addr add 169.254.$net.1/24 dev $gif; ip link set $gif up" || exit 1
-    ip addr add 169.254.$net.2/24 dev $hif && ip link set $hif up || exit 1
-    link_wait "$c ($hif to $gif)" $gns $gif - $hif 169.254.$net.1 || { dmesg | tail -n 15; exit 1; }
-    server_up $gns /tmp/server-$c.log || exit 1
-    echo "$c: host $hif 169.254.$net.2 -> gadget $gif 169.254.$net.1 (netns of pid $gns), bus $k"
+    link_ends $c $gif $hif $net $k || exit 1
 done
 fi
 # xferlab's own host side: the kernel's gadget function, its class driver
@@ -80,15 +87,7 @@ for cn in ecm:1 eem:1 eem:6 ncm:8; do
         sleep 0.1; n=$((n+1))
         [ $n -gt 100 ] && { echo "own $c x$nf: no TAP $name"; cat /tmp/net-$name.err; exit 1; }
     done
-    setsid unshare -n sleep 100000 < /dev/null > /dev/null 2>&1 &
-    gns=$!
-    sleep 0.2
-    ip link set $gif netns $gns || exit 1
-    nsenter -t $gns -n sh -c "ip link set lo up; ip addr add 169.254.$net.1/24 dev $gif; ip link set $gif up" || exit 1
-    ip addr add 169.254.$net.2/24 dev $name && ip link set $name up || exit 1
-    link_wait "own $c x$nf ($name to $gif)" $gns $gif - $name 169.254.$net.1 || { cat /tmp/net-$name.err; dmesg | tail -n 15; exit 1; }
-    server_up $gns /tmp/server-$name.log || exit 1
-    echo "own $c x$nf: host TAP $name 169.254.$net.2 -> gadget $gif 169.254.$net.1 (netns of pid $gns), bus $bus"
+    link_ends "own $c x$nf" $gif $name $net $bus || { cat /tmp/net-$name.err; exit 1; }
     net=$((net+1))
 done
 fi

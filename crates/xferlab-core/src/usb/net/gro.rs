@@ -384,6 +384,36 @@ mod tests {
     }
 
     #[test]
+    fn tcpv6_segments_merge_and_cut_back_the_same() {
+        let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2, 0x86, 0xdd];
+        f.extend_from_slice(&[0x60, 0, 0, 0, 0, 0, 6, 64]);
+        f.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+        f.extend_from_slice(&[0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        f.extend_from_slice(&[
+            0x30, 0x39, 0x14, 0x51, 0, 0, 0, 5, 0, 0, 0, 7, 0x50, 0x10, 1, 0, 0, 0, 0, 0,
+        ]);
+        f.extend((0..5000u32).map(|i| (i % 253) as u8));
+        let mut pkt = vnet(F_NEEDS_CSUM, GSO_TCPV6, 1200, 54, 16);
+        pkt.extend_from_slice(&f);
+        let cut = |pkt: &[u8]| {
+            let mut s = Segmenter::default();
+            assert!(s.start(pkt));
+            let mut out = vec![0u8; 2048];
+            let mut got = Vec::new();
+            while let Some(n) = s.next(pkt, &mut out) {
+                got.push(out[..n].to_vec());
+            }
+            got
+        };
+        let fs = cut(&pkt);
+        assert_eq!(fs.len(), 5);
+        let up = push_all(&mut Merger::default(), &fs);
+        assert_eq!(up.len(), 1);
+        assert_eq!(up[0][1], GSO_TCPV6);
+        assert_eq!(cut(&up[0]), fs);
+    }
+
+    #[test]
     fn a_super_frame_stops_at_64k_and_at_a_short_or_pushed_segment() {
         let payload = vec![7u8; 100 * 1448];
         let fs = frames(&payload, 0, 1448);
