@@ -213,6 +213,31 @@ fn check_device(dev: &Claimed) -> Result<(), Fail> {
     wire::check_info(&info).map_err(|m| Fail::run(format!("{}: {m}; {hint}", dev.name)))
 }
 
+/// Opens an endpoint for a trial. The previous trial's endpoint is
+/// released by nusb's event thread once its last transfer is reaped, a
+/// moment after the stream saw that transfer complete: until then nusb
+/// says the endpoint is busy (seen once in a ladder of 40 trials in the lab
+/// VM). Busy is retried for up to a second; anything else is an error.
+fn open_endpoint<E>(
+    address: u8,
+    mut open: impl FnMut() -> Result<E, nusb::Error>,
+) -> Result<E, Fail> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        match open() {
+            Ok(e) => return Ok(e),
+            Err(e) if e.kind() == nusb::ErrorKind::Busy && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => {
+                return Err(Fail::run(format!(
+                    "cannot open endpoint 0x{address:02x}: {e}"
+                )))
+            }
+        }
+    }
+}
+
 /// Runs one trial at `rate` bytes/s per direction and judges it with `search`.
 fn trial(
     dev: &Claimed,
@@ -228,9 +253,7 @@ fn trial(
     let (rx, tx, status) = std::thread::scope(|scope| -> Result<_, Fail> {
         let rx = match dev.pipes.bulk_in.filter(|_| params.rx) {
             Some(ep) => {
-                let e = intf.endpoint::<Bulk, In>(ep.address).map_err(|e| {
-                    Fail::run(format!("cannot open endpoint 0x{:02x}: {e}", ep.address))
-                })?;
+                let e = open_endpoint(ep.address, || intf.endpoint::<Bulk, In>(ep.address))?;
                 let (app, stop) = (s.app, &stop);
                 Some(scope.spawn(move || stream::run(e, true, app, stop)))
             }
@@ -238,9 +261,7 @@ fn trial(
         };
         let tx = match dev.pipes.bulk_out.filter(|_| params.tx) {
             Some(ep) => {
-                let e = intf.endpoint::<Bulk, Out>(ep.address).map_err(|e| {
-                    Fail::run(format!("cannot open endpoint 0x{:02x}: {e}", ep.address))
-                })?;
+                let e = open_endpoint(ep.address, || intf.endpoint::<Bulk, Out>(ep.address))?;
                 let (app, stop) = (s.app, &stop);
                 Some(scope.spawn(move || stream::run(e, false, app, stop)))
             }
