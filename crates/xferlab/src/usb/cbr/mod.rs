@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use nusb::transfer::{Bulk, ControlIn, ControlOut, ControlType, In, Out, Recipient};
+use nusb::Endpoint;
 use nusb::MaybeFuture;
 use serde_json::{json, Value};
 use xferlab_core::datagram::{repeat_summary, Plan, RateSearch, Verdict};
@@ -213,34 +214,43 @@ fn check_device(dev: &Claimed) -> Result<(), Fail> {
     wire::check_info(&info).map_err(|m| Fail::run(format!("{}: {m}; {hint}", dev.name)))
 }
 
-/// Opens an endpoint for a trial. The previous trial's endpoint is
-/// released by nusb's event thread once its last transfer is reaped, a
-/// moment after the stream saw that transfer complete: until then nusb
-/// says the endpoint is busy (seen once in a ladder of 40 trials in the lab
-/// VM). Busy is retried for up to a second; anything else is an error.
-fn open_endpoint<E>(
-    address: u8,
-    mut open: impl FnMut() -> Result<E, nusb::Error>,
-) -> Result<E, Fail> {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    loop {
-        match open() {
-            Ok(e) => return Ok(e),
-            Err(e) if e.kind() == nusb::ErrorKind::Busy && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => {
-                return Err(Fail::run(format!(
-                    "cannot open endpoint 0x{address:02x}: {e}"
-                )))
-            }
-        }
+/// The bulk endpoints the trials stream on, opened once for the whole
+/// run: each trial borrows them. (Opened per trial, the next trial could
+/// find an endpoint still held: nusb lets go of it from its event thread
+/// a moment after the last transfer was seen complete, and a ladder of 40
+/// trials once failed with "endpoint already in use".)
+struct Endpoints {
+    rx: Option<Endpoint<Bulk, In>>,
+    tx: Option<Endpoint<Bulk, Out>>,
+}
+
+impl Endpoints {
+    fn open(dev: &Claimed, params: &StartParams) -> Result<Endpoints, Fail> {
+        let intf = dev.interface();
+        let fail =
+            |addr: u8, e: nusb::Error| Fail::run(format!("cannot open endpoint 0x{addr:02x}: {e}"));
+        let rx = match dev.pipes.bulk_in.filter(|_| params.rx) {
+            Some(ep) => Some(
+                intf.endpoint::<Bulk, In>(ep.address)
+                    .map_err(|e| fail(ep.address, e))?,
+            ),
+            None => None,
+        };
+        let tx = match dev.pipes.bulk_out.filter(|_| params.tx) {
+            Some(ep) => Some(
+                intf.endpoint::<Bulk, Out>(ep.address)
+                    .map_err(|e| fail(ep.address, e))?,
+            ),
+            None => None,
+        };
+        Ok(Endpoints { rx, tx })
     }
 }
 
 /// Runs one trial at `rate` bytes/s per direction and judges it with `search`.
 fn trial(
     dev: &Claimed,
+    eps: &mut Endpoints,
     s: &Setup,
     a: &UsbCbrArgs,
     rate: u64,
@@ -249,24 +259,16 @@ fn trial(
 ) -> Result<Trial, Fail> {
     let stop = AtomicBool::new(false);
     let params = StartParams { rate, ..s.params };
-    let intf = dev.interface();
     let (rx, tx, status) = std::thread::scope(|scope| -> Result<_, Fail> {
-        let rx = match dev.pipes.bulk_in.filter(|_| params.rx) {
-            Some(ep) => {
-                let e = open_endpoint(ep.address, || intf.endpoint::<Bulk, In>(ep.address))?;
-                let (app, stop) = (s.app, &stop);
-                Some(scope.spawn(move || stream::run(e, true, app, stop)))
-            }
-            None => None,
-        };
-        let tx = match dev.pipes.bulk_out.filter(|_| params.tx) {
-            Some(ep) => {
-                let e = open_endpoint(ep.address, || intf.endpoint::<Bulk, Out>(ep.address))?;
-                let (app, stop) = (s.app, &stop);
-                Some(scope.spawn(move || stream::run(e, false, app, stop)))
-            }
-            None => None,
-        };
+        let (app, stop) = (s.app, &stop);
+        let rx = eps
+            .rx
+            .as_mut()
+            .map(|e| scope.spawn(move || stream::run(e, true, app, stop)));
+        let tx = eps
+            .tx
+            .as_mut()
+            .map(|e| scope.spawn(move || stream::run(e, false, app, stop)));
         let started = control_out(dev, wire::REQ_START, &params.encode());
         let t0 = Instant::now();
         let limit = Duration::from_secs_f64(a.time);
@@ -333,6 +335,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         detach_kernel_driver: a.detach_kernel_driver,
     })?;
     check_device(&dev)?;
+    let mut eps = Endpoints::open(&dev, &s.params)?;
     let mut out = crate::output::open(a.output.as_deref()).map_err(Fail::usage)?;
     let criterion = CbrCriterion {
         max_overruns: a.max_overruns,
@@ -381,7 +384,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
                 interrupted = true;
                 break 'runs;
             }
-            let t = trial(&dev, &s, a, bps / 8, &mut search, interrupts)?;
+            let t = trial(&dev, &mut eps, &s, a, bps / 8, &mut search, interrupts)?;
             if !a.json {
                 w(&mut out, trial_line(run, &t))?;
             }

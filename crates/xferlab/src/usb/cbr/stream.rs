@@ -96,15 +96,25 @@ fn describe(addr: u8, e: TransferError) -> String {
 }
 
 /// Runs one endpoint's application until `stop`; `is_in` reads, else writes.
+/// The endpoint serves every trial of a run: what a trial leaves pending
+/// (its drain ran out of time) is a host error, and the next trial drains
+/// it before it starts, so no transfer is counted twice.
 pub fn run<Dir: EndpointDirection>(
-    mut ep: Endpoint<Bulk, Dir>,
+    ep: &mut Endpoint<Bulk, Dir>,
     is_in: bool,
     app: App,
     stop: &AtomicBool,
 ) -> HostCounts {
+    let mut c = HostCounts::default();
+    if !drain(ep) {
+        c.error = Some(format!(
+            "endpoint 0x{:02x}: the last trial's transfers are still pending",
+            ep.endpoint_address()
+        ));
+        return c;
+    }
     let t0 = Instant::now();
     let addr = ep.endpoint_address();
-    let mut c = HostCounts::default();
     let mut side = AppSide::new(app, t0);
     for _ in 0..app.depth {
         let mut b = ep.allocate(app.size);
@@ -144,10 +154,21 @@ pub fn run<Dir: EndpointDirection>(
         ep.submit(b);
     }
     c.seconds = t0.elapsed().as_secs_f64();
+    if !drain(ep) && c.error.is_none() {
+        c.error = Some(format!(
+            "endpoint 0x{addr:02x}: transfers still pending 2 s after the stop"
+        ));
+    }
+    c
+}
+
+/// Cancels what is in flight and waits up to 2 s for it: whether nothing
+/// is pending any more.
+fn drain<Dir: EndpointDirection>(ep: &mut Endpoint<Bulk, Dir>) -> bool {
     ep.cancel_all();
     let deadline = Instant::now() + Duration::from_secs(2);
     while ep.pending() > 0 && Instant::now() < deadline {
         ep.wait_next_complete(Duration::from_millis(100));
     }
-    c
+    ep.pending() == 0
 }
