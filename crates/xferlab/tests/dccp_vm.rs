@@ -94,6 +94,12 @@ fn sender_intervals<'a>(v: &'a Value, side: &str) -> Vec<&'a Value> {
 /// the last one: read after the sender stopped, X has been halved by the
 /// no-feedback timer every RTO (~2 ms here) since (the kernel client's
 /// last reading once: 18 kbit/s, after 44 Mbit/s the interval before).
+/// The least top X, bit/s, that a kernel CCID3 sender with a working
+/// feedback loop shows in 2 s under TCG, even on a loaded CI runner; the
+/// broken loop (no Timestamp Echo) held it at 7.2 kbit/s. Not a speed
+/// target: see where it is used.
+const X_FLOOR: f64 = 1e6;
+
 fn top_x(intervals: &[&Value]) -> f64 {
     intervals
         .iter()
@@ -307,14 +313,16 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         // Every datagram was checked byte for byte by its receiver
         // (status ok), and at least 90 % of what was sent arrived: at -b
         // 20M about 3570 in 2 s, at least 1000 (5.6 Mbit/s). The kernel's
-        // CCID3 sender (-R) too, and its X at the end at least 5 Mbit/s:
+        // CCID3 sender (-R) too, and its X at its top at least 1 Mbit/s:
         // with the attach answer padded to -l it delivered 3567-3575 in
         // five runs of 2 s (19.9-20.0 Mbit/s, X at the end 28-54 Mbit/s,
         // host load 3.2 on 2 cores); with the 1-byte answer 1354-3573
         // (7.6-20.0 Mbit/s), and before the Timestamp Echo 3 datagrams
-        // with X at 7.2 kbit/s (docs/dccp.md). The floor leaves room for
-        // TCG under load: the kernel's timer-paced sending is what it
-        // slows most.
+        // with X at 7.2 kbit/s (docs/dccp.md). The X floor is what tells
+        // the feedback loop from that failure (140 times its X), not a
+        // speed: a CI runner under load saw the kernel's X top out at
+        // 3.6 Mbit/s, since TCG slows the kernel's timer-paced sending
+        // most, so 5 Mbit/s failed a working link.
         let sent = tx["udp"]["packets"].as_u64().unwrap();
         let got = rx["udp"]["packets"].as_u64().unwrap();
         assert!(
@@ -323,7 +331,10 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
         );
         if *name == "ccid3-reverse" {
             let x = top_x(&sender_intervals(&v, sender));
-            assert!(x >= 5e6, "{name}: the kernel's X reached only {x} bit/s");
+            assert!(
+                x >= X_FLOOR,
+                "{name}: the kernel's X reached only {x} bit/s"
+            );
         }
         let ccid = if name.starts_with("ccid2") { 2 } else { 3 };
         assert_eq!(tx["dccp"]["ccid"], ccid, "{name}: {tx}");
@@ -351,12 +362,17 @@ fn kernel_dccp_ccid2_and_ccid3_and_a_refused_service_code() {
     assert_eq!(tx["dccp"]["ccid"], 3, "{name}: {tx}");
     let sent = tx["udp"]["packets"].as_u64().unwrap();
     let got = rx["udp"]["packets"].as_u64().unwrap();
+    // 200 datagrams: 60 times what the broken feedback loop delivered,
+    // and within what a loaded runner's X (above) can send in 2 s.
     assert!(
-        got >= 500 && got <= sent && got * 10 >= sent * 9,
+        got >= 200 && got <= sent && got * 10 >= sent * 9,
         "{name}: sent {sent}, received {got}"
     );
     let x = top_x(&sender_intervals(&v, "client"));
-    assert!(x >= 5e6, "{name}: the kernel's X reached only {x} bit/s");
+    assert!(
+        x >= X_FLOOR,
+        "{name}: the kernel's X reached only {x} bit/s"
+    );
     drop(server);
     assert_no_qemu_left();
 }
