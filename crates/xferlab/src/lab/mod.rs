@@ -820,16 +820,18 @@ impl Lab {
         let after = self.snapshots()?;
         stop_children(&mut self.children);
 
-        let mut report = report::assemble(
+        let report = report::assemble(
             plan,
             hosts,
             &reports,
             &wiring,
             (&before, &after),
             probe,
-            spin,
+            report::Setup {
+                spin,
+                udp_offload: self.udp_offload,
+            },
         );
-        report.topology.udp_offload = plan.offload && self.udp_offload;
         let invalid = !report.accuracy.valid;
         if plan.single {
             report::emit(plan, &report, &texts[0])?;

@@ -26,6 +26,13 @@ pub(super) struct SpinChoice {
     pub timer: TimerWakeup,
 }
 
+/// What the lab learnt while setting up, beside the plan.
+pub(super) struct Setup {
+    pub spin: SpinChoice,
+    /// Every TUN device took UDP segmentation offload (USO).
+    pub udp_offload: bool,
+}
+
 /// How far the probe's median RTT may sit from the configured one.
 const RTT_TOLERANCE_US: f64 = 1000.0;
 
@@ -42,8 +49,9 @@ pub(super) fn assemble(
     w: &Wiring,
     (before, after): (&Vec<CounterSnapshot>, &Vec<CounterSnapshot>),
     rtt_probe: Option<RttProbe>,
-    spin: SpinChoice,
+    setup: Setup,
 ) -> LabReport {
+    let spin = setup.spin;
     // Snapshots are per port (TUN device): counters of its namespace and
     // its device.
     let d = |ports: &[usize], key: &str| -> i64 {
@@ -197,8 +205,7 @@ pub(super) fn assemble(
         topology: Topology {
             hosts,
             offload: plan.offload,
-            // Known once the TUN devices exist: the caller sets it.
-            udp_offload: false,
+            udp_offload: plan.offload && setup.udp_offload,
             realtime: fwd.iter().all(|f| f.realtime),
             spin_us: spin.us,
             spin_auto: spin.auto,
