@@ -33,7 +33,7 @@ use xferlab_core::usb::net::{
 
 use super::device;
 use super::tap::{open_tap, wait_until, write_vnet, FRAME_MAX};
-use super::usbfs::{Completion, Urbs};
+use super::usbfs::{Completion, Layout, Urbs};
 use crate::cli::usb::NetArgs;
 use crate::sys::clock;
 
@@ -218,10 +218,11 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     urbs.cancel_all(Duration::from_secs(1));
     c.add(&rx.c);
     let secs = t0.elapsed().as_secs_f64();
+    let layout = urbs.layout();
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    report(a, &depth, &c, rx.dec.stats(), &rx.gro.stats, secs);
+    report(a, &depth, layout, &c, rx.dec.stats(), &rx.gro.stats, secs);
     Ok(())
 }
 
@@ -595,7 +596,15 @@ fn poll_in(
     r > 0
 }
 
-fn report(a: &NetArgs, depth: &Depth, c: &Counters, rx: &DecodeStats, gro: &GroStats, secs: f64) {
+fn report(
+    a: &NetArgs,
+    depth: &Depth,
+    layout: Layout,
+    c: &Counters,
+    rx: &DecodeStats,
+    gro: &GroStats,
+    secs: f64,
+) {
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
         "polls": c.polls,
@@ -607,6 +616,9 @@ fn report(a: &NetArgs, depth: &Depth, c: &Counters, rx: &DecodeStats, gro: &GroS
             "in": depth.inn,
             "from": if depth.from_flag { "flag" } else { "usbnet_queue_memory" },
         },
+        // Where the URBs' buffers are (usb/usbfs.rs): "heap" costs a copy
+        // in usbfs per transfer.
+        "buffers": layout.label(),
         "seconds": secs,
         "tx": {
             "transfers": c.tx_transfers,

@@ -140,16 +140,18 @@ impl Drop for Node {
     }
 }
 
-/// A URB's buffer: mapped from the usbfs node, or plain memory.
+/// Buffer memory: a mapping of the usbfs node, or plain memory.
 enum Mem {
     Mapped(*mut u8, usize),
     Heap(Box<[u8]>),
 }
 
 impl Mem {
-    fn new(fd: RawFd, len: usize) -> Mem {
-        // SAFETY: a fresh shared mapping of the usbfs node; usbfs backs it
-        // with memory the host controller can use directly.
+    /// A shared mapping of `len` bytes of the usbfs node: memory the host
+    /// controller uses directly (usbfs allocates it physically
+    /// contiguous, so a large one can fail where small ones do not).
+    fn map(fd: RawFd, len: usize) -> Option<Mem> {
+        // SAFETY: a fresh shared mapping of the usbfs node.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -160,26 +162,13 @@ impl Mem {
                 0,
             )
         };
-        if p == libc::MAP_FAILED {
-            Mem::Heap(vec![0; len].into_boxed_slice())
-        } else {
-            Mem::Mapped(p.cast(), len)
-        }
+        (p != libc::MAP_FAILED).then_some(Mem::Mapped(p.cast(), len))
     }
 
-    fn as_mut_slice(&mut self) -> &mut [u8] {
+    fn ptr(&mut self) -> *mut u8 {
         match self {
-            // SAFETY: the mapping is `n` bytes, ours until drop.
-            Mem::Mapped(p, n) => unsafe { std::slice::from_raw_parts_mut(*p, *n) },
-            Mem::Heap(b) => b,
-        }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            // SAFETY: the mapping is `n` bytes, ours until drop.
-            Mem::Mapped(p, n) => unsafe { std::slice::from_raw_parts(*p, *n) },
-            Mem::Heap(b) => b,
+            Mem::Mapped(p, _) => *p,
+            Mem::Heap(b) => b.as_mut_ptr(),
         }
     }
 }
@@ -193,10 +182,50 @@ impl Drop for Mem {
     }
 }
 
+/// How the URBs' buffers were laid out, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One mapping of the node holds every buffer.
+    OneMapping,
+    /// A mapping per URB (the one large mapping was refused).
+    MappingPerUrb,
+    /// Plain memory, which usbfs copies (the node cannot be mapped).
+    Heap,
+}
+
+impl Layout {
+    pub fn label(self) -> &'static str {
+        match self {
+            Layout::OneMapping => "one_mapping",
+            Layout::MappingPerUrb => "mapping_per_urb",
+            Layout::Heap => "heap",
+        }
+    }
+}
+
+/// Buffers within one mapping start at multiples of this: a high-speed
+/// bulk packet (no buffer starts mid-cache-line or mid-packet).
+const ALIGN: usize = 512;
+
 struct Slot {
     urb: Urb,
-    mem: Mem,
+    /// The slot's buffer, in memory [`Urbs`] owns.
+    buf: *mut u8,
+    len: usize,
     busy: bool,
+}
+
+impl Slot {
+    fn buf_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` bytes at `buf` are this slot's alone, alive as
+        // long as the `Urbs` holding both.
+        unsafe { std::slice::from_raw_parts_mut(self.buf, self.len) }
+    }
+
+    fn buf(&self) -> &[u8] {
+        // SAFETY: as in `buf_mut`.
+        unsafe { std::slice::from_raw_parts(self.buf, self.len) }
+    }
 }
 
 /// A slot, written through `&Urbs` by the one thread that holds it.
@@ -227,6 +256,9 @@ pub struct Urbs {
     node: Node,
     slots: Box<[Cell]>,
     busy: std::sync::atomic::AtomicUsize,
+    /// The memory the slots' buffers point into.
+    _mem: Vec<Mem>,
+    layout: Layout,
 }
 
 // SAFETY: slots are touched only by their holder (the contract of the
@@ -237,11 +269,57 @@ unsafe impl Send for Urbs {}
 
 impl Urbs {
     /// One URB per `(endpoint, buffer size)`, slot numbers in that order.
+    ///
+    /// The buffers share one mapping of the node when the kernel grants
+    /// it. usbfs finds a submitted URB's mapping by walking the node's
+    /// list of mappings, interrupts off, on every submission
+    /// (`find_memory_area`, Linux 6.1): with a mapping per URB, the 120
+    /// URBs of an ECM link at usbnet's depth made every submission walk
+    /// 60 of them on average.
     pub fn new(node: Node, urbs: &[(u8, usize)]) -> Urbs {
         let fd = node.raw_fd();
+        let total: usize = urbs
+            .iter()
+            .map(|&(_, len)| len.next_multiple_of(ALIGN))
+            .sum();
+        let mut mem = Vec::new();
+        let (bufs, layout): (Vec<*mut u8>, Layout) = match Mem::map(fd, total) {
+            Some(mut m) => {
+                let base = m.ptr();
+                mem.push(m);
+                let mut at = 0;
+                let bufs = urbs
+                    .iter()
+                    .map(|&(_, len)| {
+                        // SAFETY: offsets stay within the `total` bytes mapped.
+                        let p = unsafe { base.add(at) };
+                        at += len.next_multiple_of(ALIGN);
+                        p
+                    })
+                    .collect();
+                (bufs, Layout::OneMapping)
+            }
+            None => {
+                let mut layout = Layout::MappingPerUrb;
+                let bufs = urbs
+                    .iter()
+                    .map(|&(_, len)| {
+                        let mut m = Mem::map(fd, len).unwrap_or_else(|| {
+                            layout = Layout::Heap;
+                            Mem::Heap(vec![0; len].into_boxed_slice())
+                        });
+                        let p = m.ptr();
+                        mem.push(m);
+                        p
+                    })
+                    .collect();
+                (bufs, layout)
+            }
+        };
         let slots = urbs
             .iter()
-            .map(|&(ep, len)| {
+            .zip(bufs)
+            .map(|(&(ep, len), buf)| {
                 Cell(std::cell::UnsafeCell::new(Slot {
                     urb: Urb {
                         kind: URB_TYPE_BULK,
@@ -257,7 +335,8 @@ impl Urbs {
                         signr: 0,
                         usercontext: std::ptr::null_mut(),
                     },
-                    mem: Mem::new(fd, len),
+                    buf,
+                    len,
                     busy: false,
                 }))
             })
@@ -266,7 +345,14 @@ impl Urbs {
             node,
             slots,
             busy: 0.into(),
+            _mem: mem,
+            layout,
         }
+    }
+
+    /// How the buffers were laid out.
+    pub fn layout(&self) -> Layout {
+        self.layout
     }
 
     /// The slot, for its holder.
@@ -298,7 +384,7 @@ impl Urbs {
         // SAFETY: the caller holds the slot.
         let s = unsafe { self.slot(slot) };
         assert!(!s.busy, "a submitted URB's buffer is the kernel's");
-        s.mem.as_mut_slice()
+        s.buf_mut()
     }
 
     /// The first `len` bytes of a reaped slot's buffer.
@@ -307,7 +393,7 @@ impl Urbs {
     /// The caller holds `slot` (it reaped it and has not resubmitted it).
     pub unsafe fn data(&self, slot: usize, len: usize) -> &[u8] {
         // SAFETY: the caller holds the slot.
-        &unsafe { self.slot(slot) }.mem.as_slice()[..len]
+        &unsafe { self.slot(slot) }.buf()[..len]
     }
 
     /// Submits the slot's URB for `len` bytes (an IN URB: up to `len`);
@@ -320,8 +406,8 @@ impl Urbs {
         let fd = self.node.raw_fd();
         // SAFETY: the caller holds the slot.
         let s = unsafe { self.slot(slot) };
-        assert!(!s.busy && len <= s.mem.as_slice().len());
-        let buffer = s.mem.as_mut_slice().as_mut_ptr().cast();
+        assert!(!s.busy && len <= s.len);
+        let buffer = s.buf.cast();
         s.urb.status = 0;
         s.urb.actual_length = 0;
         s.urb.flags = if zlp { URB_ZERO_PACKET } else { 0 };
