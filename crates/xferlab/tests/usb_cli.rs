@@ -113,6 +113,14 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["--frames-per-transfer", "got 0"],
         ),
         (
+            &["usb", "gadget", "--via", "raw-gadget"],
+            &["--via raw-gadget", "--function net"],
+        ),
+        (
+            &["usb", "gadget", "--function", "net", "--via", "raw-gadget"],
+            &["--function net", "--encap"],
+        ),
+        (
             &["usb", "gadget", "--id", "12345"],
             &["--id 12345", "VID:PID"],
         ),

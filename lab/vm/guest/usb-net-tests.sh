@@ -132,5 +132,37 @@ for cn in ${GOWN:-eem:6:kernel ncm:8:own}; do
     fi
 done
 
+# The same gadget side as a device of its own through raw-gadget (the
+# module is built out of tree: lab/vm/build-raw-gadget), announcing real
+# CDC interfaces: the kernel's cdc_ncm and cdc_ether hosts drive the
+# other end. Then SIGKILL: nothing is left, not even a configfs gadget.
+if [ -e /work/raw_gadget.ko ] && insmod /work/raw_gadget.ko; then
+    VIA=raw-gadget
+    for cn in ${RAW:-ncm:8 ecm:1}; do
+        c=${cn%%:*}; nf=${cn##*:}
+        echo "== raw-$c-$nf-start =="
+        own_gadget_up $c $nf kernel || {
+            echo "own_gadget_up $c failed; once more"; own_gadget_down kill > /dev/null
+            own_gadget_up $c $nf kernel
+        } || { echo "== $c-raw-$nf-fwd =="; echo "rc=99"; own_gadget_down kill; continue; }
+        echo "hdrv=$hdrv"
+        KNOBS="--knob class=$c --knob side=xferlab-raw-gadget --knob host=kernel --knob frames_per_transfer=$nf"
+        measure $c raw-$nf-fwd
+        measure $c raw-$nf-bidir --bidir
+        if [ $c = ncm ]; then
+            echo "== raw-$c-$nf-gadget =="
+            own_gadget_down
+            cat /tmp/og.json
+        else
+            echo "== raw-$c-$nf-kill =="
+            own_gadget_down kill
+        fi
+    done
+    VIA=
+else
+    echo "== raw-missing =="
+    ls -l /work/raw_gadget.ko; dmesg | tail -n 5
+fi
+
 echo "== leftover =="
 echo "gadgets=$(ls /sys/kernel/config/usb_gadget | wc -l)"

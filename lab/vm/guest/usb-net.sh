@@ -146,9 +146,11 @@ net_link_down() {   # every step bounded: a hung step is named, not waited for
     while [ -n "$(host_if)" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
 }
 
-# xferlab's own gadget side (`usb gadget --function net`, FunctionFS + AIO)
-# with the kernel's class driver or xferlab's own host side (`usb net`) as
-# the host; the same namespaces, addresses, server and $HIF as net_link_up.
+# xferlab's own gadget side (`usb gadget --function net`, FunctionFS + AIO,
+# or with VIA=raw-gadget a device of its own through /dev/raw-gadget that
+# announces real CDC interfaces) with the kernel's class driver or xferlab's
+# own host side (`usb net`) as the host; the same namespaces, addresses,
+# server and $HIF as net_link_up.
 #   own_gadget_up CLASS N kernel|own   # gadget TAP xg0 in $GNS; host $HIF in $HNS
 #   own_gadget_down [kill]             # SIGINT (counters to /tmp/og.json), or SIGKILL + --cleanup
 OWN_GADGET=ownnet
@@ -161,12 +163,19 @@ own_gadget_up() {   # CLASS N kernel|own
     HNS=$!
     sleep 0.2
     nsenter -t $GNS -n xferlab usb gadget --function net --encap $1 -N $2 --tap xg0 \
-        --name $OWN_GADGET -J > /tmp/og.json 2> /tmp/og.err &
+        --name $OWN_GADGET --via ${VIA:-functionfs} -J > /tmp/og.json 2> /tmp/og.err &
     GPID=$!
     NPID=
     n=0
     if [ $3 = kernel ]; then
-        case $1 in eem) hdrv=cdc_eem ;; *) echo "own_gadget_up: no kernel host for $1"; return 1 ;; esac
+        # FunctionFS cannot announce ECM or NCM to their kernel drivers
+        # (no CDC functional descriptors); raw-gadget can.
+        case ${VIA:-functionfs}-$1 in
+            *-eem) hdrv=cdc_eem ;;
+            raw-gadget-ecm) hdrv=cdc_ether ;;
+            raw-gadget-ncm) hdrv=cdc_ncm ;;
+            *) echo "own_gadget_up: no kernel host for $1 over ${VIA:-functionfs}"; return 1 ;;
+        esac
         HIF=
         while [ $n -lt 150 ]; do
             HIF=$(host_if $hdrv)
@@ -208,7 +217,8 @@ own_gadget_down() {   # [kill]: prints gadget_rc, host_rc, taps, gadgets_left, g
     done
     wait $GPID 2>/dev/null
     echo "gadget_rc=$?"
-    # The TAP goes with the process, SIGKILL too; the gadget stays until --cleanup.
+    # The TAP goes with the process, SIGKILL too; a configfs gadget stays
+    # until --cleanup, a raw-gadget device goes with its descriptor.
     echo "taps=$(ns_g ip link show 2>/dev/null | grep -c xg0)"
     echo "gadgets_left=$(ls /sys/kernel/config/usb_gadget | grep -c $OWN_GADGET)"
     if [ -n "$NPID" ]; then
@@ -225,4 +235,5 @@ own_gadget_down() {   # [kill]: prints gadget_rc, host_rc, taps, gadgets_left, g
     stop_pids TERM $GNS $HNS; GNS= HNS=
     n=0
     while [ -n "$(host_if)" ] && [ $n -lt 50 ]; do sleep 0.1; n=$((n+1)); done
+    echo "host_ifs=$(host_if | grep -c .)"
 }

@@ -10,7 +10,8 @@
 //! other than HID's and CCID's (f_fs.c, ffs_do_single_desc, Linux 6.1), so
 //! a FunctionFS function cannot carry the CDC header, union and Ethernet
 //! functional descriptors that cdc_ether and cdc_ncm require: those
-//! classes are served as vendor-specific interfaces.
+//! classes are served as vendor-specific interfaces here, and as real CDC
+//! ones through raw-gadget ([`super::cdc_device`]).
 
 use super::descriptor::{DT_ENDPOINT, DT_INTERFACE, DT_SS_ENDPOINT_COMP, XFER_BULK};
 

@@ -1,5 +1,6 @@
 //! USB bulk transport, sans-IO: descriptors (parsing what a device reports,
-//! building what a FunctionFS gadget announces), the SourceSink data
+//! building what a FunctionFS gadget announces), a CDC network device's
+//! descriptors and control requests (for raw-gadget), the SourceSink data
 //! patterns, the bookkeeping of transfers in flight, the counters a run
 //! reports, the meaning of the errors the kernel returns, a timing model
 //! of the bus (what real controllers would achieve), and a radio-like
@@ -7,6 +8,7 @@
 //! FunctionFS drivers live in the binary crate.
 
 pub mod cbr;
+pub mod cdc_device;
 pub mod descriptor;
 pub mod errors;
 pub mod ffs;

@@ -363,6 +363,16 @@ impl GadgetFunction {
     }
 }
 
+/// How `--function net` makes its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetVia {
+    /// A FunctionFS function of a configfs gadget, with AIO.
+    Functionfs,
+    /// A whole device through /dev/raw-gadget, announcing real CDC
+    /// interfaces (one transfer in flight per direction).
+    RawGadget,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GadgetIo {
     /// One blocking read()/write() at a time per endpoint.
@@ -420,6 +430,14 @@ pub struct GadgetArgs {
     /// --function net: framing on the bulk pipes.
     #[arg(long, value_parser = parse_encap)]
     pub encap: Option<xferlab_core::usb::net::Encap>,
+    /// --function net: how the device is made. `functionfs`: a function of
+    /// a configfs gadget (EEM as CDC-EEM; ECM and NCM vendor-specific, for
+    /// `xferlab usb net`: FunctionFS refuses CDC functional descriptors).
+    /// `raw-gadget`: a whole device through /dev/raw-gadget (module
+    /// raw_gadget) that announces real CDC ECM, NCM or EEM interfaces, so
+    /// the host's cdc_ether, cdc_ncm or cdc_eem drives the other end.
+    #[arg(long, value_enum, default_value = "functionfs")]
+    pub via: GadgetVia,
     #[command(flatten)]
     pub link: LinkOpts,
 }

@@ -13,6 +13,7 @@ mod cbr_io;
 mod configfs;
 mod ffs_io;
 mod net_io;
+mod raw;
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
@@ -27,7 +28,7 @@ use anyhow::{anyhow, Context};
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
-use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo};
+use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo, GadgetVia};
 use crate::usb::tap::open_tap;
 use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
@@ -84,6 +85,12 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         (_, Some(_)) => return fail("--encap is for --function net", 2),
         (_, None) => {}
     }
+    if a.via == GadgetVia::RawGadget && a.function != GadgetFunction::Net {
+        return fail(
+            "--via raw-gadget is for --function net (xferlab's own network link)",
+            2,
+        );
+    }
     let (vid, pid) = match &a.id {
         None => default_id,
         Some(s) => match parse_vid_pid(s) {
@@ -101,6 +108,9 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
             "setting up a gadget needs root (configfs, mount); run it with sudo",
             1,
         );
+    }
+    if a.via == GadgetVia::RawGadget {
+        return run_raw(a, (vid, pid), interrupts);
     }
     if let Err(e) = check_configfs() {
         return fail(&format!("{e:#}"), 1);
@@ -393,6 +403,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         secs,
         (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
         ifname.as_deref(),
+        None,
     );
     if leftover {
         return fail(&format!("could not remove everything of gadget `{}`; run `xferlab usb gadget --cleanup --name {}`", a.name, a.name), 1);
@@ -411,6 +422,7 @@ fn report(
     secs: f64,
     cpu: (f64, f64),
     ifname: Option<&str>,
+    raw: Option<&raw::RawReport>,
 ) {
     let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
     let dir = |c: &DirCounters| {
@@ -426,8 +438,12 @@ fn report(
         let v = serde_json::json!({
             "schema": "xferlab.usb-gadget/1",
             "function": format!("{:?}", a.function).to_lowercase(),
-            "io": format!("{:?}", a.io).to_lowercase(),
-            "queue": a.queue,
+            // raw-gadget's calls block: one transfer at a time.
+            "io": match a.via {
+                GadgetVia::Functionfs => format!("{:?}", a.io).to_lowercase(),
+                GadgetVia::RawGadget => "sync".into(),
+            },
+            "queue": if raw.is_some() { 1 } else { a.queue },
             "qmult": a.qmult,
             "ifname": ifname,
             "size": a.size,
@@ -446,6 +462,26 @@ fn report(
                 "tx_too_large": net.tx_too_large.load(Relaxed),
                 "rx_decode": *net.decode.lock().unwrap_or_else(|e| e.into_inner()),
                 "tap_drops": net.tap_drops.load(Relaxed),
+                "via": match a.via {
+                    GadgetVia::Functionfs => "functionfs",
+                    GadgetVia::RawGadget => "raw_gadget",
+                },
+                // The device raw-gadget made: what the host asked of it.
+                "raw_gadget": raw.map(|r| serde_json::json!({
+                    "udc": r.udc,
+                    "endpoints": {
+                        "bulk_in": format!("0x{:02x}", r.endpoints.0 | 0x80),
+                        "bulk_out": format!("0x{:02x}", r.endpoints.1),
+                        "notify": format!("0x{:02x}", r.endpoints.2 | 0x80),
+                    },
+                    "host_mac": r.host_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
+                    "control_requests": r.control_requests,
+                    "stalled": r.stalled,
+                    "control_errors": r.control_errors,
+                    "notifications": r.notifications,
+                    "packet_filter": r.packet_filter,
+                    "ntb_in_max": r.ntb_in_max,
+                })),
             })),
         });
         outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
@@ -471,10 +507,103 @@ fn report(
             cpu.1
         );
     }
+    let gone = match raw {
+        Some(r) => format!("raw-gadget device on UDC {} released", r.udc),
+        None => format!("gadget `{}` removed", a.name),
+    };
     if a.json {
-        eprintln!("gadget `{}` removed", a.name);
+        eprintln!("{gone}");
     } else {
-        outln!("gadget `{}` removed", a.name);
+        outln!("{gone}");
+    }
+}
+
+/// `--via raw-gadget`: the link as a device of its own (gadget/raw.rs).
+fn run_raw(a: &GadgetArgs, id: (u16, u16), interrupts: &AtomicU32) -> ExitCode {
+    let Some(encap) = a.encap else {
+        return fail("--function net needs --encap ecm|eem|ncm", 2);
+    };
+    let udc = match pick_udc(a.udc.as_deref()) {
+        Ok(u) => u,
+        Err(e) => return fail(&format!("{e:#}"), 1),
+    };
+    let tap = match open_tap(&a.link.tap, false) {
+        Ok(t) => t,
+        Err(e) => return fail(&format!("{e:#}"), 1),
+    };
+    let link = net_io::Link {
+        encap,
+        limits: net_io::limits(encap, &a.link),
+        crc: a.link.crc,
+        depth: 1,
+        rx_size: a.size as usize,
+    };
+    let shared = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        max_packet: AtomicUsize::new(0),
+        enables: AtomicU64::new(0),
+        input: DirCounters::default(),
+        output: DirCounters::default(),
+    });
+    let net = Arc::new(NetCounters::default());
+    let t0 = Instant::now();
+    let cpu0 = super::process_cpu();
+    let limit = a.time.map(Duration::from_secs_f64);
+    let stop = || interrupts.load(Relaxed) > 0 || limit.is_some_and(|l| t0.elapsed() >= l);
+    let started = |r: &raw::RawReport| {
+        let l = link.limits;
+        let msg = format!(
+            "raw-gadget device {:04x}:{:04x} on UDC {}: CDC-{} link, TAP {} <-> bulk IN 0x{:02x}/OUT 0x{:02x}, \
+             x{} frames per IN transfer (at most {} B), {} us coalescing, {} B OUT reads, one transfer in flight \
+             per direction{}",
+            id.0,
+            id.1,
+            r.udc,
+            encap.label().to_uppercase(),
+            a.link.tap,
+            r.endpoints.0 | 0x80,
+            r.endpoints.1,
+            l.max_frames,
+            l.max_transfer,
+            a.link.coalesce_us,
+            a.size,
+            a.time
+                .map(|t| format!(", for {t} s"))
+                .unwrap_or_else(|| ", until Ctrl-C".into())
+        );
+        if a.json {
+            eprintln!("{msg}");
+        } else {
+            outln!("{msg}");
+            let _ = io::stdout().flush();
+        }
+    };
+    let device = raw::Device {
+        udc: &udc,
+        id,
+        serial: &a.serial,
+    };
+    let served = raw::serve(device, tap, link, &shared, &net, &stop, &started);
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu1 = super::process_cpu();
+    match served {
+        Ok(r) => {
+            report(
+                a,
+                &shared,
+                &net,
+                secs,
+                (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
+                None,
+                Some(&r),
+            );
+            if interrupts.load(Relaxed) > 0 {
+                ExitCode::from(130)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => fail(&format!("{e:#}"), 1),
     }
 }
 

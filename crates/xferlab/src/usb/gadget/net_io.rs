@@ -32,6 +32,7 @@ use crate::cli::usb::LinkOpts;
 use crate::sys::clock;
 use crate::usb::aio;
 use crate::usb::tap::FRAME_MAX;
+use xferlab_core::time::Time;
 
 /// cdc_eem's receive URB: usbnet's hard_mtu, MTU 1500 + Ethernet header
 /// (14) + EEM header (2) + CRC (4) + VLAN tag (4). A longer IN transfer
@@ -223,20 +224,9 @@ fn tx_with<F: Framing>(
         // Read what is there; each read() is one frame.
         while in_flight < depth {
             let Ok(n) = tap.read(&mut frame) else { break };
-            let t = clock::now();
-            let mut pushed = co.push(t, &frame[..n]);
-            if pushed == Push::Full {
-                if let Some(tr) = co.poll_transfer(t) {
-                    submit(&mut slots, &ep, &mut co, &mut in_flight, tr, s, c);
-                }
-                pushed = co.push(t, &frame[..n]);
-            }
-            if pushed == Push::TooLarge {
-                c.tx_too_large.fetch_add(1, Relaxed);
-            }
-            if let Some(tr) = co.poll_transfer(t) {
-                submit(&mut slots, &ep, &mut co, &mut in_flight, tr, s, c);
-            }
+            push_frame(&mut co, clock::now(), &frame[..n], c, &mut |co, tr| {
+                submit(&mut slots, &ep, co, &mut in_flight, tr, s, c)
+            });
         }
         if in_flight < depth {
             if let Some(tr) = co.poll_transfer(clock::now()) {
@@ -288,6 +278,35 @@ fn submit<F: Framing>(
             s.input.errors.fetch_add(1, Relaxed);
         }
     }
+    count_sent(s, c, len, frames);
+}
+
+/// Packs one frame read from the TAP, handing each transfer it closes to
+/// `send` (a full transfer first, then the one the frame closes at once).
+pub fn push_frame<F: Framing>(
+    co: &mut Coalescer<F>,
+    t: Time,
+    frame: &[u8],
+    c: &NetCounters,
+    send: &mut impl FnMut(&mut Coalescer<F>, Transfer),
+) {
+    let mut pushed = co.push(t, frame);
+    if pushed == Push::Full {
+        if let Some(tr) = co.poll_transfer(t) {
+            send(co, tr);
+        }
+        pushed = co.push(t, frame);
+    }
+    if pushed == Push::TooLarge {
+        c.tx_too_large.fetch_add(1, Relaxed);
+    }
+    if let Some(tr) = co.poll_transfer(t) {
+        send(co, tr);
+    }
+}
+
+/// Counts an IN transfer handed to the device controller.
+pub fn count_sent(s: &Shared, c: &NetCounters, len: usize, frames: usize) {
     s.input.transfers.fetch_add(1, Relaxed);
     s.input.bytes.fetch_add(len as u64, Relaxed);
     c.tx_frames.fetch_add(frames as u64, Relaxed);
