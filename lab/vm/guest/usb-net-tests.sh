@@ -134,11 +134,11 @@ done
 
 # The same gadget side as a device of its own through raw-gadget (the
 # module is built out of tree: lab/vm/build-raw-gadget), announcing real
-# CDC interfaces: the kernel's cdc_ncm and cdc_ether hosts drive the
-# other end. Then SIGKILL: nothing is left, not even a configfs gadget.
+# CDC interfaces: the kernel's cdc_ncm, cdc_eem and cdc_ether hosts drive
+# the other end. Then SIGKILL: nothing is left, not even a configfs gadget.
 if [ -e /work/raw_gadget.ko ] && insmod /work/raw_gadget.ko; then
     VIA=raw-gadget
-    for cn in ${RAW:-ncm:8 ecm:1}; do
+    for cn in ${RAW:-ncm:8 eem:6 ecm:1}; do
         c=${cn%%:*}; nf=${cn##*:}
         echo "== raw-$c-$nf-start =="
         own_gadget_up $c $nf kernel || {
@@ -149,13 +149,13 @@ if [ -e /work/raw_gadget.ko ] && insmod /work/raw_gadget.ko; then
         KNOBS="--knob class=$c --knob side=xferlab-raw-gadget --knob host=kernel --knob frames_per_transfer=$nf"
         measure $c raw-$nf-fwd
         measure $c raw-$nf-bidir --bidir
-        if [ $c = ncm ]; then
+        if [ $c = ecm ]; then
+            echo "== raw-$c-$nf-kill =="
+            own_gadget_down kill
+        else
             echo "== raw-$c-$nf-gadget =="
             own_gadget_down
             cat /tmp/og.json
-        else
-            echo "== raw-$c-$nf-kill =="
-            own_gadget_down kill
         fi
     done
     VIA=

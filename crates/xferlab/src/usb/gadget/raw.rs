@@ -297,7 +297,8 @@ pub fn serve(
             Box::new(move || rx_loop(&raw, tap_rx, link, &s, &c, &h)),
         )?);
     }
-    {
+    // EEM has no notifications.
+    if let Some(notes) = notes {
         let (raw, s, h, n) = (raw.clone(), s.clone(), h.clone(), notifications.clone());
         threads.push(spawn(
             "raw-notify",
@@ -366,8 +367,14 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
     while !s.stop.load(Relaxed) {
         ev[4..8].copy_from_slice(&8u32.to_ne_bytes());
         ev[..4].copy_from_slice(&0u32.to_ne_bytes());
-        if raw.ioctl(EVENT_FETCH, ev.as_mut_ptr()).is_err() {
-            // EINTR: a wake-up (stop) or a stray signal.
+        if let Err(e) = raw.ioctl(EVENT_FETCH, ev.as_mut_ptr()) {
+            // EINTR is a wake-up (stop) or a stray signal; anything else
+            // (raw-gadget's queue overflowed and it gave up) is counted,
+            // and not spun on.
+            if e.raw_os_error() != Some(libc::EINTR) {
+                st.lock().unwrap_or_else(|e| e.into_inner()).errors += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
             continue;
         }
         let kind = u32::from_ne_bytes([ev[0], ev[1], ev[2], ev[3]]);
@@ -414,7 +421,14 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
         let r = match reply {
             Reply::Send(b) if setup.length > 0 => {
                 data[IO_HEADER..IO_HEADER + b.len()].copy_from_slice(&b);
-                raw.io(EP0_WRITE, 0, 0, &mut data[..IO_HEADER + b.len()])
+                // Shorter than asked: a packet-sized reply must end with a
+                // zero-length packet, or the host waits for more.
+                let zlp = if b.len() < usize::from(setup.length) {
+                    IO_FLAGS_ZERO
+                } else {
+                    0
+                };
+                raw.io(EP0_WRITE, 0, zlp, &mut data[..IO_HEADER + b.len()])
             }
             Reply::Send(_) => raw.io(EP0_READ, 0, 0, &mut data[..IO_HEADER]),
             Reply::Receive(n) => {
@@ -571,9 +585,7 @@ fn rx_loop(raw: &Raw, mut tap: File, l: Link, s: &Shared, c: &NetCounters, h: &H
 /// selects the data path; cdc_ether and cdc_ncm keep the carrier off
 /// until the connection notification, which they read once the host's
 /// interface is up.
-fn notify_loop(raw: &Raw, notes: Option<[Vec<u8>; 2]>, s: &Shared, h: &Handles, sent: &AtomicU64) {
-    // EEM has no notifications.
-    let Some(notes) = notes else { return };
+fn notify_loop(raw: &Raw, notes: [Vec<u8>; 2], s: &Shared, h: &Handles, sent: &AtomicU64) {
     let mut done = 0u64;
     let mut buf = [0u8; IO_HEADER + 16];
     while !s.stop.load(Relaxed) {
