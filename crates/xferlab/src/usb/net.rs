@@ -27,8 +27,8 @@ use xferlab_core::usb::net::{
     decoder, default_depth,
     gro::{GroStats, Merger},
     gso::Segmenter,
-    BusSpeed, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing, InDepth, Limits,
-    NcmFraming, NtbParams, Push, MAX_DEPTH,
+    BusSpeed, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing, Limits, NcmFraming,
+    NtbParams, Push, MAX_DEPTH,
 };
 
 use super::device;
@@ -139,7 +139,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         Encap::Ecm | Encap::Eem => FRAME_MAX,
         Encap::Ncm => rx_size,
     };
-    let mut depth = Depth::of(a.depth, info.speed(), limits.max_transfer, in_typical);
+    let depth = Depth::of(a.depth, info.speed(), limits.max_transfer, in_typical);
     // Slots 0..depth.out are OUT URBs, the rest IN URBs.
     let slots: Vec<(u8, usize)> =
         std::iter::repeat_n((ep_out.address, limits.max_transfer), depth.out)
@@ -186,11 +186,6 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         gro: Merger::default(),
         rx_size,
         c: Counters::default(),
-        // -Q fixes the depth; by default the IN queue follows the load.
-        in_depth: (!depth.from_flag).then(|| InDepth::new(depth.inn)),
-        in_flight: 0,
-        parked: Vec::with_capacity(depth.inn),
-        in_reaped: 0,
     };
     let mut c = std::thread::scope(|scope| {
         let (sh, stop) = (&sh, &stop);
@@ -227,7 +222,6 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    depth.in_mean = rx.in_depth.map(|d| d.mean());
     report(a, &depth, layout, &c, rx.dec.stats(), &rx.gro.stats, secs);
     Ok(())
 }
@@ -238,8 +232,6 @@ struct Depth {
     out: usize,
     inn: usize,
     from_flag: bool,
-    /// The mean IN queue the run kept (without -Q: it follows the load).
-    in_mean: Option<f64>,
 }
 
 impl Depth {
@@ -254,7 +246,6 @@ impl Depth {
                 out: q,
                 inn: q,
                 from_flag: true,
-                in_mean: None,
             };
         }
         let speed = match speed {
@@ -266,7 +257,6 @@ impl Depth {
             out: default_depth(speed, out_bytes),
             inn: default_depth(speed, in_bytes),
             from_flag: false,
-            in_mean: None,
         }
     }
 }
@@ -322,14 +312,6 @@ struct Rx {
     gro: Merger,
     rx_size: usize,
     c: Counters,
-    /// How many IN URBs to keep queued (None: all, `-Q`).
-    in_depth: Option<InDepth>,
-    /// IN URBs submitted and not yet reaped.
-    in_flight: usize,
-    /// IN slots held back while the target is below the depth.
-    parked: Vec<usize>,
-    /// IN URBs reaped so far.
-    in_reaped: u64,
 }
 
 /// OUT slots not in flight: a bit per slot. Only the sending thread takes
@@ -524,7 +506,6 @@ impl Shared<'_> {
     /// sleep.
     fn reap_all(&self, r: &mut Rx) {
         let mut returned = false;
-        let in_before = r.in_reaped;
         loop {
             match self.urbs.reap() {
                 Ok(Some(done)) if done.slot < self.out_slots => {
@@ -549,14 +530,6 @@ impl Shared<'_> {
         if returned && self.tx_waiting.load(SeqCst) {
             self.wake();
         }
-        if let Some(d) = &mut r.in_depth {
-            let done = (r.in_reaped - in_before) as usize;
-            let target = d.after_pass(done);
-            while r.in_flight < target && !self.gone.load(Relaxed) {
-                let Some(slot) = r.parked.pop() else { break };
-                self.submit_in(r, slot);
-            }
-        }
         let (tap, c) = (self.tap, &mut r.c);
         r.gro.flush(&mut |h, f| {
             if write_vnet(tap, h, f).is_err() {
@@ -566,8 +539,6 @@ impl Shared<'_> {
     }
 
     fn received(&self, r: &mut Rx, done: Completion) {
-        r.in_flight -= 1;
-        r.in_reaped += 1;
         if done.errno == 0 {
             r.c.rx_transfers += 1;
             r.c.rx_bytes += done.len as u64;
@@ -587,12 +558,7 @@ impl Shared<'_> {
                 self.gone.store(true, SeqCst);
             }
         }
-        if self.gone.load(Relaxed) {
-            return;
-        }
-        if r.in_depth.is_some_and(|d| r.in_flight >= d.target()) {
-            r.parked.push(done.slot);
-        } else {
+        if !self.gone.load(Relaxed) {
             self.submit_in(r, done.slot);
         }
     }
@@ -600,15 +566,10 @@ impl Shared<'_> {
     fn submit_in(&self, r: &mut Rx, slot: usize) {
         // SAFETY: IN slots belong to this thread whenever they are not
         // in flight: at the start, and once reaped.
-        match unsafe { self.urbs.submit(slot, r.rx_size, false) } {
-            Ok(()) => r.in_flight += 1,
-            Err(e) => {
-                r.c.rx_errors += 1;
-                if e.raw_os_error().is_some_and(is_gone) {
-                    self.gone.store(true, SeqCst);
-                }
-                // Tried again when the queue next grows.
-                r.parked.push(slot);
+        if let Err(e) = unsafe { self.urbs.submit(slot, r.rx_size, false) } {
+            r.c.rx_errors += 1;
+            if e.raw_os_error().is_some_and(is_gone) {
+                self.gone.store(true, SeqCst);
             }
         }
     }
@@ -654,9 +615,6 @@ fn report(
             "out": depth.out,
             "in": depth.inn,
             "from": if depth.from_flag { "flag" } else { "usbnet_queue_memory" },
-            // Without -Q the IN queue follows the load (core InDepth),
-            // between its floor and `in`: the mean it kept.
-            "in_mean": depth.in_mean,
         },
         // Where the URBs' buffers are (usb/usbfs.rs): "heap" costs a copy
         // in usbfs per transfer.

@@ -146,78 +146,6 @@ pub fn default_depth(speed: BusSpeed, transfer_bytes: usize) -> usize {
 /// The most transfers one direction of a link keeps in flight.
 pub const MAX_DEPTH: usize = 256;
 
-/// How many IN transfers a host-side link keeps queued, following what
-/// the device sends: after each pass that reaped `done` IN transfers, the
-/// target is at least twice that plus [`InDepth::FLOOR`] (so the queue
-/// does not run dry before the next pass), grows to it at once and
-/// shrinks by one a pass, between the floor and the link's depth.
-///
-/// Why not always the depth: a queued IN transfer is not free while the
-/// device has nothing to send. On the lab VM's dummy_hcd every queued URB
-/// is walked on every 125 us timer tick, and with 60 IN URBs queued
-/// against a stream that sends only ACKs back, the own ECM link moved
-/// 21.9 MB/s against 25.8 with 4 queued (one stream; both ways, where IN
-/// carries data, 60 moved 29.6 against 22.5 with 4; two threads, three
-/// rounds in one boot, 2026-11-25). A real host controller also keeps
-/// polling queued IN endpoints. Following the load is meant to take the
-/// better of the two in each case. Measured against the fixed 60 in one
-/// boot (`bench/usb-net-vs-kernel --rounds 6 --classes ecm --variant
-/// 'q60=-Q 60'`, Zen 3 host, 2026-11-27), medians of 6 against the kernel
-/// ECM link: one stream 0.82x (fixed: 0.81x), both ways 0.72x (0.65x);
-/// the queue's mean over both runs was 25. Run-to-run spread under TCG
-/// is +-30 % per run, so only the medians of rounds in one boot compare.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct InDepth {
-    max: usize,
-    target: usize,
-    /// Sum of the targets after each pass, and the passes (the report's mean).
-    sum: u64,
-    passes: u64,
-}
-
-impl InDepth {
-    /// IN transfers always kept queued (at most the link's depth).
-    pub const FLOOR: usize = 4;
-
-    /// A controller for a link of `max` IN transfers; it starts full.
-    pub fn new(max: usize) -> InDepth {
-        InDepth {
-            max: max.max(1),
-            target: max.max(1),
-            sum: 0,
-            passes: 0,
-        }
-    }
-
-    /// IN transfers to keep queued now.
-    pub fn target(&self) -> usize {
-        self.target
-    }
-
-    /// A pass reaped `done` IN transfers: the new target.
-    pub fn after_pass(&mut self, done: usize) -> usize {
-        let floor = Self::FLOOR.min(self.max);
-        let need = (2 * done + Self::FLOOR).clamp(floor, self.max);
-        self.target = if need >= self.target {
-            need
-        } else {
-            (self.target - 1).max(need)
-        };
-        self.sum += self.target as u64;
-        self.passes += 1;
-        self.target
-    }
-
-    /// The mean target over the passes so far.
-    pub fn mean(&self) -> f64 {
-        if self.passes == 0 {
-            self.target as f64
-        } else {
-            self.sum as f64 / self.passes as f64
-        }
-    }
-}
-
 /// A device's bus speed, as the queue-depth rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BusSpeed {
@@ -250,34 +178,5 @@ mod tests {
         assert_eq!(default_depth(BusSpeed::Super, 16384), 27);
         assert_eq!(default_depth(BusSpeed::LowFull, 64), 4);
         assert_eq!(default_depth(BusSpeed::High, 0), MAX_DEPTH);
-    }
-
-    #[test]
-    fn in_depth_grows_at_once_shrinks_by_one_and_stays_within_floor_and_max() {
-        let mut d = InDepth::new(60);
-        assert_eq!(d.target(), 60);
-        // ACKs only: one or two a pass, the queue shrinks one a pass.
-        for k in 0..100 {
-            let t = d.after_pass(1 + k % 2);
-            assert!(t >= InDepth::FLOOR + 2);
-        }
-        assert_eq!(
-            d.target(),
-            2 * 2 + InDepth::FLOOR,
-            "settles at twice the largest pass"
-        );
-        // Data arrives: 20 in one pass, and the queue is 44 at once.
-        assert_eq!(d.after_pass(20), 44);
-        assert_eq!(d.after_pass(50), 60, "never past the link's depth");
-        assert_eq!(d.after_pass(0), 59);
-        for _ in 0..100 {
-            d.after_pass(0);
-        }
-        assert_eq!(d.target(), InDepth::FLOOR);
-        assert!(d.mean() > InDepth::FLOOR as f64 && d.mean() < 60.0);
-        // A link shallower than the floor keeps its depth.
-        let mut small = InDepth::new(2);
-        assert_eq!(small.after_pass(0), 2);
-        assert_eq!(small.after_pass(9), 2);
     }
 }
