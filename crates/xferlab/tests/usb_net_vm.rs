@@ -331,14 +331,15 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             "usb net exits cleanly on SIGINT: {net}"
         );
         let v = json_block(net);
-        // No -Q: as many transfers in flight as usbnet queues at high
-        // speed (60 x 1518 bytes per direction), by each one's size.
+        // No -Q: as many transfers in flight as hold twice what usbnet
+        // queues at high speed (60 x 1518 bytes per direction), by each
+        // one's size.
         let (out_depth, in_depth) = match class {
-            "ecm" => (60, 60),
-            "eem" => (59, 60),
-            _ => (5, 5),
+            "ecm" => (120, 120),
+            "eem" => (118, 120),
+            _ => (11, 11),
         };
-        assert_eq!(v["depth"]["from"], "usbnet_queue_memory", "{v}");
+        assert_eq!(v["depth"]["from"], "twice_usbnet_queue_memory", "{v}");
         assert_eq!(v["depth"]["out"], out_depth, "{class}: {v}");
         assert_eq!(v["depth"]["in"], in_depth, "{class}: {v}");
         assert!(v["tx"]["frames"].as_u64().unwrap() > 0, "{v}");

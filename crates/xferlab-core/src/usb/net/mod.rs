@@ -123,18 +123,32 @@ pub fn count_frames(encap: Encap, transfer: &[u8]) -> Option<(u32, u64)> {
 }
 
 /// Transfers a link end keeps in flight in one direction when the user
-/// does not say (`-Q`): as many as hold the bytes Linux's usbnet keeps
-/// queued per direction for a device of this speed (usbnet.c's
+/// does not say (`-Q`): as many as hold twice the bytes Linux's usbnet
+/// keeps queued per direction for a device of this speed (usbnet.c's
 /// `MAX_QUEUE_MEMORY`, 60 full frames of 1518 B, "about 1 ms" of a
 /// high-speed bus, five times that at SuperSpeed; 4 transfers at full and
 /// low speed), so that the pipe stays busy while the thread that refills it
-/// sleeps. Depth, not the link's CPU cost, set the own ECM link's speed in
-/// the lab VM: -Q 8, 32 and 64 moved 0.53x, 0.82x and 0.88x the kernel's
-/// cdc_ether link (TCP, one stream, two rounds in one boot, 2026-11-25);
-/// at 1514-byte transfers this rule gives 60. At least 2, at most
+/// sleeps. Twice, because a user-space link end takes longer than usbnet
+/// to turn a completed transfer around (a reap, a wake-up, a resubmission
+/// through usbfs), and by Little's law it needs that much more in flight
+/// for the same rate. Depth, not the link's CPU cost, sets the own ECM
+/// link's speed in the lab VM. Against the kernel's cdc_ether link, TCP,
+/// medians of rounds in one boot (`bench/usb-net-vs-kernel --classes ecm
+/// --variant 'q128=-Q 128' --variant 'q24=-Q 24'`), one stream / both ways:
+///
+/// | in flight | 2026-11-25, Zen 4, 3 s, 2 rounds | 2026-11-27, Zen 3, 5 s, 6 rounds |
+/// |---|---|---|
+/// | 8 | 0.53 | |
+/// | 24 | | 0.46 / 0.52 |
+/// | 32 | 0.82 | |
+/// | 60 (usbnet's) | 0.76 | 0.65 / 0.70 |
+/// | 64 | 0.88 | |
+/// | 128 | 1.04, 0.77 | 0.83 / 0.82 |
+///
+/// At 1514-byte transfers this rule gives 120. At least 2, at most
 /// [`MAX_DEPTH`].
 pub fn default_depth(speed: BusSpeed, transfer_bytes: usize) -> usize {
-    const QUEUE_MEMORY: usize = 60 * 1518;
+    const QUEUE_MEMORY: usize = 2 * 60 * 1518;
     let bytes = match speed {
         BusSpeed::LowFull => return 4,
         BusSpeed::High => QUEUE_MEMORY,
@@ -166,16 +180,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_depth_holds_usbnets_queue_memory_per_direction() {
-        // ECM's 1514-byte frames (1536 B IN buffers): usbnet's 60.
-        assert_eq!(default_depth(BusSpeed::High, 1514), 60);
-        assert_eq!(default_depth(BusSpeed::High, 1536), 59);
-        // NCM's 16 KiB NTBs: what cdc_ncm queues at tx_max 16384.
-        assert_eq!(default_depth(BusSpeed::High, 16384), 5);
+    fn default_depth_holds_twice_usbnets_queue_memory_per_direction() {
+        // ECM's 1514-byte frames (1536 B IN buffers): twice usbnet's 60.
+        assert_eq!(default_depth(BusSpeed::High, 1514), 120);
+        assert_eq!(default_depth(BusSpeed::High, 1536), 118);
+        // NCM's 16 KiB NTBs: twice what cdc_ncm queues at tx_max 16384.
+        assert_eq!(default_depth(BusSpeed::High, 16384), 11);
         // Larger transfers than the queue memory still keep two in flight.
         assert_eq!(default_depth(BusSpeed::High, 1 << 20), 2);
         assert_eq!(default_depth(BusSpeed::Super, 1514), MAX_DEPTH);
-        assert_eq!(default_depth(BusSpeed::Super, 16384), 27);
+        assert_eq!(default_depth(BusSpeed::Super, 16384), 55);
         assert_eq!(default_depth(BusSpeed::LowFull, 64), 4);
         assert_eq!(default_depth(BusSpeed::High, 0), MAX_DEPTH);
     }

@@ -416,8 +416,7 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
         } else if change.is_some() {
             s.max_packet.store(0, Relaxed);
         }
-        let mut counts = st.lock().unwrap_or_else(|e| e.into_inner());
-        counts.requests += 1;
+        let stalled = reply == Reply::Stall;
         let r = match reply {
             Reply::Send(b) if setup.length > 0 => {
                 data[IO_HEADER..IO_HEADER + b.len()].copy_from_slice(&b);
@@ -440,11 +439,14 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
                 }
                 r
             }
-            Reply::Stall => {
-                counts.stalled += 1;
-                raw.ioctl(EP0_STALL, std::ptr::null_mut())
-            }
+            Reply::Stall => raw.ioctl(EP0_STALL, std::ptr::null_mut()),
         };
+        // Counted after the call: the report reads these once the
+        // threads are stopped, and a thread still blocked in a call when
+        // the run gives up on it must not hold the lock.
+        let mut counts = st.lock().unwrap_or_else(|e| e.into_inner());
+        counts.requests += 1;
+        counts.stalled += u64::from(stalled);
         counts.packet_filter = dev.packet_filter;
         if r.is_err() && !s.stop.load(Relaxed) {
             counts.errors += 1;
