@@ -165,7 +165,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         a.link.coalesce_us,
         depth.out,
         depth.inn,
-        if depth.from_flag { " (-Q)" } else {  " (twice usbnet's queue at this speed)" },
+        if depth.from_flag { " (-Q)" } else { " (twice usbnet's queue at this speed)" },
     ));
     let t0 = Instant::now();
     let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
