@@ -53,9 +53,9 @@ pub struct NetArgs {
     /// Framing on the bulk pipes.
     #[arg(long, value_parser = parse_encap)]
     pub encap: xferlab_core::usb::net::Encap,
-    /// Transfers in flight per direction (default: as many as hold the
-    /// bytes Linux's usbnet keeps queued at the device's speed, 60 x 1518
-    /// at high speed: 60 ECM frames, 5 NCM NTBs of 16 KiB).
+    /// Transfers in flight per direction (default: as many as hold twice
+    /// the bytes Linux's usbnet keeps queued at the device's speed, 2 x 60
+    /// x 1518 at high speed: 120 ECM frames, 11 NCM NTBs of 16 KiB).
     #[arg(short = 'Q', long)]
     pub depth: Option<usize>,
     #[command(flatten)]
