@@ -63,7 +63,7 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     let g = repo_root().join("lab/vm/guest");
     let add1 = format!("{}:/work/usb.sh", g.join("usb.sh").display());
     let add2 = format!("{}:/work/usb-net.sh", g.join("usb-net.sh").display());
-    let add3 = format!("{}:/work/raw_gadget.ko", build_raw_gadget());
+    let add3 = format!("{}:/work/raw_gadget.ko", lab_build("build-raw-gadget"));
     let r = run_vm(
         &[
             "--extra-modules",
@@ -528,18 +528,4 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     .ok();
     assert_eq!(field(section(&r.out, "leftover"), "gadgets"), Some("0"));
     assert_no_qemu_left();
-}
-
-/// raw-gadget for the lab VM's kernel, built out of tree (cached; Debian
-/// does not build it): lab/vm/build-raw-gadget.
-fn build_raw_gadget() -> String {
-    let out = std::process::Command::new(repo_root().join("lab/vm/build-raw-gadget"))
-        .output()
-        .expect("run lab/vm/build-raw-gadget");
-    assert!(
-        out.status.success(),
-        "building raw_gadget.ko failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }

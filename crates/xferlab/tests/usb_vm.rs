@@ -56,7 +56,7 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-host-tests.sh")).unwrap();
     let usb_sh = repo_root().join("lab/vm/guest/usb.sh");
     let add = format!("{}:/work/usb.sh", usb_sh.display());
-    let testusb = build_testusb();
+    let testusb = lab_build("build-testusb");
     let add_testusb = format!("{testusb}:/work/testusb");
     let r = run_vm(
         &[
@@ -343,19 +343,6 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
         1024
     );
     assert_no_qemu_left();
-}
-
-/// The kernel's testusb, built statically from Debian's linux-source-6.1 (cached).
-fn build_testusb() -> String {
-    let out = std::process::Command::new(repo_root().join("lab/vm/build-testusb"))
-        .output()
-        .expect("run lab/vm/build-testusb");
-    assert!(
-        out.status.success(),
-        "building testusb failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 fn faults<'a>(v: &'a Value, trial: usize, dir: &str, kind: &str) -> &'a Value {

@@ -156,3 +156,17 @@ fn is_descendant(proc_dir: &std::path::Path, ancestor: u32) -> bool {
     }
     false
 }
+
+/// Runs one of lab/vm's build scripts (cached builds for the guest:
+/// build-testusb, build-raw-gadget) and returns the path it prints.
+pub fn lab_build(script: &str) -> String {
+    let out = Command::new(repo_root().join("lab/vm").join(script))
+        .output()
+        .unwrap_or_else(|e| panic!("run lab/vm/{script}: {e}"));
+    assert!(
+        out.status.success(),
+        "lab/vm/{script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}

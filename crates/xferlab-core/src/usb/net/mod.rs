@@ -141,9 +141,14 @@ pub fn count_frames(encap: Encap, transfer: &[u8]) -> Option<(u32, u64)> {
 /// | 8 | 0.53 | |
 /// | 24 | | 0.46 / 0.52 |
 /// | 32 | 0.82 | |
-/// | 60 (usbnet's) | 0.76 | 0.65 / 0.70 |
+/// | 60 (usbnet's) | 0.76 | 0.65 / 0.70 (*) |
 /// | 64 | 0.88 | |
 /// | 128 | 1.04, 0.77 | 0.83 / 0.82 |
+///
+/// (*) That row's default was an IN queue that followed the load up to 60
+/// (tried and not kept); a fixed 60 against this rule's 120 in one boot
+/// (8 rounds of 5 s, `--variant 'q60=-Q 60'`): 0.73 / 0.62 against
+/// 0.77 / 0.78.
 ///
 /// At 1514-byte transfers this rule gives 120. At least 2, at most
 /// [`MAX_DEPTH`].

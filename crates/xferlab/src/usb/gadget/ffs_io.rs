@@ -35,6 +35,7 @@ pub struct DirCounters {
     pub pattern_errors: AtomicU64,
 }
 
+#[derive(Default)]
 pub struct Shared {
     pub stop: AtomicBool,
     /// Max packet size while the function is enabled; 0 while it is not.

@@ -20,7 +20,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -147,13 +147,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         mount: None,
         bound: false,
     };
-    let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        max_packet: AtomicUsize::new(0),
-        enables: AtomicU64::new(0),
-        input: DirCounters::default(),
-        output: DirCounters::default(),
-    });
+    let shared = Arc::new(Shared::default());
     let net = Arc::new(NetCounters::default());
     let mut threads = Vec::new();
     let setup = (|| -> anyhow::Result<()> {
@@ -538,13 +532,7 @@ fn run_raw(a: &GadgetArgs, id: (u16, u16), interrupts: &AtomicU32) -> ExitCode {
         depth: 1,
         rx_size: a.size as usize,
     };
-    let shared = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        max_packet: AtomicUsize::new(0),
-        enables: AtomicU64::new(0),
-        input: DirCounters::default(),
-        output: DirCounters::default(),
-    });
+    let shared = Arc::new(Shared::default());
     let net = Arc::new(NetCounters::default());
     let t0 = Instant::now();
     let cpu0 = super::process_cpu();
