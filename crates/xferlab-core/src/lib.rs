@@ -28,6 +28,7 @@ pub mod run;
 #[cfg(any(test, feature = "sample"))]
 pub mod sample;
 pub mod spec;
+pub mod steal;
 pub mod time;
 pub mod transport;
 pub mod units;

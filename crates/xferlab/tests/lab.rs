@@ -97,38 +97,42 @@ fn binomial99(n: f64, p: f64) -> (f64, f64) {
 #[test]
 fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
     let _turn = one_at_a_time();
-    let (v, out) = lab_json(
-        &[
-            "--rate",
-            "100M",
-            "--delay",
-            "10ms",
-            "--allow-invalid",
-            "stream",
-            "-t",
-            "3",
-            "-O",
-            "1",
-            "-J",
-        ],
-        4.0,
-    );
-    assert_ok(&v);
-    // IPv4 + TCP with timestamps: 1448 payload bytes per 1500-byte packet.
-    let ideal = 100e6 * 1448.0 / 1500.0;
-    let goodput = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
-    assert!(
-        (goodput / ideal - 1.0).abs() <= 0.05,
-        "goodput {:.2} Mbit/s, ideal {:.2} Mbit/s\n{}",
-        goodput / 1e6,
-        ideal / 1e6,
-        out.describe()
-    );
-    let rtt = f64_at(&v, "/lab/accuracy/rtt_probe/median_us");
-    assert!(
-        (rtt - 20_000.0).abs() <= 1000.0,
-        "probe RTT {rtt} us, configured 20 ms"
-    );
+    let v = unless_the_host_took_the_time(|| {
+        let (v, out) = lab_json(
+            &[
+                "--rate",
+                "100M",
+                "--delay",
+                "10ms",
+                "--allow-invalid",
+                "stream",
+                "-t",
+                "3",
+                "-O",
+                "1",
+                "-J",
+            ],
+            4.0,
+        );
+        assert_ok(&v);
+        // IPv4 + TCP with timestamps: 1448 payload bytes per 1500-byte packet.
+        let ideal = 100e6 * 1448.0 / 1500.0;
+        let goodput = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
+        let rtt = f64_at(&v, "/lab/accuracy/rtt_probe/median_us");
+        let failed = if (goodput / ideal - 1.0).abs() > 0.05 {
+            Some(format!(
+                "goodput {:.2} Mbit/s, ideal {:.2} Mbit/s\n{}",
+                goodput / 1e6,
+                ideal / 1e6,
+                out.describe()
+            ))
+        } else if (rtt - 20_000.0).abs() > 1000.0 {
+            Some(format!("probe RTT {rtt} us, configured 20 ms"))
+        } else {
+            None
+        };
+        (v, failed)
+    });
     // The shaper's own account: busy windows at the configured rate. A
     // bulk TCP flow that reaches the goodput above keeps the link busy for
     // whole seconds (2 or 3 windows in each of 5 runs), so there are some.
@@ -149,7 +153,7 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
             "buffer_exhausted",
             "write_errors",
         ] {
-            assert_eq!(u[k], 0, "{dir} {k}\n{}", out.describe());
+            assert_eq!(u[k], 0, "{dir} {k}\n{}", v["lab"]["accuracy"]);
         }
     }
     // The busy-wait was chosen from this machine's timer (--spin-us auto):
@@ -164,11 +168,13 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
         spin.is_multiple_of(10) && spin <= 200 && (spin == 200 || spin as f64 >= p99),
         "spin {spin} us for a p99 wake-up of {p99} us"
     );
+    let goodput = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
+    let rtt = f64_at(&v, "/lab/accuracy/rtt_probe/median_us");
     eprintln!(
         "goodput {:.2} Mbit/s (ideal {:.2}), probe RTT {:.0} us, c2s lateness p50/p99 {}/{} us, \
          spin {spin} us (timer wake-ups p50 {} p99 {p99} us)",
         goodput / 1e6,
-        ideal / 1e6,
+        100e6 * 1448.0 / 1500.0 / 1e6,
         rtt,
         acc["lateness_p50_us"],
         acc["lateness_p99_us"],
@@ -809,23 +815,26 @@ fn usb_link_eem_packing_beats_one_frame_per_transfer_as_the_model_predicts() {
             5.0,
         );
         assert_ok(&v);
-        // Every self-check but departure lateness must hold. Lateness is
-        // the host's timer: on a Firecracker guest (2026-11-27) four runs
-        // back to back calibrated timer wake-ups at p99 89, 765, 1315 and
-        // 2505 us and departed p99 0.26-5.2 ms late, while EEM x6 goodput
-        // stayed within 173.3-174.6 Mbit/s; the ratio below is the claim.
+        // Every self-check but departure lateness (and the host's share
+        // of the blame for it) must hold. Lateness is the host's timer: on
+        // a Firecracker guest (2026-11-27) four runs back to back
+        // calibrated timer wake-ups at p99 89, 765, 1315 and 2505 us and
+        // departed p99 0.26-5.2 ms late, while EEM x6 goodput stayed
+        // within 173.3-174.6 Mbit/s; the ratio below is the claim.
         let others: Vec<&Value> = v["lab"]["accuracy"]["violations"]
             .as_array()
             .expect("violations")
             .iter()
-            .filter(|m| !m.as_str().is_some_and(|m| m.contains("departure lateness")))
+            .filter(|m| {
+                !m.as_str()
+                    .is_some_and(|m| m.contains("departure lateness") || m.starts_with("host:"))
+            })
             .collect();
         assert!(others.is_empty(), "{others:?}\n{}", out.describe());
         assert!(str_at(&v, "/lab/c2s/usb/class").eq_ignore_ascii_case(&link[3..6]));
-        f64_at(&v, "/summary/directions/0/receiver/bits_per_second")
+        let bps = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
+        (bps, v)
     };
-    let ecm = goodput("hs:ecm");
-    let eem6 = goodput("hs:eem:6");
     // The model's account (profile study4, 1500-byte MTU, delayed ACKs):
     // ECM moves 2 segments per two 1514-byte OUT transfers and one ACK IN
     // transfer; EEM x6 moves 6 per one 9120-byte OUT transfer and (its ACKs
@@ -833,11 +842,19 @@ fn usb_link_eem_packing_beats_one_frame_per_transfer_as_the_model_predicts() {
     let ecm_cycle = 2.0 * usb_transfer_us("1536", "out") + usb_transfer_us("512", "in");
     let eem_cycle = usb_transfer_us("9216", "out") + usb_transfer_us("512", "in");
     let predicted = (2.0 / ecm_cycle) / (6.0 / eem_cycle);
-    let measured = ecm / eem6;
-    assert!(
-        (measured / predicted - 1.0).abs() < 0.2,
-        "ECM/EEMx6 measured {measured:.3} ({:.1} / {:.1} Mbit/s), model {predicted:.3}",
-        ecm / 1e6,
-        eem6 / 1e6
-    );
+    unless_the_host_took_the_time(|| {
+        let (ecm, a) = goodput("hs:ecm");
+        let (eem6, b) = goodput("hs:eem:6");
+        let measured = ecm / eem6;
+        let failed = ((measured / predicted - 1.0).abs() >= 0.2).then(|| {
+            format!(
+                "ECM/EEMx6 measured {measured:.3} ({:.1} / {:.1} Mbit/s), model {predicted:.3}",
+                ecm / 1e6,
+                eem6 / 1e6
+            )
+        });
+        // Either run's steal may be to blame: the retry goes by the larger.
+        let steal = |v: &Value| v["lab"]["accuracy"]["host_steal_percent"].as_f64();
+        (if steal(&a) > steal(&b) { a } else { b }, failed)
+    });
 }

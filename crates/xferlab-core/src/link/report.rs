@@ -107,6 +107,11 @@ pub struct Accuracy {
     /// Round trip of small UDP probes through the emulator before the test.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rtt_probe: Option<RttProbe>,
+    /// Share of all CPU time the hypervisor took (/proc/stat steal)
+    /// while the forwarders ran, in percent; named in the violations when
+    /// a timing target was missed ([`crate::steal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_steal_percent: Option<f64>,
     /// False when any target below was missed: do not trust the run.
     pub valid: bool,
     /// Each missed target, with numbers.
@@ -185,19 +190,22 @@ impl Default for Targets {
 /// z for a two-sided 99 % interval.
 const Z99: f64 = 2.576;
 
-/// Checks one direction against the targets; appends each miss.
+/// Checks one direction against the targets; appends each miss. Returns
+/// whether a timing target (rate, departure lateness) was missed.
 pub fn judge_direction(
     name: &str,
     cfg: &LinkConfig,
     acc: &DirectionAccuracy,
     targets: &Targets,
     out: &mut Vec<String>,
-) {
+) -> bool {
     let r = &acc.emulator;
     let k = &r.counters;
+    let mut timing_missed = false;
     if let (Some(lo), Some(hi)) = (r.rate_ratio_min, r.rate_ratio_max) {
         let worst = (lo - 1.0).abs().max((hi - 1.0).abs());
         if worst > targets.rate_error {
+            timing_missed = true;
             out.push(format!(
                 "{name}: achieved rate off by up to {:.2} % over 1 s windows (target +-{:.1} %; ratio {lo:.4}..{hi:.4})",
                 worst * 100.0,
@@ -207,6 +215,7 @@ pub fn judge_direction(
     }
     if let Some(p99) = r.lateness_p99_us {
         if p99 > targets.lateness_p99_us {
+            timing_missed = true;
             out.push(format!(
                 "{name}: departure lateness p99 {p99:.0} us (target <= {:.0} us)",
                 targets.lateness_p99_us
@@ -257,6 +266,7 @@ pub fn judge_direction(
             }
         }
     }
+    timing_missed
 }
 
 /// 99 % interval of the loss count of a Gilbert-Elliott chain over `n`

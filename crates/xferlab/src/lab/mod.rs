@@ -617,6 +617,7 @@ impl Lab {
             print_hosts(&hosts, plan);
         }
         let before = self.snapshots()?;
+        let ticks_before = crate::sys::cpu::cpu_ticks();
 
         // The forwarders' busy-wait: given, or from this machine's timer.
         let timer = wakeup::calibrate(plan.realtime);
@@ -818,6 +819,9 @@ impl Lab {
             .map(|h| h.join().map_err(|_| anyhow!("a forwarder thread panicked")))
             .collect::<Result<_, _>>()?;
         let after = self.snapshots()?;
+        let host_steal_percent = ticks_before
+            .zip(crate::sys::cpu::cpu_ticks())
+            .and_then(|(b, a)| xferlab_core::steal::steal_percent(b, a));
         stop_children(&mut self.children);
 
         let report = report::assemble(
@@ -830,6 +834,7 @@ impl Lab {
             report::Setup {
                 spin,
                 udp_offload: self.udp_offload,
+                host_steal_percent,
             },
         );
         let invalid = !report.accuracy.valid;

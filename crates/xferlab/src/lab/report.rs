@@ -31,6 +31,8 @@ pub(super) struct Setup {
     pub spin: SpinChoice,
     /// Every TUN device took UDP segmentation offload (USO).
     pub udp_offload: bool,
+    /// The hypervisor's share of CPU time while the forwarders ran.
+    pub host_steal_percent: Option<f64>,
 }
 
 /// How far the probe's median RTT may sit from the configured one.
@@ -103,16 +105,17 @@ pub(super) fn assemble(
     });
     let targets = Targets::default();
     let mut violations = Vec::new();
+    let mut timing_missed = false;
     for (name, cfg, acc, k) in [("c2s", plan.c2s(), &c2s, 0), ("s2c", plan.s2c(), &s2c, 1)] {
         if !chained {
-            judge_direction(name, cfg, acc, &targets, &mut violations);
+            timing_missed |= judge_direction(name, cfg, acc, &targets, &mut violations);
             continue;
         }
         // In a chain every hop may mark: the receiver's count is checked
         // against all of them together.
         let mut own = acc.clone();
         own.receiver_in_ce_pkts = None;
-        judge_direction(
+        timing_missed |= judge_direction(
             &format!("hop 1 {name}"),
             cfg,
             &own,
@@ -139,14 +142,14 @@ pub(super) fn assemble(
     for (i, hop) in later.iter().enumerate() {
         let (c, s) = &plan.hops[i + 1];
         // The hops share the devices: their drops are judged once, above.
-        judge_direction(
+        timing_missed |= judge_direction(
             &format!("hop {} c2s", i + 2),
             c,
             &hop.c2s,
             &targets,
             &mut violations,
         );
-        judge_direction(
+        timing_missed |= judge_direction(
             &format!("hop {} s2c", i + 2),
             s,
             &hop.s2c,
@@ -184,6 +187,7 @@ pub(super) fn assemble(
         if p.received == 0 {
             violations.push(format!("rtt probe: none of {} probes came back", p.sent));
         } else if !jitter && (p.median_us - p.expected_us).abs() > RTT_TOLERANCE_US {
+            timing_missed = true;
             violations.push(format!(
                 "rtt probe: median {:.0} us, configured {:.0} us (tolerance {RTT_TOLERANCE_US:.0} us)",
                 p.median_us, p.expected_us
@@ -201,6 +205,10 @@ pub(super) fn assemble(
             violations.push(format!("capture incomplete: {e}"));
         }
     }
+    violations.extend(xferlab_core::steal::blame(
+        setup.host_steal_percent,
+        timing_missed,
+    ));
     LabReport {
         topology: Topology {
             hosts,
@@ -228,6 +236,7 @@ pub(super) fn assemble(
             router_hop,
             hops: later,
             rtt_probe,
+            host_steal_percent: setup.host_steal_percent,
             valid: violations.is_empty(),
             violations,
         },
@@ -461,7 +470,7 @@ fn human(lab: &LabReport) -> String {
     }
     s.pop();
     s += &format!(
-        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us{}, {} buffers per direction\n",
+        "\nEmulator: offload {}, SCHED_FIFO {}, spin {} us{}, {} buffers per direction{}\n",
         match (lab.topology.offload, lab.topology.udp_offload) {
             (true, true) => "on (TCP and UDP)",
             (true, false) => "on (TCP; this kernel has no UDP offload on TUN)",
@@ -478,7 +487,11 @@ fn human(lab: &LabReport) -> String {
             ),
             (None, _) => String::new(),
         },
-        lab.topology.buffers
+        lab.topology.buffers,
+        match lab.accuracy.host_steal_percent {
+            Some(p) => format!(", host steal {p:.1} % of CPU time"),
+            None => String::new(),
+        }
     );
     for (name, cfg, a) in [
         ("c2s", &lab.c2s, &lab.accuracy.c2s),

@@ -35,6 +35,13 @@ pub fn process_times() -> (f64, f64) {
     rusage_times(UsageWho::RUSAGE_SELF)
 }
 
+/// All CPUs' time so far, steal included (/proc/stat); None where the
+/// file cannot be read or has no steal column.
+pub fn cpu_ticks() -> Option<xferlab_core::steal::CpuTicks> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    xferlab_core::steal::parse_proc_stat(&text)
+}
+
 /// CPU time summed over the threads that worked for one test. Held as
 /// integer nanoseconds so threads can add to it without a lock.
 #[derive(Debug, Default)]

@@ -999,3 +999,38 @@ pub fn iperf3_321(flag: &str, purpose: &str) -> Option<std::path::PathBuf> {
     );
     Some(path)
 }
+
+/// Runs a lab check whose figures depend on the emulator keeping time,
+/// up to five times. `attempt` runs the lab and returns its result and
+/// the first claim that failed, if any. A failed attempt is forgiven only
+/// when the run itself blamed the host (the hypervisor took at least
+/// `xferlab_core::steal::NOTABLE_STEAL_PERCENT` of the CPU time while
+/// the forwarders ran, `lab.accuracy.host_steal_percent`); any other
+/// failure, or five blamed ones, fails the test with every attempt's
+/// reason. Why: on CI's Firecracker guests (2026-11-27) the host took
+/// 4-33 % of the CPU time in bursts of milliseconds, and one run in a
+/// few missed its goodput or probe figure for it. Returns the passing
+/// attempt's result.
+pub fn unless_the_host_took_the_time(attempt: impl Fn() -> (Value, Option<String>)) -> Value {
+    let mut reasons = Vec::new();
+    for n in 1..=5 {
+        let (v, failed) = attempt();
+        let Some(why) = failed else {
+            if !reasons.is_empty() {
+                eprintln!("passed at attempt {n}; earlier: {}", reasons.join(" | "));
+            }
+            return v;
+        };
+        let steal = v["lab"]["accuracy"]["host_steal_percent"].as_f64();
+        match steal {
+            Some(p) if p >= xferlab_core::steal::NOTABLE_STEAL_PERCENT => {
+                reasons.push(format!("attempt {n}, host steal {p:.1} %: {why}"));
+            }
+            _ => panic!("{why}\n(host steal {steal:?} %: not the host's doing)"),
+        }
+    }
+    panic!(
+        "every attempt missed while the hypervisor took CPU time; this host cannot keep the lab's timing:\n{}",
+        reasons.join("\n")
+    );
+}
