@@ -94,6 +94,7 @@
 //! | `lab_c2s_unintended_drops` | count | lab: Σ of `accuracy.c2s.unintended_drops` |
 //! | `lab_c2s_lateness_p99_us` | us | lab: `accuracy.c2s.lateness_p99_us` |
 //! | `lab_rtt_probe_median_us` | us | lab: `accuracy.rtt_probe.median_us` (when a probe came back) |
+//! | `lab_host_steal_pct` | % | lab: `accuracy.host_steal_percent`, the hypervisor's share of CPU time during the run |
 //! | `sustained` | bool | cbr: every run sustained a rate (`summary.runs_without_a_sustained_rate` = 0); with one rate, that it was sustained |
 //! | `best_bps_max` | bit/s | cbr: `summary.max`, highest sustained rate of any run |
 //! | `best_bps_median` | bit/s | cbr: `summary.median` |
@@ -407,6 +408,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "lab s2c departure lateness, p99",
     ),
     ("lab_rtt_probe_median_us", US, "lab probe RTT, median"),
+    (
+        "lab_host_steal_pct",
+        PERCENT,
+        "lab: CPU time the hypervisor took (steal)",
+    ),
     ("sustained", BOOL, "cbr: every run sustained a rate"),
     ("best_bps_max", BPS, "cbr: highest sustained rate, best run"),
     (
@@ -1031,6 +1037,7 @@ fn lab_metrics(lab: &Value, out: &mut Out) {
             out.push_opt("lab_rtt_probe_median_us", num(probe, &["median_us"]));
         }
     }
+    out.push_opt("lab_host_steal_pct", num(acc, &["host_steal_percent"]));
 }
 
 fn failed_entry(v: &Value) -> bool {

@@ -63,7 +63,7 @@ impl ConnectedFlow {
         }
         if let FlowSocket::Datagram(s) = &socket {
             if role == FlowRole::Receiver {
-                transport::datagram::size_receive_buffer(s, &spec.knobs);
+                transport::datagram::size_receive_buffer(s, spec.transport, &spec.knobs);
             }
         }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
