@@ -54,6 +54,19 @@ struct Counters {
     /// ppoll() calls of the link's threads (each a sleep unless a
     /// descriptor was ready): the wake-ups the frames cost.
     polls: u64,
+    /// CPU seconds (user + system) of the thread that counted.
+    cpu_s: f64,
+}
+
+/// What one of the link's threads cost: where the host side's CPU goes.
+fn thread_use(c: &Counters) -> serde_json::Value {
+    serde_json::json!({ "cpu_s": c.cpu_s, "polls": c.polls })
+}
+
+/// CPU seconds the calling thread has used.
+fn thread_cpu_s() -> f64 {
+    let (user, system) = crate::sys::cpu::thread_times();
+    user + system
 }
 
 impl Counters {
@@ -70,6 +83,7 @@ impl Counters {
         self.rx_errors += o.rx_errors;
         self.tap_drops += o.tap_drops;
         self.polls += o.polls;
+        self.cpu_s += o.cpu_s;
     }
 }
 
@@ -216,13 +230,23 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     })?;
     drop(sh);
     urbs.cancel_all(Duration::from_secs(1));
+    let threads = serde_json::json!({ "tx": thread_use(&c), "rx": thread_use(&rx.c) });
     c.add(&rx.c);
     let secs = t0.elapsed().as_secs_f64();
     let layout = urbs.layout();
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    report(a, &depth, layout, &c, rx.dec.stats(), &rx.gro.stats, secs);
+    report(
+        a,
+        &depth,
+        layout,
+        &c,
+        threads,
+        rx.dec.stats(),
+        &rx.gro.stats,
+        secs,
+    );
     Ok(())
 }
 
@@ -446,6 +470,7 @@ impl Shared<'_> {
             tap_ready = poll_in(&[tap.as_raw_fd()], co.poll_timeout(), now);
         }
         c.tx_malformed = seg.malformed;
+        c.cpu_s = thread_cpu_s();
         c
     }
 
@@ -483,6 +508,9 @@ impl Shared<'_> {
     /// The receiving thread: keeps every IN slot queued and reaps until
     /// `stop()` says so or the device goes.
     fn rx(&self, r: &mut Rx, stop: &impl Fn() -> bool) {
+        // This runs on the command's main thread: its set-up is not the
+        // link's cost.
+        let cpu0 = thread_cpu_s();
         for slot in self.out_slots..self.urbs.slots() {
             self.submit_in(r, slot);
         }
@@ -498,6 +526,7 @@ impl Shared<'_> {
             // SAFETY: one pollfd and a timespec of ours.
             unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         }
+        r.c.cpu_s = thread_cpu_s() - cpu0;
     }
 
     /// Reaps every completed URB: OUT slots go back to the sending
@@ -601,6 +630,7 @@ fn report(
     depth: &Depth,
     layout: Layout,
     c: &Counters,
+    threads: serde_json::Value,
     rx: &DecodeStats,
     gro: &GroStats,
     secs: f64,
@@ -608,6 +638,8 @@ fn report(
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
         "polls": c.polls,
+        // Per thread: CPU seconds and ppoll() calls.
+        "threads": threads,
         "encap": a.encap.label(),
         "frames_per_transfer_max": a.link.frames_per_transfer,
         "coalesce_us": a.link.coalesce_us,
