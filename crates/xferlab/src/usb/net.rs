@@ -23,12 +23,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail};
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::{
-    coalesce::Transfer,
-    decoder, default_depth,
-    gro::{GroStats, Merger},
-    gso::Segmenter,
-    BusSpeed, Coalescer, DecodeStats, EcmFraming, EemFraming, Encap, Framing, Limits, NcmFraming,
-    NtbParams, Push, MAX_DEPTH,
+    coalesce::Transfer, decoder, default_depth, gro::Merger, gso::Segmenter, BusSpeed, Coalescer,
+    EcmFraming, EemFraming, Encap, Framing, Limits, NcmFraming, NtbParams, Push, MAX_DEPTH,
 };
 
 use super::device;
@@ -201,7 +197,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
         rx_size,
         c: Counters::default(),
     };
-    let mut c = std::thread::scope(|scope| {
+    let tx_c = std::thread::scope(|scope| {
         let (sh, stop) = (&sh, &stop);
         let tx = std::thread::Builder::new()
             .name("xfer-usbnet-tx".into())
@@ -230,23 +226,12 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     })?;
     drop(sh);
     urbs.cancel_all(Duration::from_secs(1));
-    let threads = serde_json::json!({ "tx": thread_use(&c), "rx": thread_use(&rx.c) });
-    c.add(&rx.c);
     let secs = t0.elapsed().as_secs_f64();
     let layout = urbs.layout();
     // Releasing the interface asks the kernel to bind a driver to it again.
     drop(urbs);
     rebind(&info);
-    report(
-        a,
-        &depth,
-        layout,
-        &c,
-        threads,
-        rx.dec.stats(),
-        &rx.gro.stats,
-        secs,
-    );
+    report(a, &depth, layout, &tx_c, &rx, secs);
     Ok(())
 }
 
@@ -625,21 +610,16 @@ fn poll_in(
     r > 0
 }
 
-fn report(
-    a: &NetArgs,
-    depth: &Depth,
-    layout: Layout,
-    c: &Counters,
-    threads: serde_json::Value,
-    rx: &DecodeStats,
-    gro: &GroStats,
-    secs: f64,
-) {
+fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, secs: f64) {
+    // Each thread counted its own side; the report has their sum.
+    let mut c = Counters::default();
+    c.add(tx);
+    c.add(&rx.c);
     let v = serde_json::json!({
         "schema": "xferlab.usb-net/1",
         "polls": c.polls,
         // Per thread: CPU seconds and ppoll() calls.
-        "threads": threads,
+        "threads": { "tx": thread_use(tx), "rx": thread_use(&rx.c) },
         "encap": a.encap.label(),
         "frames_per_transfer_max": a.link.frames_per_transfer,
         "coalesce_us": a.link.coalesce_us,
@@ -664,8 +644,8 @@ fn report(
             "transfers": c.rx_transfers,
             "bytes": c.rx_bytes,
             "errors": c.rx_errors,
-            "decode": rx,
-            "gro": gro,
+            "decode": rx.dec.stats(),
+            "gro": &rx.gro.stats,
             "tap_drops": c.tap_drops,
         },
     });
