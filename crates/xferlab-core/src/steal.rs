@@ -5,9 +5,9 @@
 //! Why the lab reads it: a virtual CPU that the host deschedules cannot
 //! depart a packet on time, spin or no spin. On a Firecracker guest
 //! (2026-11-27) a thread spinning on the clock alone on its CPU saw gaps
-//! of 2-4 ms about once a second, /proc/stat counted 4-17 % steal over
-//! 5 s lab runs, and the lab's departures ran p99 2-6 ms late at 100
-//! Mbit/s whatever its spin and scheduling. Naming the steal in the
+//! of 2-4 ms about once a second, /proc/stat counted 4-33 % steal over
+//! 5 s lab runs, and the lab's departures ran p99 1-12 ms late whatever
+//! its spin and scheduling. Naming the steal in the
 //! verdict says whose lateness it is and what to do about it.
 
 /// Cumulative CPU time of all CPUs, in the kernel's clock ticks.
