@@ -395,11 +395,17 @@ fn fixed_rate_streaming_against_the_fixed_rate_gadget() {
         assert_eq!(t["rate_bytes_per_s"], 2_000_000);
         for d in dirs {
             let dev = &t["device"][*d];
-            // 2 MB/s in 4-byte samples for about the trial's seconds.
+            // 2 MB/s in 4-byte samples for about the trial's seconds. The
+            // device's clock runs until the host's stop reaches it, a
+            // little after the host's own count ends: 23 ms (1.1 % of a
+            // 2 s trial) in a full-suite run on a Firecracker host whose
+            // hypervisor was taking 3-33 % of busy CPU time that hour
+            // (2026-11-28). A clock running fast (a rate bug) would still
+            // overshoot the 5 % allowed here.
             let due = dev["samples_due"].as_f64().unwrap();
             let secs = t["seconds"].as_f64().unwrap();
             assert!(
-                due > 0.8 * 500_000.0 * secs && due <= 500_000.0 * secs + 1.0,
+                due > 0.8 * 500_000.0 * secs && due <= 1.05 * 500_000.0 * secs,
                 "{name} {d}: {dev}"
             );
             let host = t["host"][*d]["bytes"].as_f64().unwrap();
