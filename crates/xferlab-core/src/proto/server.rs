@@ -225,6 +225,14 @@ impl ServerControl {
 
     /// Every data connection is attached: tell the client to start.
     /// `planned` is the test's planned length (None for byte limits).
+    ///
+    /// The client starts only once it has read our reply on every data
+    /// connection, and a reply may wait for retransmissions as long as
+    /// the attach wait it asked for: over a lab hop dropping 20 % of
+    /// Not-ECT packets, a reply on a connection whose SYN-ACK was resent
+    /// (RTO back at 3 s) lost three times in a row arrives 21 s later, so
+    /// the watchdog counts that wait too, before the planned length and
+    /// the grace. It stays bounded by [`super::MAX_ATTACH_WAIT`].
     pub fn flows_attached(&mut self, now: Time, planned: Option<Duration>) {
         if self.state != State::AwaitFlows {
             return;
@@ -236,7 +244,7 @@ impl ServerControl {
         });
         self.ch.wait(
             now,
-            limit + RUNNING_GRACE,
+            self.attach_wait + limit + RUNNING_GRACE,
             "waiting for the client to end the test",
         );
     }

@@ -174,16 +174,32 @@ fn every_wait_has_a_deadline() {
     ));
 
     // A client that never stops a 10 s test: the watchdog fires after
-    // the planned time plus the grace.
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
-    let mut s = server_for(&mut c, t0);
-    s.poll_event();
-    s.accept(t0, welcome());
-    s.flows_attached(t0, Some(Duration::from_secs(10)));
-    assert_eq!(
-        s.poll_timeout(),
-        Some(t0 + Duration::from_secs(10) + RUNNING_GRACE)
-    );
+    // the attach wait the client asked for (its last attach reply may
+    // take that long to reach it, and it starts only then), the planned
+    // time and the grace.
+    for (asked, attach) in [
+        (None, HANDSHAKE_TIMEOUT),
+        (Some(Duration::from_secs(60)), Duration::from_secs(60)),
+        (Some(Duration::from_secs(100_000)), MAX_ATTACH_WAIT),
+    ] {
+        let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), asked);
+        let mut s = server_for(&mut c, t0);
+        s.poll_event();
+        s.accept(t0, welcome());
+        s.flows_attached(t0, Some(Duration::from_secs(10)));
+        let deadline = t0 + attach + Duration::from_secs(10) + RUNNING_GRACE;
+        assert_eq!(s.poll_timeout(), Some(deadline), "{asked:?}");
+        s.handle_timeout(deadline - Duration::from_millis(1));
+        assert!(s.poll_event().is_none(), "{asked:?}");
+        s.handle_timeout(deadline);
+        assert!(
+            matches!(
+                s.poll_event(),
+                Some(ServerEvent::Failed(ProtoError::Timeout(_)))
+            ),
+            "{asked:?}"
+        );
+    }
 
     // A server that never answers.
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
