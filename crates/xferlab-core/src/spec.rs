@@ -305,11 +305,16 @@ pub struct Affinity {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = limits::MAX_CPU))]
     pub server: Option<u32>,
+    /// Each end pins flow i's data thread to the (i mod n)-th of the n
+    /// CPUs it may use (`--pin-flows`); an end with its own CPU above
+    /// keeps that one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub flows: bool,
 }
 
 impl Affinity {
     pub fn is_unset(&self) -> bool {
-        self.client.is_none() && self.server.is_none()
+        self.client.is_none() && self.server.is_none() && !self.flows
     }
 }
 

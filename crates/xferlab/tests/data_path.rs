@@ -213,3 +213,69 @@ fn tcp_data_path_options_are_refused_for_udp_and_a_bad_l2_override_is_named() {
         .finish(deadline_for(1.0))
         .assert_one_line_failure(2, &["XFERLAB_L2_CACHE", "cache size"]);
 }
+
+/// Each flow's CPU on each side, by flow id (None: not pinned).
+fn flow_cpus(v: &Value, side: &str) -> Vec<(u64, Option<u64>)> {
+    let mut out: Vec<_> = flows(v, side)
+        .iter()
+        .map(|f| (u64_at(f, "/id"), f["socket"]["cpu"].as_u64()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// `--pin-flows`: both ends pin flow i to the same CPU, the (i mod n)-th
+/// of the n they may use, and say so in `socket.cpu`; -A wins for its
+/// end; without either the scheduler places them, for datagram flows too.
+#[test]
+fn pinned_flows_share_a_cpu_at_both_ends() {
+    let n = usable_cpus();
+    let p = (2 * n).to_string();
+    let v = embedded(&["-n", "8M", "-P", &p, "--pin-flows"], &[]);
+    let (client, server) = (flow_cpus(&v, "client"), flow_cpus(&v, "server"));
+    assert_eq!(client, server, "both ends of each flow on one CPU");
+    assert_eq!(client.len() as u64, 2 * n);
+    assert_eq!(v["spec"]["affinity"]["flows"], true);
+    let cpus: Vec<u64> = client.iter().map(|(_, c)| c.expect("pinned")).collect();
+    let first: std::collections::BTreeSet<_> = cpus[..n as usize].iter().collect();
+    assert_eq!(first.len() as u64, n, "one CPU per flow: {cpus:?}");
+    assert_eq!(
+        cpus[..n as usize],
+        cpus[n as usize..],
+        "flow n wraps to flow 0's CPU"
+    );
+
+    let a = cpus[0].to_string();
+    let v = embedded(&["-n", "8M", "-P", &p, "--pin-flows", "-A", &a], &[]);
+    assert!(flow_cpus(&v, "client")
+        .iter()
+        .all(|(_, c)| *c == Some(cpus[0])));
+    assert_eq!(
+        flow_cpus(&v, "server")
+            .iter()
+            .map(|(_, c)| c.expect("pinned"))
+            .collect::<Vec<_>>(),
+        cpus,
+        "the server still pins one CPU per flow"
+    );
+
+    let v = embedded(
+        &["-u", "-b", "10M", "-t", "0.3", "-P", &p, "--pin-flows"],
+        &[],
+    );
+    assert_eq!(flow_cpus(&v, "client"), flow_cpus(&v, "server"));
+    assert!(flow_cpus(&v, "client").iter().all(|(_, c)| c.is_some()));
+    for args in [
+        &["-n", "8M", "-P", &p][..],
+        &["-u", "-b", "10M", "-t", "0.3"][..],
+    ] {
+        let v = embedded(args, &[]);
+        assert!(v["spec"].get("affinity").is_none(), "{args:?}");
+        for side in ["client", "server"] {
+            assert!(
+                flow_cpus(&v, side).iter().all(|(_, c)| c.is_none()),
+                "{args:?} {side}: {v}"
+            );
+        }
+    }
+}

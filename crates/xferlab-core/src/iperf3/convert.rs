@@ -214,6 +214,7 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
         affinity: Affinity {
             client: None,
             server: p.server_affinity.and_then(|c| u32::try_from(c).ok()),
+            ..Affinity::default()
         },
         ..TestSpec::default_stream()
     };
@@ -566,6 +567,7 @@ mod tests {
         s.affinity = Affinity {
             client: Some(0),
             server: Some(3),
+            ..Affinity::default()
         };
         let p = params_from_spec(&s, true).unwrap();
         assert!(p.udp_counters_64bit && p.get_server_output && p.bidirectional);
@@ -583,7 +585,8 @@ mod tests {
             back.affinity,
             Affinity {
                 client: None,
-                server: Some(3)
+                server: Some(3),
+                ..Affinity::default()
             }
         );
         let far = params(r#"{"tcp":true,"time":1,"parallel":1,"len":1000,"server_affinity":5000}"#);

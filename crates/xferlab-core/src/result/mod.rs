@@ -367,6 +367,10 @@ pub struct SocketSettings {
     /// to batch its wake-ups; 0 = it never sets one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvlowat: Option<u64>,
+    /// The CPU the flow's data thread was pinned to (`-A`, or one CPU per
+    /// flow by `--pin-flows`); absent: the scheduler placed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
 }
 
 /// Where a data-path size came from.

@@ -321,6 +321,7 @@ mod tests {
         let pin = |c: Option<u32>, s: Option<u32>| Affinity {
             client: c,
             server: s,
+            ..Affinity::default()
         };
         let same = pin(Some(1), Some(1));
         assert_eq!(RrWait::Auto.resolve(&same, true), RrWait::Read);

@@ -216,6 +216,12 @@ pub struct StreamArgs {
     /// cross-CPU wake-up.
     #[arg(short = 'A', long, value_parser = parse_affinity, value_name = "N[,M]")]
     pub affinity: Option<Affinity>,
+    /// Pin flow i's data thread to CPU i (mod the CPUs each end may use)
+    /// on both ends: on one host, each flow's sender and receiver then
+    /// share a CPU and its cache. -A wins for its end. Each flow's CPU is
+    /// in its `socket.cpu`.
+    #[arg(long)]
+    pub pin_flows: bool,
 
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Human)]
@@ -423,7 +429,10 @@ impl StreamArgs {
                 }),
             },
             title: self.title.clone(),
-            affinity: self.affinity.unwrap_or_default(),
+            affinity: Affinity {
+                flows: self.pin_flows,
+                ..self.affinity.unwrap_or_default()
+            },
             ..TestSpec::default_stream()
         };
         spec.validate().map_err(|e| e.to_string())?;
@@ -547,11 +556,12 @@ fn parse_affinity(s: &str) -> Result<Affinity, String> {
     Ok(match s.split_once(',') {
         None => Affinity {
             client: Some(cpu(s)?),
-            server: None,
+            ..Affinity::default()
         },
         Some((n, m)) => Affinity {
             client: if n.is_empty() { None } else { Some(cpu(n)?) },
             server: Some(cpu(m)?),
+            ..Affinity::default()
         },
     })
 }

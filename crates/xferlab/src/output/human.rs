@@ -754,10 +754,13 @@ fn describe_test(spec: &TestSpec) -> String {
 
 /// "; data threads on CPU 0 (client), CPU 1 (server)" with `-A`.
 fn describe_affinity(a: &Affinity) -> String {
-    let ends: Vec<String> = [(a.client, "client"), (a.server, "server")]
+    let mut ends: Vec<String> = [(a.client, "client"), (a.server, "server")]
         .into_iter()
         .filter_map(|(cpu, end)| cpu.map(|c| format!("CPU {c} ({end})")))
         .collect();
+    if a.flows && ends.len() < 2 {
+        ends.push("one CPU per flow, the same at both ends".into());
+    }
     if ends.is_empty() {
         return String::new();
     }
@@ -1003,6 +1006,10 @@ mod tests {
         assert!(!describe_test(&spec).contains("CPU"));
         spec.affinity.server = Some(3);
         assert!(describe_test(&spec).ends_with("; data threads on CPU 3 (server)"));
+        spec.affinity.flows = true;
+        assert!(describe_test(&spec).ends_with(
+            "; data threads on CPU 3 (server), one CPU per flow, the same at both ends"
+        ));
         spec.affinity.client = Some(0);
         assert!(describe_test(&spec).ends_with("; data threads on CPU 0 (client), CPU 3 (server)"));
     }

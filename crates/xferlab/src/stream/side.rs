@@ -36,6 +36,30 @@ pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
     }
 }
 
+/// Where this end runs a flow's data thread: the end's own CPU (`-A`),
+/// else with `--pin-flows` the (id mod n)-th of the n CPUs this process
+/// may use, so that both ends of flow `id` on one host pick the same CPU;
+/// else None, the scheduler's choice.
+///
+/// Pinning is a condition to measure under, not the default: over
+/// loopback on a 2-vCPU EPYC (512 KiB L2 per core), TCP -P 2 moved 27-33
+/// Gbit/s with each flow's two ends on one CPU and 18-21 with them on
+/// different CPUs, and the scheduler lands in either; but in
+/// `bench/tcp-vs-iperf3 --variant 'nopin=...'` (3 interleaved rounds) the
+/// medians pinned against unpinned were P=1 15.0 / 19.2 (one CPU left
+/// idle), P=2 25.9 / 26.7, P=4 28.5 / 29.8, P=8 25.2 / 29.0 Gbit/s.
+fn flow_cpu(endpoint: Endpoint, spec: &TestSpec, id: u32) -> Option<u32> {
+    let own = match endpoint {
+        Endpoint::Client => spec.affinity.client,
+        Endpoint::Server => spec.affinity.server,
+    };
+    if own.is_some() || !spec.affinity.flows {
+        return own;
+    }
+    let cpus = sys::affinity::usable_cpus().ok()?;
+    cpus.get(id as usize % cpus.len().max(1)).copied()
+}
+
 /// A connected data socket waiting for the start.
 pub struct ConnectedFlow {
     pub plan: FlowPlan,
@@ -67,10 +91,8 @@ impl ConnectedFlow {
             }
         }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
-        let cpu = match endpoint {
-            Endpoint::Client => spec.affinity.client,
-            Endpoint::Server => spec.affinity.server,
-        };
+        let cpu = flow_cpu(endpoint, spec, plan.id);
+        settings.cpu = cpu;
         let flows = u64::from(spec.parallel)
             * if spec.direction == Direction::Bidir {
                 2
@@ -158,7 +180,7 @@ pub struct Side {
     flags: Arc<SideFlags>,
     tally: Arc<CpuTally>,
     knobs: Arc<Knobs>,
-    /// The CPU this side's flow threads are pinned to (`-A`).
+    /// The CPU this side's `-A` pins it to (its caches are the host's).
     cpu: Option<u32>,
     wire: DatagramWire,
     done: Arc<dyn Fn(u32) + Send + Sync>,
@@ -258,7 +280,7 @@ impl Side {
                 f.plan.quota,
                 f.plan.id,
                 self.wire,
-                self.cpu,
+                f.settings.cpu,
                 f.io,
                 f.sizes,
             );
