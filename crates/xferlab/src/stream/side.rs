@@ -41,13 +41,8 @@ pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
 /// may use, so that both ends of flow `id` on one host pick the same CPU;
 /// else None, the scheduler's choice.
 ///
-/// Pinning is a condition to measure under, not the default: over
-/// loopback on a 2-vCPU EPYC (512 KiB L2 per core), TCP -P 2 moved 27-33
-/// Gbit/s with each flow's two ends on one CPU and 18-21 with them on
-/// different CPUs, and the scheduler lands in either; but in
-/// `bench/tcp-vs-iperf3 --variant 'nopin=...'` (3 interleaved rounds) the
-/// medians pinned against unpinned were P=1 15.0 / 19.2 (one CPU left
-/// idle), P=2 25.9 / 26.7, P=4 28.5 / 29.8, P=8 25.2 / 29.0 Gbit/s.
+/// Pinning is a condition to measure under, not the default: see
+/// `transport::sizing`'s notes on placement for the measurements.
 fn flow_cpu(endpoint: Endpoint, spec: &TestSpec, id: u32) -> Option<u32> {
     let own = match endpoint {
         Endpoint::Client => spec.affinity.client,
