@@ -175,7 +175,8 @@ pub struct Side {
     flags: Arc<SideFlags>,
     tally: Arc<CpuTally>,
     knobs: Arc<Knobs>,
-    /// The CPU this side's `-A` pins it to (its caches are the host's).
+    /// This end's `-A` CPU: the host caches the report gives are that
+    /// CPU's.
     cpu: Option<u32>,
     wire: DatagramWire,
     done: Arc<dyn Fn(u32) + Send + Sync>,
