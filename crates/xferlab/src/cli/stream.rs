@@ -218,8 +218,9 @@ pub struct StreamArgs {
     pub affinity: Option<Affinity>,
     /// Pin flow i's data thread to CPU i (mod the CPUs each end may use)
     /// on both ends: on one host, each flow's sender and receiver then
-    /// share a CPU and its cache. -A wins for its end. Each flow's CPU is
-    /// in its `socket.cpu`.
+    /// share a CPU and its cache. -A wins for its end; a stock iperf3
+    /// server places its own threads. Each flow's CPU is in its
+    /// `socket.cpu`.
     #[arg(long)]
     pub pin_flows: bool,
 
