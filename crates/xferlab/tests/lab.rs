@@ -815,22 +815,20 @@ fn usb_link_eem_packing_beats_one_frame_per_transfer_as_the_model_predicts() {
             5.0,
         );
         assert_ok(&v);
-        // Every self-check but departure lateness (and the host's share
-        // of the blame for it) must hold. Lateness is the host's timer: on
-        // a Firecracker guest (2026-11-27) four runs back to back
-        // calibrated timer wake-ups at p99 89, 765, 1315 and 2505 us and
-        // departed p99 0.26-5.2 ms late, while EEM x6 goodput stayed
-        // within 173.3-174.6 Mbit/s; the ratio below is the claim.
-        let others: Vec<&Value> = v["lab"]["accuracy"]["violations"]
-            .as_array()
-            .expect("violations")
-            .iter()
-            .filter(|m| {
-                !m.as_str()
-                    .is_some_and(|m| m.contains("departure lateness") || m.starts_with("host:"))
-            })
-            .collect();
-        assert!(others.is_empty(), "{others:?}\n{}", out.describe());
+        // Every self-check but the timing ones (departure lateness, the
+        // probe's RTT, and the host's share of the blame) must hold.
+        // Timing is the host's timer: on a Firecracker guest (2026-11-27)
+        // four runs back to back calibrated timer wake-ups at p99 89, 765,
+        // 1315 and 2505 us and departed p99 0.26-5.2 ms late, while EEM x6
+        // goodput stayed within 173.3-174.6 Mbit/s; the ratio below is the
+        // claim.
+        assert_eq!(
+            v["lab"]["accuracy"]["timing_only"],
+            true,
+            "{}\n{}",
+            v["lab"]["accuracy"]["violations"],
+            out.describe()
+        );
         assert!(str_at(&v, "/lab/c2s/usb/class").eq_ignore_ascii_case(&link[3..6]));
         let bps = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
         (bps, v)

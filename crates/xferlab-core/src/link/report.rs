@@ -114,8 +114,53 @@ pub struct Accuracy {
     pub host_steal_percent: Option<f64>,
     /// False when any target below was missed: do not trust the run.
     pub valid: bool,
+    /// True when every violation is a timing miss (departures late, the
+    /// rate or the probe's RTT off target: what a loaded or stealing host
+    /// causes) or the host's share of the blame for one; false when any
+    /// is a fault of the emulation (drops nobody asked for, CE marks
+    /// miscounted, losses outside their interval, probes lost, packets
+    /// abandoned, an incomplete capture). True for a valid run; false in
+    /// documents from before it was recorded.
+    #[serde(default)]
+    pub timing_only: bool,
     /// Each missed target, with numbers.
     pub violations: Vec<String>,
+}
+
+/// The self-check's misses as they are found: each one's line, and
+/// whether it was a timing miss or a fault ([`Accuracy::timing_only`]).
+#[derive(Debug, Default)]
+pub struct Misses {
+    lines: Vec<String>,
+    timing: bool,
+    fault: bool,
+}
+
+impl Misses {
+    /// A timing target missed.
+    pub fn timing(&mut self, line: String) {
+        self.timing = true;
+        self.lines.push(line);
+    }
+
+    /// Anything else missed.
+    pub fn fault(&mut self, line: String) {
+        self.fault = true;
+        self.lines.push(line);
+    }
+
+    pub fn lines(&self) -> &[String] {
+        &self.lines
+    }
+
+    /// The verdict, with the host's share of the blame when a timing
+    /// target was missed while the hypervisor took notable time
+    /// ([`crate::steal::blame`]): (valid, timing_only, violations).
+    pub fn verdict(mut self, host_steal_percent: Option<f64>) -> (bool, bool, Vec<String>) {
+        self.lines
+            .extend(crate::steal::blame(host_steal_percent, self.timing));
+        (self.lines.is_empty(), !self.fault, self.lines)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -190,23 +235,21 @@ impl Default for Targets {
 /// z for a two-sided 99 % interval.
 const Z99: f64 = 2.576;
 
-/// Checks one direction against the targets; appends each miss. Returns
-/// whether a timing target (rate, departure lateness) was missed.
+/// Checks one direction against the targets; adds each miss, the rate
+/// and departure lateness as timing misses, the rest as faults.
 pub fn judge_direction(
     name: &str,
     cfg: &LinkConfig,
     acc: &DirectionAccuracy,
     targets: &Targets,
-    out: &mut Vec<String>,
-) -> bool {
+    out: &mut Misses,
+) {
     let r = &acc.emulator;
     let k = &r.counters;
-    let mut timing_missed = false;
     if let (Some(lo), Some(hi)) = (r.rate_ratio_min, r.rate_ratio_max) {
         let worst = (lo - 1.0).abs().max((hi - 1.0).abs());
         if worst > targets.rate_error {
-            timing_missed = true;
-            out.push(format!(
+            out.timing(format!(
                 "{name}: achieved rate off by up to {:.2} % over 1 s windows (target +-{:.1} %; ratio {lo:.4}..{hi:.4})",
                 worst * 100.0,
                 targets.rate_error * 100.0
@@ -215,8 +258,7 @@ pub fn judge_direction(
     }
     if let Some(p99) = r.lateness_p99_us {
         if p99 > targets.lateness_p99_us {
-            timing_missed = true;
-            out.push(format!(
+            out.timing(format!(
                 "{name}: departure lateness p99 {p99:.0} us (target <= {:.0} us)",
                 targets.lateness_p99_us
             ));
@@ -224,7 +266,7 @@ pub fn judge_direction(
     }
     let u = acc.unintended_drops;
     if u.total() > 0 {
-        out.push(format!(
+        out.fault(format!(
             "{name}: {} unintended drops (TUN TX {}, TUN RX {}, buffers exhausted {}, write errors {})",
             u.total(),
             u.tun_tx_dropped,
@@ -239,7 +281,7 @@ pub fn judge_direction(
         // The receiver counts a GSO superpacket written to its TUN device
         // as one packet (gso_segs is not set yet), so packets compare.
         if seen != k.marked_packets as i64 {
-            out.push(format!(
+            out.fault(format!(
                 "{name}: {} CE marks applied but the receiver counted {seen} (IpExtInCEPkts + Ip6InCEPkts)",
                 k.marked_packets
             ));
@@ -249,7 +291,7 @@ pub fn judge_direction(
     if let (true, Some((lo, hi))) = (n >= 1000.0, gilbert_elliott_interval(n, &cfg.loss)) {
         let lost = k.dropped_loss_packets as f64;
         if lost < lo || lost > hi {
-            out.push(format!(
+            out.fault(format!(
                 "{name}: {lost} of {n} packets lost by the Gilbert-Elliott model, outside the 99 % interval [{lo:.0}, {hi:.0}] (mean {:.4})",
                 cfg.loss.mean_loss()
             ));
@@ -260,13 +302,12 @@ pub fn judge_direction(
             let (lo, hi) = binomial_interval(n, p);
             let lost = k.dropped_loss_packets as f64;
             if lost < lo || lost > hi {
-                out.push(format!(
+                out.fault(format!(
                     "{name}: {lost} of {n} packets lost by the model, outside the 99 % interval [{lo:.0}, {hi:.0}] for p = {p}"
                 ));
             }
         }
     }
-    timing_missed
 }
 
 /// 99 % interval of the loss count of a Gilbert-Elliott chain over `n`
@@ -328,9 +369,9 @@ mod tests {
     #[test]
     fn a_clean_run_passes_and_each_miss_is_named() {
         let cfg = LinkConfig::default();
-        let mut v = Vec::new();
+        let mut v = Misses::default();
         judge_direction("c2s", &cfg, &acc(), &Targets::default(), &mut v);
-        assert!(v.is_empty(), "{v:?}");
+        assert!(v.lines().is_empty(), "{v:?}");
         let mut bad = acc();
         bad.emulator.rate_ratio_max = Some(1.01);
         bad.emulator.lateness_p99_us = Some(400.0);
@@ -344,13 +385,45 @@ mod tests {
         };
         bad.emulator.counters.marked_packets = 5;
         judge_direction("c2s", &cfg, &bad, &Targets::default(), &mut v);
-        assert_eq!(v.len(), 4, "{v:?}");
+        let l = v.lines();
+        assert_eq!(l.len(), 4, "{v:?}");
         assert!(
-            v[0].contains("rate")
-                && v[1].contains("lateness")
-                && v[2].contains("unintended")
-                && v[3].contains("CE")
+            l[0].contains("rate")
+                && l[1].contains("lateness")
+                && l[2].contains("unintended")
+                && l[3].contains("CE")
         );
+        let (valid, timing_only, lines) = v.verdict(Some(20.0));
+        assert!(!valid && !timing_only, "drops and CE counts are faults");
+        assert!(lines[4].starts_with("host:"), "{lines:?}");
+    }
+
+    #[test]
+    fn timing_misses_alone_are_timing_only_and_blame_a_stealing_host() {
+        let mut late = acc();
+        late.emulator.lateness_p99_us = Some(900.0);
+        let mut v = Misses::default();
+        judge_direction(
+            "c2s",
+            &LinkConfig::default(),
+            &late,
+            &Targets::default(),
+            &mut v,
+        );
+        let (valid, timing_only, lines) = v.verdict(Some(0.2));
+        assert!(!valid && timing_only, "{lines:?}");
+        assert_eq!(lines.len(), 1, "no blame below the notable steal");
+        let mut v = Misses::default();
+        judge_direction(
+            "c2s",
+            &LinkConfig::default(),
+            &late,
+            &Targets::default(),
+            &mut v,
+        );
+        let (_, timing_only, lines) = v.verdict(Some(12.0));
+        assert!(timing_only && lines[1].starts_with("host:"), "{lines:?}");
+        assert_eq!(Misses::default().verdict(Some(50.0)), (true, true, vec![]));
     }
 
     #[test]
@@ -362,11 +435,15 @@ mod tests {
         let mut a = acc();
         a.emulator.counters.arrived_packets = 10_000;
         a.emulator.counters.dropped_loss_packets = 100;
-        let mut v = Vec::new();
+        let mut v = Misses::default();
         judge_direction("c2s", &cfg, &a, &Targets::default(), &mut v);
-        assert!(v.is_empty(), "{v:?}");
+        assert!(v.lines().is_empty(), "{v:?}");
         a.emulator.counters.dropped_loss_packets = 140;
         judge_direction("c2s", &cfg, &a, &Targets::default(), &mut v);
-        assert_eq!(v.len(), 1);
+        assert_eq!(v.lines().len(), 1);
+        assert!(
+            !v.verdict(None).1,
+            "a loss count off its interval is a fault"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::io::Write;
 use xferlab_core::counters::CounterSnapshot;
 use xferlab_core::link::config::{EcnMarking, LossModel, Qdisc, QueueLimit};
 use xferlab_core::link::report::{
-    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, HopLink, LabHost, LabReport,
+    judge_direction, Accuracy, DirectionAccuracy, HopAccuracy, HopLink, LabHost, LabReport, Misses,
     RttProbe, Targets, TimerWakeup, Topology, UnintendedDrops,
 };
 use xferlab_core::link::stats::DirectionReport;
@@ -104,24 +104,17 @@ pub(super) fn assemble(
         s2c: direction(&fwd[3].emulator[0], &fwd[3], &[b], &[a], None),
     });
     let targets = Targets::default();
-    let mut violations = Vec::new();
-    let mut timing_missed = false;
+    let mut misses = Misses::default();
     for (name, cfg, acc, k) in [("c2s", plan.c2s(), &c2s, 0), ("s2c", plan.s2c(), &s2c, 1)] {
         if !chained {
-            timing_missed |= judge_direction(name, cfg, acc, &targets, &mut violations);
+            judge_direction(name, cfg, acc, &targets, &mut misses);
             continue;
         }
         // In a chain every hop may mark: the receiver's count is checked
         // against all of them together.
         let mut own = acc.clone();
         own.receiver_in_ce_pkts = None;
-        timing_missed |= judge_direction(
-            &format!("hop 1 {name}"),
-            cfg,
-            &own,
-            &targets,
-            &mut violations,
-        );
+        judge_direction(&format!("hop 1 {name}"), cfg, &own, &targets, &mut misses);
         let marks: u64 = fwd[k]
             .emulator
             .iter()
@@ -133,7 +126,7 @@ pub(super) fn assemble(
         });
         if let (true, Some(seen)) = (marking, acc.receiver_in_ce_pkts) {
             if seen != marks as i64 {
-                violations.push(format!(
+                misses.fault(format!(
                     "{name}: {marks} CE marks applied over the hops but the receiver counted {seen} (IpExtInCEPkts + Ip6InCEPkts)"
                 ));
             }
@@ -142,19 +135,19 @@ pub(super) fn assemble(
     for (i, hop) in later.iter().enumerate() {
         let (c, s) = &plan.hops[i + 1];
         // The hops share the devices: their drops are judged once, above.
-        timing_missed |= judge_direction(
+        judge_direction(
             &format!("hop {} c2s", i + 2),
             c,
             &hop.c2s,
             &targets,
-            &mut violations,
+            &mut misses,
         );
-        timing_missed |= judge_direction(
+        judge_direction(
             &format!("hop {} s2c", i + 2),
             s,
             &hop.s2c,
             &targets,
-            &mut violations,
+            &mut misses,
         );
     }
     if let Some(hop) = &router_hop {
@@ -164,20 +157,8 @@ pub(super) fn assemble(
             lateness_p99_us: f64::INFINITY,
         };
         let plain = LinkConfig::default();
-        judge_direction(
-            "router->server",
-            &plain,
-            &hop.c2s,
-            &lenient,
-            &mut violations,
-        );
-        judge_direction(
-            "server->router",
-            &plain,
-            &hop.s2c,
-            &lenient,
-            &mut violations,
-        );
+        judge_direction("router->server", &plain, &hop.c2s, &lenient, &mut misses);
+        judge_direction("server->router", &plain, &hop.s2c, &lenient, &mut misses);
     }
     if let Some(p) = &rtt_probe {
         let jitter = plan
@@ -185,10 +166,9 @@ pub(super) fn assemble(
             .iter()
             .any(|(a, b)| a.jitter.is_some() || b.jitter.is_some());
         if p.received == 0 {
-            violations.push(format!("rtt probe: none of {} probes came back", p.sent));
+            misses.fault(format!("rtt probe: none of {} probes came back", p.sent));
         } else if !jitter && (p.median_us - p.expected_us).abs() > RTT_TOLERANCE_US {
-            timing_missed = true;
-            violations.push(format!(
+            misses.timing(format!(
                 "rtt probe: median {:.0} us, configured {:.0} us (tolerance {RTT_TOLERANCE_US:.0} us)",
                 p.median_us, p.expected_us
             ));
@@ -196,19 +176,16 @@ pub(super) fn assemble(
     }
     for f in fwd {
         if f.abandoned > 0 {
-            violations.push(format!(
+            misses.fault(format!(
                 "{} packets were still in the emulator when it had to stop",
                 f.abandoned
             ));
         }
         if let Some(e) = &f.pcap_error {
-            violations.push(format!("capture incomplete: {e}"));
+            misses.fault(format!("capture incomplete: {e}"));
         }
     }
-    violations.extend(xferlab_core::steal::blame(
-        setup.host_steal_percent,
-        timing_missed,
-    ));
+    let (valid, timing_only, violations) = misses.verdict(setup.host_steal_percent);
     LabReport {
         topology: Topology {
             hosts,
@@ -237,7 +214,8 @@ pub(super) fn assemble(
             hops: later,
             rtt_probe,
             host_steal_percent: setup.host_steal_percent,
-            valid: violations.is_empty(),
+            valid,
+            timing_only,
             violations,
         },
     }
