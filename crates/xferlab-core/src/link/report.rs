@@ -149,7 +149,8 @@ impl Misses {
         self.lines.push(line);
     }
 
-    pub fn lines(&self) -> &[String] {
+    #[cfg(test)]
+    fn lines(&self) -> &[String] {
         &self.lines
     }
 
@@ -402,26 +403,21 @@ mod tests {
     fn timing_misses_alone_are_timing_only_and_blame_a_stealing_host() {
         let mut late = acc();
         late.emulator.lateness_p99_us = Some(900.0);
-        let mut v = Misses::default();
-        judge_direction(
-            "c2s",
-            &LinkConfig::default(),
-            &late,
-            &Targets::default(),
-            &mut v,
-        );
-        let (valid, timing_only, lines) = v.verdict(Some(0.2));
+        let judged = |steal| {
+            let mut v = Misses::default();
+            judge_direction(
+                "c2s",
+                &LinkConfig::default(),
+                &late,
+                &Targets::default(),
+                &mut v,
+            );
+            v.verdict(steal)
+        };
+        let (valid, timing_only, lines) = judged(Some(0.2));
         assert!(!valid && timing_only, "{lines:?}");
         assert_eq!(lines.len(), 1, "no blame below the notable steal");
-        let mut v = Misses::default();
-        judge_direction(
-            "c2s",
-            &LinkConfig::default(),
-            &late,
-            &Targets::default(),
-            &mut v,
-        );
-        let (_, timing_only, lines) = v.verdict(Some(12.0));
+        let (_, timing_only, lines) = judged(Some(12.0));
         assert!(timing_only && lines[1].starts_with("host:"), "{lines:?}");
         assert_eq!(Misses::default().verdict(Some(50.0)), (true, true, vec![]));
     }

@@ -38,6 +38,16 @@ fn server_for(client: &mut ClientControl, t0: Time) -> ServerControl {
     server
 }
 
+/// A client asking for `attach_wait` and a server that has read its
+/// hello and welcomed the test.
+fn welcomed(t0: Time, attach_wait: Option<Duration>) -> (ClientControl, ServerControl) {
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), attach_wait);
+    let mut s = server_for(&mut c, t0);
+    s.poll_event();
+    s.accept(t0, welcome());
+    (c, s)
+}
+
 fn pump(client: &mut ClientControl, server: &mut ServerControl, now: Time) {
     for _ in 0..4 {
         if let Some(b) = client.poll_transmit() {
@@ -182,10 +192,7 @@ fn every_wait_has_a_deadline() {
         (Some(Duration::from_secs(60)), Duration::from_secs(60)),
         (Some(Duration::from_secs(100_000)), MAX_ATTACH_WAIT),
     ] {
-        let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), asked);
-        let mut s = server_for(&mut c, t0);
-        s.poll_event();
-        s.accept(t0, welcome());
+        let (_, mut s) = welcomed(t0, asked);
         s.flows_attached(t0, Some(Duration::from_secs(10)));
         let deadline = t0 + attach + Duration::from_secs(10) + RUNNING_GRACE;
         assert_eq!(s.poll_timeout(), Some(deadline), "{asked:?}");
@@ -219,10 +226,7 @@ fn both_ends_wait_for_the_flows_as_long_as_the_client_asked_within_limits() {
         (Some(Duration::from_secs(40)), Duration::from_secs(40)),
         (Some(Duration::from_secs(100_000)), MAX_ATTACH_WAIT),
     ] {
-        let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), asked);
-        let mut s = server_for(&mut c, t0);
-        s.poll_event();
-        s.accept(t0, welcome());
+        let (mut c, mut s) = welcomed(t0, asked);
         assert_eq!(s.poll_timeout(), Some(t0 + waits), "{asked:?}");
         pump(&mut c, &mut s, t0);
         assert!(matches!(c.poll_event(), Some(ClientEvent::Welcome(_))));
@@ -241,10 +245,7 @@ fn both_ends_wait_for_the_flows_as_long_as_the_client_asked_within_limits() {
 #[test]
 fn a_vanished_client_fails_the_session_at_once() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
-    let mut s = server_for(&mut c, t0);
-    s.poll_event();
-    s.accept(t0, welcome());
+    let (_, mut s) = welcomed(t0, None);
     s.flows_attached(t0, None);
     s.handle_eof();
     let Some(ServerEvent::Failed(ProtoError::Closed(when))) = s.poll_event() else {
@@ -443,10 +444,7 @@ fn the_results_limit_follows_the_tests_flows_and_intervals() {
 #[test]
 fn a_results_frame_over_the_tests_limit_is_refused_on_its_prefix() {
     let t0 = Time::ZERO;
-    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
-    let mut s = server_for(&mut c, t0);
-    s.poll_event();
-    s.accept(t0, welcome());
+    let (_, mut s) = welcomed(t0, None);
     s.flows_attached(t0, Some(Duration::from_secs(10)));
     s.handle_input(t0, &encode_frame(&ClientMsg::Stop));
     assert!(matches!(s.poll_event(), Some(ServerEvent::StopRequested)));

@@ -38,21 +38,20 @@ pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {
 
 /// Where this end runs a flow's data thread: the end's own CPU (`-A`),
 /// else with `--pin-flows` the (id mod n)-th of the n CPUs this process
-/// may use, so that both ends of flow `id` on one host pick the same CPU;
-/// else None, the scheduler's choice.
+/// may use (`usable`), so that both ends of flow `id` on one host pick
+/// the same CPU; else None, the scheduler's choice.
 ///
 /// Pinning is a condition to measure under, not the default: see
 /// `transport::sizing`'s notes on placement for the measurements.
-fn flow_cpu(endpoint: Endpoint, spec: &TestSpec, id: u32) -> Option<u32> {
+fn flow_cpu(endpoint: Endpoint, spec: &TestSpec, id: u32, usable: &[u32]) -> Option<u32> {
     let own = match endpoint {
         Endpoint::Client => spec.affinity.client,
         Endpoint::Server => spec.affinity.server,
     };
-    if own.is_some() || !spec.affinity.flows {
+    if own.is_some() || !spec.affinity.flows || usable.is_empty() {
         return own;
     }
-    let cpus = sys::affinity::usable_cpus().ok()?;
-    cpus.get(id as usize % cpus.len().max(1)).copied()
+    Some(usable[id as usize % usable.len()])
 }
 
 /// A connected data socket waiting for the start.
@@ -86,7 +85,8 @@ impl ConnectedFlow {
             }
         }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
-        let cpu = flow_cpu(endpoint, spec, plan.id);
+        let usable = sys::affinity::usable_cpus().unwrap_or_default();
+        let cpu = flow_cpu(endpoint, spec, plan.id, &usable);
         settings.cpu = cpu;
         let flows = u64::from(spec.parallel)
             * if spec.direction == Direction::Bidir {
@@ -94,7 +94,7 @@ impl ConnectedFlow {
             } else {
                 1
             };
-        let cpus = sys::affinity::usable_cpus().map_or(1, |c| c.len());
+        let cpus = usable.len().max(1);
         let sizes = StreamSizes::for_flow(
             &spec.knobs,
             &sys::cache::caches(cpu),
