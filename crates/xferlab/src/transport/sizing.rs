@@ -111,13 +111,13 @@
 //! a busy neighbour; the scheduler can.
 //!
 //! With more flows, `--pin-flows` puts flow i's two ends on CPU i (mod
-//! n). Pinned with taskset, -P 2 moved 27-33 Gbit/s with each flow's ends
-//! sharing a CPU and 18-21 with them apart, and the scheduler lands in
-//! either; yet in `bench/tcp-vs-iperf3 --variant` runs (2026-11-28, 3
-//! interleaved 4 s rounds) the medians pinned / unpinned were P=1 14.7 /
-//! 19.2 (one CPU idle), P=2 25.9 / 26.7, P=4 28.5 / 29.8, P=8 25.2 / 29.0
-//! Gbit/s: it removes the slow case without raising the median, so it
-//! is an option too.
+//! n). Pinned with taskset (`bench/placement`), -P 2 moved 27-33
+//! Gbit/s with each flow's ends sharing a CPU and 18-21 with them apart,
+//! and the scheduler lands in either; yet in `bench/tcp-vs-iperf3
+//! --variant` runs (2026-11-28, 3 interleaved 4 s rounds) the medians
+//! pinned / unpinned were P=1 14.7 / 19.2 (one CPU idle), P=2 25.9 /
+//! 26.7, P=4 28.5 / 29.8, P=8 25.2 / 29.0 Gbit/s: it removes the slow
+//! case without raising the median, so it is an option too.
 
 use xferlab_core::result::{CacheSizes, SizeSource};
 use xferlab_core::spec::Knobs;
