@@ -286,32 +286,37 @@ fn topology_files_and_bad_topologies_are_checked_before_anything_runs() {
 #[test]
 fn codel_holds_the_queueing_delay_near_its_target_under_a_bulk_flow() {
     let _turn = one_at_a_time();
-    let (v, _) = lab_doc(
-        &[
-            "--rate",
-            "20M",
-            "--delay",
-            "10ms",
-            "--queue",
-            "1000p",
-            "--qdisc",
-            "c2s:codel:target=5ms,interval=100ms",
-            "--no-probe",
-            "--allow-invalid",
-            "stream",
-            "-t",
-            "4",
-            "-J",
-        ],
-        4.0,
-    );
+    // The sojourn includes how late departures are: a host that takes the
+    // CPU away (11.6 ms mean in a full-suite run, 2026-11-28) fails it
+    // for the emulator's timing, not CoDel's; such a run is retried.
+    let v = unless_the_host_took_the_time(|| {
+        let (v, _) = lab_doc(
+            &[
+                "--rate",
+                "20M",
+                "--delay",
+                "10ms",
+                "--queue",
+                "1000p",
+                "--qdisc",
+                "c2s:codel:target=5ms,interval=100ms",
+                "--no-probe",
+                "--allow-invalid",
+                "stream",
+                "-t",
+                "4",
+                "-J",
+            ],
+            4.0,
+        );
+        let mean = f64_at(&v["lab"]["accuracy"]["c2s"], "/sojourn_mean_us");
+        let failed = (mean > 2.0 * 5000.0)
+            .then(|| format!("mean queueing delay after 2 s {mean} us, CoDel target 5 ms"));
+        (v, failed)
+    });
     let acc = &v["lab"]["accuracy"]["c2s"];
     assert!(u64_at(acc, "/sojourn_samples") > 1000, "{acc}");
     let mean = f64_at(acc, "/sojourn_mean_us");
-    assert!(
-        mean <= 2.0 * 5000.0,
-        "mean queueing delay after 2 s {mean} us, CoDel target 5 ms"
-    );
     assert!(u64_at(acc, "/counters/dropped_qdisc_packets") > 0, "{acc}");
     assert_eq!(u64_at(acc, "/counters/dropped_queue_packets"), 0);
     eprintln!("mean queueing delay after 2 s under CoDel: {mean:.0} us");

@@ -175,10 +175,11 @@ fn subflows(fd: RawFd) -> io::Result<Vec<SubflowCounters>> {
                 None => (None, None),
             };
             // A subflow being torn down can report its local address as
-            // 0.0.0.0 with its port (seen in the reading taken at a close
-            // the peer started): unknown, not an address.
+            // 0.0.0.0 with its port, or its remote one as 127.0.0.1:0
+            // (both seen in the reading taken at a close the peer
+            // started): unknown, not an address.
             let show = |a: Option<SocketAddr>| {
-                a.filter(|a| !a.ip().is_unspecified())
+                a.filter(|a| !a.ip().is_unspecified() && a.port() != 0)
                     .map(|a| crate::net::canonical(a).to_string())
                     .unwrap_or_default()
             };
