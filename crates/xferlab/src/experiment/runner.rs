@@ -276,6 +276,8 @@ struct Ctx<'a> {
     overhead: Overhead,
     failed: usize,
     ok: usize,
+    /// Stored and measured, but the lab missed its accuracy targets.
+    invalid: usize,
 }
 
 impl Ctx<'_> {
@@ -328,7 +330,9 @@ impl Ctx<'_> {
             metrics: &metric_rows,
         })?;
         self.overhead.store_ms.push(t.elapsed().as_secs_f64() * 1e3);
-        if is_done(out.status) {
+        if out.status == "invalid" {
+            self.invalid += 1;
+        } else if is_done(out.status) {
             self.ok += 1;
         } else {
             self.failed += 1;
@@ -672,6 +676,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         overhead: Overhead::default(),
         failed: 0,
         ok: 0,
+        invalid: 0,
     };
     let mut interrupted = false;
     if pending.is_empty() {
@@ -691,7 +696,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
                 return fail(
                     &format!(
                         "{e:#} ({} runs stored in {}; run the same command again to resume)",
-                        ctx.ok + ctx.failed,
+                        ctx.ok + ctx.invalid + ctx.failed,
                         o.db.display()
                     ),
                     1,
@@ -701,8 +706,13 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         let gap = median(&ctx.overhead.gaps_ms);
         let write = median(&ctx.overhead.store_ms);
         eprintln!(
-            "experiment {experiment}: {} runs ok, {} failed{}, stored in {}; runner overhead: median gap between runs {}, median store write {}",
+            "experiment {experiment}: {} runs ok, {}{} failed{}, stored in {}; runner overhead: median gap between runs {}, median store write {}",
             ctx.ok,
+            if ctx.invalid > 0 {
+                format!("{} invalid (the lab missed its accuracy targets), ", ctx.invalid)
+            } else {
+                String::new()
+            },
             ctx.failed,
             if interrupted { ", interrupted" } else { "" },
             o.db.display(),
