@@ -119,6 +119,18 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
         let ideal = 100e6 * 1448.0 / 1500.0;
         let goodput = f64_at(&v, "/summary/directions/0/receiver/bits_per_second");
         let rtt = f64_at(&v, "/lab/accuracy/rtt_probe/median_us");
+        // The shaper's own account: busy windows at the configured rate. A
+        // bulk TCP flow that reaches the goodput above keeps the link busy
+        // for whole seconds (2 or 3 windows in each of 5 runs), so there
+        // are some. Departures held up by the hypervisor cost a window its
+        // rate (the lab counts that as a timing miss too), so these are
+        // retried like the goodput.
+        let acc = &v["lab"]["accuracy"]["c2s"];
+        let windows = u64_at(acc, "/rate_windows");
+        let (lo, hi) = (
+            f64_at(acc, "/rate_ratio_min"),
+            f64_at(acc, "/rate_ratio_max"),
+        );
         let failed = if (goodput / ideal - 1.0).abs() > 0.05 {
             Some(format!(
                 "goodput {:.2} Mbit/s, ideal {:.2} Mbit/s\n{}",
@@ -128,23 +140,18 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
             ))
         } else if (rtt - 20_000.0).abs() > 1000.0 {
             Some(format!("probe RTT {rtt} us, configured 20 ms"))
+        } else if windows == 0 {
+            Some(format!(
+                "the shaper was never busy for 1 s of a 3 s bulk test: {acc}"
+            ))
+        } else if !(lo > 0.995 && hi < 1.005) {
+            Some(format!("rate ratio {lo}..{hi}"))
         } else {
             None
         };
         (v, failed)
     });
-    // The shaper's own account: busy windows at the configured rate. A
-    // bulk TCP flow that reaches the goodput above keeps the link busy for
-    // whole seconds (2 or 3 windows in each of 5 runs), so there are some.
     let acc = &v["lab"]["accuracy"]["c2s"];
-    let windows = u64_at(acc, "/rate_windows");
-    assert!(
-        windows > 0,
-        "the shaper was never busy for 1 s of a 3 s bulk test: {acc}"
-    );
-    let lo = f64_at(acc, "/rate_ratio_min");
-    let hi = f64_at(acc, "/rate_ratio_max");
-    assert!(lo > 0.995 && hi < 1.005, "rate ratio {lo}..{hi}");
     for dir in ["c2s", "s2c"] {
         let u = &v["lab"]["accuracy"][dir]["unintended_drops"];
         for k in [
@@ -215,10 +222,14 @@ fn transactions_across_the_link_take_at_least_its_round_trip() {
         "a transaction took {min} us over a 20 ms RTT link
 {rr}"
     );
-    // Ping-pong: one transaction per mean latency.
+    // Ping-pong: one transaction per mean latency, less the one still
+    // under way when the test ended (uncounted; up to a mean latency of
+    // the 2 s, which the bulk flows' queue makes ~100-250 ms).
     let per_second = f64_at(rr, "/per_second");
+    let busy = per_second * mean / 1e6;
+    let in_flight = mean / 1e6 / 2.0;
     assert!(
-        (per_second * mean / 1e6 - 1.0).abs() < 0.1,
+        busy < 1.1 && busy > 0.9 - in_flight,
         "{per_second} tx/s at a mean of {mean} us
 {}",
         out.describe()
@@ -500,8 +511,10 @@ const SETUP_WAIT: Duration = Duration::from_secs(30);
 #[test]
 fn teardown_leaves_nothing_after_ctrl_c_or_sigkill_and_clean_spares_live_labs() {
     let _turn = one_at_a_time();
-    // A lab interrupted with Ctrl-C cleans up after itself.
-    let mut a = Proc::spawn(&["lab", "--rate", "20M", "--no-probe", "stream", "-t", "20"]);
+    // A lab interrupted with Ctrl-C cleans up after itself. It must still
+    // run when `clean` comes, after B's and C's set-ups (up to SETUP_WAIT
+    // each), so it is planned far longer than it runs.
+    let mut a = Proc::spawn(&["lab", "--rate", "20M", "--no-probe", "stream", "-t", "120"]);
     wait_until("lab A's namespaces", SETUP_WAIT, || {
         namespaces_of(a.pid()).len() == 2
     });

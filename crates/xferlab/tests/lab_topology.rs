@@ -369,7 +369,18 @@ fn rr_p50_beside_bulk(qdisc: &str) -> (f64, Value) {
 #[test]
 fn fq_codel_keeps_a_request_response_flow_out_of_the_bulk_flows_queue() {
     let _turn = one_at_a_time();
-    let (fq, v) = rr_p50_beside_bulk("fq_codel");
+    // The base RTT is 20 ms. FQ-CoDel serves the sparse rr flow first, so
+    // its median stays near that; departures the hypervisor held up delay
+    // the rr flow's own packets too, so a miss under steal is retried.
+    let v = unless_the_host_took_the_time(|| {
+        let (fq, v) = rr_p50_beside_bulk("fq_codel");
+        let failed = (fq >= 30_000.0).then(|| format!("fq_codel p50 {fq} us"));
+        (v, failed)
+    });
+    let fq = f64_at(
+        &v["tests"]["ref"]["result"],
+        "/client/pattern/latency/p50_us",
+    );
     let acc = &v["lab"]["accuracy"]["c2s"];
     // 4 bulk flows and the rr flow (and the control connections): their
     // own queues each.
@@ -377,9 +388,7 @@ fn fq_codel_keeps_a_request_response_flow_out_of_the_bulk_flows_queue() {
     assert!(u64_at(acc, "/counters/dropped_qdisc_packets") > 0, "{acc}");
     let (tail, _) = rr_p50_beside_bulk("droptail");
     eprintln!("rr p50 beside 4 bulk flows: fq_codel {fq:.0} us, drop-tail {tail:.0} us");
-    // The base RTT is 20 ms. FQ-CoDel serves the sparse rr flow first;
-    // drop-tail puts it behind the bulk flows' standing queue.
-    assert!(fq < 30_000.0, "fq_codel p50 {fq} us");
+    // Drop-tail puts it behind the bulk flows' standing queue.
     assert!(tail > 2.0 * fq, "drop-tail p50 {tail} us, fq_codel {fq} us");
 }
 
@@ -421,12 +430,14 @@ fn a_trace_driven_link_delivers_the_trace_opportunities_over_ten_seconds() {
         // The self-report: delivered against the opportunities in busy 1 s
         // windows.
         let acc = &v["lab"]["accuracy"]["c2s"];
-        assert!(u64_at(acc, "/rate_windows") >= 5, "{acc}");
+        let windows = u64_at(acc, "/rate_windows");
         let (lo, hi) = (
             f64_at(acc, "/rate_ratio_min"),
             f64_at(acc, "/rate_ratio_max"),
         );
-        let failed = if (received / want - 1.0).abs() > 0.01 {
+        let failed = if windows < 5 {
+            Some(format!("{windows} busy 1 s windows in 10 s: {acc}"))
+        } else if (received / want - 1.0).abs() > 0.01 {
             Some(format!(
                 "{received} datagrams received over {seconds} s, the trace offered {want}"
             ))

@@ -146,7 +146,6 @@ fn the_failure_limit_and_window_are_flags() {
         "--auth-window",
         "2",
     ]);
-    let t0 = std::time::Instant::now();
     for _ in 0..2 {
         srv.client(
             &["-t", "0.3", "--auth-key", wrong.path()],
@@ -154,6 +153,9 @@ fn the_failure_limit_and_window_are_flags() {
         )
         .assert_one_line_failure(1, &["authentication failed"]);
     }
+    // Both failures happened before this instant, however long the
+    // clients took to start: 2 s after it, their window is over.
+    let t0 = std::time::Instant::now();
     srv.wait_for_log("2 of 2 allowed per 2 s", 1, Duration::from_secs(3));
     let out = srv.client(&["-t", "0.3", "--auth-key", keys.path()], deadline_for(0.3));
     out.assert_one_line_failure(1, &["too many failed authentication attempts"]);

@@ -270,27 +270,33 @@ fn gso_counts_match_exactly() {
 
 /// The sender's achieved rate over the measured window is within 5 % of
 /// the target (the real accuracy on an idle host is ~0.1 %; see
-/// bench/README.md). Receiver loss is not judged here.
+/// bench/README.md). Receiver loss is not judged here. A sender that the
+/// hypervisor held up cannot win the time back at 1 Gbit/s (it sends as
+/// fast as it can already), so a miss while the host stole CPU time is
+/// retried.
 fn assert_paced(rate: &str, target: f64) {
     let _quiet = one_at_a_time();
     let srv = Server::start();
-    let v = udp_json(&srv, &["-u", "-b", rate, "-l", "1400", "-t", "2"], 2.0);
-    assert_eq!(f64_at(&v, "/spec/knobs/rate"), target);
-    let d = summary_dir(&v, "c2s");
-    let got = f64_at(d, "/sender/bits_per_second");
-    let err = (got - target) / target;
-    assert!(
-        err.abs() <= 0.05,
-        "-b {rate}: sender achieved {:.3} Mbit/s, {:+.2} % off target\n{}",
-        got / 1e6,
-        err * 100.0,
-        v["summary"]
-    );
-    let secs = f64_at(d, "/sender/seconds");
-    assert!(
-        (1.9..3.0).contains(&secs),
-        "sender measured {secs} s for -t 2"
-    );
+    common::unless_the_host_stole(|| {
+        let v = udp_json(&srv, &["-u", "-b", rate, "-l", "1400", "-t", "2"], 2.0);
+        assert_eq!(f64_at(&v, "/spec/knobs/rate"), target);
+        let d = summary_dir(&v, "c2s");
+        let got = f64_at(d, "/sender/bits_per_second");
+        let err = (got - target) / target;
+        let secs = f64_at(d, "/sender/seconds");
+        assert!(
+            (1.9..3.0).contains(&secs),
+            "sender measured {secs} s for -t 2"
+        );
+        (err.abs() > 0.05).then(|| {
+            format!(
+                "-b {rate}: sender achieved {:.3} Mbit/s, {:+.2} % off target\n{}",
+                got / 1e6,
+                err * 100.0,
+                v["summary"]
+            )
+        })
+    });
 }
 
 #[test]
