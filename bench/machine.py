@@ -172,7 +172,9 @@ def xferlab_choice(doc):
                 if write else ""))
         if recv:
             low = recv.get("rcvlowat") or 0
-            out.append("%s receivers read %s per call (%s%s), rcvlowat %s" % (
+            fill = {True: ", filling the buffer", False: ", the whole buffer each call"}.get(
+                recv.get("read_fill"), "")
+            out.append("%s receivers read %s per call (%s%s)%s, rcvlowat %s" % (
                 side, kib(recv["read_size"]), recv.get("read_size_from"),
-                ", L2 %s" % kib(l2) if l2 else "", kib(low) if low else "off"))
+                ", L2 %s" % kib(l2) if l2 else "", fill, kib(low) if low else "off"))
     return "; ".join(out) or "nothing recorded"

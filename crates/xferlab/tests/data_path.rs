@@ -70,6 +70,8 @@ fn senders_write_half_and_receivers_read_a_quarter_of_the_l2_they_are_told_of() 
         assert_eq!(u64_at(s, "/read_size"), read, "L2 {l2}");
         assert_eq!(s["read_size_from"], "l2_cache", "L2 {l2}");
         assert_eq!(u64_at(s, "/rcvlowat"), 0, "no wake-up batching by default");
+        // One flow: its reads fill the buffer while a CPU is to spare.
+        assert_eq!(s["read_fill"], usable_cpus() > 1, "{s}");
         assert_eq!(v[side]["host"]["caches"]["l2_override"], true);
         assert_eq!(
             u64_at(&v[side]["host"]["caches"], "/l2"),
@@ -94,6 +96,8 @@ fn a_flow_per_cpu_or_more_writes_a_quarter_of_l2() {
     assert_eq!(senders, usable_cpus(), "one sender per flow");
     let (_, s) = receiver(&v);
     assert_eq!(u64_at(s, "/read_size"), 256 << 10);
+    assert_eq!(s["read_fill"], false, "every read asks for the whole buffer");
+    assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
 }
 
 #[test]

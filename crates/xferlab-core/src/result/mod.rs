@@ -367,6 +367,13 @@ pub struct SocketSettings {
     /// to batch its wake-ups; 0 = it never sets one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvlowat: Option<u64>,
+    /// Byte-stream receivers that copy: true when each read() asks for the
+    /// rest of the buffer and the buffer fills to its end before it starts
+    /// over (as iperf3 reads a block; chosen while the side runs fewer
+    /// flows than it may use CPUs), false when every read asks for the
+    /// whole buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_fill: Option<bool>,
     /// The CPU the flow's data thread was pinned to (`-A`, or one CPU per
     /// flow by `--pin-flows`); absent: the scheduler placed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

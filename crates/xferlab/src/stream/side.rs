@@ -111,6 +111,9 @@ impl ConnectedFlow {
                     settings.read_size = Some(sizes.read_size as u64);
                     settings.read_size_from = Some(sizes.read_size_from);
                     settings.rcvlowat = Some(sizes.rcvlowat as u64);
+                    settings.read_fill = (spec.knobs.recv_mode
+                        == xferlab_core::spec::RecvMode::Copy)
+                        .then_some(sizes.read_fill);
                 }
             }
         }

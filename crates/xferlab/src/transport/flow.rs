@@ -229,8 +229,9 @@ fn failed(why: String) -> FlowOutcome {
     }
 }
 
-/// Receives until end of stream. `Copy` reads `sizes.read_size` bytes per
-/// call into a user buffer as an application would; `Discard` uses
+/// Receives until end of stream. `Copy` reads up to `sizes.read_size`
+/// bytes per call into a user buffer as an application would (the rest of
+/// the buffer, filled to its end, with `sizes.read_fill`); `Discard` uses
 /// recv(MSG_TRUNC), which for TCP drops the data in the kernel without
 /// copying it out; `Zerocopy` has the kernel map whole pages instead and
 /// reads (copies) only what it cannot map.
@@ -260,6 +261,8 @@ pub fn receive(
     let fd = sock.as_raw_fd();
     let mut got: u64 = 0;
     let mut mapped: u64 = 0;
+    // Where the next copying read starts when reads fill the buffer.
+    let mut at = 0;
     let end = loop {
         let r = match (mode, window.as_mut()) {
             (RecvMode::Discard, _) => {
@@ -294,6 +297,16 @@ pub fn receive(
                 // real error.
                 Err(_) => sock.read(buf),
             },
+            _ if sizes.read_fill => {
+                let r = sock.read(&mut buf[at..]);
+                if let Ok(n) = r {
+                    at += n;
+                    if at == buf.len() {
+                        at = 0;
+                    }
+                }
+                r
+            }
             _ => sock.read(buf),
         };
         match r {

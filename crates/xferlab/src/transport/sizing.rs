@@ -100,6 +100,31 @@
 //! without variants (load average 1.9-2.0) gave 1.43 / 1.24 / 1.06 / 1.23
 //! at P = 1 / 2 / 4 / 8, CPU s/GB 0.71 / 0.79 / 0.94 / 0.82.
 
+//! # Reads that fill the buffer while a CPU is to spare
+//!
+//! iperf3 reads a block: each read() asks for what is left of its buffer
+//! and the next block starts when the buffer is full (`Nrecv`). Asking
+//! for the whole buffer every time (reading from its start) is what an
+//! application that takes what comes would do, and is what xferlab did.
+//! With fewer flows than usable CPUs the receiver has time to spare and
+//! the sender is the bottleneck; shorter reads that end at the buffer's
+//! end then serve the sender better. With as many flows as CPUs or more,
+//! every call counts. Measured (AMD EPYC Zen 3, 512 KiB L2, 2 vCPUs),
+//! `bench/tcp-vs-iperf3 --time 4` with the fill as a variant (2026-11-28),
+//! receiver Gbit/s, medians of interleaved rounds:
+//!
+//! | P | whole buffer | fill | rounds fill won |
+//! |---|--------------|------|-----------------|
+//! | 1 | 14.79 / 16.21 | 17.43 / 18.46 | 6 of 9, 5 of 7 |
+//! | 1, `-l 128K` | 12.81 | 13.83 | 6 of 9 |
+//! | 2 | 28.05 | 29.29 | 4 of 7 |
+//! | 4 | 31.79 | 31.51 | 4 of 7 |
+//! | 8 | 34.47 | 30.66 | 2 of 7 |
+//!
+//! So a receiver fills its buffer when its side is not [`crowded`] and
+//! reads the whole buffer otherwise; the result says which
+//! (`socket.read_fill`).
+//!
 //! # Wake-ups and placement
 //!
 //! SO_RCVLOWAT batching (`--rcvlowat`) and pinning stay off unless asked
@@ -148,6 +173,10 @@ pub struct StreamSizes {
     pub read_size_from: SizeSource,
     /// Largest SO_RCVLOWAT the receiver sets; 0: it never sets one.
     pub rcvlowat: usize,
+    /// Copying receive: each read asks for the rest of the buffer, which
+    /// fills to its end before the next starts at its beginning (see the
+    /// module docs); false: every read asks for the whole buffer.
+    pub read_fill: bool,
 }
 
 impl StreamSizes {
@@ -175,6 +204,7 @@ impl StreamSizes {
                 .rcvlowat
                 .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
                 .min(read_size),
+            read_fill: !crowded,
         }
     }
 }
@@ -229,6 +259,7 @@ mod tests {
             (SizeSource::L2Cache, 0),
             "no wake-up batching unless asked"
         );
+        assert!(s.read_fill, "a side with a CPU to spare fills its buffer");
     }
 
     #[test]
@@ -259,8 +290,8 @@ mod tests {
         let k = Knobs::default();
         let s = StreamSizes::for_flow(&k, &l2(1 << 20), true);
         assert_eq!(
-            (s.write_size, s.write_size_from, s.read_size),
-            (256 << 10, SizeSource::L2CacheShared, 256 << 10)
+            (s.write_size, s.write_size_from, s.read_size, s.read_fill),
+            (256 << 10, SizeSource::L2CacheShared, 256 << 10, false)
         );
         let s = StreamSizes::for_flow(&k, &CacheSizes::default(), true);
         assert_eq!(
