@@ -96,7 +96,10 @@ fn a_flow_per_cpu_or_more_writes_a_quarter_of_l2() {
     assert_eq!(senders, usable_cpus(), "one sender per flow");
     let (_, s) = receiver(&v);
     assert_eq!(u64_at(s, "/read_size"), 256 << 10);
-    assert_eq!(s["read_fill"], false, "every read asks for the whole buffer");
+    assert_eq!(
+        s["read_fill"], false,
+        "every read asks for the whole buffer"
+    );
     assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
 }
 

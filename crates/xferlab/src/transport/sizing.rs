@@ -107,9 +107,11 @@
 //! for the whole buffer every time (reading from its start) is what an
 //! application that takes what comes would do, and is what xferlab did.
 //! With fewer flows than usable CPUs the receiver has time to spare and
-//! the sender is the bottleneck; shorter reads that end at the buffer's
-//! end then serve the sender better. With as many flows as CPUs or more,
-//! every call counts. Measured (AMD EPYC Zen 3, 512 KiB L2, 2 vCPUs),
+//! the sender is the bottleneck (one flow: client 3.4-3.9 CPU s, server
+//! 1.5-1.7 in a 4 s run), and the filling reads measured faster; with as
+//! many flows as CPUs or more every CPU is busy and they measured slower
+//! (more, shorter calls). Which kernel path makes the difference at P=1
+//! is not pinned down; the rule follows the measurement. Measured (AMD EPYC Zen 3, 512 KiB L2, 2 vCPUs),
 //! `bench/tcp-vs-iperf3 --time 4` with the fill as a variant (2026-11-28),
 //! receiver Gbit/s, medians of interleaved rounds:
 //!
@@ -117,7 +119,7 @@
 //! |---|--------------|------|-----------------|
 //! | 1 | 14.79 / 16.21 | 17.43 / 18.46 | 6 of 9, 5 of 7 |
 //! | 1, `-l 128K` | 12.81 | 13.83 | 6 of 9 |
-//! | 2 | 28.05 | 29.29 | 4 of 7 |
+//! | 2 | 28.05 | 29.29 | 3 of 7 |
 //! | 4 | 31.79 | 31.51 | 4 of 7 |
 //! | 8 | 34.47 | 30.66 | 2 of 7 |
 //!
