@@ -214,6 +214,12 @@ pub struct Knobs {
     /// receiver's default (the result's `socket.rcvlowat`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rcvlowat: Option<u64>,
+    /// Copying byte-stream receivers: whether each read() asks for the rest
+    /// of the buffer, filling it to its end (`--read-fill on`), or the
+    /// whole buffer every time (`off`); None: each side chooses by how
+    /// crowded its CPUs are (the result's `socket.read_fill`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_fill: Option<bool>,
     /// Target rate per flow, bit/s (`-b`); None = as fast as possible.
     /// UDP only for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -260,6 +266,7 @@ impl Default for Knobs {
             read_size: None,
             write_size: None,
             rcvlowat: None,
+            read_fill: None,
             rate: None,
             batch: 1,
             gso: false,
@@ -363,7 +370,7 @@ pub enum SpecError {
     Batch(u32),
     #[error("--skip-rx-copy is for TCP: every UDP datagram's header is read")]
     SkipRxCopyOnUdp,
-    #[error("-C, -M, -N, --fq-rate, -Z, --rx-zerocopy, --read-size and --rcvlowat are TCP options; pace UDP with -b")]
+    #[error("-C, -M, -N, --fq-rate, -Z, --rx-zerocopy, --read-size, --rcvlowat and --read-fill are TCP options; pace UDP with -b")]
     TcpOptionsOnUdp,
     #[error("--read-size must be between 1 and 64M bytes (got {0})")]
     ReadSize(u64),
@@ -391,7 +398,7 @@ pub enum SpecError {
     DccpCombination(&'static str),
     #[error("--on-congestion lowers a constant rate: add -b RATE")]
     OnCongestionRate,
-    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size and --rcvlowat do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
+    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat and --read-fill do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
     OptionsOnDccp,
     #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
     DccpGso,

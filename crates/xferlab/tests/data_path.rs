@@ -135,7 +135,7 @@ fn without_an_override_the_sysfs_l2_is_used_and_reported() {
 }
 
 #[test]
-fn length_read_size_and_rcvlowat_options_win_and_are_recorded() {
+fn length_read_size_rcvlowat_and_read_fill_options_win_and_are_recorded() {
     let v = embedded(
         &[
             "-n",
@@ -146,6 +146,9 @@ fn length_read_size_and_rcvlowat_options_win_and_are_recorded() {
             "48K",
             "--rcvlowat",
             "1M",
+            // One flow would fill its buffer on a machine of 2 CPUs or more.
+            "--read-fill",
+            "off",
         ],
         &[("XFERLAB_L2_CACHE", "4M")],
     );
@@ -158,6 +161,8 @@ fn length_read_size_and_rcvlowat_options_win_and_are_recorded() {
     assert_eq!(u64_at(s, "/read_size"), 48 << 10);
     assert_eq!(s["read_size_from"], "option");
     assert_eq!(u64_at(s, "/rcvlowat"), 48 << 10, "capped at one read");
+    assert_eq!(s["read_fill"], false, "--read-fill off reaches the server");
+    assert_eq!(v["spec"]["knobs"]["read_fill"], false);
 }
 
 #[test]
@@ -206,6 +211,7 @@ fn tcp_data_path_options_are_refused_for_udp_and_a_bad_l2_override_is_named() {
         &["--rx-zerocopy"][..],
         &["--read-size", "64K"][..],
         &["--rcvlowat", "64K"][..],
+        &["--read-fill", "on"][..],
     ] {
         let mut args = vec!["stream", "-u", "-t", "0.2"];
         args.extend_from_slice(flag);

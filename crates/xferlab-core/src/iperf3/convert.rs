@@ -203,6 +203,7 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             // here writes what the stock server would.
             write_size: (!udp).then_some(size),
             rcvlowat: None,
+            read_fill: None,
             rate,
             batch: if udp { SERVER_UDP_BATCH } else { 1 },
             gso: false,

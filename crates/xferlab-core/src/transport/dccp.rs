@@ -78,6 +78,7 @@ impl TransportModel for Dccp {
             || k.recv_mode != RecvMode::Copy
             || k.read_size.is_some()
             || k.rcvlowat.is_some()
+            || k.read_fill.is_some()
         {
             return Err(SpecError::OptionsOnDccp);
         }

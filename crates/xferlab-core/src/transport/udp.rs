@@ -35,6 +35,7 @@ impl TransportModel for Udp {
             || k.read_size.is_some()
             || k.write_size.is_some()
             || k.rcvlowat.is_some()
+            || k.read_fill.is_some()
         {
             return Err(SpecError::TcpOptionsOnUdp);
         }

@@ -122,6 +122,7 @@ impl RrArgs {
             (a.zerocopy.is_some(), "-Z/--zerocopy"),
             (a.read_size.is_some(), "--read-size"),
             (a.rcvlowat.is_some(), "--rcvlowat"),
+            (a.read_fill.is_some(), "--read-fill"),
             (a.dont_fragment, "--dont-fragment"),
         ];
         if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {

@@ -193,6 +193,13 @@ pub struct StreamArgs {
     /// Default off: it did not pay on loopback here.
     #[arg(long = "rcvlowat", value_parser = parse_size, value_name = "SIZE")]
     pub rcvlowat: Option<u64>,
+    /// TCP: whether each read asks for the rest of the receive buffer,
+    /// filling it to its end as iperf3 reads a block (on), or the whole
+    /// buffer every time (off). Default: on while a side runs fewer flows
+    /// than it may use CPUs, off otherwise (measured: one flow gained,
+    /// eight lost). The result's socket.read_fill says what each used.
+    #[arg(long = "read-fill", value_enum)]
+    pub read_fill: Option<super::lab::OnOff>,
 
     /// Use IPv4 only.
     #[arg(short = '4', long = "version4", conflicts_with = "v6")]
@@ -387,6 +394,7 @@ impl StreamArgs {
                 read_size: self.read_size,
                 write_size: self.length.filter(|_| !udp),
                 rcvlowat: self.rcvlowat,
+                read_fill: self.read_fill.map(|f| f == super::lab::OnOff::On),
                 rate: if udp {
                     match self.gap {
                         Some(us) => gap_rate(size, us)?,

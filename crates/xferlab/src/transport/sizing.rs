@@ -112,8 +112,9 @@
 //! many flows as CPUs or more every CPU is busy and they measured slower
 //! (more, shorter calls). Which kernel path makes the difference at P=1
 //! is not pinned down; the rule follows the measurement. Measured (AMD EPYC Zen 3, 512 KiB L2, 2 vCPUs),
-//! `bench/tcp-vs-iperf3 --time 4` with the fill as a variant (2026-11-28),
-//! receiver Gbit/s, medians of interleaved rounds:
+//! `bench/tcp-vs-iperf3 --time 4` with the fill as a variant (2026-11-28;
+//! `--variant 'fill=--read-fill on' --variant 'whole=--read-fill off'`
+//! repeats it), receiver Gbit/s, medians of interleaved rounds:
 //!
 //! | P | whole buffer | fill | rounds fill won |
 //! |---|--------------|------|-----------------|
@@ -124,8 +125,8 @@
 //! | 8 | 34.47 | 30.66 | 2 of 7 |
 //!
 //! So a receiver fills its buffer when its side is not [`crowded`] and
-//! reads the whole buffer otherwise; the result says which
-//! (`socket.read_fill`).
+//! reads the whole buffer otherwise, unless `--read-fill` says; the
+//! result says which (`socket.read_fill`).
 //!
 //! # Wake-ups and placement
 //!
@@ -206,7 +207,7 @@ impl StreamSizes {
                 .rcvlowat
                 .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
                 .min(read_size),
-            read_fill: !crowded,
+            read_fill: knobs.read_fill.unwrap_or(!crowded),
         }
     }
 }
@@ -308,6 +309,14 @@ mod tests {
         assert_eq!(
             (s.write_size, s.write_size_from),
             (100_000, SizeSource::Option)
+        );
+        let k = Knobs {
+            read_fill: Some(true),
+            ..Knobs::default()
+        };
+        assert!(
+            StreamSizes::for_flow(&k, &l2(1 << 20), true).read_fill,
+            "--read-fill on wins on a crowded side"
         );
         assert!(!crowded(1, 2) && crowded(2, 2) && crowded(8, 2) && crowded(1, 1));
         assert!(crowded(1, 0), "an empty affinity mask counts as one CPU");
