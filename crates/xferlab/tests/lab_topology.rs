@@ -291,22 +291,10 @@ fn codel_holds_the_queueing_delay_near_its_target_under_a_bulk_flow() {
     // for the emulator's timing, not CoDel's; such a run is retried.
     let v = unless_the_host_took_the_time(|| {
         let (v, _) = lab_doc(
-            &[
-                "--rate",
-                "20M",
-                "--delay",
-                "10ms",
-                "--queue",
-                "1000p",
-                "--qdisc",
+            &bottleneck(
                 "c2s:codel:target=5ms,interval=100ms",
-                "--no-probe",
-                "--allow-invalid",
-                "stream",
-                "-t",
-                "4",
-                "-J",
-            ],
+                &["stream", "-t", "4", "-J"],
+            ),
             4.0,
         );
         let mean = f64_at(&v["lab"]["accuracy"]["c2s"], "/sojourn_mean_us");
@@ -322,48 +310,50 @@ fn codel_holds_the_queueing_delay_near_its_target_under_a_bulk_flow() {
     eprintln!("mean queueing delay after 2 s under CoDel: {mean:.0} us");
 }
 
-/// The p50 of `rr` from host `ref` while host `bg` runs 4 bulk flows
-/// through a 20 Mbit/s, 2 x 10 ms bottleneck with a 600 ms queue.
-fn rr_p50_beside_bulk(qdisc: &str) -> (f64, Value) {
+/// The lab flags of a 20 Mbit/s, 2 x 10 ms bottleneck with a 1000-packet
+/// (600 ms) queue under `qdisc`, no probe, then `rest`.
+fn bottleneck<'a>(qdisc: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "--rate",
+        "20M",
+        "--delay",
+        "10ms",
+        "--queue",
+        "1000p",
+        "--qdisc",
+        qdisc,
+        "--no-probe",
+        "--allow-invalid",
+    ];
+    args.extend_from_slice(rest);
+    args
+}
+
+/// The rr flow's p50 latency in a [`rr_beside_bulk`] result.
+fn rr_p50(v: &Value) -> f64 {
+    f64_at(
+        &v["tests"]["ref"]["result"],
+        "/client/pattern/latency/p50_us",
+    )
+}
+
+/// `rr` from host `ref` while host `bg` runs 4 bulk flows through the
+/// [`bottleneck`] under `qdisc`.
+fn rr_beside_bulk(qdisc: &str) -> Value {
     let (v, out) = lab_doc(
-        &[
-            "--rate",
-            "20M",
-            "--delay",
-            "10ms",
-            "--queue",
-            "1000p",
-            "--qdisc",
+        &bottleneck(
             qdisc,
-            "--no-probe",
-            "--allow-invalid",
-            "--client",
-            "bg",
-            "--client",
-            "ref",
-            "@bg",
-            "stream",
-            "-P",
-            "4",
-            "-t",
-            "4",
-            "-J",
-            "@ref",
-            "rr",
-            "-t",
-            "4",
-            "-J",
-        ],
+            &[
+                "--client", "bg", "--client", "ref", "@bg", "stream", "-P", "4", "-t", "4", "-J",
+                "@ref", "rr", "-t", "4", "-J",
+            ],
+        ),
         4.0,
     );
     for h in ["bg", "ref"] {
         assert_eq!(v["tests"][h]["exit_code"], 0, "{h}\n{}", out.describe());
     }
-    let p50 = f64_at(
-        &v["tests"]["ref"]["result"],
-        "/client/pattern/latency/p50_us",
-    );
-    (p50, v)
+    v
 }
 
 #[test]
@@ -373,20 +363,18 @@ fn fq_codel_keeps_a_request_response_flow_out_of_the_bulk_flows_queue() {
     // its median stays near that; departures the hypervisor held up delay
     // the rr flow's own packets too, so a miss under steal is retried.
     let v = unless_the_host_took_the_time(|| {
-        let (fq, v) = rr_p50_beside_bulk("fq_codel");
+        let v = rr_beside_bulk("fq_codel");
+        let fq = rr_p50(&v);
         let failed = (fq >= 30_000.0).then(|| format!("fq_codel p50 {fq} us"));
         (v, failed)
     });
-    let fq = f64_at(
-        &v["tests"]["ref"]["result"],
-        "/client/pattern/latency/p50_us",
-    );
+    let fq = rr_p50(&v);
     let acc = &v["lab"]["accuracy"]["c2s"];
     // 4 bulk flows and the rr flow (and the control connections): their
     // own queues each.
     assert!(u64_at(acc, "/fq_flows") >= 5, "{acc}");
     assert!(u64_at(acc, "/counters/dropped_qdisc_packets") > 0, "{acc}");
-    let (tail, _) = rr_p50_beside_bulk("droptail");
+    let tail = rr_p50(&rr_beside_bulk("droptail"));
     eprintln!("rr p50 beside 4 bulk flows: fq_codel {fq:.0} us, drop-tail {tail:.0} us");
     // Drop-tail puts it behind the bulk flows' standing queue.
     assert!(tail > 2.0 * fq, "drop-tail p50 {tail} us, fq_codel {fq} us");
