@@ -127,9 +127,10 @@ fn hundred_megabit_twenty_ms_link_gives_ideal_goodput_and_rtt() {
         // retried like the goodput.
         let acc = &v["lab"]["accuracy"]["c2s"];
         let windows = u64_at(acc, "/rate_windows");
+        // Null when no window was busy (checked first below).
         let (lo, hi) = (
-            f64_at(acc, "/rate_ratio_min"),
-            f64_at(acc, "/rate_ratio_max"),
+            acc["rate_ratio_min"].as_f64().unwrap_or(f64::NAN),
+            acc["rate_ratio_max"].as_f64().unwrap_or(f64::NAN),
         );
         let failed = if (goodput / ideal - 1.0).abs() > 0.05 {
             Some(format!(
