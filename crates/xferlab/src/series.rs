@@ -46,6 +46,10 @@ pub struct Point {
     pub sender_bps: f64,
     pub receiver_bps: f64,
     pub jitter_us: f64,
+    /// The hypervisor's share of all CPU time while the test ran (steal
+    /// in /proc/stat); None where the kernel does not count it. A sender
+    /// held up by the host cannot win its timing back.
+    pub host_steal_percent: Option<f64>,
     /// The test itself did not complete (its error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -66,6 +70,7 @@ impl Point {
             sender_bps: 0.0,
             receiver_bps: 0.0,
             jitter_us: 0.0,
+            host_steal_percent: None,
             error: (r.status != Status::Ok)
                 .then(|| r.errors.join("; "))
                 .filter(|e| !e.is_empty()),
@@ -128,9 +133,13 @@ fn run_point(
         spec,
         ..base.clone()
     };
+    let before = crate::sys::cpu::cpu_ticks();
     let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)
         .map_err(|e| anyhow!("{e:#}"))?;
     let mut p = Point::from_result(&cfg.spec, &outcome.result, spacing_us);
+    p.host_steal_percent = before
+        .zip(crate::sys::cpu::cpu_ticks())
+        .and_then(|(b, a)| xferlab_core::steal::steal_percent(b, a));
     if p.error.is_none() {
         p.error = outcome.error;
     }
@@ -201,7 +210,12 @@ pub fn run_cbr(
                     search.record(rate, &TrialOutcome::default());
                     Verdict::Failed(format!("the test failed: {e}"))
                 }
-                None => search.record(rate, &point.outcome()),
+                None => match search.record(rate, &point.outcome()) {
+                    Verdict::Failed(why) => {
+                        Verdict::Failed(host_note(why, point.host_steal_percent))
+                    }
+                    v => v,
+                },
             };
             if !json {
                 let shown = match &verdict {
@@ -283,6 +297,19 @@ pub fn run_cbr(
         )?;
     }
     Ok(ok)
+}
+
+/// A missed criterion's reason, with the host's share of the trial when
+/// the hypervisor took notable CPU time: late and lost datagrams are then
+/// likely its doing, not the path's.
+fn host_note(why: String, steal_percent: Option<f64>) -> String {
+    match steal_percent {
+        Some(p) if p >= xferlab_core::steal::NOTABLE_STEAL_PERCENT => format!(
+            "{why} (host: the hypervisor held this machine's CPUs for {p:.1} % of the trial; \
+             repeat it, or run on a host whose CPUs are not shared)"
+        ),
+        _ => why,
+    }
 }
 
 /// What a sweep varies.
@@ -399,4 +426,19 @@ pub fn run_sweep(
         writeln!(out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_names_the_host_only_when_it_took_notable_time() {
+        let why = || "late 12 > 10".to_string();
+        assert_eq!(host_note(why(), None), "late 12 > 10");
+        assert_eq!(host_note(why(), Some(0.4)), "late 12 > 10");
+        let noted = host_note(why(), Some(7.3));
+        assert!(noted.starts_with("late 12 > 10 (host: "), "{noted}");
+        assert!(noted.contains("7.3 % of the trial"), "{noted}");
+    }
 }

@@ -33,56 +33,90 @@ fn json_of(out: &Output) -> Value {
 }
 
 /// Every repeat of a ladder far below loopback's capacity must find the
-/// same highest rung: max == median == min.
+/// same highest rung: max == median == min. A rung is 0.4 s, so a host
+/// that holds the sender or receiver for a few milliseconds makes more
+/// than ten datagrams late: such a miss is retried when the host stole
+/// CPU time during it (CI failed once with one repeat stopping at 5M).
 #[test]
 fn the_rate_ladder_gives_a_stable_answer_across_repeats() {
     let _turn = one_at_a_time();
-    let out = cbr(
-        &[
-            "--ladder",
-            "5M, 10M, 20M",
-            "--repeat",
-            "3",
-            "-t",
-            "0.4",
-            "-J",
-        ],
-        Duration::from_secs(60),
-    );
-    out.assert_success();
-    let v = json_of(&out);
-    assert_eq!(v["schema"], "xferlab.cbr/1");
-    let s = &v["summary"];
-    assert_eq!(s["runs"], 3, "{s}");
-    assert_eq!(s["runs_without_a_sustained_rate"], 0, "{s}");
-    assert_eq!(s["max"], 20_000_000, "{s}");
-    assert_eq!(s["min"], s["max"], "spread across repeats: {s}");
-    assert_eq!(s["median"], s["max"], "{s}");
-    let runs = v["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3);
-    for r in runs {
-        let trials = r["trials"].as_array().unwrap();
-        assert_eq!(trials.len(), 3, "every rung tried: {r}");
-        for t in trials {
-            assert_eq!(t["sustained"], true, "{t}");
-            assert!(
-                t["sent"].as_u64().unwrap() > 0 && t["received"].as_u64().unwrap() > 0,
-                "{t}"
+    unless_the_host_stole(|| {
+        let out = cbr(
+            &[
+                "--ladder",
+                "5M, 10M, 20M",
+                "--repeat",
+                "3",
+                "-t",
+                "0.4",
+                "-J",
+            ],
+            Duration::from_secs(60),
+        );
+        let v = json_of(&out);
+        assert_eq!(v["schema"], "xferlab.cbr/1");
+        let s = &v["summary"];
+        assert_eq!(s["runs"], 3, "{s}");
+        let runs = v["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 3);
+        for r in runs {
+            for t in r["trials"].as_array().unwrap() {
+                assert!(
+                    t["sent"].as_u64().unwrap() > 0 && t["received"].as_u64().unwrap() > 0,
+                    "{t}"
+                );
+            }
+        }
+        let misses = not_sustained(&v);
+        if !misses.is_empty() {
+            return Some(format!("rungs not sustained: {misses}; summary {s}"));
+        }
+        out.assert_success();
+        assert_eq!(s["runs_without_a_sustained_rate"], 0, "{s}");
+        assert_eq!(s["max"], 20_000_000, "{s}");
+        assert_eq!(s["min"], s["max"], "spread across repeats: {s}");
+        assert_eq!(s["median"], s["max"], "{s}");
+        for r in runs {
+            assert_eq!(
+                r["trials"].as_array().unwrap().len(),
+                3,
+                "every rung tried: {r}"
             );
         }
+        None
+    });
+}
+
+/// The trials of a cbr report that missed the criterion, with their
+/// reasons, or an empty string.
+fn not_sustained(v: &Value) -> String {
+    let mut misses = Vec::new();
+    for r in v["runs"].as_array().into_iter().flatten() {
+        for t in r["trials"].as_array().into_iter().flatten() {
+            if t["sustained"] != true {
+                misses.push(format!("{} bit/s: {}", t["rate_bps"], t["reason"]));
+            }
+        }
     }
+    misses.join("; ")
 }
 
 #[test]
 fn a_single_rate_verdict_sets_the_exit_status() {
     let _turn = one_at_a_time();
-    let out = cbr(&["-b", "5M", "-t", "0.4"], Duration::from_secs(30));
-    out.assert_success();
-    assert!(
-        out.stdout.contains("constant rate sustained"),
-        "{}",
-        out.describe()
-    );
+    unless_the_host_stole(|| {
+        let out = cbr(&["-b", "5M", "-t", "0.4"], Duration::from_secs(30));
+        if out.code == Some(1) && out.stdout.contains("NOT sustained") {
+            return Some(format!("5M not sustained:\n{}", out.describe()));
+        }
+        out.assert_success();
+        assert!(
+            out.stdout.contains("constant rate sustained"),
+            "{}",
+            out.describe()
+        );
+        None
+    });
 
     // 40 Gbit/s of 1400-byte datagrams cannot be sustained on loopback
     // with a 4 KiB receive buffer: the verdict names what broke.
@@ -102,23 +136,31 @@ fn a_single_rate_verdict_sets_the_exit_status() {
 #[test]
 fn a_bisection_search_stays_inside_its_bounds() {
     let _turn = one_at_a_time();
-    let out = cbr(
-        &["--search", "2M:8M:2M", "-t", "0.3", "-J"],
-        Duration::from_secs(60),
-    );
-    out.assert_success();
-    let v = json_of(&out);
-    let trials = v["runs"][0]["trials"].as_array().unwrap();
-    assert!(!trials.is_empty());
-    for t in trials {
-        let r = t["rate_bps"].as_u64().unwrap();
-        assert!(
-            (2_000_000..=8_000_000).contains(&r),
-            "rate {r} outside the bounds"
+    unless_the_host_stole(|| {
+        let out = cbr(
+            &["--search", "2M:8M:2M", "-t", "0.3", "-J"],
+            Duration::from_secs(60),
         );
-    }
-    // The high bound is tried first and, this far below capacity, holds.
-    assert_eq!(v["summary"]["max"], 8_000_000, "{}", v["summary"]);
+        let v = json_of(&out);
+        let trials = v["runs"][0]["trials"].as_array().unwrap();
+        assert!(!trials.is_empty());
+        for t in trials {
+            let r = t["rate_bps"].as_u64().unwrap();
+            assert!(
+                (2_000_000..=8_000_000).contains(&r),
+                "rate {r} outside the bounds"
+            );
+        }
+        // The high bound is tried first and, this far below capacity,
+        // holds unless the host held the sender up.
+        let misses = not_sustained(&v);
+        if !misses.is_empty() {
+            return Some(format!("rates not sustained: {misses}"));
+        }
+        out.assert_success();
+        assert_eq!(v["summary"]["max"], 8_000_000, "{}", v["summary"]);
+        None
+    });
 }
 
 #[test]
