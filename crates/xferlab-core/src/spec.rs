@@ -217,7 +217,8 @@ pub struct Knobs {
     /// Copying byte-stream receivers: whether each read() asks for the rest
     /// of the buffer, filling it to its end (`--read-fill on`), or the
     /// whole buffer every time (`off`); None: each side chooses by how
-    /// crowded its CPUs are (the result's `socket.read_fill`).
+    /// crowded its CPUs are and how large its buffer is (the result's
+    /// `socket.read_fill`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_fill: Option<bool>,
     /// Target rate per flow, bit/s (`-b`); None = as fast as possible.

@@ -370,8 +370,8 @@ pub struct SocketSettings {
     /// Byte-stream receivers that copy: true when each read() asks for the
     /// rest of the buffer and the buffer fills to its end before it starts
     /// over (as iperf3 reads a block; chosen while the side runs fewer
-    /// flows than it may use CPUs), false when every read asks for the
-    /// whole buffer.
+    /// flows than it may use CPUs and the buffer is at most 128 KiB),
+    /// false when every read asks for the whole buffer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_fill: Option<bool>,
     /// The CPU the flow's data thread was pinned to (`-A`, or one CPU per

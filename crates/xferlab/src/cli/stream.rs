@@ -196,8 +196,10 @@ pub struct StreamArgs {
     /// TCP: whether each read asks for the rest of the receive buffer,
     /// filling it to its end as iperf3 reads a block (on), or the whole
     /// buffer every time (off). Default: on while a side runs fewer flows
-    /// than it may use CPUs, off otherwise (measured: one flow gained,
-    /// eight lost). The result's socket.read_fill says what each used.
+    /// than it may use CPUs and its buffer is at most 128K, off otherwise
+    /// (measured: one flow gained with 128K buffers on AMD and Intel,
+    /// lost with 256K and 512K, eight flows lost). The result's
+    /// socket.read_fill says what each used.
     #[arg(long = "read-fill", value_enum)]
     pub read_fill: Option<super::lab::OnOff>,
 

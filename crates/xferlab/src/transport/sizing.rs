@@ -105,7 +105,9 @@
 //!
 //! A third machine, Intel Xeon (family 6 model 167, AVX-512 and AMX, 2
 //! MiB L2 per core, 2 vCPUs), ran the rules unchanged: write 1M and read
-//! 512K with one flow per side, write 512K when crowded. Interleaved with
+//! 512K with one flow per side, write 512K when crowded (and, then,
+//! filling reads at P=1: see the next section for why they now stop at
+//! 128K buffers). Interleaved with
 //! the Zen 3 sizing (L2 told 512K) and a larger L2 (told 8M: write 4M,
 //! read 2M), `bench/tcp-vs-iperf3 --iperf3 /opt/iperf3-321/bin/iperf3
 //! --iperf3 /usr/bin/iperf3 --time 4 --rounds 5 --variant
@@ -124,7 +126,7 @@
 //! 35 % (and at P >= 2 a tenth). Like for like (`-l 128K`, write size
 //! equal) xferlab did 20.3 Gbit/s against 19.5 (3.21) and 21.4 (3.12).
 
-//! # Reads that fill the buffer while a CPU is to spare
+//! # Reads that fill a small buffer while a CPU is to spare
 //!
 //! iperf3 reads a block: each read() asks for what is left of its buffer
 //! and the next block starts when the buffer is full (`Nrecv`). Asking
@@ -148,9 +150,27 @@
 //! | 4 | 31.79 | 31.51 | 4 of 7 |
 //! | 8 | 34.47 | 30.66 | 2 of 7 |
 //!
-//! So a receiver fills its buffer when its side is not [`crowded`] and
-//! reads the whole buffer otherwise, unless `--read-fill` says; the
-//! result says which (`socket.read_fill`).
+//! On the Intel Xeon below (2 MiB L2, so 512K reads) the same A/B went
+//! the other way at P=1: whole-buffer reads won 5 of 5 rounds, 46.0
+//! against 41.2 Gbit/s. Varying the read size there with `--read-size`
+//! (`--variant 'f256=--read-size 256K --read-fill on' --variant
+//! 'w256=--read-size 256K --read-fill off'` and the same at 128K and
+//! 512K; 7 interleaved 4 s rounds each, P=1, 2026-11-28) shows the size
+//! decides, not the CPU:
+//!
+//! | read buffer | fill | whole | rounds fill won |
+//! |-------------|------|-------|-----------------|
+//! | 128K | 41.6 / 41.2 | 39.2 / 39.7 | 5 of 7, 4 of 7 |
+//! | 256K | 45.4 | 46.9 | 1 of 7 |
+//! | 512K (L2/4) | 44.6 | 47.3 | 1 of 7 |
+//!
+//! A filling read moves its destination through the whole buffer, a
+//! whole-buffer read writes from its start what has arrived; a large
+//! buffer filled end to end keeps more of L2 busy than the data in
+//! flight needs. So a receiver fills its buffer when its side is not
+//! [`crowded`] and its buffer is at most [`FILL_MAX`] (128K, where fill
+//! won on both CPUs), and reads the whole buffer otherwise, unless
+//! `--read-fill` says; the result says which (`socket.read_fill`).
 //!
 //! # Wake-ups and placement
 //!
@@ -184,6 +204,10 @@ const WRITE_L2_SHARE: u64 = 2;
 const MIN_SIZE: u64 = 16 << 10;
 /// Nor above this, whatever the L2 (no CPU's L2 makes a larger call pay).
 const MAX_SIZE: u64 = 16 << 20;
+/// Largest read buffer that a receiver with a CPU to spare fills end to
+/// end (see the module docs: 128K won on AMD Zen 3 and Intel, 256K and
+/// 512K lost on Intel).
+const FILL_MAX: usize = 128 << 10;
 /// Read and write size on a machine that does not report its L2: iperf3's
 /// default block, a quarter of the smallest L2 of a current server CPU.
 const FALLBACK_SIZE: u64 = 128 << 10;
@@ -231,7 +255,7 @@ impl StreamSizes {
                 .rcvlowat
                 .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
                 .min(read_size),
-            read_fill: knobs.read_fill.unwrap_or(!crowded),
+            read_fill: knobs.read_fill.unwrap_or(!crowded && read_size <= FILL_MAX),
         }
     }
 }
@@ -287,6 +311,17 @@ mod tests {
             "no wake-up batching unless asked"
         );
         assert!(s.read_fill, "a side with a CPU to spare fills its buffer");
+        let fills = |l2_bytes, read_size| {
+            let k = Knobs {
+                read_size,
+                ..Knobs::default()
+            };
+            StreamSizes::for_flow(&k, &l2(l2_bytes), false).read_fill
+        };
+        assert!(!fills(1 << 20, None), "256K reads: the whole buffer");
+        assert!(!fills(2 << 20, None), "512K reads: the whole buffer");
+        assert!(fills(2 << 20, Some(128 << 10)), "up to 128K it fills");
+        assert!(!fills(512 << 10, Some(129 << 10)));
     }
 
     #[test]
