@@ -150,7 +150,7 @@
 //! | 4 | 31.79 | 31.51 | 4 of 7 |
 //! | 8 | 34.47 | 30.66 | 2 of 7 |
 //!
-//! On the Intel Xeon below (2 MiB L2, so 512K reads) the same A/B went
+//! On the Intel Xeon above (2 MiB L2, so 512K reads) the same A/B went
 //! the other way at P=1: whole-buffer reads won 5 of 5 rounds, 46.0
 //! against 41.2 Gbit/s. Varying the read size there with `--read-size`
 //! (`--variant 'f256=--read-size 256K --read-fill on' --variant
@@ -164,10 +164,10 @@
 //! | 256K | 45.4 | 46.9 | 1 of 7 |
 //! | 512K (L2/4) | 44.6 | 47.3 | 1 of 7 |
 //!
-//! A filling read moves its destination through the whole buffer, a
-//! whole-buffer read writes from its start what has arrived; a large
-//! buffer filled end to end keeps more of L2 busy than the data in
-//! flight needs. So a receiver fills its buffer when its side is not
+//! A likely reason, not measured: a filling read moves its destination
+//! through the whole buffer, a whole-buffer read writes from its start
+//! what has arrived, so a large buffer filled end to end keeps more of
+//! L2 busy than the data in flight needs. So a receiver fills its buffer when its side is not
 //! [`crowded`] and its buffer is at most [`FILL_MAX`] (128K, where fill
 //! won on both CPUs), and reads the whole buffer otherwise, unless
 //! `--read-fill` says; the result says which (`socket.read_fill`).
@@ -180,7 +180,10 @@
 //! `--rcvlowat 64K` 23.0 / 0.221, with `--rcvlowat 128K` 21.0 / 0.242;
 //! pinned apart (`-A 0,1`) 10.2 / 0.417, pinned together (`-A 0,0`) 24.8 /
 //! 0.206. On a shared 2-vCPU machine a pinned thread cannot get away from
-//! a busy neighbour; the scheduler can.
+//! a busy neighbour; the scheduler can. On the Intel Xeon (`--parallel
+//! 1,2 --variant 'lowat=--rcvlowat 256K' --variant 'pin=--pin-flows'`, 5
+//! interleaved 4 s rounds) `--rcvlowat 256K` did 41.8 / 45.5 Gbit/s at
+//! P = 1 / 2 against the default's 40.4 / 47.0: no gain beyond noise.
 //!
 //! With more flows, `--pin-flows` puts flow i's two ends on CPU i (mod
 //! n). Pinned with taskset (`bench/placement`), -P 2 moved 27-33
@@ -189,7 +192,9 @@
 //! --variant` runs (2026-11-28, 3 interleaved 4 s rounds) the medians
 //! pinned / unpinned were P=1 14.7 / 19.2 (one CPU idle), P=2 25.9 /
 //! 26.7, P=4 28.5 / 29.8, P=8 25.2 / 29.0 Gbit/s: it removes the slow
-//! case without raising the median, so it is an option too.
+//! case without raising the median, so it is an option too. On the Intel
+//! Xeon (same run as the rcvlowat figures) P=2 did 47.8 pinned against
+//! 47.0, and P=1 21.2 against 40.4 (both ends on one CPU).
 
 use xferlab_core::result::{CacheSizes, SizeSource};
 use xferlab_core::spec::Knobs;
