@@ -48,11 +48,17 @@ pub fn steal_percent(before: CpuTicks, after: CpuTicks) -> Option<f64> {
     (total > 0).then(|| 100.0 * steal as f64 / total as f64)
 }
 
+/// The steal share when it is notable enough to explain a missed timing
+/// target (at least [`NOTABLE_STEAL_PERCENT`]), else None.
+pub fn notable(steal_percent: Option<f64>) -> Option<f64> {
+    steal_percent.filter(|&p| p >= NOTABLE_STEAL_PERCENT)
+}
+
 /// The verdict's line for a run that missed a timing target while the
 /// host took notable time, or None.
 pub fn blame(steal_percent: Option<f64>, timing_missed: bool) -> Option<String> {
-    let p = steal_percent?;
-    (timing_missed && p >= NOTABLE_STEAL_PERCENT).then(|| {
+    let p = notable(steal_percent)?;
+    timing_missed.then(|| {
         format!(
             "host: the hypervisor held this machine's CPUs for {p:.1} % of the run (steal time in /proc/stat), \
              which delays departures however the lab waits: run the lab on a host whose CPUs are not shared"

@@ -303,12 +303,12 @@ pub fn run_cbr(
 /// the hypervisor took notable CPU time: late and lost datagrams are then
 /// likely its doing, not the path's.
 fn host_note(why: String, steal_percent: Option<f64>) -> String {
-    match steal_percent {
-        Some(p) if p >= xferlab_core::steal::NOTABLE_STEAL_PERCENT => format!(
+    match xferlab_core::steal::notable(steal_percent) {
+        Some(p) => format!(
             "{why} (host: the hypervisor held this machine's CPUs for {p:.1} % of the trial; \
              repeat it, or run on a host whose CPUs are not shared)"
         ),
-        _ => why,
+        None => why,
     }
 }
 

@@ -1050,11 +1050,9 @@ fn retry_while_the_host_steals<T>(attempt: impl Fn() -> (T, Option<String>, Opti
             }
             return v;
         };
-        match steal {
-            Some(p) if p >= xferlab_core::steal::NOTABLE_STEAL_PERCENT => {
-                reasons.push(format!("attempt {n}, host steal {p:.1} %: {why}"));
-            }
-            _ => panic!("{why}\n(host steal {steal:?} %: not the host's doing)"),
+        match xferlab_core::steal::notable(steal) {
+            Some(p) => reasons.push(format!("attempt {n}, host steal {p:.1} %: {why}")),
+            None => panic!("{why}\n(host steal {steal:?} %: not the host's doing)"),
         }
     }
     panic!(
