@@ -57,6 +57,22 @@ def find_xferlab(path):
     return DEFAULT_XFERLAB
 
 
+def find_example(name):
+    """The repo's release build of example `name` (crates/xferlab/examples),
+    built or brought up to date with cargo first."""
+    path = os.path.join(REPO_ROOT, "target", "release", "examples", name)
+    cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+    try:
+        rc = subprocess.run([cargo, "build", "--release", "--locked", "-q", "-p", "xferlab",
+                             "--example", name], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                            stdout=sys.stderr).returncode
+    except OSError as e:
+        rc = "not run: %s" % e
+    if rc != 0 and not os.access(path, os.X_OK):
+        raise BadTool("cargo build --release --example %s failed (%s)" % (name, rc))
+    return path
+
+
 class Tool:
     """One compared program: kind ("xferlab" or "iperf3"), path, version and
     the label rows carry ("iperf3 3.21+" when several iperf3 are compared)."""

@@ -140,6 +140,22 @@ pub enum RecvMode {
     Zerocopy,
 }
 
+/// Where a UDP receiver takes each datagram's arrival time from, for the
+/// jitter and delay figures (`--rx-stamps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RxStamps {
+    /// The kernel's receive time stamp (SO_TIMESTAMPNS): when the datagram
+    /// entered the host's stack, however long it then waited in the
+    /// socket. Asking for it makes the kernel stamp every packet the host
+    /// receives, on the CPU that runs the receive path.
+    Kernel,
+    /// The clock read once when a receive call returns, for every
+    /// datagram it brought: when the application got the datagram, as
+    /// iperf3 measures it.
+    Read,
+}
+
 /// How byte-stream senders hand data to the kernel.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
@@ -221,6 +237,12 @@ pub struct Knobs {
     /// `socket.read_fill`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_fill: Option<bool>,
+    /// UDP receivers: where arrival times come from (`--rx-stamps`);
+    /// None: the kernel's stamp, except on an unpaced flow (no `rate`),
+    /// where it would slow the path (the result's `socket.rx_stamps`
+    /// says what each receiver used; [`crate::transport::udp::rx_stamps`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_stamps: Option<RxStamps>,
     /// Target rate per flow, bit/s (`-b`); None = as fast as possible.
     /// UDP only for now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -268,6 +290,7 @@ impl Default for Knobs {
             write_size: None,
             rcvlowat: None,
             read_fill: None,
+            rx_stamps: None,
             rate: None,
             batch: 1,
             gso: false,
@@ -363,7 +386,7 @@ pub enum SpecError {
     Congestion(String),
     #[error("-M/--set-mss must be between 88 and 65495 bytes (got {0})")]
     Mss(u32),
-    #[error("-b, --gso, --batch and --dont-fragment are stream options; rr sends one request per transaction")]
+    #[error("-b, --gso, --batch, --dont-fragment and --rx-stamps are stream options; rr sends one request per transaction")]
     StreamOptionsInRr,
     #[error("-l/--length: a UDP datagram must be between {min} and {max} bytes (got {0})", min = limits::MIN_DATAGRAM, max = limits::MAX_DATAGRAM)]
     DatagramLength(u64),
@@ -379,7 +402,7 @@ pub enum SpecError {
     Rcvlowat(u64),
     #[error("-b/--bitrate paces UDP; for TCP cap the rate with --fq-rate")]
     BitrateOnTcp,
-    #[error("--gso, --batch and --dont-fragment apply to UDP (-u)")]
+    #[error("--gso, --batch, --dont-fragment and --rx-stamps apply to UDP (-u)")]
     UdpOptionsOnTcp,
     #[error("--fq-rate (and -b against an iperf3 server) cannot pace MPTCP: Linux has no SO_MAX_PACING_RATE for MPTCP sockets; leave out --mptcp or the rate")]
     PacingOnMptcp,
@@ -399,7 +422,7 @@ pub enum SpecError {
     DccpCombination(&'static str),
     #[error("--on-congestion lowers a constant rate: add -b RATE")]
     OnCongestionRate,
-    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat and --read-fill do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
+    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill and --rx-stamps do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
     OptionsOnDccp,
     #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
     DccpGso,
@@ -506,7 +529,8 @@ impl TestSpec {
         if let Pattern::Rr(_) = self.pattern {
             // Background flows are TCP streams; the UDP knobs of the stream
             // pattern do not apply to transactions.
-            if k.rate.is_some() || k.gso || k.batch != 1 || k.dont_fragment {
+            if k.rate.is_some() || k.gso || k.batch != 1 || k.dont_fragment || k.rx_stamps.is_some()
+            {
                 return Err(SpecError::StreamOptionsInRr);
             }
         } else {

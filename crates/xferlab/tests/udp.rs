@@ -188,6 +188,13 @@ fn forward_counts_match_exactly() {
     if common::is_root() {
         assert_eq!(rcv["socket"]["rcvbuf"], 8 << 20, "{}", rcv["socket"]);
     }
+    // A paced flow's arrival times are the kernel's stamps.
+    assert_eq!(rcv["socket"]["rx_stamps"], "kernel", "{}", rcv["socket"]);
+    assert!(
+        snd["socket"].get("rx_stamps").is_none(),
+        "{}",
+        snd["socket"]
+    );
     // The summary's jitter is the largest receiver's: here the only one.
     assert_eq!(f64_at(udp_summary(&v, "c2s"), "/jitter_us"), jitter);
     assert_eq!(
@@ -450,6 +457,64 @@ fn byte_limit_sends_whole_datagrams() {
     }
 }
 
+/// Unpaced, a receiver takes arrival times from its receive calls' clock
+/// (the kernel's stamp would slow the path), unless told otherwise, at
+/// either end; either way it measures jitter.
+#[test]
+fn unpaced_receivers_stamp_arrivals_with_the_calls_clock_unless_told() {
+    let _quiet = one_at_a_time();
+    let srv = Server::start();
+    for (args, receiver, stamps) in [
+        (
+            &["-u", "-b", "0", "-l", "64", "-t", "0.5"][..],
+            "server",
+            "read",
+        ),
+        (
+            &[
+                "-u",
+                "-b",
+                "0",
+                "-l",
+                "64",
+                "-t",
+                "0.5",
+                "-R",
+                "--rx-stamps",
+                "kernel",
+            ],
+            "client",
+            "kernel",
+        ),
+        (
+            &["-u", "-b", "20M", "-t", "0.5", "--rx-stamps", "read"],
+            "server",
+            "read",
+        ),
+    ] {
+        let v = udp_json(&srv, args, 1.0);
+        let rcv = flow_by_id(&v, receiver, 0);
+        assert_eq!(rcv["role"], "receiver", "{args:?}");
+        assert_eq!(
+            rcv["socket"]["rx_stamps"], stamps,
+            "{args:?}: {}",
+            rcv["socket"]
+        );
+        let asked = args.contains(&"--rx-stamps");
+        assert_eq!(
+            v["spec"]["knobs"].get("rx_stamps").is_some(),
+            asked,
+            "{args:?}: {}",
+            v["spec"]["knobs"]
+        );
+        assert!(
+            f64_at(rcv, "/total/udp/jitter_us") > 0.0,
+            "{args:?}: jitter not measured: {}",
+            rcv["total"]
+        );
+    }
+}
+
 // ---------------------------------------------------------------- bad input
 
 #[test]
@@ -460,6 +525,11 @@ fn bad_udp_flags_exit_2_naming_the_flag() {
         (&["-u", "--batch", "0"], &["--batch"]),
         (&["-b", "10M"], &["-b/--bitrate", "-u"]),
         (&["--gso"], &["--gso", "-u"]),
+        (&["--rx-stamps", "kernel"], &["--rx-stamps", "-u"]),
+        (
+            &["-u", "--rx-stamps", "nic"],
+            &["--rx-stamps", "'nic'", "possible values: kernel, read"],
+        ),
     ] {
         let mut all = vec!["stream", "-t", "1"];
         all.extend_from_slice(args);

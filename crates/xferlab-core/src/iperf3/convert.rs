@@ -204,6 +204,7 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             write_size: (!udp).then_some(size),
             rcvlowat: None,
             read_fill: None,
+            rx_stamps: None,
             rate,
             batch: if udp { SERVER_UDP_BATCH } else { 1 },
             gso: false,

@@ -374,6 +374,13 @@ pub struct SocketSettings {
     /// false when every read asks for the whole buffer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub read_fill: Option<bool>,
+    /// UDP receivers: where each datagram's arrival time came from, for
+    /// the jitter and delay figures: `kernel` (the kernel's receive
+    /// stamp; by default on paced flows) or `read` (the clock when the
+    /// receive call returned; by default on unpaced ones, where the
+    /// kernel's stamp would slow the path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rx_stamps: Option<crate::spec::RxStamps>,
     /// The CPU the flow's data thread was pinned to (`-A`, or one CPU per
     /// flow by `--pin-flows`); absent: the scheduler placed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

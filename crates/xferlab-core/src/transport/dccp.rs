@@ -79,6 +79,7 @@ impl TransportModel for Dccp {
             || k.read_size.is_some()
             || k.rcvlowat.is_some()
             || k.read_fill.is_some()
+            || k.rx_stamps.is_some()
         {
             return Err(SpecError::OptionsOnDccp);
         }

@@ -34,7 +34,7 @@
 pub mod dccp;
 pub mod mptcp;
 mod tcp;
-mod udp;
+pub mod udp;
 mod usb_bulk;
 
 use serde::{Deserialize, Serialize};
@@ -166,7 +166,7 @@ pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
     if k.rate.is_some() {
         return Err(SpecError::BitrateOnTcp);
     }
-    if k.gso || k.batch != 1 || k.dont_fragment {
+    if k.gso || k.batch != 1 || k.dont_fragment || k.rx_stamps.is_some() {
         return Err(SpecError::UdpOptionsOnTcp);
     }
     Ok(())

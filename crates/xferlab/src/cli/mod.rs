@@ -91,9 +91,18 @@ pub fn one_line(e: &clap::Error) -> String {
         .unwrap_or("bad usage")
         .trim_start_matches("error: ");
     let mut msg = first.to_string();
-    for t in lines.filter_map(|l| l.strip_prefix("tip: ")) {
-        msg.push_str("; ");
-        msg.push_str(t);
+    // The fix: clap's tips, and the values an enum flag takes (without
+    // them "invalid value 'x' for '--read-fill'" names no way out).
+    for l in lines {
+        let fix = l.strip_prefix("tip: ").or_else(|| {
+            l.strip_prefix('[')
+                .and_then(|l| l.strip_suffix(']'))
+                .filter(|l| l.starts_with("possible values: "))
+        });
+        if let Some(t) = fix {
+            msg.push_str("; ");
+            msg.push_str(t);
+        }
     }
     msg
 }

@@ -124,6 +124,7 @@ impl RrArgs {
             (a.rcvlowat.is_some(), "--rcvlowat"),
             (a.read_fill.is_some(), "--read-fill"),
             (a.dont_fragment, "--dont-fragment"),
+            (a.rx_stamps.is_some(), "--rx-stamps"),
         ];
         if let Some((_, flag)) = stream_only.iter().find(|(given, _)| *given) {
             return Err(format!(

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, FromArgMatches};
 use xferlab_core::spec::{
-    limits, Affinity, Direction, Knobs, Limit, RecvMode, SendMode, TestSpec, Transport,
+    limits, Affinity, Direction, Knobs, Limit, RecvMode, RxStamps, SendMode, TestSpec, Transport,
 };
 use xferlab_core::transport::Carrier;
 use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
@@ -20,6 +20,15 @@ pub enum ZerocopyArg {
     Sendfile,
     /// send(MSG_ZEROCOPY) from the pattern buffer.
     Msg,
+}
+
+/// `--rx-stamps` values: where a UDP receiver takes arrival times from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RxStampsArg {
+    /// The kernel's receive time stamp (SO_TIMESTAMPNS).
+    Kernel,
+    /// The clock when the receive call returned.
+    Read,
 }
 
 #[derive(Debug, Args)]
@@ -106,6 +115,15 @@ pub struct StreamArgs {
     /// the same.
     #[arg(long)]
     pub gso: bool,
+    /// UDP receivers: where each datagram's arrival time comes from, for
+    /// jitter and delay: kernel (the kernel's receive stamp, when the
+    /// datagram entered the stack) or read (the clock when the receive
+    /// call returned, as iperf3 measures). Default: kernel on a paced
+    /// flow, read with -b 0, where the stamp, which the kernel then takes
+    /// for every packet the host receives, cost a 64-byte loopback flow
+    /// about 5 % of its rate. The result's socket.rx_stamps says which.
+    #[arg(long = "rx-stamps", value_enum, value_name = "FROM")]
+    pub rx_stamps: Option<RxStampsArg>,
     /// UDP: set don't-fragment; too-large datagrams fail instead.
     #[arg(long)]
     pub dont_fragment: bool,
@@ -397,6 +415,10 @@ impl StreamArgs {
                 write_size: self.length.filter(|_| !udp),
                 rcvlowat: self.rcvlowat,
                 read_fill: self.read_fill.map(|f| f == super::lab::OnOff::On),
+                rx_stamps: self.rx_stamps.map(|s| match s {
+                    RxStampsArg::Kernel => RxStamps::Kernel,
+                    RxStampsArg::Read => RxStamps::Read,
+                }),
                 rate: if udp {
                     match self.gap {
                         Some(us) => gap_rate(size, us)?,

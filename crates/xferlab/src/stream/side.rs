@@ -16,7 +16,7 @@ use xferlab_core::result::{
     sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
     SocketSettings,
 };
-use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
+use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec, Transport};
 
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
@@ -79,12 +79,17 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
             }
         }
+        let mut stamps = None;
         if let FlowSocket::Datagram(s) = &socket {
             if role == FlowRole::Receiver {
                 transport::datagram::size_receive_buffer(s, spec.transport, &spec.knobs);
+                if spec.transport == Transport::Udp {
+                    stamps = Some(transport::datagram::stamp_arrivals(s, &spec.knobs));
+                }
             }
         }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
+        settings.rx_stamps = stamps;
         let usable = sys::affinity::usable_cpus().unwrap_or_default();
         let cpu = flow_cpu(endpoint, spec, plan.id, &usable);
         settings.cpu = cpu;

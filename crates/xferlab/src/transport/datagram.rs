@@ -25,7 +25,7 @@ use xferlab_core::proto::wire::{AttachReply, MAGIC};
 use xferlab_core::result::FlowEnd;
 use xferlab_core::spec::{
     limits::{MAX_GSO_SEGMENTS, OLD_GSO_SEGMENTS},
-    Knobs,
+    Knobs, RxStamps,
 };
 use xferlab_core::transport::Transport;
 
@@ -232,6 +232,26 @@ pub fn size_receive_buffer(sock: &UdpSocket, transport: Transport, knobs: &Knobs
 
 const RCVBUF: libc::c_int = 4 << 20;
 
+/// Asks the kernel to stamp the arrival of every datagram on a UDP
+/// receiver's socket where [`xferlab_core::transport::udp::rx_stamps`]
+/// says so (a paced flow, or `--rx-stamps kernel`); returns where
+/// [`receive`] will take arrival times from (a kernel that refused the
+/// stamp leaves the call's clock).
+pub fn stamp_arrivals(sock: &UdpSocket, knobs: &Knobs) -> RxStamps {
+    match xferlab_core::transport::udp::rx_stamps(knobs) {
+        RxStamps::Kernel
+            if set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) =>
+        {
+            RxStamps::Kernel
+        }
+        RxStamps::Kernel => {
+            tracing::warn!("SO_TIMESTAMPNS refused: arrival times are the receive call's clock");
+            RxStamps::Read
+        }
+        RxStamps::Read => RxStamps::Read,
+    }
+}
+
 /// Receives until the end marker, silence after the test stopped, or the
 /// side cuts its receivers (iperf3 peers send no end marker).
 pub fn receive(
@@ -244,7 +264,15 @@ pub fn receive(
     sock.set_read_timeout(Some(POLL_FLAGS)).ok();
     let fd = sock.as_raw_fd();
     set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
-    let stamped = set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+    let kind = socket2::SockRef::from(sock).r#type().ok();
+    // A UDP receiver's socket was set up by stamp_arrivals (this reads
+    // what took effect); kernel DCCP's always stamp: its rate in the lab
+    // VM is far below where the stamp costs.
+    let stamped = if kind == Some(socket2::Type::DGRAM) {
+        get_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS) == Some(1)
+    } else {
+        set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
+    };
     let gro = knobs.gso && set_int_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
     let buf_len = if gro {
         GRO_BUFFER
@@ -256,9 +284,7 @@ pub fn receive(
     // On a connection-oriented datagram socket (kernel DCCP) an empty
     // read is the peer's close: the end, even if its end marker was lost.
     // A UDP socket's empty datagram stays a datagram.
-    let empty_ends = socket2::SockRef::from(sock)
-        .r#type()
-        .is_ok_and(|t| t != socket2::Type::DGRAM);
+    let empty_ends = kind.is_some_and(|t| t != socket2::Type::DGRAM);
     let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
     let nap_after = if gro { GRO_NAP_BUFFERS } else { per_call };
     let mut nap = Nap::new(nap_after, rcvbuf / truesize(buf_len));
@@ -587,6 +613,24 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc:
             size_of::<libc::c_int>() as libc::socklen_t,
         ) == 0
     }
+}
+
+/// Reads an int socket option; None when the kernel refuses.
+fn get_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> Option<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: plain int option on an open socket, into a local of the
+    // length given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            opt,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(value)
 }
 
 /// Datagram buffers and message headers for one sending flow, built once.
