@@ -24,7 +24,7 @@
 //! | `lost` | UDP receivers: sequence numbers missing in the span (gap-based; loss after the last datagram received shows only in the JSON `summary`) |
 //! | `out_of_order` | UDP receivers: datagrams that arrived after a higher sequence number |
 //! | `duplicates` | UDP receivers: datagrams received twice |
-//! | `host_drops` | UDP receivers: datagrams the receiving socket dropped for lack of buffer (SO_RXQ_OVFL), part of `lost` |
+//! | `host_drops` | UDP receivers: datagrams the receiving socket dropped for lack of buffer (its drop counter), part of `lost` |
 //! | `jitter_us` | UDP receivers: RFC 3550 jitter at the end of the span, µs |
 //! | `owd_var_mean_us`, `owd_var_max_us` | UDP receivers: one-way delay above its minimum so far (queueing), mean and max over the span, µs |
 //! | `late` | UDP senders: datagrams sent more than 1 ms after their scheduled time |
