@@ -57,10 +57,11 @@ impl TransportModel for Udp {
 /// A receiver that napped (it sleeps when its queue runs dry, see the
 /// binary's `transport::datagram`) would see a paced flow's datagrams
 /// arrive in clumps up to a nap long; the kernel's stamp keeps its jitter
-/// and delay figures to the path. An unpaced flow never lets the queue
-/// run dry, so the receiver never naps, and the clock read per call is
-/// off by at most one call's worth of datagrams (32 at 64 B: about 30
-/// us at 1.1M/s), the app-level arrival iperf3 reports. The stamp is not
+/// and delay figures to the path. An unpaced flow keeps the queue full
+/// most of the time, and the receiver's naps are then about as long as
+/// one call's worth of datagrams takes to arrive (32 at 64 B: about 30
+/// us at 1.1M/s), so the clock read per call is off by about that: the
+/// app-level arrival iperf3 reports. The stamp is not
 /// free: once any socket asks for it the kernel stamps every packet the
 /// host receives, on the CPU of the receive path, which on loopback is
 /// the sender's. Measured on an Intel Xeon (family 6 model 167, 2 vCPUs,
