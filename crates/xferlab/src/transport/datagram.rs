@@ -499,12 +499,14 @@ fn truesize(len: usize) -> usize {
 /// SO_RXQ_OVFL would attach to every datagram, for one system call per
 /// receive call that saw new loss. SO_RXQ_OVFL is not free: the kernel
 /// then reads the counter for every datagram it queues (on loopback, on
-/// the sender's CPU) and the receiver copies it out with each one. Measured (Intel Xeon, 2 vCPUs, Linux
-/// 6.18, 2026-11-28; `stream -u -b 0 -l 64 -t 2 -A 0,1`, six interleaved
-/// pairs): 1.11-1.17M datagrams/s with SO_RXQ_OVFL, 1.23-1.26M without,
-/// which is the kernel floor of bench/udp-vs-iperf3. None if the kernel
-/// refuses (before Linux 4.6).
+/// the sender's CPU) and the receiver copies it out with each one.
+/// Measured (Intel Xeon, 2 vCPUs, Linux 6.18, 2026-11-28; `stream -u -b
+/// 0 -l 64 -t 2 -A 0,1`, six interleaved pairs): 1.11-1.17M datagrams/s
+/// with SO_RXQ_OVFL, 1.23-1.26M without, which is the kernel floor of
+/// bench/udp-vs-iperf3. None if the kernel refuses (before Linux 4.6).
 fn socket_drops(fd: RawFd) -> Option<u32> {
+    // asm-generic's value (x86, arm, riscv); the libc crate does not
+    // export it for these targets.
     const SO_MEMINFO: libc::c_int = 55;
     let mut mem = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
     let mut len = size_of_val(&mem) as libc::socklen_t;
@@ -529,13 +531,13 @@ fn publish_drops(drops: &HostDrops, gro: bool, lost: u64, shared: &FlowShared) {
     shared.udp.host_drops.store(dropped, Ordering::Relaxed);
 }
 
-/// The receiving socket's drop counter counts socket
-/// buffers, not datagrams: with UDP_GRO one dropped buffer held several
-/// datagrams (measured here: 17730 drops, exactly 32 x that many datagrams
-/// lost with --batch 32). With GRO the count is scaled by the largest
-/// number of datagrams seen in one buffer: the buffers that overflow a
-/// socket are the big catch-up bursts, so the mean undercounts. The
-/// caller caps the estimate at the loss actually seen. Exact without GRO.
+/// The receiving socket's drop counter counts socket buffers, not
+/// datagrams: with UDP_GRO one dropped buffer held several datagrams
+/// (measured here: 17730 drops, exactly 32 x that many datagrams lost
+/// with --batch 32). With GRO the count is scaled by the largest number
+/// of datagrams seen in one buffer: the buffers that overflow a socket
+/// are the big catch-up bursts, so the mean undercounts. The caller caps
+/// the estimate at the loss actually seen. Exact without GRO.
 #[derive(Default)]
 pub(super) struct HostDrops {
     kernel_count: u32,
