@@ -16,7 +16,7 @@ use xferlab_core::result::{
     sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
     SocketSettings,
 };
-use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec, Transport};
+use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 
 use crate::net::sockopt;
 use crate::output::{FlowStart, LiveFlow};
@@ -83,9 +83,7 @@ impl ConnectedFlow {
         if let FlowSocket::Datagram(s) = &socket {
             if role == FlowRole::Receiver {
                 transport::datagram::size_receive_buffer(s, spec.transport, &spec.knobs);
-                if spec.transport == Transport::Udp {
-                    stamps = Some(transport::datagram::stamp_arrivals(s, &spec.knobs));
-                }
+                stamps = transport::datagram::stamp_arrivals(s, spec.transport, &spec.knobs);
             }
         }
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);

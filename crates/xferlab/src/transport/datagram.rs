@@ -238,9 +238,13 @@ const RCVBUF: libc::c_int = 4 << 20;
 /// receiver's socket where [`xferlab_core::transport::udp::rx_stamps`]
 /// says so (a paced flow, or `--rx-stamps kernel`); returns where
 /// [`receive`] will take arrival times from (a kernel that refused the
-/// stamp leaves the call's clock).
-pub fn stamp_arrivals(sock: &UdpSocket, knobs: &Knobs) -> RxStamps {
-    match xferlab_core::transport::udp::rx_stamps(knobs) {
+/// stamp leaves the call's clock). None for other transports, which set
+/// up their own (kernel DCCP always stamps).
+pub fn stamp_arrivals(sock: &UdpSocket, transport: Transport, knobs: &Knobs) -> Option<RxStamps> {
+    if transport != Transport::Udp {
+        return None;
+    }
+    Some(match xferlab_core::transport::udp::rx_stamps(knobs) {
         RxStamps::Kernel
             if set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) =>
         {
@@ -251,7 +255,7 @@ pub fn stamp_arrivals(sock: &UdpSocket, knobs: &Knobs) -> RxStamps {
             RxStamps::Read
         }
         RxStamps::Read => RxStamps::Read,
-    }
+    })
 }
 
 /// Receives until the end marker, silence after the test stopped, or the
@@ -265,15 +269,6 @@ pub fn receive(
 ) -> FlowOutcome {
     sock.set_read_timeout(Some(POLL_FLAGS)).ok();
     let fd = sock.as_raw_fd();
-    let kind = socket2::SockRef::from(sock).r#type().ok();
-    // A UDP receiver's socket was set up by stamp_arrivals (this reads
-    // what took effect); kernel DCCP's always stamp: its rate in the lab
-    // VM is far below where the stamp costs.
-    let stamped = if kind == Some(socket2::Type::DGRAM) {
-        get_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS) == Some(1)
-    } else {
-        set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1)
-    };
     let gro = knobs.gso && set_int_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
     let buf_len = if gro {
         GRO_BUFFER
@@ -285,7 +280,9 @@ pub fn receive(
     // On a connection-oriented datagram socket (kernel DCCP) an empty
     // read is the peer's close: the end, even if its end marker was lost.
     // A UDP socket's empty datagram stays a datagram.
-    let empty_ends = kind.is_some_and(|t| t != socket2::Type::DGRAM);
+    let empty_ends = socket2::SockRef::from(sock)
+        .r#type()
+        .is_ok_and(|t| t != socket2::Type::DGRAM);
     let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
     let nap_after = if gro { GRO_NAP_BUFFERS } else { per_call };
     let mut nap = Nap::new(nap_after, rcvbuf / truesize(buf_len));
@@ -310,7 +307,8 @@ pub fn receive(
             Ok(n) => {
                 last_heard = clock::now();
                 // One clock read per call, for datagrams without a kernel
-                // time stamp.
+                // time stamp (the socket was not asked for one: see
+                // stamp_arrivals).
                 let fallback_ns = realtime_ns();
                 let mut ended = false;
                 for i in 0..n {
@@ -319,11 +317,7 @@ pub fn receive(
                         ended = true;
                         break;
                     }
-                    let recv_ns = if stamped {
-                        m.stamp_ns.unwrap_or(fallback_ns)
-                    } else {
-                        fallback_ns
-                    };
+                    let recv_ns = m.stamp_ns.unwrap_or(fallback_ns);
                     let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
                     drops.note(None, m.data.len().div_ceil(seg));
                     for d in m.data.chunks(seg) {
@@ -656,24 +650,6 @@ pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc:
             size_of::<libc::c_int>() as libc::socklen_t,
         ) == 0
     }
-}
-
-/// Reads an int socket option; None when the kernel refuses.
-fn get_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int) -> Option<libc::c_int> {
-    let mut value: libc::c_int = 0;
-    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: plain int option on an open socket, into a local of the
-    // length given.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            opt,
-            (&mut value as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(value)
 }
 
 /// Datagram buffers and message headers for one sending flow, built once.

@@ -107,8 +107,7 @@
 //! MiB L2 per core, 2 vCPUs), ran the rules unchanged: write 1M and read
 //! 512K with one flow per side, write 512K when crowded (and, then,
 //! filling reads at P=1: see the next section for why they now stop at
-//! 128K buffers). Interleaved with
-//! the Zen 3 sizing (L2 told 512K) and a larger L2 (told 8M: write 4M,
+//! 128K buffers). Interleaved with the Zen 3 sizing (L2 told 512K) and a larger L2 (told 8M: write 4M,
 //! read 2M), `bench/tcp-vs-iperf3 --iperf3 /opt/iperf3-321/bin/iperf3
 //! --iperf3 /usr/bin/iperf3 --time 4 --rounds 5 --variant
 //! 'l2-512K=XFERLAB_L2_CACHE=512K' --variant 'l2-8M=XFERLAB_L2_CACHE=8M'`
@@ -167,10 +166,11 @@
 //! A likely reason, not measured: a filling read moves its destination
 //! through the whole buffer, a whole-buffer read writes from its start
 //! what has arrived, so a large buffer filled end to end keeps more of
-//! L2 busy than the data in flight needs. So a receiver fills its buffer when its side is not
-//! [`crowded`] and its buffer is at most [`FILL_MAX`] (128K, where fill
-//! won on both CPUs), and reads the whole buffer otherwise, unless
-//! `--read-fill` says; the result says which (`socket.read_fill`).
+//! L2 busy than the data in flight needs. So a receiver fills its buffer
+//! when its side is not [`crowded`] and its buffer is at most
+//! [`FILL_MAX`] (128K, where fill won on both CPUs), and reads the whole
+//! buffer otherwise, unless `--read-fill` says; the result says which
+//! (`socket.read_fill`).
 //!
 //! # Wake-ups and placement
 //!
