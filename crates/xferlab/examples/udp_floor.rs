@@ -7,8 +7,12 @@
 //! `bench/udp-vs-iperf3` runs it beside the tools and prints how close
 //! xferlab comes and what ratio against iperf3 the machine allows at all.
 //!
-//! `udp_floor SIZE SECONDS` prints `sent_pps`, `received_pps` and `pinned`
-//! (`yes` when sender and receiver each had a CPU of their own).
+//! `udp_floor SIZE SECONDS [stamps] [rxq-ovfl]` prints `sent_pps`,
+//! `received_pps` and `pinned` (`yes` when sender and receiver each had a
+//! CPU of their own). `stamps` has the receiver ask for SO_TIMESTAMPNS and
+//! `rxq-ovfl` for SO_RXQ_OVFL, the two options whose per-datagram cost
+//! made xferlab's UDP receiver stop asking for them by default (see
+//! `transport/datagram.rs`).
 
 use std::mem::{size_of, zeroed};
 use std::net::UdpSocket;
@@ -18,10 +22,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const PER_CALL: usize = 32;
+/// Control bytes per datagram: a timespec and a drop count, each with its
+/// cmsghdr, fit.
+const CTRL_LEN: usize = 64;
 
 fn usage() -> ! {
-    eprintln!("usage: udp_floor SIZE SECONDS (SIZE 1-65507 bytes, SECONDS 0.1-60)");
+    eprintln!(
+        "usage: udp_floor SIZE SECONDS [stamps] [rxq-ovfl] (SIZE 1-65507 bytes, SECONDS 0.1-60)"
+    );
     std::process::exit(2)
+}
+
+/// Sets an int socket option, or says which one the kernel refused.
+fn set_opt(sock: &UdpSocket, opt: libc::c_int, value: libc::c_int) -> bool {
+    // SAFETY: plain int option on an open socket.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        ) == 0
+    }
 }
 
 /// Pins the calling thread to `cpu`; false if the kernel refuses.
@@ -70,28 +93,28 @@ fn headers(bufs: &mut [u8], size: usize, iovs: &mut Vec<libc::iovec>) -> Vec<lib
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (size, seconds) = match args.as_slice() {
-        [s, t] => match (s.parse::<usize>(), t.parse::<f64>()) {
-            (Ok(s), Ok(t)) if (1..=65_507).contains(&s) && (0.1..=60.0).contains(&t) => (s, t),
+    let (size, seconds, extra) = match args.as_slice() {
+        [s, t, extra @ ..] => match (s.parse::<usize>(), t.parse::<f64>()) {
+            (Ok(s), Ok(t)) if (1..=65_507).contains(&s) && (0.1..=60.0).contains(&t) => {
+                (s, t, extra)
+            }
             _ => usage(),
         },
         _ => usage(),
     };
     let rx = UdpSocket::bind("127.0.0.1:0").expect("bind a loopback UDP socket");
-    let big: libc::c_int = 4 << 20;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
-        // SAFETY: plain int option on an open socket.
-        let ok = unsafe {
-            libc::setsockopt(
-                rx.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&big as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            ) == 0
+    if !set_opt(&rx, libc::SO_RCVBUFFORCE, 4 << 20) {
+        set_opt(&rx, libc::SO_RCVBUF, 4 << 20);
+    }
+    for opt in extra {
+        let (name, o) = match opt.as_str() {
+            "stamps" => ("SO_TIMESTAMPNS", libc::SO_TIMESTAMPNS),
+            "rxq-ovfl" => ("SO_RXQ_OVFL", libc::SO_RXQ_OVFL),
+            _ => usage(),
         };
-        if ok {
-            break;
+        if !set_opt(&rx, o, 1) {
+            eprintln!("udp_floor: the kernel refused {name}");
+            std::process::exit(1);
         }
     }
     rx.set_nonblocking(true).expect("non-blocking receiver");
@@ -112,9 +135,18 @@ fn main() {
             let mut bufs = vec![0u8; size * PER_CALL];
             let mut iovs = Vec::with_capacity(PER_CALL);
             let mut msgs = headers(&mut bufs, size, &mut iovs);
+            // Room for the control messages the options ask for, as
+            // xferlab's receiver has (without it the kernel skips them).
+            let mut ctrl = vec![0u8; CTRL_LEN * PER_CALL];
+            for (m, c) in msgs.iter_mut().zip(ctrl.chunks_mut(CTRL_LEN)) {
+                m.msg_hdr.msg_control = c.as_mut_ptr().cast();
+            }
             let mut n = 0u64;
             // Drains until the sender stopped and the queue is empty.
             loop {
+                for m in msgs.iter_mut() {
+                    m.msg_hdr.msg_controllen = CTRL_LEN as _;
+                }
                 // SAFETY: msgs point at live iovecs and buffers.
                 let r = unsafe {
                     libc::recvmmsg(

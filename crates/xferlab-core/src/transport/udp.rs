@@ -65,12 +65,12 @@ impl TransportModel for Udp {
 /// free: once any socket asks for it the kernel stamps every packet the
 /// host receives, on the CPU of the receive path, which on loopback is
 /// the sender's. Measured on an Intel Xeon (family 6 model 167, 2 vCPUs,
-/// Linux 6.18, 2026-11-28), 64-byte datagrams, a bare sendmmsg loop (32
-/// per call) pinned to one CPU and a recvmmsg receiver on the other, 5
-/// runs of 1.5 s each: 1.17-1.25M datagrams/s without SO_TIMESTAMPNS,
-/// 1.11-1.15M with it, about 9 % fewer; xferlab's own `stream -u -b 0
-/// -l 64`, five interleaved pairs: median 1.15M/s with `read`, 1.09M
-/// with `kernel`.
+/// Linux 6.18, 2026-11-28), 64-byte datagrams, five interleaved runs of
+/// each: the bare loops of `crates/xferlab/examples/udp_floor.rs` (`64
+/// 1.5` against `64 1.5 stamps`) did 1.15-1.26M datagrams/s without the
+/// stamp and 1.07-1.14M with it; `stream -u -b 0 -l 64 -t 2` did
+/// 1.20-1.27M (median 1.23M) with `read` and 1.04-1.16M (median 1.12M)
+/// with `--rx-stamps kernel`.
 pub fn rx_stamps(k: &Knobs) -> RxStamps {
     match (k.rx_stamps, k.rate) {
         (Some(s), _) => s,

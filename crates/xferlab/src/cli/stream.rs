@@ -121,7 +121,7 @@ pub struct StreamArgs {
     /// call returned, as iperf3 measures). Default: kernel on a paced
     /// flow, read with -b 0, where the stamp, which the kernel then takes
     /// for every packet the host receives, cost a 64-byte loopback flow
-    /// about 5 % of its rate. The result's socket.rx_stamps says which.
+    /// about 10 % of its rate. The result's socket.rx_stamps says which.
     #[arg(long = "rx-stamps", value_enum, value_name = "FROM")]
     pub rx_stamps: Option<RxStampsArg>,
     /// UDP: set don't-fragment; too-large datagrams fail instead.

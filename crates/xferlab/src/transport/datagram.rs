@@ -494,10 +494,12 @@ fn truesize(len: usize) -> usize {
 /// receive call that saw new loss. SO_RXQ_OVFL is not free: the kernel
 /// then reads the counter for every datagram it queues (on loopback, on
 /// the sender's CPU) and the receiver copies it out with each one.
-/// Measured (Intel Xeon, 2 vCPUs, Linux 6.18, 2026-11-28; `stream -u -b
-/// 0 -l 64 -t 2 -A 0,1`, six interleaved pairs): 1.11-1.17M datagrams/s
-/// with SO_RXQ_OVFL, 1.23-1.26M without, which is the kernel floor of
-/// bench/udp-vs-iperf3. None if the kernel refuses (before Linux 4.6).
+/// Measured (Intel Xeon, 2 vCPUs, Linux 6.18, 2026-11-28, 64-byte
+/// datagrams, five interleaved runs of `examples/udp_floor.rs 64 1.5`
+/// against `64 1.5 rxq-ovfl`): 1.15-1.26M datagrams/s without it,
+/// 1.09-1.16M with it. In xferlab (a build with it against one without,
+/// `stream -u -b 0 -l 64 -t 2 -A 0,1`, six pairs) it was 1.11-1.17M
+/// against 1.23-1.26M. None if the kernel refuses (before Linux 4.6).
 fn socket_drops(fd: RawFd) -> Option<u32> {
     // asm-generic's value (x86, arm, riscv); the libc crate does not
     // export it for these targets.
