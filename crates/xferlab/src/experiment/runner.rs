@@ -107,8 +107,72 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
     Outcome {
         status,
         exit_code,
-        error: if status == "ok" { None } else { last_err },
+        error: if status == "ok" {
+            None
+        } else {
+            last_err.or_else(|| why_not_ok(&doc))
+        },
         json,
+    }
+}
+
+/// Why a document is not `ok`, from its own fields, for a child that said
+/// nothing on stderr (a lab whose test ended `partial`, say): the first
+/// error, a missing server report, or the first flow cut short (a flow
+/// cut by the drain last: a timed test accepts those). With several tests,
+/// the first such test's name comes first.
+fn why_not_ok(doc: &serde_json::Value) -> Option<String> {
+    use serde_json::Value;
+    let one = |r: &Value| -> Option<String> {
+        if r.get("status")
+            .and_then(Value::as_str)
+            .is_none_or(|s| s == "ok")
+        {
+            return None;
+        }
+        if let Some(e) = r.pointer("/errors/0").and_then(Value::as_str) {
+            return Some(e.to_string());
+        }
+        if r.get("server").is_none_or(Value::is_null) {
+            return Some("no report from the server".into());
+        }
+        let aborted: Vec<(&str, String)> = ["client", "server"]
+            .into_iter()
+            .flat_map(|side| {
+                ["/flows", "/pattern/flows"]
+                    .into_iter()
+                    .flat_map(move |list| {
+                        r.get(side)
+                            .and_then(|s| s.pointer(list))
+                            .and_then(Value::as_array)
+                            .into_iter()
+                            .flatten()
+                            .filter(|f| {
+                                f.pointer("/end/kind").and_then(Value::as_str) == Some("aborted")
+                            })
+                            .map(move |f| {
+                                let why = f
+                                    .pointer("/end/reason")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("");
+                                let id = f.get("id").and_then(Value::as_u64).unwrap_or_default();
+                                (why, format!("{side} flow {id} aborted: {why}"))
+                            })
+                    })
+            })
+            .collect();
+        let drained = |w: &str| w == crate::driver::CUT_CLIENT || w == crate::driver::CUT_SERVER;
+        aborted
+            .iter()
+            .find(|(w, _)| !drained(w))
+            .or(aborted.first())
+            .map(|(_, line)| line.clone())
+    };
+    match metrics::tests_of(doc) {
+        None => one(doc),
+        Some(tests) => tests
+            .iter()
+            .find_map(|(name, t)| Some(format!("@{name}: {}", one(t.get("result")?)?))),
     }
 }
 
@@ -792,6 +856,46 @@ mod tests {
         let cbr = r#"{"schema":"xferlab.cbr/1"}"#;
         assert_eq!(classify(Some(1), doc(cbr, 1, true), "").status, "ok");
         assert_eq!(classify(Some(1), doc(cbr, 1, false), "").status, "invalid");
+    }
+
+    #[test]
+    fn a_silent_partial_run_names_its_cause_from_the_document() {
+        let cut = crate::driver::CUT_CLIENT;
+        let doc = format!(
+            r#"{{"tests":{{
+            "bg":{{"exit_code":0,"result":{{"schema":"xferlab.result/2","status":"ok"}}}},
+            "ref":{{"exit_code":1,"result":{{"schema":"xferlab.result/2","status":"partial",
+              "client":{{"flows":[{{"id":3,"end":{{"kind":"aborted","reason":"{cut}"}}}}]}},
+              "server":{{"pattern":{{"flows":[{{"id":0,"end":{{"kind":"completed"}}}},
+                {{"id":1,"end":{{"kind":"aborted","reason":"read failed: reset"}}}}]}}}}}}}}}},
+            "lab":{{"accuracy":{{"valid":true}}}}}}"#
+        );
+        let o = classify(Some(1), Some(doc), "");
+        assert_eq!(o.status, "partial");
+        assert_eq!(
+            o.error.as_deref(),
+            Some("@ref: server flow 1 aborted: read failed: reset")
+        );
+        let no_server = r#"{"schema":"xferlab.result/2","status":"partial","server":null,
+            "errors":[]}"#;
+        assert_eq!(
+            classify(Some(1), Some(no_server.into()), "")
+                .error
+                .as_deref(),
+            Some("no report from the server")
+        );
+        let errors = r#"{"schema":"xferlab.result/2","status":"failed","errors":["timed out"]}"#;
+        assert_eq!(
+            classify(Some(1), Some(errors.into()), "").error.as_deref(),
+            Some("timed out")
+        );
+        // What the child said on stderr comes first.
+        assert_eq!(
+            classify(Some(1), Some(errors.into()), "xferlab: refused\n")
+                .error
+                .as_deref(),
+            Some("refused")
+        );
     }
 
     #[test]

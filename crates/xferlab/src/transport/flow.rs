@@ -195,7 +195,7 @@ pub fn send(
                 shared.bytes.store(sent, Ordering::Relaxed);
             }
             Err(e) if retry(&e) => continue,
-            Err(e) => break FlowEnd::Aborted(describe(&e, "sending")),
+            Err(e) => break io_failed(&e, "sending", flags),
         }
     };
     let at = clock::now();
@@ -328,7 +328,7 @@ pub fn receive(
                     break FlowEnd::Completed;
                 }
             }
-            Err(e) => break FlowEnd::Aborted(describe(&e, "receiving")),
+            Err(e) => break io_failed(&e, "receiving", flags),
         }
     };
     FlowOutcome {
@@ -368,6 +368,24 @@ pub const ABORTED: &str = "the test was aborted";
 
 pub(crate) fn aborted() -> FlowEnd {
     FlowEnd::Aborted(ABORTED.into())
+}
+
+/// How a flow ends on an I/O error. After this side aborted, the error is
+/// the abort's own doing: [`FlowSocket::interrupt`] shut the socket down,
+/// and the peer's next data segment then draws a reset (RFC 1122
+/// 4.2.2.13; Linux counts TCPAbortOnData), so a read fails with
+/// "connection reset" and a write with "broken pipe". CI saw exactly that
+/// on a lossy lab path, where a server's drain cut one of 20 flows while
+/// its retransmissions were still arriving: the flow is cut, not reset by
+/// the peer, and its side's report gives the abort's reason.
+///
+/// [`FlowSocket::interrupt`]: super::FlowSocket::interrupt
+fn io_failed(e: &io::Error, what: &str, flags: &SideFlags) -> FlowEnd {
+    if flags.abort.load(Ordering::Relaxed) {
+        aborted()
+    } else {
+        FlowEnd::Aborted(describe(e, what))
+    }
 }
 
 fn describe(e: &io::Error, what: &str) -> String {
@@ -455,5 +473,60 @@ impl WakeThreshold {
         if rc == 0 {
             self.lowat = lowat;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use xferlab_core::result::SizeSource;
+
+    /// A connected pair whose receiving end was shut down (what
+    /// [`super::super::FlowSocket::interrupt`] does) and whose sender then
+    /// wrote: the receiver drew a reset. Waits for the reset to land (the
+    /// sender's socket reports POLLHUP only once it has).
+    fn reset_after_our_shutdown() -> TcpStream {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut tx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (rx, _) = l.accept().unwrap();
+        rx.shutdown(Shutdown::Both).unwrap();
+        tx.write_all(&[7u8; 1000]).unwrap();
+        let mut p = libc::pollfd {
+            fd: tx.as_raw_fd(),
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, 5000) };
+        assert_eq!(n, 1, "no reset within 5 s");
+        assert!(p.revents & libc::POLLHUP != 0, "revents {:#x}", p.revents);
+        rx
+    }
+
+    fn receive_from(rx: &TcpStream, flags: &SideFlags) -> FlowEnd {
+        let sizes = StreamSizes {
+            write_size: 1000,
+            write_size_from: SizeSource::Option,
+            read_size: 64 * 1024,
+            read_size_from: SizeSource::Option,
+            rcvlowat: 0,
+            read_fill: false,
+        };
+        receive(rx, sizes, RecvMode::Copy, &FlowShared::default(), flags).end
+    }
+
+    #[test]
+    fn a_reset_drawn_by_our_own_abort_ends_the_flow_as_aborted() {
+        // The setup does draw a reset: without an abort it is the peer's.
+        let rx = reset_after_our_shutdown();
+        assert_eq!(
+            receive_from(&rx, &SideFlags::default()),
+            FlowEnd::Aborted("connection reset by the peer while receiving".into())
+        );
+        let flags = SideFlags::default();
+        flags.abort.store(true, Ordering::Relaxed);
+        let rx = reset_after_our_shutdown();
+        assert_eq!(receive_from(&rx, &flags), aborted());
     }
 }
