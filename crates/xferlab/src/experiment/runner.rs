@@ -122,58 +122,54 @@ fn classify(exit_code: Option<i32>, json: Option<String>, stderr: &str) -> Outco
 /// cut by the drain last: a timed test accepts those). With several tests,
 /// the first such test's name comes first.
 fn why_not_ok(doc: &serde_json::Value) -> Option<String> {
-    use serde_json::Value;
-    let one = |r: &Value| -> Option<String> {
-        if r.get("status")
-            .and_then(Value::as_str)
-            .is_none_or(|s| s == "ok")
-        {
-            return None;
-        }
-        if let Some(e) = r.pointer("/errors/0").and_then(Value::as_str) {
-            return Some(e.to_string());
-        }
-        if r.get("server").is_none_or(Value::is_null) {
-            return Some("no report from the server".into());
-        }
-        let aborted: Vec<(&str, String)> = ["client", "server"]
-            .into_iter()
-            .flat_map(|side| {
-                ["/flows", "/pattern/flows"]
-                    .into_iter()
-                    .flat_map(move |list| {
-                        r.get(side)
-                            .and_then(|s| s.pointer(list))
-                            .and_then(Value::as_array)
-                            .into_iter()
-                            .flatten()
-                            .filter(|f| {
-                                f.pointer("/end/kind").and_then(Value::as_str) == Some("aborted")
-                            })
-                            .map(move |f| {
-                                let why = f
-                                    .pointer("/end/reason")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("");
-                                let id = f.get("id").and_then(Value::as_u64).unwrap_or_default();
-                                (why, format!("{side} flow {id} aborted: {why}"))
-                            })
-                    })
-            })
-            .collect();
-        let drained = |w: &str| w == crate::driver::CUT_CLIENT || w == crate::driver::CUT_SERVER;
-        aborted
-            .iter()
-            .find(|(w, _)| !drained(w))
-            .or(aborted.first())
-            .map(|(_, line)| line.clone())
-    };
     match metrics::tests_of(doc) {
-        None => one(doc),
+        None => why_test_not_ok(doc),
         Some(tests) => tests
             .iter()
-            .find_map(|(name, t)| Some(format!("@{name}: {}", one(t.get("result")?)?))),
+            .find_map(|(name, t)| Some(format!("@{name}: {}", why_test_not_ok(t.get("result")?)?))),
     }
+}
+
+/// [`why_not_ok`] for one test's result document.
+fn why_test_not_ok(r: &serde_json::Value) -> Option<String> {
+    use serde::Deserialize;
+    use serde_json::Value;
+    use xferlab_core::result::FlowEnd;
+    if r.get("status")
+        .and_then(Value::as_str)
+        .is_none_or(|s| s == "ok")
+    {
+        return None;
+    }
+    if let Some(e) = r.pointer("/errors/0").and_then(Value::as_str) {
+        return Some(e.to_string());
+    }
+    if r.get("server").is_none_or(Value::is_null) {
+        return Some("no report from the server".into());
+    }
+    let mut cut = None;
+    for side in ["client", "server"] {
+        for list in ["/flows", "/pattern/flows"] {
+            let flows = r
+                .get(side)
+                .and_then(|s| s.pointer(list))
+                .and_then(Value::as_array);
+            for f in flows.into_iter().flatten() {
+                let Ok(end) = FlowEnd::deserialize(&f["end"]) else {
+                    continue;
+                };
+                let FlowEnd::Aborted(why) = &end else {
+                    continue;
+                };
+                let line = format!("{side} flow {} aborted: {why}", f["id"]);
+                if !crate::driver::cut_by_drain(&end) {
+                    return Some(line);
+                }
+                cut.get_or_insert(line);
+            }
+        }
+    }
+    cut
 }
 
 /// A document's status; of a lab run with several tests, the worst of

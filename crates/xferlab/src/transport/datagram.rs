@@ -319,7 +319,7 @@ pub fn receive(
                     }
                     let recv_ns = m.stamp_ns.unwrap_or(fallback_ns);
                     let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
-                    drops.note(None, m.data.len().div_ceil(seg));
+                    drops.buffer(m.data.len().div_ceil(seg));
                     for d in m.data.chunks(seg) {
                         if wire == DatagramWire::Xferlab && d.starts_with(&MAGIC) {
                             // A repeated attach whose ack was lost: ack again.
@@ -342,7 +342,7 @@ pub fn receive(
                 let lost = stats.counters().lost;
                 if lost > lost_at_count {
                     lost_at_count = lost;
-                    drops.note(socket_drops(fd), 0);
+                    drops.count(socket_drops(fd));
                     publish_drops(&drops, gro, lost, shared);
                 }
                 if ended || flags.cut.load(Ordering::Relaxed) {
@@ -377,7 +377,7 @@ pub fn receive(
     publish(&mut stats, bytes, shared);
     // Drops after the last gap seen: the summary counts those datagrams
     // lost (sent - received), so they are the host's too.
-    drops.note(socket_drops(fd), 0);
+    drops.count(socket_drops(fd));
     publish_drops(&drops, gro, stats.counters().lost, shared);
     FlowOutcome {
         end,
@@ -541,12 +541,15 @@ pub(super) struct HostDrops {
 }
 
 impl HostDrops {
-    /// Takes what one received buffer says: the socket's drop count, if
-    /// it came with one, and how many datagrams the buffer held.
-    pub(super) fn note(&mut self, count: Option<u32>, datagrams: usize) {
+    /// Takes the socket's drop count, when the kernel gave one.
+    pub(super) fn count(&mut self, count: Option<u32>) {
         if let Some(c) = count {
             self.kernel_count = c;
         }
+    }
+
+    /// Takes how many datagrams one received buffer held.
+    pub(super) fn buffer(&mut self, datagrams: usize) {
         self.max_per_buffer = self.max_per_buffer.max(datagrams as u64);
     }
 

@@ -425,7 +425,8 @@ impl<'a> Path<'a> {
         for i in 0..n {
             let m = self.rx.message(i);
             let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
-            drops.note(m.drops, m.data.len().div_ceil(seg));
+            drops.count(m.drops);
+            drops.buffer(m.data.len().div_ceil(seg));
             let ce = m.tos.is_some_and(|t| t & CE == CE);
             for dgram in m.data.chunks(seg) {
                 let data = if self.raw.is_some() {
