@@ -9,8 +9,8 @@
 . /work/usb-net.sh
 # 2 s per stream (CI time); NCM still packs frames and the counters agree.
 T=${CELL_SECONDS:-2}
-measure() {   # CLASS NAME [stream flags]: TCP stream with usbmon and the host counters
-    mc=$1; name=$2; shift 2
+once() {   # CLASS [stream flags]: one TCP stream with usbmon and the host counters
+    mc=$1; shift
     before=$(if_counters ns_h $HIF)
     # usbmon brackets the stream: started before it, stopped (SIGINT: it
     # reports and exits 0) just after it, not a fixed time that must
@@ -25,6 +25,22 @@ measure() {   # CLASS NAME [stream flags]: TCP stream with usbmon and the host c
     wait $MPID
     mrc=$?
     after=$(if_counters ns_h $HIF)
+}
+json_num() {   # KEY FILE: a number of the pretty-printed JSON
+    grep -o "\"$1\": [0-9.]*" $2 | head -1 | grep -o '[0-9.]*$'
+}
+measure() {   # CLASS NAME [stream flags]: `once`, and once more if usbmon dropped events
+    mc=$1; name=$2; shift 2
+    once $mc "$@"
+    # A full ring means the reader's vCPU was away (a loaded host takes
+    # it for longer than the ring's ~30 ms: 545 of 98,380 events once in
+    # CI): the test counts the first run's drops and checks the second's.
+    first=
+    d=$(json_num dropped_events /tmp/mon.json)
+    if [ "${d:-0}" -gt 0 ]; then
+        first="$d $(json_num reader_lag_max_ms /tmp/mon.json)"
+        once $mc "$@"
+    fi
     echo "== $mc-$name =="
     echo "rc=$rc"
     echo "gif=$GIF"
@@ -35,6 +51,7 @@ measure() {   # CLASS NAME [stream flags]: TCP stream with usbmon and the host c
     cat /tmp/stream.json
     echo "== $mc-$name-mon =="
     echo "rc=$mrc"
+    echo "first_try_drops=$first"
     echo "stderr=$(tr '\n' ' ' < /tmp/mon.err)"
     cat /tmp/mon.json
 }

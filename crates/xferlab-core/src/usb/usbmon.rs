@@ -50,6 +50,8 @@ pub struct MonEvent {
     pub len_urb: u32,
     /// Bytes of data captured with the event.
     pub len_cap: u32,
+    /// When usbmon saw it: wall clock (CLOCK_REALTIME), microseconds.
+    pub ts_us: i64,
 }
 
 pub const XFER_BULK: u8 = 3;
@@ -74,6 +76,8 @@ impl MonEvent {
             status: u32_at(28) as i32,
             len_urb: u32_at(32),
             len_cap: u32_at(36),
+            ts_us: i64::from_ne_bytes(h[16..24].try_into().ok()?) * 1_000_000
+                + i64::from(u32_at(24) as i32),
         })
     }
 
@@ -275,6 +279,16 @@ pub struct BusReport {
     /// Events usbmon dropped because its ring was full (then the counts
     /// are low by what those events carried).
     pub dropped_events: u64,
+    /// The ring's size, bytes: it holds the events the reader has not
+    /// fetched yet.
+    #[serde(default)]
+    pub ring_bytes: u64,
+    /// How far the reader fell behind the bus at worst, ms: the age of the
+    /// oldest event of a fetch. Events are dropped once that age reaches
+    /// what the ring holds at the link's rate (~40 ms of an ECM link at
+    /// 30 MB/s); a reader whose CPU was taken away lags by that long.
+    #[serde(default)]
+    pub reader_lag_max_ms: f64,
     /// The capacity the percentages refer to, bytes/s.
     pub capacity_bytes_per_second: f64,
     /// Device to host.
@@ -306,6 +320,8 @@ mod tests {
         h[11] = 2;
         h[12..14].copy_from_slice(&1u16.to_ne_bytes());
         h[15] = if len_cap > 0 { 0 } else { b'<' };
+        h[16..24].copy_from_slice(&1_700_000_000i64.to_ne_bytes());
+        h[24..28].copy_from_slice(&250_000i32.to_ne_bytes());
         h[28..32].copy_from_slice(&status.to_ne_bytes());
         h[32..36].copy_from_slice(&len_urb.to_ne_bytes());
         h[36..40].copy_from_slice(&len_cap.to_ne_bytes());
@@ -320,6 +336,7 @@ mod tests {
             (e.id, e.kind, e.epnum, e.devnum, e.busnum, e.status, e.len_urb),
             (0xdead, EventType::Complete, 0x81, 2, 1, -2, 1514)
         );
+        assert_eq!(e.ts_us, 1_700_000_000_250_000);
         assert!(e.is_in());
         assert!(MonEvent::parse(&h[..63]).is_none());
         let mut bad = h;

@@ -101,7 +101,13 @@ impl Drop for Ring {
 pub fn run(a: &MonArgs, interrupts: &AtomicU32) -> ExitCode {
     match record(a, interrupts) {
         Ok(report) => match print(a, &report) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => {
+                // The text report holds it; a JSON one only counts the drops.
+                if let Some(d) = drops_line(&report).filter(|_| a.json) {
+                    eprintln!("xferlab: warning: {d}");
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => {
                 eprintln!("xferlab: {e:#}");
                 ExitCode::from(1)
@@ -246,6 +252,7 @@ impl Monitor {
             *prev_out = meter.host_out;
         };
         let mut last_cut = 0.0;
+        let mut lag_max_us = 0i64;
         loop {
             let mut m = MonBinMfetch {
                 offvec: offsets.as_mut_ptr(),
@@ -258,6 +265,7 @@ impl Monitor {
             // The flush is done before the fetch can fail (EAGAIN, EINTR).
             flush = 0;
             let idle = if r == 0 {
+                let mut oldest = true;
                 for &off in &offsets[..(m.nfetch as usize).min(BATCH)] {
                     let off = off as usize;
                     // Fillers at the ring's end ('@') do not parse: skipped.
@@ -265,6 +273,11 @@ impl Monitor {
                     else {
                         continue;
                     };
+                    if oldest {
+                        // One clock read per fetch: the oldest event's age.
+                        oldest = false;
+                        lag_max_us = lag_max_us.max(realtime_us() - ev.ts_us);
+                    }
                     let data = ring
                         .bytes(off + MON_BIN_HDR_LEN, ev.len_cap as usize)
                         .unwrap_or(&[]);
@@ -323,6 +336,8 @@ impl Monitor {
             encap,
             knobs,
             dropped_events: u64::from(stats[1]),
+            ring_bytes: ring.len as u64,
+            reader_lag_max_ms: lag_max_us as f64 / 1e3,
             capacity_bytes_per_second: HS_BULK_CAPACITY_BPS,
             host_in: BusDirection {
                 intervals: ins,
@@ -334,6 +349,31 @@ impl Monitor {
             },
         })
     }
+}
+
+/// CLOCK_REALTIME in microseconds: usbmon stamps its events with it.
+fn realtime_us() -> i64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec of ours.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
+}
+
+/// The line that explains dropped events, or none.
+fn drops_line(r: &BusReport) -> Option<String> {
+    (r.dropped_events > 0).then(|| {
+        format!(
+            "usbmon dropped {} events: its ring ({} KiB) filled while the reader was up to \
+             {:.0} ms behind the bus, so the counts are low; give the reader a CPU of its own \
+             (fewer busy threads beside it; in a VM, a host that does not take its vCPU away)",
+            r.dropped_events,
+            r.ring_bytes / 1024,
+            r.reader_lag_max_ms
+        )
+    })
 }
 
 /// `--usbmon DEVICE[,ENCAP]` beside any verb: the device's bus read on a
@@ -373,11 +413,9 @@ pub fn summary(r: &BusReport) -> String {
         line("IN", &r.host_in.total),
         line("OUT", &r.host_out.total)
     );
-    if r.dropped_events > 0 {
-        t += &format!(
-            "\nusbmon dropped {} events (ring full): counts are low",
-            r.dropped_events
-        );
+    if let Some(d) = drops_line(r) {
+        t += "\n";
+        t += &d;
     }
     t
 }
@@ -416,11 +454,9 @@ fn print(a: &MonArgs, r: &BusReport) -> anyhow::Result<()> {
             line("total IN", &r.host_in.total),
             line("OUT", &r.host_out.total).trim_start()
         );
-        if r.dropped_events > 0 {
-            t += &format!(
-                "usbmon dropped {} events (ring full): counts are low\n",
-                r.dropped_events
-            );
+        if let Some(d) = drops_line(r) {
+            t += &d;
+            t += "\n";
         }
         t
     };
