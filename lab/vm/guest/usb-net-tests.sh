@@ -32,9 +32,10 @@ json_num() {   # KEY FILE: a number of the pretty-printed JSON
 measure() {   # CLASS NAME [stream flags]: `once`, and once more if usbmon dropped events
     mc=$1; name=$2; shift 2
     once $mc "$@"
-    # A full ring means the reader's vCPU was away (a loaded host takes
-    # it for longer than the ring's ~30 ms: 545 of 98,380 events once in
-    # CI): the test counts the first run's drops and checks the second's.
+    # A full ring means the reader's vCPU was away longer than the ring
+    # holds (~40 ms of ECM at 30 MB/s; a loaded CI host: 545 of 98,380
+    # events once): the test counts the first run's drops and checks the
+    # second's.
     first=
     d=$(json_num dropped_events /tmp/mon.json)
     if [ "${d:-0}" -gt 0 ]; then

@@ -107,9 +107,9 @@
 //! MiB L2 per core, 2 vCPUs), ran the rules unchanged: write 1M and read
 //! 512K with one flow per side, write 512K when crowded (and, then,
 //! filling reads at P=1: see the next section for why they now stop at
-//! 128K buffers). Interleaved with the Zen 3 sizing (L2 told 512K) and a larger L2 (told 8M: write 4M,
-//! read 2M), `bench/tcp-vs-iperf3 --iperf3 /opt/iperf3-321/bin/iperf3
-//! --iperf3 /usr/bin/iperf3 --time 4 --rounds 5 --variant
+//! 128K buffers). Interleaved with the Zen 3 sizing (L2 told 512K) and
+//! a larger L2 (told 8M: write 4M, read 2M), `bench/tcp-vs-iperf3
+//! --iperf3 /opt/iperf3-321/bin/iperf3 --iperf3 /usr/bin/iperf3 --time 4 --rounds 5 --variant
 //! 'l2-512K=XFERLAB_L2_CACHE=512K' --variant 'l2-8M=XFERLAB_L2_CACHE=8M'`
 //! (2026-11-28), receiver Gbit/s / CPU s/GB, medians of 5 rounds:
 //!
@@ -136,8 +136,9 @@
 //! 1.5-1.7 in a 4 s run), and the filling reads measured faster; with as
 //! many flows as CPUs or more every CPU is busy and they measured slower
 //! (more, shorter calls). Which kernel path makes the difference at P=1
-//! is not pinned down; the rule follows the measurement. Measured (AMD EPYC Zen 3, 512 KiB L2, 2 vCPUs),
-//! `bench/tcp-vs-iperf3 --time 4` with the fill as a variant (2026-11-28;
+//! is not pinned down; the rule follows the measurement. Measured (AMD
+//! EPYC Zen 3, 512 KiB L2, 2 vCPUs), `bench/tcp-vs-iperf3 --time 4`
+//! with the fill as a variant (2026-11-28;
 //! `--variant 'fill=--read-fill on' --variant 'whole=--read-fill off'`
 //! repeats it), receiver Gbit/s, medians of interleaved rounds:
 //!

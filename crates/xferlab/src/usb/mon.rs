@@ -1,10 +1,12 @@
 //! `xferlab usb mon` and the global `--usbmon` beside any verb
 //! ([`Background`]): bus accounting from usbmon's binary interface. Maps
 //! the ring of `/dev/usbmonN` and fetches events in batches
-//! (MON_IOCX_MFETCH, non-blocking, with poll() when the ring is empty) for the bus of one device, feeds its bulk
-//! events to the core's [`BusMeter`] and reports per direction and
-//! interval: payload bytes, transfers/s, frames per transfer and the share
-//! of the high-speed bulk capacity.
+//! (MON_IOCX_MFETCH, non-blocking, with poll() when the ring is empty)
+//! for the bus of one device, feeds its bulk events to the core's
+//! [`BusMeter`] and reports per direction and interval: payload bytes,
+//! transfers/s, frames per transfer and the share of the high-speed bulk
+//! capacity; and how far it fell behind the bus, which explains any
+//! events the ring dropped.
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -226,11 +228,12 @@ impl Monitor {
             knobs,
         } = self;
         let fd = file.as_raw_fd();
-        // The reader must keep up with the link it watches, which may hold the
-        // CPU (one CPU under TCG: with an ECM link at full speed the ring still
-        // overflowed by ~360 events in 5 s at nice 0, by none at nice -10;
-        // with traffic both ways on one CPU it still may: the report counts it). A higher priority only
-        // changes when it runs, not how much: root may raise it.
+        // The reader must keep up with the link it watches, which may hold
+        // the CPU (one CPU under TCG: with an ECM link at full speed the
+        // ring still overflowed by ~360 events in 5 s at nice 0, by none at
+        // nice -10; with traffic both ways on one CPU it still may: the
+        // report counts it). A higher priority only changes when it runs,
+        // not how much: root may raise it.
         // SAFETY: setpriority on this thread (Linux: per thread).
         unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
         let mut meter = BusMeter::new(encap, Some(devnum));
