@@ -78,22 +78,23 @@ pub(super) fn assemble(
         // IPv4 and IPv6 count CE arrivals separately.
         receiver_in_ce_pkts: ce_at.map(|p| d(p, "IpExt.InCEPkts") + d(p, "Ip6.InCEPkts")),
         unroutable_packets: if ce_at.is_some() { f.unroutable } else { 0 },
+        lateness_target_us: None,
     };
-    let c2s = direction(
+    let mut c2s = direction(
         &fwd[0].emulator[0],
         &fwd[0],
         &w.clients,
         &w.far,
         Some(&w.servers),
     );
-    let s2c = direction(
+    let mut s2c = direction(
         &fwd[1].emulator[0],
         &fwd[1],
         &w.far,
         &w.clients,
         Some(&w.clients),
     );
-    let later: Vec<HopAccuracy> = (1..plan.hops.len())
+    let mut later: Vec<HopAccuracy> = (1..plan.hops.len())
         .map(|k| HopAccuracy {
             c2s: direction(&fwd[0].emulator[k], &fwd[0], &[], &[], None),
             s2c: direction(&fwd[1].emulator[k], &fwd[1], &[], &[], None),
@@ -103,18 +104,38 @@ pub(super) fn assemble(
         c2s: direction(&fwd[2].emulator[0], &fwd[2], &[a], &[b], None),
         s2c: direction(&fwd[3].emulator[0], &fwd[3], &[b], &[a], None),
     });
-    let targets = Targets::default();
+    // The lateness budget fits the path: one budget per direction, for
+    // every hop of it (a late departure at any hop delays the same packet).
+    let mtu = hosts.iter().map(|h| h.mtu).max().unwrap_or(plan.mtu);
+    let path: Vec<&LinkConfig> = plan.hops.iter().flat_map(|(c, s)| [c, s]).collect();
+    let direction_targets = |k: usize| {
+        let hops: Vec<&LinkConfig> = plan
+            .hops
+            .iter()
+            .map(|(c, s)| if k == 0 { c } else { s })
+            .collect();
+        Targets::for_path(&hops, &path, mtu)
+    };
+    let targets = [direction_targets(0), direction_targets(1)];
+    let budget = |k: usize| Some(targets[k].lateness_p99_us);
+    c2s.lateness_target_us = budget(0);
+    s2c.lateness_target_us = budget(1);
+    for hop in &mut later {
+        hop.c2s.lateness_target_us = budget(0);
+        hop.s2c.lateness_target_us = budget(1);
+    }
     let mut misses = Misses::default();
     for (name, cfg, acc, k) in [("c2s", plan.c2s(), &c2s, 0), ("s2c", plan.s2c(), &s2c, 1)] {
+        let targets = &targets[k];
         if !chained {
-            judge_direction(name, cfg, acc, &targets, &mut misses);
+            judge_direction(name, cfg, acc, targets, &mut misses);
             continue;
         }
         // In a chain every hop may mark: the receiver's count is checked
         // against all of them together.
         let mut own = acc.clone();
         own.receiver_in_ce_pkts = None;
-        judge_direction(&format!("hop 1 {name}"), cfg, &own, &targets, &mut misses);
+        judge_direction(&format!("hop 1 {name}"), cfg, &own, targets, &mut misses);
         let marks: u64 = fwd[k]
             .emulator
             .iter()
@@ -139,14 +160,14 @@ pub(super) fn assemble(
             &format!("hop {} c2s", i + 2),
             c,
             &hop.c2s,
-            &targets,
+            &targets[0],
             &mut misses,
         );
         judge_direction(
             &format!("hop {} s2c", i + 2),
             s,
             &hop.s2c,
-            &targets,
+            &targets[1],
             &mut misses,
         );
     }
@@ -155,6 +176,7 @@ pub(super) fn assemble(
         let lenient = Targets {
             rate_error: f64::INFINITY,
             lateness_p99_us: f64::INFINITY,
+            ..Targets::default()
         };
         let plain = LinkConfig::default();
         judge_direction("router->server", &plain, &hop.c2s, &lenient, &mut misses);
