@@ -167,13 +167,17 @@ fn run_command(command: Command) -> ExitCode {
                     resume_anyway: a.resume_anyway,
                     report_dir: a.report_dir,
                     no_report: a.no_report,
+                    retry_invalid: a.retry_invalid,
                 },
                 &INTERRUPTS,
             )
         }
-        Command::Report(a) => {
-            experiment::report_cmd(&a.db.db, a.experiment.as_deref(), a.output.as_deref())
-        }
+        Command::Report(a) => experiment::report_cmd(
+            &a.db.db,
+            a.experiment.as_deref(),
+            a.output.as_deref(),
+            a.png,
+        ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
         Command::Db(a) => match experiment::db::run(&a, &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,

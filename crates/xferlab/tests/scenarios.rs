@@ -2,7 +2,10 @@
 //! exactly as a user would: `xferlab run scenarios/NAME.toml --quick`.
 //! Every run must be stored: ok, or invalid when a lab emulator's timing
 //! fell behind its accuracy target (a loaded machine; any other miss of
-//! the lab's self-check fails), and the report must hold
+//! the lab's self-check fails). Such a run is tried again up to twice
+//! (`--retry-invalid 2`), and at least half of the runs must end valid:
+//! a study whose every run is invalid measured nothing, and fails here.
+//! The report must hold
 //! at least a table per `[[report.table]]` and a rendered picture per
 //! `[[report.plot]]`.
 //! The lab scenario needs root (CI runs as root); the USB scenario boots
@@ -57,17 +60,23 @@ fn run_quick_drawing(name: &str, timeout: Duration, plots: Option<usize>) -> Str
             db.to_str().unwrap(),
             "--report-dir",
             rep.to_str().unwrap(),
+            "--retry-invalid",
+            "2",
         ],
         timeout,
     );
     assert_eq!(out.code, Some(0), "{}", out.describe());
     let c = Connection::open(&db).unwrap();
     // A lab run whose emulator fell behind its accuracy target (a loaded
-    // machine) is stored as `invalid`: that is the runner doing its job,
-    // not a failure. Failed, errored or missing runs are.
+    // machine) is stored as `invalid` and tried again: that is the runner
+    // doing its job. Failed, errored or missing runs are failures, and so
+    // is a study with fewer valid runs than half its plan. Each slot's
+    // last attempt counts, as in the report.
     let (n, ok, invalid): (i64, i64, i64) = c
         .query_row(
-            "SELECT COUNT(*), SUM(status = 'ok'), SUM(status = 'invalid') FROM runs",
+            "SELECT COUNT(*), SUM(status = 'ok'), SUM(status = 'invalid') FROM runs r \
+             WHERE attempt = (SELECT MAX(attempt) FROM runs q \
+                              WHERE q.point_id = r.point_id AND q.repeat = r.repeat)",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
@@ -76,6 +85,11 @@ fn run_quick_drawing(name: &str, timeout: Duration, plots: Option<usize>) -> Str
         (n as usize, (ok + invalid) as usize),
         (planned, planned),
         "every planned run stored, ok or invalid\n{}",
+        out.describe()
+    );
+    assert!(
+        2 * ok as usize >= planned,
+        "{name}: only {ok} of {planned} runs valid after retries: the study measured too little\n{}",
         out.describe()
     );
     // An invalid run must be invalid for timing alone (`timing_only`):

@@ -323,6 +323,55 @@ pub struct ReportSpec {
     pub table: Vec<TableSpec>,
     #[serde(default)]
     pub plot: Vec<PlotSpec>,
+    /// What a metric shows, for axes and table titles, without its unit
+    /// (added from the data): `"tps@ref" = "Completed transactions of the
+    /// reference flow"`.
+    #[serde(default)]
+    pub metrics: BTreeMap<String, String>,
+    /// What a knob means, for row headers and axes: `"lab --mark" =
+    /// "Mark probability at hop 1"`.
+    #[serde(default)]
+    pub knobs: BTreeMap<String, String>,
+    /// A name for a value, or for a combination of values as reports
+    /// write it (`"lab --ecn on, lab --sack on" = "ECN + SACK"`), used in
+    /// legends, headers and table titles instead of the flags.
+    #[serde(default)]
+    pub names: BTreeMap<String, String>,
+}
+
+impl ReportSpec {
+    /// A metric's label (its name when the scenario gives none).
+    pub fn metric_label<'a>(&'a self, metric: &'a str) -> &'a str {
+        self.metrics.get(metric).map_or(metric, String::as_str)
+    }
+
+    /// A knob's label (the knob when the scenario gives none).
+    pub fn knob_label<'a>(&'a self, knob: &'a str) -> &'a str {
+        self.knobs.get(knob).map_or(knob, String::as_str)
+    }
+
+    /// How a report writes a combination of knob values: the scenario's
+    /// name for the whole combination, else each value by its own name
+    /// or as `knob value`, joined by ", ".
+    pub fn combo_label(&self, combo: &[(String, Value)]) -> String {
+        let plain = |k: &str, v: &Value| format!("{k} {}", v.label());
+        let whole = combo
+            .iter()
+            .map(|(k, v)| plain(k, v))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if let Some(n) = self.names.get(&whole) {
+            return n.clone();
+        }
+        combo
+            .iter()
+            .map(|(k, v)| {
+                let one = plain(k, v);
+                self.names.get(&one).cloned().unwrap_or(one)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// A command the points run: the verb and its base flags, as words
@@ -1113,6 +1162,14 @@ impl Scenario {
                 ))
             }
         };
+        for k in self.report.knobs.keys() {
+            axis_knob(k, "knobs")?;
+        }
+        if scale == Scale::Full {
+            for key in self.report.names.keys() {
+                self.check_name(key)?;
+            }
+        }
         for t in &self.report.table {
             axis_knob(&t.rows, "rows")?;
             if let Some(c) = &t.cols {
@@ -1172,6 +1229,47 @@ impl Scenario {
                         ),
                     ));
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// A `[report.names]` key must be a combination a report writes:
+    /// `knob value` pairs joined by ", ", each knob an axis and each value
+    /// one of its values; a typo would otherwise leave the flags showing.
+    fn check_name(&self, key: &str) -> Result<(), ScenarioError> {
+        let bad = |why: String| {
+            err(
+                0,
+                format!("[report.names] \"{key}\": {why}; write it as reports do, e.g. \"-l 64K, -P 2\""),
+            )
+        };
+        for pair in key.split(", ") {
+            let mut found = false;
+            for a in &self.axes {
+                for (i, k) in a.knobs.iter().enumerate() {
+                    let name = k.knob.to_string();
+                    let Some(value) = pair
+                        .strip_prefix(name.as_str())
+                        .and_then(|r| r.strip_prefix(' '))
+                    else {
+                        continue;
+                    };
+                    let labels: Vec<String> = a.values.iter().map(|s| s[i].label()).collect();
+                    if !labels.iter().any(|l| l == value) {
+                        return Err(bad(format!(
+                            "`{name}` never takes {value:?} (its values: {})",
+                            labels.join(", ")
+                        )));
+                    }
+                    found = true;
+                }
+            }
+            if !found {
+                return Err(bad(format!(
+                    "`{pair}` starts with no axis knob (axes: {})",
+                    self.axis_names().join(", ")
+                )));
             }
         }
         Ok(())
@@ -1275,6 +1373,51 @@ cols = "-P"
             let e = Knob::parse(bad, 7).unwrap_err();
             assert_eq!(e.line, 7, "{bad}");
         }
+    }
+
+    #[test]
+    fn reports_name_metrics_knobs_and_values_and_typos_are_refused() {
+        let named = format!(
+            "{BASE}[report.metrics]\nthroughput_bps = \"Throughput\"\n\
+             [report.knobs]\n\"-l\" = \"Write size\"\n\
+             [report.names]\n\"-w 1M, -C cubic\" = \"small buffer, CUBIC\"\n\"-l 64K\" = \"64 KB\"\n"
+        );
+        let s = Scenario::parse(&named, Scale::Full).unwrap();
+        let r = &s.report;
+        assert_eq!(r.metric_label("throughput_bps"), "Throughput");
+        assert_eq!(r.metric_label("tps"), "tps");
+        assert_eq!(r.knob_label("-l"), "Write size");
+        assert_eq!(r.knob_label("-P"), "-P");
+        let v = |k: &str, x: &str| (k.to_string(), Value::Arg(x.into()));
+        assert_eq!(
+            r.combo_label(&[v("-w", "1M"), v("-C", "cubic")]),
+            "small buffer, CUBIC"
+        );
+        assert_eq!(
+            r.combo_label(&[v("-w", "4M"), v("-C", "bbr")]),
+            "-w 4M, -C bbr"
+        );
+        assert_eq!(
+            r.combo_label(&[v("-l", "64K"), v("-P", "2")]),
+            "64 KB, -P 2"
+        );
+        // A name for a value no axis takes, or for no axis, is a typo.
+        for (bad, why) in [
+            ("\"-l 65K\" = \"x\"", "`-l` never takes \"65K\""),
+            ("\"-R on\" = \"x\"", "starts with no axis knob"),
+        ] {
+            let text = format!("{BASE}[report.names]\n{bad}\n");
+            let e = Scenario::parse(&text, Scale::Full).unwrap_err();
+            assert!(e.message.contains(why), "{}", e.message);
+            // The quick scale lacks values by design: not checked there.
+            assert!(Scenario::parse(&text, Scale::Quick).is_ok());
+        }
+        let e = error_of(&format!("{BASE}[report.knobs]\n\"-R\" = \"x\"\n"));
+        assert!(
+            e.message.contains("knobs = \"-R\" is not an axis"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

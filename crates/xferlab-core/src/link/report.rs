@@ -282,13 +282,20 @@ impl Targets {
     pub fn for_path(direction: &[&LinkConfig], path: &[&LinkConfig], mtu: u32) -> Targets {
         let strict = Targets::default();
         // A hop timed by USB frames or by a trace has no one packet time.
-        if direction.iter().any(|c| c.usb.is_some() || c.trace.is_some()) {
+        if direction
+            .iter()
+            .any(|c| c.usb.is_some() || c.trace.is_some())
+        {
             return strict;
         }
         let Some(slowest) = direction.iter().filter_map(|c| c.rate_bps).min() else {
             return strict;
         };
-        let overhead = direction.iter().map(|c| c.overhead_bytes).max().unwrap_or(0);
+        let overhead = direction
+            .iter()
+            .map(|c| c.overhead_bytes)
+            .max()
+            .unwrap_or(0);
         let bytes = mtu + overhead;
         let packet_us = f64::from(bytes) * 8.0 / slowest as f64 * 1e6;
         let rtt_us = path.iter().map(|c| c.delay_ns as f64 / 1e3).sum::<f64>();
@@ -542,14 +549,19 @@ mod tests {
         let path = [&a, &b, &c, &a, &b, &c];
         let t = Targets::for_path(&dir, &path, 1500);
         assert!((t.lateness_p99_us - 400.0).abs() < 1e-9, "{t:?}");
-        assert_eq!(t.lateness_basis, LatenessBasis::RoundTrip { rtt_us: 20_000.0 });
+        assert_eq!(
+            t.lateness_basis,
+            LatenessBasis::RoundTrip { rtt_us: 20_000.0 }
+        );
         assert_eq!(t.rate_error, Targets::default().rate_error);
         assert!(t.lateness_target().contains("20.0 ms round trip"));
         // A long path at 20M: the packet time (600 us) is the smaller.
         let slow = link(Some(20_000_000), 20);
         let t = Targets::for_path(&[&slow], &[&slow, &slow], 1500);
         assert!((t.lateness_p99_us - 600.0).abs() < 1e-9, "{t:?}");
-        assert!(t.lateness_target().contains("one 1500 B packet at 20.0 Mbits/sec"));
+        assert!(t
+            .lateness_target()
+            .contains("one 1500 B packet at 20.0 Mbits/sec"));
         // Strict where the link gives no room: 100M/40 ms (a packet is
         // 120 us), 20M back to back, unshaped, USB-timed.
         for (d, p) in [
@@ -564,7 +576,10 @@ mod tests {
             usb: Some(super::super::usb::parse_usb_link("hs:ecm").unwrap().0),
             ..link(Some(1_000_000), 50)
         };
-        assert_eq!(Targets::for_path(&[&usb], &[&usb], 1500), Targets::default());
+        assert_eq!(
+            Targets::for_path(&[&usb], &[&usb], 1500),
+            Targets::default()
+        );
         // A late departure inside the budget passes, one past it is named
         // with the budget's reason.
         let t = Targets::for_path(&dir, &path, 1500);
@@ -575,7 +590,10 @@ mod tests {
         assert!(v.lines().is_empty(), "{v:?}");
         late.emulator.lateness_p99_us = Some(420.0);
         judge_direction("c2s", &a, &late, &t, &mut v);
-        assert!(v.lines()[0].contains("(target <= 400 us, 2 % of the 20.0 ms round trip)"), "{v:?}");
+        assert!(
+            v.lines()[0].contains("(target <= 400 us, 2 % of the 20.0 ms round trip)"),
+            "{v:?}"
+        );
     }
 
     #[test]

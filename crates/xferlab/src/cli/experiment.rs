@@ -40,6 +40,12 @@ pub struct RunArgs {
     /// Skip the report at the end.
     #[arg(long)]
     pub no_report: bool,
+    /// Run a lab run again, up to N more times, when it is invalid for
+    /// timing alone (departures late, the rate off: what a busy or
+    /// stealing host causes); each attempt is stored, the report reads
+    /// the last.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub retry_invalid: u32,
     #[command(flatten)]
     pub db: DbPathArg,
 }
@@ -51,6 +57,9 @@ pub struct ReportArgs {
     /// Output directory (default xferlab-reports/NAME-ID).
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     pub output: Option<PathBuf>,
+    /// Also draw every plot as plot-N.png (800x500, for slides), beside its SVG.
+    #[arg(long)]
+    pub png: bool,
     #[command(flatten)]
     pub db: DbPathArg,
 }

@@ -170,11 +170,12 @@ pub fn show(
         .iter()
         .map(|p| {
             let text = match ordered_object(&p.knobs_json) {
+                // As `--dry-run`, reports and progress lines write a point.
                 Ok(kv) => kv
                     .iter()
-                    .map(|(k, v)| format!("{k}={}", value_text(v)))
+                    .map(|(k, v)| format!("{k} {}", knob_text(v)))
                     .collect::<Vec<_>>()
-                    .join(" "),
+                    .join(", "),
                 Err(_) => p.key.clone(),
             };
             (p.id, text)
@@ -197,7 +198,9 @@ pub fn show(
             .iter()
             .map(|r| {
                 vec![
-                    opt(r.point_idx),
+                    // Points count from 1, as everywhere a person reads them
+                    // (`--dry-run`, reports, `compare EXPERIMENT/POINT`).
+                    opt(r.point_idx.map(|i| i + 1)),
                     r.point_id
                         .and_then(|id| knobs.get(&id).cloned())
                         .unwrap_or_default(),
@@ -471,6 +474,16 @@ fn value_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
+    }
+}
+
+/// A knob's value as a scenario's `Value::label` writes it: switches
+/// `on`/`off`.
+fn knob_text(v: &Value) -> String {
+    match v {
+        Value::Bool(true) => "on".into(),
+        Value::Bool(false) => "off".into(),
+        other => value_text(other),
     }
 }
 
@@ -770,7 +783,7 @@ mod tests {
             .collect();
         assert_eq!(run_lines.len(), 4, "{out}");
         assert!(
-            run_lines[0].starts_with("0      -l=64K --spacing=5  1       1"),
+            run_lines[0].starts_with("1      -l 64K, --spacing 5  1       1"),
             "{out}"
         );
         let out = text(|w| show(&store, "udpmon", true, w));

@@ -39,7 +39,7 @@ fn open_existing(db: &Path) -> Result<Store, ExitCode> {
 }
 
 /// `xferlab report [EXPERIMENT]`.
-pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>) -> ExitCode {
+pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>, png: bool) -> ExitCode {
     let store = match open_existing(db) {
         Ok(s) => s,
         Err(c) => return c,
@@ -67,7 +67,7 @@ pub fn report_cmd(db: &Path, experiment: Option<&str>, dir: Option<&Path>) -> Ex
     let dir = dir
         .map(Path::to_path_buf)
         .unwrap_or_else(|| report::default_dir(&e.name, e.id));
-    match report::write(&store, e.id, &dir, &mut std::io::stdout()) {
+    match report::write(&store, e.id, &dir, png, &mut std::io::stdout()) {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => fail(&format!("{err:#}"), 1),
     }
@@ -82,10 +82,21 @@ enum SideError {
     NoRun(i64),
     #[error("no experiment `{0}` in the database; `xferlab db list` shows them")]
     NoExperiment(String),
-    #[error("experiment {experiment} has no measured run of point {point}")]
-    NoMeasuredRun { experiment: i64, point: i64 },
+    #[error("experiment {experiment} has no valid run of point {point}{}; `xferlab db show {experiment}` lists its runs", invalid_note(*.invalid))]
+    NoMeasuredRun {
+        experiment: i64,
+        point: i64,
+        invalid: usize,
+    },
     #[error(transparent)]
     Store(#[from] store::StoreError),
+}
+
+fn invalid_note(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        n => format!(" ({n} invalid left out)"),
+    }
 }
 
 /// Metric values of one side of a comparison: a run (`run:N`) or every
@@ -110,16 +121,26 @@ fn side(store: &Store, what: &str) -> Result<BTreeMap<String, (Vec<f64>, String)
     let e = store
         .find_experiment(exp)?
         .ok_or_else(|| SideError::NoExperiment(exp.to_string()))?;
-    let runs: Vec<_> = store
+    // Only valid runs count, as in reports: a run the lab marked invalid
+    // is never averaged in.
+    let (runs, invalid): (Vec<_>, Vec<_>) = store
         .latest_runs(e.id)?
         .into_iter()
         .filter(|r| r.point_idx == Some(idx - 1) && matches!(r.status.as_str(), "ok" | "invalid"))
-        .collect();
+        .partition(|r| r.status == "ok");
     if runs.is_empty() {
         return Err(SideError::NoMeasuredRun {
             experiment: e.id,
             point: idx,
+            invalid: invalid.len(),
         });
+    }
+    if !invalid.is_empty() {
+        eprintln!(
+            "note: {what}: {} invalid run(s) left out, {} valid compared",
+            invalid.len(),
+            runs.len()
+        );
     }
     for r in runs {
         add(store.metrics_of_run(r.id)?);

@@ -32,6 +32,9 @@ use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, Value
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+use resvg::tiny_skia::Pixmap;
+use resvg::usvg;
+use std::sync::{Arc, OnceLock};
 
 /// Width of every rendered plot, in pixels.
 pub const WIDTH: u32 = 800;
@@ -886,13 +889,27 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
     let room = f64::from(w) - LEGEND_PAD_PX;
     let top = 14;
     let rows = ((h as i32 - top - 60) / LEGEND_ROW_PX).max(1) as usize;
-    let shown = if prep.legend.len() > rows {
-        rows - 1
-    } else {
-        prep.legend.len()
-    };
-    for (i, (label, ci)) in prep.legend.iter().take(shown).enumerate() {
-        let y = top + i as i32 * LEGEND_ROW_PX;
+    // A label too long for one line wraps onto more, never cut: a reader
+    // must be able to tell every series apart. Entries that do not fit
+    // the panel at all are counted in "+N more".
+    let entries: Vec<(Vec<String>, usize)> = prep
+        .legend
+        .iter()
+        .map(|(l, ci)| (wrap_px(l, LEGEND_SIZE, room), *ci))
+        .collect();
+    let mut used = 0;
+    let mut shown = 0;
+    for (k, (lines, _)) in entries.iter().enumerate() {
+        let more = if k + 1 < entries.len() { 1 } else { 0 };
+        if used + lines.len() + more > rows {
+            break;
+        }
+        used += lines.len();
+        shown += 1;
+    }
+    let mut row = 0;
+    for (lines, ci) in entries.iter().take(shown) {
+        let y = top + row as i32 * LEGEND_ROW_PX;
         let style = if open_style(*ci) {
             palette(*ci).stroke_width(2)
         } else {
@@ -900,17 +917,17 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
         };
         area.draw(&Rectangle::new([(8, y - 6), (24, y + 6)], style))
             .map_err(render_err)?;
-        area.draw(&Text::new(
-            fit_px(label, LEGEND_SIZE, room),
-            (30, y),
-            font.clone(),
-        ))
-        .map_err(render_err)?;
+        for line in lines {
+            let y = top + row as i32 * LEGEND_ROW_PX;
+            area.draw(&Text::new(line.clone(), (30, y), font.clone()))
+                .map_err(render_err)?;
+            row += 1;
+        }
     }
-    if shown < prep.legend.len() {
-        let y = top + shown as i32 * LEGEND_ROW_PX;
+    if shown < entries.len() {
+        let y = top + row as i32 * LEGEND_ROW_PX;
         area.draw(&Text::new(
-            format!("+{} more", prep.legend.len() - shown),
+            format!("+{} more", entries.len() - shown),
             (30, y),
             font.clone(),
         ))
@@ -919,58 +936,88 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
     Ok(())
 }
 
-/// Renders `svg` to a PNG file at `path` with resvg, using the system fonts for text. For
-/// tests and looking at plots; resvg is a dev-dependency.
-#[cfg(test)]
+/// `s` broken into lines of at most `px` pixels at `size`: between the
+/// ", "-separated parts of a configuration label first (so a flag stays
+/// with its value), between words inside a part that is too long alone;
+/// a single word wider than a line is cut in the middle.
+fn wrap_px(s: &str, size: f64, px: f64) -> Vec<String> {
+    let fits = |t: &str| text_px(t.trim_end(), size) <= px;
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for part in s.split_inclusive(", ") {
+        if !line.is_empty() && !fits(&format!("{line}{part}")) {
+            lines.push(std::mem::take(&mut line));
+        }
+        line.push_str(part);
+        if fits(&line) {
+            continue;
+        }
+        // A part too long by itself: break it between words.
+        let whole = std::mem::take(&mut line);
+        for w in whole.split_inclusive(' ') {
+            if !line.is_empty() && !fits(&format!("{line}{w}")) {
+                lines.push(std::mem::take(&mut line));
+            }
+            line.push_str(w);
+        }
+    }
+    lines.push(line);
+    lines
+        .into_iter()
+        .map(|l| fit_px(l.trim_end(), size, px))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+/// System fonts, loaded once: text renders where fonts exist and is skipped where none do.
+fn fontdb() -> Arc<usvg::fontdb::Database> {
+    static DB: OnceLock<Arc<usvg::fontdb::Database>> = OnceLock::new();
+    DB.get_or_init(|| {
+        let mut db = usvg::fontdb::Database::new();
+        db.load_system_fonts();
+        // fontdb's generic sans-serif is Arial, absent on most Linux systems.
+        if db
+            .faces()
+            .any(|f| f.families.iter().any(|(n, _)| n == "DejaVu Sans"))
+        {
+            db.set_sans_serif_family("DejaVu Sans");
+        }
+        Arc::new(db)
+    })
+    .clone()
+}
+
+/// `svg` drawn to pixels with resvg, with the system fonts for text.
+pub fn rasterize(svg: &str) -> anyhow::Result<Pixmap> {
+    use anyhow::Context;
+    let opt = usvg::Options {
+        fontdb: fontdb(),
+        ..usvg::Options::default()
+    };
+    let tree = usvg::Tree::from_str(svg, &opt).context("parsing SVG")?;
+    let size = tree.size().to_int_size();
+    let mut pixmap = Pixmap::new(size.width(), size.height()).context("zero-sized SVG")?;
+    resvg::render(
+        &tree,
+        resvg::tiny_skia::Transform::default(),
+        &mut pixmap.as_mut(),
+    );
+    Ok(pixmap)
+}
+
+/// Renders `svg` to a PNG file at `path` (`xferlab report --png`, and
+/// tests that look at plots).
 pub fn svg_to_png(svg: &str, path: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
-    tests::rasterize(svg)?
+    rasterize(svg)?
         .save_png(path)
-        .with_context(|| format!("writing {}", path.display()))
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use resvg::tiny_skia::Pixmap;
-    use resvg::usvg;
     use std::collections::BTreeSet;
-    use std::sync::{Arc, OnceLock};
-
-    /// System fonts, loaded once: text renders where fonts exist and is skipped where none do.
-    fn fontdb() -> Arc<usvg::fontdb::Database> {
-        static DB: OnceLock<Arc<usvg::fontdb::Database>> = OnceLock::new();
-        DB.get_or_init(|| {
-            let mut db = usvg::fontdb::Database::new();
-            db.load_system_fonts();
-            // fontdb's generic sans-serif is Arial, absent on most Linux systems.
-            if db
-                .faces()
-                .any(|f| f.families.iter().any(|(n, _)| n == "DejaVu Sans"))
-            {
-                db.set_sans_serif_family("DejaVu Sans");
-            }
-            Arc::new(db)
-        })
-        .clone()
-    }
-
-    pub(super) fn rasterize(svg: &str) -> anyhow::Result<Pixmap> {
-        use anyhow::Context;
-        let opt = usvg::Options {
-            fontdb: fontdb(),
-            ..usvg::Options::default()
-        };
-        let tree = usvg::Tree::from_str(svg, &opt).context("parsing SVG")?;
-        let size = tree.size().to_int_size();
-        let mut pixmap = Pixmap::new(size.width(), size.height()).context("zero-sized SVG")?;
-        resvg::render(
-            &tree,
-            resvg::tiny_skia::Transform::default(),
-            &mut pixmap.as_mut(),
-        );
-        Ok(pixmap)
-    }
 
     /// Renders, saves SVG and PNG under $XFERLAB_PLOT_PNG_DIR when set, returns the pixels.
     fn render_and_rasterize(name: &str, plot: &Plot) -> (String, Pixmap) {
@@ -1500,10 +1547,12 @@ mod tests {
     }
 
     #[test]
-    fn long_legend_is_cut_not_clipped() {
+    fn long_legend_labels_wrap_and_extra_entries_are_counted() {
         let series = (0..30)
             .map(|s| Series {
-                label: format!("a very long configuration label number {s} with knobs"),
+                label: format!(
+                    "a very long configuration label number {s} with knobs and more words"
+                ),
                 points: vec![
                     PlotPoint::new(0.0, s as f64),
                     PlotPoint::new(10.0, 1.0 + s as f64),
@@ -1518,12 +1567,21 @@ mod tests {
             t.iter().any(|x| x.starts_with('+') && x.ends_with("more")),
             "{t:?}"
         );
-        // Cut in the middle, keeping the distinguishing end.
-        assert!(
-            t.iter()
-                .any(|x| x.contains('…') && x.ends_with("17 with knobs")),
-            "{t:?}"
+        // Wrapped whole: no cut, and the distinguishing end is on a line
+        // of its own.
+        assert!(!t.iter().any(|x| x.contains('…')), "{t:?}");
+        assert!(t.iter().any(|x| x.starts_with("a very long")), "{t:?}");
+        assert!(t.iter().any(|x| x.ends_with("more words")), "{t:?}");
+        let lines = wrap_px(
+            "command dummy_hcd, --load cpu=1,mem=1,vm-bytes=64M",
+            LEGEND_SIZE,
+            264.0,
         );
+        assert_eq!(
+            lines,
+            ["command dummy_hcd,", "--load cpu=1,mem=1,vm-bytes=64M"]
+        );
+        assert_eq!(wrap_px("short", LEGEND_SIZE, 264.0), ["short"]);
     }
 
     /// Legend text is sized from the font's advance widths: within 3 % of what rsvg-convert

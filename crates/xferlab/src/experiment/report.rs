@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context};
 use xferlab_core::experiment::metrics;
 use xferlab_core::experiment::scenario::{
-    PlotKindSpec, PlotSpec, Point, Scale, Scenario, TableSpec, Value,
+    PlotKindSpec, PlotSpec, Point, ReportSpec, Scale, Scenario, TableSpec, Value,
 };
 use xferlab_core::experiment::stats::{self, Aggregate, Summary};
 
@@ -113,8 +113,15 @@ struct RunData {
 struct Data {
     scenario: Scenario,
     points: Vec<Point>,
-    /// Per point (same index as `points`): its runs that measured.
+    /// Per point (same index as `points`): its valid runs, the only ones
+    /// any table or plot reads.
     runs: Vec<Vec<RunData>>,
+    /// Runs the lab marked invalid: listed with their reasons, never
+    /// averaged in.
+    invalid: Vec<RunRow>,
+    /// Of `runs`, those whose lab missed its targets but which the
+    /// scenario keeps with `--allow-invalid` (the lab VM's, say).
+    kept_invalid: usize,
     failed: Vec<RunRow>,
 }
 
@@ -142,13 +149,22 @@ impl Data {
             .collect();
         let mut runs: Vec<Vec<RunData>> = points.iter().map(|_| Vec::new()).collect();
         let mut failed = Vec::new();
+        let mut invalid = Vec::new();
+        let mut kept_invalid = 0;
         for r in store.latest_runs(experiment).map_err(super::line)? {
             let Some(i) = r.point_key.as_ref().and_then(|k| index.get(k)) else {
                 continue;
             };
-            if !matches!(r.status.as_str(), "ok" | "invalid") {
-                failed.push(r);
-                continue;
+            match r.status.as_str() {
+                "ok" => {}
+                "invalid" => {
+                    invalid.push(r);
+                    continue;
+                }
+                _ => {
+                    failed.push(r);
+                    continue;
+                }
             }
             let metrics = store
                 .metrics_of_run(r.id)
@@ -159,7 +175,15 @@ impl Data {
             let doc = r
                 .result_json
                 .as_deref()
-                .and_then(|j| serde_json::from_str(j).ok());
+                .and_then(|j| serde_json::from_str::<serde_json::Value>(j).ok());
+            if doc
+                .as_ref()
+                .and_then(|d| d.pointer("/lab/accuracy/valid"))
+                .and_then(serde_json::Value::as_bool)
+                == Some(false)
+            {
+                kept_invalid += 1;
+            }
             runs[*i].push(RunData { metrics, doc });
         }
         Ok((
@@ -167,11 +191,32 @@ impl Data {
                 scenario,
                 points,
                 runs,
+                invalid,
+                kept_invalid,
                 failed,
             },
             e.name,
             e.title,
         ))
+    }
+
+    /// "40 valid runs, 2 invalid (left out), 1 failed", and a note when
+    /// valid runs include lab runs kept with `--allow-invalid`.
+    fn counts_text(&self) -> String {
+        let valid: usize = self.runs.iter().map(Vec::len).sum();
+        let mut t = format!(
+            "{valid} valid runs, {} invalid (left out), {} failed",
+            self.invalid.len(),
+            self.failed.len()
+        );
+        if self.kept_invalid > 0 {
+            let _ = write!(
+                t,
+                " ({} of the valid runs missed the lab's accuracy targets and are kept because the scenario passes --allow-invalid)",
+                self.kept_invalid
+            );
+        }
+        t
     }
 
     fn values(&self, point: usize, metric: &str) -> (Vec<f64>, Option<String>) {
@@ -277,13 +322,6 @@ fn matches(p: &Point, fixed: &[(String, Value)]) -> bool {
     fixed.iter().all(|(k, v)| p.get(k) == Some(v))
 }
 
-fn combo_label(c: &[(String, Value)]) -> String {
-    c.iter()
-        .map(|(k, v)| format!("{k} {}", v.label()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn aggregate_name(a: Aggregate, n_max: usize) -> String {
     format!("{} of {n_max}", a.as_str())
 }
@@ -319,6 +357,8 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
     }
     let others = d.other_axes(&used);
     let unit = d.unit_of(&spec.metric);
+    let labels = &d.scenario.report;
+    let rows_label = labels.knob_label(&spec.rows);
     let mut out = Vec::new();
     for fixed in combos(&d.points, &others) {
         // cells[r][c]
@@ -352,18 +392,20 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
         let shown = Shown::for_values(&unit, max_abs);
         let mut title = format!(
             "{} ({}, {})",
-            spec.title.as_deref().unwrap_or(&spec.metric),
+            spec.title
+                .as_deref()
+                .unwrap_or(labels.metric_label(&spec.metric)),
             shown.label,
             aggregate_name(agg, n_max)
         );
         if !fixed.is_empty() {
-            title.push_str(&format!(" — {}", combo_label(&fixed)));
+            title.push_str(&format!(" — {}", labels.combo_label(&fixed)));
         }
         let col_names: Vec<String> = cols
             .iter()
             .map(|c| match (c, &spec.cols) {
-                (Some(v), Some(k)) => format!("{k} {}", v.label()),
-                _ => format!("{} ({})", spec.metric, shown.label),
+                (Some(v), Some(k)) => labels.combo_label(&[(k.clone(), v.clone())]),
+                _ => format!("{} ({})", labels.metric_label(&spec.metric), shown.label),
             })
             .collect();
         let cell_text = |s: &Option<Summary>| match s {
@@ -372,7 +414,7 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             Some(s) => shown.text(s.get(agg)),
         };
         // Markdown
-        let mut md = format!("**{title}**\n\n| {} |", spec.rows);
+        let mut md = format!("**{title}**\n\n| {rows_label} |");
         for c in &col_names {
             let _ = write!(md, " {c} |");
         }
@@ -381,8 +423,16 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             md.push_str("---:|");
         }
         md.push('\n');
+        let row_name = |r: &Value| {
+            let pair = format!("{} {}", spec.rows, r.label());
+            labels
+                .names
+                .get(&pair)
+                .cloned()
+                .unwrap_or_else(|| r.label())
+        };
         for (r, line) in rows.iter().zip(&cells) {
-            let _ = write!(md, "| {} |", r.label());
+            let _ = write!(md, "| {} |", row_name(r));
             for c in line {
                 let _ = write!(md, " {} |", cell_text(c));
             }
@@ -432,14 +482,14 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
         let mut html = format!(
             "<table><caption>{}</caption><tr><th>{}</th>",
             html_escape(&title),
-            html_escape(&spec.rows)
+            html_escape(rows_label)
         );
         for c in &col_names {
             let _ = write!(html, "<th>{}</th>", html_escape(c));
         }
         html.push_str("</tr>");
         for (r, line) in rows.iter().zip(&cells) {
-            let _ = write!(html, "<tr><th>{}</th>", html_escape(&r.label()));
+            let _ = write!(html, "<tr><th>{}</th>", html_escape(&row_name(r)));
             for c in line {
                 let _ = write!(html, "<td>{}</td>", html_escape(&cell_text(c)));
             }
@@ -472,7 +522,7 @@ fn filter_of(p: &PlotSpec) -> Vec<(String, Value)> {
 
 /// The series label of a point: the values of the series knob and of
 /// every axis not otherwise fixed.
-fn series_label(p: &Point, knobs: &[String]) -> String {
+fn series_label(labels: &ReportSpec, p: &Point, knobs: &[String]) -> String {
     let c: Vec<(String, Value)> = knobs
         .iter()
         .filter_map(|k| p.get(k).map(|v| (k.clone(), v.clone())))
@@ -480,13 +530,14 @@ fn series_label(p: &Point, knobs: &[String]) -> String {
     if c.is_empty() {
         "all runs".into()
     } else {
-        combo_label(&c)
+        labels.combo_label(&c)
     }
 }
 
 fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> {
     let metric = spec.metric.clone()?;
     let x = spec.x.clone()?;
+    let labels = &d.scenario.report;
     let agg = spec.aggregate.unwrap_or(default_agg);
     let filter = filter_of(spec);
     let xs = d.axis_values(&x);
@@ -516,9 +567,9 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
         }
         if !pts.is_empty() {
             let label = if combo.is_empty() {
-                metric.clone()
+                labels.metric_label(&metric).to_string()
             } else {
-                combo_label(&combo)
+                labels.combo_label(&combo)
             };
             raw.push((label, pts));
         }
@@ -556,18 +607,35 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
         _ => "min to max of the runs",
     };
     Some(Plot {
-        title: spec
-            .title
-            .clone()
-            .unwrap_or_else(|| format!("{metric} against {x}")),
+        title: spec.title.clone().unwrap_or_else(|| {
+            format!(
+                "{} against {}",
+                labels.metric_label(&metric),
+                labels.knob_label(&x)
+            )
+        }),
         kind: if spec.kind == PlotKindSpec::Bars {
             PlotKind::Bars
         } else {
             PlotKind::Lines
         },
-        x_label: spec.x_label.clone().unwrap_or_else(|| x.clone()),
-        y_label: format!("{metric} ({})", shown.label),
-        x_categories: Some(xs.iter().map(Value::label).collect()),
+        x_label: spec
+            .x_label
+            .clone()
+            .unwrap_or_else(|| labels.knob_label(&x).to_string()),
+        y_label: format!("{} ({})", labels.metric_label(&metric), shown.label),
+        x_categories: Some(
+            xs.iter()
+                .map(|v| {
+                    let pair = format!("{x} {}", v.label());
+                    labels
+                        .names
+                        .get(&pair)
+                        .cloned()
+                        .unwrap_or_else(|| v.label())
+                })
+                .collect(),
+        ),
         log_x: false,
         series,
         caption: format!(
@@ -576,7 +644,7 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
             if filter.is_empty() {
                 String::new()
             } else {
-                format!("; only {}", combo_label(&filter))
+                format!("; only {}", labels.combo_label(&filter))
             }
         ),
     })
@@ -595,12 +663,13 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
     let mut max = 0.0_f64;
     let mut runs = 0;
     let metric = spec.metric.clone().unwrap_or_default();
+    let labels = &d.scenario.report;
     let mut raw = Vec::new();
     for (i, p) in d.points.iter().enumerate() {
         if !matches(p, &filter) {
             continue;
         }
-        let label = series_label(p, &label_knobs);
+        let label = series_label(labels, p, &label_knobs);
         for r in &d.runs[i] {
             let Some(doc) = &r.doc else { continue };
             let pts = match spec.kind {
@@ -629,9 +698,9 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
             let shown = Shown::for_values(unit, max);
             (
                 PlotKind::Time,
-                format!("{metric} over time"),
+                format!("{} over time", labels.metric_label(&metric)),
                 "time (s)".to_string(),
-                format!("{metric} ({})", shown.label),
+                format!("{} ({})", labels.metric_label(&metric), shown.label),
                 shown,
                 format!(
                     "{runs} runs overlaid; one colour per configuration; per reporting interval."
@@ -683,11 +752,13 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
 }
 
 /// Writes the report of an experiment into `dir` (report.md, report.html,
-/// table-N.csv, plot-N.svg) and prints its tables and the page's path.
+/// table-N.csv, plot-N.svg, with `png` also plot-N.png for slides) and
+/// prints its tables and the page's path.
 pub fn write(
     store: &Store,
     experiment: i64,
     dir: &Path,
+    png: bool,
     out: &mut dyn Write,
 ) -> anyhow::Result<PathBuf> {
     let (d, name, title) = Data::load(store, experiment)?;
@@ -698,7 +769,7 @@ pub fn write(
         for e in entries.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             if (n.starts_with("table-") && n.ends_with(".csv"))
-                || (n.starts_with("plot-") && n.ends_with(".svg"))
+                || (n.starts_with("plot-") && (n.ends_with(".svg") || n.ends_with(".png")))
             {
                 let _ = std::fs::remove_file(e.path());
             }
@@ -735,19 +806,16 @@ pub fn write(
         md.push_str(d.scenario.description.trim());
         md.push_str("\n\n");
     }
-    let total_runs: usize = d.runs.iter().map(Vec::len).sum();
+    let counts = d.counts_text();
     let _ = writeln!(
         md,
-        "Experiment {experiment} (`{name}`): {} points, {} runs measured, {} failed. {}.\n",
+        "Experiment {experiment} (`{name}`): {} points, {counts}. {}.\n",
         d.points.len(),
-        total_runs,
-        d.failed.len(),
         commands_text(&d.scenario, "`")
     );
     let mut sections = vec![HtmlSection::Paragraph(format!(
-        "Experiment {experiment} ({name}): {} points, {total_runs} runs measured, {} failed. {}",
+        "Experiment {experiment} ({name}): {} points, {counts}. {}",
         d.points.len(),
-        d.failed.len(),
         commands_text(&d.scenario, "")
     ))];
     let mut printed = String::new();
@@ -792,16 +860,28 @@ pub fn write(
         let svg_name = format!("plot-{n_plot}.svg");
         std::fs::write(dir.join(&svg_name), &svg)
             .with_context(|| format!("cannot write {}", dir.join(&svg_name).display()))?;
+        if png {
+            plot::svg_to_png(&svg, &dir.join(format!("plot-{n_plot}.png")))?;
+        }
         let _ = writeln!(md, "![{}]({svg_name})\n\n{}\n", p.title, p.caption);
         sections.push(HtmlSection::Plot {
             svg,
             caption: p.caption.clone(),
         });
     }
-    if !d.failed.is_empty() {
-        md.push_str("## Failed runs\n\n");
+    for (heading, rows) in [
+        (
+            "Invalid runs (left out of every table and plot)",
+            &d.invalid,
+        ),
+        ("Failed runs", &d.failed),
+    ] {
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "## {heading}\n");
         let mut list = String::from("<ul>");
-        for r in &d.failed {
+        for r in rows {
             let line = format!(
                 "point {} repeat {}: {} — {}",
                 r.point_idx.map(|i| i + 1).unwrap_or(0),
@@ -813,7 +893,8 @@ pub fn write(
             let _ = write!(list, "<li>{}</li>", html_escape(&line));
         }
         list.push_str("</ul>");
-        sections.push(HtmlSection::Heading("Failed runs".into()));
+        md.push('\n');
+        sections.push(HtmlSection::Heading(heading.into()));
         sections.push(HtmlSection::TableHtml(list));
     }
     std::fs::write(dir.join("report.md"), &md)

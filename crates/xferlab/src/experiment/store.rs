@@ -563,7 +563,26 @@ impl Store {
         self.collect(&q, [], experiment_from_row, "reading experiments")
     }
 
-    /// The scenario file as it was when the experiment was created.
+    /// Replaces an experiment's scenario (`run --resume-anyway` with an
+    /// edited file: its points are matched by their knob values, and its
+    /// report follows the file's `[report]` from then on).
+    pub fn update_scenario(
+        &self,
+        experiment_id: i64,
+        text: &str,
+        hash: &str,
+    ) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "UPDATE experiments SET scenario_text = ?2, scenario_hash = ?3 WHERE id = ?1",
+                params![experiment_id, text, hash],
+            )
+            .map(|_| ())
+            .map_err(|e| self.sql("updating the scenario", e))
+    }
+
+    /// The scenario file as it was when the experiment was created, or as
+    /// `run --resume-anyway` last updated it.
     pub fn scenario_text(&self, experiment_id: i64) -> Result<String, StoreError> {
         self.conn
             .query_row(
@@ -1141,6 +1160,13 @@ pub(crate) mod tests {
         assert_eq!(again, p);
         assert_eq!(store.point_rows(e).unwrap().len(), 1);
         assert_eq!(store.scenario_text(e).unwrap(), "title = 'it''s a test'\n");
+        store
+            .update_scenario(e, "title = 'edited'\n", "ef34")
+            .unwrap();
+        assert_eq!(store.scenario_text(e).unwrap(), "title = 'edited'\n");
+        store
+            .update_scenario(e, "title = 'it''s a test'\n", "ab12cd")
+            .unwrap();
         let ex = store.experiment(e).unwrap().unwrap();
         assert_eq!((ex.runs, ex.ok_runs, ex.attempts), (1, 1, 1));
         assert_eq!(ex.name, "udpmon");
