@@ -434,7 +434,10 @@ mod tests {
         let (mut out, mut inn) = link("hs:ecm");
         let (_, a_end, _) = out.frame(0, 1500);
         let (b_start, _, _) = inn.frame(0, 40);
-        assert_eq!(b_start, a_end, "the IN transfer waits for the OUT one's wire time");
+        assert_eq!(
+            b_start, a_end,
+            "the IN transfer waits for the OUT one's wire time"
+        );
     }
 
     /// Two directions of a link whose every transfer (any size) takes
