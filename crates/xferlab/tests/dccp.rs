@@ -161,15 +161,18 @@ fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
     }
 }
 
-/// `--gso`: equal packets leave in one UDP_SEGMENT send and arrive, on
-/// loopback, as one UDP_GRO buffer that the receiver splits. Both ways at
-/// once, so data and acknowledgements take that path; every payload byte
-/// is checked, and the datagram counters agree with DCCP's.
+/// Trains (`--gso`, the default of xferlab's DCCP over UDP): equal
+/// packets leave in one UDP_SEGMENT send and arrive, on loopback, as one
+/// UDP_GRO buffer that the receiver splits. Both ways at once, so data and
+/// acknowledgements take that path; every payload byte is checked, and the
+/// datagram counters agree with DCCP's. `--no-gso` goes packet by packet.
 #[test]
 fn gso_trains_and_gro_buffers_carry_checked_data_both_ways() {
     let srv = Server::start();
-    let v = dccp_json(&srv, &["--gso", "--bidir", "-t", "2", "-l", "1400"], 2.0);
+    let v = dccp_json(&srv, &["--bidir", "-t", "2", "-l", "1400"], 2.0);
     assert_eq!(v["spec"]["knobs"]["gso"], true, "{}", v["spec"]);
+    let plain = dccp_json(&srv, &["--no-gso", "-t", "0.5", "-l", "1400"], 0.5);
+    assert_eq!(plain["spec"]["knobs"]["gso"], false, "{}", plain["spec"]);
     for (tx_side, rx_side) in [("client", "server"), ("server", "client")] {
         let tx = flows(&v, tx_side, "sender");
         let rx = flows(&v, rx_side, "receiver");
@@ -285,6 +288,8 @@ fn bad_dccp_flags_are_one_line_and_exit_2() {
             &["--dccp", "--gso", "--dccp-carrier", "ip"],
             &["--gso", "leave out --gso"],
         ),
+        (&["-u", "--no-gso"], &["--no-gso is for DCCP"]),
+        (&["--dccp", "--gso", "--no-gso"], &["--no-gso", "--gso"]),
         (
             &["--dccp", "--ccid", "tcp"],
             &["'tcp' is not a CCID", "248"],
