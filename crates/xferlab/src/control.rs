@@ -19,7 +19,7 @@ pub enum Wake {
     FlowDone,
     /// A data connection or UDP flow socket presented this session's
     /// token (server only).
-    Attach(u32, crate::transport::FlowSocket),
+    Attach(u32, crate::net::FlowSocket),
 }
 
 /// What a side's flow threads (or a USB endpoint's) call when one of them

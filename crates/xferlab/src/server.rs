@@ -35,9 +35,9 @@ use xferlab_core::proto::wire::{
 use xferlab_core::proto::{ErrorCode, ProtoError, ServerMsg};
 
 use crate::control::Wake;
+use crate::net::FlowSocket;
 use crate::session::shared::lock;
 use crate::session::{self, ServerConfig, Shared};
-use crate::transport::FlowSocket;
 
 /// How often the front door looks at its shutdown flag.
 const ACCEPT_POLL: Duration = Duration::from_millis(200);

@@ -48,122 +48,26 @@ const CORE: &[&[&str]] = &[
 
 /// Today's uses against the floors: (crate, from, to, the cut that ends
 /// it). Issue 33 removes them; each removal deletes its line here.
+#[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
-    (
-        "xferlab",
-        "control",
-        "transport",
-        "FlowSocket moves down to net",
-    ),
-    (
-        "xferlab",
-        "transport",
-        "stream",
-        "AttachWait moves down to transport",
-    ),
-    (
-        "xferlab",
-        "driver",
-        "session",
-        "the driver takes a trait the session implements",
-    ),
-    (
-        "xferlab",
-        "driver",
-        "patterns",
-        "the registry hands the driver its workload",
-    ),
-    (
-        "xferlab",
-        "session",
-        "patterns",
-        "the registry is passed in from main",
-    ),
-    (
-        "xferlab",
-        "session",
-        "server",
-        "server settings move down to session",
-    ),
-    (
-        "xferlab",
-        "iperf3",
-        "server",
-        "server settings move down to session",
-    ),
-    (
-        "xferlab",
-        "experiment",
-        "cli",
-        "its verbs take core spec types, not clap Args",
-    ),
-    (
-        "xferlab",
-        "lab",
-        "cli",
-        "its verbs take core spec types, not clap Args",
-    ),
-    (
-        "xferlab",
-        "model",
-        "cli",
-        "its verbs take core spec types, not clap Args",
-    ),
-    (
-        "xferlab",
-        "series",
-        "cli",
-        "its verbs take core spec types, not clap Args",
-    ),
-    (
-        "xferlab",
-        "usb",
-        "cli",
-        "its verbs take core spec types, not clap Args",
-    ),
+    ("xferlab", "driver", "session", "the driver takes a trait the session implements"),
+    ("xferlab", "driver", "patterns", "the registry hands the driver its workload"),
+    ("xferlab", "session", "patterns", "the registry is passed in from main"),
+    ("xferlab", "session", "server", "server settings move down to session"),
+    ("xferlab", "iperf3", "server", "server settings move down to session"),
+    ("xferlab", "experiment", "cli", "its verbs take core spec types, not clap Args"),
+    ("xferlab", "lab", "cli", "its verbs take core spec types, not clap Args"),
+    ("xferlab", "model", "cli", "its verbs take core spec types, not clap Args"),
+    ("xferlab", "series", "cli", "its verbs take core spec types, not clap Args"),
+    ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab-core", "spec", "rr", "RrSpec moves into spec"),
-    (
-        "xferlab-core",
-        "spec",
-        "transport",
-        "the transport's knobs move into its own type",
-    ),
-    (
-        "xferlab-core",
-        "transport",
-        "interval",
-        "the per-interval sample moves down",
-    ),
-    (
-        "xferlab-core",
-        "transport",
-        "result",
-        "the transport's result section moves down",
-    ),
-    (
-        "xferlab-core",
-        "interval",
-        "result",
-        "the interval types move down from result",
-    ),
-    (
-        "xferlab-core",
-        "rr",
-        "proto",
-        "the rr wire messages move down to rr",
-    ),
-    (
-        "xferlab-core",
-        "rr",
-        "result",
-        "the rr result section moves down to rr",
-    ),
-    (
-        "xferlab-core",
-        "proto",
-        "outbox",
-        "outbox and proto become one layer",
-    ),
+    ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),
+    ("xferlab-core", "transport", "interval", "the per-interval sample moves down"),
+    ("xferlab-core", "transport", "result", "the transport's result section moves down"),
+    ("xferlab-core", "interval", "result", "the interval types move down from result"),
+    ("xferlab-core", "rr", "proto", "the rr wire messages move down to rr"),
+    ("xferlab-core", "rr", "result", "the rr result section moves down to rr"),
+    ("xferlab-core", "proto", "outbox", "outbox and proto become one layer"),
 ];
 
 fn src(krate: &str) -> PathBuf {

@@ -14,7 +14,7 @@ use xferlab_core::run::{Action, Policy, Progress, TestRun};
 
 use super::Workload;
 use crate::control::{ControlIo, Wake};
-use crate::transport::FlowSocket;
+use crate::net::FlowSocket;
 
 /// The longest sleep with no deadline: every flow or engine thread wakes
 /// the loop when it ends (after recording its end), so this only bounds

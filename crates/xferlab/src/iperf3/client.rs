@@ -25,13 +25,14 @@ use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
 use crate::driver::{Finished, Workload, DRAIN};
+use crate::net::FlowSocket;
 use crate::net::{self, sockopt};
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{assemble, ClientConfig, Outcome};
 use crate::stream::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
 use crate::transport::datagram::DatagramWire;
-use crate::transport::{self, Carrier, FlowSocket};
+use crate::transport::{self, Carrier};
 
 /// Longest wait, after the senders stop, for their data to be
 /// acknowledged before TEST_END goes out; and how often to look.

@@ -32,18 +32,19 @@ use super::RESULTS_DRAIN;
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Finished, Workload};
+use crate::net::FlowSocket;
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
 use crate::session::budget::{OverBudget, RateGrant};
-use crate::session::end::{session_end, EndWatch};
 use crate::session::server::placement;
 use crate::session::shared::{lock, SessionSlot, Shared};
 use crate::session::udp_door::Waiter;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
+use crate::sys::end::{session_end, EndWatch};
 use crate::transport::datagram::DatagramWire;
-use crate::transport::{self, Carrier, FlowSocket};
+use crate::transport::{self, Carrier};
 
 /// How often a stopped session looks whether its receivers have all the
 /// client sent.

@@ -1,7 +1,10 @@
 //! Addresses and connections: resolving `HOST[:PORT]`, connecting with a
 //! deadline and turning socket errors into sentences a person can act on.
 
+mod flow_socket;
 pub mod sockopt;
+
+pub use flow_socket::FlowSocket;
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};

@@ -23,10 +23,10 @@ use super::workload::RrWorkload;
 use crate::control::Wake;
 use crate::driver::Workload;
 use crate::net;
+use crate::net::FlowSocket;
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
 use crate::stream::session::attach_flow;
 use crate::stream::side::{ConnectedFlow, Side};
-use crate::transport::FlowSocket;
 
 /// Socket buffer of the server's one UDP rr socket unless -w says.
 const UDP_SERVER_BUFFER: u64 = 4 << 20;

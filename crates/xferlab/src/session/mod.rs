@@ -6,7 +6,6 @@
 pub mod auth;
 pub mod budget;
 pub mod client;
-pub mod end;
 pub mod server;
 pub mod shared;
 pub mod udp_door;

@@ -20,14 +20,14 @@ use xferlab_core::spec::TestSpec;
 
 use super::auth;
 use super::budget::{OverBudget, RateGrant};
-use super::end::{session_end, EndWatch};
 use super::shared::{lock, SessionSlot, Shared};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
+use crate::net::FlowSocket;
 use crate::net::{self, sockopt};
 use crate::sys::cpu::CpuTally;
-use crate::transport::FlowSocket;
+use crate::sys::end::{session_end, EndWatch};
 
 /// What a pattern's server side gets to set itself up.
 pub struct SessionEnv<'a> {

@@ -25,10 +25,10 @@ use xferlab_core::time::Time;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
-use super::end::EndWatch;
 use super::shared::lock;
 use crate::control::Wake;
-use crate::transport::FlowSocket;
+use crate::net::FlowSocket;
+use crate::sys::end::EndWatch;
 
 /// How often a door looks for waiting sessions that ended or gave up
 /// (their end is noticed within this; nothing else waits on it).

@@ -13,9 +13,10 @@ use xferlab_core::result::Endpoint;
 use super::side::{ConnectedFlow, Side};
 use crate::driver::Workload;
 use crate::net;
+use crate::net::FlowSocket;
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{parse_token, ClientConfig, ClientEnv, ClientPattern};
-use crate::transport::{self, Carrier, FlowSocket};
+use crate::transport::{self, Carrier};
 
 /// The stream pattern's client: its flows, between the welcome and the
 /// start.

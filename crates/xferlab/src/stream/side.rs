@@ -19,12 +19,13 @@ use xferlab_core::result::{
 use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 
 use crate::net::sockopt;
+use crate::net::FlowSocket;
 use crate::output::{FlowStart, LiveFlow};
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
 use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags, ABORTED};
 use crate::transport::sizing::StreamSizes;
-use crate::transport::{self, FlowJob, FlowSocket, TransportIo};
+use crate::transport::{self, FlowJob, TransportIo};
 
 /// Which flows a side sends on.
 pub fn role_of(endpoint: Endpoint, direction: FlowDirection) -> FlowRole {

@@ -11,6 +11,7 @@ pub mod cache;
 pub mod clock;
 pub mod counters;
 pub mod cpu;
+pub mod end;
 pub mod host;
 pub mod load;
 pub mod process;

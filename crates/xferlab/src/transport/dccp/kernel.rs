@@ -39,8 +39,8 @@ use super::super::flow::{FlowOutcome, FlowShared, SideFlags, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
 use crate::control::Wake;
 use crate::net::sockopt;
-use crate::stream::session::AttachWait;
 use crate::sys::clock;
+use crate::transport::attach::AttachWait;
 
 /// How long a sender waits when the kernel refuses a message because its
 /// queue is full (the CCID sends slower than the application offers).
@@ -513,7 +513,7 @@ mod tests {
         l.listen(64).unwrap();
         l.set_nonblocking(true).unwrap();
         let addr = l.local_addr().unwrap().as_socket().unwrap();
-        let (_end, end) = crate::session::end::session_end().unwrap();
+        let (_end, end) = crate::sys::end::session_end().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let token = [7u8; xferlab_core::proto::wire::TOKEN_LEN];
         let wait = AttachWait {

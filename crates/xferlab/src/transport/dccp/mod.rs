@@ -34,7 +34,7 @@ use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
 use super::{Flag, FlowJob, FlowSocket, Transport, TransportIo};
-use crate::stream::session::AttachWait;
+use crate::transport::attach::AttachWait;
 
 pub struct Dccp;
 

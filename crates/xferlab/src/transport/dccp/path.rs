@@ -58,8 +58,8 @@ use super::super::{FlowJob, FlowSocket};
 use super::raw;
 use super::tx::TxBatch;
 use crate::control::Wake;
-use crate::stream::session::AttachWait;
 use crate::sys::clock;
+use crate::transport::attach::AttachWait;
 
 /// Room after the payload for DCCP's header and options: the longest
 /// header (28 bytes) and the largest options area (1020); and for the IP
