@@ -106,3 +106,64 @@ fn a_stepping_down_cbr_sender_lowers_its_rate_and_is_not_enforced() {
         "never stepped down to half: {rates:?}"
     );
 }
+
+/// `cbr` over SafeUDP: the same overload, judged as a constant rate, with
+/// the CCID's reaction in each trial (`safeudp`) and in the metrics an
+/// experiment stores: the ignoring application is enforced (the CCID
+/// drops), the stepping-down one lowers its rate and never is.
+#[test]
+fn cbr_over_safeudp_reports_the_reaction_in_each_trial() {
+    let _turn = one_at_a_time();
+    let trial = |policy: &str| -> Value {
+        let args = [
+            "lab",
+            "--rate",
+            "10M",
+            "--delay",
+            "20ms",
+            "--queue",
+            "50p",
+            "--no-probe",
+            "--allow-invalid",
+            "cbr",
+            "--dccp",
+            "--ccid",
+            "safeudp",
+            "--on-congestion",
+            policy,
+            "-b",
+            "16M",
+            "-l",
+            "1200",
+            "-t",
+            "6",
+            "-J",
+        ];
+        let out = run(&args, deadline_for(11.0));
+        assert!(!out.timed_out, "lab hung\n{}", out.describe());
+        // 16 Mbit/s into a 10 Mbit/s link is not sustained: exit 1.
+        assert_eq!(out.code, Some(1), "{}", out.describe());
+        let v = parse_json(&out);
+        assert_eq!(v["schema"], "xferlab.cbr/1", "{v}");
+        let t = v["runs"][0]["trials"][0].clone();
+        assert_eq!(t["sustained"], false, "{t}");
+        t
+    };
+    let ignore = trial("ignore");
+    let su = &ignore["safeudp"];
+    assert!(
+        su["notice_s"].as_f64().is_some_and(|s| s <= 6.0),
+        "{ignore}"
+    );
+    assert!(su["enforced_s"].is_number(), "{ignore}");
+    assert!(count(&su["ccid_drops"]) > 1000, "{ignore}");
+    assert!(su.get("app_lowered_s").is_none(), "{ignore}");
+    let step = trial("step-down");
+    let su = &step["safeudp"];
+    assert!(
+        su["notice_s"].is_number() && su["app_lowered_s"].is_number(),
+        "{step}"
+    );
+    assert!(su.get("enforced_s").is_none(), "{step}");
+    assert_eq!(count(&su["ccid_drops"]), 0, "{step}");
+}

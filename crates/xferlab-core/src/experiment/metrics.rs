@@ -100,6 +100,8 @@
 //! | `best_bps_median` | bit/s | cbr: `summary.median` |
 //! | `best_bps_min` | bit/s | cbr: `summary.min` |
 //! | `cbr_runs` | count | cbr: `summary.runs` |
+//! | `throughput_bps`, `loss_fraction` | bit/s, fraction | cbr: the deciding trial's `receiver_bps` and `loss_fraction` (the trial at the first run's `best_bps`, or its last when it sustained none) |
+//! | `notice_s`, `app_lowered_s`, `enforced_s`, `ccid_drops` | s, count | cbr over SafeUDP: the deciding trial's `safeudp` section (the same steps as for a stream run, over that trial) |
 //! | `cbr_unsustained_runs` | count | cbr: `summary.runs_without_a_sustained_rate` |
 //! | `cbr_trials` | count | cbr: trials over all runs |
 //! | `steps` | count | sweep: points measured |
@@ -1060,6 +1062,24 @@ fn cbr_metrics(doc: &Value, out: &mut Out) {
     out.push_opt("cbr_runs", n_runs);
     out.push_opt("cbr_unsustained_runs", unsustained);
     out.push("cbr_trials", trials.len() as f64);
+    // The flow itself, from the trial that decided the first run: the one
+    // at its best rate, or its last when it sustained none.
+    let Some(run) = runs.first() else { return };
+    let ts = arr(run, "trials");
+    let best = num(run, &["best_bps"]);
+    let Some(t) = ts
+        .iter()
+        .rev()
+        .find(|t| best.is_some() && num(t, &["rate_bps"]) == best)
+        .or(ts.last())
+    else {
+        return;
+    };
+    out.push_opt("throughput_bps", num(t, &["receiver_bps"]));
+    out.push_opt("loss_fraction", num(t, &["loss_fraction"]));
+    for m in ["notice_s", "app_lowered_s", "enforced_s", "ccid_drops"] {
+        out.push_opt(m, num(t, &["safeudp", m]));
+    }
 }
 
 fn sweep_metrics(doc: &Value, out: &mut Out) {
@@ -1650,6 +1670,37 @@ mod tests {
         has(&m, "cbr_runs", 1.0);
         has(&m, "cbr_unsustained_runs", 0.0);
         has(&m, "cbr_trials", 1.0);
+        has(
+            &m,
+            "throughput_bps",
+            doc["runs"][0]["trials"][0]["receiver_bps"]
+                .as_f64()
+                .unwrap(),
+        );
+        assert_eq!(get(&m, "notice_s"), None, "not SafeUDP");
+
+        // Over SafeUDP: the deciding trial's reaction (a ladder's trial at
+        // the run's best rate, not its last, failed one).
+        let mut su = doc.clone();
+        let mut second = su["runs"][0]["trials"][0].clone();
+        second["rate_bps"] = 20_000_000.into();
+        second["receiver_bps"] = 11e6.into();
+        second["loss_fraction"] = 0.4.into();
+        second["safeudp"] =
+            serde_json::json!({"notice_s": 0.5, "enforced_s": 1.0, "ccid_drops": 900});
+        su["runs"][0]["trials"][0]["safeudp"] =
+            serde_json::json!({"notice_s": 1.5, "app_lowered_s": 2.0, "ccid_drops": 0});
+        su["runs"][0]["trials"].as_array_mut().unwrap().push(second);
+        let m = extract(&su);
+        has(&m, "notice_s", 1.5);
+        has(&m, "app_lowered_s", 2.0);
+        has(&m, "ccid_drops", 0.0);
+        assert_eq!(get(&m, "enforced_s"), None);
+        su["runs"][0]["best_bps"] = Value::Null;
+        let m = extract(&su);
+        has(&m, "enforced_s", 1.0);
+        has(&m, "ccid_drops", 900.0);
+        has(&m, "loss_fraction", 0.4);
 
         let mut failed = doc;
         failed["summary"]["max"] = Value::Null;
