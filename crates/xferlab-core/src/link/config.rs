@@ -209,7 +209,7 @@ pub enum LinkError {
         "--usb-link times frames as the USB bus carries them; leave out --rate/--trace/--schedule"
     )]
     UsbWithRate,
-    #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%)")]
+    #[error("'{0}' is not a RED setting: use min=BYTES,max=BYTES,p=PROB[,w=WEIGHT] (e.g. min=30K,max=90K,p=10%), or off")]
     NotRed(String),
 }
 
@@ -460,6 +460,10 @@ pub fn parse_qdisc(s: &str) -> Result<Qdisc, LinkError> {
 /// `min=30K,max=90K,p=10%[,w=0.002]`.
 pub fn parse_red(s: &str) -> Result<EcnMarking, LinkError> {
     let help = || LinkError::NotRed(s.to_owned());
+    // `off`: no marker, so a scenario can put drop-tail and RED on one axis.
+    if s.trim() == "off" {
+        return Ok(EcnMarking::None);
+    }
     let (mut min, mut max, mut p, mut w) = (None, None, None, 0.002);
     for kv in s.split(',') {
         let (k, v) = kv.split_once('=').ok_or_else(help)?;
@@ -485,6 +489,19 @@ pub fn parse_red(s: &str) -> Result<EcnMarking, LinkError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn red_off_is_no_marker() {
+        assert_eq!(parse_red("off").unwrap(), EcnMarking::None);
+        assert!(matches!(
+            parse_red("min=60K,max=180K,p=10%").unwrap(),
+            EcnMarking::Red {
+                min_bytes: 61_440,
+                ..
+            }
+        ));
+        assert!(parse_red("of").is_err());
+    }
 
     #[test]
     fn parses_the_spellings() {

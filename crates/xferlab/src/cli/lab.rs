@@ -57,7 +57,8 @@ pub struct LabArgs {
     /// router with ECN signals flows without ECN).
     #[arg(long, value_name = "[DIR:][drop:]PROB", help_heading = "Link")]
     pub mark: Vec<String>,
-    /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002].
+    /// RED marking from the average queue: min=30K,max=90K,p=10%[,w=0.002],
+    /// or off (drop-tail, as without the flag).
     #[arg(long, value_name = "[DIR:]SPEC", help_heading = "Link")]
     pub red: Vec<String>,
     /// Delivery opportunities from a mahimahi trace file (one ms timestamp
