@@ -10,11 +10,10 @@ mod common;
 use common::*;
 use serde_json::Value;
 
-/// A 16 Mbit/s SafeUDP flow into a 10 Mbit/s, 40 ms RTT link with a
-/// 50-packet drop-tail queue (the simulator's path in docs/safeudp.md),
-/// the application answering with `policy`; returns the sender flow.
-fn overload(policy: &str) -> Value {
-    let _turn = one_at_a_time();
+/// `verb` (stream or cbr) with a 16 Mbit/s SafeUDP flow into a 10 Mbit/s,
+/// 40 ms RTT link with a 50-packet drop-tail queue (the simulator's path
+/// in docs/safeudp.md), the application answering with `policy`.
+fn overload_run(verb: &str, policy: &str) -> Output {
     let args = [
         "lab",
         "--rate",
@@ -27,7 +26,7 @@ fn overload(policy: &str) -> Value {
         // The emulator's timing on a loaded 2-core machine is not what
         // is measured here; the CCID's reaction is.
         "--allow-invalid",
-        "stream",
+        verb,
         "--dccp",
         "--ccid",
         "248",
@@ -43,6 +42,13 @@ fn overload(policy: &str) -> Value {
     ];
     let out = run(&args, deadline_for(11.0));
     assert!(!out.timed_out, "lab hung\n{}", out.describe());
+    out
+}
+
+/// The stream run of [`overload_run`]; returns the sender flow.
+fn overload(policy: &str) -> Value {
+    let _turn = one_at_a_time();
+    let out = overload_run("stream", policy);
     assert_eq!(out.code, Some(0), "{}", out.describe());
     let v = parse_json(&out);
     validate_schema(&v);
@@ -115,32 +121,7 @@ fn a_stepping_down_cbr_sender_lowers_its_rate_and_is_not_enforced() {
 fn cbr_over_safeudp_reports_the_reaction_in_each_trial() {
     let _turn = one_at_a_time();
     let trial = |policy: &str| -> Value {
-        let args = [
-            "lab",
-            "--rate",
-            "10M",
-            "--delay",
-            "20ms",
-            "--queue",
-            "50p",
-            "--no-probe",
-            "--allow-invalid",
-            "cbr",
-            "--dccp",
-            "--ccid",
-            "safeudp",
-            "--on-congestion",
-            policy,
-            "-b",
-            "16M",
-            "-l",
-            "1200",
-            "-t",
-            "6",
-            "-J",
-        ];
-        let out = run(&args, deadline_for(11.0));
-        assert!(!out.timed_out, "lab hung\n{}", out.describe());
+        let out = overload_run("cbr", policy);
         // 16 Mbit/s into a 10 Mbit/s link is not sustained: exit 1.
         assert_eq!(out.code, Some(1), "{}", out.describe());
         let v = parse_json(&out);
