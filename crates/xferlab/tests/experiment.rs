@@ -63,7 +63,30 @@ kind = "lines"
 metric = "throughput_bps"
 x = "-l"
 series = "-P"
+
+[report.metrics]
+throughput_bps = "Receive throughput"
+
+[report.knobs]
+"-l" = "Write size"
+
+[report.names]
+"-P 1" = "one flow"
+"-P 2" = "two flows"
 "#;
+
+/// The text of every `<text>` element of an SVG (plotters writes the
+/// text on the line after the element's start).
+fn svg_texts(svg: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut lines = svg.lines();
+    while let Some(l) = lines.next() {
+        if l.trim_start().starts_with("<text ") {
+            out.push(lines.next().unwrap_or("").trim().to_string());
+        }
+    }
+    out
+}
 
 fn write(dir: &TempDir, name: &str, text: &str) -> PathBuf {
     let p = dir.path(name);
@@ -167,12 +190,64 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
         cells += 1;
     }
     assert_eq!(cells, 4, "{csv}");
-    // The table is printed, the HTML page holds the plot.
-    assert!(out.stdout.contains("| -l |"), "{}", out.describe());
+    // The table is printed with the scenario's names, the HTML page
+    // holds the plot.
+    assert!(
+        out.stdout.contains("| Write size | one flow | two flows |"),
+        "{}",
+        out.describe()
+    );
     assert!(out.stdout.contains("report.html"), "{}", out.describe());
     let html = std::fs::read_to_string(rep.join("report.html")).unwrap();
     assert!(html.contains("<svg"), "the page embeds its plots");
-    assert!(rep.join("plot-1.svg").exists());
+    // The plot, read back: its axes say what the scenario names them,
+    // one legend entry per value of the series knob, one marker per
+    // point of the data (2 sizes x 2 flow counts).
+    let svg = std::fs::read_to_string(rep.join("plot-1.svg")).unwrap();
+    let texts = svg_texts(&svg);
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("Receive throughput (") && t.ends_with("bit/s)")),
+        "{texts:?}"
+    );
+    assert!(texts.contains(&"Write size".to_string()), "{texts:?}");
+    for name in ["one flow", "two flows"] {
+        assert_eq!(
+            texts.iter().filter(|t| *t == name).count(),
+            1,
+            "{name}: {texts:?}"
+        );
+    }
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.contains("throughput_bps") || t.contains("-P ")),
+        "{texts:?}"
+    );
+    let markers = svg
+        .lines()
+        .filter(|l| l.trim_start().starts_with("<circle "))
+        .count();
+    assert_eq!(markers, 4, "one marker per point");
+    // `report --png`: the same plot in pixels, not blank.
+    let rep2 = dir.path("report-png");
+    let png = run(
+        &["report", "grid", "--db", s(&db), "-o", s(&rep2), "--png"],
+        Duration::from_secs(30),
+    );
+    assert_eq!(png.code, Some(0), "{}", png.describe());
+    let pix = resvg::tiny_skia::Pixmap::load_png(rep2.join("plot-1.png")).unwrap();
+    assert_eq!((pix.width(), pix.height()), (800, 500));
+    let inked = pix
+        .pixels()
+        .iter()
+        .filter(|p| p.red() < 128 || p.green() < 128 || p.blue() < 128)
+        .count();
+    assert!(
+        inked > 2_000,
+        "plot-1.png is nearly blank ({inked} dark pixels)"
+    );
 
     // Running it again finds everything stored and runs nothing.
     let again = run(
@@ -205,6 +280,31 @@ fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     let list = run(&["db", "list", "--db", s(&db)], Duration::from_secs(10));
     assert_eq!(list.code, Some(0), "{}", list.describe());
     assert!(list.stdout.contains("grid"), "{}", list.describe());
+    // `db show` numbers points as --dry-run and compare do: the first is
+    // 1, written with its knobs as --dry-run writes them.
+    let show = run(
+        &["db", "show", "grid", "--db", s(&db)],
+        Duration::from_secs(10),
+    );
+    assert_eq!(show.code, Some(0), "{}", show.describe());
+    let first = show
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("point"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        first.starts_with("1 ") && first.contains("-l 64K, -P 1"),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        dry.stdout
+            .lines()
+            .any(|l| l.starts_with("point   1  -l 64K, -P 1")),
+        "{}",
+        dry.stdout
+    );
     let csv = run(
         &["db", "export", "grid", "--format", "csv", "--db", s(&db)],
         Duration::from_secs(10),

@@ -447,13 +447,16 @@ impl Point {
             .map(|(_, v)| v)
     }
 
-    /// Knob values as a JSON object (knob text -> value).
-    pub fn to_json(&self) -> serde_json::Value {
-        let mut m = serde_json::Map::new();
-        for (k, v) in &self.knobs {
-            m.insert(k.to_string(), v.to_json());
-        }
-        serde_json::Value::Object(m)
+    /// Knob values as the text of a JSON object (knob -> value) in the
+    /// point's own order, axes first (a `serde_json::Map` would sort the
+    /// keys), so `db show` writes a point's knobs as `--dry-run` does.
+    pub fn to_json(&self) -> String {
+        let members: Vec<String> = self
+            .knobs
+            .iter()
+            .map(|(k, v)| format!("{}:{}", serde_json::Value::from(k.to_string()), v.to_json()))
+            .collect();
+        format!("{{{}}}", members.join(","))
     }
 
     /// A short human label (`-l 64K, -P 2`), or "base" for a point
@@ -1418,6 +1421,16 @@ cols = "-P"
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn a_points_knobs_keep_their_order_in_json() {
+        let s = Scenario::parse(BASE, Scale::Full).unwrap();
+        let p = &s.points()[0];
+        let text = p.to_json();
+        assert!(text.starts_with("{\"-l\":\"64K\",\"-P\":\"1\""), "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v.as_object().unwrap().len(), p.knobs.len());
     }
 
     #[test]

@@ -750,7 +750,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
     let mut point_ids = Vec::with_capacity(points.len());
     for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
         let key = p.key();
-        let knobs = p.to_json().to_string();
+        let knobs = p.to_json();
         let args = serde_json::to_string(a).unwrap_or_default();
         match store.ensure_point(
             experiment,
