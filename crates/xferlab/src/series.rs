@@ -38,7 +38,13 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spacing_us: Option<f64>,
     pub sent: u64,
+    /// Over a congestion-controlled transport (DCCP): the datagrams the
+    /// application offered at the trial's rate, which the verdict judges
+    /// against (`sent` is what the CCID let out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offered: Option<u64>,
     pub received: u64,
+    /// Lost of those sent (`sent` - `received`).
     pub loss_fraction: f64,
     pub host_drops: u64,
     pub network_lost: u64,
@@ -109,6 +115,7 @@ impl Point {
             size: spec.knobs.size,
             spacing_us,
             sent: 0,
+            offered: None,
             received: 0,
             loss_fraction: 0.0,
             host_drops: 0,
@@ -135,6 +142,31 @@ impl Point {
                 p.jitter_us = p.jitter_us.max(u.jitter_us);
             }
         }
+        // A congestion-controlled transport (DCCP) may carry less than the
+        // rate asked of it: the CCID holds the application back (CCID3) or
+        // drops its datagrams (SafeUDP enforcing). A constant rate is
+        // sustained only when what the application offered arrived, so the
+        // verdict counts the datagrams it offered at -b over the test (a
+        // RED bottleneck that marks DCCP's ECT packets instead of dropping
+        // them left such trials with no loss at all while 80 % of the
+        // offer never left: safeudp-fairness, 2026-11-28).
+        if let Some(rate) = spec
+            .knobs
+            .rate
+            .filter(|&r| r > 0 && spec.transport.model().congestion_controlled())
+        {
+            let offered: f64 = r
+                .summary
+                .directions
+                .iter()
+                .map(|d| {
+                    rate as f64 * d.sender.seconds * f64::from(d.flows)
+                        / 8.0
+                        / spec.knobs.size.max(1) as f64
+                })
+                .sum();
+            p.offered = Some((offered.round() as u64).max(p.sent));
+        }
         p.loss_fraction = if p.sent > 0 {
             p.sent.saturating_sub(p.received) as f64 / p.sent as f64
         } else {
@@ -145,7 +177,7 @@ impl Point {
 
     fn outcome(&self) -> TrialOutcome {
         TrialOutcome {
-            sent: self.sent,
+            sent: self.offered.unwrap_or(self.sent),
             received: self.received,
             host_drops: self.host_drops,
             late: self.late,

@@ -140,6 +140,17 @@ fn cbr_over_safeudp_reports_the_reaction_in_each_trial() {
     assert!(count(&su["ccid_drops"]) > 1000, "{ignore}");
     assert!(su.get("app_lowered_s").is_none(), "{ignore}");
     let step = trial("step-down");
+    // The constant rate was not delivered: the application stepped down
+    // from its 16 Mbit/s offer to half or less, into a 10 Mbit/s link. The
+    // verdict judges the datagrams offered (before, only the network's few
+    // drops of those sent counted).
+    let (offered, received) = (count(&step["offered"]), count(&step["received"]));
+    assert!(
+        received * 10 < offered * 7,
+        "{received} of {offered} offered: {step}"
+    );
+    let why = step["reason"].as_str().unwrap_or_default();
+    assert!(why.contains(&format!("of {offered} datagrams")), "{step}");
     let su = &step["safeudp"];
     assert!(
         su["notice_s"].is_number() && su["app_lowered_s"].is_number(),

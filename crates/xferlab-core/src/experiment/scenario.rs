@@ -350,6 +350,16 @@ impl ReportSpec {
         self.knobs.get(knob).map_or(knob, String::as_str)
     }
 
+    /// How a report writes one value of `knob` where the knob is named
+    /// beside it (a row header, an axis category): the scenario's name
+    /// for `knob value`, else the value.
+    pub fn value_label(&self, knob: &str, value: &Value) -> String {
+        self.names
+            .get(&format!("{knob} {}", value.label()))
+            .cloned()
+            .unwrap_or_else(|| value.label())
+    }
+
     /// How a report writes a combination of knob values: the scenario's
     /// name for the whole combination, else each value by its own name
     /// or as `knob value`, joined by ", ".

@@ -423,14 +423,7 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             md.push_str("---:|");
         }
         md.push('\n');
-        let row_name = |r: &Value| {
-            let pair = format!("{} {}", spec.rows, r.label());
-            labels
-                .names
-                .get(&pair)
-                .cloned()
-                .unwrap_or_else(|| r.label())
-        };
+        let row_name = |r: &Value| labels.value_label(&spec.rows, r);
         for (r, line) in rows.iter().zip(&cells) {
             let _ = write!(md, "| {} |", row_name(r));
             for c in line {
@@ -624,18 +617,7 @@ fn knob_plot(d: &Data, spec: &PlotSpec, default_agg: Aggregate) -> Option<Plot> 
             .clone()
             .unwrap_or_else(|| labels.knob_label(&x).to_string()),
         y_label: format!("{} ({})", labels.metric_label(&metric), shown.label),
-        x_categories: Some(
-            xs.iter()
-                .map(|v| {
-                    let pair = format!("{x} {}", v.label());
-                    labels
-                        .names
-                        .get(&pair)
-                        .cloned()
-                        .unwrap_or_else(|| v.label())
-                })
-                .collect(),
-        ),
+        x_categories: Some(xs.iter().map(|v| labels.value_label(&x, v)).collect()),
         log_x: false,
         series,
         caption: format!(
@@ -840,13 +822,20 @@ pub fn write(
             PlotKindSpec::Lines | PlotKindSpec::Bars => knob_plot(&d, spec, default_agg),
             PlotKindSpec::Time | PlotKindSpec::Cdf => run_plot(&d, spec),
         };
-        let Some(p) = p else {
-            let _ = writeln!(
-                md,
-                "_(plot {:?} {}: no data)_\n",
-                spec.kind,
-                spec.metric.as_deref().unwrap_or("")
-            );
+        let Some(p) = p.filter(|p| p.series.iter().any(|s| !s.points.is_empty())) else {
+            // Said where the plot would stand, on both pages: a reader
+            // must see that a figure is missing, and why.
+            let what = spec
+                .title
+                .clone()
+                .or_else(|| {
+                    let m = spec.metric.as_deref()?;
+                    Some(d.scenario.report.metric_label(m).to_string())
+                })
+                .unwrap_or_else(|| "latency".into());
+            let line = format!("(plot \"{what}\": no valid run of its points yet)");
+            let _ = writeln!(md, "_{line}_\n");
+            sections.push(HtmlSection::Paragraph(line));
             continue;
         };
         let svg = match plot::render_svg(&p) {
