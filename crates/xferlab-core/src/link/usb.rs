@@ -251,8 +251,8 @@ impl TransferTimes {
     /// The direction's own time before a transfer of `bytes` can take the
     /// bus after its previous one: cycle minus exclusive.
     fn gap(&self, bytes: u64) -> u64 {
-        let (cycle, wire) = self.of(bytes);
-        cycle - wire
+        let (cycle, held) = self.of(bytes);
+        cycle - held
     }
 }
 
@@ -332,13 +332,13 @@ impl UsbSerializer {
             }
         }
         let bytes = self.cfg.transfer_bytes() + add;
-        let wire = self.times.of(bytes).1;
+        let held = self.times.of(bytes).1;
         let earliest = now.max(self.ready_at);
         let mut cur = bus.load(Ordering::Acquire);
         let (start, end) = loop {
             let start = earliest.max(cur);
-            match bus.compare_exchange(cur, start + wire, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => break (start, start + wire),
+            match bus.compare_exchange(cur, start + held, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => break (start, start + held),
                 Err(seen) => cur = seen,
             }
         };
@@ -436,16 +436,16 @@ mod tests {
         let (b_start, _, _) = inn.frame(0, 40);
         assert_eq!(
             b_start, a_end,
-            "the IN transfer waits for the OUT one's wire time"
+            "the IN transfer waits for the OUT one's exclusive part"
         );
     }
 
     /// Two directions of a link whose every transfer (any size) takes
-    /// `cycle` ns one way, `wire` of it on the wire.
-    fn fixed(cycle: u64, wire: u64) -> (UsbSerializer, UsbSerializer) {
+    /// `cycle` ns one way, `held` of it the bus's alone.
+    fn fixed(cycle: u64, held: u64) -> (UsbSerializer, UsbSerializer) {
         let (a, b) = parse_usb_link("hs:ecm").unwrap();
         let times = || TransferTimes {
-            ns: vec![(cycle, wire); MAX_PACKETS],
+            ns: vec![(cycle, held); MAX_PACKETS],
         };
         (
             UsbSerializer::with_times(&a, times()),
