@@ -13,8 +13,6 @@
 //! then the rest alphabetically, so two comparisons of the same kind of
 //! test line up.
 
-#![allow(dead_code)] // Called by the `compare` command the lead wires in.
-
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
@@ -92,6 +90,9 @@ pub fn compare(a: &MetricSet, b: &MetricSet) -> Vec<CompareRow> {
 
 /// Metrics present in only one of the sets: (only in A, only in B). Worth
 /// a note under the table: a metric that vanished is itself a difference.
+// Not wired in yet: `compare` prints no such note (the module-wide allow
+// that hid this said the command would call it).
+#[allow(dead_code)]
 pub fn unmatched(a: &MetricSet, b: &MetricSet) -> (Vec<String>, Vec<String>) {
     let only = |x: &MetricSet, y: &MetricSet| {
         x.keys()

@@ -1,4 +1,3 @@
-#![allow(dead_code)] // called by the report code, which lands separately
 //! The experiment report as one self-contained HTML page: inline CSS, plots as inline SVG,
 //! tables as given, nothing loaded from elsewhere, so the file can be mailed, archived or
 //! opened offline and still shows everything.

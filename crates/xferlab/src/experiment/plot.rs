@@ -1,4 +1,3 @@
-#![allow(dead_code)] // called by the report code, which lands separately
 //! Plots for experiment reports: a small data model ([`Plot`], [`Series`], [`PlotPoint`]) and
 //! [`render_svg`], which draws it as a fixed-size SVG with `plotters`' SVG backend.
 //!
@@ -9,7 +8,9 @@
 //!   lets the HTML page scale them uniformly.
 //! * **Legend in a panel right of the plot area**, never inside it, so it cannot hide data however
 //!   many series there are. Series with the same label share a colour and one legend entry: a
-//!   time plot overlays one series per run and labels each run with its configuration.
+//!   time plot overlays one series per run and labels each run with its configuration. A label
+//!   too long for the panel wraps onto more lines, never cut; entries that do not fit the panel
+//!   are counted in "+N more".
 //! * **Palette of 10 opaque colours** without black or grey (those are the axes, text and grid),
 //!   so every series colour can be told apart from chrome, also by the tests, which count
 //!   exact palette colours in the rendered pixels. More than 10 labels reuse colours in order.
@@ -100,6 +101,8 @@ pub struct PlotPoint {
     pub err: Option<(f64, f64)>,
 }
 
+// Tests build plots by hand; the report code builds points as literals.
+#[cfg(test)]
 impl PlotPoint {
     /// A point without an error interval.
     pub fn new(x: f64, y: f64) -> Self {
@@ -171,7 +174,9 @@ fn render_err<E: fmt::Display>(e: E) -> PlotError {
 }
 
 /// Points of an empirical CDF of `samples`: at most `max_points` (value, fraction at or below)
-/// pairs, exact at the points kept, ending at (max, 1.0). Non-finite samples are skipped.
+/// pairs, exact at the points kept, ending at (max, 1.0). Non-finite samples are skipped. The
+/// report's CDFs come from each run's merged latency percentiles; tests build theirs with this.
+#[cfg(test)]
 pub fn cdf_points(samples: &[f64], max_points: usize) -> Vec<PlotPoint> {
     let mut sorted: Vec<f64> = samples.iter().copied().filter(|v| v.is_finite()).collect();
     if sorted.is_empty() || max_points == 0 {
