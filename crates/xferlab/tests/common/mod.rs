@@ -453,8 +453,12 @@ impl Server {
     }
 
     /// Starts `xferlab server -p PORT --iperf3-port off EXTRA...` and waits (bounded) until
-    /// a connection to 127.0.0.1:PORT succeeds. Retries with another port
-    /// if the chosen one was taken in the meantime.
+    /// the server says it listens. Retries with another port if the chosen
+    /// one was taken in the meantime. Not a connect probe: while this server
+    /// is still starting, another test's server may hold the same port (both
+    /// were free when asked), the probe would reach that one, and the test
+    /// would talk to a server that then goes away (CI saw exactly this as a
+    /// refused connection).
     pub fn start_with(extra: &[&str]) -> Server {
         for _attempt in 0..5 {
             let port = free_port();
@@ -477,7 +481,7 @@ impl Server {
                     }
                     panic!("server exited during start-up ({st}): {err}");
                 }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                if proc.stdout().contains("xferlab server listening on") {
                     return Server { port, proc };
                 }
                 assert!(
