@@ -356,6 +356,7 @@ fn kernel_stack_without_kernel_dccp_is_one_line_naming_the_fix() {
     // SAFETY: a plain socket call; the descriptor is closed at once.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DCCP, libc::IPPROTO_DCCP) };
     if fd >= 0 {
+        // SAFETY: fd is the socket just opened, closed once.
         unsafe { libc::close(fd) };
         let v = dccp_json(&srv, &args[1..], 1.0);
         assert_eq!(v["spec"]["knobs"]["dccp"]["stack"], "kernel");
@@ -395,13 +396,14 @@ fn capture_dccp_over(v6: bool, f: impl FnOnce()) -> (u64, u64, u32) {
         tv_sec: 0,
         tv_usec: 100_000,
     };
+    // SAFETY: tv outlives the call, and the length is its size.
     unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            size_of::<libc::timeval>() as libc::socklen_t,
         )
     };
     let stop = AtomicBool::new(false);
@@ -410,6 +412,7 @@ fn capture_dccp_over(v6: bool, f: impl FnOnce()) -> (u64, u64, u32) {
             let (mut good, mut bad, mut types) = (0u64, 0u64, 0u32);
             let mut buf = vec![0u8; 70_000];
             while !stop.load(Ordering::Relaxed) {
+                // SAFETY: buf is writable for buf.len() bytes.
                 let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
                 if n <= 0 {
                     continue;
@@ -466,6 +469,7 @@ fn capture_dccp_over(v6: bool, f: impl FnOnce()) -> (u64, u64, u32) {
         drop(stop_on_exit);
         reader.join().unwrap()
     });
+    // SAFETY: the reader thread has ended; fd is closed once.
     unsafe { libc::close(fd) };
     (good, bad, types)
 }
@@ -533,7 +537,7 @@ fn ip_carrier_runs_over_ipv6() {
     let port = srv.port.to_string();
     let mut out = None;
     let (good, bad, types) = capture_dccp_over_ipv6(|| {
-        out = Some(common::run(
+        out = Some(run(
             &[
                 "stream",
                 "::1",
@@ -550,13 +554,13 @@ fn ip_carrier_runs_over_ipv6() {
                 "-l",
                 "1400",
             ],
-            common::deadline_for(2.0),
+            deadline_for(2.0),
         ));
     });
     let out = out.unwrap();
     out.assert_success();
-    let v = common::parse_json(&out);
-    common::assert_ok(&v);
+    let v = parse_json(&out);
+    assert_ok(&v);
     assert_eq!(v["spec"]["knobs"]["dccp"]["carrier"], "ip");
     let tx = flows(&v, "client", "sender");
     let rx = flows(&v, "server", "receiver");

@@ -174,7 +174,7 @@ fn stock_client(args: &[&str]) {
 /// A one-off stock iperf3 server on a free port.
 fn stock_server() -> (Proc, u16) {
     require_iperf3();
-    common::one_off_iperf3_server(IPERF3)
+    one_off_iperf3_server(IPERF3)
 }
 
 fn xferlab_client(args: &[&str]) {

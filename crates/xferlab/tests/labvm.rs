@@ -98,6 +98,7 @@ fn killing_the_lab_script_kills_its_qemu() {
             .and_then(|r| r.split_whitespace().next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("no qemu pid in: {log}"));
+        // SAFETY: kill(2) touches no memory; the child is not reaped yet.
         unsafe { libc::kill(child.id() as i32, sig) };
         let _ = child.wait();
         let t = std::time::Instant::now();

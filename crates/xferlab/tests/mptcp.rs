@@ -218,7 +218,7 @@ fn a_second_subflow_shows_up_with_its_own_tcp_info() {
 #[test]
 fn a_peer_without_mptcp_is_a_fallback_in_every_interval() {
     let _one = serial();
-    let (server, port) = common::one_off_iperf3_server("iperf3");
+    let (server, port) = one_off_iperf3_server("iperf3");
     let p = port.to_string();
     let out = run(
         &[
@@ -309,7 +309,7 @@ fn xferlab_with_mptcp_against_iperf3_321_server() {
     };
     let _one = serial();
     for extra in [&[][..], &["-R"][..]] {
-        let (server, port) = common::one_off_iperf3_server(iperf3.to_str().unwrap());
+        let (server, port) = one_off_iperf3_server(iperf3.to_str().unwrap());
         let p = port.to_string();
         let mut args = vec!["stream", "--iperf3", "127.0.0.1", "-p", &p, "--mptcp"];
         args.extend(["-t", "1", "-i", "0.5", "-J"]);

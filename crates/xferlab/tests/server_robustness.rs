@@ -254,7 +254,7 @@ fn what_only_the_server_can_check_is_refused_for_both_patterns() {
         s["parallel"] = json!(0);
         s
     };
-    let far_cpu = |mut s: serde_json::Value| {
+    let far_cpu = |mut s: Value| {
         s["knobs"]["congestion"] = json!(null);
         s["affinity"] = json!({"server": 1023});
         s

@@ -185,7 +185,7 @@ fn forward_counts_match_exactly() {
     assert_eq!(u64_at(rcv, "/total/udp/late"), 0, "{}", rcv["total"]);
     // Given no -w, the receiver asks for 4 MiB, GSO or not (as root the
     // kernel grants it, doubled): a late wake-up must not drop bursts.
-    if common::is_root() {
+    if is_root() {
         assert_eq!(rcv["socket"]["rcvbuf"], 8 << 20, "{}", rcv["socket"]);
     }
     // A paced flow's arrival times are the kernel's stamps.
@@ -263,7 +263,7 @@ fn gso_counts_match_exactly() {
     assert_udp_flows_agree(&v);
     // A UDP receiver given no -w asks for 4 MiB (SO_RCVBUFFORCE as root;
     // the kernel reports it doubled), not the default ~208 KiB.
-    if common::is_root() {
+    if is_root() {
         assert_eq!(
             v["server"]["flows"][0]["socket"]["rcvbuf"],
             8 << 20,
@@ -284,7 +284,7 @@ fn gso_counts_match_exactly() {
 fn assert_paced(rate: &str, target: f64) {
     let _quiet = one_at_a_time();
     let srv = Server::start();
-    common::unless_the_host_stole(|| {
+    unless_the_host_stole(|| {
         let v = udp_json(&srv, &["-u", "-b", rate, "-l", "1400", "-t", "2"], 2.0);
         assert_eq!(f64_at(&v, "/spec/knobs/rate"), target);
         let d = summary_dir(&v, "c2s");

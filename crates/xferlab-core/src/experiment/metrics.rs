@@ -1766,7 +1766,7 @@ mod tests {
         has(&m, "usb_bus_pct", 6e6 / 53_248_000.0 * 100.0);
         // Without a framing there are no frames to count.
         let mut bare = doc.clone();
-        bare["usbmon"]["encap"] = serde_json::Value::Null;
+        bare["usbmon"]["encap"] = Value::Null;
         assert!(!extract(&bare)
             .iter()
             .any(|x| x.name.ends_with("frames_per_transfer")));

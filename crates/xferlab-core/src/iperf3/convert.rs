@@ -667,7 +667,7 @@ mod tests {
             cpu: CpuUsage::new(0.5, 0.5, 2.0),
             counters: Default::default(),
             warnings: Vec::new(),
-            pattern: crate::result::PatternReport::Stream,
+            pattern: PatternReport::Stream,
             transport: None,
         }
     }

@@ -549,7 +549,7 @@ fn cookies() {
     let c = make_cookie(&random);
     assert!(is_cookie(&c));
     assert_eq!(c[36], 0);
-    assert!(wire::may_be_cookie(&c[..10]));
+    assert!(may_be_cookie(&c[..10]));
     assert!(is_cookie(b"dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwxw\0"));
     // Upper case, digits outside 2-7, wrong length, no NUL, NUL too early.
     assert!(!is_cookie(b"Dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwxw\0"));
@@ -560,8 +560,8 @@ fn cookies() {
     assert!(!is_cookie(b"dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwxwa"));
     assert!(!is_cookie(b"dcgcywadnly5nxhtx5zlf3wz2zfreyzmqwx\0\0"));
     assert!(!is_cookie(b""));
-    assert!(!wire::may_be_cookie(b"XFRL"));
-    assert!(!wire::may_be_cookie(b"GET / HTTP/1.1"));
+    assert!(!may_be_cookie(b"XFRL"));
+    assert!(!may_be_cookie(b"GET / HTTP/1.1"));
 
     // A server handed a bad cookie fails without a byte.
     let t0 = Time::ZERO;
@@ -1670,7 +1670,7 @@ fn a_clients_results_may_be_no_larger_than_its_tests_streams_need() {
 fn sctp_is_read_as_sctp_and_refused_as_not_implemented() {
     let p = Params::from_json(br#"{"tcp":true,"sctp":true,"time":1,"parallel":1}"#).unwrap();
     assert_eq!(p.protocol, Protocol::Sctp);
-    let r = super::convert::spec_from_params(&p).unwrap_err();
+    let r = convert::spec_from_params(&p).unwrap_err();
     assert_eq!(r.i_errno, i_errno::IEUNIMP, "{}", r.reason);
     assert!(r.reason.contains("SCTP"), "{}", r.reason);
     // And written back as iperf3 writes it.

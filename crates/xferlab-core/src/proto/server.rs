@@ -86,7 +86,7 @@ pub struct ServerControl {
     auth: Option<ServerAuth>,
     hello: Vec<u8>,
     /// How long the admitted test's flows may take to attach.
-    attach_wait: std::time::Duration,
+    attach_wait: Duration,
     ch: Outbox<ServerEvent>,
 }
 
@@ -374,7 +374,7 @@ fn decode_client_msg(frame: &[u8]) -> Result<ClientMsg, ProtoError> {
     }
     #[derive(serde::Deserialize)]
     struct ResultsFrame {
-        report: Box<crate::result::SideReport>,
+        report: Box<SideReport>,
     }
     let tag: Tag = decode_json(frame)?;
     if tag.kind == "results" {

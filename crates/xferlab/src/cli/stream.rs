@@ -239,7 +239,7 @@ pub struct StreamArgs {
     /// Answer the server's authentication challenge with the first key in
     /// FILE (one key per line, at least 16 bytes).
     #[arg(long, value_name = "FILE")]
-    pub auth_key: Option<std::path::PathBuf>,
+    pub auth_key: Option<PathBuf>,
     /// Free text stored with the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,

@@ -90,9 +90,6 @@ pub fn compare(a: &MetricSet, b: &MetricSet) -> Vec<CompareRow> {
 
 /// Metrics present in only one of the sets: (only in A, only in B). Worth
 /// a note under the table: a metric that vanished is itself a difference.
-// Not wired in yet: `compare` prints no such note (the module-wide allow
-// that hid this said the command would call it).
-#[allow(dead_code)]
 pub fn unmatched(a: &MetricSet, b: &MetricSet) -> (Vec<String>, Vec<String>) {
     let only = |x: &MetricSet, y: &MetricSet| {
         x.keys()
@@ -218,19 +215,31 @@ const HEADER: [&str; 9] = [
 ];
 
 /// Writes the comparison as an aligned text table, A and B named by their
-/// labels above it.
+/// labels above it, and the metrics only one side has ([`unmatched`])
+/// under it.
 pub fn render_text(
     a_label: &str,
     b_label: &str,
     rows: &[CompareRow],
+    only: (&[String], &[String]),
     out: &mut dyn Write,
 ) -> io::Result<()> {
     writeln!(out, "A: {a_label}")?;
     writeln!(out, "B: {b_label}")?;
     if rows.is_empty() {
         writeln!(out, "no metric is present in both A and B")?;
-        return Ok(());
+    } else {
+        table_text(rows, out)?;
     }
+    for (side, names) in [("A", only.0), ("B", only.1)] {
+        if !names.is_empty() {
+            writeln!(out, "only in {side}: {}", names.join(", "))?;
+        }
+    }
+    Ok(())
+}
+
+fn table_text(rows: &[CompareRow], out: &mut dyn Write) -> io::Result<()> {
     let table: Vec<[String; 9]> = rows.iter().map(cells).collect();
     let mut widths = HEADER.map(|h| h.chars().count());
     for r in &table {
@@ -265,9 +274,15 @@ pub fn render_text(
 }
 
 /// The comparison as JSON: the labels and, per metric, both summaries,
-/// the test (null when n < 2) and the verdict. Non-finite figures (t of
-/// two different constants) are written as null.
-pub fn render_json(a_label: &str, b_label: &str, rows: &[CompareRow]) -> Value {
+/// the test (null when n < 2) and the verdict; then the metrics only one
+/// side has. Non-finite figures (t of two different constants) are
+/// written as null.
+pub fn render_json(
+    a_label: &str,
+    b_label: &str,
+    rows: &[CompareRow],
+    only: (&[String], &[String]),
+) -> Value {
     let metrics: Vec<Value> = rows
         .iter()
         .map(|r| {
@@ -286,6 +301,8 @@ pub fn render_json(a_label: &str, b_label: &str, rows: &[CompareRow]) -> Value {
         "b": b_label,
         "alpha": stats::ALPHA,
         "metrics": metrics,
+        "only_in_a": only.0,
+        "only_in_b": only.1,
     })
 }
 
@@ -342,7 +359,7 @@ mod tests {
         assert_eq!(verdict(l), "n<2: cannot test");
 
         let mut text = Vec::new();
-        render_text("base", "tuned", &rows, &mut text).unwrap();
+        render_text("base", "tuned", &rows, (&[], &[]), &mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
         assert!(text.starts_with("A: base\nB: tuned\n"), "{text}");
         let lines: Vec<&str> = text.lines().collect();
@@ -393,10 +410,22 @@ mod tests {
         let names: Vec<&str> = rows.iter().map(|r| r.metric.as_str()).collect();
         assert_eq!(names, ["throughput_bps", "latency_p99_us", "alpha", "zeta"]);
         assert!(verdict(&rows[1]).starts_with("B lower, significant (p"));
+        let (only_a, only_b) = unmatched(&a, &b);
         assert_eq!(
-            unmatched(&a, &b),
-            (vec!["only_a".to_string()], vec!["only_b".to_string()])
+            (&only_a, &only_b),
+            (&vec!["only_a".to_string()], &vec!["only_b".to_string()])
         );
+        // Both renderings say what only one side has.
+        let mut text = Vec::new();
+        render_text("a", "b", &rows, (&only_a, &only_b), &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.ends_with("only in A: only_a\nonly in B: only_b\n"),
+            "{text}"
+        );
+        let v = render_json("a", "b", &rows, (&only_a, &only_b));
+        assert_eq!(v["only_in_a"], json!(["only_a"]));
+        assert_eq!(v["only_in_b"], json!(["only_b"]));
     }
 
     #[test]
@@ -412,7 +441,7 @@ mod tests {
             ("jitter_us", &[f64::NAN], "us"),
         ]);
         let rows = compare(&a, &b);
-        let v = render_json("A run", "B run", &rows);
+        let v = render_json("A run", "B run", &rows, (&[], &[]));
         assert_eq!(v["a"], "A run");
         assert_eq!(v["b"], "B run");
         let m = v["metrics"].as_array().unwrap();
@@ -434,7 +463,7 @@ mod tests {
         assert_eq!(j["verdict"], "n<2: cannot test");
 
         let mut text = Vec::new();
-        render_text("a", "b", &rows, &mut text).unwrap();
+        render_text("a", "b", &rows, (&[], &[]), &mut text).unwrap();
         let text = String::from_utf8(text).unwrap();
         let ok_line = text.lines().find(|l| l.starts_with("ok ")).unwrap();
         // A bool's difference is a share of runs.
@@ -449,7 +478,7 @@ mod tests {
         let rows = compare(&a, &b);
         assert!(rows.is_empty());
         let mut text = Vec::new();
-        render_text("x", "y", &rows, &mut text).unwrap();
+        render_text("x", "y", &rows, (&[], &[]), &mut text).unwrap();
         assert!(String::from_utf8(text)
             .unwrap()
             .contains("no metric is present in both A and B"));

@@ -179,13 +179,15 @@ pub fn compare_cmd(db: &Path, a: &str, b: &str, only: &[String], json: bool) -> 
         sb.retain(|k, _| only.contains(k));
     }
     let rows = compare::compare(&sa, &sb);
+    let (only_a, only_b) = compare::unmatched(&sa, &sb);
+    let only = (only_a.as_slice(), only_b.as_slice());
     let mut stdout = std::io::stdout();
     let r = if json {
-        serde_json::to_writer_pretty(&mut stdout, &compare::render_json(a, b, &rows))
+        serde_json::to_writer_pretty(&mut stdout, &compare::render_json(a, b, &rows, only))
             .map_err(std::io::Error::other)
             .and_then(|_| std::io::Write::write_all(&mut stdout, b"\n"))
     } else {
-        compare::render_text(a, b, &rows, &mut stdout)
+        compare::render_text(a, b, &rows, only, &mut stdout)
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

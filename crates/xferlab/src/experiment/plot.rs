@@ -914,7 +914,7 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
     }
     let mut row = 0;
     for (lines, ci) in entries.iter().take(shown) {
-        let y = top + row as i32 * LEGEND_ROW_PX;
+        let y = top + row * LEGEND_ROW_PX;
         let style = if open_style(*ci) {
             palette(*ci).stroke_width(2)
         } else {
@@ -923,14 +923,14 @@ fn draw_legend(prep: &Prepared<'_>, area: &Area<'_>) -> Result<(), PlotError> {
         area.draw(&Rectangle::new([(8, y - 6), (24, y + 6)], style))
             .map_err(render_err)?;
         for line in lines {
-            let y = top + row as i32 * LEGEND_ROW_PX;
+            let y = top + row * LEGEND_ROW_PX;
             area.draw(&Text::new(line.clone(), (30, y), font.clone()))
                 .map_err(render_err)?;
             row += 1;
         }
     }
     if shown < entries.len() {
-        let y = top + row as i32 * LEGEND_ROW_PX;
+        let y = top + row * LEGEND_ROW_PX;
         area.draw(&Text::new(
             format!("+{} more", entries.len() - shown),
             (30, y),

@@ -1432,7 +1432,7 @@ pub(crate) mod tests {
             )
             .unwrap();
         let m = metrics(1.0);
-        let mut stdout = std::io::stdout();
+        let mut stdout = io::stdout();
         for repeat in 1..=100_000 {
             store
                 .insert_run(&run(Some(e), Some(p), Some(repeat), "ok", &m))

@@ -79,7 +79,7 @@ struct Accepted<'a> {
 pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &Arc<Shared>) {
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(true).ok();
-    crate::net::keepalive(&stream);
+    net::keepalive(&stream);
     let (tx, rx) = mpsc::channel();
     let slot = match shared.enter(peer.ip()) {
         Ok(s) => s,

@@ -107,7 +107,7 @@ pub fn run(a: &LabArgs) -> ExitCode {
         }
         Err(e) => return fail(&e.message, 2),
     };
-    if !crate::sys::process::is_root() {
+    if !sys::process::is_root() {
         return fail(
             "lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces and TUN devices; run it with sudo",
             1,
@@ -477,7 +477,7 @@ impl Lab {
             // stay up to send its report).
             .process_group(0);
         // Die with the runner, even when it is SIGKILLed.
-        sys::process::die_with_parent(&mut cmd, sys::process::Signal::KILL);
+        sys::process::die_with_parent(&mut cmd, Signal::KILL);
         // SAFETY: the hook runs between fork and exec and makes one system
         // call (setns), which is async-signal-safe and allocates nothing.
         unsafe {
@@ -617,7 +617,7 @@ impl Lab {
             print_hosts(&hosts, plan);
         }
         let before = self.snapshots()?;
-        let ticks_before = crate::sys::cpu::cpu_ticks();
+        let ticks_before = sys::cpu::cpu_ticks();
 
         // The forwarders' busy-wait: given, or from this machine's timer.
         let timer = wakeup::calibrate(plan.realtime);
@@ -820,7 +820,7 @@ impl Lab {
             .collect::<Result<_, _>>()?;
         let after = self.snapshots()?;
         let host_steal_percent = ticks_before
-            .zip(crate::sys::cpu::cpu_ticks())
+            .zip(sys::cpu::cpu_ticks())
             .and_then(|(b, a)| xferlab_core::steal::steal_percent(b, a));
         stop_children(&mut self.children);
 
@@ -1066,7 +1066,7 @@ fn remove_dead_leftovers() -> Vec<String> {
 }
 
 fn clean() -> ExitCode {
-    if !crate::sys::process::is_root() {
+    if !sys::process::is_root() {
         return fail(
             "lab clean needs root to remove network namespaces; run it with sudo",
             1,

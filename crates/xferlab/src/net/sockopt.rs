@@ -72,7 +72,7 @@ pub fn forbid_fragmentation(sock: &Socket, ipv6: bool) -> Result<(), String> {
             level,
             opt,
             (&val as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
     if rc != 0 {
@@ -95,7 +95,7 @@ pub fn set_max_pacing_rate(fd: RawFd, bytes_per_second: u64) -> Result<(), Strin
             libc::SOL_SOCKET,
             libc::SO_MAX_PACING_RATE,
             (&v as *const u64).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
+            size_of::<u64>() as libc::socklen_t,
         )
     };
     if rc != 0 {
@@ -131,7 +131,7 @@ fn force_buffer(fd: RawFd, opt: libc::c_int, size: usize) -> bool {
             libc::SOL_SOCKET,
             opt,
             (&v as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            size_of::<libc::c_int>() as libc::socklen_t,
         ) == 0
     }
 }

@@ -90,13 +90,7 @@ impl ClientPattern for RrClient {
             .take()
             .ok_or("the server started before welcoming")?;
         let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
-        let mut side = RrSide::new(
-            Endpoint::Client,
-            self.rr.mode,
-            plan.wait,
-            self.rr.flows,
-            clock,
-        );
+        let mut side = RrSide::new(self.rr.mode, plan.wait, self.rr.flows, clock);
         let mut background = None;
         if !self.background.is_empty() {
             let mut b = Side::prepare(
@@ -170,10 +164,9 @@ fn connect_rr(
         token,
         knobs: cfg.spec.knobs.clone(),
         measure_from: clock::now(),
-        wait: rr.wait.resolve(
-            &cfg.spec.affinity,
-            crate::net::canonical(to).ip().is_loopback(),
-        ),
+        wait: rr
+            .wait
+            .resolve(&cfg.spec.affinity, net::canonical(to).ip().is_loopback()),
     };
     let mut conns = Vec::with_capacity(rr.flows as usize);
     for id in 0..rr.flows {

@@ -153,7 +153,7 @@ impl Poller {
 /// Waits up to `budget` for `fd` to become readable by polling it without
 /// sleeping (busy-poll); true when it did. The clock is read every few
 /// polls only.
-pub fn spin_readable(fd: std::os::fd::RawFd, budget: Duration) -> bool {
+pub fn spin_readable(fd: RawFd, budget: Duration) -> bool {
     let start = std::time::Instant::now();
     let mut pfd = libc::pollfd {
         fd,

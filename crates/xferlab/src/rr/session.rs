@@ -84,7 +84,7 @@ impl SessionPattern for RrSession {
         let peer_ip = net::canonical(env.peer).ip();
         let clock = IntervalClock::new(spec.interval_s, spec.omit_s);
         let wait = rr.wait.resolve(&spec.affinity, peer_ip.is_loopback());
-        let mut rr_side = RrSide::new(Endpoint::Server, rr.mode, wait, rr.flows, clock);
+        let mut rr_side = RrSide::new(rr.mode, wait, rr.flows, clock);
         rr_side.set_default_addrs(
             SocketAddr::new(env.local_ip, rr_port).to_string(),
             peer_ip.to_string(),
@@ -122,9 +122,7 @@ impl SessionPattern for RrSession {
                     let ended = flags.clone();
                     let out = server_engine::run(plan, counters, flags);
                     drop(cpu);
-                    ended
-                        .ended
-                        .fetch_add(1, std::sync::atomic::Ordering::Release);
+                    ended.ended.fetch_add(1, Ordering::Release);
                     done.send(Wake::FlowDone).ok();
                     out
                 })

@@ -11,7 +11,7 @@ use xferlab_core::time::Time;
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::latency::LatencyRecorder;
-use xferlab_core::result::{Endpoint, FlowEnd};
+use xferlab_core::result::FlowEnd;
 use xferlab_core::rr::meter::TxMeter;
 use xferlab_core::rr::report::{sum_intervals, sum_totals, RrFlowReport, RrInterval, RrSideReport};
 use xferlab_core::rr::{RrMode, RrWait};
@@ -46,8 +46,6 @@ pub struct FlowResult {
 pub const FLAG_POLL: Duration = Duration::from_millis(20);
 
 pub struct RrSide {
-    #[allow(dead_code)]
-    endpoint: Endpoint,
     mode: RrMode,
     /// How this end's engine threads wait (resolved, never `Auto`).
     wait: RrWait,
@@ -66,16 +64,9 @@ pub struct RrSide {
 }
 
 impl RrSide {
-    pub fn new(
-        endpoint: Endpoint,
-        mode: RrMode,
-        wait: RrWait,
-        flows: u32,
-        clock: IntervalClock,
-    ) -> RrSide {
+    pub fn new(mode: RrMode, wait: RrWait, flows: u32, clock: IntervalClock) -> RrSide {
         let counters: Arc<[FlowCounters]> = (0..flows).map(|_| FlowCounters::default()).collect();
         RrSide {
-            endpoint,
             mode,
             wait,
             start: clock::now(),

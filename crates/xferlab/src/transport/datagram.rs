@@ -675,8 +675,8 @@ pub(super) struct SendBatch {
     msgs: Vec<libc::mmsghdr>,
 }
 
-// The raw pointers inside point into the struct's own heap buffers, which
-// never move after construction.
+// SAFETY: the raw pointers inside point into the struct's own heap
+// buffers, which never move after construction and go with it.
 unsafe impl Send for SendBatch {}
 
 impl SendBatch {
@@ -776,6 +776,8 @@ pub(super) struct RecvBatch {
     msgs: Vec<libc::mmsghdr>,
 }
 
+// SAFETY: as SendBatch: the raw pointers inside point into the struct's own
+// heap buffers, which never move after construction and go with it.
 unsafe impl Send for RecvBatch {}
 
 impl RecvBatch {

@@ -467,7 +467,7 @@ impl WakeThreshold {
                 libc::SOL_SOCKET,
                 libc::SO_RCVLOWAT,
                 (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
         if rc == 0 {

@@ -88,7 +88,7 @@ impl MsgZerocopy {
             // SAFETY: an all-zero msghdr is valid; control is ours.
             let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
             msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            msg.msg_controllen = size_of_val(&control) as _;
             // SAFETY: msg points at live buffers of the stated sizes.
             let r = unsafe {
                 libc::recvmsg(self.fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
@@ -161,7 +161,8 @@ pub struct ZerocopyWindow {
     len: usize,
 }
 
-// The window is only used by the one flow thread that made it.
+// SAFETY: the mapping belongs to this value alone (unmapped in Drop) and
+// is used by one thread at a time: the flow thread it is moved to.
 unsafe impl Send for ZerocopyWindow {}
 
 impl ZerocopyWindow {
@@ -198,7 +199,7 @@ impl ZerocopyWindow {
             length: u32::try_from(self.len).unwrap_or(u32::MAX),
             ..TcpZerocopyReceive::default()
         };
-        let mut optlen = std::mem::size_of::<TcpZerocopyReceive>() as libc::socklen_t;
+        let mut optlen = size_of::<TcpZerocopyReceive>() as libc::socklen_t;
         // SAFETY: zc is a valid tcp_zerocopy_receive; address is our
         // mapping of this socket.
         let r = unsafe {

@@ -118,8 +118,8 @@ mod tests {
 
     #[test]
     fn uapi_layout() {
-        assert_eq!(std::mem::size_of::<Iocb>(), 64);
-        assert_eq!(std::mem::size_of::<IoEvent>(), 32);
+        assert_eq!(size_of::<Iocb>(), 64);
+        assert_eq!(size_of::<IoEvent>(), 32);
     }
 
     /// AIO on a plain file: the same calls the gadget makes on ep files.

@@ -40,7 +40,7 @@ const MON_IOC_MAGIC: u64 = 0x92;
 /// _IOWR(0x92, 7, struct mon_bin_mfetch): flush `nflush` events, then
 /// return the ring offsets of up to `nfetch` queued ones.
 const MON_IOCX_MFETCH: u64 =
-    (3 << 30) | ((std::mem::size_of::<MonBinMfetch>() as u64) << 16) | (MON_IOC_MAGIC << 8) | 7;
+    (3 << 30) | ((size_of::<MonBinMfetch>() as u64) << 16) | (MON_IOC_MAGIC << 8) | 7;
 /// _IO(0x92, 4): set the ring size (data captured per event is at most a
 /// fifth of it).
 const MON_IOCT_RING_SIZE: u64 = (MON_IOC_MAGIC << 8) | 4;

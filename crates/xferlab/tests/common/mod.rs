@@ -944,7 +944,7 @@ pub fn in_flight_bound(write_size: u64) -> u64 {
 /// Tests whose figures depend on timing (pacing, late sends, loss) take
 /// turns: on two cores, parallel UDP tests would measure each other.
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -956,8 +956,8 @@ pub fn one_off_iperf3_server(program: &str) -> (Proc, u16) {
         let port = free_port();
         let p = port.to_string();
         let mut proc = Proc::spawn_program(program, &["-s", "-1", "-J", "-p", &p]);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline && proc.is_running() {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && proc.is_running() {
             if is_listening(port) {
                 return (proc, port);
             }

@@ -130,7 +130,7 @@ mod tests {
         assert_eq!(s.best(), Some(10_000));
         let tried: Vec<u64> = s.trials().iter().map(|t| t.0).collect();
         assert_eq!(tried, vec![8_000, 10_000, 12_000]);
-        let crate::datagram::Verdict::Failed(why) = &s.trials()[2].1 else {
+        let Verdict::Failed(why) = &s.trials()[2].1 else {
             panic!("12 kB/s from a 10 kB/s host must fail");
         };
         // 2 kB/s more than the host takes: after 45 steps of 10 ms the

@@ -49,8 +49,8 @@ pub(super) struct TxBatch {
     sent: usize,
 }
 
-// The raw pointers inside point into the struct's own heap buffers, which
-// never move after construction.
+// SAFETY: the raw pointers inside point into the struct's own heap
+// buffers, which never move after construction and go with it.
 unsafe impl Send for TxBatch {}
 
 impl TxBatch {
