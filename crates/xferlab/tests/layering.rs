@@ -50,11 +50,6 @@ const CORE: &[&[&str]] = &[
 /// it). Issue 33 removes them; each removal deletes its line here.
 #[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
-    ("xferlab", "driver", "session", "the driver takes a trait the session implements"),
-    ("xferlab", "driver", "patterns", "the registry hands the driver its workload"),
-    ("xferlab", "session", "patterns", "the registry is passed in from main"),
-    ("xferlab", "session", "server", "server settings move down to session"),
-    ("xferlab", "iperf3", "server", "server settings move down to session"),
     ("xferlab", "experiment", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "lab", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "model", "cli", "its verbs take core spec types, not clap Args"),
@@ -62,7 +57,6 @@ const KNOWN: &[(&str, &str, &str, &str)] = &[
     ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab-core", "spec", "rr", "RrSpec moves into spec"),
     ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),
-    ("xferlab-core", "transport", "interval", "the per-interval sample moves down"),
     ("xferlab-core", "transport", "result", "the transport's result section moves down"),
     ("xferlab-core", "interval", "result", "the interval types move down from result"),
     ("xferlab-core", "rr", "proto", "the rr wire messages move down to rr"),
@@ -90,7 +84,9 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// The code of a file without its test modules (a `#[cfg(test)]` that
-/// opens a `mod`, to its closing brace). A file that is itself a test
+/// opens a `mod`, to its closing brace) and without comment lines: a doc
+/// link to a module above (`see [`crate::patterns`]`) tells the reader
+/// where to look and makes no dependency. A file that is itself a test
 /// module (`tests.rs`) has none.
 fn non_test_code(path: &Path, text: &str) -> String {
     if path.file_name().is_some_and(|n| n == "tests.rs") {
@@ -118,6 +114,9 @@ fn non_test_code(path: &Path, text: &str) -> String {
                     continue;
                 }
             }
+        }
+        if l.trim_start().starts_with("//") {
+            continue;
         }
         out.push_str(l);
         out.push('\n');
