@@ -31,6 +31,17 @@ pub enum UnitError {
     Duration(String),
     #[error("'{0}' is not a unit: use k, m, g, t (bit/s), K, M, G, T (bytes/s), b (auto bits) or B (auto bytes)")]
     RateUnit(String),
+    #[error("--gap is microseconds between datagrams, 0 to 10000000 (got {0})")]
+    Gap(String),
+}
+
+/// The rate that spaces datagrams of `size` bytes `us` microseconds apart
+/// (None: back to back), as `sweep --spacing` and `--gap` compute it.
+pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, UnitError> {
+    if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
+        return Err(UnitError::Gap(us.to_string()));
+    }
+    Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
 }
 
 /// Parses a rate in bit/s: `100M`, `2.5G`, `800k` (k/M/G/T = 10^3/10^6/10^9/10^12).
@@ -200,6 +211,22 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("not a rate"));
+    }
+
+    #[test]
+    fn a_gap_is_the_rate_that_spaces_datagrams() {
+        // 1250 bytes every 100 us: 100 Mbit/s; no gap: back to back.
+        assert_eq!(gap_rate(1250, 100.0), Ok(Some(100_000_000)));
+        assert_eq!(gap_rate(1250, 0.0), Ok(None));
+        // Never a zero rate, however long the gap.
+        assert_eq!(gap_rate(1, 10_000_000.0), Ok(Some(1)));
+        for bad in [-1.0, f64::NAN, f64::INFINITY, 10_000_001.0] {
+            let e = gap_rate(1250, bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("--gap is microseconds between datagrams"),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use xferlab_core::datagram::{
 use xferlab_core::result::{Status, TestResult};
 use xferlab_core::spec::TestSpec;
 use xferlab_core::transport::Carrier;
-use xferlab_core::units::RateUnit;
+use xferlab_core::units::{gap_rate, RateUnit};
 
 use crate::driver::Interrupts;
 use crate::output::{LiveFlow, Reporter, StartInfo};
@@ -444,8 +444,7 @@ pub fn sweep_specs(
             .iter()
             .map(|&us| {
                 let mut s = base.clone();
-                s.knobs.rate =
-                    crate::cli::stream::gap_rate(s.knobs.size, us).map_err(|e| anyhow!("{e:#}"))?;
+                s.knobs.rate = gap_rate(s.knobs.size, us)?;
                 Ok((s, Some(us)))
             })
             .collect::<anyhow::Result<_>>()?,

@@ -8,7 +8,7 @@ use xferlab_core::spec::{
     limits, Affinity, Direction, Knobs, Limit, RecvMode, RxStamps, SendMode, TestSpec, Transport,
 };
 use xferlab_core::transport::Carrier;
-use xferlab_core::units::{parse_rate, parse_seconds, parse_size, RateUnit};
+use xferlab_core::units::{gap_rate, parse_rate, parse_seconds, parse_size, RateUnit};
 
 use crate::net::{Family, DEFAULT_PORT};
 use crate::output::Format;
@@ -467,7 +467,7 @@ impl StreamArgs {
                 }),
                 rate: if udp {
                     match self.gap {
-                        Some(us) => gap_rate(size, us)?,
+                        Some(us) => gap_rate(size, us).map_err(|e| e.to_string())?,
                         None if transport.model().congestion_controlled() => {
                             self.bitrate.filter(|&r| r > 0)
                         }
@@ -562,17 +562,6 @@ impl Args for TransportArg {
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
         TransportArg::augment_args(cmd)
     }
-}
-
-/// The rate that spaces datagrams of `size` bytes `us` microseconds apart
-/// (None: back to back), as `sweep --spacing` computes it.
-pub fn gap_rate(size: u64, us: f64) -> Result<Option<u64>, String> {
-    if !(us.is_finite() && (0.0..=10_000_000.0).contains(&us)) {
-        return Err(format!(
-            "--gap is microseconds between datagrams, 0 to 10000000 (got {us})"
-        ));
-    }
-    Ok((us > 0.0).then(|| ((size as f64 * 8.0 / (us * 1e-6)).round() as u64).max(1)))
 }
 
 /// TCP's unit without `-l`: what `-k` counts and what an iperf3 server is
