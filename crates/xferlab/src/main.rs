@@ -149,7 +149,9 @@ fn run_command(command: Command) -> ExitCode {
             usb::run(&a, &INTERRUPTS)
         }
         Command::Lab(a) => lab::run(&a),
-        Command::Model(a) => model::run(&a),
+        Command::Model(a) => match &a.command {
+            cli::model::ModelCommand::Usb(u) => model::run(&u.request()),
+        },
         Command::Rr(a) => run_rr(&a),
         Command::Run(a) => {
             install_interrupt_handler();

@@ -2,6 +2,7 @@
 //! its prediction (human table or JSON, schema `xferlab.usb-model/1`).
 
 use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
 use serde::Serialize;
@@ -10,9 +11,6 @@ use xferlab_core::usb::model::profile::{DeviceSpec, HostSpec};
 use xferlab_core::usb::model::{
     self, Periodic, PeriodicKind, Prediction, Profile, Profiles, Share, Window, Workload,
 };
-
-use crate::cli::model::{ModelArgs, ModelCommand, UsbModelArgs};
-use crate::cli::usb::UsbDir;
 
 /// Schema of `model usb -J`.
 pub const SCHEMA: &str = "xferlab.usb-model/1";
@@ -27,15 +25,35 @@ struct Doc<'a> {
     device_profile: &'a DeviceSpec,
 }
 
-pub fn run(a: &ModelArgs) -> ExitCode {
-    match &a.command {
-        ModelCommand::Usb(u) => match usb(u) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err((msg, code)) => {
-                eprintln!("xferlab: {msg}");
-                ExitCode::from(code)
-            }
-        },
+/// What `model usb` is asked, as plain values (the command line makes it
+/// from its flags: `cli::model`).
+pub struct UsbModelRequest<'a> {
+    /// A profile name, or HOST+DEVICE.
+    pub profile: &'a str,
+    /// Bytes per transfer.
+    pub size: u64,
+    /// Host transfers in flight per endpoint.
+    pub depth: u32,
+    pub bulk_in: bool,
+    pub bulk_out: bool,
+    /// `iso|interrupt:in|out:SIZE[xMULT][/INTERVAL]`, unparsed.
+    pub periodic: Option<&'a str>,
+    pub device_depth: Option<u32>,
+    /// Seconds of bus time to simulate.
+    pub time_s: f64,
+    /// List the profiles instead.
+    pub list: bool,
+    pub json: bool,
+    pub output: Option<&'a Path>,
+}
+
+pub fn run(r: &UsbModelRequest) -> ExitCode {
+    match usb(r) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err((msg, code)) => {
+            eprintln!("xferlab: {msg}");
+            ExitCode::from(code)
+        }
     }
 }
 
@@ -91,7 +109,7 @@ fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, String> {
 }
 
 /// The workload of the flags, checked.
-pub fn workload(a: &UsbModelArgs, p: &Profile) -> Result<Workload, String> {
+pub fn workload(a: &UsbModelRequest, p: &Profile) -> Result<Workload, String> {
     if a.size == 0 || a.size > u32::MAX as u64 {
         return Err(format!(
             "-l must be 1 byte to 4 GiB per transfer (got {})",
@@ -101,13 +119,13 @@ pub fn workload(a: &UsbModelArgs, p: &Profile) -> Result<Workload, String> {
     if a.depth == 0 || a.device_depth == Some(0) {
         return Err("-Q and --device-depth must be at least 1".into());
     }
-    if !(a.time > 0.0 && a.time <= 60.0) {
+    if !(a.time_s > 0.0 && a.time_s <= 60.0) {
         return Err(format!(
             "-t must be above 0 and at most 60 seconds of bus time (got {})",
-            a.time
+            a.time_s
         ));
     }
-    let periodic = match &a.periodic {
+    let periodic = match a.periodic {
         Some(spec) if p.tt.is_some() => {
             return Err(format!(
                 "--periodic '{spec}': periodic transfers behind a hub's transaction translator (profile {}) are not modelled; use a profile without a hub",
@@ -120,26 +138,26 @@ pub fn workload(a: &UsbModelArgs, p: &Profile) -> Result<Workload, String> {
     Ok(Workload {
         size: a.size as u32,
         depth: a.depth,
-        bulk_in: !a.no_bulk && a.dir != UsbDir::Out,
-        bulk_out: !a.no_bulk && a.dir != UsbDir::In,
+        bulk_in: a.bulk_in,
+        bulk_out: a.bulk_out,
         device_depth: a.device_depth,
         periodic,
     })
 }
 
-fn usb(a: &UsbModelArgs) -> Result<(), (String, u8)> {
+fn usb(a: &UsbModelRequest) -> Result<(), (String, u8)> {
     let profiles = Profiles::builtin();
-    let mut out = crate::output::open(a.output.as_deref()).map_err(|e| (e, 1))?;
+    let mut out = crate::output::open(a.output).map_err(|e| (e, 1))?;
     let io = |e: std::io::Error| (format!("cannot write the output: {e}"), 1);
     if a.list {
         return list(&profiles, &mut out).map_err(io);
     }
     let p = profiles
-        .resolve(&a.profile)
+        .resolve(a.profile)
         .map_err(|e| (e.to_string(), 2))?;
     let w = workload(a, &p).map_err(|e| (e, 2))?;
     let window = Window {
-        window_us: a.time * 1e6,
+        window_us: a.time_s * 1e6,
         ..Window::default()
     };
     let pred = model::predict(&p, &w, window);

@@ -52,7 +52,6 @@ const CORE: &[&[&str]] = &[
 const KNOWN: &[(&str, &str, &str, &str)] = &[
     ("xferlab", "experiment", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "lab", "cli", "its verbs take core spec types, not clap Args"),
-    ("xferlab", "model", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab-core", "spec", "rr", "RrSpec moves into spec"),
     ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),

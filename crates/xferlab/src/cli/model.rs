@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use xferlab_core::units::{parse_seconds, parse_size};
 
 use super::usb::UsbDir;
+use crate::model::UsbModelRequest;
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {
@@ -62,4 +63,23 @@ pub struct UsbModelArgs {
     /// Write the output to a file.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+}
+
+impl UsbModelArgs {
+    /// The flags as the model's request.
+    pub fn request(&self) -> UsbModelRequest<'_> {
+        UsbModelRequest {
+            profile: &self.profile,
+            size: self.size,
+            depth: self.depth,
+            bulk_in: !self.no_bulk && self.dir != UsbDir::Out,
+            bulk_out: !self.no_bulk && self.dir != UsbDir::In,
+            periodic: self.periodic.as_deref(),
+            device_depth: self.device_depth,
+            time_s: self.time,
+            list: self.list,
+            json: self.json,
+            output: self.output.as_deref(),
+        }
+    }
 }
