@@ -12,6 +12,7 @@ use xferlab_core::units::{gap_rate, parse_rate, parse_seconds, parse_size, RateU
 
 use crate::net::{Family, DEFAULT_PORT};
 use crate::output::Format;
+use crate::transport::dccp::args::DccpArgs;
 
 /// `-Z/--zerocopy` values: how a TCP sender avoids copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -133,41 +134,8 @@ pub struct StreamArgs {
     /// UDP: set don't-fragment; too-large datagrams fail instead.
     #[arg(long)]
     pub dont_fragment: bool,
-    /// DCCP (--dccp): the CCID of both directions, 2 (TCP-like AIMD,
-    /// RFC 4341), 3 (TFRC, RFC 4342) or 248 / safeudp (SafeUDP, an
-    /// experimental CCID for constant-rate data: docs/safeudp.md).
-    /// Default 2.
-    #[arg(long, value_parser = parse_ccid, value_name = "N")]
-    pub ccid: Option<u8>,
-    /// DCCP with --ccid 248: how the sending application answers
-    /// SafeUDP's persistent-congestion notices: ignore (the CCID enforces
-    /// TFRC's rate after its deadline), step-down (halve the -b rate per
-    /// notice) or tfrc (go to the notice's TFRC bound); both climb back
-    /// once congestion clears.
-    #[arg(long, value_parser = parse_on_congestion, value_name = "POLICY")]
-    pub on_congestion: Option<xferlab_core::dccp::react::OnCongestion>,
-    /// DCCP (--dccp): the service code the client asks for (default
-    /// xferlab's, which xferlab servers accept).
-    #[arg(long, value_name = "CODE")]
-    pub dccp_service: Option<u32>,
-    /// DCCP (--dccp): which DCCP runs the test, both ends: `xferlab`
-    /// (default; userspace, over UDP, any host) or `kernel` (the kernel's
-    /// DCCP sockets: Linux before 6.16 with dccp_ipv4, e.g. the lab VM).
-    #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
-    pub dccp_stack: Option<String>,
-    /// DCCP (--dccp): the server's DCCP when it is not the client's
-    /// (interop, with --dccp-carrier ip): `kernel` runs xferlab's client
-    /// against a server's kernel DCCP (the lab VM's guest); `xferlab` with
-    /// --dccp-stack kernel runs the kernel's client against an xferlab
-    /// server's own DCCP over raw IP.
-    #[arg(long, value_name = "STACK", value_parser = ["xferlab", "kernel"])]
-    pub dccp_server_stack: Option<String>,
-    /// DCCP (--dccp): what carries xferlab's own DCCP, both ends: `udp`
-    /// (default; RFC 6773, unprivileged) or `ip` (IP protocol 33 on a raw
-    /// socket, as root; wire-compatible with kernel DCCP, and only where
-    /// the kernel has no DCCP of its own, which would reset it).
-    #[arg(long, value_name = "CARRIER", value_parser = ["udp", "ip"])]
-    pub dccp_carrier: Option<String>,
+    #[command(flatten)]
+    pub dccp: DccpArgs,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -344,43 +312,12 @@ impl StreamArgs {
             (None, false) => Transport::Tcp,
         };
         let udp = transport.carrier() == Carrier::Datagrams;
-        let dccp = (self.ccid.is_some()
-            || self.dccp_service.is_some()
-            || self.dccp_stack.is_some()
-            || self.dccp_server_stack.is_some()
-            || self.dccp_carrier.is_some()
-            || self.on_congestion.is_some())
-        .then(|| {
-            use xferlab_core::transport::dccp::{DccpCarrier, DccpKnobs, DccpStack};
-            let d = DccpKnobs::default();
-            let stack = |s: Option<&str>| match s {
-                Some("kernel") => DccpStack::Kernel,
-                _ => DccpStack::Xferlab,
-            };
-            DccpKnobs {
-                ccid: self.ccid.unwrap_or(d.ccid),
-                service: self.dccp_service.unwrap_or(d.service),
-                stack: stack(self.dccp_stack.as_deref()),
-                server_stack: self.dccp_server_stack.as_deref().map(|s| stack(Some(s))),
-                carrier: match self.dccp_carrier.as_deref() {
-                    Some("ip") => DccpCarrier::Ip,
-                    _ => DccpCarrier::Udp,
-                },
-                on_congestion: self.on_congestion,
-            }
-        });
-        // xferlab's DCCP over UDP batches by default: the packets on the
-        // wire are the same, and without trains CCID2 stayed at 800-890
-        // Mbit/s on the 1 Gbit/s, 94 ms lab path at 20 % of a core, with
-        // them 964 at 9 % (docs/dccp.md, "Batching with --gso").
+        let dccp = self.dccp.knobs();
+        // xferlab's DCCP over UDP batches by default (DccpKnobs::batches_by_default).
         let gso = self.gso
-            || (transport == Transport::Dccp && !self.no_gso && {
-                use xferlab_core::transport::dccp::{DccpCarrier, DccpStack};
-                let d = dccp.unwrap_or_default();
-                d.stack == DccpStack::Xferlab
-                    && d.server() == DccpStack::Xferlab
-                    && d.carrier == DccpCarrier::Udp
-            });
+            || (transport == Transport::Dccp
+                && !self.no_gso
+                && dccp.unwrap_or_default().batches_by_default());
         if self.no_gso && transport != Transport::Dccp {
             return Err("--no-gso is for DCCP (its own stack batches by default); UDP sends packet by packet unless --gso".into());
         }
@@ -649,22 +586,6 @@ fn parse_dscp(s: &str) -> Result<u8, String> {
         return Err(help());
     }
     Ok(v)
-}
-
-/// `--ccid`: a number, or `safeudp` for CCID 248. Which numbers the
-/// stack has is the spec's check (one line naming them).
-fn parse_ccid(s: &str) -> Result<u8, String> {
-    if s.trim().eq_ignore_ascii_case("safeudp") {
-        return Ok(xferlab_core::dccp::ccid::safeudp::CCID);
-    }
-    s.trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a CCID: use 2, 3 or 248 (safeudp)"))
-}
-
-fn parse_on_congestion(s: &str) -> Result<xferlab_core::dccp::react::OnCongestion, String> {
-    s.parse()
-        .map_err(|e: xferlab_core::dccp::react::ParseOnCongestionError| e.to_string())
 }
 
 #[cfg(test)]

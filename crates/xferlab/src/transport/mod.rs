@@ -40,7 +40,7 @@
 
 pub mod attach;
 pub mod datagram;
-mod dccp;
+pub mod dccp;
 pub mod flow;
 mod mptcp;
 pub mod sizing;

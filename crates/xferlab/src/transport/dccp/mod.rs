@@ -14,6 +14,7 @@
 /// refuses the offer).
 const QUEUE_DATAGRAMS: usize = 64;
 
+pub mod args;
 mod kernel;
 mod path;
 mod raw;
