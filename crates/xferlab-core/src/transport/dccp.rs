@@ -555,6 +555,80 @@ impl std::fmt::Display for Sci {
     }
 }
 
+/// DCCP's cells in `--format csv` (`output/csv.rs`), on the rows of the
+/// flows that carry its section, SafeUDP's where its CCID runs; `None` is
+/// an empty cell.
+#[derive(Debug, Default, Serialize)]
+pub struct DccpCells {
+    /// The sending half-connection's CCID.
+    dccp_ccid: Option<u8>,
+    /// CCID2: congestion window, packets.
+    dccp_cwnd: Option<u64>,
+    /// CCID3 and SafeUDP: the allowed sending rate X, bit/s.
+    dccp_x_bps: Option<f64>,
+    /// CCID3 and SafeUDP: the loss event rate p.
+    dccp_p: Option<f64>,
+    /// The CCID's RTT estimate, us.
+    dccp_rtt_us: Option<f64>,
+    /// Application datagrams the CCID refused in the span.
+    dccp_dropped_by_ccid: Option<u64>,
+    /// SafeUDP: the application's offered rate as the CCID measures it,
+    /// bit/s.
+    safeudp_offered_bps: Option<f64>,
+    /// SafeUDP: the rate the application's --on-congestion policy offers
+    /// at the end of the interval, bit/s.
+    safeudp_app_rate_bps: Option<f64>,
+    /// SafeUDP: TFRC's rate for the measured p and RTT, bit/s.
+    safeudp_bound_bps: Option<f64>,
+    /// SafeUDP: the rate the CCID enforces while it drops the excess,
+    /// bit/s.
+    safeudp_enforced_bps: Option<f64>,
+    /// SafeUDP: where the congestion episode at each site stands
+    /// (`clear`, `transient`, `persistent`).
+    safeudp_network: Option<EpisodeState>,
+    safeudp_end_host: Option<EpisodeState>,
+    /// SafeUDP: notifications raised over the span.
+    safeudp_events: Option<u64>,
+}
+
+impl DccpCells {
+    /// The column names, as the fields (a test in the registry checks).
+    pub const COLUMNS: &'static [&'static str] = &[
+        "dccp_ccid",
+        "dccp_cwnd",
+        "dccp_x_bps",
+        "dccp_p",
+        "dccp_rtt_us",
+        "dccp_dropped_by_ccid",
+        "safeudp_offered_bps",
+        "safeudp_app_rate_bps",
+        "safeudp_bound_bps",
+        "safeudp_enforced_bps",
+        "safeudp_network",
+        "safeudp_end_host",
+        "safeudp_events",
+    ];
+
+    pub fn of(d: &DccpSample) -> Self {
+        let s = d.safeudp.as_deref();
+        DccpCells {
+            dccp_ccid: Some(d.ccid),
+            dccp_cwnd: d.cwnd,
+            dccp_x_bps: d.x_bps,
+            dccp_p: d.p,
+            dccp_rtt_us: d.rtt_us,
+            dccp_dropped_by_ccid: Some(d.dropped_by_ccid),
+            safeudp_offered_bps: s.map(|s| s.offered_bps),
+            safeudp_app_rate_bps: s.and_then(|s| s.app_rate_bps),
+            safeudp_bound_bps: s.and_then(|s| s.bound_bps),
+            safeudp_enforced_bps: s.and_then(|s| s.enforced_bps),
+            safeudp_network: s.map(|s| s.network),
+            safeudp_end_host: s.map(|s| s.end_host),
+            safeudp_events: s.map(|s| s.events.total),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

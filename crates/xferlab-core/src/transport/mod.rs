@@ -221,11 +221,52 @@ impl TransportSection {
             Self::Dccp(s) => s.describe(),
         }
     }
+
+    /// The CSV cells of every transport with a section, this one's
+    /// filled, the others' empty (`output/csv.rs` writes them after the
+    /// shared cells, under [`SECTION_COLUMNS`]).
+    pub fn cells(section: Option<&Self>) -> SectionCells {
+        let mut c = SectionCells::default();
+        match section {
+            None => {}
+            Some(Self::Mptcp(s)) => c.0 = mptcp::MptcpCells::of(s),
+            Some(Self::Dccp(s)) => c.1 = dccp::DccpCells::of(s),
+        }
+        c
+    }
 }
+
+/// The CSV cells of the transports with a section, one per
+/// [`TransportSection`] variant in its order: a transport that adds a
+/// section adds its cells type here and its columns to
+/// [`SECTION_COLUMNS`].
+pub type SectionCells = (mptcp::MptcpCells, dccp::DccpCells);
+
+/// The column names of [`SectionCells`], in order.
+pub const SECTION_COLUMNS: &[&[&str]] = &[mptcp::MptcpCells::COLUMNS, dccp::DccpCells::COLUMNS];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each transport's CSV column names are its cells' field names, in
+    /// order, and every section has its cells.
+    #[test]
+    fn section_columns_name_the_cells() {
+        let names = |columns: &[&str]| {
+            let fields: Vec<String> = columns.iter().map(|c| format!("\"{c}\":null")).collect();
+            format!("{{{}}}", fields.join(","))
+        };
+        let cells = SectionCells::default();
+        let written = [
+            serde_json::to_string(&cells.0).unwrap(),
+            serde_json::to_string(&cells.1).unwrap(),
+        ];
+        assert_eq!(written.len(), SECTION_COLUMNS.len());
+        for (w, columns) in written.iter().zip(SECTION_COLUMNS) {
+            assert_eq!(*w, names(columns));
+        }
+    }
 
     #[test]
     fn every_transport_is_registered_once_and_named_in_iperf3_at_most_once() {

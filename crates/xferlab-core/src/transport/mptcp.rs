@@ -177,6 +177,39 @@ impl MptcpSample {
     }
 }
 
+/// MPTCP's cells in `--format csv` (`output/csv.rs`), on the rows of the
+/// flows that carry its section; `None` is an empty cell.
+#[derive(Debug, Default, Serialize)]
+pub struct MptcpCells {
+    /// Subflows at the end of the interval.
+    mptcp_subflows: Option<usize>,
+    /// `true` when the connection fell back to plain TCP.
+    mptcp_fallback: Option<bool>,
+    /// Data-level retransmissions in the span and their bytes (Linux >=
+    /// 6.5).
+    mptcp_retransmits: Option<u64>,
+    mptcp_bytes_retrans: Option<u64>,
+}
+
+impl MptcpCells {
+    /// The column names, as the fields (a test in the registry checks).
+    pub const COLUMNS: &'static [&'static str] = &[
+        "mptcp_subflows",
+        "mptcp_fallback",
+        "mptcp_retransmits",
+        "mptcp_bytes_retrans",
+    ];
+
+    pub fn of(m: &MptcpSample) -> Self {
+        MptcpCells {
+            mptcp_subflows: Some(m.subflows.len()),
+            mptcp_fallback: Some(m.fallback),
+            mptcp_retransmits: Some(m.retransmits),
+            mptcp_bytes_retrans: Some(m.bytes_retrans),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -33,9 +33,7 @@
 //! | `timed_out`, `failed` | rr rows: transactions timed out / failed in the span |
 //! | `latency_mean_us` … `latency_max_us` | rr client rows: latency mean, p50, p90, p99, p99.9, max (`rr_total` rows; `rr_interval`/`rr_sum` rows have the mean only) |
 //! | `connect_mean_us` | tcp-crr client `rr_total` rows: mean connection set-up time |
-//! | `mptcp_subflows` | MPTCP: subflows at the end of the interval |
-//! | `mptcp_fallback` | MPTCP: `true` when the connection fell back to plain TCP |
-//! | `mptcp_retransmits`, `mptcp_bytes_retrans` | MPTCP: data-level retransmissions in the span and their bytes (Linux ≥ 6.5) |
+//! | then each transport's own | the cells of its section, named after it (`mptcp_subflows`, ...): each transport's cells type, listed in [`SectionCells`], says what they mean |
 //!
 //! rr tests add rows of kind `rr_interval`, `rr_total` (per rr flow) and
 //! `rr_sum` (all rr flows per interval, plus one over the measured window
@@ -52,7 +50,7 @@ use std::io::{self, Write};
 use serde::Serialize;
 use xferlab_core::result::{Endpoint, FlowRole, SideReport, TcpSample, TestResult, UdpSample};
 use xferlab_core::spec::FlowDirection;
-use xferlab_core::transport::TransportSection;
+use xferlab_core::transport::{SectionCells, TransportSection, SECTION_COLUMNS};
 
 use super::{LiveFlow, Reporter, StartInfo};
 
@@ -67,10 +65,9 @@ impl CsvReporter {
     }
 }
 
-/// The column names, written even when there are no rows so a consumer
-/// always finds the header. Must match the fields of [`Line`]'s parts (a
-/// test checks).
-const HEADER: [&str; 54] = [
+/// The shared column names (the fields of [`Line`]'s parts before the
+/// transports' own; a test checks).
+const SHARED_COLUMNS: [&str; 37] = [
     "session",
     "endpoint",
     "flow",
@@ -108,24 +105,18 @@ const HEADER: [&str; 54] = [
     "latency_p999_us",
     "latency_max_us",
     "connect_mean_us",
-    "mptcp_subflows",
-    "mptcp_fallback",
-    "mptcp_retransmits",
-    "mptcp_bytes_retrans",
-    "dccp_ccid",
-    "dccp_cwnd",
-    "dccp_x_bps",
-    "dccp_p",
-    "dccp_rtt_us",
-    "dccp_dropped_by_ccid",
-    "safeudp_offered_bps",
-    "safeudp_app_rate_bps",
-    "safeudp_bound_bps",
-    "safeudp_enforced_bps",
-    "safeudp_network",
-    "safeudp_end_host",
-    "safeudp_events",
 ];
+
+/// Every column name, written even when there are no rows so a consumer
+/// always finds the header: the shared ones, then each transport's own
+/// ([`SECTION_COLUMNS`]).
+fn header() -> Vec<&'static str> {
+    SHARED_COLUMNS
+        .iter()
+        .chain(SECTION_COLUMNS.iter().flat_map(|c| c.iter()))
+        .copied()
+        .collect()
+}
 
 #[derive(Serialize, Clone, Copy)]
 #[serde(rename_all = "snake_case")]
@@ -142,61 +133,7 @@ enum Kind {
 /// the rr cells and a transport's own. The csv crate writes a tuple of
 /// structs as their fields in order, which lets each transport's cells be
 /// filled in one place.
-type Line<'a> = (Row<'a>, TcpCells, UdpCells, RrCells, TransportCells);
-
-/// The cells of a transport's own section ([`TransportSection`]); a
-/// transport with a section adds its columns here and to [`HEADER`].
-#[derive(Serialize, Default)]
-struct TransportCells {
-    mptcp_subflows: Option<usize>,
-    mptcp_fallback: Option<bool>,
-    mptcp_retransmits: Option<u64>,
-    mptcp_bytes_retrans: Option<u64>,
-    dccp_ccid: Option<u8>,
-    dccp_cwnd: Option<u64>,
-    dccp_x_bps: Option<f64>,
-    dccp_p: Option<f64>,
-    dccp_rtt_us: Option<f64>,
-    dccp_dropped_by_ccid: Option<u64>,
-    safeudp_offered_bps: Option<f64>,
-    safeudp_app_rate_bps: Option<f64>,
-    safeudp_bound_bps: Option<f64>,
-    safeudp_enforced_bps: Option<f64>,
-    safeudp_network: Option<xferlab_core::dccp::ccid::EpisodeState>,
-    safeudp_end_host: Option<xferlab_core::dccp::ccid::EpisodeState>,
-    safeudp_events: Option<u64>,
-}
-
-impl TransportCells {
-    fn new(section: Option<&TransportSection>) -> Self {
-        match section {
-            None => TransportCells::default(),
-            Some(TransportSection::Mptcp(m)) => TransportCells {
-                mptcp_subflows: Some(m.subflows.len()),
-                mptcp_fallback: Some(m.fallback),
-                mptcp_retransmits: Some(m.retransmits),
-                mptcp_bytes_retrans: Some(m.bytes_retrans),
-                ..TransportCells::default()
-            },
-            Some(TransportSection::Dccp(d)) => TransportCells {
-                dccp_ccid: Some(d.ccid),
-                dccp_cwnd: d.cwnd,
-                dccp_x_bps: d.x_bps,
-                dccp_p: d.p,
-                dccp_rtt_us: d.rtt_us,
-                dccp_dropped_by_ccid: Some(d.dropped_by_ccid),
-                safeudp_offered_bps: d.safeudp.as_ref().map(|s| s.offered_bps),
-                safeudp_app_rate_bps: d.safeudp.as_ref().and_then(|s| s.app_rate_bps),
-                safeudp_bound_bps: d.safeudp.as_ref().and_then(|s| s.bound_bps),
-                safeudp_enforced_bps: d.safeudp.as_ref().and_then(|s| s.enforced_bps),
-                safeudp_network: d.safeudp.as_ref().map(|s| s.network),
-                safeudp_end_host: d.safeudp.as_ref().map(|s| s.end_host),
-                safeudp_events: d.safeudp.as_ref().map(|s| s.events.total),
-                ..TransportCells::default()
-            },
-        }
-    }
-}
+type Line<'a> = (Row<'a>, TcpCells, UdpCells, RrCells, SectionCells);
 
 /// Request/response figures (rr rows only).
 #[derive(Serialize, Default)]
@@ -278,7 +215,7 @@ fn rr_rows<'a>(session: &'a str, side: &'a SideReport) -> Vec<Line<'a>> {
             TcpCells::default(),
             UdpCells::default(),
             c,
-            TransportCells::default(),
+            SectionCells::default(),
         ))
     };
     for f in &rr.flows {
@@ -418,7 +355,7 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
                 tcp,
                 UdpCells::new(iv.udp.as_ref(), f.role),
                 RrCells::default(),
-                TransportCells::new(iv.transport.as_ref()),
+                TransportSection::cells(iv.transport.as_ref()),
             )
         });
         let t = &f.total;
@@ -442,7 +379,7 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             ..TcpCells::default()
         };
         let udp = UdpCells::new(t.udp.as_ref().map(|u| &u.window), f.role);
-        let transport = TransportCells::new(t.transport.as_ref());
+        let transport = TransportSection::cells(t.transport.as_ref());
         intervals.chain(std::iter::once((
             row,
             tcp,
@@ -474,7 +411,7 @@ fn side_rows<'a>(session: &'a str, side: &'a SideReport) -> impl Iterator<Item =
             tcp,
             UdpCells::default(),
             RrCells::default(),
-            TransportCells::default(),
+            SectionCells::default(),
         )
     });
     flows.chain(sums).chain(rr_rows(session, side))
@@ -493,7 +430,7 @@ impl Reporter for CsvReporter {
         let mut w = csv::WriterBuilder::new()
             .has_headers(false)
             .from_writer(&mut self.out);
-        w.write_record(HEADER)?;
+        w.write_record(header())?;
         for side in std::iter::once(&result.client).chain(&result.server) {
             for line in side_rows(&result.id, side) {
                 w.serialize(line)?;
@@ -520,15 +457,12 @@ mod tests {
     fn rows(r: &TestResult) -> Vec<csv::StringRecord> {
         let text = render(r);
         let mut rd = csv::Reader::from_reader(text.as_bytes());
-        assert_eq!(
-            rd.headers().unwrap(),
-            &csv::StringRecord::from(HEADER.to_vec())
-        );
+        assert_eq!(rd.headers().unwrap(), &csv::StringRecord::from(header()));
         rd.records().map(Result::unwrap).collect()
     }
 
     fn col(name: &str) -> usize {
-        HEADER.iter().position(|h| *h == name).unwrap()
+        header().iter().position(|h| *h == name).unwrap()
     }
 
     /// The cells of `row` from column `from` on, `n` of them.
@@ -589,7 +523,7 @@ mod tests {
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(row).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
-        assert_eq!(text.lines().next(), Some(HEADER.join(",").as_str()));
+        assert_eq!(text.lines().next(), Some(header().join(",").as_str()));
     }
 
     #[test]
@@ -676,6 +610,6 @@ mod tests {
         r.server = None;
         r.client.flows.clear();
         r.client.sums.clear();
-        assert_eq!(render(&r), format!("{}\n", HEADER.join(",")));
+        assert_eq!(render(&r), format!("{}\n", header().join(",")));
     }
 }
