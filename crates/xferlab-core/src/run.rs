@@ -20,6 +20,11 @@
 //!   without waiting for the peer's results; one before the test started
 //!   aborts it.
 //! * A **server session** stops when the peer asks ([`TestRun::peer_stopped`]).
+//!   Its own senders stop earlier if the peer does not ask in time: at
+//!   the planned length, capped by the server's `--max-duration`
+//!   ([`Policy::max_duration`]; a byte-limited test at the cap), plus
+//!   [`SEND_GRACE`], counted from the start. A client that never says
+//!   stop gets no more data than that.
 //! * Either way, after the stop the workload has [`Policy::drain`] to end
 //!   by itself (receivers read what is in flight) before it is cut; the
 //!   peer is told the test is over once the workload is quiesced (its
@@ -39,10 +44,22 @@ pub enum Role {
     Server,
 }
 
+/// How long a server's senders run past the test's planned length (or
+/// past the server's `--max-duration`, whichever is shorter) when the
+/// client's stop has not come: the client counts its length from when it
+/// saw `start`, half a round trip after the server sent it, and its stop
+/// takes the other half back, so a second covers round trips up to about
+/// a second and still bounds a `--max-duration 5` test to 6 s of sending.
+pub const SEND_GRACE: Duration = Duration::from_secs(1);
+
 /// A run's time limits.
 #[derive(Debug, Clone, Copy)]
 pub struct Policy {
     pub role: Role,
+    /// A server's longest test: its senders stop at the planned length,
+    /// or at this for a test without one, whichever comes first, plus
+    /// [`SEND_GRACE`]. None: no cap (a client).
+    pub max_duration: Option<Duration>,
     /// How long after the stop the workload may take to end by itself.
     pub drain: Duration,
     /// The longest wait after the stop before the peer is told, when the
@@ -127,6 +144,10 @@ pub struct TestRun {
     policy: Policy,
     phase: Phase,
     planned_end: Option<Time>,
+    /// A server's: when its senders stop if the peer has not asked.
+    send_end: Option<Time>,
+    /// A server's senders were stopped at `send_end`.
+    capped: bool,
     stopped_at: Option<Time>,
     /// The `Stop` action was handed out (a server's stop comes from
     /// [`TestRun::peer_stopped`] and is handed out at the next poll).
@@ -143,6 +164,8 @@ impl TestRun {
             policy,
             phase: Phase::Setup,
             planned_end: None,
+            send_end: None,
+            capped: false,
             stopped_at: None,
             stop_issued: false,
             peer_told: false,
@@ -159,7 +182,24 @@ impl TestRun {
         if self.phase == Phase::Setup {
             self.phase = Phase::Running;
             self.planned_end = planned.and_then(|p| now.checked_add(p));
+            if self.policy.role == Role::Server {
+                if let Some(max) = self.policy.max_duration {
+                    let limit = planned.map_or(max, |p| p.min(max));
+                    self.send_end = now.checked_add(limit + SEND_GRACE);
+                }
+            }
         }
+    }
+
+    /// The server's senders were stopped at their cap, before the peer
+    /// asked (see [`Policy::max_duration`]): what the report says.
+    pub fn capped(&self) -> Option<String> {
+        self.capped.then(|| {
+            format!(
+                "the client's stop did not come: the server's senders stopped {} s after the test's length (capped by the server's --max-duration)",
+                SEND_GRACE.as_secs_f64()
+            )
+        })
     }
 
     /// The peer asked to stop (a server session).
@@ -200,6 +240,7 @@ impl TestRun {
     pub fn next_deadline(&self) -> Option<Time> {
         match self.phase {
             Phase::Running if self.policy.role == Role::Client => self.planned_end,
+            Phase::Running if !self.stop_issued => self.send_end,
             Phase::Stopping => {
                 let at = self.stopped_at?;
                 let quiesce = (!self.peer_told).then(|| at + self.policy.quiesce);
@@ -236,7 +277,16 @@ impl TestRun {
                 }
                 None
             }
-            Phase::Running => None,
+            Phase::Running => {
+                // A server's senders at their cap: stopped, the rest of
+                // the session waits for the peer as before.
+                if !self.stop_issued && self.send_end.is_some_and(|t| now >= t) {
+                    self.stop_issued = true;
+                    self.capped = true;
+                    return Some(Action::Stop);
+                }
+                None
+            }
             Phase::Stopping => {
                 let at = self.stopped_at.expect("stopping has a stop time");
                 if !self.stop_issued {
@@ -274,6 +324,7 @@ mod tests {
     fn client() -> TestRun {
         TestRun::new(Policy {
             role: Role::Client,
+            max_duration: None,
             drain: 10 * S,
             quiesce: Duration::ZERO,
         })
@@ -282,6 +333,7 @@ mod tests {
     fn server() -> TestRun {
         TestRun::new(Policy {
             role: Role::Server,
+            max_duration: None,
             drain: 10 * S,
             quiesce: Duration::ZERO,
         })
@@ -442,6 +494,7 @@ mod tests {
         let t0 = Time::ZERO;
         let mut r = TestRun::new(Policy {
             role: Role::Client,
+            max_duration: None,
             drain: 10 * S,
             quiesce: S,
         });
@@ -454,6 +507,7 @@ mod tests {
 
         let mut r = TestRun::new(Policy {
             role: Role::Client,
+            max_duration: None,
             drain: 10 * S,
             quiesce: 60 * S,
         });
@@ -464,6 +518,49 @@ mod tests {
             ..busy
         };
         assert_eq!(drain(&mut r, t0 + 2 * S, quiet), [Action::EndPeer]);
+    }
+
+    fn capped_server(max: Duration) -> TestRun {
+        TestRun::new(Policy {
+            role: Role::Server,
+            max_duration: Some(max),
+            drain: 10 * S,
+            quiesce: Duration::ZERO,
+        })
+    }
+
+    #[test]
+    fn a_server_stops_its_senders_at_the_planned_end_plus_grace_without_the_peer() {
+        let t0 = Time::ZERO;
+        let live = Progress::default();
+        // Asked for 5 s under a 60 s cap: the senders stop at 6 s.
+        let mut r = capped_server(60 * S);
+        r.start(t0, Some(5 * S));
+        assert_eq!(r.next_deadline(), Some(t0 + 6 * S));
+        assert_eq!(drain(&mut r, t0 + 5 * S, live), []);
+        assert_eq!(r.capped(), None);
+        assert_eq!(drain(&mut r, t0 + 6 * S, live), [Action::Stop]);
+        assert!(r.capped().is_some_and(|w| w.contains("--max-duration")));
+        // Nothing more by time alone until the peer stops; then no second
+        // Stop, and the session ends as usual.
+        assert_eq!(r.next_deadline(), None);
+        assert_eq!(drain(&mut r, t0 + 60 * S, live), []);
+        r.peer_stopped(t0 + 70 * S);
+        assert_eq!(drain(&mut r, t0 + 70 * S, done()), [Action::Report]);
+
+        // A byte-limited test (no planned length) stops at the cap.
+        let mut r = capped_server(5 * S);
+        r.start(t0, None);
+        assert_eq!(r.next_deadline(), Some(t0 + 6 * S));
+        assert_eq!(drain(&mut r, t0 + 6 * S, live), [Action::Stop]);
+
+        // A peer that stops in time never meets the cap.
+        let mut r = capped_server(5 * S);
+        r.start(t0, Some(5 * S));
+        r.peer_stopped(t0 + 5 * S);
+        assert_eq!(drain(&mut r, t0 + 5 * S, live), [Action::Stop]);
+        assert_eq!(drain(&mut r, t0 + 7 * S, done()), [Action::Report]);
+        assert_eq!(r.capped(), None);
     }
 
     #[test]

@@ -238,6 +238,7 @@ pub fn drive_alone(
     };
     let policy = Policy {
         role: Role::Client,
+        max_duration: None,
         drain,
         // No peer to tell.
         quiesce: Duration::ZERO,

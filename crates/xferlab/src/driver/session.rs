@@ -105,7 +105,9 @@ pub fn serve<R: SessionRole>(
                     Some(Action::Cut) => workload.iter_mut().for_each(|w| w.abort(cut)),
                     Some(Action::Report) => {
                         if let Some(w) = workload.take() {
-                            role.report(clock::now(), w.finish().into_report(&mut failure));
+                            let mut report = w.finish().into_report(&mut failure);
+                            report.warnings.extend(run.capped());
+                            role.report(clock::now(), report);
                         }
                     }
                     Some(_) => {}

@@ -91,6 +91,7 @@ pub fn run(
     // arrived (bounded by END_DRAIN), so both ends' totals agree.
     let policy = Policy {
         role: Role::Client,
+        max_duration: None,
         drain: DRAIN,
         quiesce: END_DRAIN,
     };

@@ -129,6 +129,7 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
     // running RESULTS_DRAIN later are aborted.
     let policy = Policy {
         role: Role::Server,
+        max_duration: Some(shared.cfg.max_duration),
         drain: 2 * RESULTS_DRAIN,
         quiesce: Duration::ZERO,
     };
@@ -208,13 +209,19 @@ impl SessionRole for Iperf3Session<'_> {
                 match s.start() {
                     Ok(()) => {
                         let at = s.started_at();
+                        // The planned length caps the senders of a -R
+                        // test (driver::session, run::Policy::max_duration).
+                        let planned = t
+                            .spec
+                            .planned_seconds()
+                            .and_then(|s| Duration::try_from_secs_f64(s).ok());
                         let streams = Receivers {
                             side: s,
                             stopped_at: None,
                             cut: false,
                             peer_sent: None,
                         };
-                        cx.started(Box::new(streams), at, None);
+                        cx.started(Box::new(streams), at, planned);
                     }
                     Err(e) => {
                         shared.log(format_args!("{label} {peer}: {e}"));

@@ -191,6 +191,7 @@ pub fn run(
     };
     let policy = Policy {
         role: Role::Client,
+        max_duration: None,
         drain: DRAIN,
         // Waits for the workload to say so (rr: every transaction
         // answered); a stream says so at once.

@@ -352,6 +352,7 @@ pub fn serve(
     };
     let run = Policy {
         role: Role::Server,
+        max_duration: Some(shared.cfg.max_duration),
         drain: DRAIN,
         quiesce: Duration::ZERO,
     };
