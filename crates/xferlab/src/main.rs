@@ -288,10 +288,12 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     for (flag, v) in [
         ("--max-pending-per-client", a.max_pending_per_client),
         ("--max-pending", a.max_pending),
+        ("--max-handshakes-per-client", a.max_handshakes_per_client),
+        ("--max-handshakes", a.max_handshakes),
     ] {
         if v == 0 {
             return fail(
-                &format!("{flag} must be at least 1: connections that have not yet said what they are would all be closed"),
+                &format!("{flag} must be at least 1: every such connection would be refused"),
                 2,
             );
         }
@@ -336,6 +338,8 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             preamble_timeout: Duration::from_secs_f64(a.preamble_timeout),
             max_pending_per_client: a.max_pending_per_client,
             max_pending: a.max_pending,
+            max_handshakes_per_client: a.max_handshakes_per_client,
+            max_handshakes: a.max_handshakes,
         },
     };
     if let Some(cpu) = a.affinity {

@@ -424,8 +424,28 @@ impl FrontDoor {
                     self.shared.log(format_args!("{peer}: refused: {busy}"));
                     return;
                 }
+                let handshake = match self.shared.begin_handshake(peer.ip()) {
+                    Ok(h) => h,
+                    Err(busy) => {
+                        let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();
+                        answer.extend(encode_frame(&ServerMsg::Error {
+                            code: ErrorCode::Busy,
+                            message: busy.clone(),
+                        }));
+                        refuse(stream, &answer);
+                        self.shared.log(format_args!("{peer}: refused: {busy}"));
+                        return;
+                    }
+                };
                 self.start_session(stream, peer, move |stream, shared| {
-                    session::server::serve(stream, peer, version, shared, crate::patterns::session);
+                    session::server::serve(
+                        stream,
+                        peer,
+                        version,
+                        shared,
+                        handshake,
+                        crate::patterns::session,
+                    );
                 });
             }
             Said::Iperf3(cookie) => {
@@ -439,17 +459,24 @@ impl FrontDoor {
                     }
                     None => {
                         tracing::debug!(%peer, "iperf3 control connection");
-                        if let Some(busy) = self.shared.busy(peer.ip()) {
-                            // What a busy iperf3 server answers; every
-                            // iperf3 client reports it as "the server is
-                            // busy running a test".
-                            refuse(stream, &access_denied());
-                            self.shared
-                                .log(format_args!("{peer}: iperf3 client refused: {busy}"));
-                            return;
-                        }
+                        // What a busy iperf3 server answers; every iperf3
+                        // client reports it as "the server is busy
+                        // running a test".
+                        let handshake = match self.shared.busy(peer.ip()) {
+                            Some(busy) => Err(busy),
+                            None => self.shared.begin_handshake(peer.ip()),
+                        };
+                        let handshake = match handshake {
+                            Ok(h) => h,
+                            Err(busy) => {
+                                refuse(stream, &access_denied());
+                                self.shared
+                                    .log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                                return;
+                            }
+                        };
                         self.start_session(stream, peer, move |stream, shared| {
-                            crate::iperf3::session::serve(stream, peer, cookie, shared);
+                            crate::iperf3::session::serve(stream, peer, cookie, shared, handshake);
                         });
                     }
                 }

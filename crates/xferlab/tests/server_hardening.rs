@@ -806,6 +806,113 @@ fn max_sessions_per_client_refuses_one_address_only() {
     assert_eq!(welcome["type"], "welcome");
 }
 
+/// Issue 34, item 1: connections that have said what they are but never
+/// ask for a test live under their own limits (--max-handshakes-per-client,
+/// --max-handshakes) and never take a session's place. One address holding
+/// 64 of them, xferlab preambles and iperf3 cookies on both ports, keeps
+/// nobody else out: a client is served at once on each port. (Before, 16
+/// such connections filled --max-sessions and every client was refused as
+/// busy.)
+#[test]
+fn connections_that_never_ask_for_a_test_hold_no_session_place() {
+    let iperf3_port = free_port();
+    let iperf3_port_s = iperf3_port.to_string();
+    let srv = Server::start_with(&["--iperf3-port", &iperf3_port_s]);
+    let ports = [srv.port, iperf3_port];
+    let attacker = Ipv4Addr::new(127, 0, 0, 2);
+    let mut held = Vec::new();
+    for i in 0..64u8 {
+        let to = SocketAddr::from((Ipv4Addr::LOCALHOST, ports[usize::from(i % 2)]));
+        let mut s = tcp_from(attacker, to);
+        if i % 4 < 2 {
+            send(&mut s, &preamble(PROTOCOL, 1));
+        } else {
+            // A distinct iperf3 cookie each (a repeated one would be
+            // taken for a data stream of the first).
+            let cookie = format!(
+                "silent{}{}",
+                (b'a' + i / 26) as char,
+                (b'a' + i % 26) as char
+            );
+            send(&mut s, format!("{cookie:a<36}\0").as_bytes());
+        }
+        held.push(s);
+    }
+    // The server has seen them all: those past the per-address limit were
+    // refused, naming it.
+    srv.wait_for_log("--max-handshakes-per-client", 1, Duration::from_secs(5));
+    for port in ports {
+        let port = port.to_string();
+        let started = Instant::now();
+        let out = run(
+            &["stream", "127.0.0.1", "-p", &port, "-t", "0.3"],
+            deadline_for(0.3),
+        );
+        assert!(
+            out.code == Some(0) && started.elapsed() < Duration::from_secs(3),
+            "port {port}: {}\n{}",
+            out.describe(),
+            srv.log()
+        );
+    }
+    drop(held);
+}
+
+/// With --auth-key, four addresses that each hold 16 hellos whose
+/// challenge they never answer keep no client with the key out; and when
+/// they give up, each unanswered challenge counts as a failed attempt, so
+/// the addresses are locked out (issue 34, item 1).
+#[test]
+fn unanswered_challenges_hold_no_session_place_and_count_as_failures() {
+    let spec = spec_of(&Server::start(), &["-t", "0.3"]);
+    let keys = std::env::temp_dir().join(format!("xferlab-hardening-keys-{}", std::process::id()));
+    std::fs::write(&keys, "a-key-both-ends-hold-0123456789\n").unwrap();
+    let keys_s = keys.to_str().unwrap();
+    let srv = Server::start_with(&["--auth-key", keys_s]);
+    let hello = json!({
+        "type": "hello",
+        "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
+        "spec": spec,
+    });
+    let mut held = Vec::new();
+    for a in 2..6u8 {
+        for _ in 0..16 {
+            let mut s = tcp_from(Ipv4Addr::new(127, 0, 0, a), srv.addr());
+            let mut msg = preamble(PROTOCOL, 1).to_vec();
+            msg.extend(frame(hello.to_string().as_bytes()));
+            send(&mut s, &msg);
+            assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
+            let challenge = read_json_frame(&mut s);
+            assert_eq!(challenge["type"], "challenge", "{challenge}");
+            held.push(s);
+        }
+    }
+    let started = Instant::now();
+    let out = srv.client(&["-t", "0.3", "--auth-key", keys_s], deadline_for(0.3));
+    assert!(
+        out.code == Some(0) && started.elapsed() < Duration::from_secs(3),
+        "{}\n{}",
+        out.describe(),
+        srv.log()
+    );
+    // Giving up counts: 16 failures an address, past the default 5.
+    drop(held);
+    srv.wait_for_log("authentication failed", 64, Duration::from_secs(5));
+    let mut s = tcp_from(Ipv4Addr::new(127, 0, 0, 2), srv.addr());
+    let mut msg = preamble(PROTOCOL, 1).to_vec();
+    msg.extend(frame(hello.to_string().as_bytes()));
+    send(&mut s, &msg);
+    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
+    let err = read_json_frame(&mut s);
+    assert!(
+        err["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("too many failed authentication attempts")),
+        "{err}"
+    );
+    std::fs::remove_file(&keys).ok();
+}
+
 /// Requests past --max-sessions are answered "busy" at the front door:
 /// a burst of them costs the server no thread.
 #[test]

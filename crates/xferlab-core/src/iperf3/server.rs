@@ -266,6 +266,16 @@ impl Iperf3Server {
         self.process(now);
     }
 
+    /// Refuse the parameters as a busy server does (ACCESS_DENIED: every
+    /// iperf3 client says "the server is busy running a test").
+    pub fn deny(&mut self) {
+        if self.is_closed() {
+            return;
+        }
+        self.io.send(&super::wire::access_denied());
+        self.close();
+    }
+
     /// Refuse the parameters (or abort the test at any point) with an
     /// iperf3 error code for the client to print (see [`super::i_errno`]).
     pub fn refuse(&mut self, i_errno: i32) {

@@ -122,6 +122,13 @@ impl ServerControl {
         self.auth = Some(auth);
     }
 
+    /// A challenge went out and no answer came before the session ended
+    /// (closed, timed out): what the server counts as a failed
+    /// authentication attempt.
+    pub fn challenge_unanswered(&self) -> bool {
+        self.state == State::Failed && self.auth.is_some() && !self.hello.is_empty()
+    }
+
     fn handle_frame(&mut self, now: Time, frame: &[u8]) -> Result<(), ProtoError> {
         let msg = decode_client_msg(frame)?;
         match (self.state, msg) {

@@ -366,6 +366,44 @@ fn with_auth_on_the_hello_counts_only_once_the_challenge_is_answered() {
 }
 
 #[test]
+fn a_challenge_left_unanswered_is_what_the_server_counts_as_a_failed_attempt() {
+    let t0 = Time::ZERO;
+    let key = b"a key both ends hold".to_vec();
+    // The hello goes out, the challenge comes back, no answer follows.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)
+        .with_auth_key(Some(key.clone()));
+    let mut s = auth_server_for(&mut c, t0, &key);
+    assert!(s.poll_transmit().is_some(), "no challenge sent");
+    assert!(!s.challenge_unanswered(), "still waiting");
+    s.handle_timeout(t0 + HANDSHAKE_TIMEOUT);
+    assert!(matches!(
+        s.poll_event(),
+        Some(ServerEvent::Failed(ProtoError::Timeout(_)))
+    ));
+    assert!(s.challenge_unanswered());
+    // Closed instead: the same.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)
+        .with_auth_key(Some(key.clone()));
+    let mut s = auth_server_for(&mut c, t0, &key);
+    s.handle_eof();
+    assert!(s.challenge_unanswered());
+    // Answered: not counted (a wrong answer fails as AuthFailed instead).
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)
+        .with_auth_key(Some(key.clone()));
+    let mut s = auth_server_for(&mut c, t0, &key);
+    pump(&mut c, &mut s, t0);
+    s.handle_eof();
+    assert!(!s.challenge_unanswered());
+    // Authentication off, a client that says nothing: no challenge.
+    let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None);
+    let bytes = c.poll_transmit().unwrap();
+    let mut s = ServerControl::new(t0, VERSION, policy());
+    s.handle_input(t0, &bytes[..PREAMBLE_LEN]);
+    s.handle_eof();
+    assert!(!s.challenge_unanswered());
+}
+
+#[test]
 fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
     let t0 = Time::ZERO;
     let mut c = ClientControl::new(t0, software(), TestSpec::default_stream(), None)

@@ -84,6 +84,17 @@ pub struct ServerArgs {
     /// oldest is closed (and logged).
     #[arg(long, default_value_t = DoorLimits::MAX_PENDING, value_name = "N")]
     pub max_pending: usize,
+    /// Control connections from one client address that have said what
+    /// they are but not yet asked for a test (and, with --auth-key,
+    /// authenticated); past it more are refused as busy. They never count
+    /// against --max-sessions: a client that connects and stays silent
+    /// cannot keep others out.
+    #[arg(long, default_value_t = DoorLimits::MAX_HANDSHAKES_PER_CLIENT, value_name = "N")]
+    pub max_handshakes_per_client: usize,
+    /// Such connections from everyone (a thread each, for at most 10 s);
+    /// past it more are refused as busy.
+    #[arg(long, default_value_t = DoorLimits::MAX_HANDSHAKES, value_name = "N")]
+    pub max_handshakes: usize,
     /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
     #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
     pub min_interval: Option<f64>,

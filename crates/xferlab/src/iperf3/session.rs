@@ -18,7 +18,7 @@ use std::time::Duration;
 use xferlab_core::time::Time;
 
 use xferlab_core::iperf3::convert::{plan_for_stream, results_from_side, spec_from_params};
-use xferlab_core::iperf3::wire::{access_denied, UDP_CONNECT_REPLY};
+use xferlab_core::iperf3::wire::UDP_CONNECT_REPLY;
 use xferlab_core::iperf3::{
     i_errno, stream_index, Cookie, Iperf3Server, Params, ServerEvent, UdpHeader, SETUP_TIMEOUT,
     WATCHDOG_GRACE,
@@ -37,7 +37,7 @@ use crate::net::{self, sockopt};
 use crate::output::Reporter;
 use crate::session::budget::{OverBudget, RateGrant};
 use crate::session::server::placement;
-use crate::session::shared::{lock, SessionSlot, Shared};
+use crate::session::shared::{lock, HandshakeSlot, SessionSlot, Shared};
 use crate::session::udp_door::Waiter;
 use crate::stream::session::{describe, outcome_line};
 use crate::stream::{ConnectedFlow, Side};
@@ -51,11 +51,10 @@ use crate::transport::{self, Carrier};
 const CATCH_UP_POLL: Duration = Duration::from_millis(1);
 
 /// Removes the session's cookie when the session ends, whichever way it
-/// ends (its slot goes back with it).
+/// ends.
 struct Registration<'a> {
     shared: &'a Shared,
     cookie: Cookie,
-    _slot: SessionSlot<'a>,
 }
 
 impl Drop for Registration<'_> {
@@ -76,27 +75,18 @@ struct Accepted<'a> {
 
 /// Serves one iperf3 control connection (its cookie already read) until
 /// its test is over.
-pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &Arc<Shared>) {
+pub fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    cookie: Cookie,
+    shared: &Arc<Shared>,
+    handshake: HandshakeSlot,
+) {
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(true).ok();
     net::keepalive(&stream);
     let (tx, rx) = mpsc::channel();
-    let slot = match shared.enter(peer.ip()) {
-        Ok(s) => s,
-        Err(busy) => {
-            // What a busy iperf3 server answers; every iperf3 client
-            // reports it as "the server is busy running a test".
-            use std::io::Write;
-            stream.write_all(&access_denied()).ok();
-            shared.log(format_args!("{peer}: iperf3 client refused: {busy}"));
-            return;
-        }
-    };
-    let _reg = Registration {
-        shared,
-        cookie,
-        _slot: slot,
-    };
+    let _reg = Registration { shared, cookie };
     let local = match stream.local_addr() {
         Ok(a) => net::canonical(a),
         Err(_) => return,
@@ -121,6 +111,8 @@ pub fn serve(mut stream: TcpStream, peer: SocketAddr, cookie: Cookie, shared: &A
         label: String::from_utf8_lossy(&cookie[..8]).into_owned(),
         test: None,
         connected: Vec::new(),
+        handshake: Some(handshake),
+        slot: None,
         report: None,
         finished: false,
     };
@@ -160,6 +152,10 @@ struct Iperf3Session<'a> {
     test: Option<Accepted<'a>>,
     /// The streams as they attach, in stream order.
     connected: Vec<ConnectedFlow>,
+    /// Held until the parameters are in, then given back for `slot`.
+    handshake: Option<HandshakeSlot>,
+    /// Its place among the running sessions, from the parameters on.
+    slot: Option<SessionSlot<'a>>,
     report: Option<SideReport>,
     finished: bool,
 }
@@ -175,6 +171,19 @@ impl SessionRole for Iperf3Session<'_> {
         let (label, peer, shared) = (&self.label, self.peer, self.shared);
         match ev {
             ServerEvent::ParamsReceived(p) => {
+                // The parameters are in: a session's place now.
+                match shared.enter(peer.ip()) {
+                    Ok(slot) => {
+                        self.slot = Some(slot);
+                        self.handshake = None;
+                    }
+                    Err(busy) => {
+                        shared.log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                        self.ctl.deny();
+                        cx.fail(busy);
+                        return;
+                    }
+                }
                 match accept(&p, shared, self.tx, self.end, peer, self.local) {
                     Ok(a) => {
                         shared.log(format_args!(

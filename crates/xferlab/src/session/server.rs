@@ -20,7 +20,7 @@ use xferlab_core::spec::TestSpec;
 
 use super::auth;
 use super::budget::{OverBudget, RateGrant};
-use super::shared::{lock, SessionSlot, Shared};
+use super::shared::{lock, HandshakeSlot, SessionSlot, Shared};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
@@ -70,12 +70,16 @@ pub trait SessionPattern {
 /// registrations are in [`crate::patterns`]).
 pub type SessionPatterns = fn(&TestSpec) -> Box<dyn SessionPattern>;
 
-/// Removes the session's token and gives back its slot when the session
+/// Removes the session's token and gives back its places when the session
 /// ends, whichever way it ends.
 struct Registration<'a> {
     shared: &'a Shared,
     token: Option<[u8; TOKEN_LEN]>,
-    _slot: Option<SessionSlot<'a>>,
+    /// Held until the hello is in (and authenticated), then given back
+    /// for `slot`.
+    handshake: Option<HandshakeSlot>,
+    /// Its place among the running sessions, from the hello on.
+    slot: Option<SessionSlot<'a>>,
     /// The test's share of the server-wide rate.
     rate: Option<RateGrant<'a>>,
 }
@@ -129,6 +133,15 @@ impl XferlabSession<'_> {
     /// Admits the test, opens its pattern, registers the token and
     /// welcomes the client.
     fn accept(&mut self, mut spec: TestSpec, cx: &mut SessionCx<'_>) {
+        // The hello is in (and authenticated): a session's place now, the
+        // handshake's back.
+        match self.shared.enter(self.peer.ip()) {
+            Ok(slot) => {
+                self.reg.slot = Some(slot);
+                self.reg.handshake = None;
+            }
+            Err(busy) => return self.refuse(ErrorCode::Busy, busy, cx),
+        }
         if let Err(why) = admit(self.shared, &mut spec) {
             return self.refuse(ErrorCode::InvalidSpec, why, cx);
         }
@@ -203,6 +216,10 @@ impl SessionRole for XferlabSession<'_> {
                 self.finished = true;
             }
             ServerEvent::Failed(e) => {
+                // A challenge left unanswered (the connection closed or
+                // timed out) is a failed attempt too: else an address
+                // could hold challenges open without ever being locked
+                // out.
                 let auth = matches!(
                     e,
                     ProtoError::AuthFailed
@@ -210,7 +227,7 @@ impl SessionRole for XferlabSession<'_> {
                             code: ErrorCode::AuthFailed,
                             ..
                         }
-                );
+                ) || self.ctl.challenge_unanswered();
                 if auth {
                     let failures = &self.shared.auth_failures;
                     let n = failures.record(self.peer.ip());
@@ -275,6 +292,7 @@ pub fn serve(
     peer: SocketAddr,
     peer_version: u16,
     shared: &Shared,
+    handshake: HandshakeSlot,
     patterns: SessionPatterns,
 ) {
     stream.set_read_timeout(None).ok();
@@ -292,18 +310,11 @@ pub fn serve(
         return;
     };
     let mut ctl = ServerControl::new(clock::now(), peer_version, policy);
-    let slot = match shared.enter(peer.ip()) {
-        Ok(s) => Some(s),
-        Err(busy) => {
-            shared.log(format_args!("{peer}: refused: {busy}"));
-            ctl.reject(ErrorCode::Busy, &busy);
-            None
-        }
-    };
     let reg = Registration {
         shared,
         token: None,
-        _slot: slot,
+        handshake: Some(handshake),
+        slot: None,
         rate: None,
     };
     let Ok((end_signal, end)) = session_end() else {

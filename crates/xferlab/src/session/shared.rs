@@ -30,6 +30,12 @@ pub struct DoorLimits {
     /// Such connections from everyone; `--max-pending` (and at most a
     /// quarter of the open-file limit).
     pub max_pending: usize,
+    /// Control connections from one address in their handshake (the
+    /// preamble or cookie read, the hello or iperf3 parameters not yet,
+    /// or a challenge not yet answered); `--max-handshakes-per-client`.
+    pub max_handshakes_per_client: usize,
+    /// Such connections from everyone; `--max-handshakes`.
+    pub max_handshakes: usize,
 }
 
 impl DoorLimits {
@@ -44,6 +50,14 @@ impl DoorLimits {
     /// descriptors and a few bytes each; at 256 per address it takes 32
     /// addresses to reach it.
     pub const MAX_PENDING: usize = 8192;
+    /// A handshake takes a round trip or two (milliseconds), so a client
+    /// has few at once; 16, the default --max-sessions, lets one address
+    /// start as many tests at once as the server runs.
+    pub const MAX_HANDSHAKES_PER_CLIENT: usize = 16;
+    /// Each one has a session thread, blocked on its connection for at
+    /// most the handshake deadline (10 s); 256 idle threads cost little
+    /// memory, and take 16 addresses at the per-client limit to fill.
+    pub const MAX_HANDSHAKES: usize = 256;
 }
 
 impl Default for DoorLimits {
@@ -52,6 +66,8 @@ impl Default for DoorLimits {
             preamble_timeout: Self::PREAMBLE_TIMEOUT,
             max_pending_per_client: Self::MAX_PENDING_PER_CLIENT,
             max_pending: Self::MAX_PENDING,
+            max_handshakes_per_client: Self::MAX_HANDSHAKES_PER_CLIENT,
+            max_handshakes: Self::MAX_HANDSHAKES,
         }
     }
 }
@@ -146,6 +162,9 @@ pub struct Shared {
     pub udp_doors: Doors,
     sessions: AtomicUsize,
     per_client: Mutex<HashMap<IpAddr, usize>>,
+    /// Control connections in their handshake, in all and per address:
+    /// they never hold a session's place (see [`HandshakeSlot`]).
+    handshakes: Mutex<Counts>,
     rates: RateBook,
     /// Failed authentication attempts per client address.
     pub auth_failures: Failures,
@@ -155,6 +174,36 @@ pub struct Shared {
 /// plain values).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Connections per client address, and in all.
+#[derive(Debug, Default)]
+struct Counts {
+    total: usize,
+    per_client: HashMap<IpAddr, usize>,
+}
+
+/// A control connection's place among those in their handshake, given
+/// back when dropped: when its session takes a [`SessionSlot`] (its hello
+/// is in and, with --auth-key, authenticated), or when it ends. A client
+/// that says nothing more after its preamble holds one of these, never a
+/// session's place.
+pub struct HandshakeSlot {
+    shared: Arc<Shared>,
+    client: IpAddr,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut c = lock(&self.shared.handshakes);
+        c.total -= 1;
+        if let Some(n) = c.per_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                c.per_client.remove(&self.client);
+            }
+        }
+    }
 }
 
 /// A running session's place in the counts, given back when dropped.
@@ -186,6 +235,7 @@ impl Shared {
             udp_doors: Doors::default(),
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
+            handshakes: Mutex::new(Counts::default()),
             rates: RateBook::default(),
             auth_failures,
         }
@@ -224,6 +274,31 @@ impl Shared {
             format!(
                 "server busy: {mine} tests from {client} running (its --max-sessions-per-client limit); try again later"
             )
+        })
+    }
+
+    /// Takes a handshake place for a control connection from `client`,
+    /// or says which limit is full.
+    pub fn begin_handshake(self: &Arc<Self>, client: IpAddr) -> Result<HandshakeSlot, String> {
+        let door = &self.cfg.door;
+        let mut c = lock(&self.handshakes);
+        let mine = c.per_client.get(&client).copied().unwrap_or(0);
+        if mine >= door.max_handshakes_per_client {
+            return Err(format!(
+                "server busy: {mine} connections from {client} have not finished their handshake (its --max-handshakes-per-client limit); try again later"
+            ));
+        }
+        if c.total >= door.max_handshakes {
+            return Err(format!(
+                "server busy: {} connections have not finished their handshake (its --max-handshakes limit); try again later",
+                c.total
+            ));
+        }
+        c.total += 1;
+        *c.per_client.entry(client).or_default() += 1;
+        Ok(HandshakeSlot {
+            shared: self.clone(),
+            client,
         })
     }
 
