@@ -128,8 +128,8 @@ impl<W: fmt::Write> Visit for Fields<'_, W> {
 
 /// A writer that passes text through but escapes what could forge a log
 /// line or act on a terminal: control characters (newlines, ESC and so
-/// ANSI sequences, C1 controls) and the Unicode bidi overrides that
-/// reorder what a reader sees. They are written as Rust escapes (`\n`,
+/// ANSI sequences, C1 controls), the Unicode line and paragraph
+/// separators and the bidi overrides that reorder what a reader sees. They are written as Rust escapes (`\n`,
 /// `\u{1b}`, `\u{202e}`); all other text, quotes and backslashes
 /// included, is unchanged, so our own messages read as before.
 pub struct Escaped<'a, W: fmt::Write>(pub &'a mut W);
@@ -147,8 +147,14 @@ impl<W: fmt::Write> fmt::Write for Escaped<'_, W> {
 }
 
 fn needs_escape(c: char) -> bool {
+    // Control characters (NEL, U+0085, among them) and the line and
+    // paragraph separators, which some viewers break a line at; then the
+    // bidi marks and overrides.
     c.is_control()
-        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 #[cfg(test)]
@@ -167,6 +173,10 @@ mod tests {
         assert_eq!(
             escaped("3.21\u{1b}[2J\nFAKE\r\t\u{9b}x\u{202e}y"),
             "3.21\\u{1b}[2J\\nFAKE\\r\\t\\u{9b}x\\u{202e}y"
+        );
+        assert_eq!(
+            escaped("a\u{2028}b\u{2029}c\u{85}d"),
+            "a\\u{2028}b\\u{2029}c\\u{85}d"
         );
         let ours = "-C/--congestion: 'bbr' is not a \"name\" \\ ok; ünïcode 10 Gbit/s";
         assert_eq!(escaped(ours), ours);
