@@ -651,6 +651,71 @@ fn xferlab_results_larger_than_the_test_needs_are_refused_at_once() {
     );
 }
 
+/// Reads a results frame (larger than the handshake's frames).
+fn read_results_frame(s: &mut TcpStream) -> Value {
+    let len = u32::from_be_bytes(read_n(s, 4).try_into().unwrap()) as usize;
+    serde_json::from_slice(&read_n(s, len)).unwrap()
+}
+
+/// Peak resident memory of a process (VmHWM), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// Issue 34, item 2: a hello that plans 8,192 rr flows and then does
+/// nothing cannot make the server take a 64 MiB results frame (its limit
+/// follows what the test did: about 8 MiB), and a frame within that limit
+/// packed with empty strings is refused before it is parsed, so the
+/// server's memory does not grow ten times the frame (before: 659 MB for
+/// 64 MiB).
+#[test]
+fn results_frames_cost_what_the_test_did_not_what_it_planned() {
+    let srv = Server::start();
+    let mut spec = rr_json(&srv, &["--mode", "tcp-crr", "-F", "2"], 0.2)["spec"].clone();
+    spec["pattern"]["flows"] = json!(8192);
+    spec["limit"] = json!({"duration": {"seconds": 1.0}});
+    let (mut s, _) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    assert_eq!(read_json_frame(&mut s)["type"], "start");
+    send(&mut s, &frame(br#"{"type":"stop"}"#));
+    let results = read_results_frame(&mut s);
+    assert_eq!(results["type"], "results", "{results}");
+    let before = peak_rss(srv.pid());
+    // 8 MiB of empty strings: within the limit, refused before parsing.
+    let mut flood = br#"{"type":"results","report":{"warnings":["#.to_vec();
+    while flood.len() < 8 << 20 {
+        flood.extend_from_slice(br#""","#);
+    }
+    flood.extend_from_slice(br#""""]}}"#);
+    send(&mut s, &frame(&flood));
+    let err = read_json_frame(&mut s);
+    assert!(
+        err["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("refused before parsing")),
+        "{err}"
+    );
+    let grew = peak_rss(srv.pid()).saturating_sub(before);
+    assert!(
+        grew < 4 * flood.len() as u64,
+        "the server's peak memory grew {grew} bytes for an {} byte frame",
+        flood.len()
+    );
+    // And 64 MiB is refused on its length prefix.
+    let (mut s, _) = hello_from(Ipv4Addr::LOCALHOST, &srv, &spec);
+    assert_eq!(read_json_frame(&mut s)["type"], "start");
+    send(&mut s, &frame(br#"{"type":"stop"}"#));
+    assert_eq!(read_results_frame(&mut s)["type"], "results");
+    send(&mut s, &(64u32 << 20).to_be_bytes());
+    let err = read_json_frame(&mut s);
+    assert_eq!(err["code"], "bad_message", "{err}");
+}
+
 /// A test whose flows x intervals would exceed the server's budget
 /// (here: a byte-limited --bidir -P 4 -i 0.05 test, which may last the
 /// server's hour) has the server keep its own intervals coarser; the

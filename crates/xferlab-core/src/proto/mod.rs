@@ -62,13 +62,44 @@ fn flow_count(spec: &TestSpec) -> usize {
 /// prefix. So what a peer can make the other side buffer and parse is
 /// proportional to its own test's flows x intervals.
 pub fn results_frame_limit(spec: &TestSpec, max_duration: Duration) -> u32 {
-    let flows = flow_count(spec) as u64;
     let secs = spec
         .planned_seconds()
         .unwrap_or(f64::INFINITY)
         .min(max_duration.as_secs_f64());
-    let intervals = if spec.interval_s > 0.0 {
-        (secs / spec.interval_s).ceil().min(u32::MAX as f64) as u64 + 2
+    frame_bytes(flow_count(spec) as u64, 0, secs, spec.interval_s)
+}
+
+/// What a flow that did nothing (never attached, made no transaction)
+/// adds to a report: its id, addresses, an empty total and how it ended
+/// (an rr flow's is about 300 bytes).
+const IDLE_FLOW_JSON: u64 = 1024;
+
+/// The largest results frame a server takes from its client once the
+/// test is over: [`results_frame_limit`]'s arithmetic on what the test
+/// actually did instead of what it planned, namely the flows of the
+/// server's own report that moved data or answered a request, the others
+/// at [`IDLE_FLOW_JSON`], over the time the server's side ran (twice it,
+/// for the client's clock), never more than `planned`. A hello that
+/// plans 8,192 rr flows and attaches none leaves the client room for
+/// 8 MiB, not the 64 MiB cap (issue 34).
+pub fn results_frame_limit_done(spec: &TestSpec, own: &SideReport, planned: u32) -> u32 {
+    let rr_busy = own.rr().map_or(0, |rr| {
+        rr.flows
+            .iter()
+            .filter(|f| f.total.requests > 0 || f.total.transactions > 0)
+            .count()
+    });
+    let busy = (own.flows.len() + rr_busy) as u64;
+    let idle = (flow_count(spec) as u64).saturating_sub(busy);
+    let secs = 2.0 * own.duration_s.max(0.0) + 1.0;
+    frame_bytes(busy, idle, secs, spec.interval_s).min(planned)
+}
+
+/// A report's JSON bound for `flows` with intervals over `secs` at
+/// `interval_s`, and `idle` flows that did nothing.
+fn frame_bytes(flows: u64, idle: u64, secs: f64, interval_s: f64) -> u32 {
+    let intervals = if interval_s > 0.0 {
+        (secs / interval_s).ceil().min(u32::MAX as f64) as u64 + 2
     } else {
         2
     };
@@ -76,6 +107,7 @@ pub fn results_frame_limit(spec: &TestSpec, max_duration: Duration) -> u32 {
     let series = flows + 4;
     let n = REPORT_JSON
         .saturating_add(FLOW_JSON.saturating_mul(flows))
+        .saturating_add(IDLE_FLOW_JSON.saturating_mul(idle))
         .saturating_add(
             INTERVAL_JSON
                 .saturating_mul(series)

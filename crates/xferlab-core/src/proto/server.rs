@@ -82,6 +82,9 @@ pub struct ServerControl {
     decoder: FrameDecoder,
     /// The admitted test's results frame limit (both ways).
     results_max: u32,
+    /// The admitted test, for the client's results limit once it is over
+    /// ([`super::results_frame_limit_done`]).
+    admitted: Option<Box<TestSpec>>,
     /// Authentication, when on; the hello frame it covers.
     auth: Option<ServerAuth>,
     hello: Vec<u8>,
@@ -98,6 +101,7 @@ impl ServerControl {
             policy,
             decoder: FrameDecoder::new(MAX_SMALL_FRAME),
             results_max: MAX_SMALL_FRAME,
+            admitted: None,
             auth: None,
             hello: Vec::new(),
             attach_wait: HANDSHAKE_TIMEOUT,
@@ -170,6 +174,7 @@ impl ServerControl {
                         .emit(ServerEvent::Failed(ProtoError::Malformed(why)));
                 } else {
                     self.results_max = results_frame_limit(&spec, self.policy.max_duration);
+                    self.admitted = Some(Box::new(spec.clone()));
                     self.state = State::Deciding;
                     self.ch.no_deadline();
                     self.ch.emit(ServerEvent::TestRequested(Box::new(spec)));
@@ -265,6 +270,11 @@ impl ServerControl {
             report: super::fit_report(report, self.results_max as usize - FRAMING),
         });
         self.state = State::AwaitResults;
+        // The client's report may be as large as what the test did, not
+        // as what it planned.
+        if let Some(spec) = &self.admitted {
+            self.results_max = super::results_frame_limit_done(spec, report, self.results_max);
+        }
         self.decoder.set_max_len(self.results_max);
         self.ch
             .wait(now, RESULTS_TIMEOUT, "waiting for the client's results");

@@ -448,6 +448,34 @@ fn a_wrong_or_missing_key_fails_both_sides_with_auth_failed() {
     ));
 }
 
+/// Once the test is over, the client's results may be as large as what
+/// the test did: a hello that planned 8,192 rr flows and attached none
+/// leaves room for about 8 MiB, not the 64 MiB cap (issue 34); a test
+/// whose flows all ran keeps its planned room.
+#[test]
+fn the_clients_results_limit_follows_what_the_test_did() {
+    let hour = Duration::from_secs(3600);
+    let mut rr = TestSpec::default_rr(crate::rr::RrMode::TcpCrr);
+    if let crate::spec::Pattern::Rr(r) = &mut rr.pattern {
+        r.flows = 8192;
+    }
+    let planned = results_frame_limit(&rr, hour);
+    assert_eq!(planned, MAX_RESULTS_FRAME);
+    let mut idle = report(Endpoint::Server);
+    idle.flows.clear();
+    idle.duration_s = 0.1;
+    let done = results_frame_limit_done(&rr, &idle, planned);
+    assert!(done < 9 << 20, "{done}");
+
+    // A 10 s stream whose flows ran: what was planned.
+    let stream = TestSpec::default_stream();
+    let planned = results_frame_limit(&stream, hour);
+    let mut ran = crate::sample::bidir_result().server.unwrap();
+    ran.duration_s = 10.0;
+    assert!(!ran.flows.is_empty());
+    assert_eq!(results_frame_limit_done(&stream, &ran, planned), planned);
+}
+
 #[test]
 fn the_results_limit_follows_the_tests_flows_and_intervals() {
     let hour = Duration::from_secs(3600);
@@ -486,8 +514,12 @@ fn a_results_frame_over_the_tests_limit_is_refused_on_its_prefix() {
     s.flows_attached(t0, Some(Duration::from_secs(10)));
     s.handle_input(t0, &encode_frame(&ClientMsg::Stop));
     assert!(matches!(s.poll_event(), Some(ServerEvent::StopRequested)));
-    s.send_results(t0, &report(Endpoint::Server));
-    let limit = results_frame_limit(&TestSpec::default_stream(), policy().max_duration);
+    let own = crate::sample::bidir_result().server.unwrap();
+    s.send_results(t0, &own);
+    // What the test did, here all it planned (its flow ran).
+    let planned = results_frame_limit(&TestSpec::default_stream(), policy().max_duration);
+    let limit = results_frame_limit_done(&TestSpec::default_stream(), &own, planned);
+    assert_eq!(limit, planned);
     s.handle_input(t0, &(limit + 1).to_be_bytes());
     assert!(matches!(
         s.poll_event(),

@@ -194,6 +194,7 @@ impl FrameDecoder {
 }
 
 pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtoError> {
+    check_density(payload)?;
     serde_json::from_slice(payload).map_err(|e| {
         let mut msg = e.to_string();
         msg.truncate(200);
@@ -201,9 +202,81 @@ pub fn decode_json<T: DeserializeOwned>(payload: &[u8]) -> Result<T, ProtoError>
     })
 }
 
+/// Frames up to this size are parsed as they are: what they can cost is
+/// small whatever their shape.
+const DENSITY_FROM: usize = 64 * 1024;
+/// The fewest bytes per JSON value a large frame may have. A report's
+/// values are keyed numbers and strings: 15.9 to 19.0 bytes each in every
+/// kind of test (stream TCP/UDP/DCCP/MPTCP, rr tcp/crr/udp, -P 4 to -F
+/// 512). A frame of short strings or empty containers (`["","",...]`, 3
+/// bytes a value) would cost ten times its size once parsed (a String or
+/// Vec is 24 bytes before its contents); at 10 bytes a value it costs at
+/// most about four times (eight with a vector's spare capacity).
+const MIN_BYTES_PER_VALUE: usize = 10;
+
+/// Refuses a large frame whose values are packed denser than any report,
+/// before it is parsed: so no frame costs more than a small multiple of
+/// its size (issue 34). Counts values as the separators and openings
+/// outside strings (`,`, `[`, `{`), in one pass without allocating.
+fn check_density(payload: &[u8]) -> Result<(), ProtoError> {
+    if payload.len() <= DENSITY_FROM {
+        return Ok(());
+    }
+    let (mut values, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in payload {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b',' | b'[' | b'{' => values += 1,
+            _ => {}
+        }
+    }
+    if values.saturating_mul(MIN_BYTES_PER_VALUE) > payload.len() {
+        return Err(ProtoError::Malformed(format!(
+            "a frame of {} bytes holds {values} values, more than one per {MIN_BYTES_PER_VALUE} bytes, which no report has: refused before parsing",
+            payload.len()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_frames_denser_than_any_report_are_refused_before_parsing() {
+        // 100 KiB of empty strings: refused, naming the density.
+        let mut flood = br#"{"type":"results","report":{"warnings":["#.to_vec();
+        while flood.len() < 100 * 1024 {
+            flood.extend_from_slice(br#""","#);
+        }
+        flood.extend_from_slice(br#""""]}}"#);
+        let e = decode_json::<serde_json::Value>(&flood).unwrap_err();
+        assert!(e.to_string().contains("refused before parsing"), "{e}");
+        // Commas and brackets inside strings are text, not values.
+        let mut text = br#"{"warnings":[""#.to_vec();
+        text.extend(std::iter::repeat_n(b',', 100 * 1024));
+        text.extend_from_slice(br#"\",[{"]}"#);
+        decode_json::<serde_json::Value>(&text).unwrap();
+        // A real report's shape passes: keyed numbers.
+        let mut report = br#"{"intervals":["#.to_vec();
+        while report.len() < 100 * 1024 {
+            report.extend_from_slice(br#"{"start_s":1.5,"end_s":2.0,"bytes":1310720},"#);
+        }
+        report.extend_from_slice(br#"{}]}"#);
+        decode_json::<serde_json::Value>(&report).unwrap();
+        // Small frames are parsed whatever their shape.
+        decode_json::<serde_json::Value>(br#"[[],[],[],[]]"#).unwrap();
+    }
 
     #[test]
     fn preamble_round_trip_and_garbage() {
