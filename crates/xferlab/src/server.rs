@@ -421,7 +421,8 @@ impl FrontDoor {
                         message: busy.clone(),
                     }));
                     refuse(stream, &answer);
-                    self.shared.log(format_args!("{peer}: refused: {busy}"));
+                    self.shared
+                        .log_refused(peer, "busy", format_args!("{peer}: refused: {busy}"));
                     return;
                 }
                 let handshake = match self.shared.begin_handshake(peer.ip()) {
@@ -433,7 +434,11 @@ impl FrontDoor {
                             message: busy.clone(),
                         }));
                         refuse(stream, &answer);
-                        self.shared.log(format_args!("{peer}: refused: {busy}"));
+                        self.shared.log_refused(
+                            peer,
+                            "busy",
+                            format_args!("{peer}: refused: {busy}"),
+                        );
                         return;
                     }
                 };
@@ -470,8 +475,11 @@ impl FrontDoor {
                             Ok(h) => h,
                             Err(busy) => {
                                 refuse(stream, &access_denied());
-                                self.shared
-                                    .log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                                self.shared.log_refused(
+                                    peer,
+                                    "busy",
+                                    format_args!("{peer}: iperf3 client refused: {busy}"),
+                                );
                                 return;
                             }
                         };

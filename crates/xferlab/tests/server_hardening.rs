@@ -1004,6 +1004,21 @@ fn requests_past_the_session_limit_are_answered_busy_without_a_thread() {
     let mut iperf3 = raw_connect(srv.addr());
     send(&mut iperf3, b"hardeningbusyaaaaaaaaaaaaaaaaaaaaaaa\0");
     assert_eq!(read_n(&mut iperf3, 1), [0xff], "ACCESS_DENIED");
+    // The log says it once per cause and address per 5 s, not 101 times
+    // (issue 34, item 4); another address gets its own first line.
+    let mut other = tcp_from(Ipv4Addr::new(127, 0, 0, 7), srv.addr());
+    send(&mut other, &preamble(PROTOCOL, 1));
+    assert_eq!(read_n(&mut other, 8), preamble(PROTOCOL, 1));
+    assert_eq!(read_json_frame(&mut other)["code"], "busy");
+    srv.wait_for_log("127.0.0.7:", 1, Duration::from_secs(5));
+    let log = srv.log();
+    let refusals = |ip: &str| {
+        log.lines()
+            .filter(|l| l.contains(&format!(" {ip}:")) && l.contains("refused"))
+            .count()
+    };
+    assert!(refusals("127.0.0.1") <= 2, "{log}");
+    assert_eq!(refusals("127.0.0.7"), 1, "{log}");
 }
 
 // ------------------------------------------------------ rr and budgets

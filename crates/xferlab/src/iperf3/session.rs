@@ -178,7 +178,11 @@ impl SessionRole for Iperf3Session<'_> {
                         self.handshake = None;
                     }
                     Err(busy) => {
-                        shared.log(format_args!("{peer}: iperf3 client refused: {busy}"));
+                        shared.log_refused(
+                            peer,
+                            "busy",
+                            format_args!("{peer}: iperf3 client refused: {busy}"),
+                        );
                         self.ctl.deny();
                         cx.fail(busy);
                         return;

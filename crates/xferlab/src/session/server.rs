@@ -125,8 +125,11 @@ impl XferlabSession<'_> {
 
     fn refuse(&mut self, code: ErrorCode, why: String, cx: &mut SessionCx<'_>) {
         self.ctl.reject(code, &why);
-        self.shared
-            .log(format_args!("{}: refused: {why}", self.peer));
+        let line = format_args!("{}: refused: {why}", self.peer);
+        match code {
+            ErrorCode::Busy => self.shared.log_refused(self.peer, "busy", line),
+            _ => self.shared.log(line),
+        }
         cx.fail(why);
     }
 
@@ -322,7 +325,7 @@ pub fn serve(
     };
     if shared.cfg.auth_on() && shared.cfg.auth_keys.is_none() {
         let why = "this server authenticates iperf3 clients only (it has no --auth-key for xferlab clients)";
-        shared.log(format_args!("{peer}: refused: {why}"));
+        shared.log_refused(peer, "no key", format_args!("{peer}: refused: {why}"));
         ctl.reject(ErrorCode::AuthFailed, why);
     } else if let Some(keys) = &shared.cfg.auth_keys {
         if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
@@ -331,7 +334,7 @@ pub fn serve(
                 peer.ip(),
                 wait.as_secs() + 1
             );
-            shared.log(format_args!("{peer}: refused: {why}"));
+            shared.log_refused(peer, "locked out", format_args!("{peer}: refused: {why}"));
             ctl.reject(ErrorCode::AuthFailed, &why);
         } else {
             match auth::nonce() {

@@ -4,10 +4,10 @@
 //! client address, and the server's log.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use xferlab_core::iperf3::Cookie;
 use xferlab_core::proto::wire::TOKEN_LEN;
@@ -165,6 +165,9 @@ pub struct Shared {
     /// Control connections in their handshake, in all and per address:
     /// they never hold a session's place (see [`HandshakeSlot`]).
     handshakes: Mutex<Counts>,
+    /// Refusals logged lately, per cause and address (see
+    /// [`Shared::log_refused`]).
+    refusals: Mutex<HashMap<(&'static str, IpAddr), Refusals>>,
     rates: RateBook,
     /// Failed authentication attempts per client address.
     pub auth_failures: Failures,
@@ -174,6 +177,24 @@ pub struct Shared {
 /// plain values).
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How often one cause's refusals of one address reach the log: the
+/// first in full, then one line per window with how many were left out.
+/// A client refused in a loop (busy, locked out) wrote 1,300 to 2,700
+/// lines a second before (issue 34).
+pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
+/// Past this many (cause, address) entries, the ones whose window is
+/// over are forgotten: bounds the table under a flood from many
+/// addresses.
+const REFUSAL_ENTRIES: usize = 4096;
+
+/// One cause's refusals of one address: when its last line was written,
+/// and how many were left out since.
+#[derive(Debug, Clone, Copy)]
+struct Refusals {
+    logged_at: Instant,
+    left_out: u64,
 }
 
 /// Connections per client address, and in all.
@@ -236,6 +257,7 @@ impl Shared {
             sessions: AtomicUsize::new(0),
             per_client: Mutex::new(HashMap::new()),
             handshakes: Mutex::new(Counts::default()),
+            refusals: Mutex::new(HashMap::new()),
             rates: RateBook::default(),
             auth_failures,
         }
@@ -346,6 +368,58 @@ impl Shared {
                 "server-side intervals coarsened to stay within the interval budget"
             );
             spec.interval_s = i;
+        }
+    }
+
+    /// Logs that `peer` was refused for `cause` (a short key: "busy",
+    /// "locked out") as `line`: the first in full, then at most one line
+    /// per [`REFUSAL_LOG_EVERY`] for the same cause and address, saying
+    /// how many were left out. So a client refused in a loop cannot flood
+    /// the log.
+    pub fn log_refused(
+        &self,
+        peer: SocketAddr,
+        cause: &'static str,
+        line: std::fmt::Arguments<'_>,
+    ) {
+        let now = Instant::now();
+        let left_out = {
+            let mut seen = lock(&self.refusals);
+            if seen.len() >= REFUSAL_ENTRIES {
+                seen.retain(|_, r| now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY);
+            }
+            match seen.get_mut(&(cause, peer.ip())) {
+                Some(r) if now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY => {
+                    r.left_out += 1;
+                    return;
+                }
+                Some(r) => {
+                    let n = r.left_out;
+                    *r = Refusals {
+                        logged_at: now,
+                        left_out: 0,
+                    };
+                    n
+                }
+                None => {
+                    seen.insert(
+                        (cause, peer.ip()),
+                        Refusals {
+                            logged_at: now,
+                            left_out: 0,
+                        },
+                    );
+                    0
+                }
+            }
+        };
+        if left_out > 0 {
+            self.log(format_args!(
+                "{line} (and {left_out} more refusals of {} as {cause} since the last such line)",
+                peer.ip()
+            ));
+        } else {
+            self.log(line);
         }
     }
 
