@@ -298,6 +298,15 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             );
         }
     }
+    if !(1..=128).contains(&a.ipv6_prefix) {
+        return fail(
+            &format!(
+                "--ipv6-prefix must be 1 to 128 bits (got {}); the default, 64, counts a /64 as one client",
+                a.ipv6_prefix
+            ),
+            2,
+        );
+    }
     let auth_keys = match &a.auth_key {
         Some(path) => match session::auth::load_keys(path) {
             Ok(k) => Some(std::sync::Arc::new(k)),
@@ -340,6 +349,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             max_pending: a.max_pending,
             max_handshakes_per_client: a.max_handshakes_per_client,
             max_handshakes: a.max_handshakes,
+            ipv6_prefix: a.ipv6_prefix,
         },
     };
     if let Some(cpu) = a.affinity {

@@ -281,13 +281,13 @@ impl FrontDoor {
             return;
         }
         tracing::debug!(%peer, port = ?stream.local_addr().map(|a| a.port()).ok(), "accepted");
-        let ip = peer.ip();
         let door = self.shared.cfg.door;
+        let ip = door.client(peer.ip());
         if self.per_client.get(&ip).copied().unwrap_or(0) >= door.max_pending_per_client {
             let oldest = self
                 .pending
                 .iter()
-                .position(|p| p.peer.ip() == ip)
+                .position(|p| door.client(p.peer.ip()) == ip)
                 .expect("counted");
             self.evict(oldest, Limit::PerClient, peer);
         }
@@ -352,10 +352,11 @@ impl FrontDoor {
 
     fn remove(&mut self, i: usize) -> Option<Pending> {
         let p = self.pending.remove(i)?;
-        if let Some(n) = self.per_client.get_mut(&p.peer.ip()) {
+        let ip = self.shared.cfg.door.client(p.peer.ip());
+        if let Some(n) = self.per_client.get_mut(&ip) {
             *n -= 1;
             if *n == 0 {
-                self.per_client.remove(&p.peer.ip());
+                self.per_client.remove(&ip);
             }
         }
         Some(p)

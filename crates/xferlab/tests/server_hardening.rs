@@ -334,6 +334,22 @@ fn bad_front_door_limits_are_refused_in_one_line() {
             &["--max-pending-per-client", "0"][..],
             "--max-pending-per-client must be at least 1",
         ),
+        (
+            &["--max-handshakes", "0"][..],
+            "--max-handshakes must be at least 1",
+        ),
+        (
+            &["--max-handshakes-per-client", "0"][..],
+            "--max-handshakes-per-client must be at least 1",
+        ),
+        (
+            &["--ipv6-prefix", "0"][..],
+            "--ipv6-prefix must be 1 to 128",
+        ),
+        (
+            &["--ipv6-prefix", "129"][..],
+            "--ipv6-prefix must be 1 to 128",
+        ),
     ] {
         let mut all = vec!["server", "-p", "0", "--iperf3-port", "off"];
         all.extend_from_slice(args);
@@ -939,15 +955,20 @@ fn unanswered_challenges_hold_no_session_place_and_count_as_failures() {
         "software": {"name": "xferlab", "version": "0.1.0", "protocol": PROTOCOL},
         "spec": spec,
     });
+    // A hello from 127.0.0.A; the server's first frame back.
+    let say_hello = |a: u8| {
+        let mut s = tcp_from(Ipv4Addr::new(127, 0, 0, a), srv.addr());
+        let mut msg = preamble(PROTOCOL, 1).to_vec();
+        msg.extend(frame(hello.to_string().as_bytes()));
+        send(&mut s, &msg);
+        assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
+        let answer = read_json_frame(&mut s);
+        (s, answer)
+    };
     let mut held = Vec::new();
     for a in 2..6u8 {
         for _ in 0..16 {
-            let mut s = tcp_from(Ipv4Addr::new(127, 0, 0, a), srv.addr());
-            let mut msg = preamble(PROTOCOL, 1).to_vec();
-            msg.extend(frame(hello.to_string().as_bytes()));
-            send(&mut s, &msg);
-            assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
-            let challenge = read_json_frame(&mut s);
+            let (s, challenge) = say_hello(a);
             assert_eq!(challenge["type"], "challenge", "{challenge}");
             held.push(s);
         }
@@ -963,12 +984,7 @@ fn unanswered_challenges_hold_no_session_place_and_count_as_failures() {
     // Giving up counts: 16 failures an address, past the default 5.
     drop(held);
     srv.wait_for_log("authentication failed", 64, Duration::from_secs(5));
-    let mut s = tcp_from(Ipv4Addr::new(127, 0, 0, 2), srv.addr());
-    let mut msg = preamble(PROTOCOL, 1).to_vec();
-    msg.extend(frame(hello.to_string().as_bytes()));
-    send(&mut s, &msg);
-    assert_eq!(read_n(&mut s, 8), preamble(PROTOCOL, 1));
-    let err = read_json_frame(&mut s);
+    let (_s, err) = say_hello(2);
     assert!(
         err["message"]
             .as_str()

@@ -95,6 +95,12 @@ pub struct ServerArgs {
     /// past it more are refused as busy.
     #[arg(long, default_value_t = DoorLimits::MAX_HANDSHAKES, value_name = "N")]
     pub max_handshakes: usize,
+    /// IPv6 clients whose addresses share their first N bits count as one
+    /// address for every per-address limit (pending connections,
+    /// handshakes, sessions, failed authentication): one host commonly
+    /// holds a whole /64. 128: per address.
+    #[arg(long, default_value_t = DoorLimits::IPV6_PREFIX, value_name = "N")]
+    pub ipv6_prefix: u8,
     /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
     #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
     pub min_interval: Option<f64>,

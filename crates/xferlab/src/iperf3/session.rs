@@ -439,7 +439,10 @@ fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i3
         return Ok(());
     }
     let refuse = |why: String| (i_errno::IEAUTHTEST, why);
-    if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+    if let Some(wait) = shared
+        .auth_failures
+        .locked_out(shared.auth_client(peer.ip()))
+    {
         return Err(refuse(format!(
             "too many failed authentication attempts from {}; try again in {} s",
             peer.ip(),
@@ -464,7 +467,7 @@ fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i3
             Ok(())
         }
         Err(why) => {
-            let n = shared.auth_failures.record(peer.ip());
+            let n = shared.auth_failures.record(shared.auth_client(peer.ip()));
             Err(refuse(format!(
                 "authentication failed: {why} ({})",
                 shared.auth_failures.describe(n)

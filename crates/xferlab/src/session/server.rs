@@ -233,7 +233,7 @@ impl SessionRole for XferlabSession<'_> {
                 ) || self.ctl.challenge_unanswered();
                 if auth {
                     let failures = &self.shared.auth_failures;
-                    let n = failures.record(self.peer.ip());
+                    let n = failures.record(self.shared.auth_client(self.peer.ip()));
                     self.shared.log(format_args!(
                         "{}: authentication failed ({})",
                         self.peer,
@@ -328,7 +328,10 @@ pub fn serve(
         shared.log_refused(peer, "no key", format_args!("{peer}: refused: {why}"));
         ctl.reject(ErrorCode::AuthFailed, why);
     } else if let Some(keys) = &shared.cfg.auth_keys {
-        if let Some(wait) = shared.auth_failures.locked_out(peer.ip()) {
+        if let Some(wait) = shared
+            .auth_failures
+            .locked_out(shared.auth_client(peer.ip()))
+        {
             let why = format!(
                 "too many failed authentication attempts from {}; try again in {} s",
                 peer.ip(),

@@ -36,6 +36,11 @@ pub struct DoorLimits {
     pub max_handshakes_per_client: usize,
     /// Such connections from everyone; `--max-handshakes`.
     pub max_handshakes: usize,
+    /// The IPv6 prefix length one client's addresses share for every
+    /// per-address limit (`--ipv6-prefix`): a host commonly holds a whole
+    /// /64, so per-address limits counted per IPv6 address would give it
+    /// an unbounded supply.
+    pub ipv6_prefix: u8,
 }
 
 impl DoorLimits {
@@ -58,6 +63,22 @@ impl DoorLimits {
     /// most the handshake deadline (10 s); 256 idle threads cost little
     /// memory, and take 16 addresses at the per-client limit to fill.
     pub const MAX_HANDSHAKES: usize = 256;
+    /// A /64: what one subscriber, one host or one LAN is given.
+    pub const IPV6_PREFIX: u8 = 64;
+
+    /// The address `ip`'s per-address limits count under: an IPv4
+    /// address itself (an IPv4-mapped IPv6 one as IPv4), an IPv6 address
+    /// cut to its first [`DoorLimits::ipv6_prefix`] bits.
+    pub fn client(&self, ip: IpAddr) -> IpAddr {
+        match crate::net::canonical(SocketAddr::new(ip, 0)).ip() {
+            IpAddr::V6(v6) => {
+                let bits = u32::from(self.ipv6_prefix.min(128));
+                let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
+                IpAddr::V6((u128::from(v6) & mask).into())
+            }
+            v4 => v4,
+        }
+    }
 }
 
 impl Default for DoorLimits {
@@ -68,6 +89,7 @@ impl Default for DoorLimits {
             max_pending: Self::MAX_PENDING,
             max_handshakes_per_client: Self::MAX_HANDSHAKES_PER_CLIENT,
             max_handshakes: Self::MAX_HANDSHAKES,
+            ipv6_prefix: Self::IPV6_PREFIX,
         }
     }
 }
@@ -169,7 +191,8 @@ pub struct Shared {
     /// [`Shared::log_refused`]).
     refusals: Mutex<HashMap<(&'static str, IpAddr), Refusals>>,
     rates: RateBook,
-    /// Failed authentication attempts per client address.
+    /// Failed authentication attempts per client address (keyed by
+    /// [`DoorLimits::client`]: use [`Shared::auth_client`]).
     pub auth_failures: Failures,
 }
 
@@ -273,6 +296,11 @@ impl Shared {
         self.cfg.budgets.admit(&self.rates, spec)
     }
 
+    /// The key a peer's failed authentication attempts count under.
+    pub fn auth_client(&self, ip: IpAddr) -> IpAddr {
+        self.cfg.door.client(ip)
+    }
+
     /// Tests running now.
     pub fn sessions(&self) -> usize {
         self.sessions.load(Ordering::Relaxed)
@@ -280,8 +308,8 @@ impl Shared {
 
     /// Why a test from `client` would be refused as busy now
     /// (`--max-sessions`, `--max-sessions-per-client`), if it would.
-    pub fn busy(&self, client: IpAddr) -> Option<String> {
-        self.busy_with(&lock(&self.per_client), client)
+    pub fn busy(&self, ip: IpAddr) -> Option<String> {
+        self.busy_with(&lock(&self.per_client), self.cfg.door.client(ip))
     }
 
     fn busy_with(&self, per: &HashMap<IpAddr, usize>, client: IpAddr) -> Option<String> {
@@ -301,8 +329,9 @@ impl Shared {
 
     /// Takes a handshake place for a control connection from `client`,
     /// or says which limit is full.
-    pub fn begin_handshake(self: &Arc<Self>, client: IpAddr) -> Result<HandshakeSlot, String> {
+    pub fn begin_handshake(self: &Arc<Self>, ip: IpAddr) -> Result<HandshakeSlot, String> {
         let door = &self.cfg.door;
+        let client = door.client(ip);
         let mut c = lock(&self.handshakes);
         let mine = c.per_client.get(&client).copied().unwrap_or(0);
         if mine >= door.max_handshakes_per_client {
@@ -326,7 +355,8 @@ impl Shared {
 
     /// Takes a session slot for a test from `client`, or says why the
     /// server is busy.
-    pub fn enter(&self, client: IpAddr) -> Result<SessionSlot<'_>, String> {
+    pub fn enter(&self, ip: IpAddr) -> Result<SessionSlot<'_>, String> {
+        let client = self.cfg.door.client(ip);
         let mut per = lock(&self.per_client);
         if let Some(busy) = self.busy_with(&per, client) {
             return Err(busy);
@@ -388,7 +418,8 @@ impl Shared {
             if seen.len() >= REFUSAL_ENTRIES {
                 seen.retain(|_, r| now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY);
             }
-            match seen.get_mut(&(cause, peer.ip())) {
+            let client = self.cfg.door.client(peer.ip());
+            match seen.get_mut(&(cause, client)) {
                 Some(r) if now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY => {
                     r.left_out += 1;
                     return;
@@ -403,7 +434,7 @@ impl Shared {
                 }
                 None => {
                     seen.insert(
-                        (cause, peer.ip()),
+                        (cause, client),
                         Refusals {
                             logged_at: now,
                             left_out: 0,
@@ -431,5 +462,31 @@ impl Shared {
         } else {
             tracing::debug!("{line}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_client_counts_by_its_prefix_an_ipv4_one_by_its_address() {
+        let door = DoorLimits::default();
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::7".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(door.client(a), door.client(b));
+        assert_eq!(door.client(a), "2001:db8:1:2::".parse::<IpAddr>().unwrap());
+        assert_ne!(door.client(a), door.client(other));
+        let v4: IpAddr = "192.0.2.7".parse().unwrap();
+        assert_eq!(door.client(v4), v4);
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(door.client(mapped), v4);
+        let per_address = DoorLimits {
+            ipv6_prefix: 128,
+            ..door
+        };
+        assert_ne!(per_address.client(a), per_address.client(b));
+        assert_eq!(per_address.client(a), a);
     }
 }
