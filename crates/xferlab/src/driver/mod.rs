@@ -73,6 +73,15 @@ pub trait Workload {
     }
     /// Every flow has ended.
     fn all_done(&self) -> bool;
+    /// Whether a server's sending stops at the test's planned length
+    /// (plus [`xferlab_core::run::SEND_GRACE`]) when the client's stop has
+    /// not come. A workload whose sending answers the client says no (rr:
+    /// the client says stop only once its last transaction is answered,
+    /// which a lossy path may delay past that): it is capped at the
+    /// server's --max-duration alone.
+    fn capped_by_plan(&self) -> bool {
+        true
+    }
     /// A test without a planned duration reached its own end (a byte
     /// limit: every sender sent its share).
     fn limit_reached(&self) -> bool {

@@ -31,10 +31,12 @@ pub struct SessionCx<'a> {
 }
 
 impl SessionCx<'_> {
-    /// The workload started at `at`.
+    /// The workload started at `at`; `planned` is the test's length (it
+    /// caps what the server sends, see [`Workload::capped_by_plan`]).
     pub fn started(&mut self, w: Box<dyn Workload>, at: Time, planned: Option<Duration>) {
+        let cap = planned.filter(|_| w.capped_by_plan());
         *self.workload = Some(w);
-        self.run.start(at, planned);
+        self.run.start(at, cap);
     }
 
     /// Records the first failure.

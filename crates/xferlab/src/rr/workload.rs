@@ -33,6 +33,10 @@ pub struct RrWorkload {
 }
 
 impl Workload for RrWorkload {
+    fn capped_by_plan(&self) -> bool {
+        false
+    }
+
     fn tick(&mut self, now: Time, mut out: Option<&mut dyn Reporter>) {
         if let Some(b) = self.background.as_mut() {
             b.reap();
