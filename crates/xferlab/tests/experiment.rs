@@ -132,6 +132,53 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// A table whose rows are one knob of a zip group has a row per step of
+/// the group, named as the group's combination, not one row per value of
+/// that knob (two steps share `-P 1` here, as two ECN/SACK stacks share
+/// `--ecn off` in the ECN study).
+#[test]
+fn a_table_by_a_knob_of_a_zip_group_has_a_row_per_step() {
+    let dir = TempDir::new("zip-rows");
+    let scen = write(
+        &dir,
+        "zip.toml",
+        r#"
+title = "zip rows"
+command = "stream -t 0.2 -i 0"
+repeat = 1
+
+[[zip]]
+"-P" = [1, 1, 2]
+"-l" = ["64K", "128K", "64K"]
+
+[[report.table]]
+metric = "throughput_bps"
+rows = "-P"
+
+[report.names]
+"-P 1, -l 64K" = "one small"
+"-P 1, -l 128K" = "one large"
+"-P 2, -l 64K" = "two small"
+"#,
+    );
+    let db = dir.path("x.db");
+    let rep = dir.path("report");
+    let out = run(
+        &["run", s(&scen), "--db", s(&db), "--report-dir", s(&rep)],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.code, Some(0), "{}", out.describe());
+    let md = std::fs::read_to_string(rep.join("report.md")).unwrap();
+    let rows: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| one ") || l.starts_with("| two "))
+        .collect();
+    assert_eq!(rows.len(), 3, "{md}");
+    assert!(rows[0].starts_with("| one small |"), "{md}");
+    assert!(rows[1].starts_with("| one large |"), "{md}");
+    assert!(rows[2].starts_with("| two small |"), "{md}");
+}
+
 #[test]
 fn a_grid_runs_stores_every_run_and_reports_what_was_stored() {
     let dir = TempDir::new("grid");

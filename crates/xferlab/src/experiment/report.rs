@@ -242,6 +242,29 @@ impl Data {
         Vec::new()
     }
 
+    /// The steps of the axis `knob` is on, in the scenario's order, each
+    /// as its knobs' values: one pair on a plain axis, one per knob of a
+    /// zip group (so rows by `lab --ecn` of an ECN/SACK group tell
+    /// "SACK only" from "neither").
+    fn axis_steps(&self, knob: &str) -> Vec<Vec<(String, Value)>> {
+        for a in &self.scenario.axes {
+            if a.knobs.iter().any(|k| k.knob.to_string() == knob) {
+                return a
+                    .values
+                    .iter()
+                    .map(|step| {
+                        a.knobs
+                            .iter()
+                            .zip(step)
+                            .map(|(k, v)| (k.knob.to_string(), v.clone()))
+                            .collect()
+                    })
+                    .collect();
+            }
+        }
+        Vec::new()
+    }
+
     /// The knobs of the axes other than those of `used` (a zip group
     /// counts as used when one of its knobs is: its other knobs' values
     /// follow).
@@ -346,7 +369,7 @@ fn csv_field(s: &str) -> String {
 
 fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
     let agg = spec.aggregate.unwrap_or(default_agg);
-    let rows = d.axis_values(&spec.rows);
+    let rows = d.axis_steps(&spec.rows);
     let cols: Vec<Option<Value>> = match &spec.cols {
         Some(c) => d.axis_values(c).into_iter().map(Some).collect(),
         None => vec![None],
@@ -370,7 +393,7 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             for c in &cols {
                 let mut vals = Vec::new();
                 for (i, p) in d.points.iter().enumerate() {
-                    if p.get(&spec.rows) != Some(r) || !matches(p, &fixed) {
+                    if !matches(p, r) || !matches(p, &fixed) {
                         continue;
                     }
                     if let (Some(ck), Some(cv)) = (&spec.cols, c) {
@@ -423,7 +446,10 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             md.push_str("---:|");
         }
         md.push('\n');
-        let row_name = |r: &Value| labels.value_label(&spec.rows, r);
+        let row_name = |r: &[(String, Value)]| match r {
+            [(k, v)] => labels.value_label(k, v),
+            group => labels.combo_label(group),
+        };
         for (r, line) in rows.iter().zip(&cells) {
             let _ = write!(md, "| {} |", row_name(r));
             for c in line {
@@ -437,7 +463,13 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
             writeln!(
             csv,
             "{},{},{}{}metric,unit,aggregate,value,n,min,median,max,mean,stddev,ci95_low,ci95_high",
-            csv_field(&spec.rows),
+            // A zip group's row names every knob of it.
+            csv_field(
+                &rows
+                    .first()
+                    .map(|r| r.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>().join(" / "))
+                    .unwrap_or_else(|| spec.rows.clone())
+            ),
             csv_field(spec.cols.as_deref().unwrap_or("column")),
             fixed.iter().map(|(k, _)| csv_field(k)).collect::<Vec<_>>().join(","),
             if fixed.is_empty() { "" } else { "," },
@@ -448,7 +480,12 @@ fn tables(d: &Data, spec: &TableSpec, default_agg: Aggregate) -> Vec<TableOut> {
                 let _ = writeln!(
                     csv,
                     "{},{},{}{}{},{},{},{},{},{},{},{},{},{},{},{}",
-                    csv_field(&r.label()),
+                    csv_field(
+                        &r.iter()
+                            .map(|(_, v)| v.label())
+                            .collect::<Vec<_>>()
+                            .join(" / ")
+                    ),
                     csv_field(&c.as_ref().map(|v| v.label()).unwrap_or_default()),
                     fixed
                         .iter()
