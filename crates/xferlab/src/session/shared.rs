@@ -208,8 +208,8 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// lines a second before (issue 34).
 pub const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(5);
 /// Past this many (cause, address) entries, the ones whose window is
-/// over are forgotten: bounds the table under a flood from many
-/// addresses.
+/// over are forgotten, and while it stays full new addresses share one
+/// entry: bounds the table under a flood from many addresses.
 const REFUSAL_ENTRIES: usize = 4096;
 
 /// One cause's refusals of one address: when its last line was written,
@@ -413,12 +413,18 @@ impl Shared {
         line: std::fmt::Arguments<'_>,
     ) {
         let now = Instant::now();
-        let left_out = {
+        let (client, left_out) = {
             let mut seen = lock(&self.refusals);
-            if seen.len() >= REFUSAL_ENTRIES {
+            let mut client = self.cfg.door.client(peer.ip());
+            if seen.len() >= REFUSAL_ENTRIES && !seen.contains_key(&(cause, client)) {
                 seen.retain(|_, r| now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY);
+                if seen.len() >= REFUSAL_ENTRIES {
+                    // Still full: a flood from many addresses. The others
+                    // share one entry (the unspecified address), so the
+                    // table and the log stay bounded.
+                    client = IpAddr::from([0u8, 0, 0, 0]);
+                }
             }
-            let client = self.cfg.door.client(peer.ip());
             match seen.get_mut(&(cause, client)) {
                 Some(r) if now.duration_since(r.logged_at) < REFUSAL_LOG_EVERY => {
                     r.left_out += 1;
@@ -430,7 +436,7 @@ impl Shared {
                         logged_at: now,
                         left_out: 0,
                     };
-                    n
+                    (client, n)
                 }
                 None => {
                     seen.insert(
@@ -440,14 +446,18 @@ impl Shared {
                             left_out: 0,
                         },
                     );
-                    0
+                    (client, 0)
                 }
             }
         };
         if left_out > 0 {
+            let whom = match client {
+                c if c.is_unspecified() => "other addresses".to_string(),
+                IpAddr::V6(c) => format!("{c}/{}", self.cfg.door.ipv6_prefix),
+                c => c.to_string(),
+            };
             self.log(format_args!(
-                "{line} (and {left_out} more refusals of {} as {cause} since the last such line)",
-                peer.ip()
+                "{line} (and {left_out} more refusals of {whom} as {cause} since the last such line)"
             ));
         } else {
             self.log(line);
@@ -468,6 +478,23 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flood of refusals from more addresses than the table holds
+    /// keeps it bounded: the newcomers share one entry.
+    #[test]
+    fn the_refusal_table_stays_bounded_under_a_flood_of_addresses() {
+        let shared = Shared::new(ServerConfig::embedded(IpAddr::from([127, 0, 0, 1]), false));
+        for i in 0..(REFUSAL_ENTRIES as u32 + 1000) {
+            let peer = SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + i), 1));
+            shared.log_refused(peer, "busy", format_args!("{peer}: refused"));
+            shared.log_refused(peer, "busy", format_args!("{peer}: refused"));
+        }
+        let seen = lock(&shared.refusals);
+        assert!(seen.len() <= REFUSAL_ENTRIES + 1, "{}", seen.len());
+        // The second refusal of each address was left out, not logged.
+        let first = seen[&("busy", IpAddr::from([10, 0, 0, 0]))];
+        assert_eq!(first.left_out, 1);
+    }
 
     #[test]
     fn an_ipv6_client_counts_by_its_prefix_an_ipv4_one_by_its_address() {
