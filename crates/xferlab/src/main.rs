@@ -170,6 +170,7 @@ fn run_command(command: Command) -> ExitCode {
                     report_dir: a.report_dir,
                     no_report: a.no_report,
                     retry_invalid: a.retry_invalid,
+                    grammar: cli::grammar(),
                 },
                 &INTERRUPTS,
             )
@@ -181,7 +182,7 @@ fn run_command(command: Command) -> ExitCode {
             a.png,
         ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
-        Command::Db(a) => match experiment::db::run(&a, &mut io::stdout()) {
+        Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(&e.to_string(), 1),
         },

@@ -50,7 +50,6 @@ const CORE: &[&[&str]] = &[
 /// it). Issue 33 removes them; each removal deletes its line here.
 #[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
-    ("xferlab", "experiment", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "lab", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab-core", "spec", "rr", "RrSpec moves into spec"),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::experiment::DEFAULT_DB;
+use crate::experiment::db::{self, DbRequest};
 
 /// `xferlab db`.
 #[derive(Debug, Args)]
@@ -67,4 +68,27 @@ pub enum ExportFormat {
     Jsonl,
     /// Schema and INSERT statements for `sqlite3 NEW.db < FILE`.
     Sql,
+}
+
+impl DbArgs {
+    /// The subcommand as the store's request.
+    pub fn request(&self) -> DbRequest<'_> {
+        match &self.command {
+            DbCommand::List => DbRequest::List,
+            DbCommand::Show(a) => DbRequest::Show {
+                experiment: &a.experiment,
+                all_attempts: a.all_attempts,
+            },
+            DbCommand::Export(a) => DbRequest::Export {
+                experiment: a.experiment.as_deref(),
+                format: match a.format {
+                    ExportFormat::Csv => db::ExportFormat::Csv,
+                    ExportFormat::Jsonl => db::ExportFormat::Jsonl,
+                    ExportFormat::Sql => db::ExportFormat::Sql,
+                },
+                all_attempts: a.all_attempts,
+                output: a.output.as_deref(),
+            },
+        }
+    }
 }

@@ -69,6 +69,22 @@ impl Cli {
     }
 }
 
+/// The command line as the experiment runner checks a scenario's points
+/// against it (see [`crate::experiment::argv::Grammar`]).
+pub fn grammar() -> crate::experiment::argv::Grammar {
+    use clap::CommandFactory;
+    let mut root = Cli::command();
+    root.build();
+    crate::experiment::argv::Grammar {
+        root,
+        check: |args| {
+            Cli::try_parse_from_args(args)
+                .and_then(|cli| cli.command.check_values())
+                .map_err(|e| e.to_string())
+        },
+    }
+}
+
 /// Why a command line cannot run, found without running it: the one line
 /// the tool would print.
 #[derive(Debug, thiserror::Error)]

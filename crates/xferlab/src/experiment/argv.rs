@@ -2,10 +2,7 @@
 //! against the command line definition itself (clap), so a scenario can
 //! use every flag the CLI has and nothing else.
 
-use clap::CommandFactory;
 use xferlab_core::experiment::scenario::{Knob, KnobAt, Point, Scenario, Scope, Value};
-
-use crate::cli::Cli;
 
 /// A scenario that does not fit the command line: `file:line: message`
 /// is printed by the caller.
@@ -116,16 +113,27 @@ enum Part {
     Exec(Vec<String>),
 }
 
-/// The command line definition with its global flags (`--load`, `-v`)
-/// propagated to every verb, as clap does when it parses.
-fn cli_command() -> clap::Command {
-    let mut root = Cli::command();
-    root.build();
-    root
+/// The binary's command line, as points are checked against it. The
+/// binary's `cli` makes it (`cli::grammar`), a floor above this one: so
+/// the runner reads flags and parses command lines without importing the
+/// clap definitions.
+pub struct Grammar {
+    /// The whole command line, built (its global flags, `--load` and
+    /// `-v`, propagated to every verb, as clap does when it parses).
+    pub root: clap::Command,
+    /// Parses one command line (`xferlab` first) and runs the verb's own
+    /// checks of its values, as the binary would: the one line it would
+    /// print when it refuses.
+    pub check: fn(Vec<String>) -> Result<(), String>,
 }
 
-fn resolve_verb(words: &[String], in_lab: bool, line: usize) -> Result<Segment, ArgvError> {
-    let root = cli_command();
+fn resolve_verb(
+    g: &Grammar,
+    words: &[String],
+    in_lab: bool,
+    line: usize,
+) -> Result<Segment, ArgvError> {
+    let root = &g.root;
     let verb = VERBS
         .iter()
         .find(|v| {
@@ -146,7 +154,7 @@ fn resolve_verb(words: &[String], in_lab: bool, line: usize) -> Result<Segment, 
                 ),
             )
         })?;
-    let mut cmd = &root;
+    let mut cmd = root;
     for w in verb.iter() {
         cmd = cmd
             .find_subcommand(w)
@@ -173,11 +181,16 @@ fn starts_program(w: &str) -> bool {
 
 /// The command's tests (and exec'd programs): one test, or in the lab the
 /// `@HOST ...` and `exec ...` programs it is made of.
-fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
+fn parts_of(g: &Grammar, s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
     let line = s.command_line;
     let several = command.iter().any(|w| starts_program(w));
     if !several {
-        return Ok(vec![Part::Test(resolve_verb(command, s.in_lab(), line)?)]);
+        return Ok(vec![Part::Test(resolve_verb(
+            g,
+            command,
+            s.in_lab(),
+            line,
+        )?)]);
     }
     if !s.in_lab() {
         return Err(err(
@@ -216,7 +229,7 @@ fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
                     format!("two tests start from lab host `{host}`; give each test its own host (`--client NAME` in `lab`)"),
                 ));
             }
-            let mut seg = resolve_verb(&words[1..], s.in_lab(), line)?;
+            let mut seg = resolve_verb(g, &words[1..], s.in_lab(), line)?;
             seg.at = Some((words[0].clone(), host));
             parts.push(Part::Test(seg));
         }
@@ -231,9 +244,8 @@ fn parts_of(s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
     Ok(parts)
 }
 
-fn lab_flags() -> Vec<FlagInfo> {
-    let root = cli_command();
-    flags_of(root.find_subcommand("lab").expect("lab exists"))
+fn lab_flags(g: &Grammar) -> Vec<FlagInfo> {
+    flags_of(g.root.find_subcommand("lab").expect("lab exists"))
 }
 
 /// Removes every occurrence of `f` (and its value) from `words`.
@@ -348,8 +360,13 @@ fn tests_of(parts: &[Part]) -> impl Iterator<Item = &Segment> {
 /// Where the scenario's knobs go in one of its commands. A plain knob
 /// sets every test whose verb has the flag (none may: `build` checks that
 /// some command has it).
-fn shape(s: &Scenario, command: &[String], lab: &[FlagInfo]) -> Result<Shape, ArgvError> {
-    let parts = parts_of(s, command)?;
+fn shape(
+    g: &Grammar,
+    s: &Scenario,
+    command: &[String],
+    lab: &[FlagInfo],
+) -> Result<Shape, ArgvError> {
+    let parts = parts_of(g, s, command)?;
     let tests: Vec<&Segment> = tests_of(&parts).collect();
     let several = tests.iter().any(|t| t.at.is_some());
     for w in tests.iter().flat_map(|t| &t.base).chain(&s.lab) {
@@ -430,12 +447,12 @@ fn shape(s: &Scenario, command: &[String], lab: &[FlagInfo]) -> Result<Shape, Ar
 /// at least one of them, and it sets those that have it), takes the kind
 /// of value given, and every resulting command line parses, so nothing
 /// runs from a scenario that would fail on its fifth point.
-pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
-    let lab = lab_flags();
+pub fn build(g: &Grammar, s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
+    let lab = lab_flags(g);
     let shapes: Vec<Shape> = s
         .commands
         .iter()
-        .map(|c| shape(s, &c.words, &lab))
+        .map(|c| shape(g, s, &c.words, &lab))
         .collect::<Result<_, _>>()?;
     let several = shapes[0].several;
     if shapes.iter().any(|sh| sh.several != several) {
@@ -515,7 +532,7 @@ pub fn build(s: &Scenario, points: &[Point]) -> Result<Invocations, ArgvError> {
             .iter()
             .flat_map(|(k, ts)| ts.iter().map(move |(_, f)| (k.clone(), f.clone())))
             .collect();
-        check_parses(s, p, &a, &flat)?;
+        check_parses(g, s, p, &a, &flat)?;
         argv.push(a);
     }
     Ok(Invocations { argv, several })
@@ -549,15 +566,16 @@ fn blame(s: &Scenario, p: &Point, infos: &[(KnobAt, FlagInfo)], message: &str) -
 }
 
 fn check_parses(
+    g: &Grammar,
     s: &Scenario,
     p: &Point,
     argv: &[String],
     infos: &[(KnobAt, FlagInfo)],
 ) -> Result<(), ArgvError> {
-    let full = std::iter::once("xferlab".to_string()).chain(argv.iter().cloned());
-    let parsed = Cli::try_parse_from_args(full).and_then(|cli| cli.command.check_values());
-    parsed.map_err(|e| {
-        let message = e.to_string();
+    let full = std::iter::once("xferlab".to_string())
+        .chain(argv.iter().cloned())
+        .collect();
+    (g.check)(full).map_err(|message| {
         let line = blame(s, p, infos, &message);
         err(
             line,
@@ -577,7 +595,7 @@ mod tests {
 
     fn build_text(text: &str) -> Result<Vec<Vec<String>>, ArgvError> {
         let s = Scenario::parse(text, Scale::Full).unwrap();
-        build(&s, &s.points()).map(|i| i.argv)
+        build(&crate::cli::grammar(), &s, &s.points()).map(|i| i.argv)
     }
 
     #[test]
@@ -609,7 +627,7 @@ mod tests {
             "{TWO_HOSTS}[matrix]\n\"@ref -r\" = [\"10K\"]\n\"-t\" = [3]\n\"lab --sack\" = [\"off\"]\n"
         );
         let s = Scenario::parse(&text, Scale::Full).unwrap();
-        let inv = build(&s, &s.points()).unwrap();
+        let inv = build(&crate::cli::grammar(), &s, &s.points()).unwrap();
         assert!(inv.several);
         assert_eq!(
             inv.argv[0].join(" "),

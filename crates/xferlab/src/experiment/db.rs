@@ -17,7 +17,6 @@ use serde::de::{Deserializer as _, MapAccess, Visitor};
 use serde_json::{json, Map, Value};
 
 use super::store::{ExperimentRow, RunRow, Store, StoreError};
-use crate::cli::db::{DbArgs, DbCommand, ExportFormat};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {
@@ -44,23 +43,54 @@ impl From<csv::Error> for DbError {
     }
 }
 
-/// Runs `xferlab db ...`; output goes to `stdout` unless `-o` names a file.
-pub fn run(args: &DbArgs, stdout: &mut dyn Write) -> Result<(), DbError> {
-    let store = Store::open_existing(&args.db)?;
-    match &args.command {
-        DbCommand::List => list(&store, stdout),
-        DbCommand::Show(a) => show(&store, &a.experiment, a.all_attempts, stdout),
-        DbCommand::Export(a) => {
-            let go = |out: &mut dyn Write| {
-                export(
-                    &store,
-                    a.experiment.as_deref(),
-                    a.format,
-                    a.all_attempts,
-                    out,
-                )
-            };
-            match &a.output {
+/// What `db export` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// One row per run, knobs and metrics as columns.
+    Csv,
+    /// One JSON object per run, with its full result.
+    Jsonl,
+    /// Schema and INSERT statements.
+    Sql,
+}
+
+/// What `xferlab db` is asked (the command line makes it: `cli::db`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DbRequest<'a> {
+    List,
+    /// One experiment (id or scenario name); every attempt, or the latest
+    /// of each point and repeat.
+    Show {
+        experiment: &'a str,
+        all_attempts: bool,
+    },
+    /// Everything, or one experiment, to `output` or standard output.
+    Export {
+        experiment: Option<&'a str>,
+        format: ExportFormat,
+        all_attempts: bool,
+        output: Option<&'a Path>,
+    },
+}
+
+/// Runs `xferlab db ...` on the store at `db`; output goes to `stdout`
+/// unless an export names a file.
+pub fn run(db: &Path, req: &DbRequest<'_>, stdout: &mut dyn Write) -> Result<(), DbError> {
+    let store = Store::open_existing(db)?;
+    match *req {
+        DbRequest::List => list(&store, stdout),
+        DbRequest::Show {
+            experiment,
+            all_attempts,
+        } => show(&store, experiment, all_attempts, stdout),
+        DbRequest::Export {
+            experiment,
+            format,
+            all_attempts,
+            output,
+        } => {
+            let go = |out: &mut dyn Write| export(&store, experiment, format, all_attempts, out);
+            match output {
                 None => go(stdout),
                 Some(path) => write_file_atomically(path, go),
             }
@@ -532,7 +562,6 @@ mod tests {
     use super::super::store::tests::{experiment, metrics, run, TempDir};
     use super::super::store::NewPoint;
     use super::*;
-    use crate::cli::db::ExportArgs;
     use rusqlite::Connection;
 
     /// Two experiments, 2 points x 2 repeats, a failed attempt, a single
@@ -807,26 +836,19 @@ mod tests {
             fixture(&store);
         }
         let target = dir.0.join("runs.csv");
-        let args = DbArgs {
-            db: dir.db(),
-            command: DbCommand::Export(ExportArgs {
-                experiment: None,
-                format: ExportFormat::Csv,
-                output: Some(target.clone()),
-                all_attempts: false,
-            }),
+        let export = DbRequest::Export {
+            experiment: None,
+            format: ExportFormat::Csv,
+            output: Some(&target),
+            all_attempts: false,
         };
         let mut stdout = Vec::new();
-        super::run(&args, &mut stdout).unwrap();
+        super::run(&dir.db(), &export, &mut stdout).unwrap();
         assert!(stdout.is_empty());
         assert_eq!(fs::read_to_string(&target).unwrap().lines().count(), 7);
         assert!(!dir.0.join("runs.csv.tmp").exists());
 
-        let args = DbArgs {
-            db: dir.0.join("absent.db"),
-            command: DbCommand::List,
-        };
-        let err = super::run(&args, &mut stdout).unwrap_err();
+        let err = super::run(&dir.0.join("absent.db"), &DbRequest::List, &mut stdout).unwrap_err();
         assert!(
             err.to_string().starts_with("no results database at"),
             "{err}"

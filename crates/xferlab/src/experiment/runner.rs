@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub no_report: bool,
     /// More attempts for a lab run invalid for timing alone.
     pub retry_invalid: u32,
+    /// The binary's command line, to check the points against.
+    pub grammar: argv::Grammar,
 }
 
 fn fail(msg: &str, code: u8) -> ExitCode {
@@ -653,7 +655,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         Err(e) => return fail(&format!("{file}:{e}"), 2),
     };
     let points = s.points();
-    let inv = match argv::build(&s, &points) {
+    let inv = match argv::build(&o.grammar, &s, &points) {
         Ok(i) => i,
         Err(e) => return fail(&format!("{file}:{e}"), 2),
     };
