@@ -413,20 +413,14 @@ impl FrontDoor {
             Said::Data(a) => attach(stream, peer, a, &self.shared),
             Said::Control(version) => {
                 tracing::debug!(%peer, version, "xferlab control connection");
-                if let Some(busy) = self.shared.busy(peer.ip()) {
-                    // Answered here: a flood of requests past the limit
-                    // costs no session thread.
-                    let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();
-                    answer.extend(encode_frame(&ServerMsg::Error {
-                        code: ErrorCode::Busy,
-                        message: busy.clone(),
-                    }));
-                    refuse(stream, &answer);
-                    self.shared
-                        .log_refused(peer, "busy", format_args!("{peer}: refused: {busy}"));
-                    return;
-                }
-                let handshake = match self.shared.begin_handshake(peer.ip()) {
+                // Busy (sessions full) or past the handshake limits:
+                // answered here, so a flood of requests costs no session
+                // thread.
+                let handshake = match self.shared.busy(peer.ip()) {
+                    Some(busy) => Err(busy),
+                    None => self.shared.begin_handshake(peer.ip()),
+                };
+                let handshake = match handshake {
                     Ok(h) => h,
                     Err(busy) => {
                         let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();

@@ -99,9 +99,11 @@ pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStr
 /// connection is idle for the whole test, and on a path that loses 20 %
 /// of one direction (the ECN study's 1/5 marker) a probe exchange fails
 /// one time in five, so three in a row end about 5 % of idle minutes on
-/// each side: the lab's 60 s rr tests at 1/5 lost their control
-/// connection in 2 of 16 runs ("the peer closed the control connection in
-/// the middle of the test"). Nine in a row at 20 %: 5e-7.
+/// each side: the ECN study's 60 s rr tests at 1/5 lost their control
+/// connection in 4 of 15 completed runs ("the peer closed the control
+/// connection in the middle of the test";
+/// docs/examples/ecn-sack-transactions-full/runs.csv). Nine in a row at
+/// 20 %: 5e-7.
 pub fn keepalive(s: &TcpStream) {
     let sock = socket2::SockRef::from(s);
     let ka = socket2::TcpKeepalive::new()

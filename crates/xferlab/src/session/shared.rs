@@ -70,7 +70,7 @@ impl DoorLimits {
     /// address itself (an IPv4-mapped IPv6 one as IPv4), an IPv6 address
     /// cut to its first [`DoorLimits::ipv6_prefix`] bits.
     pub fn client(&self, ip: IpAddr) -> IpAddr {
-        match crate::net::canonical(SocketAddr::new(ip, 0)).ip() {
+        match ip.to_canonical() {
             IpAddr::V6(v6) => {
                 let bits = u32::from(self.ipv6_prefix.min(128));
                 let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
