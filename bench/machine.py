@@ -171,7 +171,6 @@ def xferlab_choice(doc):
     out = []
     for side in ("client", "server"):
         s = doc.get(side) or {}
-        l2 = ((s.get("host") or {}).get("caches") or {}).get("l2")
         flows = s.get("flows") or []
         recv = next((f["socket"] for f in flows
                      if f.get("role") == "receiver" and (f.get("socket") or {}).get("read_size")),
@@ -183,14 +182,13 @@ def xferlab_choice(doc):
             write = send.get("write_size")
             out.append("%s senders: %s%s" % (
                 side, send["send_mode"],
-                ", write %s per call (%s%s)" % (kib(write), send.get("write_size_from"),
-                                                ", L2 %s" % kib(l2) if l2 else "")
+                ", write %s per call (%s)" % (kib(write), send.get("write_size_from"))
                 if write else ""))
         if recv:
             low = recv.get("rcvlowat") or 0
             fill = {True: ", filling the buffer", False: ", the whole buffer each call"}.get(
                 recv.get("read_fill"), "")
-            out.append("%s receivers read %s per call (%s%s)%s, rcvlowat %s" % (
-                side, kib(recv["read_size"]), recv.get("read_size_from"),
-                ", L2 %s" % kib(l2) if l2 else "", fill, kib(low) if low else "off"))
+            out.append("%s receivers read %s per call (%s)%s, rcvlowat %s" % (
+                side, kib(recv["read_size"]), recv.get("read_size_from"), fill,
+                kib(low) if low else "off"))
     return "; ".join(out) or "nothing recorded"

@@ -12,6 +12,7 @@ macro_rules! outln {
     }};
 }
 
+mod calibrate;
 mod cli;
 mod control;
 mod driver;
@@ -72,7 +73,7 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     logging::init(cli.verbose);
-    if let Err(e) = sys::cache::l2_override() {
+    if let Err(e) = sys::calibration::current() {
         return fail(&e, 2);
     }
     let load = match cli.load.map(sys::load::Load::start).transpose() {
@@ -152,6 +153,7 @@ fn run_command(command: Command) -> ExitCode {
         Command::Model(a) => match &a.command {
             cli::model::ModelCommand::Usb(u) => model::run(&u.request()),
         },
+        Command::Calibrate(a) => calibrate::run(&a.request()),
         Command::Rr(a) => run_rr(&a),
         Command::Run(a) => {
             install_interrupt_handler();

@@ -1,6 +1,6 @@
 //! The byte-stream data path's choices, end to end: the write and read
-//! sizes each end derives from its L2 cache (or takes from -l and
-//! --read-size), the
+//! sizes each end takes from this machine's calibration, iperf3's 128 KiB
+//! without one, or -l and --read-size; `xferlab calibrate`; the
 //! copy-free send and receive modes, and how the result labels them. Real
 //! binary, loopback, embedded server; never a speed.
 
@@ -45,98 +45,164 @@ fn usable_cpus() -> u64 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
 }
 
-/// What a side running `flows` flows writes per call of an L2 of `l2`
-/// bytes, and why: half of it with a core to itself, a quarter when its
-/// flows are at least its CPUs.
-fn expected_write(l2: u64, flows: u64) -> (u64, &'static str) {
-    let clamp = |n: u64| (n & !4095).clamp(16 << 10, 16 << 20);
-    if flows >= usable_cpus() {
-        (clamp(l2 / 4), "l2_cache_shared")
-    } else {
-        (clamp(l2 / 2), "l2_cache")
+/// A file of its own for one test, removed when dropped.
+struct TempFile(std::path::PathBuf);
+
+impl TempFile {
+    fn new(name: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!(
+            "xferlab-data-path-{name}-{}.json",
+            std::process::id()
+        )))
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temp path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
 #[test]
-fn senders_write_half_and_receivers_read_a_quarter_of_the_l2_they_are_told_of() {
-    for (l2, read) in [("128K", 32 << 10), ("4M", 1 << 20)] {
-        let v = embedded(&["-n", "8M"], &[("XFERLAB_L2_CACHE", l2)]);
-        assert!(v["spec"]["knobs"].get("write_size").is_none(), "no -l");
-        let w = sender_socket(&v);
-        let (write, from) = expected_write(xferlab_core::units::parse_size(l2).unwrap(), 1);
-        assert_eq!(u64_at(w, "/write_size"), write, "L2 {l2}");
-        assert_eq!(w["write_size_from"], from, "L2 {l2}");
-        let (side, s) = receiver(&v);
-        assert_eq!(u64_at(s, "/read_size"), read, "L2 {l2}");
-        assert_eq!(s["read_size_from"], "l2_cache", "L2 {l2}");
-        assert_eq!(u64_at(s, "/rcvlowat"), 0, "no wake-up batching by default");
-        // One flow: its reads fill a buffer of up to 128K while a CPU is
-        // to spare; a larger one is read whole.
-        assert_eq!(
-            s["read_fill"],
-            usable_cpus() > 1 && read <= 128 << 10,
-            "{s}"
-        );
-        assert_eq!(v[side]["host"]["caches"]["l2_override"], true);
-        assert_eq!(
-            u64_at(&v[side]["host"]["caches"], "/l2"),
-            xferlab_core::units::parse_size(l2).unwrap()
-        );
-        assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
-    }
-}
-
-/// As many flows as CPUs share the cores: each writes a quarter of L2,
-/// and the result says why (`l2_cache_shared`); reads stay a quarter.
-#[test]
-fn a_flow_per_cpu_or_more_writes_a_quarter_of_l2() {
-    let p = usable_cpus().to_string();
-    let v = embedded(&["-n", "8M", "-P", &p], &[("XFERLAB_L2_CACHE", "1M")]);
-    let mut senders = 0;
-    for f in flows(&v, "client").iter().filter(|f| f["role"] == "sender") {
-        assert_eq!(u64_at(&f["socket"], "/write_size"), 256 << 10, "{f}");
-        assert_eq!(f["socket"]["write_size_from"], "l2_cache_shared", "{f}");
-        senders += 1;
-    }
-    assert_eq!(senders, usable_cpus(), "one sender per flow");
-    let (_, s) = receiver(&v);
-    assert_eq!(u64_at(s, "/read_size"), 256 << 10);
-    assert_eq!(
-        s["read_fill"], false,
-        "every read asks for the whole buffer"
-    );
-    assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
-}
-
-#[test]
-fn without_an_override_the_sysfs_l2_is_used_and_reported() {
-    let v = embedded(&["-n", "4M", "-R"], &[]);
+fn without_a_calibration_flows_write_and_read_iperf3_s_128k() {
+    let v = embedded(&["-n", "8M", "-R"], &[]);
+    assert!(v["spec"]["knobs"].get("write_size").is_none(), "no -l");
+    let w = sender_socket(&v);
+    assert_eq!(u64_at(w, "/write_size"), 128 << 10);
+    assert_eq!(w["write_size_from"], "default");
     let (side, s) = receiver(&v);
     assert_eq!(side, "client", "-R: the client receives");
-    let caches = &v[side]["host"]["caches"];
-    assert!(caches.get("l2_override").is_none(), "{caches}");
-    let sysfs = std::fs::read_to_string("/sys/devices/system/cpu/cpu0/cache/index2/size");
-    match caches["l2"].as_u64() {
-        Some(l2) => {
-            assert_eq!(s["read_size_from"], "l2_cache");
-            let want = ((l2 / 4) & !4095).clamp(16 << 10, 16 << 20);
-            assert_eq!(u64_at(s, "/read_size"), want);
-            let w = sender_socket(&v);
-            let l2_server = u64_at(&v["server"]["host"]["caches"], "/l2");
-            let (want, from) = expected_write(l2_server, 1);
-            assert_eq!(w["write_size_from"], from);
-            assert_eq!(u64_at(w, "/write_size"), want, "-R: the server sends");
-            assert!(sysfs.is_ok(), "an L2 reported without sysfs saying so");
-        }
-        None => {
-            assert_eq!(s["read_size_from"], "fallback");
-            assert_eq!(u64_at(s, "/read_size"), 128 << 10);
-        }
+    assert_eq!(u64_at(s, "/read_size"), 128 << 10);
+    assert_eq!(s["read_size_from"], "default");
+    assert_eq!(u64_at(s, "/rcvlowat"), 0, "no wake-up batching by default");
+    // One flow fills its 128K buffer while a CPU is to spare.
+    assert_eq!(s["read_fill"], usable_cpus() > 1, "{s}");
+    for side in ["client", "server"] {
+        assert!(v[side]["host"].get("size_calibration").is_none());
     }
-    assert!(!v[side]["host"]["cpu_model"]
+    assert!(!v["client"]["host"]["cpu_model"]
         .as_str()
         .unwrap_or("")
         .is_empty());
+    assert_eq!(u64_at(&v, "/summary/directions/0/receiver/bytes"), 8 << 20);
+}
+
+/// A calibration for this machine (keyed as the binary keys it, from an
+/// uncalibrated run's host section) sets both ends' sizes, alone and
+/// crowded, and the result says so; one for another kernel is ignored.
+#[test]
+fn a_calibration_of_this_machine_sets_the_sizes_and_is_reported() {
+    let host = embedded(&["-n", "1M"], &[])["client"]["host"].clone();
+    let entry = |kernel: &Value| {
+        serde_json::json!({
+            "measured_unix_s": 1_800_000_000u64,
+            "cpu_model": host["cpu_model"].as_str().unwrap_or(""),
+            "kernel": kernel,
+            "l2": host["caches"]["l2"],
+            "cpus": usable_cpus(),
+            "alone": {"write_size": 384 << 10, "read_size": 192 << 10, "read_fill": false,
+                      "bps": 3e10, "default_bps": 2e10},
+            "crowded": {"write_size": 96 << 10, "read_size": 64 << 10, "read_fill": true,
+                        "bps": 3e10, "default_bps": 2e10},
+        })
+    };
+    let file = TempFile::new("calibrated");
+    let write = |machines: Vec<Value>| {
+        let doc = serde_json::json!({"schema": "xferlab.calibration/1", "machines": machines});
+        std::fs::write(&file.0, doc.to_string()).unwrap();
+    };
+    write(vec![
+        entry(&serde_json::json!("Linux 0.01")),
+        entry(&host["kernel"]),
+    ]);
+    let env = [("XFERLAB_CALIBRATION", file.path())];
+    let v = embedded(&["-n", "8M"], &env);
+    let w = sender_socket(&v);
+    let (_, s) = receiver(&v);
+    let alone = if usable_cpus() > 1 {
+        (384 << 10, 192 << 10, false)
+    } else {
+        // One CPU: one flow is crowded already.
+        (96 << 10, 64 << 10, true)
+    };
+    assert_eq!(
+        (
+            u64_at(w, "/write_size"),
+            u64_at(s, "/read_size"),
+            s["read_fill"].as_bool().unwrap()
+        ),
+        alone
+    );
+    assert_eq!(w["write_size_from"], "calibrated");
+    assert_eq!(s["read_size_from"], "calibrated");
+    assert_eq!(
+        v["client"]["host"]["size_calibration"]["kernel"], host["kernel"],
+        "the result carries the entry it used"
+    );
+    let p = usable_cpus().to_string();
+    let v = embedded(&["-n", "8M", "-P", &p, "-l", "40K"], &env);
+    for f in flows(&v, "client").iter().filter(|f| f["role"] == "sender") {
+        assert_eq!(u64_at(&f["socket"], "/write_size"), 40 << 10, "-l wins");
+        assert_eq!(f["socket"]["write_size_from"], "option");
+    }
+    let (_, s) = receiver(&v);
+    assert_eq!(u64_at(s, "/read_size"), 64 << 10, "crowded: its own choice");
+    assert_eq!(s["read_fill"], true);
+    // Another kernel's entry alone: not this machine's.
+    write(vec![entry(&serde_json::json!("Linux 0.01"))]);
+    let v = embedded(&["-n", "1M"], &env);
+    assert_eq!(sender_socket(&v)["write_size_from"], "default");
+    assert!(v["client"]["host"].get("size_calibration").is_none());
+}
+
+/// `xferlab calibrate` measures, writes this machine's entry, shows and
+/// forgets it; a damaged file stops every verb with one line.
+#[test]
+fn calibrate_measures_stores_shows_and_forgets_and_a_bad_file_is_named() {
+    let file = TempFile::new("calibrate");
+    let env = [("XFERLAB_CALIBRATION", file.path())];
+    let out = Proc::spawn_env(&["calibrate", "-J", "-t", "0.1", "--rounds", "1"], &env)
+        .finish(deadline_for(60.0));
+    out.assert_success();
+    let v = parse_json(&out);
+    assert_eq!(v["schema"], "xferlab.calibrate/1");
+    let cases = v["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), if usable_cpus() > 1 { 2 } else { 1 });
+    for case in cases {
+        let stages = case["stages"].as_array().unwrap();
+        assert_eq!(stages[0].as_array().unwrap().len(), 5, "five write sizes");
+        for c in stages.iter().flat_map(|s| s.as_array().unwrap()) {
+            assert!(c["median_bps"].as_f64().unwrap() > 0.0, "{c}");
+        }
+        assert!(!case["reason"].as_str().unwrap().is_empty());
+    }
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&file.0).unwrap()).unwrap();
+    assert_eq!(stored["machines"][0], v["calibration"]);
+    // Whatever it chose, the next test here uses it (one flow: `alone`,
+    // or on one CPU the only case measured).
+    let t = embedded(&["-n", "1M"], &env);
+    assert_eq!(
+        u64_at(sender_socket(&t), "/write_size"),
+        u64_at(&v["calibration"], "/alone/write_size")
+    );
+    let shown = Proc::spawn_env(&["calibrate", "--show"], &env).finish(deadline_for(2.0));
+    shown.assert_success();
+    assert!(shown.stdout.contains("one flow"), "{}", shown.describe());
+    let gone = Proc::spawn_env(&["calibrate", "--forget"], &env).finish(deadline_for(2.0));
+    gone.assert_success();
+    assert!(gone.stdout.contains("removed"), "{}", gone.describe());
+    let t = embedded(&["-n", "1M"], &env);
+    assert_eq!(sender_socket(&t)["write_size_from"], "default");
+    std::fs::write(&file.0, "{\"schema\": 3").unwrap();
+    Proc::spawn_env(&["stream", "-t", "0.2"], &env)
+        .finish(deadline_for(1.0))
+        .assert_one_line_failure(2, &["size calibration", "xferlab calibrate"]);
+    run(&["calibrate", "--rounds", "0"], deadline_for(1.0))
+        .assert_one_line_failure(2, &["--rounds"]);
 }
 
 #[test]
@@ -155,7 +221,7 @@ fn length_read_size_rcvlowat_and_read_fill_options_win_and_are_recorded() {
             "--read-fill",
             "off",
         ],
-        &[("XFERLAB_L2_CACHE", "4M")],
+        &[],
     );
     assert_eq!(u64_at(&v, "/spec/knobs/write_size"), 40 << 10);
     let w = sender_socket(&v);
@@ -210,7 +276,7 @@ fn zerocopy_receive_delivers_every_byte_and_reports_the_share_mapped() {
 }
 
 #[test]
-fn tcp_data_path_options_are_refused_for_udp_and_a_bad_l2_override_is_named() {
+fn tcp_data_path_options_are_refused_for_udp() {
     for flag in [
         &["-Z"][..],
         &["--rx-zerocopy"][..],
@@ -227,9 +293,6 @@ fn tcp_data_path_options_are_refused_for_udp_and_a_bad_l2_override_is_named() {
         deadline_for(1.0),
     )
     .assert_one_line_failure(2, &["--read-size"]);
-    Proc::spawn_env(&["stream", "-t", "0.2"], &[("XFERLAB_L2_CACHE", "lots")])
-        .finish(deadline_for(1.0))
-        .assert_one_line_failure(2, &["XFERLAB_L2_CACHE", "cache size"]);
 }
 
 /// Each flow's CPU on each side, by flow id (None: not pinned).

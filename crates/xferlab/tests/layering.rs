@@ -22,7 +22,7 @@ const BINARY: &[&[&str]] = &[
     &["rr", "iperf3", "usb"],
     &["patterns"],
     &["server"],
-    &["lab", "model", "series", "experiment"],
+    &["lab", "model", "series", "experiment", "calibrate"],
     &["cli"],
     &["main"],
 ];

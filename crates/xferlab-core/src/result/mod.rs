@@ -67,10 +67,53 @@ pub struct HostInfo {
     /// The CPU's model name (/proc/cpuinfo).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_model: Option<String>,
-    /// The cache sizes data-path sizes were derived from (boxed: most
-    /// HostInfo values, e.g. in the control protocol's Welcome, carry none).
+    /// The CPU's cache sizes (boxed: most HostInfo values, e.g. in the
+    /// control protocol's Welcome, carry none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caches: Option<Box<CacheSizes>>,
+    /// The byte-stream sizes `xferlab calibrate` measured on this machine
+    /// (same CPU model, kernel, L2 and usable CPUs), which flows without
+    /// -l/--read-size use; absent: not calibrated, flows use iperf3's
+    /// 128 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_calibration: Option<Box<SizeCalibration>>,
+}
+
+/// What `xferlab calibrate` measured on one machine: the write and read
+/// sizes that moved the most over loopback TCP, for a side with a CPU to
+/// spare (one flow) and for a crowded one (a flow per usable CPU).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SizeCalibration {
+    /// When it was measured (Unix seconds).
+    pub measured_unix_s: u64,
+    /// The machine it holds for: a calibration of another CPU, kernel,
+    /// L2 or number of usable CPUs is not used.
+    pub cpu_model: String,
+    pub kernel: String,
+    pub l2: Option<u64>,
+    pub cpus: u32,
+    /// One flow per side.
+    pub alone: SizeChoice,
+    /// As many flows as usable CPUs (absent on one CPU, where one flow
+    /// is already crowded and `alone` is measured that way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crowded: Option<SizeChoice>,
+}
+
+/// One calibrated choice and what it gained over iperf3's sizes in the
+/// same rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SizeChoice {
+    pub write_size: u64,
+    pub read_size: u64,
+    /// Copying reads fill the buffer to its end (see
+    /// `SocketSettings::read_fill`).
+    pub read_fill: bool,
+    /// Receiver throughput of the choice, bits/s (median of the rounds).
+    pub bps: f64,
+    /// The same for 128 KiB writes and reads (iperf3's block), filling
+    /// when not crowded: the default the choice had to beat.
+    pub default_bps: f64,
 }
 
 /// Cache sizes of the CPU the data threads start on, in bytes (sysfs);
@@ -80,10 +123,10 @@ pub struct HostInfo {
 )]
 pub struct CacheSizes {
     pub l1d: Option<u64>,
-    /// The size used, which is the override when `l2_override` is set.
     pub l2: Option<u64>,
     pub l3: Option<u64>,
-    /// `l2` came from XFERLAB_L2_CACHE rather than the hardware.
+    /// Results before 2026-11-29 only: `l2` came from the XFERLAB_L2_CACHE
+    /// override (sizes were then derived from L2).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub l2_override: bool,
 }
@@ -391,13 +434,17 @@ pub struct SocketSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SizeSource {
-    /// Derived from this machine's L2 cache size.
+    /// iperf3's block, 128 KiB: this machine has no calibration.
+    Default,
+    /// Measured on this machine by `xferlab calibrate` (the host section's
+    /// `size_calibration` has the figures).
+    Calibrated,
+    /// Results before 2026-11-29: derived from the L2 cache size.
     L2Cache,
-    /// Derived from the L2 cache size, shared: this side runs at least as
-    /// many flows as it may use CPUs, so a write fills a quarter of L2
-    /// rather than half.
+    /// Results before 2026-11-29: derived from the L2 cache size, shared
+    /// by as many flows as CPUs.
     L2CacheShared,
-    /// The fallback for a machine whose cache sizes are unknown.
+    /// Results before 2026-11-29: the fallback for an unknown L2.
     Fallback,
     /// Given on the command line.
     Option,

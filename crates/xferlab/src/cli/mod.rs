@@ -2,6 +2,7 @@
 //! clap `Args` per verb group. Verbs are the patterns of docs/design.md;
 //! flags follow iperf3's names where the concept is the same.
 
+pub mod calibrate;
 pub mod db;
 pub mod experiment;
 pub mod lab;
@@ -15,6 +16,7 @@ pub mod usb;
 
 use clap::{Parser, Subcommand};
 
+use calibrate::CalibrateArgs;
 use db::DbArgs;
 use experiment::{CompareArgs, ReportArgs, RunArgs};
 use lab::LabArgs;
@@ -144,6 +146,10 @@ pub enum Command {
     /// Timing models: `model usb` predicts what real USB controllers
     /// achieve for a transfer size, depth and direction, and why.
     Model(ModelArgs),
+    /// Measure the TCP write and read sizes that move the most on this
+    /// machine (loopback, a few seconds) and keep them for every later
+    /// test here; without a calibration, tests use iperf3's 128 KiB.
+    Calibrate(CalibrateArgs),
     /// Client and server in network namespaces joined by xferlab's own
     /// link emulator (rate, delay, jitter, loss, queue, ECN marking):
     /// `xferlab lab [LINK/HOST FLAGS] VERB [ARGS]`, or `xferlab lab clean`.

@@ -83,9 +83,8 @@ pub struct StreamArgs {
     #[arg(long)]
     pub bidir: bool,
 
-    /// TCP: bytes per write() call (default: half of the sending CPU's L2
-    /// cache, which keeps the source of the copy in L2, or a quarter when
-    /// the side runs as many flows as CPUs or more; the result's
+    /// TCP: bytes per write() call (default: 128K, iperf3's, or what
+    /// `xferlab calibrate` measured on this machine; the result's
     /// socket.write_size says what each sender used; receivers read
     /// --read-size per call). UDP: datagram size, header included
     /// (default 1400).
@@ -174,10 +173,9 @@ pub struct StreamArgs {
     /// msg` (labelled in results).
     #[arg(short = 'Z', long = "zerocopy", value_enum, num_args = 0..=1, require_equals = false, default_missing_value = "sendfile", value_name = "HOW")]
     pub zerocopy: Option<ZerocopyArg>,
-    /// TCP: bytes per read() call on receivers (default: a quarter of the
-    /// receiving CPU's L2 cache, which keeps the copy in L2; the
-    /// environment variable XFERLAB_L2_CACHE overrides the detected L2).
-    /// The result's socket.read_size says what each receiver used.
+    /// TCP: bytes per read() call on receivers (default: 128K, iperf3's,
+    /// or what `xferlab calibrate` measured on this machine). The result's
+    /// socket.read_size says what each receiver used.
     #[arg(long = "read-size", value_parser = parse_size, value_name = "SIZE")]
     pub read_size: Option<u64>,
     /// TCP: let receivers batch their wake-ups with SO_RCVLOWAT, up to
@@ -502,9 +500,9 @@ impl Args for TransportArg {
 }
 
 /// TCP's unit without `-l`: what `-k` counts and what an iperf3 server is
-/// told, iperf3's own default block. Senders write a size derived from
-/// their L2 cache instead (`transport::sizing`).
-const DEFAULT_TCP_BLOCK: u64 = 128 << 10;
+/// told, iperf3's own default block (a calibrated machine's senders may
+/// write another size: `transport::sizing`).
+const DEFAULT_TCP_BLOCK: u64 = crate::transport::sizing::DEFAULT_SIZE as u64;
 /// UDP datagram size: fits an Ethernet MTU over IPv4 and IPv6 with room
 /// for a tunnel header.
 const DEFAULT_UDP_SIZE: u64 = 1400;

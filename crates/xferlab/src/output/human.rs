@@ -812,7 +812,7 @@ fn describe_stream(spec: &TestSpec) -> String {
     };
     let writes = match spec.knobs.write_size {
         Some(w) => format!("{} per {send}", format_bytes(w)),
-        None => format!("{send} sized from the L2 cache"),
+        None => format!("{send} of the default or calibrated size"),
     };
     format!(
         "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {writes}, receive: {receive}"

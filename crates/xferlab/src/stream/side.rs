@@ -101,7 +101,7 @@ impl ConnectedFlow {
         let cpus = usable.len().max(1);
         let sizes = StreamSizes::for_flow(
             &spec.knobs,
-            &sys::cache::caches(cpu),
+            sys::calibration::current().ok().flatten(),
             transport::sizing::crowded(flows, cpus),
         );
         if matches!(socket, FlowSocket::Stream(_)) {
@@ -524,8 +524,13 @@ impl Side {
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
         let mut host = sys::host::host_info();
-        // The caches the sizes were derived from: those of the pinned CPU.
+        // The caches of the pinned CPU, and the calibration the sizes came
+        // from (an unreadable file was refused at start-up, in main).
         host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
+        host.size_calibration = sys::calibration::current()
+            .ok()
+            .flatten()
+            .map(|c| Box::new(c.clone()));
         SideReport {
             endpoint: self.endpoint,
             host,

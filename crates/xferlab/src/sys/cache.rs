@@ -1,31 +1,12 @@
 //! The CPU this process runs on: its model name (/proc/cpuinfo) and cache
-//! sizes (sysfs), which the data path derives its per-call sizes from, and
-//! the XFERLAB_L2_CACHE override that lets a test stand in for a CPU with
-//! another L2.
+//! sizes (sysfs), which results report and the size calibration is keyed
+//! by.
 
 use xferlab_core::result::CacheSizes;
 use xferlab_core::units::parse_size;
 
-/// Environment variable that replaces the detected L2 size (K/M suffixes,
-/// as `-l`): how the sizing is exercised for CPUs this machine is not.
-pub const L2_OVERRIDE: &str = "XFERLAB_L2_CACHE";
-
-/// The L2 override, if set; the one-line error when it is not a size.
-pub fn l2_override() -> Result<Option<u64>, String> {
-    match std::env::var(L2_OVERRIDE) {
-        Ok(v) => match parse_size(v.trim()) {
-            Ok(n) if n > 0 => Ok(Some(n)),
-            _ => Err(format!(
-                "{L2_OVERRIDE}='{v}' is not a cache size: use bytes with a K or M suffix (512K), or unset it"
-            )),
-        },
-        Err(_) => Ok(None),
-    }
-}
-
-/// Cache sizes of `cpu` (default: the first CPU this process may use),
-/// with the L2 override applied. Fields the kernel does not report are
-/// None.
+/// Cache sizes of `cpu` (default: the first CPU this process may use).
+/// Fields the kernel does not report are None.
 pub fn caches(cpu: Option<u32>) -> CacheSizes {
     let cpu = cpu
         .or_else(|| {
@@ -49,10 +30,6 @@ pub fn caches(cpu: Option<u32>) -> CacheSizes {
             ("3", "Unified" | "Data") => found.l3 = size,
             _ => {}
         }
-    }
-    if let Ok(Some(l2)) = l2_override() {
-        found.l2 = Some(l2);
-        found.l2_override = true;
     }
     found
 }
@@ -107,9 +84,7 @@ mod tests {
                     .count()
             })
             .unwrap_or(0);
-        if std::env::var_os(L2_OVERRIDE).is_none() {
-            assert_eq!(c.l2.is_some(), listed > 2, "{c:?}");
-            assert!(!c.l2_override);
-        }
+        assert_eq!(c.l2.is_some(), listed > 2, "{c:?}");
+        assert!(!c.l2_override);
     }
 }

@@ -15,6 +15,7 @@ pub fn host_info() -> HostInfo {
             .map_or(0, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         cpu_model: super::cache::cpu_model(),
         caches: Some(Box::new(super::cache::caches(None))),
+        size_calibration: None,
     }
 }
 

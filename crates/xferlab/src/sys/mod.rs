@@ -1,6 +1,7 @@
 //! Thin Linux shells around the kernel interfaces xferlab measures through
 //! and runs on: TCP_INFO, per-thread rusage, the /proc/net counter files,
-//! host identity, CPU model and caches, CPU affinity, child processes, stop signals
+//! host identity, CPU model and caches, this machine's size calibration
+//! file, CPU affinity, child processes, stop signals
 //! and background load workers. Parsing
 //! and arithmetic live in `xferlab_core`; these modules only make the
 //! system calls (through rustix, nix and signal-hook where they wrap them)
@@ -8,6 +9,7 @@
 
 pub mod affinity;
 pub mod cache;
+pub mod calibration;
 pub mod clock;
 pub mod counters;
 pub mod cpu;

@@ -1,130 +1,36 @@
 //! How much a byte-stream flow moves per system call and how its receiver
-//! batches its wake-ups: the write and read sizes derived from the L2 cache
-//! of the machine each end runs on unless the command line says otherwise.
-//! Pure: the caller reads the caches (`sys::cache`) and records the choice
-//! in the result.
+//! batches its wake-ups: iperf3's 128 KiB per write and read unless this
+//! machine was calibrated (`xferlab calibrate`) or the command line says
+//! otherwise. Pure: the caller looks up the calibration
+//! (`crate::calibration`) and records the choice in the result.
 //!
-//! # Why the L2 cache
+//! # Why not a size derived from the cache
 //!
-//! A copying receive is one long `copy_to_user` from the socket's pages
-//! (written moments ago by the sender, so in the sender's cache or L3)
-//! into the read buffer. While the buffer and the stretch of socket data
-//! being copied both fit in L2, the stores hit L2; once they do not, every
-//! store line is fetched from L3 first and the receiver's cost per byte
-//! triples. Measured on loopback, AMD EPYC (Zen 3, 512 KiB L2 per core,
-//! 32 MiB L3), one flow, receiver CPU seconds per GB (median of 3):
+//! On loopback a copying receive is one long `copy_to_user` from pages
+//! the sender wrote moments ago, and a copying send reads the same user
+//! buffer every call; both slow down once their buffers outgrow what the
+//! core keeps close, so larger calls help up to a cliff and hurt past it.
+//! Until 2026-11-29 the sizes were a formula of the L2 (writes of half of
+//! it, reads of a quarter), fitted on the CPUs at hand. It misfired on
+//! the next CPU each time, because where the cliff sits also depends on
+//! the L3, the softirq work the sender does for the receiver and the
+//! hypervisor. One flow (P=1) on loopback, `bench/tcp-vs-iperf3`,
+//! throughput as a ratio to iperf3 3.21 in the same rounds:
 //!
-//! | read size | 64K  | 128K | 160K | 192K | 256K | 1M   |
-//! |-----------|------|------|------|------|------|------|
-//! | s/GB      | 0.11 | 0.10 | 0.40 | 0.37 | 0.34 | 0.25 |
-//! | Gbit/s    | 24   | 29   | 12   | 13   | 13   | 7    |
+//! | CPU (L2 per core) | formula's write / read | ratio | a better size there |
+//! |---|---|---|---|
+//! | AMD EPYC Zen 3 (512 KiB) | 256K / 128K | 1.32 (an older 1M read: 0.49) | (the formula was fitted here) |
+//! | AMD EPYC Zen 4 (1 MiB) | 512K / 256K | 1.36 | 256K writes: 1.18 |
+//! | Intel Xeon (2 MiB) | 1M / 512K | 2.39 | told 512K of L2: 1.43 |
+//! | Intel Xeon @ 2.5 GHz (1 MiB) | 512K / 256K | 0.75, 0.87 | 256K writes: 1.22 |
 //!
-//! The cliff sits between L2/4 and L2/3 (a user-space memcpy into a
-//! buffer re-used the same way falls off at 160-192K on the same CPU), so
-//! [`L2_SHARE`] reads a quarter of L2. That is 64K on CPUs with 256 KiB
-//! of L2 (Intel Skylake client), 256K with 1 MiB (Skylake-SP, Zen 4) and
-//! 512K with 2 MiB (Sapphire Rapids). Before an Intel machine was at
-//! hand the rule was tested by overriding the detected L2
-//! (XFERLAB_L2_CACHE) on this CPU, medians of 3 interleaved 3 s runs,
-//! load average 4-7 (the Intel measurement is further down):
+//! (issue 35 has the last row's runs; the others are in this file's
+//! history and bench/README.md.) So a size above iperf3's has to earn its
+//! place by a measurement on the machine that runs the test: without one,
+//! flows write and read [`DEFAULT_SIZE`], which is what a user compares
+//! with, and `xferlab calibrate` measures candidates on this machine
+//! (a few seconds) and keeps the winner when it beats the default.
 //!
-//! | L2 override | read | Gbit/s | receiver s/GB |
-//! |-------------|------|--------|---------------|
-//! | 128K        | 32K  | 15.1   | 0.26          |
-//! | 512K (real) | 128K | 17.9   | 0.22          |
-//! | 4M          | 1M   | 13.3   | 0.34          |
-//!
-//! Believing in a smaller L2 than the real one costs calls, not misses;
-//! believing in a larger one makes reads overrun the real L2 and brings
-//! the cliff back: the size has to come from the machine that reads.
-
-//! # Why half of L2 per write
-//!
-//! A copying send reads the user buffer (the same one every call, so it
-//! stays cached while it fits) and writes fresh socket pages. With the
-//! source in L2, only the destination misses; once the source outgrows
-//! L2 it is fetched from L3 on every call as well. On loopback the sender
-//! also runs the receiver's TCP input (softirq), so what the sender saves
-//! is throughput. Measured here (AMD EPYC, 512 KiB L2, reads of 128K),
-//! P=1, `bench/tcp-vs-iperf3 --parallel 1 --variant ...`, medians of 3
-//! interleaved 4 s rounds, load average 0.8-1.8, iperf3 3.21 in the same
-//! rounds at 24.9 Gbit/s / 0.451 CPU s/GB:
-//!
-//! | write size | 64K   | 128K  | 256K  | 512K  | 1M    |
-//! |------------|-------|-------|-------|-------|-------|
-//! | Gbit/s     | 24.3  | 23.8  | 28.0  | 24.6  | 20.1  |
-//! | CPU s/GB   | 0.486 | 0.340 | 0.299 | 0.278 | 0.529 |
-//!
-//! Below the cliff larger writes only save calls (64K pays in calls);
-//! past it (1M, twice L2) the source's misses come back.
-//! [`WRITE_L2_SHARE`] writes half of L2: 128K with 256 KiB of L2, 512K with
-//! 1 MiB, 1M with 2 MiB. Both rules together, with the L2 overridden for
-//! both ends (`--variant 'l2-128K=XFERLAB_L2_CACHE=128K'`), P=1, medians of
-//! 3 interleaved 3 s rounds, load average 1.3-1.5, iperf3 3.21 at 21.6
-//! Gbit/s / 0.570 CPU s/GB in the same rounds:
-//!
-//! | L2 override | write / read | Gbit/s | CPU s/GB |
-//! |-------------|--------------|--------|----------|
-//! | 128K        | 64K / 32K    | 21.6   | 0.566    |
-//! | 512K (real) | 256K / 128K  | 28.6   | 0.447    |
-//! | 4M          | 2M / 1M      | 16.2   | 0.643    |
-//! | `-l 1M`     | 1M / 128K    | 15.6   | 0.712    |
-//!
-//! Again, a smaller L2 than the real one costs calls, a larger one misses.
-//!
-//! # A quarter of L2 per write when a core runs more than one flow
-//!
-//! Half of L2 assumes the sender has its core's L2 to itself. When a
-//! side runs as many flows as it may use CPUs, or more, a core holds two
-//! buffers: two senders' sources, or on loopback a sender's source and a
-//! receiver's read buffer (the receiver of another flow, or the sender's
-//! own softirq receive). Then each write fills a quarter of L2, as reads
-//! do, and the result says `l2_cache_shared`. Measured on a second CPU,
-//! AMD EPYC Zen 4 (1 MiB L2 per core, 32 MiB L3, 2 vCPUs), `bench/tcp-vs-iperf3
-//! --time 4 --rounds 5 --variant 'w256=--length 256K' --variant
-//! 'l2-512K=XFERLAB_L2_CACHE=512K'`, medians of 5 interleaved rounds,
-//! load average 1.3-2.1, throughput and CPU s/GB as ratios to iperf3
-//! 3.21 in the same rounds:
-//!
-//! | P | write 512K, read 256K (L2/2, L2/4) | write 256K (L2/4) | L2 told 512K (256K / 128K) |
-//! |---|-------------|-------------|-------------|
-//! | 1 | 1.36 / 0.76 | 1.18 / 0.86 | 1.19 / 0.85 |
-//! | 2 | 1.04 / 0.93 | 1.08 / 0.90 | 0.90 / 1.10 |
-//! | 4 | 0.98 / 1.02 | 1.01 / 0.99 | 0.98 / 1.01 |
-//! | 8 | 1.09 / 0.92 | 1.13 / 0.88 | 1.09 / 0.92 |
-//!
-//! One flow per side gains from half of L2 (1.36 against 1.18); with a
-//! flow per CPU or more, a quarter does better at every P. The last
-//! column is the Zen 3 sizing on this CPU: believing in half the real L2
-//! cost P=1 a seventh of its throughput (on Zen 3, believing in a larger
-//! L2 did, above). With this rule in place, the next run of the same bench
-//! without variants (load average 1.9-2.0) gave 1.43 / 1.24 / 1.06 / 1.23
-//! at P = 1 / 2 / 4 / 8, CPU s/GB 0.71 / 0.79 / 0.94 / 0.82.
-//!
-//! # The same rules on an Intel CPU
-//!
-//! A third machine, Intel Xeon (family 6 model 167, AVX-512 and AMX, 2
-//! MiB L2 per core, 2 vCPUs), ran the rules unchanged: write 1M and read
-//! 512K with one flow per side, write 512K when crowded (and, then,
-//! filling reads at P=1: see the next section for why they now stop at
-//! 128K buffers). Interleaved with the Zen 3 sizing (L2 told 512K) and
-//! a larger L2 (told 8M: write 4M, read 2M), `bench/tcp-vs-iperf3
-//! --iperf3 /opt/iperf3-321/bin/iperf3 --iperf3 /usr/bin/iperf3 --time 4 --rounds 5 --variant
-//! 'l2-512K=XFERLAB_L2_CACHE=512K' --variant 'l2-8M=XFERLAB_L2_CACHE=8M'`
-//! (2026-11-28), receiver Gbit/s / CPU s/GB, medians of 5 rounds:
-//!
-//! | P | L2 2M (real) | told 512K | told 8M | iperf3 3.21 | iperf3 3.12 |
-//! |---|--------------|-----------|---------|-------------|-------------|
-//! | 1 | 47.5 / 0.255 | 28.5 / 0.386 | 31.1 / 0.362 | 19.9 / 0.535 | 20.8 / 0.526 |
-//! | 2 | 47.4 / 0.330 | 46.3 / 0.339 | 41.9 / 0.257 | 45.9 / 0.333 | 23.6 / 0.484 |
-//! | 4 | 51.5 / 0.303 | 46.0 / 0.336 | 42.3 / 0.251 | 45.6 / 0.339 | 26.6 / 0.436 |
-//! | 8 | 54.0 / 0.286 | 46.5 / 0.333 | 41.4 / 0.263 | 46.6 / 0.334 | 26.5 / 0.439 |
-//!
-//! The peak sits at the real L2 at every P: believing in a quarter of it
-//! lost 40 % of one flow's throughput, believing in four times it lost
-//! 35 % (and at P >= 2 a tenth). Like for like (`-l 128K`, write size
-//! equal) xferlab did 20.3 Gbit/s against 19.5 (3.21) and 21.4 (3.12).
-
 //! # Reads that fill a small buffer while a CPU is to spare
 //!
 //! iperf3 reads a block: each read() asks for what is left of its buffer
@@ -197,26 +103,16 @@
 //! Xeon (same run as the rcvlowat figures) P=2 did 47.8 pinned against
 //! 47.0, and P=1 21.2 against 40.4 (both ends on one CPU).
 
-use xferlab_core::result::{CacheSizes, SizeSource};
+use xferlab_core::result::{SizeCalibration, SizeSource};
 use xferlab_core::spec::Knobs;
 
-/// The fraction of L2 one read fills (see the module docs).
-const L2_SHARE: u64 = 4;
-/// The fraction of L2 one write's source buffer fills (see the module
-/// docs).
-const WRITE_L2_SHARE: u64 = 2;
-/// Reads and writes never go below this: a loopback TCP segment is up to
-/// 64K, and smaller calls only add system calls.
-const MIN_SIZE: u64 = 16 << 10;
-/// Nor above this, whatever the L2 (no CPU's L2 makes a larger call pay).
-const MAX_SIZE: u64 = 16 << 20;
+/// Write and read size without a calibration: iperf3's block (see the
+/// module docs).
+pub const DEFAULT_SIZE: usize = 128 << 10;
 /// Largest read buffer that a receiver with a CPU to spare fills end to
 /// end (see the module docs: 128K won on AMD Zen 3 and Intel, 256K and
 /// 512K lost on Intel).
 const FILL_MAX: usize = 128 << 10;
-/// Read and write size on a machine that does not report its L2: iperf3's
-/// default block, a quarter of the smallest L2 of a current server CPU.
-const FALLBACK_SIZE: u64 = 128 << 10;
 
 /// What one byte-stream flow uses: the sender the write size, the receiver
 /// the rest.
@@ -237,33 +133,44 @@ pub struct StreamSizes {
 }
 
 impl StreamSizes {
-    /// The sizes a flow's end on a machine with `caches` uses for `knobs`;
-    /// `crowded`: this side runs at least as many flows as it may use
-    /// CPUs (see [`crowded`]).
-    pub fn for_flow(knobs: &Knobs, caches: &CacheSizes, crowded: bool) -> StreamSizes {
-        let (read, read_from) = from_l2(knobs.read_size, caches, L2_SHARE);
-        let (write, write_from) = if crowded {
-            match from_l2(knobs.write_size, caches, L2_SHARE) {
-                (n, SizeSource::L2Cache) => (n, SizeSource::L2CacheShared),
-                other => other,
-            }
-        } else {
-            from_l2(knobs.write_size, caches, WRITE_L2_SHARE)
+    /// The sizes a flow's end uses for `knobs` on a machine with
+    /// `calibration` (None: not calibrated); `crowded`: this side runs at
+    /// least as many flows as it may use CPUs (see [`crowded`]).
+    pub fn for_flow(
+        knobs: &Knobs,
+        calibration: Option<&SizeCalibration>,
+        crowded: bool,
+    ) -> StreamSizes {
+        let choice = calibration.map(|c| match (&c.crowded, crowded) {
+            (Some(shared), true) => *shared,
+            _ => c.alone,
+        });
+        let pick = |given: Option<u64>, measured: Option<u64>| match (given, measured) {
+            (Some(n), _) => (as_usize(n), SizeSource::Option),
+            (None, Some(n)) => (as_usize(n), SizeSource::Calibrated),
+            (None, None) => (DEFAULT_SIZE, SizeSource::Default),
         };
-        let read_size = usize::try_from(read).unwrap_or(usize::MAX);
+        let (write_size, write_size_from) = pick(knobs.write_size, choice.map(|c| c.write_size));
+        let (read_size, read_size_from) = pick(knobs.read_size, choice.map(|c| c.read_size));
+        let read_fill = knobs.read_fill.unwrap_or(match choice {
+            // The fill was measured with the size it came with.
+            Some(c) if read_size_from == SizeSource::Calibrated => c.read_fill,
+            _ => !crowded && read_size <= FILL_MAX,
+        });
         StreamSizes {
-            write_size: usize::try_from(write).unwrap_or(usize::MAX),
-            write_size_from: write_from,
+            write_size,
+            write_size_from,
             read_size,
-            read_size_from: read_from,
+            read_size_from,
             // A wake-up never asks for more than one read drains.
-            rcvlowat: knobs
-                .rcvlowat
-                .map_or(0, |l| usize::try_from(l).unwrap_or(usize::MAX))
-                .min(read_size),
-            read_fill: knobs.read_fill.unwrap_or(!crowded && read_size <= FILL_MAX),
+            rcvlowat: knobs.rcvlowat.map_or(0, as_usize).min(read_size),
+            read_fill,
         }
     }
+}
+
+fn as_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// Whether a side's flows share its cores: as many data flows as usable
@@ -272,139 +179,119 @@ pub fn crowded(flows: u64, usable_cpus: usize) -> bool {
     flows >= usable_cpus.max(1) as u64
 }
 
-/// `given`, else `1/share` of L2 within bounds, else the fallback.
-fn from_l2(given: Option<u64>, caches: &CacheSizes, share: u64) -> (u64, SizeSource) {
-    match (given, caches.l2) {
-        (Some(n), _) => (n, SizeSource::Option),
-        (None, Some(l2)) => (
-            page_floor(l2 / share).clamp(MIN_SIZE, MAX_SIZE),
-            SizeSource::L2Cache,
-        ),
-        (None, None) => (FALLBACK_SIZE, SizeSource::Fallback),
-    }
-}
-
-/// Rounded down to whole 4 KiB pages (TCP zero-copy receive maps pages).
-fn page_floor(n: u64) -> u64 {
-    n & !4095
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xferlab_core::result::SizeChoice;
 
-    fn l2(n: u64) -> CacheSizes {
-        CacheSizes {
-            l2: Some(n),
-            ..CacheSizes::default()
+    fn choice(write: u64, read: u64, fill: bool) -> SizeChoice {
+        SizeChoice {
+            write_size: write << 10,
+            read_size: read << 10,
+            read_fill: fill,
+            bps: 2e10,
+            default_bps: 1e10,
+        }
+    }
+
+    fn calibrated(crowded: Option<SizeChoice>) -> SizeCalibration {
+        SizeCalibration {
+            measured_unix_s: 1,
+            cpu_model: "cpu".into(),
+            kernel: "Linux 6.18".into(),
+            l2: Some(1 << 20),
+            cpus: 2,
+            alone: choice(512, 256, false),
+            crowded,
         }
     }
 
     #[test]
-    fn reads_fill_a_quarter_of_l2_within_bounds() {
+    fn without_a_calibration_flows_use_iperf3_s_block() {
         let k = Knobs::default();
-        let at = |c| StreamSizes::for_flow(&k, &c, false).read_size;
-        assert_eq!(at(l2(512 << 10)), 128 << 10);
-        assert_eq!(at(l2(256 << 10)), 64 << 10);
-        assert_eq!(at(l2(1280 << 10)), 320 << 10);
-        assert_eq!(at(l2(2 << 20)), 512 << 10);
-        assert_eq!(at(l2(16 << 10)), 16 << 10);
-        assert_eq!(at(l2(1 << 30)), 16 << 20);
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
+        let s = StreamSizes::for_flow(&k, None, false);
         assert_eq!(
-            (s.read_size_from, s.rcvlowat),
-            (SizeSource::L2Cache, 0),
-            "no wake-up batching unless asked"
+            (
+                s.write_size,
+                s.write_size_from,
+                s.read_size,
+                s.read_size_from
+            ),
+            (
+                128 << 10,
+                SizeSource::Default,
+                128 << 10,
+                SizeSource::Default
+            )
         );
+        assert_eq!(s.rcvlowat, 0, "no wake-up batching unless asked");
         assert!(s.read_fill, "a side with a CPU to spare fills its buffer");
-        let fills = |l2_bytes, read_size| {
+        assert!(!StreamSizes::for_flow(&k, None, true).read_fill);
+        let fills = |read_size| {
             let k = Knobs {
                 read_size,
                 ..Knobs::default()
             };
-            StreamSizes::for_flow(&k, &l2(l2_bytes), false).read_fill
+            StreamSizes::for_flow(&k, None, false).read_fill
         };
-        assert!(!fills(1 << 20, None), "256K reads: the whole buffer");
-        assert!(!fills(2 << 20, None), "512K reads: the whole buffer");
-        assert!(fills(2 << 20, Some(128 << 10)), "up to 128K it fills");
-        assert!(!fills(512 << 10, Some(129 << 10)));
+        assert!(fills(Some(64 << 10)), "up to 128K it fills");
+        assert!(!fills(Some(129 << 10)), "larger: the whole buffer");
     }
 
     #[test]
-    fn writes_fill_half_of_l2_and_the_option_wins() {
+    fn a_calibrated_machine_uses_its_choice_alone_or_crowded() {
         let k = Knobs::default();
-        let at = |c| {
-            let s = StreamSizes::for_flow(&k, &c, false);
-            (s.write_size, s.write_size_from)
-        };
-        assert_eq!(at(l2(512 << 10)), (256 << 10, SizeSource::L2Cache));
-        assert_eq!(at(l2(256 << 10)), (128 << 10, SizeSource::L2Cache));
-        assert_eq!(at(l2(2 << 20)), (1 << 20, SizeSource::L2Cache));
-        assert_eq!(at(l2(16 << 10)), (16 << 10, SizeSource::L2Cache));
-        assert_eq!(at(CacheSizes::default()), (128 << 10, SizeSource::Fallback));
-        let k = Knobs {
-            write_size: Some(100_000),
-            ..Knobs::default()
-        };
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
+        let c = calibrated(Some(choice(256, 128, false)));
+        let s = StreamSizes::for_flow(&k, Some(&c), false);
         assert_eq!(
-            (s.write_size, s.write_size_from),
-            (100_000, SizeSource::Option)
+            (s.write_size, s.read_size, s.read_fill, s.write_size_from),
+            (512 << 10, 256 << 10, false, SizeSource::Calibrated)
         );
+        let s = StreamSizes::for_flow(&k, Some(&c), true);
+        assert_eq!((s.write_size, s.read_size), (256 << 10, 128 << 10));
+        // One CPU: one flow is crowded already, and `alone` was measured so.
+        let one = calibrated(None);
+        let s = StreamSizes::for_flow(&k, Some(&one), true);
+        assert_eq!((s.write_size, s.read_size), (512 << 10, 256 << 10));
     }
 
     #[test]
-    fn a_crowded_side_writes_a_quarter_of_l2_and_says_so() {
-        let k = Knobs::default();
-        let s = StreamSizes::for_flow(&k, &l2(1 << 20), true);
-        assert_eq!(
-            (s.write_size, s.write_size_from, s.read_size, s.read_fill),
-            (256 << 10, SizeSource::L2CacheShared, 256 << 10, false)
-        );
-        let s = StreamSizes::for_flow(&k, &CacheSizes::default(), true);
-        assert_eq!(
-            (s.write_size, s.write_size_from),
-            (128 << 10, SizeSource::Fallback)
-        );
+    fn options_win_over_the_calibration_and_are_recorded() {
         let k = Knobs {
             write_size: Some(100_000),
+            read_size: Some(64 << 10),
+            rcvlowat: Some(1 << 20),
             ..Knobs::default()
         };
-        let s = StreamSizes::for_flow(&k, &l2(1 << 20), true);
+        let c = calibrated(None);
+        let s = StreamSizes::for_flow(&k, Some(&c), false);
         assert_eq!(
-            (s.write_size, s.write_size_from),
-            (100_000, SizeSource::Option)
+            (
+                s.write_size,
+                s.write_size_from,
+                s.read_size,
+                s.read_size_from
+            ),
+            (100_000, SizeSource::Option, 64 << 10, SizeSource::Option)
+        );
+        assert_eq!(
+            s.rcvlowat,
+            64 << 10,
+            "the wake-up batch is capped at one read"
+        );
+        assert!(
+            s.read_fill,
+            "a given read size follows the fill rule, not the calibration"
         );
         let k = Knobs {
             read_fill: Some(true),
             ..Knobs::default()
         };
         assert!(
-            StreamSizes::for_flow(&k, &l2(1 << 20), true).read_fill,
-            "--read-fill on wins on a crowded side"
+            StreamSizes::for_flow(&k, Some(&c), true).read_fill,
+            "--read-fill on wins"
         );
         assert!(!crowded(1, 2) && crowded(2, 2) && crowded(8, 2) && crowded(1, 1));
         assert!(crowded(1, 0), "an empty affinity mask counts as one CPU");
-    }
-
-    #[test]
-    fn an_unknown_l2_falls_back_and_the_option_wins() {
-        let k = Knobs::default();
-        let s = StreamSizes::for_flow(&k, &CacheSizes::default(), false);
-        assert_eq!(
-            (s.read_size, s.read_size_from),
-            (128 << 10, SizeSource::Fallback)
-        );
-        let k = Knobs {
-            read_size: Some(100_000),
-            rcvlowat: Some(1 << 20),
-            ..Knobs::default()
-        };
-        let s = StreamSizes::for_flow(&k, &l2(512 << 10), false);
-        assert_eq!(
-            (s.read_size, s.read_size_from, s.rcvlowat),
-            (100_000, SizeSource::Option, 100_000),
-            "the wake-up batch is capped at one read"
-        );
     }
 }
