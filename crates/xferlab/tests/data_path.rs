@@ -360,3 +360,33 @@ fn pinned_flows_share_a_cpu_at_both_ends() {
         }
     }
 }
+
+/// A calibration file this user may not read (root's, seen by a program
+/// run as another user with the same HOME) is not this user's: the test
+/// runs with the default sizes, it does not stop.
+#[test]
+fn another_user_s_calibration_file_is_ignored() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let file = TempFile::new("root-only");
+    std::fs::write(&file.0, "{}").unwrap();
+    std::fs::set_permissions(&file.0, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_xferlab"));
+    cmd.args(["stream", "-J", "-n", "1M"])
+        .env("XFERLAB_CALIBRATION", file.path())
+        .stdin(std::process::Stdio::null());
+    // SAFETY: setuid/setgid in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = cmd.output().expect("run as nobody (the tests run as root)");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{stderr}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("a JSON result");
+    assert_eq!(sender_socket(&v)["write_size_from"], "default");
+}

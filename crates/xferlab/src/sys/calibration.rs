@@ -106,11 +106,24 @@ pub fn read(path: &Path) -> Result<File, String> {
             path.display()
         )
     };
+    // Another user's file (root's, seen by a program that dropped its
+    // privileges with HOME unchanged) is not this user's calibration: the
+    // flows use the default, and the result says `default`.
+    let ignored = |e: std::io::Error| {
+        tracing::debug!("ignoring the size calibration {}: {e}", path.display());
+        Ok(File::default())
+    };
     let len = match std::fs::metadata(path) {
         Ok(m) => m.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(File::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return ignored(e),
         Err(e) => return Err(bad(format!("cannot be read ({e})"))),
     };
+    if let Err(e) = std::fs::File::open(path) {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            return ignored(e);
+        }
+    }
     if len > MAX_FILE {
         return Err(bad(format!("is {len} bytes, not a calibration file")));
     }
@@ -257,5 +270,12 @@ mod tests {
         }
         std::fs::write(&p, vec![b' '; (MAX_FILE + 1) as usize]).unwrap();
         assert!(read(&p).unwrap_err().contains("not a calibration file"));
+        // Unreadable for this user (not root: root reads any file).
+        std::fs::write(&p, "{}").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o000)).unwrap();
+        if std::fs::File::open(&p).is_err() {
+            assert!(read(&p).unwrap().machines.is_empty(), "another user's file");
+        }
     }
 }
