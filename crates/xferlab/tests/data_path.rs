@@ -152,6 +152,11 @@ fn a_calibration_of_this_machine_sets_the_sizes_and_is_reported() {
     let (_, s) = receiver(&v);
     assert_eq!(u64_at(s, "/read_size"), 64 << 10, "crowded: its own choice");
     assert_eq!(s["read_fill"], true);
+    // Datagram flows take no byte-stream sizes: no calibration to report.
+    let v = embedded(&["-u", "-t", "0.3"], &env);
+    for side in ["client", "server"] {
+        assert!(v[side]["host"].get("size_calibration").is_none(), "{side}");
+    }
     // Another kernel's entry alone: not this machine's.
     write(vec![entry(&serde_json::json!("Linux 0.01"))]);
     let v = embedded(&["-n", "1M"], &env);

@@ -14,7 +14,7 @@ use socket2::SockRef;
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{
     sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
-    SocketSettings,
+    SizeSource, SocketSettings,
 };
 use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 
@@ -524,13 +524,20 @@ impl Side {
         self.warnings.extend(more);
         let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
         let mut host = sys::host::host_info();
-        // The caches of the pinned CPU, and the calibration the sizes came
-        // from (an unreadable file was refused at start-up, in main).
+        // The caches of the pinned CPU, and the calibration the flows'
+        // sizes came from, when one did (an unreadable file was refused at
+        // start-up, in main).
         host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
-        host.size_calibration = sys::calibration::current()
-            .ok()
-            .flatten()
-            .map(|c| Box::new(c.clone()));
+        let calibrated = Some(SizeSource::Calibrated);
+        if flows
+            .iter()
+            .any(|f| f.socket.write_size_from == calibrated || f.socket.read_size_from == calibrated)
+        {
+            host.size_calibration = sys::calibration::current()
+                .ok()
+                .flatten()
+                .map(|c| Box::new(c.clone()));
+        }
         SideReport {
             endpoint: self.endpoint,
             host,

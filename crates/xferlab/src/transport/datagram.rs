@@ -218,7 +218,12 @@ pub fn send(
 /// GSO, on a Firecracker guest whose host took 4-33 % of the CPU time in
 /// bursts of milliseconds (2026-11-27; `stream -u -b 700M -l 1400 -t 2`,
 /// five interleaved pairs): 1.5-27 % lost with the default, 0.000 % in
-/// every run with 4M. Kernel DCCP and DCCP without `--gso` keep the
+/// every run with 4M. On an Intel Xeon (2 MiB L2; `bench/udp-constants`,
+/// unlimited `--gso` at 1400 B, medians of 5 interleaved 2 s rounds,
+/// 2026-11-29; `-w` sets the send buffer too) loss was 9.9 % with 212K,
+/// 2.8 % with 1M, 2.4 % with 4M, 1.7 % with 8M (maxima 16.6, 3.7, 3.8,
+/// 3.1 %): the plateau starts near 1M on both CPUs, and 4M stays inside
+/// it. Kernel DCCP and DCCP without `--gso` keep the
 /// system default: their receive queue is part of the protocol studied.
 /// The read-back value is the result's `socket.rcvbuf`.
 pub fn size_receive_buffer(sock: &UdpSocket, transport: Transport, knobs: &Knobs) {
