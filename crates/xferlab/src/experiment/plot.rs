@@ -33,8 +33,11 @@ use plotters::coord::ranged1d::{KeyPointHint, NoDefaultFormatting, Ranged, Value
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
+#[cfg(feature = "png")]
 use resvg::tiny_skia::Pixmap;
+#[cfg(feature = "png")]
 use resvg::usvg;
+#[cfg(feature = "png")]
 use std::sync::{Arc, OnceLock};
 
 /// Width of every rendered plot, in pixels.
@@ -975,6 +978,7 @@ fn wrap_px(s: &str, size: f64, px: f64) -> Vec<String> {
 }
 
 /// System fonts, loaded once: text renders where fonts exist and is skipped where none do.
+#[cfg(feature = "png")]
 fn fontdb() -> Arc<usvg::fontdb::Database> {
     static DB: OnceLock<Arc<usvg::fontdb::Database>> = OnceLock::new();
     DB.get_or_init(|| {
@@ -993,6 +997,7 @@ fn fontdb() -> Arc<usvg::fontdb::Database> {
 }
 
 /// `svg` drawn to pixels with resvg, with the system fonts for text.
+#[cfg(feature = "png")]
 pub fn rasterize(svg: &str) -> anyhow::Result<Pixmap> {
     use anyhow::Context;
     let opt = usvg::Options {
@@ -1012,6 +1017,7 @@ pub fn rasterize(svg: &str) -> anyhow::Result<Pixmap> {
 
 /// Renders `svg` to a PNG file at `path` (`xferlab report --png`, and
 /// tests that look at plots).
+#[cfg(feature = "png")]
 pub fn svg_to_png(svg: &str, path: &std::path::Path) -> anyhow::Result<()> {
     use anyhow::Context;
     rasterize(svg)?
@@ -1019,7 +1025,17 @@ pub fn svg_to_png(svg: &str, path: &std::path::Path) -> anyhow::Result<()> {
         .with_context(|| format!("cannot write {}", path.display()))
 }
 
-#[cfg(test)]
+/// A build without the `png` feature (the lab VM's guest binary) draws
+/// no pixels.
+#[cfg(not(feature = "png"))]
+pub fn svg_to_png(_svg: &str, path: &std::path::Path) -> anyhow::Result<()> {
+    anyhow::bail!(
+        "cannot draw {}: this xferlab was built without PNG support (cargo feature `png`); leave out --png",
+        path.display()
+    )
+}
+
+#[cfg(all(test, feature = "png"))]
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
