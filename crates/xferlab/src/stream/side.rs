@@ -13,8 +13,8 @@ use xferlab_core::time::Time;
 use socket2::SockRef;
 use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
 use xferlab_core::result::{
-    sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport,
-    SizeSource, SocketSettings,
+    sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, SideReport, SizeSource,
+    SocketSettings,
 };
 use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 
@@ -529,10 +529,9 @@ impl Side {
         // start-up, in main).
         host.caches = Some(Box::new(sys::cache::caches(self.cpu)));
         let calibrated = Some(SizeSource::Calibrated);
-        if flows
-            .iter()
-            .any(|f| f.socket.write_size_from == calibrated || f.socket.read_size_from == calibrated)
-        {
+        if flows.iter().any(|f| {
+            f.socket.write_size_from == calibrated || f.socket.read_size_from == calibrated
+        }) {
             host.size_calibration = sys::calibration::current()
                 .ok()
                 .flatten()
