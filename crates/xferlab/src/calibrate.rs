@@ -125,8 +125,8 @@ fn calibrate(r: &CalibrateRequest) -> Result<(), (String, u8)> {
     if key.cpus > 1 {
         cases_p.push(key.cpus);
     }
-    let per_case = (WRITES.len() + READS.len() + 1) as u64 * u64::from(r.rounds);
-    let bar = progress(per_case * cases_p.len() as u64);
+    // The first stages' runs; each second stage adds its own when known.
+    let bar = progress((WRITES.len() * cases_p.len()) as u64 * u64::from(r.rounds));
     let mut cases = Vec::new();
     for &p in &cases_p {
         let case = measure_case(&exe, r, p, p >= key.cpus, &bar).map_err(|e| (e, 1))?;
@@ -252,6 +252,7 @@ fn measure_case(
     if !reads.contains(&default) {
         reads.push(default);
     }
+    bar.inc_length(reads.len() as u64 * u64::from(r.rounds));
     let second = measure_set(exe, r, parallel, &reads, bar)?;
     let base = second
         .iter()

@@ -60,7 +60,12 @@ const GRO_BUFFER: usize = 65_536;
 /// 38.8 / 36.8, 2 buffers 31.2 / 27.8, 32 buffers (the old `--batch`
 /// default, 2 MiB) 32.1 / 20.7. A call then cannot say whether it
 /// emptied the queue, so the receiver looks again without waiting and
-/// naps when that finds nothing ([`GRO_NAP_BUFFERS`]).
+/// naps when that finds nothing ([`GRO_NAP_BUFFERS`]). On an Intel Xeon
+/// (2 MiB L2; `bench/udp-constants --gro`, unlimited at 1400 B, medians
+/// of 5 interleaved 2 s rounds, 2026-11-29) 1, 2 and 4 buffers per call
+/// received 63.9, 67.7 and 66.4 Gbit/s, inside the rounds' spread (57-72
+/// for one variant): one buffer wins on Zen 3 and costs nothing clear
+/// here.
 const GRO_MESSAGES: u32 = 1;
 
 /// GRO buffers a receiver that found its queue empty naps for (see
@@ -74,8 +79,31 @@ const GRO_MESSAGES: u32 = 1;
 /// 60.3 / 61.3; at 64 B no nap 14.9-15.4, 4 buffers 16.7-16.8, 8
 /// buffers 16.6-16.7. Loss stayed below 0.6 % in every run. Four
 /// buffers hold at most 256 KiB, well inside the receive buffer a GRO
-/// receiver gets ([`size_receive_buffer`]).
+/// receiver gets ([`size_receive_buffer`]). On an Intel Xeon (same bench
+/// and rounds as [`GRO_MESSAGES`]) naps of 1, 2, 4, 8 and 16 buffers gave
+/// 64.9, 67.3, 62.5, 63.3 and 63.2 Gbit/s, all inside the rounds' spread,
+/// loss 0.7-2.6 %: no size wins there, so Zen 3's stays.
 const GRO_NAP_BUFFERS: usize = 4;
+
+/// Environment variables that replace [`GRO_MESSAGES`] and
+/// [`GRO_NAP_BUFFERS`] (1-64; anything else is ignored): how
+/// `bench/udp-constants` measures them on another CPU without a build of
+/// its own. Not a user's knob: the result does not record them.
+const GRO_MESSAGES_VAR: &str = "XFERLAB_GRO_MESSAGES";
+const GRO_NAP_BUFFERS_VAR: &str = "XFERLAB_GRO_NAP_BUFFERS";
+
+/// `var`'s value when it is a whole number from 1 to 64, else `default`;
+/// read once per receiving flow.
+fn tuned(var: &str, default: usize) -> usize {
+    tuned_value(std::env::var(var).ok().as_deref(), default)
+}
+
+fn tuned_value(value: Option<&str>, default: usize) -> usize {
+    value
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| (1..=64).contains(n))
+        .unwrap_or(default)
+}
 
 /// Which header the datagrams carry: xferlab's own (sequence from 0, send
 /// time in ns, an end marker), or a stock iperf3 peer's (sequence from 1,
@@ -280,7 +308,11 @@ pub fn receive(
     } else {
         (knobs.size as usize).max(wire.header_len())
     };
-    let per_call = if gro { GRO_MESSAGES } else { knobs.batch } as usize;
+    let per_call = if gro {
+        tuned(GRO_MESSAGES_VAR, GRO_MESSAGES as usize)
+    } else {
+        knobs.batch as usize
+    };
     let mut batch = RecvBatch::new(fd, buf_len, per_call);
     // On a connection-oriented datagram socket (kernel DCCP) an empty
     // read is the peer's close: the end, even if its end marker was lost.
@@ -289,7 +321,11 @@ pub fn receive(
         .r#type()
         .is_ok_and(|t| t != socket2::Type::DGRAM);
     let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
-    let nap_after = if gro { GRO_NAP_BUFFERS } else { per_call };
+    let nap_after = if gro {
+        tuned(GRO_NAP_BUFFERS_VAR, GRO_NAP_BUFFERS)
+    } else {
+        per_call
+    };
     let mut nap = Nap::new(nap_after, rcvbuf / truesize(buf_len));
     // A GRO receiver takes one buffer per call, so a short call cannot
     // tell it the queue is empty: after each buffer it looks again
@@ -897,6 +933,16 @@ impl RecvBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bench_override_is_a_whole_number_from_1_to_64_or_ignored() {
+        assert_eq!(tuned_value(None, 4), 4);
+        assert_eq!(tuned_value(Some(" 8 "), 4), 8);
+        assert_eq!(tuned_value(Some("64"), 4), 64);
+        for bad in ["0", "65", "-1", "two", ""] {
+            assert_eq!(tuned_value(Some(bad), 4), 4, "{bad}");
+        }
+    }
 
     /// A nap lasts as long as the batch takes to arrive at the measured
     /// rate, but never past a quarter of the receive buffer nor NAP_MAX,
