@@ -206,6 +206,12 @@ fn calibrate_measures_stores_shows_and_forgets_and_a_bad_file_is_named() {
     Proc::spawn_env(&["stream", "-t", "0.2"], &env)
         .finish(deadline_for(1.0))
         .assert_one_line_failure(2, &["size calibration", "xferlab calibrate"]);
+    // ... and `xferlab calibrate`, as that line says, replaces it.
+    Proc::spawn_env(&["calibrate", "-t", "0.1", "--rounds", "1"], &env)
+        .finish(deadline_for(60.0))
+        .assert_success();
+    let t = embedded(&["-n", "1M"], &env);
+    assert_ne!(sender_socket(&t)["write_size_from"], "option");
     run(&["calibrate", "--rounds", "0"], deadline_for(1.0))
         .assert_one_line_failure(2, &["--rounds"]);
 }
