@@ -165,7 +165,14 @@ fn show_or_forget(
     file: Option<&std::path::Path>,
 ) -> Result<(), (String, u8)> {
     let Some(file) = file else {
-        println!("{FILE_VAR}=off: flows use iperf3's 128 KiB writes and reads");
+        if r.json {
+            println!(
+                "{:#}",
+                serde_json::json!({ "schema": "xferlab.calibrate/1", "file": null, "calibration": null })
+            );
+        } else {
+            println!("{FILE_VAR}=off: flows use iperf3's 128 KiB writes and reads");
+        }
         return Ok(());
     };
     if r.forget {

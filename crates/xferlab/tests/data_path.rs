@@ -194,6 +194,12 @@ fn calibrate_measures_stores_shows_and_forgets_and_a_bad_file_is_named() {
         u64_at(sender_socket(&t), "/write_size"),
         u64_at(&v["calibration"], "/alone/write_size")
     );
+    let off = Proc::spawn_env(&["calibrate", "--show", "-J"], &[]).finish(deadline_for(2.0));
+    off.assert_success();
+    assert!(
+        parse_json(&off)["calibration"].is_null(),
+        "calibration off: none"
+    );
     let shown = Proc::spawn_env(&["calibrate", "--show"], &env).finish(deadline_for(2.0));
     shown.assert_success();
     assert!(shown.stdout.contains("one flow"), "{}", shown.describe());
