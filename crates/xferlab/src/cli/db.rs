@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
 use super::experiment::DEFAULT_DB;
-use crate::experiment::db::{self, DbRequest};
+use crate::experiment::db::{DbRequest, ExportFormat};
 
 /// `xferlab db`.
 #[derive(Debug, Args)]
@@ -59,17 +59,6 @@ pub struct ExportArgs {
     pub all_attempts: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ExportFormat {
-    /// One row per run; point knobs and metrics (`name [unit]`) as columns.
-    Csv,
-    /// One JSON object per run: experiment, point, knobs, repeat, attempt,
-    /// status, metrics, result.
-    Jsonl,
-    /// Schema and INSERT statements for `sqlite3 NEW.db < FILE`.
-    Sql,
-}
-
 impl DbArgs {
     /// The subcommand as the store's request.
     pub fn request(&self) -> DbRequest<'_> {
@@ -81,11 +70,7 @@ impl DbArgs {
             },
             DbCommand::Export(a) => DbRequest::Export {
                 experiment: a.experiment.as_deref(),
-                format: match a.format {
-                    ExportFormat::Csv => db::ExportFormat::Csv,
-                    ExportFormat::Jsonl => db::ExportFormat::Jsonl,
-                    ExportFormat::Sql => db::ExportFormat::Sql,
-                },
+                format: a.format,
                 all_attempts: a.all_attempts,
                 output: a.output.as_deref(),
             },

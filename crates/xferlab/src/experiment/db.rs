@@ -43,14 +43,16 @@ impl From<csv::Error> for DbError {
     }
 }
 
-/// What `db export` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What `db export` writes (the command line offers these values as they
+/// are: their docs are `--format`'s help).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportFormat {
-    /// One row per run, knobs and metrics as columns.
+    /// One row per run; point knobs and metrics (`name [unit]`) as columns.
     Csv,
-    /// One JSON object per run, with its full result.
+    /// One JSON object per run: experiment, point, knobs, repeat, attempt,
+    /// status, metrics, result.
     Jsonl,
-    /// Schema and INSERT statements.
+    /// Schema and INSERT statements for `sqlite3 NEW.db < FILE`.
     Sql,
 }
 
