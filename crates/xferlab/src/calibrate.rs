@@ -368,14 +368,22 @@ fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Re
         if c.read_fill { "on" } else { "off" }.into(),
     ];
     let what = || format!("`xferlab {}`", args.join(" "));
-    let mut child = Command::new(exe)
-        .args(&args)
+    let mut cmd = Command::new(exe);
+    cmd.args(&args)
         .env(FILE_VAR, "off")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    // No child outlives a killed `calibrate`.
+    crate::sys::process::die_with_parent(&mut cmd, rustix::process::Signal::KILL);
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", what()))?;
+    // The pipes are drained while the child runs: a long run's result
+    // document is larger than a pipe holds, and a child blocked writing
+    // it would never end.
+    let out = drain(child.stdout.take());
+    let err = drain(child.stderr.take());
     // The child ends on its own after `time` and its drain; a hung one is
     // killed, never waited for.
     let deadline = Instant::now() + Duration::from_secs_f64(time + 20.0);
@@ -395,14 +403,8 @@ fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Re
             Err(e) => return Err(format!("waiting for {}: {e}", what())),
         }
     };
-    let mut out = String::new();
-    let mut err = String::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
-    }
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
-    }
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
     if !status.success() {
         let last = err.lines().last().unwrap_or("no message");
         return Err(format!("{} failed ({status}): {last}", what()));
@@ -413,6 +415,17 @@ fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Re
         .and_then(serde_json::Value::as_f64)
         .filter(|b| *b > 0.0)
         .ok_or_else(|| format!("{} reported no receiver throughput", what()))
+}
+
+/// Reads `pipe` to its end on a thread of its own.
+fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut text = String::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_string(&mut text);
+        }
+        text
+    })
 }
 
 fn progress(total: u64) -> ProgressBar {

@@ -216,8 +216,10 @@ fn calibrate_measures_stores_shows_and_forgets_and_a_bad_file_is_named() {
     Proc::spawn_env(&["calibrate", "-t", "0.1", "--rounds", "1"], &env)
         .finish(deadline_for(60.0))
         .assert_success();
-    let t = embedded(&["-n", "1M"], &env);
-    assert_ne!(sender_socket(&t)["write_size_from"], "option");
+    let repaired: Value = serde_json::from_str(&std::fs::read_to_string(&file.0).unwrap()).unwrap();
+    assert_eq!(repaired["schema"], "xferlab.calibration/1");
+    assert_eq!(repaired["machines"].as_array().map(Vec::len), Some(1));
+    embedded(&["-n", "1M"], &env);
     run(&["calibrate", "--rounds", "0"], deadline_for(1.0))
         .assert_one_line_failure(2, &["--rounds"]);
 }

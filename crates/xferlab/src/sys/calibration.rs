@@ -109,25 +109,22 @@ pub fn read(path: &Path) -> Result<File, String> {
     // Another user's file (root's, seen by a program that dropped its
     // privileges with HOME unchanged) is not this user's calibration: the
     // flows use the default, and the result says `default`.
-    let ignored = |e: std::io::Error| {
-        tracing::debug!("ignoring the size calibration {}: {e}", path.display());
-        Ok(File::default())
-    };
-    let len = match std::fs::metadata(path) {
-        Ok(m) => m.len(),
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(File::default()),
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return ignored(e),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::debug!("ignoring the size calibration {}: {e}", path.display());
+            return Ok(File::default());
+        }
         Err(e) => return Err(bad(format!("cannot be read ({e})"))),
     };
-    if let Err(e) = std::fs::File::open(path) {
-        if e.kind() == std::io::ErrorKind::PermissionDenied {
-            return ignored(e);
-        }
-    }
+    let len = f.metadata().map_or(0, |m| m.len());
     if len > MAX_FILE {
         return Err(bad(format!("is {len} bytes, not a calibration file")));
     }
-    let text = std::fs::read_to_string(path).map_err(|e| bad(format!("cannot be read ({e})")))?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut f, &mut text)
+        .map_err(|e| bad(format!("cannot be read ({e})")))?;
     let file: File = serde_json::from_str(&text).map_err(|e| bad(format!("is not valid ({e})")))?;
     if file.schema != SCHEMA {
         return Err(bad(format!(
