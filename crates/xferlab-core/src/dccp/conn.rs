@@ -196,7 +196,22 @@ pub struct Connection {
     /// `first_open_seq` (sec. 8.1.5).
     peer_partopen: bool,
     first_open_seq: Option<Seq>,
+    /// The newest arrival stamp handed to the receiver's CCID.
+    last_arrived: Option<Time>,
     stats: Stats,
+}
+
+/// A receive stamp the CCID may trust: one more than 1 s after `now` or
+/// 64 s before it is not an arrival but a step of the wall clock the
+/// stamp was mapped through, and becomes `now`; and stamps never go back
+/// (a stamp of an earlier buffer read later, or a clock step).
+fn arrival_stamp(now: Time, arrived: Time, last: Option<Time>) -> Time {
+    let sane = arrived <= now + Duration::from_secs(1)
+        && now
+            .checked_sub(Duration::from_secs(64))
+            .is_none_or(|floor| arrived >= floor);
+    let t = if sane { arrived } else { now };
+    last.map_or(t, |l| t.max(l))
 }
 
 impl std::fmt::Debug for Connection {
@@ -248,6 +263,7 @@ impl Connection {
             close_wanted: false,
             peer_partopen: false,
             first_open_seq: None,
+            last_arrived: None,
             stats: Stats::default(),
         }
     }
@@ -421,6 +437,12 @@ impl Connection {
         self.timewait_until = Some(now + 2 * self.cfg.msl);
     }
 
+    /// Whether the receiver's CCID wants to send feedback now.
+    #[cfg(test)]
+    pub(crate) fn feedback_due(&self, now: Time) -> bool {
+        self.rx.as_ref().is_some_and(|r| r.ack_due(now))
+    }
+
     /// When [`Connection::handle_timeout`] must run next.
     pub fn poll_timeout(&self) -> Option<Time> {
         let mut t = [self.retx_at, self.give_up_at, self.timewait_until]
@@ -488,6 +510,20 @@ impl Connection {
     pub fn handle_datagram_ecn<'a>(
         &mut self,
         now: Time,
+        bytes: &'a [u8],
+        ecn_ce: bool,
+    ) -> Option<&'a [u8]> {
+        self.handle_arrival(now, now, bytes, ecn_ce)
+    }
+
+    /// As [`Connection::handle_datagram_ecn`] for a datagram that reached
+    /// this host at `arrived` (the kernel's receive stamp on this
+    /// connection's clock), handled at `now`. The receiver's CCID measures
+    /// rates on arrival times; everything else runs on `now`.
+    pub fn handle_arrival<'a>(
+        &mut self,
+        now: Time,
+        arrived: Time,
         bytes: &'a [u8],
         ecn_ce: bool,
     ) -> Option<&'a [u8]> {
@@ -655,6 +691,8 @@ impl Connection {
                     _ => None,
                 })
                 .unwrap_or(0);
+            let arrived = arrival_stamp(now, arrived, self.last_arrived);
+            self.last_arrived = Some(arrived);
             rx.on_packet(
                 now,
                 &Arrival {
@@ -664,6 +702,7 @@ impl Connection {
                     ndp,
                     bytes: bytes.len(),
                     ecn_ce,
+                    arrived,
                 },
             );
         }
@@ -967,6 +1006,24 @@ mod tests {
     use crate::dccp::sim::{Net, Path};
 
     const SVC: u32 = 42;
+
+    #[test]
+    fn arrival_stamps_are_monotone_and_bounded() {
+        let s = Duration::from_secs(1);
+        let now = Time::ZERO + 100 * s;
+        let ms = Duration::from_millis(1);
+        // A stamp from a stale turn (later than now) or a queue (earlier).
+        assert_eq!(arrival_stamp(now, now + 30 * ms, None), now + 30 * ms);
+        assert_eq!(arrival_stamp(now, now - 30 * ms, None), now - 30 * ms);
+        // Never back, even when the stamp is honest but older.
+        assert_eq!(arrival_stamp(now, now - 30 * ms, Some(now)), now);
+        // A wall clock step either way is no arrival: now stands for it.
+        assert_eq!(arrival_stamp(now, now + 2 * s, None), now);
+        assert_eq!(arrival_stamp(now, now - 65 * s, None), now);
+        assert_eq!(arrival_stamp(now, now - 65 * s, Some(now + ms)), now + ms);
+        // Early in the clock's life the floor cannot underflow.
+        assert_eq!(arrival_stamp(Time::ZERO + ms, Time::ZERO, None), Time::ZERO);
+    }
 
     fn pair(ccid: u8, server_ccids: Vec<u8>, services: Vec<u32>) -> Net {
         let t0 = Time::ZERO;

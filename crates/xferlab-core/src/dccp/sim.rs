@@ -61,6 +61,25 @@ impl Ord for Flight {
     }
 }
 
+/// A receiving driver that loses the CPU right after reading its clock,
+/// as a thread on a busy host does: every `every`, the first turn that
+/// will write feedback reads its clock and is descheduled for `length`;
+/// what arrives meanwhile waits in a socket of `socket` datagrams (more
+/// are host drops), and is then handled with the stale reading, as the
+/// lab's driver does (it reads its clock once per turn).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RxStalls {
+    pub every: Duration,
+    pub length: Duration,
+    pub socket: usize,
+}
+
+struct Stalled {
+    clock: Time,
+    until: Time,
+    queue: Vec<(Flight, bool)>,
+}
+
 /// Counts of what the link did.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct LinkStats {
@@ -102,6 +121,17 @@ pub(crate) struct Net {
     pub wake_gran: Duration,
     /// Which connections (flow * 2 + on b) run at this instant.
     awake: Vec<bool>,
+    /// Flow 0's receiving drivers that stall, indexed as `host_drop_ppm`
+    /// (0: b, receiving from a), their stall in progress, the next stall's
+    /// earliest start, and how many began.
+    pub rx_stalls: [Option<RxStalls>; 2],
+    stalled: [Option<Stalled>; 2],
+    next_stall: [Time; 2],
+    pub stalls_begun: [u64; 2],
+    /// When set: flow 0's data packets as they reach b's socket (arrival
+    /// time, bytes), and every packet b puts on the link (time, bytes).
+    pub arrivals_log: Option<Vec<(Time, usize)>>,
+    pub sent_log: Option<Vec<(Time, Vec<u8>)>>,
 }
 
 impl Net {
@@ -126,6 +156,12 @@ impl Net {
             others: Vec::new(),
             wake_gran: Duration::ZERO,
             awake: Vec::new(),
+            rx_stalls: [None; 2],
+            stalled: [None, None],
+            next_stall: [now; 2],
+            stalls_begun: [0; 2],
+            arrivals_log: None,
+            sent_log: None,
         }
     }
 
@@ -147,8 +183,12 @@ impl Net {
     }
 
     fn put(&mut self, flow: usize, to_b: bool, bytes: &[u8]) {
-        let data =
-            super::packet::parse(bytes).is_ok_and(|p| p.header.body.packet_type().has_data());
+        if flow == 0 && !to_b {
+            if let Some(log) = self.sent_log.as_mut() {
+                log.push((self.now, bytes.to_vec()));
+            }
+        }
+        let data = is_data(bytes);
         let before = self.stats.random_drops + self.stats.queue_drops;
         self.put_inner(flow, to_b, bytes);
         if data && self.stats.random_drops + self.stats.queue_drops > before {
@@ -237,6 +277,83 @@ impl Net {
         self.awake = awake;
     }
 
+    /// Whether flow 0's end that receives on direction `d` (0: b) is in a
+    /// stall.
+    fn is_stalled(&self, flow: usize, to_b: bool) -> bool {
+        flow == 0 && self.stalled[usize::from(!to_b)].is_some()
+    }
+
+    /// Hands a datagram to its connection at `now` (arrived at `f.at`),
+    /// logging flow 0's data packets to b.
+    fn deliver(
+        &mut self,
+        now: Time,
+        f: &Flight,
+        ce: bool,
+        on_data: &mut dyn FnMut(usize, bool, &[u8]),
+    ) {
+        self.stats.delivered += 1;
+        if let Some(p) = self
+            .conn(f.flow, f.to_b)
+            .handle_arrival(now, f.at, &f.bytes, ce)
+        {
+            on_data(f.flow, f.to_b, p);
+        }
+    }
+
+    /// Starts a stall of flow 0's end `d` if one is due: its turn reads
+    /// the clock and will write feedback.
+    fn maybe_stall(&mut self, d: usize) {
+        let Some(st) = self.rx_stalls[d] else {
+            return;
+        };
+        assert!(self.others.is_empty(), "stalls are for flow 0 alone");
+        // Without a granularity every connection is polled at every
+        // instant, the stalled one too.
+        assert!(!self.wake_gran.is_zero(), "stalls need a wake_gran");
+        let now = self.now;
+        if self.stalled[d].is_none()
+            && now >= self.next_stall[d]
+            && self.conn(0, d == 0).feedback_due(now)
+        {
+            self.stalled[d] = Some(Stalled {
+                clock: now,
+                until: now + st.length,
+                queue: Vec::new(),
+            });
+            self.next_stall[d] = now + st.every;
+            self.stalls_begun[d] += 1;
+        }
+    }
+
+    /// Ends a stall whose time is up: the driver handles what queued
+    /// with its stale clock reading, runs a timer that was due then, and
+    /// sends (the packets leave now; the connection thinks it is then).
+    fn maybe_resume(&mut self, d: usize, on_data: &mut dyn FnMut(usize, bool, &[u8])) {
+        if self.stalled[d].as_ref().is_none_or(|s| self.now < s.until) {
+            return;
+        }
+        let Some(st) = self.stalled[d].take() else {
+            return;
+        };
+        let clock = st.clock;
+        let on_b = d == 0;
+        let total = self.host_drops[d];
+        self.conn(0, on_b).set_host_drops(total);
+        for (f, ce) in st.queue {
+            self.deliver(clock, &f, ce, on_data);
+        }
+        let c = self.conn(0, on_b);
+        if c.poll_timeout().is_some_and(|t| t <= clock) {
+            c.handle_timeout(clock);
+        }
+        let mut buf = [0u8; 2048];
+        while let Some(n) = self.conn(0, on_b).poll_transmit(clock, &mut buf) {
+            self.put(0, !on_b, &buf[..n]);
+        }
+        self.awake[usize::from(on_b)] = true;
+    }
+
     /// Advances to the next arrival or deadline and handles it; calls
     /// `on_data(to_b, payload)` for payloads delivered. False when nothing
     /// is left to happen before `limit`.
@@ -259,13 +376,20 @@ impl Net {
             0 => t,
             g => Time::from_nanos(t.as_nanos().div_ceil(g) * g),
         };
+        // A stalled end's next event is the end of its stall.
+        let stall_ends = self.stalled.each_ref().map(|s| s.as_ref().map(|s| s.until));
+        let timeout_of = |c: &Connection, d: usize| match stall_ends[d] {
+            Some(until) => Some(until),
+            None => c.poll_timeout().map(wake),
+        };
         let next = self
             .others
             .iter()
             .flat_map(|(x, y)| [x.poll_timeout(), y.poll_timeout()])
-            .chain([self.a.poll_timeout(), self.b.poll_timeout()])
             .flatten()
             .map(wake)
+            .chain(timeout_of(&self.a, 1))
+            .chain(timeout_of(&self.b, 0))
             .chain(self.heap.peek().map(|f| f.at))
             .min();
         let Some(next) = next.filter(|&t| t <= limit) else {
@@ -273,10 +397,16 @@ impl Net {
         };
         self.now = self.now.max(next);
         self.awake.fill(false);
+        for d in 0..2 {
+            self.maybe_resume(d, on_data);
+            self.maybe_stall(d);
+        }
         while self.heap.peek().is_some_and(|f| f.at <= self.now) {
             let f = self.heap.pop().unwrap();
-            self.awake[2 * f.flow + usize::from(f.to_b)] = true;
             let d = usize::from(!f.to_b);
+            if !self.is_stalled(f.flow, f.to_b) {
+                self.awake[2 * f.flow + usize::from(f.to_b)] = true;
+            }
             if self.host_drop_ppm[d] > 0 && self.rand() % 1_000_000 < self.host_drop_ppm[d] {
                 self.host_drops[d] += 1;
                 let total = self.host_drops[d];
@@ -284,18 +414,34 @@ impl Net {
                 continue;
             }
             let ce = self.ce_ppm[d] > 0 && self.rand() % 1_000_000 < self.ce_ppm[d];
-            self.stats.delivered += 1;
-            let now = self.now;
-            if let Some(p) = self
-                .conn(f.flow, f.to_b)
-                .handle_datagram_ecn(now, &f.bytes, ce)
+            if let Some(queued) = self.stalled[d]
+                .as_ref()
+                .filter(|_| f.flow == 0)
+                .map(|st| st.queue.len())
             {
-                on_data(f.flow, f.to_b, p);
+                let room = self.rx_stalls[d].map_or(usize::MAX, |s| s.socket);
+                if queued >= room {
+                    // The socket is full: SO_RXQ_OVFL counts it, and the
+                    // connection hears of it when its driver runs again.
+                    self.host_drops[d] += 1;
+                } else {
+                    self.log_arrival(&f);
+                    if let Some(st) = self.stalled[d].as_mut() {
+                        st.queue.push((f, ce));
+                    }
+                }
+                continue;
             }
+            self.log_arrival(&f);
+            let now = self.now;
+            self.deliver(now, &f, ce, on_data);
         }
         let now = self.now;
         for flow in 0..=self.others.len() {
             for side in [false, true] {
+                if self.is_stalled(flow, side) {
+                    continue;
+                }
                 let c = self.conn(flow, side);
                 if c.poll_timeout().is_some_and(|t| wake(t) <= now) {
                     c.handle_timeout(now);
@@ -306,6 +452,20 @@ impl Net {
         self.flush_awake();
         true
     }
+}
+
+impl Net {
+    fn log_arrival(&mut self, f: &Flight) {
+        if self.arrivals_log.is_some() && f.flow == 0 && f.to_b && is_data(&f.bytes) {
+            if let Some(log) = self.arrivals_log.as_mut() {
+                log.push((f.at, f.bytes.len()));
+            }
+        }
+    }
+}
+
+fn is_data(bytes: &[u8]) -> bool {
+    super::packet::parse(bytes).is_ok_and(|p| p.header.body.packet_type().has_data())
 }
 
 #[cfg(test)]
@@ -536,6 +696,17 @@ mod tests {
     /// application always ready: the goodput (Mbit/s on the wire) and the
     /// sender's state every quarter second.
     fn ccid3_trace(ab: Path, gran: Duration, secs: u64) -> Vec<(f64, CcidState)> {
+        ccid3_run(ab, gran, secs, None).0
+    }
+
+    /// As [`ccid3_trace`], with the receiving driver's stalls (and the
+    /// logs that judge its reports) when given; also returns the bench.
+    fn ccid3_run(
+        ab: Path,
+        gran: Duration,
+        secs: u64,
+        stalls: Option<RxStalls>,
+    ) -> (Vec<(f64, CcidState)>, Net) {
         let t0 = Time::ZERO;
         let size = 1400;
         let mut cc = Config::client(40000, 5001, SERVICE, 3);
@@ -547,6 +718,11 @@ mod tests {
         let client = Connection::connect(t0, cc);
         let mut net = Net::new(t0, client, Connection::listen(sc), ab, back);
         net.wake_gran = gran;
+        if stalls.is_some() {
+            net.rx_stalls[0] = stalls;
+            net.arrivals_log = Some(Vec::new());
+            net.sent_log = Some(Vec::new());
+        }
         let payload = vec![0u8; size];
         let tick = Duration::from_millis(250);
         let (mut next, mut got, mut last) = (t0 + tick, 0u64, 0u64);
@@ -562,9 +738,168 @@ mod tests {
                 (last, next) = (got, next + tick);
             }
             if !net.step(limit, &mut |_, _| got += 1) {
-                return trace;
+                return (trace, net);
             }
         }
+    }
+
+    /// Each report b sent after `from` (its X_recv) against what reached
+    /// b's socket between the moments the report and the one before it
+    /// left (at least 10 ms apart): (when, X_recv, reference), bytes/s.
+    fn judge_reports(net: &Net, from: Time) -> Vec<(Time, f64, f64)> {
+        use crate::dccp::options::{Opt, Options};
+        let reports: Vec<(Time, u32)> = net
+            .sent_log
+            .as_ref()
+            .unwrap()
+            .iter()
+            .filter_map(|(t, b)| {
+                let p = crate::dccp::packet::parse(b).ok()?;
+                Options::new(p.options)
+                    .flatten()
+                    .find_map(|(o, _)| match o {
+                        Opt::ReceiveRate(r) => Some((*t, r)),
+                        _ => None,
+                    })
+            })
+            .collect();
+        let arrivals = net.arrivals_log.as_ref().unwrap();
+        // Bytes that arrived up to each entry, for a sum per report.
+        let cum: Vec<u64> = arrivals
+            .iter()
+            .scan(0u64, |c, a| {
+                *c += a.1 as u64;
+                Some(*c)
+            })
+            .collect();
+        let upto = |t: Time| match arrivals.partition_point(|a| a.0 <= t) {
+            0 => 0,
+            i => cum[i - 1],
+        };
+        reports
+            .windows(2)
+            .filter(|w| {
+                w[0].0 >= from && w[1].0.duration_since(w[0].0) >= Duration::from_millis(10)
+            })
+            .map(|w| {
+                let span = w[1].0.duration_since(w[0].0).as_secs_f64();
+                let reference = (upto(w[1].0) - upto(w[0].0)) as f64 / span;
+                (w[1].0, f64::from(w[1].1), reference)
+            })
+            .collect()
+    }
+
+    fn check_reports(judged: &[(Time, f64, f64)], tolerance: f64) {
+        let bad = judged
+            .iter()
+            .filter(|(_, x, r)| (x / r - 1.0).abs() >= tolerance)
+            .count();
+        if bad > 0 {
+            for (t, x, r) in judged {
+                println!(
+                    "{:8.3} s X_recv {:7.2} Mbit/s arrived {:7.2} Mbit/s ratio {:.3}",
+                    t.as_secs_f64(),
+                    x * 8e-6,
+                    r * 8e-6,
+                    x / r
+                );
+            }
+        }
+        assert_eq!(
+            bad,
+            0,
+            "{bad} of {} reports off by {tolerance} or more",
+            judged.len()
+        );
+    }
+
+    /// The lab's CCID3 reports swung from 0 to 1.35 times the link rate
+    /// (docs/dccp.md) because the receiving driver reads its clock once
+    /// per turn: a turn that lost the CPU after reading it handled what
+    /// arrived meanwhile, and wrote its report, with the old reading. Here
+    /// b's driver stalls 15 ms in a feedback turn every 500 ms on a 100
+    /// Mbit/s, 40 ms path: every report must still say what arrived
+    /// between it and the one before, within 10 %. Counting bytes over
+    /// handling time gave the stalled reports ~1.3 and the next ~0.7.
+    #[test]
+    fn ccid3_x_recv_follows_arrivals_when_the_receiver_stalls() {
+        let stalls = RxStalls {
+            every: Duration::from_millis(500),
+            length: Duration::from_millis(15),
+            socket: 1000,
+        };
+        let (trace, net) = ccid3_run(
+            bottleneck(100, 20, 350, 0),
+            Duration::from_micros(500),
+            8,
+            Some(stalls),
+        );
+        assert!(net.stalls_begun[0] >= 12, "{}", net.stalls_begun[0]);
+        assert_eq!(net.host_drops[0], 0, "a 15 ms stall fits the socket");
+        let judged = judge_reports(&net, Time::ZERO + Duration::from_secs(3));
+        assert!(judged.len() >= 50, "{} reports judged", judged.len());
+        check_reports(&judged, 0.10);
+        // And the flow still fills the link.
+        let tail = trace[trace.len() - 8..].iter().map(|t| t.0).sum::<f64>() / 8.0;
+        assert!(tail > 85.0, "{tail} Mbit/s over the last 2 s");
+    }
+
+    /// The lab's path (1 Gbit/s, 94 ms, a BDP of queue, 50 us wakes) with
+    /// a 40 ms receiver stall every 2 s for 120 s: prints the rate and the
+    /// sender's state every second, and checks the reports as the fast
+    /// test does. Measured (release, 2026-11-29): every one of 1219
+    /// reports within 0.05 % of what arrived (before arrival stamps: off by
+    /// up to 42 %), no host drops, and no loss event after slow start,
+    /// which left p at 3.2e-8 and the equation at 847-854 Mbit/s either
+    /// way: the stalls alone do not make the lab's late loss events. Run with
+    /// `cargo test -p xferlab-core --release --lib dccp::sim -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement (prints numbers), slow in debug builds"]
+    fn ccid3_on_a_1_gbit_94_ms_path_with_receiver_stalls() {
+        let secs = 120;
+        let stalls = RxStalls {
+            every: Duration::from_secs(2),
+            length: Duration::from_millis(40),
+            socket: 11_000,
+        };
+        let (trace, net) = ccid3_run(
+            bottleneck(1000, 47, 8400, 0),
+            Duration::from_micros(50),
+            secs,
+            Some(stalls),
+        );
+        for (i, (mbit, state)) in trace.iter().enumerate().filter(|(i, _)| i % 4 == 3) {
+            println!("{:6.2} s {mbit:7.1} Mbit/s {state:?}", (i + 1) as f64 / 4.0);
+        }
+        let judged = judge_reports(&net, Time::ZERO + Duration::from_secs(5));
+        let worst = judged
+            .iter()
+            .map(|(_, x, r)| (x / r - 1.0).abs())
+            .fold(0.0, f64::max);
+        let tail = trace[trace.len() - 240..].iter().map(|t| t.0).sum::<f64>() / 240.0;
+        println!(
+            "CCID3 1 Gbit/s 94 ms, receiver stalls: {tail:.0} Mbit/s over the last 60 s; \
+             {} stalls, {} host drops, {} reports judged, worst off by {:.1} %",
+            net.stalls_begun[0],
+            net.host_drops[0],
+            judged.len(),
+            worst * 100.0
+        );
+        check_reports(&judged, 0.10);
+        // After slow start's loss events the receiver sees none: p stays,
+        // and the sender holds the equation's rate for it (on the wire:
+        // s = 1440-byte packets of 1456 bytes). The 40 ms stalls fit the
+        // socket and cost nothing.
+        let p_at = |i: usize| match trace[i].1 {
+            CcidState::Ccid3 { p, .. } => p,
+            _ => unreachable!(),
+        };
+        assert_eq!(p_at(40), p_at(trace.len() - 1), "p stepped after 10 s");
+        let CcidState::Ccid3 { x, .. } = trace[trace.len() - 1].1 else {
+            panic!()
+        };
+        let want = x / 1440.0 * 1456.0 * 8e-6;
+        assert!((tail / want - 1.0).abs() < 0.02, "{tail} Mbit/s, X allows {want}");
     }
 
     /// A sender whose driver wakes only every 500 us (t_ipi is 112 us at

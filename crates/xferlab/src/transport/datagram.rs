@@ -657,7 +657,7 @@ fn pause(target: Time) {
     }
 }
 
-fn realtime_ns() -> u64 {
+pub(super) fn realtime_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)

@@ -447,6 +447,7 @@ mod tests {
                         ndp: 0,
                         bytes: 1400,
                         ecn_ce: false,
+                        arrived: back,
                     },
                 );
                 let n = ack_bytes(&mut rx, back, Seq::new(s), &mut buf);
@@ -530,6 +531,7 @@ mod tests {
                     ndp: 0,
                     bytes: 1400,
                     ecn_ce: false,
+                    arrived: t0,
                 },
             );
             let n = ack_bytes(&mut rx, t0, Seq::new(a), &mut buf);

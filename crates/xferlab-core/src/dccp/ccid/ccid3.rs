@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::time::Time;
 
-use super::tfrc::{p_for_rate, x_calc, LossIntervals};
+use super::tfrc::{p_for_rate, x_calc, ArrivalRate, LossIntervals};
 use super::{Arrival, CcidConfig, CcidRx, CcidState, CcidTx, Feedback};
 use crate::dccp::options::{Elapsed, Opt, Options};
 use crate::dccp::packet::PacketWriter;
@@ -283,16 +283,33 @@ pub struct Ccid3Rx {
     intervals: LossIntervals,
     /// Highest data sequence number seen.
     last_data: Option<Seq>,
-    /// Start of the current loss event: its CCVal and time.
+    /// Start of the current loss event: its CCVal and arrival time.
     event: Option<(u8, Time)>,
     /// Arrival of the first packet with each window counter value, for
-    /// the receiver's RTT estimate (RFC 4342 sec. 8.1).
+    /// the receiver's RTT estimate (RFC 4342 sec. 8.1). Arrival times, not
+    /// handling times: the estimate measures the sender's spacing, which
+    /// a receiving thread's stalls would otherwise distort.
     wc_seen: [Option<Time>; 16],
     last_wc: Option<u8>,
     rtt: Duration,
+    /// Data bytes handled since the last report.
     bytes_since: u64,
+    /// When the last report was written (handling time: feedback goes out
+    /// once per R of the receiver's own schedule).
     last_feedback: Option<Time>,
-    last_arrival: Option<Time>,
+    /// When the last data packet was handled: Elapsed Time counts from it.
+    last_handled: Option<Time>,
+    /// The newest data packet's arrival, and its value when the last
+    /// report was written: a report's X_recv is the bytes that arrived
+    /// between the two, over that span. Counting over the handling clock
+    /// instead made X_recv swing from 0 to 1.35 times the link rate on
+    /// the lab's 1 Gbit/s path whenever the receiving thread lost the CPU
+    /// for tens of ms after reading its clock (docs/dccp.md).
+    newest_arrival: Option<Time>,
+    fed_up_to: Option<Time>,
+    /// The arrival rate over the last round trips, for short report spans
+    /// and the first loss interval.
+    arrivals: ArrivalRate,
     /// X_recv over the previous feedback interval, for the first loss.
     x_recv: f64,
     loss_pending: bool,
@@ -311,7 +328,10 @@ impl Ccid3Rx {
             rtt: cfg.handshake_rtt.unwrap_or(Duration::from_millis(100)),
             bytes_since: 0,
             last_feedback: None,
-            last_arrival: None,
+            last_handled: None,
+            newest_arrival: None,
+            fed_up_to: None,
+            arrivals: ArrivalRate::default(),
             x_recv: 0.0,
             loss_pending: false,
             data_since: false,
@@ -321,6 +341,30 @@ impl Ccid3Rx {
     /// The loss event rate the receiver currently reports.
     pub fn p(&self) -> f64 {
         self.intervals.p()
+    }
+
+    /// The rate the first loss interval stands for (RFC 5348 sec. 6.3.1):
+    /// the rate received before the loss, the largest of three honest
+    /// measures on arrival times: the last report's X_recv, what arrived
+    /// since it (over at least R/4, or a few packets of one GRO buffer
+    /// would stand for it), and the last round trip's arrivals. In slow
+    /// start the last report saw half the rate or less, and p goes with
+    /// 1/X^2: on the lab's 94 ms path that report alone once gave p =
+    /// 2.85e-7 and held CCID3 at 294 Mbit/s (other runs: ~2e-8).
+    fn x_target(&self) -> f64 {
+        let mut x = self.x_recv;
+        if let (Some(new), Some(from)) = (self.newest_arrival, self.fed_up_to) {
+            let span = new.duration_since(from);
+            if span >= self.rtt / 4 && !span.is_zero() {
+                x = x.max(self.bytes_since as f64 / span.as_secs_f64());
+            }
+        }
+        if let Some(new) = self.newest_arrival {
+            if let Some(r) = self.arrivals.rate_over(new, self.rtt) {
+                x = x.max(r);
+            }
+        }
+        x
     }
 
     fn track_rtt(&mut self, now: Time, wc: u8) {
@@ -350,9 +394,14 @@ impl CcidRx for Ccid3Rx {
         if !a.data {
             return;
         }
-        self.track_rtt(now, a.ccval);
+        // Arrival stamps are non-decreasing per connection (the
+        // connection makes them so).
+        let at = a.arrived;
+        self.track_rtt(at, a.ccval);
         self.bytes_since += a.bytes as u64;
-        self.last_arrival = Some(now);
+        self.arrivals.push(at, a.bytes as u64, self.rtt);
+        self.newest_arrival = Some(at);
+        self.last_handled = Some(now);
         self.data_since = true;
         let Some(last) = self.last_data else {
             self.last_data = Some(a.seq);
@@ -373,29 +422,17 @@ impl CcidRx for Ccid3Rx {
         if lost > 0 || a.ecn_ce {
             let new_event = match self.event {
                 None => true,
-                Some((wc, at)) => {
-                    (a.ccval.wrapping_sub(wc) & 15) > 4 || now.duration_since(at) >= self.rtt * 4
+                Some((wc, began)) => {
+                    (a.ccval.wrapping_sub(wc) & 15) > 4 || at.duration_since(began) >= self.rtt * 4
                 }
             };
             if new_event {
-                let first = if self.intervals.is_empty() {
-                    // Sec. 6.3.1: the interval that gives the rate seen:
-                    // the larger of the last report's X_recv and what came
-                    // since it. In slow start the last report saw half the
-                    // rate or less, and p goes with 1/X^2: on the lab's 94
-                    // ms path that report alone once gave p = 2.85e-7 and
-                    // held CCID3 at 294 Mbit/s (other runs: ~2e-8).
-                    let t = self
-                        .last_feedback
-                        .map_or(self.rtt, |f| now.duration_since(f));
-                    let since = self.bytes_since as f64 / t.as_secs_f64().max(1e-6);
-                    let x = self.x_recv.max(since);
-                    Some((1.0 / p_for_rate(self.s, self.rtt, x)).round() as u64)
-                } else {
-                    None
-                };
+                let first = self
+                    .intervals
+                    .is_empty()
+                    .then(|| (1.0 / p_for_rate(self.s, self.rtt, self.x_target())).round() as u64);
                 self.intervals.new_event(first);
-                self.event = Some((a.ccval, now));
+                self.event = Some((a.ccval, at));
                 self.loss_pending = true;
                 self.intervals.count(1);
                 return;
@@ -420,7 +457,7 @@ impl CcidRx for Ccid3Rx {
         }
         match self.last_feedback {
             Some(t) if !self.loss_pending => Some(t + self.rtt),
-            _ => self.last_arrival,
+            _ => self.last_handled,
         }
     }
 
@@ -431,11 +468,25 @@ impl CcidRx for Ccid3Rx {
         _ack: Seq,
         w: &mut PacketWriter<'_>,
     ) -> Result<(), DccpError> {
-        let since = self
-            .last_feedback
-            .map_or(self.rtt, |t| now.duration_since(t))
-            .max(Duration::from_micros(100));
-        let x_recv = self.bytes_since as f64 / since.as_secs_f64();
+        // The bytes that arrived since the last report, over the span
+        // between the newest arrivals each report saw (R for the first).
+        // A span under R/2 is a loss report right after a periodic one,
+        // and may be one GRO buffer's single stamp: the last R's arrival
+        // rate stands for it (a 100 us floor turned 30 packets into 3.5
+        // Gbit/s).
+        let span = match (self.newest_arrival, self.fed_up_to) {
+            (Some(new), Some(from)) => new.duration_since(from),
+            _ => self.rtt,
+        };
+        let x_recv = if self.bytes_since == 0 {
+            0.0
+        } else if span >= self.rtt / 2 && !span.is_zero() {
+            self.bytes_since as f64 / span.as_secs_f64()
+        } else {
+            self.newest_arrival
+                .and_then(|new| self.arrivals.rate_over(new, self.rtt))
+                .unwrap_or(self.bytes_since as f64 / self.rtt.as_secs_f64().max(1e-4))
+        };
         self.x_recv = x_recv;
         let p = self.intervals.p();
         let ler = if p == 0.0 {
@@ -443,8 +494,11 @@ impl CcidRx for Ccid3Rx {
         } else {
             (1.0 / p).ceil().min(f64::from(u32::MAX - 1)) as u32
         };
+        // Elapsed Time (RFC 4340 sec. 13.2) from handling, not arrival:
+        // the socket queue in front of this connection delays every
+        // report, so it belongs in the loop delay the sender's R holds.
         let elapsed = self
-            .last_arrival
+            .last_handled
             .map_or(0, |t| now.duration_since(t).as_micros() / 10);
         w.option(&Opt::ElapsedTime(Elapsed::of(
             elapsed.min(u128::from(u32::MAX)) as u32,
@@ -452,6 +506,7 @@ impl CcidRx for Ccid3Rx {
         w.option(&Opt::LossEventRate(ler))?;
         w.option(&Opt::ReceiveRate(x_recv.min(f64::from(u32::MAX)) as u32))?;
         self.bytes_since = 0;
+        self.fed_up_to = self.newest_arrival;
         self.last_feedback = Some(now);
         self.loss_pending = false;
         self.data_since = false;
@@ -686,6 +741,7 @@ mod tests {
                     ndp: 0,
                     bytes: 1400,
                     ecn_ce: i % 100 == 50,
+                    arrived: now,
                 },
             );
         }
@@ -709,6 +765,7 @@ mod tests {
                 ndp: 0,
                 bytes: 1400,
                 ecn_ce: false,
+                arrived: now,
             };
             rx.on_packet(now, &a);
         };
@@ -751,6 +808,192 @@ mod tests {
         );
     }
 
+    /// Writes b's feedback at `now`: (Elapsed Time in 10 us units, X_recv).
+    fn written(rx: &mut Ccid3Rx, now: Time) -> (u32, u32) {
+        let h = Header {
+            src_port: 2,
+            dst_port: 1,
+            ccval: 0,
+            cscov: 0,
+            long: true,
+            seq: Seq::new(1),
+            body: Body::Ack { ack: Seq::new(1) },
+        };
+        let mut buf = [0u8; 256];
+        let mut w = PacketWriter::new(&mut buf, &h).unwrap();
+        rx.write_feedback(now, Seq::new(1), Seq::new(1), &mut w)
+            .unwrap();
+        let n = w.finish(&[], &Pseudo::None).unwrap();
+        let (mut elapsed, mut rate) = (None, None);
+        for (o, _) in Options::new(parse(&buf[..n]).unwrap().options).flatten() {
+            match o {
+                Opt::ElapsedTime(e) => elapsed = e.value(),
+                Opt::ReceiveRate(r) => rate = Some(r),
+                _ => {}
+            }
+        }
+        (elapsed.unwrap(), rate.unwrap())
+    }
+
+    fn data(seq: u64, ccval: u8, arrived: Time) -> Arrival {
+        Arrival {
+            seq: Seq::new(seq),
+            data: true,
+            ccval,
+            ndp: 0,
+            bytes: 1400,
+            ecn_ce: false,
+            arrived,
+        }
+    }
+
+    /// 14 MB/s arrive (a packet every 100 us) while the receiving thread
+    /// handles them in bursts after 60 ms stalls, with a clock read
+    /// before the stall (stamps later than `now`) or after it (stamps
+    /// earlier): every report after the first says 14 MB/s within 2 %.
+    /// Counted over handling time, the first kind gave 1.6 and 0.4 times
+    /// the rate around each stall.
+    #[test]
+    fn x_recv_follows_arrivals_not_the_threads_stalls() {
+        for stale in [true, false] {
+            let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(100 * MS)));
+            let (mut seq, mut arrived) = (0u64, Time::ZERO);
+            let mut reports = Vec::new();
+            let mut clock = Time::ZERO;
+            for turn in 0..30u32 {
+                // What arrived since the last turn: 40 ms of packets, or
+                // 100 ms (a stall) every third turn.
+                let span = if turn % 3 == 2 { 100 } else { 40 };
+                let until = arrived + MS * span;
+                // The turn's clock: read before the stall (stale) or after.
+                let now = if stale { clock } else { until };
+                while arrived < until {
+                    arrived += MS / 10;
+                    seq += 1;
+                    rx.on_packet(now, &data(seq, 0, arrived));
+                }
+                if rx.ack_due(now) {
+                    reports.push(written(&mut rx, now).1);
+                }
+                clock = until;
+            }
+            assert!(reports.len() > 5, "{reports:?}");
+            for &r in &reports[1..] {
+                let x = f64::from(r);
+                assert!((x / 14e6 - 1.0).abs() < 0.02, "stale {stale}: {reports:?}");
+            }
+        }
+    }
+
+    /// A loss report right after a periodic one, its packets sharing one
+    /// stamp (a GRO buffer): X_recv is the last R's arrival rate, not a
+    /// few packets over the 100 us floor.
+    #[test]
+    fn a_short_report_span_reports_the_last_rtt() {
+        let rtt = 20 * MS;
+        let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(rtt)));
+        let mut t = Time::ZERO;
+        let mut seq = 0;
+        // 40 ms at 14 MB/s, a periodic report.
+        for _ in 0..400 {
+            t += MS / 10;
+            seq += 1;
+            rx.on_packet(t, &data(seq, 0, t));
+        }
+        written(&mut rx, t);
+        // 30 packets with one stamp, the last after a gap: a loss report.
+        let stamp = t + MS / 10;
+        for k in 0..30 {
+            seq += if k == 29 { 2 } else { 1 };
+            rx.on_packet(stamp, &data(seq, 0, stamp));
+        }
+        assert!(rx.ack_due(stamp), "a loss is reported at once");
+        let x = f64::from(written(&mut rx, stamp).1);
+        // The last R: 200 packets in 20 ms, plus the 30 of the buffer.
+        assert!((x / 15.5e6 - 1.0).abs() < 0.1, "{x}");
+    }
+
+    /// Elapsed Time counts from when the packet was handled, not from its
+    /// arrival stamp: arrived at t, handled at t + 30 ms, written at t +
+    /// 31 ms: 1 ms (100 units), not 31 ms.
+    #[test]
+    fn elapsed_time_counts_from_handling() {
+        let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(100 * MS)));
+        let t = Time::ZERO + 500 * MS;
+        rx.on_packet(t + 30 * MS, &data(1, 0, t));
+        assert_eq!(written(&mut rx, t + 31 * MS).0, 100);
+    }
+
+    /// The receiver's RTT estimate (RFC 4342 sec. 8.1) reads the sender's
+    /// spacing off arrival stamps: window counters a quarter of 100 ms
+    /// apart, handled in 40 ms bursts, still give 100 ms.
+    #[test]
+    fn a_stall_does_not_move_the_receivers_rtt() {
+        let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(300 * MS)));
+        let mut seq = 0;
+        for q in 0..12u32 {
+            let arrived = Time::ZERO + 25 * MS * q;
+            // Handled in bursts: at the next multiple of 40 ms.
+            let handled = Time::from_nanos(arrived.as_nanos().div_ceil(40_000_000) * 40_000_000);
+            seq += 1;
+            rx.on_packet(handled, &data(seq, (q % 16) as u8, arrived));
+        }
+        assert_eq!(rx.rtt, 100 * MS);
+    }
+
+    /// Shifting every arrival stamp by +-50 ms leaves when feedback is due
+    /// unchanged: the feedback loop runs on handling time.
+    #[test]
+    fn feedback_timing_ignores_arrival_stamps() {
+        let timeline = |shift: i64| {
+            let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(20 * MS)));
+            let mut out = Vec::new();
+            let base = Time::ZERO + 1000 * MS;
+            for i in 1..=400u64 {
+                let now = base + MS / 2 * i as u32;
+                let arrived = Time::from_nanos((now.as_nanos() as i64 + shift * 1_000_000) as u64);
+                rx.on_packet(now, &data(i, 0, arrived));
+                out.push((rx.ack_due(now), rx.poll_timeout()));
+                if rx.ack_due(now) {
+                    written(&mut rx, now);
+                }
+            }
+            out
+        };
+        assert_eq!(timeline(50), timeline(0));
+        assert_eq!(timeline(-50), timeline(0));
+    }
+
+    /// The first loss interval from arrival stamps when the receiving
+    /// thread handled the last RTT in one burst with a stale clock: one
+    /// R at 1.4 MB/s handled promptly and reported, then 20 ms of
+    /// arrivals at 14 MB/s handled at once at the report's time + 1 ms,
+    /// the last revealing a loss. p is the equation's for 14 MB/s; over
+    /// the handling clock the rate since the report was 280 KB in 1 ms,
+    /// 20 times too high, and p 400 times too low.
+    #[test]
+    fn first_loss_interval_is_the_arrival_rate_over_the_last_rtt() {
+        let rtt = 20 * MS;
+        let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(rtt)));
+        let (mut seq, mut t) = (0u64, Time::ZERO);
+        for _ in 0..20 {
+            seq += 1;
+            t += MS;
+            rx.on_packet(t, &data(seq, 0, t));
+        }
+        written(&mut rx, t);
+        let handled = t + MS;
+        let mut arrived = t;
+        for k in 0..200 {
+            seq += if k == 199 { 2 } else { 1 };
+            arrived += MS / 10;
+            rx.on_packet(handled, &data(seq, 0, arrived));
+        }
+        let want = p_for_rate(1400.0, rtt, 14e6);
+        let p = rx.p();
+        assert!((p / want - 1.0).abs() < 0.05, "p {p}, want {want}");
+    }
+
     /// The receiver counts loss events and reports 1/p.
     #[test]
     fn receiver_loss_intervals_and_feedback() {
@@ -778,6 +1021,7 @@ mod tests {
                     ndp: 0,
                     bytes: 1400,
                     ecn_ce: false,
+                    arrived: now,
                 },
             );
             if rx.ack_due(now) {

@@ -38,6 +38,13 @@ pub struct Arrival {
     /// Bytes of the whole DCCP packet.
     pub bytes: usize,
     pub ecn_ce: bool,
+    /// When the packet reached this host (the kernel's receive stamp, on
+    /// the connection's clock), non-decreasing per connection. It may be
+    /// later than the `now` it is handled at (a thread that read its clock
+    /// and then lost the CPU handles what arrived meanwhile with that
+    /// reading) or earlier (a queue in the socket): rates are measured on
+    /// it, the feedback loop's timing on `now`.
+    pub arrived: Time,
 }
 
 /// A CCID's state for one results interval.

@@ -1,9 +1,11 @@
 //! TFRC (RFC 5348) arithmetic shared by CCID3's halves: the throughput
-//! equation, its inverse for the first loss interval, and the weighted
-//! average of loss intervals.
+//! equation, its inverse for the first loss interval, the weighted
+//! average of loss intervals, and the receiver's arrival rate.
 
 use std::collections::VecDeque;
 use std::time::Duration;
+
+use crate::time::Time;
 
 /// The TCP throughput equation of RFC 5348 sec. 3.1 in bytes/s, with b = 1
 /// and t_RTO = 4R: X = s / (R sqrt(2bp/3) + t_RTO (3 sqrt(3bp/8)) p (1+32p^2)).
@@ -87,6 +89,87 @@ impl LossIntervals {
     }
 }
 
+/// Slots an [`ArrivalRate`] keeps: 2 R at R/32 a slot, plus the open one.
+const RATE_SLOTS: usize = 65;
+
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    start: Time,
+    /// The slot's last arrival, and the bytes counted up to it.
+    last: Time,
+    cum: u64,
+}
+
+/// The bytes that arrived over the last two round trips, in slots of
+/// R/32 (at least 100 us): each slot holds its last arrival time and the
+/// running byte count up to it. A rate over a window is then exact to
+/// within one slot, i.e. biased at most 1/32 toward the older rate, in a
+/// fixed ring that never allocates once full.
+#[derive(Clone, Debug)]
+pub struct ArrivalRate {
+    slots: VecDeque<Slot>,
+    total: u64,
+}
+
+impl Default for ArrivalRate {
+    fn default() -> Self {
+        ArrivalRate {
+            slots: VecDeque::with_capacity(RATE_SLOTS + 1),
+            total: 0,
+        }
+    }
+}
+
+impl ArrivalRate {
+    /// `bytes` arrived at `at` (non-decreasing); `rtt` sets the slot width
+    /// and how far back the ring reaches.
+    pub fn push(&mut self, at: Time, bytes: u64, rtt: Duration) {
+        self.total += bytes;
+        let width = (rtt / 32).max(Duration::from_micros(100));
+        match self.slots.back_mut() {
+            Some(s) if at.duration_since(s.start) < width => {
+                s.last = s.last.max(at);
+                s.cum = self.total;
+            }
+            _ => {
+                if self.slots.len() >= RATE_SLOTS {
+                    self.slots.pop_front();
+                }
+                self.slots.push_back(Slot {
+                    start: at,
+                    last: at,
+                    cum: self.total,
+                });
+            }
+        }
+        // The newest slot at least two round trips old is as far back as
+        // any window reaches: older ones go.
+        while self.slots.len() > 1 && at.duration_since(self.slots[1].last) >= rtt * 2 {
+            self.slots.pop_front();
+        }
+    }
+
+    /// Bytes per second that arrived after the newest slot that ended at
+    /// or before `end - len` (the oldest slot kept if none did), up to
+    /// `end`: a span of at least `len` where the ring reaches back so far.
+    /// None while that span is empty (a single slot, or one GRO buffer's
+    /// stamp).
+    pub fn rate_over(&self, end: Time, len: Duration) -> Option<f64> {
+        let from = end.checked_sub(len).unwrap_or(Time::ZERO);
+        let start = self
+            .slots
+            .iter()
+            .rev()
+            .find(|s| s.last <= from)
+            .or(self.slots.front())?;
+        let span = end.checked_duration_since(start.last)?;
+        if span.is_zero() {
+            return None;
+        }
+        Some((self.total - start.cum) as f64 / span.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +209,44 @@ mod tests {
         let m = li.mean().unwrap();
         assert!((m - 65.0).abs() < 1e-9, "{m}");
         assert!((li.p() - 1.0 / 65.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn arrival_rate_over_a_window() {
+        const MS: Duration = Duration::from_millis(1);
+        let rtt = 32 * MS; // 1 ms slots
+        let mut r = ArrivalRate::default();
+        assert_eq!(r.rate_over(Time::ZERO, rtt), None);
+        // 1000 B every 100 us for 40 ms (10 MB/s), then 2000 B every
+        // 100 us for 40 ms (20 MB/s); the last arrival at 79.9 ms.
+        let mut t = Time::ZERO;
+        for i in 0..800u64 {
+            t = Time::from_nanos(i * 100_000);
+            r.push(t, if i < 400 { 1000 } else { 2000 }, rtt);
+        }
+        let near = |x: Option<f64>, want: f64| {
+            let x = x.unwrap();
+            assert!((x / want - 1.0).abs() < 1e-9, "{x} against {want}");
+        };
+        // The last R: from the slot ending at 47.9 ms, 320 arrivals of
+        // 2000 B over 32 ms.
+        near(r.rate_over(t, rtt), 20e6);
+        // 2R: from the slot ending at 15.9 ms, 240 x 1000 B + 400 x 2000 B
+        // over 64 ms.
+        near(r.rate_over(t, 2 * rtt), 16.25e6);
+        // Nothing older is kept (the slot ending at 15.9 ms is the oldest),
+        // so a longer window gives the same span, not a made-up one, and
+        // the ring stays within its capacity.
+        near(r.rate_over(t, 10 * rtt), 16.25e6);
+        assert_eq!(r.slots.len(), 65);
+        assert_eq!(r.slots[0].last, Time::from_nanos(15_900_000));
+        // 10 ms of silence, then one packet: the last R reaches back to
+        // the slot ending at 57.9 ms, 220 + 1 arrivals of 2000 B.
+        r.push(t + 10 * MS, 2000, rtt);
+        near(r.rate_over(t + 10 * MS, rtt), 2000.0 * 221.0 / 0.032);
+        // One stamp for a whole GRO buffer: one slot, no zero span.
+        let mut g = ArrivalRate::default();
+        g.push(Time::from_nanos(5), 64_000, rtt);
+        assert_eq!(g.rate_over(Time::from_nanos(5), rtt), None);
     }
 }

@@ -51,7 +51,7 @@ use xferlab_core::transport::dccp::DccpCarrier;
 use xferlab_core::transport::dccp::{DccpKnobs, SERVICE_CODE};
 
 use super::super::datagram::{
-    describe, publish, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
+    describe, publish, realtime_ns, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
 };
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
@@ -255,7 +255,10 @@ impl<'a> Path<'a> {
                         busy = true;
                         last_heard = now;
                         let before = host_drops;
-                        self.take(now, n, &mut taken, &mut drops);
+                        // Both clocks after the call, so every kernel
+                        // stamp in it is at or before `real`.
+                        let clocks = (clock::now(), realtime_ns());
+                        self.take(now, clocks, n, &mut taken, &mut drops);
                         // A GRO buffer the socket dropped held several
                         // datagrams: the estimate never claims more than the
                         // loss the receiver saw.
@@ -420,10 +423,20 @@ impl<'a> Path<'a> {
     /// Takes the `n` messages the last receive call brought: each
     /// datagram (a GRO buffer holds several of one size, the last maybe
     /// shorter) through the connection, and a data packet's payload
-    /// checked against the pattern.
-    fn take(&mut self, now: Time, n: usize, t: &mut Taken, drops: &mut HostDrops) {
+    /// checked against the pattern. `clocks` (this connection's clock and
+    /// CLOCK_REALTIME, read after the receive call) place the kernel's
+    /// receive stamps on the connection's clock.
+    fn take(
+        &mut self,
+        now: Time,
+        clocks: (Time, u64),
+        n: usize,
+        t: &mut Taken,
+        drops: &mut HostDrops,
+    ) {
         for i in 0..n {
             let m = self.rx.message(i);
+            let arrived = arrival_time(m.stamp_ns, clocks.0, clocks.1);
             let seg = m.segment.filter(|&s| s > 0).unwrap_or(m.data.len()).max(1);
             drops.count(m.drops);
             drops.buffer(m.data.len().div_ceil(seg));
@@ -445,7 +458,7 @@ impl<'a> Path<'a> {
                 } else {
                     dgram
                 };
-                let Some(payload) = self.conn.handle_datagram_ecn(now, data, ce) else {
+                let Some(payload) = self.conn.handle_arrival(now, arrived, data, ce) else {
                     continue;
                 };
                 match read_header(payload) {
@@ -606,8 +619,20 @@ fn answer(payload: &[u8]) -> Result<(), String> {
     }
 }
 
+/// Where a datagram's kernel receive stamp (CLOCK_REALTIME, ns) falls on
+/// the connection's clock, given both clocks read after the receive call
+/// that brought it: `mono - (real - stamp)`. No stamp, or one after that
+/// reading (the wall clock stepped back), is the reading itself. A GRO
+/// buffer's datagrams share its stamp.
+fn arrival_time(stamp: Option<u64>, mono: Time, real: u64) -> Time {
+    match stamp {
+        Some(s) if s <= real => Time::from_nanos(mono.as_nanos().saturating_sub(real - s)),
+        _ => mono,
+    }
+}
+
 /// The socket options of the socket a flow's packets travel on: buffers,
-/// ECN marks in and out, the drop count.
+/// ECN marks in and out, the drop count, receive time stamps.
 fn prepare(fd: RawFd, knobs: &Knobs, peer: SocketAddr) {
     if knobs.buffer.is_none() {
         // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
@@ -626,6 +651,12 @@ fn prepare(fd: RawFd, knobs: &Knobs, peer: SocketAddr) {
     // receiver reports it (end-host congestion), and the result's
     // `host_drops` shows it for any CCID.
     set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
+    // CCID3's receiver measures X_recv on arrival times: the thread that
+    // handles a batch may have read its clock tens of ms before (a host
+    // with 2 CPUs and steal), and counting bytes over that clock made the
+    // reports swing from 0 to 1.35 times the link rate. Without stamps
+    // (refused), the receive call's clock stands in.
+    set_int_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
     set_int_opt(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1);
     if knobs.tos.is_none() {
         if peer.is_ipv6() {
@@ -965,6 +996,22 @@ fn random_iss() -> Seq {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrival_time_maps_the_kernel_stamp() {
+        let mono = Time::from_nanos(5_000_000_000);
+        let real = 1_800_000_000_000_000_000;
+        // 30 ms before the call returned.
+        assert_eq!(
+            arrival_time(Some(real - 30_000_000), mono, real),
+            Time::from_nanos(4_970_000_000)
+        );
+        // No stamp, or one after the reading (a clock step): the reading.
+        assert_eq!(arrival_time(None, mono, real), mono);
+        assert_eq!(arrival_time(Some(real + 1), mono, real), mono);
+        // A stamp from before this clock's epoch does not wrap.
+        assert_eq!(arrival_time(Some(0), mono, real), Time::ZERO);
+    }
 
     /// A kernel server's answer is one byte padded to -l; an older one's
     /// is the byte alone. Both are taken; a refusal names its cause.
