@@ -6,10 +6,13 @@
 //! warm-up, then exactly at the end of the warm-up, then every `interval`
 //! seconds after it, so measured intervals line up with the measured window.
 
-use crate::result::{
-    FlowInterval, FlowTotal, TcpCounters, TcpSample, TcpTotals, Throughput, UdpCounters, UdpSample,
-    UdpTotal,
+mod flow;
+
+pub use flow::{
+    FlowEnd, FlowInterval, FlowTotal, TcpTotals, Throughput, UdpCounters, UdpSample, UdpTotal,
 };
+
+use crate::transport::tcp::{TcpCounters, TcpSample};
 use crate::transport::{TransportCounters, TransportSection};
 
 /// Intervals shorter than this share of the interval at the very end are

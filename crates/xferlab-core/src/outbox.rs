@@ -70,11 +70,6 @@ impl<E> Outbox<E> {
         o
     }
 
-    /// Queues one length-prefixed JSON frame of xferlab's own protocol.
-    pub(crate) fn queue_frame<T: serde::Serialize>(&mut self, msg: &T) {
-        self.send(&crate::proto::wire::encode_frame(msg));
-    }
-
     pub(crate) fn send(&mut self, bytes: &[u8]) {
         self.out.extend_from_slice(bytes);
     }

@@ -7,6 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod rr;
+
 /// Upper bounds that keep a test (and a server serving strangers) sane.
 pub mod limits {
     /// Parallel flows per direction (`-P`).
@@ -56,7 +58,7 @@ pub enum Pattern {
     Stream,
     /// Request/response transactions; `parallel` counts the optional
     /// background stream flows (0 = none), as it counts a stream test's.
-    Rr(crate::rr::RrSpec),
+    Rr(rr::RrSpec),
 }
 
 impl Pattern {
@@ -69,7 +71,7 @@ impl Pattern {
     }
 
     /// The request/response settings of an rr test.
-    pub fn rr(&self) -> Option<&crate::rr::RrSpec> {
+    pub fn rr(&self) -> Option<&rr::RrSpec> {
         match self {
             Pattern::Rr(rr) => Some(rr),
             Pattern::Stream => None,
@@ -365,7 +367,7 @@ pub struct FlowPlan {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SpecError {
     #[error(transparent)]
-    Rr(#[from] crate::rr::RrSpecError),
+    Rr(#[from] rr::RrSpecError),
     #[error("-P/--parallel must be between 1 and {max} (got {0})", max = limits::MAX_PARALLEL)]
     Parallel(u32),
     #[error("-A/--affinity takes CPU numbers from 0 to {max} (got {0})", max = limits::MAX_CPU)]

@@ -28,10 +28,13 @@ mod rr;
 mod series;
 mod server;
 mod session;
+mod software;
 mod stream;
 mod sys;
 mod transport;
 mod usb;
+
+pub use software::software;
 
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -42,7 +45,6 @@ use std::time::Duration;
 use clap::Parser;
 use xferlab_core::datagram::{Criterion, Plan};
 use xferlab_core::proto::wire::VERSION;
-use xferlab_core::result::Software;
 use xferlab_core::spec::TestSpec;
 use xferlab_core::units;
 
@@ -58,14 +60,6 @@ use session::ServerConfig;
 
 /// Ctrl-C presses, counted by the signal handler.
 static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
-
-pub fn software() -> Software {
-    Software {
-        name: "xferlab".into(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        protocol: VERSION,
-    }
-}
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -152,7 +146,7 @@ fn run_command(command: Command) -> ExitCode {
             install_interrupt_handler();
             usb::run(&a, &INTERRUPTS)
         }
-        Command::Lab(a) => lab::run(&a),
+        Command::Lab(a) => cli::lab::run(&a),
         Command::Model(a) => match &a.command {
             cli::model::ModelCommand::Usb(u) => model::run(&u.request()),
         },

@@ -5,7 +5,7 @@ use crate::time::Time;
 use super::auth::{answer, hex, unhex};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
 use super::wire::{
-    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, PREAMBLE_LEN, VERSION,
+    decode_json, encode_frame, ConnKind, FrameDecoder, Preamble, QueueFrame, PREAMBLE_LEN, VERSION,
 };
 use super::{
     results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,

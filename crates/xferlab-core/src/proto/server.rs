@@ -6,7 +6,7 @@ use crate::time::Time;
 
 use super::auth::{hex, unhex, verify, ServerAuth};
 use super::message::{ClientMsg, ErrorCode, ServerMsg, Welcome};
-use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, VERSION};
+use super::wire::{decode_json, ConnKind, FrameDecoder, Preamble, QueueFrame, VERSION};
 use super::{
     results_frame_limit, ProtoError, FRAMING, HANDSHAKE_TIMEOUT, MAX_SMALL_FRAME, RESULTS_TIMEOUT,
     RUNNING_GRACE,

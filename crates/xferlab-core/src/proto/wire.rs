@@ -4,6 +4,7 @@
 use serde::{de::DeserializeOwned, Serialize};
 
 use super::ProtoError;
+use crate::outbox::Outbox;
 
 /// Control-protocol version this build speaks. 2: the spec and the side
 /// reports carry their pattern as an enum (result schema 2).
@@ -13,9 +14,7 @@ pub const VERSION: u16 = 2;
 /// be mistaken for an iperf3 cookie (lower case and digits).
 pub const MAGIC: [u8; 4] = *b"XFRL";
 pub const PREAMBLE_LEN: usize = 8;
-/// Token + flow id after a data preamble.
-pub const ATTACH_LEN: usize = 20;
-pub const TOKEN_LEN: usize = 16;
+pub use crate::transport::attach::{Attach, ATTACH_LEN, TOKEN_LEN};
 
 /// What a connection is for, from its preamble.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,30 +73,6 @@ impl Preamble {
     }
 }
 
-/// Sent by the client on a new data connection right after the preamble.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Attach {
-    pub token: [u8; TOKEN_LEN],
-    pub flow: u32,
-}
-
-impl Attach {
-    pub fn encode(&self) -> [u8; ATTACH_LEN] {
-        let mut out = [0u8; ATTACH_LEN];
-        out[..TOKEN_LEN].copy_from_slice(&self.token);
-        out[TOKEN_LEN..].copy_from_slice(&self.flow.to_be_bytes());
-        out
-    }
-    pub fn decode(b: &[u8; ATTACH_LEN]) -> Self {
-        let mut token = [0u8; TOKEN_LEN];
-        token.copy_from_slice(&b[..TOKEN_LEN]);
-        Attach {
-            token,
-            flow: u32::from_be_bytes([b[16], b[17], b[18], b[19]]),
-        }
-    }
-}
-
 /// The server's one-byte answer to an [`Attach`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachReply {
@@ -131,6 +106,19 @@ impl AttachReply {
 
 pub fn token_hex(token: &[u8; TOKEN_LEN]) -> String {
     token.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Queues frames of xferlab's own protocol on an [`Outbox`]: the wire
+/// format belongs here, the outbox below knows only bytes.
+pub(crate) trait QueueFrame {
+    /// Queues one length-prefixed JSON frame.
+    fn queue_frame<T: Serialize>(&mut self, msg: &T);
+}
+
+impl<E> QueueFrame for Outbox<E> {
+    fn queue_frame<T: Serialize>(&mut self, msg: &T) {
+        self.send(&encode_frame(msg));
+    }
 }
 
 /// A frame is `u32 BE length` followed by that many bytes of UTF-8 JSON.

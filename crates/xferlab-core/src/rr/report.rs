@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::RrMode;
+use crate::interval::FlowEnd;
 use crate::latency::{LatencySummary, Percentile};
-use crate::result::FlowEnd;
 
 /// Transactions of one flow (or all flows) over one interval.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]

@@ -1,7 +1,7 @@
 //! The few bytes rr puts on the wire besides the payload (docs/protocol.md,
 //! "Request/response flows").
 
-use crate::proto::wire::TOKEN_LEN;
+use crate::transport::attach::{Attach, ATTACH_LEN, TOKEN_LEN};
 
 /// Every UDP request and response starts with: sequence number (u64 BE,
 /// from 0 per flow), flow id (u32 BE), reserved (u32, 0). A response
@@ -9,8 +9,9 @@ use crate::proto::wire::TOKEN_LEN;
 pub const UDP_HEADER_LEN: usize = 16;
 
 /// A TCP rr or crr connection opens with the session token and its flow
-/// id (u32 BE); crr sends the request right behind it in the same write.
-pub const TCP_HELLO_LEN: usize = TOKEN_LEN + 4;
+/// id (u32 BE), an attach record without a preamble; crr sends the
+/// request right behind it in the same write.
+pub const TCP_HELLO_LEN: usize = ATTACH_LEN;
 
 pub fn encode_udp_header(buf: &mut [u8], seq: u64, flow: u32) {
     buf[..8].copy_from_slice(&seq.to_be_bytes());
@@ -29,18 +30,17 @@ pub fn decode_udp_header(buf: &[u8]) -> Option<(u64, u32)> {
 }
 
 pub fn encode_tcp_hello(token: &[u8; TOKEN_LEN], flow: u32) -> [u8; TCP_HELLO_LEN] {
-    let mut b = [0u8; TCP_HELLO_LEN];
-    b[..TOKEN_LEN].copy_from_slice(token);
-    b[TOKEN_LEN..].copy_from_slice(&flow.to_be_bytes());
-    b
+    Attach {
+        token: *token,
+        flow,
+    }
+    .encode()
 }
 
 /// (token, flow) of a connection's first bytes.
 pub fn decode_tcp_hello(b: &[u8; TCP_HELLO_LEN]) -> ([u8; TOKEN_LEN], u32) {
-    let mut token = [0u8; TOKEN_LEN];
-    token.copy_from_slice(&b[..TOKEN_LEN]);
-    let flow = u32::from_be_bytes(b[TOKEN_LEN..].try_into().expect("4 bytes"));
-    (token, flow)
+    let a = Attach::decode(b);
+    (a.token, a.flow)
 }
 
 #[cfg(test)]

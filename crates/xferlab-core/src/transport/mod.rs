@@ -31,9 +31,10 @@
 //! every interval and total); a transport added later puts its own under
 //! its name, next to them (see [`TransportSection`]).
 
+pub mod attach;
 pub mod dccp;
 pub mod mptcp;
-mod tcp;
+pub mod tcp;
 pub mod udp;
 mod usb_bulk;
 

@@ -10,8 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::tcp::{TcpCounters, TcpSample};
 use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
-use crate::result::{TcpCounters, TcpSample};
 use crate::spec::{Knobs, SpecError};
 use crate::units::{format_bytes, Micros};
 

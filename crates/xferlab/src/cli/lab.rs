@@ -4,6 +4,7 @@
 //! that verb's own Args).
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::{Args, Parser, ValueEnum};
 use xferlab_core::link::config::{
@@ -14,11 +15,12 @@ use xferlab_core::link::trace::Trace;
 use xferlab_core::units::{parse_rate, parse_size};
 
 use super::lab_topology::{
-    parse_hop, parse_host, split_programs, HostSpec, ProgramWords, TopologyFile, HOP_KEYS,
-    MAX_HOSTS_PER_SIDE,
+    parse_hop, parse_host, split_programs, ProgramWords, TopologyFile, HOP_KEYS, MAX_HOSTS_PER_SIDE,
 };
 use super::stream::StreamArgs;
 use super::{Cli, Command};
+use crate::lab::{self, HostSpec, HostTest, Plan, Program, Spin, Sysctls};
+use crate::output::Format;
 
 #[derive(Debug, Args)]
 #[command(
@@ -197,9 +199,6 @@ pub struct LabArgs {
     pub command: Vec<String>,
 }
 
-/// KEY -> VALUE pairs for one namespace, in the order given.
-pub type Sysctls = Vec<(String, String)>;
-
 /// The test a lab runs: its words, as given after the lab flags (the
 /// client inside the client namespace runs them), and the same words
 /// parsed as `xferlab VERB ...` parses them.
@@ -212,10 +211,6 @@ pub struct LabTest {
 }
 
 impl LabTest {
-    pub fn verb(&self) -> &str {
-        &self.words[0]
-    }
-
     /// The test's network flags (family, output).
     pub fn stream(&self) -> &StreamArgs {
         self.command
@@ -244,33 +239,6 @@ impl From<String> for LabArgsError {
 /// Most hops in series.
 pub const MAX_HOPS: usize = 8;
 
-/// An xferlab test from one client host against one server host.
-#[derive(Debug)]
-pub struct HostTest {
-    pub client: String,
-    pub server: String,
-    /// The test names its own server (a lab host, e.g. an exec'd iperf3):
-    /// that host's name; the lab neither inserts a server nor a port.
-    pub target: Option<String>,
-    /// Shown in the result: `@bg` or the plain verb.
-    pub label: String,
-    pub test: LabTest,
-}
-
-/// What a lab runs.
-#[derive(Debug)]
-// A few per lab run, parsed once: boxing the test would only add an
-// indirection.
-#[allow(clippy::large_enum_variant)]
-pub enum Program {
-    Test(HostTest),
-    /// `exec HOST -- CMD`: killed with the lab unless it ends first.
-    Exec {
-        host: String,
-        argv: Vec<String>,
-    },
-}
-
 /// Everything a lab command line says, checked: the hops, the hosts with
 /// their sysctls and what runs where.
 #[derive(Debug)]
@@ -280,18 +248,11 @@ pub struct CheckedLab {
     pub clients: Vec<HostSpec>,
     pub servers: Vec<HostSpec>,
     pub programs: Vec<Program>,
+    /// The tests' words as their verbs parse them, in program order.
+    pub parsed: Vec<LabTest>,
     /// The test words were one plain test (no @HOST, no exec): the result
     /// is that test's own document with the lab section.
     pub single: bool,
-}
-
-impl CheckedLab {
-    pub fn tests(&self) -> impl Iterator<Item = &HostTest> {
-        self.programs.iter().filter_map(|p| match p {
-            Program::Test(t) => Some(t),
-            Program::Exec { .. } => None,
-        })
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -683,6 +644,7 @@ impl LabArgs {
         let any_host = |n: &str| is(&clients, n) || is(&servers, n);
         let single = matches!(words.as_slice(), [ProgramWords::Test { client: None, .. }]);
         let mut programs = Vec::new();
+        let mut parsed_tests = Vec::new();
         for (w, p) in words.into_iter().zip(parsed) {
             match w {
                 ProgramWords::Exec { host, argv } => {
@@ -695,11 +657,7 @@ impl LabArgs {
                     }
                     programs.push(Program::Exec { host, argv });
                 }
-                ProgramWords::Test {
-                    client,
-                    server,
-                    words,
-                } => {
+                ProgramWords::Test { client, server, .. } => {
                     let test = p.expect("parsed with its words")?;
                     let label = client.clone().unwrap_or_else(|| clients[0].name.clone());
                     let client = client.unwrap_or_else(|| clients[0].name.clone());
@@ -740,14 +698,19 @@ impl LabArgs {
                             Some(name.to_string())
                         }
                     };
-                    let _ = words;
+                    let stream = test.stream();
                     programs.push(Program::Test(HostTest {
                         client,
                         server,
                         target,
                         label,
-                        test,
+                        host: stream.host.clone(),
+                        family: stream.family(),
+                        format: stream.format(),
+                        output: stream.output.clone(),
+                        words: test.words.clone(),
                     }));
+                    parsed_tests.push(test);
                 }
             }
         }
@@ -776,8 +739,97 @@ impl LabArgs {
             clients,
             servers,
             programs,
+            parsed: parsed_tests,
             single,
         })
+    }
+
+    /// The checked lab as plain values, for `crate::lab::run`.
+    pub fn plan(&self) -> Result<Plan, LabArgsError> {
+        let a = self;
+        let CheckedLab {
+            hops,
+            clients,
+            servers,
+            programs,
+            single,
+            ..
+        } = a.check()?;
+        if a.router && servers.len() > 1 {
+            return Err(
+                "--router takes one server host; for hops in series use --chain"
+                    .to_string()
+                    .into(),
+            );
+        }
+        let links: Vec<&LinkConfig> = hops.iter().flat_map(|(x, y)| [x, y]).collect();
+        let offload = a.offload.resolve(&links);
+        let buffers = a.buffers.unwrap_or_else(|| lab::default_buffers(&hops));
+        let tests: Vec<&HostTest> = programs
+            .iter()
+            .filter_map(|p| match p {
+                Program::Test(t) => Some(t),
+                Program::Exec { .. } => None,
+            })
+            .collect();
+        let (format, output) = match tests.as_slice() {
+            [t] if single => (t.format, t.output.clone()),
+            ts if !ts.is_empty() && ts.iter().all(|t| t.format == Format::Json) => {
+                (Format::Json, None)
+            }
+            _ => (Format::Human, None),
+        };
+        Ok(Plan {
+            hops,
+            clients,
+            servers,
+            programs,
+            single,
+            mtu: a.mtu,
+            offload,
+            pcap: a.pcap.clone(),
+            pcap_snaplen: a.pcap_snaplen,
+            buffers,
+            txqueuelen: a.txqueuelen,
+            realtime: !a.no_realtime,
+            spin: a.spin_us,
+            probe: !a.no_probe,
+            allow_invalid: a.allow_invalid,
+            router: a.router,
+            format,
+            output,
+        })
+    }
+}
+
+/// `xferlab lab`: `clean`, or the checked lab run by [`crate::lab::run`];
+/// a test's `--help` is printed instead of a failure.
+pub fn run(a: &LabArgs) -> ExitCode {
+    let fail = |msg: &str| {
+        eprintln!("xferlab: {msg}");
+        ExitCode::from(2)
+    };
+    if a.command.first().map(String::as_str) == Some("clean") {
+        if a.command.len() > 1 {
+            return fail("`xferlab lab clean` takes no arguments");
+        }
+        return lab::clean();
+    }
+    if a.command.is_empty() {
+        return fail(
+            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`) or `clean`",
+        );
+    }
+    match a.plan() {
+        Ok(plan) => lab::run(&plan),
+        // `xferlab lab stream --help`: the test's own help.
+        Err(LabArgsError {
+            help: Some(help), ..
+        }) => {
+            help.print().ok();
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e.message),
     }
 }
 
@@ -845,13 +897,6 @@ fn on_off(s: OnOff) -> &'static str {
         OnOff::On => "1",
         OnOff::Off => "0",
     }
-}
-
-/// `--spin-us`: a fixed busy-wait, or one derived from the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Spin {
-    Auto,
-    Us(u64),
 }
 
 fn parse_spin(s: &str) -> Result<Spin, String> {

@@ -8,16 +8,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use xferlab_core::units::parse_size;
 
-use super::lab::Sysctls;
-
-/// One host namespace: its name (also the last part of its namespace's
-/// name), the sysctls set in it and its link MTU (None: the lab's --mtu).
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostSpec {
-    pub name: String,
-    pub sysctls: Sysctls,
-    pub mtu: Option<u32>,
-}
+use crate::lab::{HostSpec, Sysctls};
 
 /// Most hosts a side may have: host ids are odd (clients) or even
 /// (servers) below 254 (the lab's routers use .254).

@@ -194,7 +194,7 @@ impl Command {
                 .map_err(|e| values(&e)),
             Command::Lab(a) => {
                 let lab = a.check().map_err(|e| CheckError::Values(e.message))?;
-                let checked = lab.tests().try_for_each(|t| t.test.command.check_values());
+                let checked = lab.parsed.iter().try_for_each(|t| t.command.check_values());
                 checked
             }
             _ => Ok(()),

@@ -10,6 +10,7 @@
 mod forward;
 mod netns;
 mod pcap;
+pub mod plan;
 mod probe;
 mod report;
 mod tun;
@@ -30,12 +31,11 @@ use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot
 use xferlab_core::link::report::LabHost;
 use xferlab_core::link::LinkConfig;
 
-use crate::cli::lab::{CheckedLab, HostTest, LabArgs, LabArgsError, Program, Spin};
-use crate::cli::lab_topology::HostSpec;
 use crate::output::Format;
 use crate::sys;
 use crate::sys::process::Signal;
 use forward::{ForwardReport, Forwarder};
+pub use plan::{HostSpec, HostTest, Plan, Program, Spin, Sysctls};
 
 /// The router's side of the emulated link (`--router`) and the gateway
 /// every host routes the lab's prefix through (a TUN device is
@@ -83,30 +83,8 @@ fn fail(msg: &str, code: u8) -> ExitCode {
     ExitCode::from(code)
 }
 
-pub fn run(a: &LabArgs) -> ExitCode {
-    if a.command.first().map(String::as_str) == Some("clean") {
-        if a.command.len() > 1 {
-            return fail("`xferlab lab clean` takes no arguments", 2);
-        }
-        return clean();
-    }
-    if a.command.is_empty() {
-        return fail(
-            "lab needs a test to run (e.g. `xferlab lab --rate 100M --delay 10ms stream -t 5`) or `clean`",
-            2,
-        );
-    }
-    let plan = match Plan::new(a) {
-        Ok(p) => p,
-        // `xferlab lab stream --help`: the test's own help.
-        Err(LabArgsError {
-            help: Some(help), ..
-        }) => {
-            help.print().ok();
-            return ExitCode::SUCCESS;
-        }
-        Err(e) => return fail(&e.message, 2),
-    };
+/// Runs a checked lab: needs root; tears everything down however it ends.
+pub fn run(plan: &Plan) -> ExitCode {
     if !sys::process::is_root() {
         return fail(
             "lab needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN) to create network namespaces and TUN devices; run it with sudo",
@@ -116,7 +94,7 @@ pub fn run(a: &LabArgs) -> ExitCode {
     remove_dead_leftovers();
     install_interrupt_handler();
     let mut lab = Lab::new();
-    let outcome = lab.run(&plan);
+    let outcome = lab.run(plan);
     let exit = match outcome {
         Ok(code) => code,
         Err(e) => {
@@ -133,90 +111,7 @@ pub fn run(a: &LabArgs) -> ExitCode {
     exit
 }
 
-/// The validated request.
-struct Plan {
-    /// Hop 1 (the bottleneck) first: (c2s, s2c).
-    hops: Vec<(LinkConfig, LinkConfig)>,
-    clients: Vec<HostSpec>,
-    servers: Vec<HostSpec>,
-    programs: Vec<Program>,
-    /// One plain test: its own document gets the lab section.
-    single: bool,
-    mtu: u32,
-    offload: bool,
-    pcap: Option<std::path::PathBuf>,
-    pcap_snaplen: u32,
-    buffers: usize,
-    /// TUN transmit queue: the ring between a host's kernel and the
-    /// emulator (the kernel default 500 silently dropped bursts).
-    txqueuelen: u32,
-    realtime: bool,
-    spin: Spin,
-    probe: bool,
-    allow_invalid: bool,
-    /// A router namespace between the emulated link and the server.
-    router: bool,
-    /// How the whole run is written: the single test's format and output
-    /// file; with several tests, JSON when every test asked for it.
-    format: Format,
-    output: Option<std::path::PathBuf>,
-}
-
 impl Plan {
-    fn new(a: &LabArgs) -> Result<Self, LabArgsError> {
-        let CheckedLab {
-            hops,
-            clients,
-            servers,
-            programs,
-            single,
-        } = a.check()?;
-        if a.router && servers.len() > 1 {
-            return Err(
-                "--router takes one server host; for hops in series use --chain"
-                    .to_string()
-                    .into(),
-            );
-        }
-        let links: Vec<&LinkConfig> = hops.iter().flat_map(|(x, y)| [x, y]).collect();
-        let offload = a.offload.resolve(&links);
-        let buffers = a.buffers.unwrap_or_else(|| default_buffers(&hops));
-        let tests: Vec<&HostTest> = programs
-            .iter()
-            .filter_map(|p| match p {
-                Program::Test(t) => Some(t),
-                Program::Exec { .. } => None,
-            })
-            .collect();
-        let (format, output) = match tests.as_slice() {
-            [t] if single => (t.test.stream().format(), t.test.stream().output.clone()),
-            ts if !ts.is_empty() && ts.iter().all(|t| t.test.stream().format() == Format::Json) => {
-                (Format::Json, None)
-            }
-            _ => (Format::Human, None),
-        };
-        Ok(Plan {
-            hops,
-            clients,
-            servers,
-            programs,
-            single,
-            mtu: a.mtu,
-            offload,
-            pcap: a.pcap.clone(),
-            pcap_snaplen: a.pcap_snaplen,
-            buffers,
-            txqueuelen: a.txqueuelen,
-            realtime: !a.no_realtime,
-            spin: a.spin_us,
-            probe: !a.no_probe,
-            allow_invalid: a.allow_invalid,
-            router: a.router,
-            format,
-            output,
-        })
-    }
-
     fn c2s(&self) -> &LinkConfig {
         &self.hops[0].0
     }
@@ -242,8 +137,7 @@ impl Plan {
     /// and the lab server's port inserted, or a named lab host replaced by
     /// its address.
     fn client_args(&self, t: &HostTest) -> Vec<String> {
-        let stream = t.test.stream();
-        let v6 = matches!(stream.family(), crate::net::Family::V6);
+        let v6 = matches!(t.family, crate::net::Family::V6);
         let pick = |(a4, a6): (Ipv4Addr, Ipv6Addr)| {
             if v6 {
                 a6.to_string()
@@ -251,8 +145,8 @@ impl Plan {
                 a4.to_string()
             }
         };
-        let words = &t.test.words;
-        match (&t.target, stream.host.as_deref()) {
+        let words = &t.words;
+        match (&t.target, t.host.as_deref()) {
             (Some(name), Some(given)) => {
                 let addr = self.host_addrs(name).map(pick).unwrap_or_default();
                 let addr = if addr.contains(':') && given.contains(&format!("{name}:")) {
@@ -274,7 +168,7 @@ impl Plan {
             }
             _ => {
                 let server = self.host_addrs(&t.server).map(pick).unwrap_or_default();
-                let mut args = vec![t.test.verb().to_string(), server];
+                let mut args = vec![t.verb().to_string(), server];
                 args.extend(words[1..].iter().cloned());
                 args.extend(["-p".to_string(), SERVER_PORT.to_string()]);
                 args
@@ -285,7 +179,7 @@ impl Plan {
 
 /// Buffers per direction: room for what the hops can hold (their queues
 /// plus their delay lines at the link rate, twice over), at least 4096.
-fn default_buffers(hops: &[(LinkConfig, LinkConfig)]) -> usize {
+pub fn default_buffers(hops: &[(LinkConfig, LinkConfig)]) -> usize {
     use xferlab_core::link::config::QueueLimit;
     let need = |c: &LinkConfig| -> u64 {
         let queue = match c.queue {
@@ -1065,7 +959,7 @@ fn remove_dead_leftovers() -> Vec<String> {
     removed
 }
 
-fn clean() -> ExitCode {
+pub fn clean() -> ExitCode {
     if !sys::process::is_root() {
         return fail(
             "lab clean needs root to remove network namespaces; run it with sudo",

@@ -15,8 +15,8 @@ use xferlab_core::link::stats::DirectionReport;
 use xferlab_core::link::LinkConfig;
 
 use super::forward::ForwardReport;
+use super::HostTest;
 use super::{Plan, Wiring};
-use crate::cli::lab::HostTest;
 use crate::output::Format;
 
 /// The forwarders' busy-wait and the timer measurement behind it.
@@ -315,7 +315,7 @@ pub(super) fn emit_many(
                 serde_json::json!({
                     "host": t.client,
                     "server": t.server,
-                    "command": t.test.words.join(" "),
+                    "command": t.words.join(" "),
                     "exit_code": status,
                     "result": result,
                 }),
@@ -333,7 +333,7 @@ pub(super) fn emit_many(
             "\n== {} -> {}: {} (exit {}) ==\n{text}",
             t.client,
             t.server,
-            t.test.words.join(" "),
+            t.words.join(" "),
             status.map_or("signal".into(), |c| c.to_string())
         );
     }
