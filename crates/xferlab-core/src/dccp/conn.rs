@@ -196,7 +196,7 @@ pub struct Connection {
     /// `first_open_seq` (sec. 8.1.5).
     peer_partopen: bool,
     first_open_seq: Option<Seq>,
-    /// The newest arrival stamp handed to the receiver's CCID.
+    /// The newest arrival stamp handed to a CCID.
     last_arrived: Option<Time>,
     stats: Stats,
 }
@@ -670,12 +670,15 @@ impl Connection {
             PacketType::Sync => self.owed.syncack = Some(h.seq),
             _ => {}
         }
+        let arrived = arrival_stamp(now, arrived, self.last_arrived);
+        self.last_arrived = Some(arrived);
         if let (Some(ack), Some(tx)) = (ack, self.tx.as_mut()) {
             tx.on_ack(
                 now,
                 &Feedback {
                     ack,
                     options: p.options,
+                    arrived,
                 },
             );
         }
@@ -691,8 +694,6 @@ impl Connection {
                     _ => None,
                 })
                 .unwrap_or(0);
-            let arrived = arrival_stamp(now, arrived, self.last_arrived);
-            self.last_arrived = Some(arrived);
             rx.on_packet(
                 now,
                 &Arrival {

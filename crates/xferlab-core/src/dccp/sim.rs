@@ -899,7 +899,10 @@ mod tests {
             panic!()
         };
         let want = x / 1440.0 * 1456.0 * 8e-6;
-        assert!((tail / want - 1.0).abs() < 0.02, "{tail} Mbit/s, X allows {want}");
+        assert!(
+            (tail / want - 1.0).abs() < 0.02,
+            "{tail} Mbit/s, X allows {want}"
+        );
     }
 
     /// A sender whose driver wakes only every 500 us (t_ipi is 112 us at

@@ -457,6 +457,7 @@ mod tests {
                     &Feedback {
                         ack: Seq::new(s),
                         options: p.options,
+                        arrived: back,
                     },
                 );
             }
@@ -541,6 +542,7 @@ mod tests {
                 &Feedback {
                     ack: Seq::new(a),
                     options: p.options,
+                    arrived: t0,
                 },
             );
         }

@@ -185,8 +185,14 @@ impl CcidTx for Ccid3Tx {
             let d = fb.ack.dist(front);
             if d >= 0 {
                 if let Ok(i) = self.sent.binary_search_by(|e| e.0.dist(front).cmp(&d)) {
+                    // From the ack's arrival, not from `now`: a thread
+                    // that read its clock and then lost the CPU handles
+                    // the acks that came meanwhile at that older time,
+                    // and such samples ran up to a third under the path's
+                    // 94 ms in the lab (61 ms), which raised X_calc into
+                    // overshoots and loss events.
                     let t = self.sent[i].1;
-                    let sample = now.duration_since(t).saturating_sub(elapsed);
+                    let sample = fb.arrived.duration_since(t).saturating_sub(elapsed);
                     let sample = sample.max(Duration::from_micros(10));
                     self.rtt = Some(match self.rtt.filter(|_| self.feedback_seen) {
                         None => sample,
@@ -533,6 +539,11 @@ mod tests {
 
     /// A real feedback packet: the options a receiver writes.
     fn feedback(tx: &mut Ccid3Tx, now: Time, ack: u64, ler: u32, rate: u32) {
+        feedback_arrived(tx, now, now, ack, ler, rate);
+    }
+
+    /// As [`feedback`], for an ack that reached the host at `arrived`.
+    fn feedback_arrived(tx: &mut Ccid3Tx, now: Time, arrived: Time, ack: u64, ler: u32, rate: u32) {
         let h = Header {
             src_port: 2,
             dst_port: 1,
@@ -554,6 +565,7 @@ mod tests {
             &Feedback {
                 ack: Seq::new(ack),
                 options: p.options,
+                arrived,
             },
         );
     }
@@ -589,6 +601,19 @@ mod tests {
         tx.on_packet_sent(t0, Seq::new(1), 1400, true);
         feedback(&mut tx, t0 + 100 * MS, 1, 100, 10_000);
         assert_eq!(x_of(&tx).0, 20_000.0);
+    }
+
+    /// The sender's RTT sample runs from the data packet's send time to
+    /// its ack's arrival: an ack that arrived 94 ms after the send but was
+    /// handled by a turn whose clock read 60 ms (the thread lost the CPU
+    /// after reading it) gives 94 ms, not 60.
+    #[test]
+    fn rtt_samples_count_from_the_acks_arrival() {
+        let t0 = Time::ZERO;
+        let mut tx = Ccid3Tx::new(t0, &cfg(None));
+        tx.on_packet_sent(t0, Seq::new(1), 1400, true);
+        feedback_arrived(&mut tx, t0 + 60 * MS, t0 + 94 * MS, 1, u32::MAX, u32::MAX);
+        assert_eq!(x_of(&tx).2, 94 * MS);
     }
 
     #[test]

@@ -25,6 +25,8 @@ pub use safeudp::{CongestionEvent, EpisodeState, EventCounts, SafeUdpConfig, Sit
 pub struct Feedback<'a> {
     pub ack: Seq,
     pub options: &'a [u8],
+    /// When the packet reached this host, as [`Arrival::arrived`].
+    pub arrived: Time,
 }
 
 /// A packet as the receiver's CCID sees it.
