@@ -443,6 +443,73 @@ fn sigkill_then_resume_completes_with_no_duplicates_and_nothing_lost() {
     );
 }
 
+/// Whether process `pid` catches SIGINT (bit 2 of SigCgt in its status):
+/// its Ctrl-C handler is installed.
+fn catches_sigint(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|st| {
+            st.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+}
+
+/// A signal sent to the runner alone (a service manager's SIGTERM, not a
+/// terminal's Ctrl-C to the whole group) reaches the running point as its
+/// Ctrl-C: the point stops with what it measured, which is stored as
+/// interrupted, and the runner exits at once, not when the point would
+/// have ended.
+#[test]
+fn a_signal_to_the_runner_stops_its_running_point() {
+    let dir = TempDir::new("term");
+    let scen = write(
+        &dir,
+        "long.toml",
+        "title = \"long\"\ncommand = \"stream -t 60 -i 0\"\n",
+    );
+    let db = dir.path("x.db");
+    let mut p = Proc::spawn(&["run", s(&scen), "--db", s(&db), "--no-report"]);
+    let runner = p.pid();
+    // Wait for the event: the point runs and handles Ctrl-C.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if children_of_dead(runner).into_iter().any(catches_sigint) {
+            break;
+        }
+        assert!(p.is_running(), "the runner ended early: {}", p.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "no point started: {}",
+            p.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let sent = Instant::now();
+    p.signal(libc::SIGTERM);
+    let out = p.finish(Duration::from_secs(30));
+    assert!(
+        sent.elapsed() < Duration::from_secs(15),
+        "the runner waited for its 60 s point: {}",
+        out.describe()
+    );
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    assert!(
+        out.stderr.contains("run the same command again"),
+        "{}",
+        out.describe()
+    );
+    let runs = stored_runs(&db);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].2, "interrupted", "{runs:?}");
+    assert!(runs[0].3.is_some(), "the point's partial result is kept");
+    assert!(
+        children_of_dead(runner).is_empty(),
+        "a point outlived the runner"
+    );
+}
+
 /// xferlab processes whose parent was `pid` (now reparented) and that
 /// still run the runner's points.
 fn children_of_dead(pid: u32) -> Vec<u32> {

@@ -441,13 +441,21 @@ impl Ctx<'_> {
     }
 }
 
+/// How often a running point checks for an interrupt to pass on.
+const INTERRUPT_POLL: Duration = Duration::from_millis(20);
+
 /// Runs one invocation as a child process and waits for it. Its document
 /// goes to `out_file`: through `-o`, or with several tests in one lab
-/// (whose argv asks each for `-J`), as its standard output.
+/// (whose argv asks each for `-J`), as its standard output. An interrupt
+/// of the runner (Ctrl-C, SIGTERM, SIGHUP) is passed on to the child as
+/// SIGINT, its Ctrl-C: it stops, keeps what it measured and cleans up. A
+/// signal sent to the runner alone (`kill`, a service manager) once waited
+/// for a 10-minute point to end.
 fn run_child(
     argv: &[String],
     several: bool,
     out_file: &Path,
+    interrupts: &AtomicU32,
 ) -> anyhow::Result<(Option<i32>, Option<String>, String)> {
     let exe = std::env::current_exe().context("cannot find my own binary")?;
     let _ = std::fs::remove_file(out_file);
@@ -461,15 +469,33 @@ fn run_child(
         cmd.arg("-J").arg("-o").arg(out_file).stdout(Stdio::null());
     }
     cmd.stdin(Stdio::null()).stderr(Stdio::piped());
+    // Its own process group: a terminal's Ctrl-C reaches the runner alone,
+    // which passes it on once (below), not twice.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     crate::sys::process::die_with_parent(&mut cmd, crate::sys::process::Signal::TERM);
     let mut child = cmd
         .spawn()
         .with_context(|| format!("cannot start xferlab {}", argv.join(" ")))?;
-    let mut stderr = String::new();
-    if let Some(mut s) = child.stderr.take() {
-        s.read_to_string(&mut stderr).ok();
-    }
-    let status = child.wait().context("waiting for a run")?;
+    let reader = child.stderr.take().map(|mut s| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            s.read_to_string(&mut text).ok();
+            text
+        })
+    });
+    let mut passed_on = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().context("waiting for a run")? {
+            break status;
+        }
+        let seen = interrupts.load(Ordering::Relaxed);
+        if seen > passed_on {
+            crate::sys::process::signal_child(&child, crate::sys::process::Signal::INT).ok();
+            passed_on = seen;
+        }
+        std::thread::sleep(INTERRUPT_POLL);
+    };
+    let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     let json = std::fs::read_to_string(out_file)
         .ok()
         .filter(|s| !s.trim().is_empty());
@@ -495,7 +521,8 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyh
             if let Some(end) = last_end {
                 ctx.overhead.gaps_ms.push((t0 - end).as_secs_f64() * 1e3);
             }
-            let (code, json, stderr) = run_child(&ctx.argv[slot.point], ctx.several, &out_file)?;
+            let (code, json, stderr) =
+                run_child(&ctx.argv[slot.point], ctx.several, &out_file, interrupts)?;
             // The point ends when its process has exited; what follows
             // (reading its result, the store's commit) is the runner's gap.
             let ended = Instant::now();

@@ -303,8 +303,11 @@ pub struct Ccid3Rx {
     /// When the last report was written (handling time: feedback goes out
     /// once per R of the receiver's own schedule).
     last_feedback: Option<Time>,
-    /// When the last data packet was handled: Elapsed Time counts from it.
+    /// When the last data packet was handled (the turn's clock), and
+    /// since when this end holds it (not before it arrived): Elapsed Time
+    /// counts from the latter.
     last_handled: Option<Time>,
+    held_since: Option<Time>,
     /// The newest data packet's arrival, and its value when the last
     /// report was written: a report's X_recv is the bytes that arrived
     /// between the two, over that span. Counting over the handling clock
@@ -335,6 +338,7 @@ impl Ccid3Rx {
             bytes_since: 0,
             last_feedback: None,
             last_handled: None,
+            held_since: None,
             newest_arrival: None,
             fed_up_to: None,
             arrivals: ArrivalRate::default(),
@@ -408,6 +412,12 @@ impl CcidRx for Ccid3Rx {
         self.arrivals.push(at, a.bytes as u64, self.rtt);
         self.newest_arrival = Some(at);
         self.last_handled = Some(now);
+        // Held since no earlier than it arrived: a turn whose clock was
+        // read before a stall handles with that older reading, and Elapsed
+        // Time counted from it claimed the stall as the receiver's own
+        // hold, which took the sender's RTT samples below the path's
+        // (76-83 ms on the lab's 94 ms path) and X_calc into overshoots.
+        self.held_since = Some(now.max(at));
         self.data_since = true;
         let Some(last) = self.last_data else {
             self.last_data = Some(a.seq);
@@ -502,9 +512,10 @@ impl CcidRx for Ccid3Rx {
         };
         // Elapsed Time (RFC 4340 sec. 13.2) from handling, not arrival:
         // the socket queue in front of this connection delays every
-        // report, so it belongs in the loop delay the sender's R holds.
+        // report, so it belongs in the loop delay the sender's R holds
+        // (but never from before the arrival: `held_since`).
         let elapsed = self
-            .last_handled
+            .held_since
             .map_or(0, |t| now.duration_since(t).as_micros() / 10);
         w.option(&Opt::ElapsedTime(Elapsed::of(
             elapsed.min(u128::from(u32::MAX)) as u32,
@@ -946,6 +957,12 @@ mod tests {
         let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(100 * MS)));
         let t = Time::ZERO + 500 * MS;
         rx.on_packet(t + 30 * MS, &data(1, 0, t));
+        assert_eq!(written(&mut rx, t + 31 * MS).0, 100);
+        // A stale handling clock: arrived at t + 30 ms, handled by a turn
+        // whose clock read t, the report written by a fresh turn at t + 31
+        // ms. The packet was not handled before it arrived: 1 ms, not 31.
+        let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(100 * MS)));
+        rx.on_packet(t, &data(1, 0, t + 30 * MS));
         assert_eq!(written(&mut rx, t + 31 * MS).0, 100);
     }
 
