@@ -791,41 +791,15 @@ mod tests {
     fn first_loss_interval_follows_the_rate_since_the_last_report() {
         let rtt = 20 * MS;
         let mut rx = Ccid3Rx::new(Time::ZERO, &cfg(Some(rtt)));
-        let mut buf = [0u8; 256];
         let (mut seq, mut now) = (0u64, Time::ZERO);
-        let arrive = |rx: &mut Ccid3Rx, seq: u64, now: Time| {
-            let a = Arrival {
-                seq: Seq::new(seq),
-                data: true,
-                ccval: 0,
-                ndp: 0,
-                bytes: 1400,
-                ecn_ce: false,
-                arrived: now,
-            };
-            rx.on_packet(now, &a);
-        };
-        let mut report = |rx: &mut Ccid3Rx, now: Time| {
-            let h = Header {
-                src_port: 2,
-                dst_port: 1,
-                ccval: 0,
-                cscov: 0,
-                long: true,
-                seq: Seq::new(1),
-                body: Body::Ack { ack: Seq::new(1) },
-            };
-            let mut w = PacketWriter::new(&mut buf, &h).unwrap();
-            rx.write_feedback(now, Seq::new(1), Seq::new(1), &mut w)
-                .unwrap();
-        };
+        let arrive = |rx: &mut Ccid3Rx, seq: u64, now: Time| rx.on_packet(now, &data(seq, 0, now));
         // One RTT at 1 packet per ms (1.4 MB/s), reported.
         for _ in 0..20 {
             seq += 1;
             now += MS;
             arrive(&mut rx, seq, now);
         }
-        report(&mut rx, now);
+        written(&mut rx, now);
         // Then ten times that (slow start caught up), and a loss.
         for _ in 0..150 {
             seq += 1;
