@@ -1,0 +1,18 @@
+//! `xferlab-sys`: every `unsafe` line of xferlab's binary, each behind a safe API.
+//!
+//! The binary (`crates/xferlab`) forbids unsafe code; what it needs of the
+//! platform that neither std, socket2 nor rustix offers safely lives here,
+//! one concern per module: raw socket options, batches of mmsghdrs, the
+//! zero-copy paths, the epoll set. System calls go through rustix where it
+//! has them and through libc only where it has not.
+//!
+//! The APIs are shaped for the data path: a batch owns its buffers and
+//! message headers, is built once per flow and reused, and a call costs
+//! one system call and no allocation, lock or formatting. File
+//! descriptors come in borrowed (`impl AsFd`), never as raw numbers.
+
+pub mod discard;
+pub mod mmsg;
+pub mod poller;
+pub mod sockopt;
+pub mod zerocopy;
