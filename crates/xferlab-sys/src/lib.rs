@@ -4,7 +4,8 @@
 //! platform that neither std, socket2 nor rustix offers safely lives here,
 //! one concern per module: socket options, batches of mmsghdrs, the
 //! zero-copy paths, the epoll set; usbfs URBs, the usbmon ring, AIO,
-//! raw-gadget, TUN/TAP devices; threads (waking, real-time scheduling).
+//! raw-gadget, TUN/TAP devices; threads (waking, real-time scheduling),
+//! fork-exec hooks and network namespaces, CPU time, interface addresses.
 //! System calls go through rustix where it has them and through libc only
 //! where it has not.
 //!
@@ -15,9 +16,12 @@
 
 pub mod aio;
 pub mod discard;
+pub mod ifaddrs;
 pub mod mmsg;
 pub mod poller;
+pub mod process;
 pub mod raw_gadget;
+pub mod rusage;
 pub mod sockopt;
 pub mod thread;
 pub mod tun;

@@ -72,13 +72,8 @@ pub fn forbid_fragmentation(sock: &Socket, ipv6: bool) -> Result<(), String> {
 
 /// Sets SO_MAX_PACING_RATE (bytes/s) on a sending socket.
 pub fn set_max_pacing_rate(fd: impl AsFd, bytes_per_second: u64) -> Result<(), String> {
-    sockopt::set_u64(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_MAX_PACING_RATE,
-        bytes_per_second,
-    )
-    .map_err(|e| format!("cannot set SO_MAX_PACING_RATE (--fq-rate): {e}"))
+    sockopt::set_max_pacing_rate(fd, bytes_per_second)
+        .map_err(|e| format!("cannot set SO_MAX_PACING_RATE (--fq-rate): {e}"))
 }
 
 /// With CAP_NET_ADMIN the *FORCE variants go past net.core.[rw]mem_max, so

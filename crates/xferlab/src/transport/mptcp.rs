@@ -17,6 +17,7 @@ use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
 use xferlab_core::transport::mptcp::{MptcpCounters, MptcpInfo, SubflowCounters};
 use xferlab_core::transport::TransportCounters;
+use xferlab_sys::sockopt::Get;
 
 use super::flow::FlowShared;
 use super::{tcp, Flag, FlowSocket, Transport, TransportIo};
@@ -62,11 +63,7 @@ impl TransportIo for Mptcp {
     }
 }
 
-// From linux/mptcp.h (libc does not have them).
-const SOL_MPTCP: libc::c_int = 284;
-const MPTCP_INFO: libc::c_int = 1;
-const MPTCP_TCPINFO: libc::c_int = 2;
-const MPTCP_SUBFLOW_ADDRS: libc::c_int = 3;
+// From linux/mptcp.h (libc does not have it).
 const MPTCP_INFO_FLAG_FALLBACK: u32 = 1;
 /// Subflows read per interval. Linux caps a connection's extra subflows
 /// at 8 (MPTCP_PM_ADDR_MAX); more are left out of the list.
@@ -115,7 +112,7 @@ const ADDRS_LEN: usize = 256;
 /// all (closed).
 fn state(fd: BorrowedFd<'_>) -> Option<MptcpCounters> {
     let mut raw = [0u8; size_of::<MptcpInfoRaw>()];
-    let info = match getsockopt(fd, MPTCP_INFO, &mut raw) {
+    let info = match getsockopt(fd, Get::MptcpInfo, &mut raw) {
         Ok(n) => decode_info(&raw[..n]),
         // A connection that fell back to TCP (EOPNOTSUPP), or a plain TCP
         // socket the server accepted for an MPTCP test (ENOPROTOOPT).
@@ -163,8 +160,8 @@ fn decode_info(raw: &[u8]) -> (bool, MptcpInfo) {
 /// calls list the subflows in the same order; when one appeared or went
 /// between the two calls, the addresses are left out).
 fn subflows(fd: BorrowedFd<'_>) -> io::Result<Vec<SubflowCounters>> {
-    let infos = subflow_array(fd, MPTCP_TCPINFO, TCP_INFO_LEN)?;
-    let addrs = subflow_array(fd, MPTCP_SUBFLOW_ADDRS, ADDRS_LEN).unwrap_or_default();
+    let infos = subflow_array(fd, Get::MptcpTcpInfo, TCP_INFO_LEN)?;
+    let addrs = subflow_array(fd, Get::MptcpSubflowAddrs, ADDRS_LEN).unwrap_or_default();
     let paired = addrs.len() == infos.len();
     Ok(infos
         .iter()
@@ -196,7 +193,7 @@ fn subflows(fd: BorrowedFd<'_>) -> io::Result<Vec<SubflowCounters>> {
 /// asking for elements of `size` bytes, then the array. Returns each
 /// element as the kernel wrote it (shorter than `size` when the kernel's
 /// struct is).
-fn subflow_array(fd: BorrowedFd<'_>, opt: libc::c_int, size: usize) -> io::Result<Vec<Vec<u8>>> {
+fn subflow_array(fd: BorrowedFd<'_>, opt: Get, size: usize) -> io::Result<Vec<Vec<u8>>> {
     let mut buf = vec![0u8; HEADER_LEN + MAX_SUBFLOWS * size];
     let u32_at =
         |b: &[u8], at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"));
@@ -238,8 +235,8 @@ fn sockaddr(raw: &[u8]) -> Option<SocketAddr> {
 
 /// getsockopt(SOL_MPTCP, `opt`) into `buf` (which may carry input, as
 /// the subflow calls' header does); the length the kernel wrote.
-fn getsockopt(fd: BorrowedFd<'_>, opt: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
-    xferlab_sys::sockopt::get_bytes(fd, SOL_MPTCP, opt, buf)
+fn getsockopt(fd: BorrowedFd<'_>, opt: Get, buf: &mut [u8]) -> io::Result<usize> {
+    xferlab_sys::sockopt::get_bytes(fd, opt, buf)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! `usb::net::gro`). Malformed transfers are counted and dropped. The TAP
 //! is not persistent: the kernel removes it when the process ends, SIGKILL
 //! too. Two threads share the device's usbfs node (URBs of our own,
-//! usb/usbfs.rs): one sends, one reaps and receives ([`Shared`]).
+//! xferlab-sys/src/usbfs.rs): one sends, one reaps and receives ([`Shared`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -102,7 +102,8 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     let sel = device::parse_selector(Some(&a.device))?;
     let info = device::select(&sel, None)?;
     // nusb finds the device and reads its descriptors; the transfers run
-    // on a usbfs descriptor of our own (usb/usbfs.rs), polled with the TAP.
+    // on a usbfs descriptor of our own (xferlab-sys/src/usbfs.rs), polled
+    // with the TAP.
     let (dev, _cfg, pipes) = device::open(&info, PipeRequest::default())?;
     drop(dev);
     let (Some(ep_in), Some(ep_out)) = (pipes.bulk_in, pipes.bulk_out) else {
@@ -625,7 +626,7 @@ fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, se
             "in": depth.inn,
             "from": if depth.from_flag { "flag" } else { "twice_usbnet_queue_memory" },
         },
-        // Where the URBs' buffers are (usb/usbfs.rs): "heap" costs a copy
+        // Where the URBs' buffers are (xferlab-sys/src/usbfs.rs): "heap" costs a copy
         // in usbfs per transfer.
         "buffers": layout.label(),
         "seconds": secs,

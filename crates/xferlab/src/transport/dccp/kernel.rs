@@ -41,6 +41,7 @@ use crate::control::Wake;
 use crate::net::sockopt;
 use crate::sys::clock;
 use crate::transport::attach::AttachWait;
+use xferlab_sys::sockopt::Get;
 
 /// How long a sender waits when the kernel refuses a message because its
 /// queue is full (the CCID sends slower than the application offers).
@@ -415,12 +416,7 @@ fn ccid_state(fd: BorrowedFd<'_>, ccid: u8) -> (Option<CcidState>, Option<f64>, 
         return (None, None, None);
     }
     let mut raw = [0u8; size_of::<TfrcTxInfo>()];
-    let got = xferlab_sys::sockopt::get_bytes(
-        fd,
-        libc::SOL_DCCP,
-        libc::DCCP_SOCKOPT_CCID_TX_INFO,
-        &mut raw,
-    );
+    let got = xferlab_sys::sockopt::get_bytes(fd, Get::DccpCcidTxInfo, &mut raw);
     if got.ok() != Some(raw.len()) {
         return (None, None, None);
     }
