@@ -55,9 +55,11 @@ impl<'a> MsgZerocopy<'a> {
                 libc::MSG_ZEROCOPY,
             )
         };
+        // The send's error, read before the drain's own failing recvmsg
+        // (EAGAIN when the queue is empty) overwrites errno.
+        let e = (r < 0).then(io::Error::last_os_error);
         self.drain();
-        if r < 0 {
-            let e = io::Error::last_os_error();
+        if let Some(e) = e {
             // Out of notification memory: the drain above made room.
             if e.raw_os_error() == Some(libc::ENOBUFS) {
                 return Err(io::Error::from(io::ErrorKind::Interrupted));
