@@ -170,7 +170,7 @@ impl<'a> Path<'a> {
             .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
         let local = sock.local_addr().map_err(|e| e.to_string())?;
         let peer = sock.peer_addr().map_err(|e| e.to_string())?;
-        let knobs = job.knobs.dccp.unwrap_or_default();
+        let knobs = job.knobs.own.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
         let (conn, raw, open) = match handed_over(local) {
             Some(h) => (h.conn, Some(h.raw), Some(h.ccid)),
@@ -737,7 +737,7 @@ pub(super) fn attach_in_band(
     hello: &[u8],
     timeout: Duration,
 ) -> Result<(), String> {
-    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
     let local = sock.local_addr().map_err(|e| e.to_string())?;
     let peer = sock.peer_addr().map_err(|e| e.to_string())?;
@@ -857,7 +857,7 @@ pub(super) fn listen_in_band(
     local: std::net::IpAddr,
     wait: AttachWait,
 ) -> Result<Vec<u16>, String> {
-    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
     let peer = crate::net::canonical(wait.peer);
     let mut flows = Vec::new();
