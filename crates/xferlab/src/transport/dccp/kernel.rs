@@ -93,7 +93,10 @@ pub(super) fn wanted(knobs: &Knobs) -> bool {
 
 /// Whether `knobs` ask for kernel DCCP on the server.
 pub(super) fn serves(knobs: &Knobs) -> bool {
-    knobs.own.dccp.is_some_and(|d| d.server() == DccpStack::Kernel)
+    knobs
+        .own
+        .dccp
+        .is_some_and(|d| d.server() == DccpStack::Kernel)
 }
 
 /// The std wrapper a flow's DCCP socket travels in. std's UdpSocket is an
