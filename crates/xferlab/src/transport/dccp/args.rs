@@ -82,9 +82,7 @@ impl DccpArgs {
             }
         })
     }
-}
 
-impl DccpArgs {
     /// Whether a flow batches (`gso`: `--gso` given), over DCCP or not
     /// (`dccp`): xferlab's DCCP over UDP does unless `--no-gso`.
     pub fn gso(&self, dccp: bool, gso: bool) -> Result<bool, String> {
