@@ -79,7 +79,7 @@ impl Pattern {
     }
 }
 
-pub use crate::transport::Transport;
+pub use crate::transport::{OwnKnobs, Transport};
 
 /// Which way data flows, seen from the client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -263,11 +263,10 @@ pub struct Knobs {
     /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).
     #[serde(default)]
     pub dont_fragment: bool,
-    /// DCCP's CCID, service code and stack (`--ccid`, `--dccp-service`,
-    /// `--dccp-stack`); None: CCID2, xferlab's service code, xferlab's
-    /// stack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dccp: Option<crate::transport::dccp::DccpKnobs>,
+    /// The knobs of transports that have their own, each under its
+    /// transport's name among these ([`OwnKnobs`]).
+    #[serde(flatten)]
+    pub own: OwnKnobs,
 }
 
 fn one() -> u32 {
@@ -297,7 +296,7 @@ impl Default for Knobs {
             batch: 1,
             gso: false,
             dont_fragment: false,
-            dccp: None,
+            own: OwnKnobs::default(),
         }
     }
 }
@@ -412,22 +411,9 @@ pub enum SpecError {
     NoFqRate,
     #[error("-T/--title is limited to {max} bytes", max = limits::MAX_TITLE)]
     TitleTooLong,
-    #[error("-l/--length: a DCCP datagram must be between {min} and {max} bytes (got {0})", min = limits::MIN_DATAGRAM, max = crate::transport::dccp::MAX_PAYLOAD)]
-    DccpLength(u64),
-    #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like), CCID 3 (TFRC) and CCID 248 (SafeUDP); use --ccid 2, 3 or 248")]
-    Ccid(u8),
-    #[error("--ccid, --dccp-service, --dccp-stack, --dccp-server-stack, --dccp-carrier and --on-congestion apply to DCCP (--dccp)")]
-    DccpOptionsWithoutDccp,
-    #[error("--on-congestion answers SafeUDP's congestion notifications (got --ccid {0}): use --ccid 248")]
-    OnCongestionCcid(u8),
-    #[error("{0}")]
-    DccpCombination(&'static str),
-    #[error("--on-congestion lowers a constant rate: add -b RATE")]
-    OnCongestionRate,
-    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill and --rx-stamps do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
-    OptionsOnDccp,
-    #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
-    DccpGso,
+    /// A transport's own knobs refused by its model.
+    #[error(transparent)]
+    Transport(#[from] crate::transport::KnobError),
 }
 
 impl TestSpec {
@@ -538,9 +524,7 @@ impl TestSpec {
         } else {
             self.transport.model().check_knobs(k)?;
         }
-        if k.dccp.is_some() && self.transport != Transport::Dccp {
-            return Err(SpecError::DccpOptionsWithoutDccp);
-        }
+        k.own.check_owner(self.transport)?;
         if k.max_pacing_rate == Some(0) {
             return Err(SpecError::NoFqRate);
         }

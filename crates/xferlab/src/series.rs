@@ -91,6 +91,7 @@ impl SafeUdpTrial {
         use xferlab_core::experiment::metrics;
         if spec
             .knobs
+            .own
             .dccp
             .is_none_or(|d| d.ccid != xferlab_core::dccp::ccid::safeudp::CCID)
         {

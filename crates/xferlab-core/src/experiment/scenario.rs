@@ -1257,6 +1257,11 @@ impl Scenario {
                 format!("[report.names] \"{key}\": {why}; write it as reports do, e.g. \"-l 64K, -P 2\""),
             )
         };
+        // One value that holds ", " itself (a named command's
+        // "model (EHCI, FFS AIO)") is a whole key, not a combination.
+        if self.is_one_value(key) {
+            return Ok(());
+        }
         for pair in key.split(", ") {
             let mut found = false;
             for a in &self.axes {
@@ -1286,6 +1291,18 @@ impl Scenario {
             }
         }
         Ok(())
+    }
+
+    /// Whether `pair` is `knob value` for one axis knob and one of its
+    /// values, as a report writes it.
+    fn is_one_value(&self, pair: &str) -> bool {
+        self.axes.iter().any(|a| {
+            a.knobs.iter().enumerate().any(|(i, k)| {
+                pair.strip_prefix(k.knob.to_string().as_str())
+                    .and_then(|r| r.strip_prefix(' '))
+                    .is_some_and(|value| a.values.iter().any(|s| s[i].label() == value))
+            })
+        })
     }
 
     /// The names of the axes' knobs, in order.
@@ -1654,6 +1671,19 @@ cols = "-P"
         let one = Scenario::parse(BASE, Scale::Full).unwrap();
         assert_eq!(one.commands[0].name, "");
         assert!(!one.has_knob("command"));
+    }
+
+    /// A command whose name holds ", " is named whole; a combination
+    /// with it still parses pair by pair.
+    #[test]
+    fn a_value_with_a_comma_takes_a_name() {
+        let text = NAMED.replace("the model", "model (EHCI, FFS AIO)")
+            + "[report.names]\n\"command model (EHCI, FFS AIO)\" = \"model: EHCI\"\n";
+        let s = Scenario::parse(&text, Scale::Full).unwrap();
+        let v = Value::Arg("model (EHCI, FFS AIO)".into());
+        assert_eq!(s.report.value_label("command", &v), "model: EHCI");
+        let e = error_of(&(text.clone() + "\"command model (EHCI, FFS)\" = \"x\"\n"));
+        assert!(e.message.contains("never takes \"model (EHCI\""), "{e}");
     }
 
     #[test]

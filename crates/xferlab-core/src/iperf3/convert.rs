@@ -209,7 +209,7 @@ pub fn spec_from_params(p: &Params) -> Result<TestSpec, Refusal> {
             batch: if udp { SERVER_UDP_BATCH } else { 1 },
             gso: false,
             dont_fragment: p.dont_fragment,
-            dccp: None,
+            own: Default::default(),
         },
         title: p.title.clone().filter(|t| t.len() <= limits::MAX_TITLE),
         // `-A n,m`: the client asks for the server's CPU (negative: unset).

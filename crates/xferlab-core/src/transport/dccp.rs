@@ -31,6 +31,34 @@ pub const MAX_PAYLOAD: u64 = 65_507 - 28 - 1020;
 
 pub struct Dccp;
 
+/// What DCCP's model refuses in a spec's knobs, one line each that names
+/// the flag to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KnobError {
+    #[error("-l/--length: a DCCP datagram must be between {MIN_DATAGRAM} and {MAX_PAYLOAD} bytes (got {0})")]
+    Length(u64),
+    #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like), CCID 3 (TFRC) and CCID 248 (SafeUDP); use --ccid 2, 3 or 248")]
+    Ccid(u8),
+    #[error("--ccid, --dccp-service, --dccp-stack, --dccp-server-stack, --dccp-carrier and --on-congestion apply to DCCP (--dccp)")]
+    WithoutDccp,
+    #[error("--on-congestion answers SafeUDP's congestion notifications (got --ccid {0}): use --ccid 248")]
+    OnCongestionCcid(u8),
+    #[error("{0}")]
+    Combination(&'static str),
+    #[error("--on-congestion lowers a constant rate: add -b RATE")]
+    OnCongestionRate,
+    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill and --rx-stamps do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
+    OtherOptions,
+    #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
+    Gso,
+}
+
+impl From<KnobError> for SpecError {
+    fn from(e: KnobError) -> Self {
+        SpecError::Transport(super::KnobError::Dccp(e))
+    }
+}
+
 impl TransportModel for Dccp {
     fn label(&self) -> &'static str {
         "DCCP"
@@ -42,32 +70,32 @@ impl TransportModel for Dccp {
 
     fn check_knobs(&self, k: &Knobs) -> Result<(), SpecError> {
         if !(MIN_DATAGRAM..=MAX_PAYLOAD).contains(&k.size) {
-            return Err(SpecError::DccpLength(k.size));
+            return Err(KnobError::Length(k.size).into());
         }
         if k.batch == 0 || k.batch > MAX_BATCH {
             return Err(SpecError::Batch(k.batch));
         }
-        if let Some(d) = &k.dccp {
+        if let Some(d) = &k.own.dccp {
             d.check()?;
             if !matches!(d.ccid, 2 | 3 | safeudp::CCID) {
-                return Err(SpecError::Ccid(d.ccid));
+                return Err(KnobError::Ccid(d.ccid).into());
             }
             if d.on_congestion.is_some() {
                 if d.ccid != safeudp::CCID {
-                    return Err(SpecError::OnCongestionCcid(d.ccid));
+                    return Err(KnobError::OnCongestionCcid(d.ccid).into());
                 }
                 if k.rate.is_none_or(|r| r == 0) {
-                    return Err(SpecError::OnCongestionRate);
+                    return Err(KnobError::OnCongestionRate.into());
                 }
             }
         }
         if k.gso {
-            let d = k.dccp.unwrap_or_default();
+            let d = k.own.dccp.unwrap_or_default();
             if d.stack != DccpStack::Xferlab
                 || d.server() != DccpStack::Xferlab
                 || d.carrier != DccpCarrier::Udp
             {
-                return Err(SpecError::DccpGso);
+                return Err(KnobError::Gso.into());
             }
         }
         if k.congestion.is_some()
@@ -81,7 +109,7 @@ impl TransportModel for Dccp {
             || k.read_fill.is_some()
             || k.rx_stamps.is_some()
         {
-            return Err(SpecError::OptionsOnDccp);
+            return Err(KnobError::OtherOptions.into());
         }
         Ok(())
     }
@@ -202,16 +230,16 @@ impl DccpKnobs {
     }
 
     /// What does not fit together, as the flag to change.
-    fn check(&self) -> Result<(), SpecError> {
+    fn check(&self) -> Result<(), KnobError> {
         use DccpStack::{Kernel, Xferlab};
         match (self.stack, self.server(), self.carrier) {
-            (Kernel, Kernel, DccpCarrier::Ip) => Err(SpecError::DccpCombination(
+            (Kernel, Kernel, DccpCarrier::Ip) => Err(KnobError::Combination(
                 "--dccp-carrier ip carries xferlab's own DCCP; the kernel's runs over IP anyway: leave out --dccp-carrier",
             )),
-            (Kernel, Xferlab, DccpCarrier::Udp) => Err(SpecError::DccpCombination(
+            (Kernel, Xferlab, DccpCarrier::Udp) => Err(KnobError::Combination(
                 "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (the server's xferlab DCCP over raw IP, as root) to reach an xferlab DCCP server",
             )),
-            (Xferlab, Kernel, DccpCarrier::Udp) => Err(SpecError::DccpCombination(
+            (Xferlab, Kernel, DccpCarrier::Udp) => Err(KnobError::Combination(
                 "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (raw IP, as root) to reach a kernel DCCP server",
             )),
             _ => Ok(()),
@@ -886,19 +914,19 @@ mod tests {
             ..TestSpec::default_stream()
         };
         spec.knobs.size = 1400;
-        spec.knobs.dccp = Some(DccpKnobs {
+        spec.knobs.own.dccp = Some(DccpKnobs {
             ccid: 4,
             ..DccpKnobs::default()
         });
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("--ccid 4"), "{e}");
-        spec.knobs.dccp = Some(DccpKnobs {
+        spec.knobs.own.dccp = Some(DccpKnobs {
             on_congestion: Some(OnCongestion::StepDown),
             ..DccpKnobs::default()
         });
         let e = spec.validate().unwrap_err().to_string();
         assert!(e.contains("--ccid 248"), "{e}");
-        spec.knobs.dccp = Some(DccpKnobs {
+        spec.knobs.own.dccp = Some(DccpKnobs {
             ccid: safeudp::CCID,
             on_congestion: Some(OnCongestion::StepDown),
             ..DccpKnobs::default()
@@ -908,7 +936,7 @@ mod tests {
         assert!(e.contains("-b RATE"), "{e}");
         spec.knobs.rate = Some(1_000_000);
         assert_eq!(spec.validate(), Ok(()));
-        spec.knobs.dccp = None;
+        spec.knobs.own.dccp = None;
         assert_eq!(spec.validate(), Ok(()));
         // --gso: xferlab's own DCCP over UDP only.
         spec.knobs.gso = true;
@@ -918,7 +946,7 @@ mod tests {
             (DccpStack::Xferlab, Some(DccpStack::Kernel), DccpCarrier::Ip),
             (DccpStack::Kernel, None, DccpCarrier::Udp),
         ] {
-            spec.knobs.dccp = Some(DccpKnobs {
+            spec.knobs.own.dccp = Some(DccpKnobs {
                 stack,
                 server_stack,
                 carrier,
@@ -927,7 +955,7 @@ mod tests {
             let e = spec.validate().unwrap_err().to_string();
             assert!(e.contains("leave out --gso"), "{e}");
         }
-        spec.knobs.dccp = None;
+        spec.knobs.own.dccp = None;
         spec.knobs.gso = false;
         spec.knobs.size = 8;
         assert!(spec

@@ -17,9 +17,10 @@
 //!   accept), the data path (by default the carrier's) and the reading of
 //!   its per-interval state from the kernel;
 //! * **the registration** — a variant of [`Transport`] with its arm in
-//!   [`Transport::model`] here (and, for own state, a variant of
-//!   [`TransportCounters`] and [`TransportSection`]), and its entry in the
-//!   binary's registry.
+//!   [`Transport::model`] here (for own state, a variant of
+//!   [`TransportCounters`] and [`TransportSection`]; for knobs of its own,
+//!   a field of [`OwnKnobs`] and a variant of [`KnobError`]), and its
+//!   entry in the binary's registry (and its flags' field of `OwnArgs`).
 //!
 //! [`mptcp`] is a complete example of a transport with state of its own.
 //!
@@ -161,6 +162,38 @@ pub trait TransportModel: Sync {
     }
 }
 
+/// The knobs of the transports that have knobs of their own, a field per
+/// such transport (its registration). A spec's knobs hold them flat, each
+/// under its transport's name next to the shared ones (`"dccp": {...}`);
+/// the transport's model checks their values ([`TransportModel::check_knobs`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct OwnKnobs {
+    /// DCCP's CCID, service code and stack (`--ccid`, `--dccp-service`,
+    /// `--dccp-stack`); None: CCID2, xferlab's service code, xferlab's
+    /// stack.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dccp: Option<dccp::DccpKnobs>,
+}
+
+impl OwnKnobs {
+    /// Knobs of a transport other than the test's are refused, with that
+    /// transport's line.
+    pub fn check_owner(&self, transport: Transport) -> Result<(), SpecError> {
+        if self.dccp.is_some() && transport != Transport::Dccp {
+            return Err(dccp::KnobError::WithoutDccp.into());
+        }
+        Ok(())
+    }
+}
+
+/// What a transport's model refuses in its own knobs, a variant per
+/// transport with such checks; the transport's type says the line.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum KnobError {
+    #[error(transparent)]
+    Dccp(#[from] dccp::KnobError),
+}
+
 /// The knob checks of a byte-stream transport: no datagram knobs, and a
 /// TCP stream is paced with `--fq-rate`, not `-b`.
 pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
@@ -221,6 +254,13 @@ impl TransportSection {
             Self::Mptcp(s) => s.describe(),
             Self::Dccp(s) => s.describe(),
         }
+    }
+
+    /// Whether the sender's section over the whole test goes into the
+    /// human summary (a CCID's final state: DCCP); per-interval sections
+    /// print under each row either way.
+    pub fn in_summary(&self) -> bool {
+        matches!(self, Self::Dccp(_))
     }
 
     /// The CSV cells of every transport with a section, this one's

@@ -12,7 +12,7 @@ use xferlab_core::units::{gap_rate, parse_rate, parse_seconds, parse_size, RateU
 
 use crate::net::{Family, DEFAULT_PORT};
 use crate::output::Format;
-use crate::transport::dccp::args::DccpArgs;
+use crate::transport::OwnArgs;
 
 /// `-Z/--zerocopy` values: how a TCP sender avoids copying.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -115,12 +115,6 @@ pub struct StreamArgs {
     /// the same.
     #[arg(long)]
     pub gso: bool,
-    /// DCCP over UDP (xferlab's own stack): send and receive packet by
-    /// packet instead of in trains, as the kernel's DCCP does (--gso is
-    /// that stack's default: 964 against 800-890 Mbit/s on a 1 Gbit/s,
-    /// 94 ms path, on half the CPU).
-    #[arg(long, conflicts_with = "gso")]
-    pub no_gso: bool,
     /// UDP receivers: where each datagram's arrival time comes from, for
     /// jitter and delay: kernel (the kernel's receive stamp, when the
     /// datagram entered the stack) or read (the clock when the receive
@@ -134,7 +128,7 @@ pub struct StreamArgs {
     #[arg(long)]
     pub dont_fragment: bool,
     #[command(flatten)]
-    pub dccp: DccpArgs,
+    pub own: OwnArgs,
     /// Socket buffer size (SO_SNDBUF and SO_RCVBUF) on every data socket,
     /// both ends. Past net.core.[rw]mem_max only with CAP_NET_ADMIN; the
     /// kernel doubles the value; the result shows what was applied.
@@ -310,15 +304,7 @@ impl StreamArgs {
             (None, false) => Transport::Tcp,
         };
         let udp = transport.carrier() == Carrier::Datagrams;
-        let dccp = self.dccp.knobs();
-        // xferlab's DCCP over UDP batches by default (DccpKnobs::batches_by_default).
-        let gso = self.gso
-            || (transport == Transport::Dccp
-                && !self.no_gso
-                && dccp.unwrap_or_default().batches_by_default());
-        if self.no_gso && transport != Transport::Dccp {
-            return Err("--no-gso is for DCCP (its own stack batches by default); UDP sends packet by packet unless --gso".into());
-        }
+        let gso = self.own.gso(transport, self.gso)?;
         let batch = match self.batch {
             Some(b) => u32::try_from(b)
                 .map_err(|_| format!("--batch must be between 1 and 1024 datagrams (got {b})"))?,
@@ -416,7 +402,7 @@ impl StreamArgs {
                 batch,
                 gso,
                 dont_fragment: self.dont_fragment,
-                dccp,
+                own: self.own.knobs(),
             },
             title: self.title.clone(),
             affinity: Affinity {

@@ -29,7 +29,7 @@ use xferlab_core::spec::{
     Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, SendMode, TestSpec,
     Transport,
 };
-use xferlab_core::transport::{Carrier, TransportSection};
+use xferlab_core::transport::Carrier;
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
 use xferlab_core::usb::stats::{UsbReport, UsbSample};
 
@@ -136,13 +136,14 @@ impl HumanReporter {
             if let Some(udp) = UdpLine::of(d) {
                 writeln!(self.out, "{dir} UDP: {udp}")?;
             }
-            // The sending CCID's state lives with the sender: the server's
-            // side with -R, which reaches the client only in the result.
+            // A sender's own state (a CCID's) lives with the sender: the
+            // server's side with -R, which reaches the client only in the
+            // result.
             for s in sending_side(r, d.direction).into_iter().flat_map(|s| {
                 flows_of(s, d.direction, FlowRole::Sender)
                     .filter_map(|f| f.total.transport.as_ref())
             }) {
-                if let TransportSection::Dccp(_) = s {
+                if s.in_summary() {
                     writeln!(self.out, "{dir} sender {}", s.describe())?;
                 }
             }

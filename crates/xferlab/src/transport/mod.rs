@@ -24,7 +24,8 @@
 //!    [`TransportIo::flag`] to be picked on the command line,
 //!    [`TransportIo::listener`] when the server's ports must accept its
 //!    connections, and [`TransportIo::run`] for a data path other than its
-//!    carrier's. Register it in [`REGISTRY`].
+//!    carrier's. Register it in [`REGISTRY`]; flags of its own are a
+//!    clap `Args` struct in its module and a field of [`OwnArgs`].
 //!
 //! MPTCP is the worked example: `xferlab_core::transport::mptcp` (model,
 //! subflow counters and their section) and `mptcp` here (socket, listener,
@@ -58,7 +59,7 @@ use xferlab_core::result::{Endpoint, FlowRole};
 use xferlab_core::spec::{Knobs, TestSpec};
 #[cfg(doc)]
 use xferlab_core::transport::TransportModel;
-pub use xferlab_core::transport::{Carrier, Transport};
+pub use xferlab_core::transport::{Carrier, OwnKnobs, Transport};
 
 use crate::net::{connect_error, sockopt, FlowSocket};
 use attach::AttachWait;
@@ -71,6 +72,32 @@ use sizing::StreamSizes;
 /// [`TransportIo::listener`] the kernel grants, so a transport whose
 /// listener also accepts plain TCP comes before TCP.
 pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp, &dccp::Dccp];
+
+/// The flags of the transports that have flags of their own, a field per
+/// such transport (its registration), flattened into every verb that runs
+/// a test over a transport; each transport's own type turns them into its
+/// knobs (`xferlab_core::transport::OwnKnobs`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OwnArgs {
+    #[command(flatten)]
+    pub dccp: dccp::args::DccpArgs,
+}
+
+impl OwnArgs {
+    /// The knobs these flags name; the spec's check refuses those of a
+    /// transport the test does not run over.
+    pub fn knobs(&self) -> OwnKnobs {
+        OwnKnobs {
+            dccp: self.dccp.knobs(),
+        }
+    }
+
+    /// Whether the flows batch into GSO trains: `--gso`, or the
+    /// transport's own default.
+    pub fn gso(&self, transport: Transport, gso: bool) -> Result<bool, String> {
+        self.dccp.gso(transport == Transport::Dccp, gso)
+    }
+}
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
 pub fn io(t: Transport) -> Result<&'static dyn TransportIo, String> {

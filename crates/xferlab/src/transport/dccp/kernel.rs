@@ -89,12 +89,15 @@ pub(super) fn is_kernel(socket: &FlowSocket) -> bool {
 
 /// Whether `knobs` ask for kernel DCCP on the client.
 pub(super) fn wanted(knobs: &Knobs) -> bool {
-    knobs.dccp.is_some_and(|d| d.stack == DccpStack::Kernel)
+    knobs.own.dccp.is_some_and(|d| d.stack == DccpStack::Kernel)
 }
 
 /// Whether `knobs` ask for kernel DCCP on the server.
 pub(super) fn serves(knobs: &Knobs) -> bool {
-    knobs.dccp.is_some_and(|d| d.server() == DccpStack::Kernel)
+    knobs
+        .own
+        .dccp
+        .is_some_and(|d| d.server() == DccpStack::Kernel)
 }
 
 /// The std wrapper a flow's DCCP socket travels in. std's UdpSocket is an
@@ -114,7 +117,7 @@ pub(super) fn connect(
     to: SocketAddr,
     timeout: Duration,
 ) -> Result<UdpSocket, String> {
-    let k = spec.knobs.dccp.unwrap_or_default();
+    let k = spec.knobs.own.dccp.unwrap_or_default();
     let s = socket(Domain::for_address(to))?;
     // The kernel keeps the service code as the wire's big-endian field.
     s.set_dccp_service(k.service.to_be())

@@ -60,7 +60,7 @@ impl TransportIo for Dccp {
         kernel::check(knobs)?;
         // The raw IP carrier is the client's own only when its DCCP is
         // xferlab's (a kernel client's is the kernel's IP).
-        if knobs.dccp.is_some_and(|d| {
+        if knobs.own.dccp.is_some_and(|d| {
             d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip
                 && d.stack == xferlab_core::transport::dccp::DccpStack::Xferlab
         }) {
@@ -77,6 +77,7 @@ impl TransportIo for Dccp {
         timeout: Duration,
     ) -> Option<Result<(), String>> {
         spec.knobs
+            .own
             .dccp
             .is_some_and(|d| d.attach_in_band())
             .then(|| path::attach_in_band(spec, sock, hello, timeout))
@@ -97,7 +98,7 @@ impl TransportIo for Dccp {
         local: IpAddr,
         wait: &AttachWait,
     ) -> Option<Result<Vec<u16>, String>> {
-        if spec.knobs.dccp.is_some_and(|d| d.accept_in_band()) {
+        if spec.knobs.own.dccp.is_some_and(|d| d.accept_in_band()) {
             return Some(path::listen_in_band(spec, local, wait.clone()));
         }
         kernel::serves(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))

@@ -87,12 +87,21 @@ const GRO_BUFFER: usize = 65_536;
 const GRO_MESSAGES: usize = 8;
 /// Waits shorter than this are spun, not slept (ppoll's own cost).
 const SPIN_BELOW: Duration = Duration::from_micros(5);
-/// Socket buffers of a DCCP flow unless `-w` says otherwise. With the
+/// Send buffer of a DCCP flow unless `-w` says otherwise. With the
 /// default 208 KiB, the lab's 1 Gbit/s x 94 ms link dropped CCID2's slow
 /// start at a window of ~50 packets in the receiving socket (TUN packets
 /// carry ~4 KiB of truesize each), and CCID2 then crawled at 10 Mbit/s;
 /// DCCP does not retransmit, so a drop in the host reads as congestion.
-const SOCKET_BUFFER: libc::c_int = 16 << 20;
+const SEND_BUFFER: libc::c_int = 16 << 20;
+/// Receive buffer of a DCCP flow unless `-w` says otherwise: what the
+/// socket holds while the receiving thread is off the CPU. 16 MiB (32 MiB
+/// of truesize, ~8,000 TUN datagrams, 95 ms at 964 Mbit/s) overflowed in a
+/// valid 120 s CCID3 run on the lab's 1 Gbit/s x 94 ms link (2 vCPUs,
+/// a4361a2): the receiver fell ~150 ms behind at 37.5 s and the socket
+/// dropped 5,268 datagrams, which CCID3 cannot tell from congestion (p
+/// doubled; X fell from 964 to 725 Mbit/s for the rest of the run). 64
+/// MiB holds ~380 ms at that rate; it is a cap, not memory taken.
+const RECEIVE_BUFFER: libc::c_int = 64 << 20;
 /// ECT(0) (RFC 3168): DCCP is ECN-capable unless a peer says otherwise
 /// (RFC 4340 sec. 12).
 const ECT0: u8 = 0b10;
@@ -162,7 +171,7 @@ impl<'a> Path<'a> {
             .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
         let local = sock.local_addr().map_err(|e| e.to_string())?;
         let peer = sock.peer_addr().map_err(|e| e.to_string())?;
-        let knobs = job.knobs.dccp.unwrap_or_default();
+        let knobs = job.knobs.own.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
         let (conn, raw, open) = match handed_over(local) {
             Some(h) => (h.conn, Some(h.raw), Some(h.ccid)),
@@ -640,12 +649,12 @@ fn prepare(fd: BorrowedFd<'_>, knobs: &Knobs, peer: SocketAddr) {
     if knobs.buffer.is_none() {
         // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
         // net.core.rmem_max allows.
-        for (force, plain) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        for (force, plain, size) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, RECEIVE_BUFFER),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, SEND_BUFFER),
         ] {
-            if !set_int_opt(fd, libc::SOL_SOCKET, force, SOCKET_BUFFER) {
-                set_int_opt(fd, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+            if !set_int_opt(fd, libc::SOL_SOCKET, force, size) {
+                set_int_opt(fd, libc::SOL_SOCKET, plain, size);
             }
         }
     }
@@ -731,7 +740,7 @@ pub(super) fn attach_in_band(
     hello: &[u8],
     timeout: Duration,
 ) -> Result<(), String> {
-    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
     let local = sock.local_addr().map_err(|e| e.to_string())?;
     let peer = sock.peer_addr().map_err(|e| e.to_string())?;
@@ -851,7 +860,7 @@ pub(super) fn listen_in_band(
     local: std::net::IpAddr,
     wait: AttachWait,
 ) -> Result<Vec<u16>, String> {
-    let knobs = spec.knobs.dccp.unwrap_or_default();
+    let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
     let peer = crate::net::canonical(wait.peer);
     let mut flows = Vec::new();
@@ -1007,6 +1016,32 @@ mod tests {
         assert_eq!(arrival_time(Some(real + 1), mono, real), mono);
         // A stamp from before this clock's epoch does not wrap.
         assert_eq!(arrival_time(Some(0), mono, real), Time::ZERO);
+    }
+
+    /// A flow's socket gets the receive buffer that holds a receiver's
+    /// stall at the link rate (the read-back is twice the request: the
+    /// kernel counts truesize). Needs CAP_NET_ADMIN (SO_RCVBUFFORCE), as
+    /// the lab does; without it the buffer is net.core.rmem_max.
+    #[test]
+    fn a_flow_socket_gets_the_large_receive_buffer() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer = sock.local_addr().unwrap();
+        prepare(sock.as_fd(), &Knobs::default(), peer);
+        let got = socket2::SockRef::from(&sock).recv_buffer_size().unwrap();
+        assert_eq!(
+            got,
+            2 * RECEIVE_BUFFER as usize,
+            "SO_RCVBUFFORCE refused: run the tests as root (CAP_NET_ADMIN)"
+        );
+        // -w wins: prepare leaves the buffers to it.
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let knobs = Knobs {
+            buffer: Some(1 << 20),
+            ..Knobs::default()
+        };
+        prepare(sock.as_fd(), &knobs, peer);
+        let got = socket2::SockRef::from(&sock).recv_buffer_size().unwrap();
+        assert!(got < 2 * RECEIVE_BUFFER as usize, "{got}");
     }
 
     /// A kernel server's answer is one byte padded to -l; an older one's
