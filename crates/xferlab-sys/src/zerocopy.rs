@@ -15,6 +15,10 @@ const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
 /// ee_code bit: the kernel copied the data after all (loopback always
 /// does: a looped-back skb may not keep user pages).
 const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+/// The length of a cmsg that holds a sock_extended_err.
+// SAFETY: CMSG_LEN is a pure size computation.
+const EE_CMSG_LEN: usize =
+    unsafe { libc::CMSG_LEN(size_of::<libc::sock_extended_err>() as u32) } as usize;
 
 /// send(MSG_ZEROCOPY) on one socket. The kernel reads the sent pages
 /// after the call returns: the caller's buffer must stay unchanged until
@@ -90,11 +94,16 @@ impl<'a> MsgZerocopy<'a> {
             }
             // SAFETY: the kernel filled msg_control with well-formed cmsgs
             // and shortened msg_controllen to them; CMSG_FIRSTHDR and
-            // CMSG_NXTHDR stay within it, and each error-queue cmsg holds
-            // a sock_extended_err, read unaligned.
+            // CMSG_NXTHDR stay within it, and a cmsg long enough to hold a
+            // sock_extended_err (every error-queue cmsg is) is read as one,
+            // unaligned.
             unsafe {
                 let mut c = libc::CMSG_FIRSTHDR(&msg);
                 while !c.is_null() {
+                    if ((*c).cmsg_len as usize) < EE_CMSG_LEN {
+                        c = libc::CMSG_NXTHDR(&msg, c);
+                        continue;
+                    }
                     let ee: libc::sock_extended_err =
                         std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                     if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
