@@ -1,4 +1,8 @@
 //! `xferlab`: a transport-performance lab (see README.md and docs/design.md).
+//!
+//! No unsafe code: what needs it (raw system calls, ioctls, mappings,
+//! mmsghdr batches) is `xferlab_sys`'s, behind safe APIs.
+#![forbid(unsafe_code)]
 
 /// `println!` for a command's own output on stdout that never panics: a
 /// reader gone away (`xferlab run --dry-run | head -2`) drops the rest of

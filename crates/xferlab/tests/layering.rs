@@ -237,6 +237,30 @@ fn the_core_uses_only_lower_floors() {
     check("xferlab-core", CORE);
 }
 
+/// `xferlab-sys` sits below both crates (docs/design.md, "Layers"): it
+/// depends on neither, and the binary, which leaves its unsafe code to it,
+/// forbids unsafe code.
+#[test]
+fn the_sys_crate_sits_below_both_and_the_binary_has_no_unsafe_code() {
+    let manifest =
+        std::fs::read_to_string(src("xferlab-sys").parent().unwrap().join("Cargo.toml")).unwrap();
+    let deps = manifest
+        .split("[dependencies]")
+        .nth(1)
+        .expect("a [dependencies] table")
+        .split("\n[")
+        .next()
+        .unwrap();
+    for line in deps.lines() {
+        assert!(
+            !line.trim_start().starts_with("xferlab"),
+            "xferlab-sys depends on another xferlab crate: {line}"
+        );
+    }
+    let main = std::fs::read_to_string(src("xferlab").join("main.rs")).unwrap();
+    assert!(main.contains("#![forbid(unsafe_code)]"));
+}
+
 #[test]
 fn an_upward_use_is_found_and_a_sideways_one_too() {
     let code = "use crate::{net::Sock, output};\nuse crate::session::x;\nlet a = xferlab_core::crate_thing; fn f() { crate::sys::now() }\n#[cfg(test)]\nmod tests {\n    use crate::cli;\n}\n";

@@ -124,10 +124,7 @@ fn lab_time(epoch: Instant) -> Time {
 pub(super) fn tune_thread(realtime: bool) -> bool {
     crate::sys::affinity::tighten_timer_slack();
     if realtime {
-        let p = libc::sched_param { sched_priority: 10 };
-        // Plain libc: neither rustix nor nix wraps sched_setscheduler.
-        // SAFETY: a valid sched_param for the calling thread (pid 0).
-        return unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } == 0;
+        return xferlab_sys::thread::set_fifo(10);
     }
     false
 }

@@ -372,15 +372,8 @@ impl Lab {
             .process_group(0);
         // Die with the runner, even when it is SIGKILLed.
         sys::process::die_with_parent(&mut cmd, Signal::KILL);
-        // SAFETY: the hook runs between fork and exec and makes one system
-        // call (setns), which is async-signal-safe and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || {
-                use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
-                move_into_link_name_space(nsf.as_fd(), Some(LinkNameSpaceType::Network))?;
-                Ok(())
-            });
-        }
+        // Enter the namespace before exec.
+        xferlab_sys::process::enter_network_namespace(&mut cmd, nsf.into());
         cmd.spawn().with_context(|| {
             format!(
                 "cannot start {} in {ns}",

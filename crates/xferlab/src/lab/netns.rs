@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context};
 use rustix::mount::{mount_bind, unmount, UnmountFlags};
-use rustix::thread::{move_into_link_name_space, LinkNameSpaceType, UnshareFlags};
+use rustix::thread::{move_into_link_name_space, LinkNameSpaceType};
 
 pub const NETNS_DIR: &str = "/run/netns";
 
@@ -37,11 +37,8 @@ pub fn create(name: &str) -> anyhow::Result<()> {
     File::create(&target).with_context(|| format!("cannot create {}", target.display()))?;
     let t = target.clone();
     let made = std::thread::spawn(move || -> anyhow::Result<()> {
-        // SAFETY: only the network namespace is unshared, on this thread;
-        // the file-descriptor table (UnshareFlags::FILES, the hazard) is kept.
-        unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWNET) }
-            .map_err(io::Error::from)
-            .context("unshare(CLONE_NEWNET)")?;
+        // Only the network namespace is unshared, on this thread.
+        xferlab_sys::process::unshare_network_namespace().context("unshare(CLONE_NEWNET)")?;
         mount_bind("/proc/thread-self/ns/net", &t)
             .map_err(io::Error::from)
             .context("bind-mounting the namespace")?;

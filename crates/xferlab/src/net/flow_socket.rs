@@ -4,7 +4,7 @@
 
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 /// A flow's socket, by carrier: a connected byte stream (TCP, MPTCP), or
 /// a datagram socket connected to the peer's flow socket.
@@ -52,9 +52,6 @@ impl FlowSocket {
         let FlowSocket::Stream(s) = self else {
             return None;
         };
-        let mut queued: libc::c_int = 0;
-        // SAFETY: TIOCOUTQ writes one int.
-        let r = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-        (r == 0).then_some(queued.max(0) as u64)
+        xferlab_sys::sockopt::outq(s).ok()
     }
 }

@@ -3,11 +3,12 @@
 //! refuse a congestion control): results report the read-back values.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 
 use socket2::Socket;
 use xferlab_core::result::{FlowRole, SocketSettings};
 use xferlab_core::spec::Knobs;
+use xferlab_sys::sockopt;
 
 /// Which end of the data connection this socket is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,54 +66,22 @@ pub fn forbid_fragmentation(sock: &Socket, ipv6: bool) -> Result<(), String> {
             libc::IP_PMTUDISC_DO,
         )
     };
-    // SAFETY: plain int option on an open socket.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            level,
-            opt,
-            (&val as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "cannot set don't-fragment (--dont-fragment): {}",
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    sockopt::set_int(sock, level, opt, val)
+        .map_err(|e| format!("cannot set don't-fragment (--dont-fragment): {e}"))
 }
 
 /// Sets SO_MAX_PACING_RATE (bytes/s) on a sending socket.
-pub fn set_max_pacing_rate(fd: RawFd, bytes_per_second: u64) -> Result<(), String> {
-    let v: u64 = bytes_per_second;
-    // SAFETY: fd is an open socket; the option value is a u64 the kernel
-    // accepts (it reads u32 or u64 depending on optlen).
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_MAX_PACING_RATE,
-            (&v as *const u64).cast(),
-            size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(format!(
-            "cannot set SO_MAX_PACING_RATE (--fq-rate): {}",
-            io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+pub fn set_max_pacing_rate(fd: impl AsFd, bytes_per_second: u64) -> Result<(), String> {
+    sockopt::set_max_pacing_rate(fd, bytes_per_second)
+        .map_err(|e| format!("cannot set SO_MAX_PACING_RATE (--fq-rate): {e}"))
 }
 
 /// With CAP_NET_ADMIN the *FORCE variants go past net.core.[rw]mem_max, so
 /// `-w 64M` means 64M; without it the kernel silently caps the request,
 /// which the read-back in the result then shows.
 fn set_buffer(sock: &Socket, size: usize) -> Result<(), String> {
-    let forced = force_buffer(sock.as_raw_fd(), libc::SO_SNDBUFFORCE, size)
-        && force_buffer(sock.as_raw_fd(), libc::SO_RCVBUFFORCE, size);
+    let forced = force_buffer(sock, libc::SO_SNDBUFFORCE, size)
+        && force_buffer(sock, libc::SO_RCVBUFFORCE, size);
     if !forced {
         sock.set_send_buffer_size(size)
             .map_err(|e| format!("cannot set send buffer to {size} (-w): {e}"))?;
@@ -122,18 +91,9 @@ fn set_buffer(sock: &Socket, size: usize) -> Result<(), String> {
     Ok(())
 }
 
-fn force_buffer(fd: RawFd, opt: libc::c_int, size: usize) -> bool {
+fn force_buffer(sock: &Socket, opt: libc::c_int, size: usize) -> bool {
     let v = libc::c_int::try_from(size).unwrap_or(libc::c_int::MAX);
-    // SAFETY: plain int option on an open socket.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&v as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+    sockopt::set_int(sock, libc::SOL_SOCKET, opt, v).is_ok()
 }
 
 fn congestion_error(cc: &str, e: &io::Error) -> String {

@@ -7,7 +7,7 @@
 use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -279,7 +279,7 @@ pub fn run(
         if fast {
             if spin {
                 if let Io::Tcp(s) = &flows[0].io {
-                    super::poller::spin_readable(s.as_raw_fd(), SPIN_BUDGET);
+                    super::poller::spin_readable(s, SPIN_BUDGET);
                 }
             }
             eng.on_readable(&mut flows[0], 0, clock::now());

@@ -8,7 +8,7 @@ pub mod client;
 mod client_flow;
 mod counters;
 
-mod poller;
+use xferlab_sys::poller;
 mod server_engine;
 pub mod session;
 mod side;

@@ -7,7 +7,7 @@
 use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, UdpSocket};
-use std::os::fd::AsRawFd;
+
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -174,7 +174,7 @@ pub fn run(
                 blocking = true;
             }
             if spin {
-                super::poller::spin_readable(c.stream.as_raw_fd(), super::client_flow::SPIN_BUDGET);
+                super::poller::spin_readable(&c.stream, super::client_flow::SPIN_BUDGET);
             }
             if let Some(end) = serve_tcp(
                 &plan, &counters, &flags, c, 0, &poller, &mut rbuf, &wbuf, false,
@@ -284,7 +284,7 @@ fn accept_all(
         if let Some(rate) = plan.pacing {
             // Without it the flow would answer as fast as the client
             // asks, past the server's --max-rate: refuse the connection.
-            if crate::net::sockopt::set_max_pacing_rate(stream.as_raw_fd(), rate).is_err() {
+            if crate::net::sockopt::set_max_pacing_rate(&stream, rate).is_err() {
                 continue;
             }
         }

@@ -3,7 +3,7 @@
 //! or abort them, and fold everything into a [`SideReport`].
 
 use crate::sys::clock;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -77,7 +77,7 @@ impl ConnectedFlow {
         let role = role_of(endpoint, plan.direction);
         if role == FlowRole::Sender {
             if let Some(rate) = spec.knobs.max_pacing_rate {
-                sockopt::set_max_pacing_rate(socket.as_fd().as_raw_fd(), rate)?;
+                sockopt::set_max_pacing_rate(socket.as_fd(), rate)?;
             }
         }
         let mut stamps = None;

@@ -8,8 +8,6 @@
 use std::io;
 use std::net::IpAddr;
 
-use nix::ifaddrs::getifaddrs;
-use nix::net::if_::InterfaceFlags;
 use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterError, CounterSnapshot};
 
 /// Reads every counter source, plus the /proc/net/dev line of `iface`.
@@ -59,18 +57,11 @@ pub fn snapshot(iface: Option<&str>) -> (CounterSnapshot, Vec<String>) {
 
 /// (name, address, loopback?) of every local interface address.
 fn interface_addresses() -> Option<Vec<(String, Option<IpAddr>, bool)>> {
-    let list = getifaddrs().ok()?;
+    let list = xferlab_sys::ifaddrs::interface_addresses().ok()?;
     Some(
-        list.map(|a| {
-            let ip = a.address.as_ref().and_then(|sa| {
-                sa.as_sockaddr_in()
-                    .map(|v4| IpAddr::V4(v4.ip()))
-                    .or_else(|| sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())))
-            });
-            let loopback = a.flags.contains(InterfaceFlags::IFF_LOOPBACK);
-            (a.interface_name, ip, loopback)
-        })
-        .collect(),
+        list.into_iter()
+            .map(|a| (a.name, a.ip, a.loopback))
+            .collect(),
     )
 }
 

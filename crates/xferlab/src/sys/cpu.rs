@@ -10,29 +10,24 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use nix::sys::resource::{getrusage, UsageWho};
-use nix::sys::time::TimeVal;
 use xferlab_core::result::CpuUsage;
+use xferlab_sys::rusage::{self, Who};
 
 /// (user, system) seconds of `who`, or zeros if getrusage fails (it can
 /// only fail on an invalid argument, which would be a bug here, and a
 /// missing CPU figure must not abort a test).
-fn rusage_times(who: UsageWho) -> (f64, f64) {
-    let Ok(ru) = getrusage(who) else {
-        return (0.0, 0.0);
-    };
-    let secs = |tv: TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 * 1e-6;
-    (secs(ru.user_time()), secs(ru.system_time()))
+fn rusage_times(who: Who) -> (f64, f64) {
+    rusage::times(who).unwrap_or((0.0, 0.0))
 }
 
 /// User and system CPU seconds used so far by the calling thread.
 pub fn thread_times() -> (f64, f64) {
-    rusage_times(UsageWho::RUSAGE_THREAD)
+    rusage_times(Who::Thread)
 }
 
 /// User and system CPU seconds used so far by the whole process.
 pub fn process_times() -> (f64, f64) {
-    rusage_times(UsageWho::RUSAGE_SELF)
+    rusage_times(Who::Process)
 }
 
 /// All CPUs' time so far, steal included (/proc/stat); None where the

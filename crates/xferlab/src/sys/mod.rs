@@ -4,8 +4,9 @@
 //! file, CPU affinity, child processes, stop signals
 //! and background load workers. Parsing
 //! and arithmetic live in `xferlab_core`; these modules only make the
-//! system calls (through rustix, nix and signal-hook where they wrap them)
-//! and read the files.
+//! system calls (through rustix and signal-hook where they wrap them, and
+//! `xferlab_sys`'s safe wrappers where only unsafe calls would) and read
+//! the files.
 
 pub mod affinity;
 pub mod cache;

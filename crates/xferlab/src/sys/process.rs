@@ -2,10 +2,9 @@
 //! children that die with it, signalling a child.
 
 use std::io;
-use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
-use rustix::process::{getpid, getppid, kill_process, set_parent_process_death_signal, Pid};
+use rustix::process::{kill_process, Pid};
 
 pub use rustix::process::Signal;
 
@@ -19,20 +18,7 @@ pub fn is_root() -> bool {
 /// child outlives a killed xferlab. Spawning fails if this process died
 /// before the child could arrange it.
 pub fn die_with_parent(cmd: &mut Command, signal: Signal) {
-    let parent = getpid();
-    // SAFETY: the hook runs between fork and exec; it only makes two
-    // system calls (prctl, getppid), which are async-signal-safe, and
-    // neither allocates nor takes a lock.
-    unsafe {
-        cmd.pre_exec(move || {
-            set_parent_process_death_signal(Some(signal))?;
-            if getppid() != Some(parent) {
-                // The parent died before the prctl took effect.
-                return Err(rustix::io::Errno::SRCH.into());
-            }
-            Ok(())
-        });
-    }
+    xferlab_sys::process::die_with_parent(cmd, signal);
 }
 
 /// Sends `signal` to a child that has not been reaped yet.

@@ -6,9 +6,10 @@
 
 use std::io;
 use std::mem::{offset_of, size_of};
-use std::os::fd::RawFd;
+use std::os::fd::BorrowedFd;
 
 use xferlab_core::result::TcpCounters;
+use xferlab_sys::sockopt::Get;
 
 /// Mirror of `struct tcp_info` from linux/tcp.h up to `tcpi_rcv_wnd`
 /// (Linux 6.2), for its offsets. Later kernels append fields; earlier ones
@@ -102,26 +103,13 @@ pub const TCP_INFO_LEN: usize = size_of::<TcpInfo>();
 /// Fields the running kernel does not provide read as 0 (busy/limited
 /// times need Linux >= 4.10, `delivered_ce` >= 4.18).
 ///
-/// A plain getsockopt: neither rustix nor nix reads TCP_INFO, and this
-/// struct carries fields (delivered_ce, busy times) libc's lacks.
-pub fn read(fd: RawFd) -> io::Result<TcpCounters> {
+/// A plain getsockopt (xferlab-sys): neither rustix nor nix reads
+/// TCP_INFO, and this struct carries fields (delivered_ce, busy times)
+/// libc's lacks.
+pub fn read(fd: BorrowedFd<'_>) -> io::Result<TcpCounters> {
     let mut raw = [0u8; TCP_INFO_LEN];
-    let mut len = TCP_INFO_LEN as libc::socklen_t;
-    // SAFETY: `raw` is valid for writes of `len` bytes; the kernel writes
-    // at most `len` bytes and stores the count it wrote back into `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            raw.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(decode(&raw[..(len as usize).min(TCP_INFO_LEN)]))
+    let len = xferlab_sys::sockopt::get_bytes(fd, Get::TcpInfo, &mut raw)?;
+    Ok(decode(&raw[..len]))
 }
 
 /// The fields xferlab reports from a `struct tcp_info` as the kernel
@@ -158,7 +146,7 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream, UdpSocket};
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     use std::time::Duration;
 
     #[test]
@@ -247,17 +235,18 @@ mod tests {
         sender.write_all(&vec![7u8; TOTAL]).unwrap();
         drain.join().unwrap();
 
-        let c = read(sender.as_raw_fd()).unwrap();
+        let c = read(sender.as_fd()).unwrap();
         assert!(c.snd_mss > 0, "{c:?}");
         assert!(c.rtt_us > 0, "{c:?}");
         assert!(c.busy_time_us > 0, "{c:?}");
         assert!(c.delivery_rate > 0, "{c:?}");
     }
 
+    /// (An invalid descriptor cannot be passed: `read` takes a borrowed
+    /// one.)
     #[test]
-    fn non_tcp_or_invalid_descriptors_are_errors() {
+    fn non_tcp_descriptors_are_errors() {
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-        assert!(read(udp.as_raw_fd()).is_err());
-        assert_eq!(read(-1).unwrap_err().raw_os_error(), Some(libc::EBADF));
+        assert!(read(udp.as_fd()).is_err());
     }
 }

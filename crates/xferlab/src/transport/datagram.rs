@@ -12,9 +12,8 @@
 //! publishes its counters with relaxed atomic stores once per call.
 
 use std::io;
-use std::mem::{size_of, size_of_val, zeroed};
 use std::net::UdpSocket;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -30,6 +29,9 @@ use xferlab_core::spec::{
     Knobs, RxStamps,
 };
 use xferlab_core::transport::Transport;
+use xferlab_sys::mmsg;
+pub(super) use xferlab_sys::mmsg::RecvBatch;
+use xferlab_sys::sockopt;
 
 use super::flow::{FlowOutcome, FlowShared, SideFlags, POLL_FLAGS};
 
@@ -48,8 +50,6 @@ const QUIET_AFTER_STOP: Duration = Duration::from_millis(250);
 const BURST: Duration = Duration::from_micros(200);
 /// Waits shorter than this are spun rather than slept.
 const SPIN_BELOW: Duration = Duration::from_micros(10);
-/// Room for SCM_TIMESTAMPNS, SO_RXQ_OVFL and UDP_GRO control messages.
-const CMSG_SPACE: usize = 128;
 /// Largest buffer the kernel fills with one GRO receive.
 const GRO_BUFFER: usize = 65_536;
 /// GRO buffers taken per recvmmsg call: one. A GRO buffer already holds
@@ -165,7 +165,7 @@ pub fn send(
     } else {
         knobs.batch
     };
-    let mut out = SendBatch::new(sock.as_raw_fd(), size, per_call as usize, knobs.gso, wire);
+    let mut out = SendBatch::new(sock.as_fd(), size, per_call as usize, knobs.gso, wire);
     let start = clock::now();
     let rate = knobs.rate.unwrap_or(0);
     let mut pacer = Pacer::new(rate, size, per_call, start);
@@ -259,7 +259,7 @@ pub fn size_receive_buffer(sock: &UdpSocket, transport: Transport, knobs: &Knobs
     if !(udp || knobs.gso) || knobs.buffer.is_some() {
         return;
     }
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     if !set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, RCVBUF) {
         set_int_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, RCVBUF);
     }
@@ -279,7 +279,7 @@ pub fn stamp_arrivals(sock: &UdpSocket, transport: Transport, knobs: &Knobs) -> 
     }
     Some(match xferlab_core::transport::udp::rx_stamps(knobs) {
         RxStamps::Kernel
-            if set_int_opt(sock.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) =>
+            if set_int_opt(sock.as_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) =>
         {
             RxStamps::Kernel
         }
@@ -301,7 +301,7 @@ pub fn receive(
     wire: DatagramWire,
 ) -> FlowOutcome {
     sock.set_read_timeout(Some(POLL_FLAGS)).ok();
-    let fd = sock.as_raw_fd();
+    let fd = sock.as_fd();
     let gro = knobs.gso && set_int_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
     let buf_len = if gro {
         GRO_BUFFER
@@ -313,7 +313,7 @@ pub fn receive(
     } else {
         knobs.batch as usize
     };
-    let mut batch = RecvBatch::new(fd, buf_len, per_call);
+    let mut batch = RecvBatch::new(buf_len, per_call);
     // On a connection-oriented datagram socket (kernel DCCP) an empty
     // read is the peer's close: the end, even if its end marker was lost.
     // A UDP socket's empty datagram stays a datagram.
@@ -340,9 +340,9 @@ pub fn receive(
     let mut last_heard = clock::now();
     let end = loop {
         let got = if probing {
-            batch.recv_queued()
+            batch.recv_queued(fd)
         } else {
-            batch.recv()
+            batch.recv(fd)
         };
         match got {
             Ok(n) => {
@@ -541,23 +541,8 @@ fn truesize(len: usize) -> usize {
 /// 1.09-1.16M with it. In xferlab (a build with it against one without,
 /// `stream -u -b 0 -l 64 -t 2 -A 0,1`, six pairs) it was 1.11-1.17M
 /// against 1.23-1.26M. None if the kernel refuses (before Linux 4.6).
-fn socket_drops(fd: RawFd) -> Option<u32> {
-    // asm-generic's value (x86, arm, riscv); the libc crate does not
-    // export it for these targets.
-    const SO_MEMINFO: libc::c_int = 55;
-    let mut mem = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
-    let mut len = size_of_val(&mem) as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `mem`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            SO_MEMINFO,
-            mem.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    (r == 0 && len as usize >= size_of_val(&mem)).then(|| mem[libc::SK_MEMINFO_DROPS as usize])
+fn socket_drops(fd: BorrowedFd<'_>) -> Option<u32> {
+    sockopt::meminfo_drops(fd)
 }
 
 /// Publishes the host drops counted so far; with GRO the estimate never
@@ -682,47 +667,31 @@ pub(super) fn describe(e: &io::Error, what: &str) -> String {
     }
 }
 
-/// Sets an int socket option; false when the kernel refuses it. Plain
-/// libc: neither socket2 nor rustix names the options it sets
+/// Sets an int socket option; false when the kernel refuses it. Through
+/// xferlab-sys: neither socket2 nor rustix names the options it sets
 /// (SO_RXQ_OVFL, SO_TIMESTAMPNS, UDP_GRO, UDP_SEGMENT).
-pub fn set_int_opt(fd: RawFd, level: libc::c_int, opt: libc::c_int, value: libc::c_int) -> bool {
-    // SAFETY: plain int option on an open socket.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            opt,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        ) == 0
-    }
+pub fn set_int_opt(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    opt: libc::c_int,
+    value: libc::c_int,
+) -> bool {
+    sockopt::set_int(fd, level, opt, value).is_ok()
 }
 
-/// Datagram buffers and message headers for one sending flow, built once.
-///
-/// The send and receive batches call sendmmsg/recvmmsg (and send with GSO)
-/// through libc on purpose: this is the per-datagram path, one system
-/// call per batch at line rate. rustix has no recvmmsg, and its sendmmsg
-/// takes headers built from borrowed slices on every call; here the
-/// headers are built once and reused, so a batch costs one system call
-/// and no allocation or setup.
-pub(super) struct SendBatch {
-    fd: RawFd,
+/// Datagram buffers and message headers for one sending flow, built once
+/// ([`xferlab_sys::mmsg`]: one system call per batch, no allocation).
+pub(super) struct SendBatch<'a> {
+    fd: BorrowedFd<'a>,
     size: usize,
     gso: bool,
     wire: DatagramWire,
-    bufs: Vec<u8>,
-    iovs: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
+    batch: mmsg::SendBatch,
 }
 
-// SAFETY: the raw pointers inside point into the struct's own heap
-// buffers, which never move after construction and go with it.
-unsafe impl Send for SendBatch {}
-
-impl SendBatch {
+impl<'a> SendBatch<'a> {
     pub(super) fn new(
-        fd: RawFd,
+        fd: BorrowedFd<'a>,
         size: usize,
         per_call: usize,
         gso: bool,
@@ -732,201 +701,42 @@ impl SendBatch {
             set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, size as libc::c_int);
         }
         // A repeating pattern rather than zeros (see the TCP sender).
-        let bufs: Vec<u8> = (0..size * per_call).map(|i| (i % 251) as u8).collect();
-        let mut b = SendBatch {
+        let batch = mmsg::SendBatch::new(size, per_call, |i| (i % 251) as u8);
+        SendBatch {
             fd,
             size,
             gso,
             wire,
-            bufs,
-            iovs: Vec::with_capacity(per_call),
-            msgs: Vec::with_capacity(per_call),
-        };
-        for i in 0..per_call {
-            b.iovs.push(libc::iovec {
-                iov_base: b.bufs[i * size..].as_mut_ptr().cast(),
-                iov_len: size,
-            });
+            batch,
         }
-        for i in 0..per_call {
-            // SAFETY: an all-zero mmsghdr is valid (no name, no control).
-            let mut m: libc::mmsghdr = unsafe { zeroed() };
-            m.msg_hdr.msg_iov = &mut b.iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            b.msgs.push(m);
-        }
-        b
     }
 
     /// Writes headers for datagrams `seq..seq+n` and sends them; returns how
     /// many went out.
     pub(super) fn send(&mut self, seq: u64, now_ns: u64, n: usize) -> io::Result<usize> {
-        let n = n.min(self.iovs.len());
+        let n = n.min(self.batch.capacity());
         for i in 0..n {
             self.wire
-                .write(&mut self.bufs[i * self.size..], seq + i as u64, now_ns);
+                .write(self.batch.from_datagram(i), seq + i as u64, now_ns);
         }
         if self.gso {
             // One buffer; the kernel cuts it into `size`-byte datagrams.
-            // SAFETY: the buffer holds at least n * size bytes.
-            let r = unsafe { libc::send(self.fd, self.bufs.as_ptr().cast(), n * self.size, 0) };
-            if r < 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINVAL) && n > OLD_GSO_SEGMENTS as usize {
+            return match self.batch.send_segmented(self.fd, n) {
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EINVAL) && n > OLD_GSO_SEGMENTS as usize =>
+                {
                     // A kernel from before UDP_MAX_SEGMENTS rose to 128:
                     // from now on at most 64 per send (the caller sends
                     // the rest, as after any partial send).
                     tracing::debug!(n, "UDP_SEGMENT send refused; 64 segments per send");
-                    self.iovs.truncate(OLD_GSO_SEGMENTS as usize);
-                    self.msgs.truncate(OLD_GSO_SEGMENTS as usize);
-                    return self.send(seq, now_ns, n);
+                    self.batch.truncate(OLD_GSO_SEGMENTS as usize);
+                    self.send(seq, now_ns, n)
                 }
-                return Err(e);
-            }
-            return Ok(r as usize / self.size);
+                Err(e) => Err(e),
+                Ok(r) => Ok(r / self.size),
+            };
         }
-        // SAFETY: msgs[..n] point at live iovecs and buffers.
-        let r = unsafe { libc::sendmmsg(self.fd, self.msgs.as_mut_ptr(), n as libc::c_uint, 0) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-}
-
-/// What one received message carried.
-pub(super) struct Received<'a> {
-    pub data: &'a [u8],
-    pub stamp_ns: Option<u64>,
-    pub drops: Option<u32>,
-    /// GRO segment size: `data` holds several datagrams of this size.
-    pub segment: Option<usize>,
-    /// The IP header's TOS / traffic class byte, where IP_RECVTOS or
-    /// IPV6_RECVTCLASS asked for it (its low two bits are ECN).
-    pub tos: Option<u8>,
-}
-
-/// Receive buffers, control buffers and message headers, built once.
-pub(super) struct RecvBatch {
-    fd: RawFd,
-    buf_len: usize,
-    bufs: Vec<u8>,
-    ctrl: Vec<u8>,
-    iovs: Vec<libc::iovec>,
-    msgs: Vec<libc::mmsghdr>,
-}
-
-// SAFETY: as SendBatch: the raw pointers inside point into the struct's own
-// heap buffers, which never move after construction and go with it.
-unsafe impl Send for RecvBatch {}
-
-impl RecvBatch {
-    pub(super) fn new(fd: RawFd, buf_len: usize, n: usize) -> Self {
-        let mut b = RecvBatch {
-            fd,
-            buf_len,
-            bufs: vec![0u8; buf_len * n],
-            ctrl: vec![0u8; CMSG_SPACE * n],
-            iovs: Vec::with_capacity(n),
-            msgs: Vec::with_capacity(n),
-        };
-        for i in 0..n {
-            b.iovs.push(libc::iovec {
-                iov_base: b.bufs[i * buf_len..].as_mut_ptr().cast(),
-                iov_len: buf_len,
-            });
-        }
-        for i in 0..n {
-            // SAFETY: an all-zero mmsghdr is valid.
-            let mut m: libc::mmsghdr = unsafe { zeroed() };
-            m.msg_hdr.msg_iov = &mut b.iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = b.ctrl[i * CMSG_SPACE..].as_mut_ptr().cast();
-            m.msg_hdr.msg_controllen = CMSG_SPACE as _;
-            b.msgs.push(m);
-        }
-        b
-    }
-
-    /// Waits for at least one datagram (up to the socket's read timeout),
-    /// then takes whatever else is queued, up to the batch size.
-    pub(super) fn recv(&mut self) -> io::Result<usize> {
-        self.recv_flags(libc::MSG_WAITFORONE)
-    }
-
-    /// Takes what is queued, up to the batch size, without waiting:
-    /// WouldBlock when the queue is empty.
-    pub(super) fn recv_queued(&mut self) -> io::Result<usize> {
-        self.recv_flags(libc::MSG_DONTWAIT)
-    }
-
-    fn recv_flags(&mut self, flags: libc::c_int) -> io::Result<usize> {
-        for m in &mut self.msgs {
-            m.msg_hdr.msg_controllen = CMSG_SPACE as _;
-            m.msg_hdr.msg_flags = 0;
-        }
-        // SAFETY: every header points at live buffers of the stated sizes.
-        let r = unsafe {
-            libc::recvmmsg(
-                self.fd,
-                self.msgs.as_mut_ptr(),
-                self.msgs.len() as libc::c_uint,
-                flags,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-
-    /// Messages one call takes at most.
-    pub(super) fn capacity(&self) -> usize {
-        self.msgs.len()
-    }
-
-    pub(super) fn message(&self, i: usize) -> Received<'_> {
-        let m = &self.msgs[i];
-        let len = (m.msg_len as usize).min(self.buf_len);
-        let mut out = Received {
-            data: &self.bufs[i * self.buf_len..i * self.buf_len + len],
-            stamp_ns: None,
-            drops: None,
-            segment: None,
-            tos: None,
-        };
-        // SAFETY: the kernel filled msg_control with msg_controllen bytes of
-        // well-formed cmsgs; the CMSG_* macros stay within them.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&m.msg_hdr);
-            while !c.is_null() {
-                let data = libc::CMSG_DATA(c);
-                match ((*c).cmsg_level, (*c).cmsg_type) {
-                    (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS) => {
-                        let ts: libc::timespec = std::ptr::read_unaligned(data.cast());
-                        out.stamp_ns = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
-                    }
-                    (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
-                        out.drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
-                    }
-                    (libc::IPPROTO_IP, libc::IP_TOS) => out.tos = Some(*data),
-                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
-                        let tclass: libc::c_int = std::ptr::read_unaligned(data.cast());
-                        out.tos = Some(tclass as u8);
-                    }
-                    (libc::SOL_UDP, libc::UDP_GRO) => {
-                        let seg: libc::c_int = std::ptr::read_unaligned(data.cast());
-                        out.segment = usize::try_from(seg).ok();
-                    }
-                    _ => {}
-                }
-                c = libc::CMSG_NXTHDR(&m.msg_hdr, c);
-            }
-        }
-        out
+        self.batch.send(self.fd, n)
     }
 }
 
@@ -1021,7 +831,7 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
         let n = MAX_GSO_SEGMENTS as usize;
-        let mut batch = SendBatch::new(tx.as_raw_fd(), 64, n, true, DatagramWire::Xferlab);
+        let mut batch = SendBatch::new(tx.as_fd(), 64, n, true, DatagramWire::Xferlab);
         let sent = batch.send(1000, 7, n).unwrap();
         assert!(
             sent == n || sent == OLD_GSO_SEGMENTS as usize,

@@ -9,7 +9,7 @@
 use crate::sys::clock;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use xferlab_core::time::Time;
@@ -18,7 +18,9 @@ use xferlab_core::result::FlowEnd;
 use xferlab_core::spec::{RecvMode, SendMode};
 
 use super::sizing::StreamSizes;
-use super::zerocopy::{self, MsgZerocopy, SendfileSource, ZerocopyWindow};
+use super::zerocopy::{self, MsgZerocopy, SendfileSource};
+use xferlab_sys::discard::Discard;
+use xferlab_sys::sockopt;
 
 /// How often a blocked send/recv comes back to look at the stop and abort
 /// flags. Only matters when the peer stalls; a busy flow never waits.
@@ -162,7 +164,7 @@ pub fn send(
             Ok(f) => Source::File(f),
             Err(e) => return failed(format!("cannot set up sendfile (-Z): {e}")),
         },
-        SendMode::MsgZerocopy => match MsgZerocopy::enable(sock.as_raw_fd()) {
+        SendMode::MsgZerocopy => match zerocopy::enable_msg_zerocopy(sock) {
             Ok(z) => Source::Zerocopy(z),
             Err(e) => return failed(e),
         },
@@ -207,17 +209,17 @@ pub fn send(
         at,
         bytes: sent,
         note: match &source {
-            Source::Zerocopy(z) => z.note(),
+            Source::Zerocopy(z) => zerocopy::msg_zerocopy_note(z),
             _ => None,
         },
     }
 }
 
 /// Where a sender's bytes come from.
-enum Source {
+enum Source<'a> {
     Copy,
     File(SendfileSource),
-    Zerocopy(MsgZerocopy),
+    Zerocopy(MsgZerocopy<'a>),
 }
 
 fn failed(why: String) -> FlowOutcome {
@@ -251,32 +253,25 @@ pub fn receive(
     let mut read_buf = PageAligned::new(want_len, |_| 0);
     let buf = read_buf.bytes_mut();
     let mut window = match mode {
-        RecvMode::Zerocopy => match ZerocopyWindow::new(sock, sizes.read_size) {
+        RecvMode::Zerocopy => match zerocopy::zerocopy_window(sock, sizes.read_size) {
             Ok(w) => Some(w),
             Err(e) => return failed(e),
         },
         _ => None,
     };
     let mut wake = WakeThreshold::new(sock, sizes.rcvlowat);
-    let fd = sock.as_raw_fd();
+    let mut discard = (mode == RecvMode::Discard).then(|| Discard::new(sock, DISCARD_CHUNK));
     let mut got: u64 = 0;
     let mut mapped: u64 = 0;
     // Where the next copying read starts when reads fill the buffer.
     let mut at = 0;
     let end = loop {
         let r = match (mode, window.as_mut()) {
-            (RecvMode::Discard, _) => {
-                // SAFETY: with MSG_TRUNC the kernel writes nothing to the
-                // buffer for TCP; the pointer is valid for its 1 byte anyway.
-                let n = unsafe {
-                    libc::recv(fd, buf.as_mut_ptr().cast(), DISCARD_CHUNK, libc::MSG_TRUNC)
-                };
-                if n < 0 {
-                    Err(io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            }
+            // With MSG_TRUNC the kernel writes nothing to a buffer for TCP.
+            (RecvMode::Discard, _) => discard
+                .as_mut()
+                .expect("a discarding receiver has its Discard")
+                .recv(),
             (RecvMode::Zerocopy, Some(w)) => match w.receive() {
                 Ok(zc) if zc.mapped > 0 => {
                     mapped += zc.mapped as u64;
@@ -344,8 +339,8 @@ pub fn receive(
 /// another reason (timeout, end of stream, memory pressure): the rate has
 /// fallen, so the threshold drops to 1 at once and is learnt again. A
 /// slowing flow is therefore never seen late by more than one poll.
-struct WakeThreshold {
-    fd: RawFd,
+struct WakeThreshold<'a> {
+    fd: BorrowedFd<'a>,
     lowat: usize,
     /// The `--rcvlowat` cap (0: never set), and at most a quarter of the
     /// receive buffer, so a small `-w` can never hold back a wake-up the
@@ -408,11 +403,11 @@ pub fn spawn(
         .spawn(body)
 }
 
-impl WakeThreshold {
-    fn new(sock: &TcpStream, max: usize) -> Self {
+impl<'a> WakeThreshold<'a> {
+    fn new(sock: &'a TcpStream, max: usize) -> Self {
         let rcvbuf = socket2::SockRef::from(sock).recv_buffer_size().unwrap_or(0);
         WakeThreshold {
-            fd: sock.as_raw_fd(),
+            fd: sock.as_fd(),
             lowat: 1,
             cap: (rcvbuf / 4).min(max),
             reads: 0,
@@ -460,17 +455,8 @@ impl WakeThreshold {
             return;
         }
         let v = libc::c_int::try_from(lowat).unwrap_or(libc::c_int::MAX);
-        // SAFETY: plain int option on the flow's open socket.
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd,
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
+        let set = sockopt::set_int(self.fd, libc::SOL_SOCKET, libc::SO_RCVLOWAT, v);
+        if set.is_ok() {
             self.lowat = lowat;
         }
     }
@@ -492,15 +478,21 @@ mod tests {
         let (rx, _) = l.accept().unwrap();
         rx.shutdown(Shutdown::Both).unwrap();
         tx.write_all(&[7u8; 1000]).unwrap();
-        let mut p = libc::pollfd {
-            fd: tx.as_raw_fd(),
-            events: 0,
-            revents: 0,
+        let mut p = [rustix::event::PollFd::new(
+            &tx,
+            rustix::event::PollFlags::empty(),
+        )];
+        let five = rustix::event::Timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
         };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, 5000) };
+        let n = rustix::event::poll(&mut p, Some(&five)).unwrap();
         assert_eq!(n, 1, "no reset within 5 s");
-        assert!(p.revents & libc::POLLHUP != 0, "revents {:#x}", p.revents);
+        let revents = p[0].revents();
+        assert!(
+            revents.contains(rustix::event::PollFlags::HUP),
+            "revents {revents:?}"
+        );
         rx
     }
 

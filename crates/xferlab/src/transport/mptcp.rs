@@ -9,7 +9,7 @@
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 
 use socket2::{Domain, Protocol, Socket, Type};
@@ -17,6 +17,7 @@ use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
 use xferlab_core::transport::mptcp::{MptcpCounters, MptcpInfo, SubflowCounters};
 use xferlab_core::transport::TransportCounters;
+use xferlab_sys::sockopt::Get;
 
 use super::flow::FlowShared;
 use super::{tcp, Flag, FlowSocket, Transport, TransportIo};
@@ -56,17 +57,13 @@ impl TransportIo for Mptcp {
         Reading {
             bytes: shared.bytes.load(Ordering::Relaxed),
             tcp: tcp::sender_tcp_info(socket, role),
-            transport: state(socket.as_fd().as_raw_fd()).map(TransportCounters::Mptcp),
+            transport: state(socket.as_fd()).map(TransportCounters::Mptcp),
             ..Reading::default()
         }
     }
 }
 
-// From linux/mptcp.h (libc does not have them).
-const SOL_MPTCP: libc::c_int = 284;
-const MPTCP_INFO: libc::c_int = 1;
-const MPTCP_TCPINFO: libc::c_int = 2;
-const MPTCP_SUBFLOW_ADDRS: libc::c_int = 3;
+// From linux/mptcp.h (libc does not have it).
 const MPTCP_INFO_FLAG_FALLBACK: u32 = 1;
 /// Subflows read per interval. Linux caps a connection's extra subflows
 /// at 8 (MPTCP_PM_ADDR_MAX); more are left out of the list.
@@ -113,9 +110,9 @@ const ADDRS_LEN: usize = 256;
 
 /// The connection's state now; None when the socket cannot be read at
 /// all (closed).
-fn state(fd: RawFd) -> Option<MptcpCounters> {
+fn state(fd: BorrowedFd<'_>) -> Option<MptcpCounters> {
     let mut raw = [0u8; size_of::<MptcpInfoRaw>()];
-    let info = match getsockopt(fd, MPTCP_INFO, &mut raw) {
+    let info = match getsockopt(fd, Get::MptcpInfo, &mut raw) {
         Ok(n) => decode_info(&raw[..n]),
         // A connection that fell back to TCP (EOPNOTSUPP), or a plain TCP
         // socket the server accepted for an MPTCP test (ENOPROTOOPT).
@@ -162,9 +159,9 @@ fn decode_info(raw: &[u8]) -> (bool, MptcpInfo) {
 /// Every subflow's addresses and TCP_INFO, paired by position (both
 /// calls list the subflows in the same order; when one appeared or went
 /// between the two calls, the addresses are left out).
-fn subflows(fd: RawFd) -> io::Result<Vec<SubflowCounters>> {
-    let infos = subflow_array(fd, MPTCP_TCPINFO, TCP_INFO_LEN)?;
-    let addrs = subflow_array(fd, MPTCP_SUBFLOW_ADDRS, ADDRS_LEN).unwrap_or_default();
+fn subflows(fd: BorrowedFd<'_>) -> io::Result<Vec<SubflowCounters>> {
+    let infos = subflow_array(fd, Get::MptcpTcpInfo, TCP_INFO_LEN)?;
+    let addrs = subflow_array(fd, Get::MptcpSubflowAddrs, ADDRS_LEN).unwrap_or_default();
     let paired = addrs.len() == infos.len();
     Ok(infos
         .iter()
@@ -196,7 +193,7 @@ fn subflows(fd: RawFd) -> io::Result<Vec<SubflowCounters>> {
 /// asking for elements of `size` bytes, then the array. Returns each
 /// element as the kernel wrote it (shorter than `size` when the kernel's
 /// struct is).
-fn subflow_array(fd: RawFd, opt: libc::c_int, size: usize) -> io::Result<Vec<Vec<u8>>> {
+fn subflow_array(fd: BorrowedFd<'_>, opt: Get, size: usize) -> io::Result<Vec<Vec<u8>>> {
     let mut buf = vec![0u8; HEADER_LEN + MAX_SUBFLOWS * size];
     let u32_at =
         |b: &[u8], at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"));
@@ -238,15 +235,8 @@ fn sockaddr(raw: &[u8]) -> Option<SocketAddr> {
 
 /// getsockopt(SOL_MPTCP, `opt`) into `buf` (which may carry input, as
 /// the subflow calls' header does); the length the kernel wrote.
-fn getsockopt(fd: RawFd, opt: libc::c_int, buf: &mut [u8]) -> io::Result<usize> {
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is valid for reads and writes of `len` bytes; the
-    // kernel writes at most `len` bytes and stores the count in `len`.
-    let rc = unsafe { libc::getsockopt(fd, SOL_MPTCP, opt, buf.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((len as usize).min(buf.len()))
+fn getsockopt(fd: BorrowedFd<'_>, opt: Get, buf: &mut [u8]) -> io::Result<usize> {
+    xferlab_sys::sockopt::get_bytes(fd, opt, buf)
 }
 
 #[cfg(test)]
@@ -316,7 +306,7 @@ mod tests {
         client.write_all(&[7u8; 1 << 16]).unwrap();
         server.read_exact(&mut [0u8; 1 << 16]).unwrap();
         for (end, s) in [("client", &client), ("server", &server)] {
-            let c = state(s.as_raw_fd()).unwrap();
+            let c = state(s.as_fd()).unwrap();
             assert!(!c.fallback, "{end}: {c:?}");
             assert_eq!(c.subflows.len(), 1, "{end}: {c:?}");
             let sf = &c.subflows[0];
@@ -324,7 +314,7 @@ mod tests {
             assert_eq!(sf.remote, s.peer_addr().unwrap().to_string(), "{end}");
             assert!(sf.tcp.snd_mss > 0 && sf.tcp.rtt_us > 0, "{end}: {sf:?}");
         }
-        let sent = state(client.as_raw_fd()).unwrap().info.unwrap();
+        let sent = state(client.as_fd()).unwrap().info.unwrap();
         assert_eq!(sent.bytes_sent, 1 << 16);
     }
 
@@ -336,7 +326,7 @@ mod tests {
             .connect(&listener.local_addr().unwrap().into())
             .unwrap();
         let (server, _) = listener.accept().unwrap();
-        assert!(state(client.as_raw_fd()).unwrap().fallback);
-        assert!(state(server.as_raw_fd()).unwrap().fallback);
+        assert!(state(client.as_fd()).unwrap().fallback);
+        assert!(state(server.as_fd()).unwrap().fallback);
     }
 }

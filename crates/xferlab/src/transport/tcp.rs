@@ -1,7 +1,7 @@
 //! TCP's driver: a plain SOCK_STREAM socket; senders read TCP_INFO every
 //! interval.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 
 use socket2::{Domain, Socket, Type};
@@ -39,6 +39,6 @@ pub(super) fn sender_tcp_info(
     role: FlowRole,
 ) -> Option<xferlab_core::result::TcpCounters> {
     (role == FlowRole::Sender)
-        .then(|| sys::tcp_info::read(socket.as_fd().as_raw_fd()).ok())
+        .then(|| sys::tcp_info::read(socket.as_fd()).ok())
         .flatten()
 }

@@ -3,20 +3,14 @@
 //! sending side, TCP_ZEROCOPY_RECEIVE (pages mapped into the receiver) on
 //! the receiving side. Each is set up once per flow; per call it costs the
 //! one system call of its copying counterpart, plus for MSG_ZEROCOPY a
-//! non-blocking read of the error queue.
+//! non-blocking read of the error queue. The raw calls of the last two
+//! are [`xferlab_sys::zerocopy`]'s.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 
 use rustix::fs::{memfd_create, sendfile, MemfdFlags};
-
-/// SO_ZEROCOPY (asm-generic/socket.h; the libc crate does not name it).
-const SO_ZEROCOPY: libc::c_int = 60;
-/// sock_extended_err.ee_origin of a MSG_ZEROCOPY completion.
-const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
-/// ee_code bit: the kernel copied the data after all (loopback always
-/// does: a looped-back skb may not keep user pages).
-const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+pub use xferlab_sys::zerocopy::{MsgZerocopy, ZerocopyWindow};
 
 /// A file holding `len` bytes of the send pattern, for sendfile().
 pub struct SendfileSource {
@@ -44,191 +38,30 @@ impl SendfileSource {
 /// a send never waits for its completion before the buffer is reused;
 /// completions are only read to free the kernel's notification memory
 /// and to learn whether it copied after all.
-pub struct MsgZerocopy {
-    fd: RawFd,
-    /// Completions seen, and how many of them say the kernel copied.
-    pub completed: u64,
-    pub copied: u64,
+pub fn enable_msg_zerocopy(sock: &impl AsFd) -> Result<MsgZerocopy<'_>, String> {
+    MsgZerocopy::enable(sock).map_err(|e| {
+        format!("the kernel refuses SO_ZEROCOPY ({e}): use -Z (sendfile) instead of --zerocopy msg")
+    })
 }
 
-impl MsgZerocopy {
-    pub fn enable(fd: RawFd) -> Result<Self, String> {
-        if !super::datagram::set_int_opt(fd, libc::SOL_SOCKET, SO_ZEROCOPY, 1) {
-            return Err(format!(
-                "the kernel refuses SO_ZEROCOPY ({}): use -Z (sendfile) instead of --zerocopy msg",
-                io::Error::last_os_error()
-            ));
-        }
-        Ok(MsgZerocopy {
-            fd,
-            completed: 0,
-            copied: 0,
-        })
-    }
-
-    pub fn send(&mut self, buf: &[u8]) -> io::Result<usize> {
-        // SAFETY: buf is valid for its length; the kernel only reads it.
-        let r = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_ZEROCOPY) };
-        self.drain();
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            // Out of notification memory: the drain above made room.
-            if e.raw_os_error() == Some(libc::ENOBUFS) {
-                return Err(io::Error::from(io::ErrorKind::Interrupted));
-            }
-            return Err(e);
-        }
-        Ok(r as usize)
-    }
-
-    /// Reads every completion queued on the error queue (non-blocking).
-    fn drain(&mut self) {
-        loop {
-            let mut control = [0u64; 16];
-            // SAFETY: an all-zero msghdr is valid; control is ours.
-            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = size_of_val(&control) as _;
-            // SAFETY: msg points at live buffers of the stated sizes.
-            let r = unsafe {
-                libc::recvmsg(self.fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
-            };
-            if r < 0 {
-                return;
-            }
-            // SAFETY: the kernel filled msg_control with well-formed cmsgs.
-            unsafe {
-                let mut c = libc::CMSG_FIRSTHDR(&msg);
-                while !c.is_null() {
-                    let ee: libc::sock_extended_err =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                    if ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
-                        // ee_info..=ee_data: the range of sends completed.
-                        let n = u64::from(ee.ee_data.wrapping_sub(ee.ee_info)) + 1;
-                        self.completed += n;
-                        if ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0 {
-                            self.copied += n;
-                        }
-                    }
-                    c = libc::CMSG_NXTHDR(&msg, c);
-                }
-            }
-        }
-    }
-
-    /// What the result should say about the copies, if the kernel made any.
-    pub fn note(&self) -> Option<String> {
-        (self.copied > 0).then(|| {
-            format!(
-                "MSG_ZEROCOPY: the kernel copied {} of {} completed sends after all (it always does on loopback)",
-                self.copied, self.completed
-            )
-        })
-    }
+/// What the result should say about the copies, if the kernel made any.
+pub fn msg_zerocopy_note(z: &MsgZerocopy<'_>) -> Option<String> {
+    (z.copied > 0).then(|| {
+        format!(
+            "MSG_ZEROCOPY: the kernel copied {} of {} completed sends after all (it always does on loopback)",
+            z.copied, z.completed
+        )
+    })
 }
 
-/// struct tcp_zerocopy_receive (linux/tcp.h, 6.x layout).
-#[repr(C)]
-#[derive(Default)]
-struct TcpZerocopyReceive {
-    address: u64,
-    length: u32,
-    recv_skip_hint: u32,
-    inq: u32,
-    err: i32,
-    copybuf_address: u64,
-    copybuf_len: i32,
-    flags: u32,
-    msg_control: u64,
-    msg_controllen: u64,
-    msg_flags: u32,
-    reserved: u32,
-}
-
-/// What one zero-copy receive call gave.
-pub struct ZcRead {
-    /// Bytes mapped into the window (not copied).
-    pub mapped: usize,
-    /// Bytes that must be read (copied) before the next mappable ones.
-    pub skip: usize,
-}
-
-/// A read-only window onto the socket's receive queue: the kernel maps
-/// whole received pages into it (TCP_ZEROCOPY_RECEIVE).
-pub struct ZerocopyWindow {
-    fd: RawFd,
-    addr: *mut libc::c_void,
-    len: usize,
-}
-
-// SAFETY: the mapping belongs to this value alone (unmapped in Drop) and
-// is used by one thread at a time: the flow thread it is moved to.
-unsafe impl Send for ZerocopyWindow {}
-
-impl ZerocopyWindow {
-    /// Maps a window of `len` bytes (rounded up to pages) on the socket.
-    pub fn new(sock: &impl AsRawFd, len: usize) -> Result<Self, String> {
-        let len = len.max(4096).div_ceil(4096) * 4096;
-        let fd = sock.as_raw_fd();
-        // SAFETY: a fresh shared read-only mapping of the socket; the
-        // kernel fills it only through TCP_ZEROCOPY_RECEIVE.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if addr == libc::MAP_FAILED {
-            return Err(format!(
-                "this socket cannot be mapped for TCP_ZEROCOPY_RECEIVE ({}); leave out --rx-zerocopy",
-                io::Error::last_os_error()
-            ));
-        }
-        Ok(ZerocopyWindow { fd, addr, len })
-    }
-
-    /// Maps what the kernel can of the queued data (replacing what the
-    /// window held); never blocks.
-    pub fn receive(&mut self) -> io::Result<ZcRead> {
-        let mut zc = TcpZerocopyReceive {
-            address: self.addr as u64,
-            length: u32::try_from(self.len).unwrap_or(u32::MAX),
-            ..TcpZerocopyReceive::default()
-        };
-        let mut optlen = size_of::<TcpZerocopyReceive>() as libc::socklen_t;
-        // SAFETY: zc is a valid tcp_zerocopy_receive; address is our
-        // mapping of this socket.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd,
-                libc::IPPROTO_TCP,
-                libc::TCP_ZEROCOPY_RECEIVE,
-                (&mut zc as *mut TcpZerocopyReceive).cast(),
-                &mut optlen,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if zc.err != 0 {
-            return Err(io::Error::from_raw_os_error(zc.err.abs()));
-        }
-        Ok(ZcRead {
-            mapped: zc.length as usize,
-            skip: zc.recv_skip_hint as usize,
-        })
-    }
-}
-
-impl Drop for ZerocopyWindow {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.addr, self.len) };
-    }
+/// A read-only window of `len` bytes (rounded up to pages) onto the
+/// socket's receive queue, for TCP_ZEROCOPY_RECEIVE.
+pub fn zerocopy_window(sock: &impl AsFd, len: usize) -> Result<ZerocopyWindow<'_>, String> {
+    ZerocopyWindow::new(sock, len).map_err(|e| {
+        format!(
+            "this socket cannot be mapped for TCP_ZEROCOPY_RECEIVE ({e}); leave out --rx-zerocopy"
+        )
+    })
 }
 
 /// The note a zero-copy receiver leaves in the result.

@@ -3,7 +3,6 @@
 //! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
 //! drivers.
 
-mod aio;
 mod bulk;
 mod cbr;
 mod device;
@@ -12,7 +11,7 @@ mod gadget;
 pub mod mon;
 mod net;
 mod tap;
-mod usbfs;
+use xferlab_sys::usbfs;
 
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;

@@ -9,16 +9,18 @@
 //! events the ring dropped.
 
 use std::collections::BTreeMap;
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use xferlab_sys::usbmon::{OpenError, Usbmon};
+
+// The sys crate reads events by the core's header length.
+const _: () = assert!(xferlab_sys::usbmon::HDR_LEN == MON_BIN_HDR_LEN);
 use xferlab_core::usb::usbmon::{
     BusDirection, BusMeter, BusReport, BusSample, DirCounters, MonEvent, HS_BULK_CAPACITY_BPS,
     MON_BIN_HDR_LEN,
@@ -28,77 +30,13 @@ use super::device;
 use crate::cli::usb::{MonArgs, UsbMonSpec};
 use xferlab_core::usb::net::Encap;
 
-/// struct mon_bin_mfetch { offvec, nfetch, nflush } (drivers/usb/mon/mon_bin.c).
-#[repr(C)]
-struct MonBinMfetch {
-    offvec: *mut u32,
-    nfetch: u32,
-    nflush: u32,
-}
-
-const MON_IOC_MAGIC: u64 = 0x92;
-/// _IOWR(0x92, 7, struct mon_bin_mfetch): flush `nflush` events, then
-/// return the ring offsets of up to `nfetch` queued ones.
-const MON_IOCX_MFETCH: u64 =
-    (3 << 30) | ((size_of::<MonBinMfetch>() as u64) << 16) | (MON_IOC_MAGIC << 8) | 7;
-/// _IO(0x92, 4): set the ring size (data captured per event is at most a
-/// fifth of it).
-const MON_IOCT_RING_SIZE: u64 = (MON_IOC_MAGIC << 8) | 4;
-/// _IO(0x92, 5): the ring size, as the return value.
-const MON_IOCQ_RING_SIZE: u64 = (MON_IOC_MAGIC << 8) | 5;
-/// _IOR(0x92, 3, struct mon_bin_stats { u32 queued, dropped }).
-const MON_IOCG_STATS: u64 = (2 << 30) | (8 << 16) | (MON_IOC_MAGIC << 8) | 3;
 /// The kernel's largest ring (BUFF_MAX, 1200 KiB): captures up to 240 KiB
 /// per event, more than an NTB or a coalesced EEM transfer holds.
-const RING_SIZE: libc::c_ulong = 1200 * 1024;
+const RING_SIZE: usize = 1200 * 1024;
 /// Events fetched per ioctl. One GETX ioctl per event lost thousands of
 /// events a second to a full ring under TCG with an ECM link at ~10k
 /// events/s; fetching in batches from the mapped ring lost none.
 const BATCH: usize = 256;
-
-/// The ring, mapped read-only: events stay put until they are flushed.
-struct Ring {
-    base: *const u8,
-    len: usize,
-}
-
-impl Ring {
-    fn map(fd: i32, len: usize) -> std::io::Result<Ring> {
-        // SAFETY: a fresh shared read-only mapping of the usbmon ring.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Ring {
-            base: p as *const u8,
-            len,
-        })
-    }
-
-    /// The bytes of one fetched (and not yet flushed) event: the kernel
-    /// does not write there until we flush it.
-    fn bytes(&self, off: usize, len: usize) -> Option<&[u8]> {
-        let end = off.checked_add(len)?;
-        // SAFETY: in bounds of the mapping, and stable while unflushed.
-        (end <= self.len).then(|| unsafe { std::slice::from_raw_parts(self.base.add(off), len) })
-    }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
-    }
-}
 
 pub fn run(a: &MonArgs, interrupts: &AtomicU32) -> ExitCode {
     match record(a, interrupts) {
@@ -150,18 +88,13 @@ fn record(a: &MonArgs, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
 /// usbmon ring mapped.
 pub struct Monitor {
     path: String,
-    file: std::fs::File,
-    ring: Ring,
+    ring: Usbmon,
     bus: u8,
     devnum: u8,
     speed: Option<String>,
     encap: Option<Encap>,
     knobs: BTreeMap<String, String>,
 }
-
-// SAFETY: the ring is a read-only shared mapping owned by the monitor; it
-// is read by whichever one thread runs the monitor.
-unsafe impl Send for Ring {}
 
 impl Monitor {
     /// Finds `device` (VID:PID or BUS.ADDR) and maps its bus's ring; every
@@ -175,11 +108,8 @@ impl Monitor {
         let dev = device::select(&sel, None)?;
         let bus = dev.busnum();
         let path = format!("/dev/usbmon{bus}");
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| match e.kind() {
+        let ring = Usbmon::open(bus, RING_SIZE).map_err(|e| match e {
+            OpenError::Open(e) => match e.kind() {
                 std::io::ErrorKind::NotFound => anyhow!(
                     "no {path}: load usbmon (`modprobe usbmon`; CONFIG_USB_MON) and mount devtmpfs"
                 ),
@@ -187,24 +117,12 @@ impl Monitor {
                     anyhow!("cannot open {path}: reading usbmon needs root; run it with sudo")
                 }
                 _ => anyhow!("cannot open {path}: {e}"),
-            })?;
-        let fd = file.as_raw_fd();
-        // SAFETY: ioctls on our own usbmon fd with integer arguments.
-        let ring_len = unsafe {
-            libc::ioctl(fd, MON_IOCT_RING_SIZE as _, RING_SIZE);
-            libc::ioctl(fd, MON_IOCQ_RING_SIZE as _)
-        };
-        if ring_len <= 0 {
-            bail!(
-                "{path}: cannot read the usbmon ring size ({})",
-                std::io::Error::last_os_error()
-            );
-        }
-        let ring =
-            Ring::map(fd, ring_len as usize).with_context(|| format!("cannot map {path}"))?;
+            },
+            OpenError::RingSize(e) => anyhow!("{path}: cannot read the usbmon ring size ({e})"),
+            OpenError::Map(e) => anyhow::Error::from(e).context(format!("cannot map {path}")),
+        })?;
         Ok(Monitor {
             path,
-            file,
             ring,
             bus,
             devnum: dev.device_address(),
@@ -219,23 +137,21 @@ impl Monitor {
     pub fn run(self, step: Duration, stop: impl Fn() -> bool) -> anyhow::Result<BusReport> {
         let Monitor {
             path,
-            file,
-            ring,
+            mut ring,
             bus,
             devnum,
             speed,
             encap,
             knobs,
         } = self;
-        let fd = file.as_raw_fd();
         // The reader must keep up with the link it watches, which may hold
         // the CPU (one CPU under TCG: with an ECM link at full speed the
         // ring still overflowed by ~360 events in 5 s at nice 0, by none at
         // nice -10; with traffic both ways on one CPU it still may: the
         // report counts it). A higher priority only changes when it runs,
         // not how much: root may raise it.
-        // SAFETY: setpriority on this thread (Linux: per thread).
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+        // setpriority on this thread (Linux: per thread).
+        let _ = rustix::process::setpriority_process(None, -20);
         let mut meter = BusMeter::new(encap, Some(devnum));
         let mut offsets = [0u32; BATCH];
         let mut flush = 0u32;
@@ -257,45 +173,34 @@ impl Monitor {
         let mut last_cut = 0.0;
         let mut lag_max_us = 0i64;
         loop {
-            let mut m = MonBinMfetch {
-                offvec: offsets.as_mut_ptr(),
-                nfetch: BATCH as u32,
-                nflush: flush,
-            };
-            // SAFETY: MFETCH writes at most `nfetch` offsets into `offsets` and
-            // the counts into `m`, both ours and live for the call.
-            let r = unsafe { libc::ioctl(fd, MON_IOCX_MFETCH as _, &mut m as *mut MonBinMfetch) };
             // The flush is done before the fetch can fail (EAGAIN, EINTR).
+            let fetched = ring.fetch(&mut offsets, flush);
             flush = 0;
-            let idle = if r == 0 {
-                let mut oldest = true;
-                for &off in &offsets[..(m.nfetch as usize).min(BATCH)] {
-                    let off = off as usize;
-                    // Fillers at the ring's end ('@') do not parse: skipped.
-                    let Some(ev) = ring.bytes(off, MON_BIN_HDR_LEN).and_then(MonEvent::parse)
-                    else {
-                        continue;
-                    };
-                    if oldest {
-                        // One clock read per fetch: the oldest event's age.
-                        oldest = false;
-                        lag_max_us = lag_max_us.max(realtime_us() - ev.ts_us);
+            let idle = match fetched {
+                Ok(batch) => {
+                    let mut oldest = true;
+                    for i in 0..batch.len() {
+                        // Fillers at the ring's end ('@') do not parse: skipped.
+                        let Some(ev) = batch.header(i).and_then(MonEvent::parse) else {
+                            continue;
+                        };
+                        if oldest {
+                            // One clock read per fetch: the oldest event's age.
+                            oldest = false;
+                            lag_max_us = lag_max_us.max(realtime_us() - ev.ts_us);
+                        }
+                        meter.record(&ev, batch.data(i));
                     }
-                    let data = ring
-                        .bytes(off + MON_BIN_HDR_LEN, ev.len_cap as usize)
-                        .unwrap_or(&[]);
-                    meter.record(&ev, data);
+                    let n = batch.len() as u32;
+                    flush = n;
+                    since_check += n;
+                    n == 0
                 }
-                flush = m.nfetch;
-                since_check += m.nfetch;
-                m.nfetch == 0
-            } else {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
+                Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => true,
                     Some(libc::EINTR) => false,
                     _ => return Err(e).with_context(|| format!("reading {path}")),
-                }
+                },
             };
             if idle || since_check >= 256 {
                 since_check = 0;
@@ -314,13 +219,13 @@ impl Monitor {
                     // (2763 vs 0-360 events lost in 5 s): a sleeping reader
                     // wakes late and the 1.2 MB ring (~30 ms of a busy link)
                     // overflows.
-                    let mut p = libc::pollfd {
-                        fd,
-                        events: libc::POLLIN,
-                        revents: 0,
+                    let fd = ring.fd();
+                    let mut p = [PollFd::new(&fd, PollFlags::IN)];
+                    let ms20 = Timespec {
+                        tv_sec: 0,
+                        tv_nsec: 20_000_000,
                     };
-                    // SAFETY: one pollfd of ours.
-                    unsafe { libc::poll(&mut p, 1, 20) };
+                    poll(&mut p, Some(&ms20)).ok();
                 }
             }
         }
@@ -328,9 +233,7 @@ impl Monitor {
         if secs - last_cut > 1e-3 {
             cut(&meter, &mut prev_in, &mut prev_out, last_cut, secs);
         }
-        let mut stats = [0u32; 2];
-        // SAFETY: MON_IOCG_STATS writes two u32 into `stats`.
-        unsafe { libc::ioctl(fd, MON_IOCG_STATS as _, stats.as_mut_ptr()) };
+        let (_, dropped) = ring.stats().unwrap_or((0, 0));
         let zero = DirCounters::default();
         Ok(BusReport {
             bus: u16::from(bus),
@@ -338,8 +241,8 @@ impl Monitor {
             speed,
             encap,
             knobs,
-            dropped_events: u64::from(stats[1]),
-            ring_bytes: ring.len as u64,
+            dropped_events: u64::from(dropped),
+            ring_bytes: ring.ring_len() as u64,
             reader_lag_max_ms: lag_max_us as f64 / 1e3,
             capacity_bytes_per_second: HS_BULK_CAPACITY_BPS,
             host_in: BusDirection {
@@ -356,12 +259,7 @@ impl Monitor {
 
 /// CLOCK_REALTIME in microseconds: usbmon stamps its events with it.
 fn realtime_us() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec of ours.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 

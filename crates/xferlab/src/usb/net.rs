@@ -8,11 +8,11 @@
 //! `usb::net::gro`). Malformed transfers are counted and dropped. The TAP
 //! is not persistent: the kernel removes it when the process ends, SIGKILL
 //! too. Two threads share the device's usbfs node (URBs of our own,
-//! usb/usbfs.rs): one sends, one reaps and receives ([`Shared`]).
+//! xferlab-sys/src/usbfs.rs): one sends, one reaps and receives ([`Shared`]).
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::process::ExitCode;
 use std::sync::atomic::{
     AtomicBool, AtomicU32, AtomicU64,
@@ -21,6 +21,7 @@ use std::sync::atomic::{
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail};
+use rustix::event::{poll, PollFd, PollFlags};
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::{
     coalesce::Transfer, decoder, default_depth, gro::Merger, gso::Segmenter, BusSpeed, Coalescer,
@@ -101,7 +102,8 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
     let sel = device::parse_selector(Some(&a.device))?;
     let info = device::select(&sel, None)?;
     // nusb finds the device and reads its descriptors; the transfers run
-    // on a usbfs descriptor of our own (usb/usbfs.rs), polled with the TAP.
+    // on a usbfs descriptor of our own (xferlab-sys/src/usbfs.rs), polled
+    // with the TAP.
     let (dev, _cfg, pipes) = device::open(&info, PipeRequest::default())?;
     drop(dev);
     let (Some(ep_in), Some(ep_out)) = (pipes.bulk_in, pipes.bulk_out) else {
@@ -359,13 +361,12 @@ impl FreeSlots {
 }
 
 fn eventfd() -> anyhow::Result<File> {
-    // SAFETY: eventfd() returns a new descriptor or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        bail!("eventfd: {}", std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor, ours alone.
-    Ok(unsafe { File::from_raw_fd(fd) })
+    let fd = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+    )
+    .map_err(|e| anyhow!("eventfd: {e}"))?;
+    Ok(File::from(fd))
 }
 
 impl Shared<'_> {
@@ -439,7 +440,7 @@ impl Shared<'_> {
                 self.tx_waiting.store(true, SeqCst);
                 if !self.free.any() && !self.stopping(stop) {
                     c.polls += 1;
-                    poll_in(&[self.wake.as_raw_fd()], None, now);
+                    poll_in(&[self.wake.as_fd()], None, now);
                     let mut b = [0u8; 8];
                     let _ = (&self.wake).read(&mut b);
                 }
@@ -452,7 +453,7 @@ impl Shared<'_> {
             }
             // Wait for a frame, at most until the open transfer's deadline.
             c.polls += 1;
-            tap_ready = poll_in(&[tap.as_raw_fd()], co.poll_timeout(), now);
+            tap_ready = poll_in(&[tap.as_fd()], co.poll_timeout(), now);
         }
         c.tx_malformed = seg.malformed;
         c.cpu_s = thread_cpu_s();
@@ -467,12 +468,13 @@ impl Shared<'_> {
             unreachable!("a transfer is taken only while an OUT URB is free")
         };
         let n = t.buf.len();
-        // SAFETY: a slot taken from the free set is this thread's until
-        // it is submitted (and, after a failed submission, put back).
-        let r = unsafe {
-            self.urbs.buf_mut(slot)[..n].copy_from_slice(&t.buf);
-            self.urbs.submit(slot, n, t.zlp)
+        // A slot taken from the free set is this thread's until it is
+        // submitted (and, after a failed submission, put back).
+        let Some(mut held) = self.urbs.claim(slot) else {
+            unreachable!("a free OUT slot is idle")
         };
+        held.buf_mut()[..n].copy_from_slice(&t.buf);
+        let r = held.submit(n, t.zlp);
         match r {
             Ok(()) => {
                 c.tx_transfers += 1;
@@ -502,14 +504,10 @@ impl Shared<'_> {
         while !self.stopping(stop) {
             self.reap_all(r);
             r.c.polls += 1;
-            let mut p = libc::pollfd {
-                fd: self.urbs.raw_fd(),
-                events: libc::POLLOUT,
-                revents: 0,
-            };
+            let fd = self.urbs.fd();
+            let mut p = [PollFd::new(&fd, PollFlags::OUT)];
             let ts = wait_until(None, clock::now());
-            // SAFETY: one pollfd and a timespec of ours.
-            unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+            poll(&mut p, Some(&ts)).ok();
         }
         r.c.cpu_s = thread_cpu_s() - cpu0;
     }
@@ -557,9 +555,11 @@ impl Shared<'_> {
             r.c.rx_transfers += 1;
             r.c.rx_bytes += done.len as u64;
             let (tap, c, gro) = (self.tap, &mut r.c, &mut r.gro);
-            // SAFETY: the slot was just reaped by this thread.
-            let data = unsafe { self.urbs.data(done.slot, done.len) };
-            r.dec.decode(data, &mut |f| {
+            // The slot was just reaped by this thread.
+            let Some(held) = self.urbs.claim(done.slot) else {
+                unreachable!("a reaped IN slot is idle")
+            };
+            r.dec.decode(held.data(done.len), &mut |f| {
                 gro.push(f, &mut |h, f| {
                     if write_vnet(tap, h, f).is_err() {
                         c.tap_drops += 1;
@@ -578,9 +578,12 @@ impl Shared<'_> {
     }
 
     fn submit_in(&self, r: &mut Rx, slot: usize) {
-        // SAFETY: IN slots belong to this thread whenever they are not
-        // in flight: at the start, and once reaped.
-        if let Err(e) = unsafe { self.urbs.submit(slot, r.rx_size, false) } {
+        // IN slots belong to this thread whenever they are not in flight:
+        // at the start, and once reaped.
+        let Some(held) = self.urbs.claim(slot) else {
+            unreachable!("an IN slot not in flight is idle")
+        };
+        if let Err(e) = held.submit(r.rx_size, false) {
             r.c.rx_errors += 1;
             if e.raw_os_error().is_some_and(is_gone) {
                 self.gone.store(true, SeqCst);
@@ -592,22 +595,17 @@ impl Shared<'_> {
 /// Sleeps in ppoll() until one of `fds` is readable or `due` (never longer
 /// than [`wait_until`]'s bound); whether one was.
 fn poll_in(
-    fds: &[RawFd],
+    fds: &[BorrowedFd<'_>],
     due: Option<xferlab_core::time::Time>,
     now: xferlab_core::time::Time,
 ) -> bool {
-    let mut p = [libc::pollfd {
-        fd: -1,
-        events: libc::POLLIN,
-        revents: 0,
-    }; 2];
-    for (p, &fd) in p.iter_mut().zip(fds) {
-        p.fd = fd;
-    }
+    let mut p = [
+        PollFd::new(&fds[0], PollFlags::IN),
+        PollFd::new(fds.get(1).unwrap_or(&fds[0]), PollFlags::IN),
+    ];
     let ts = wait_until(due, now);
-    // SAFETY: `fds.len()` (at most 2) pollfds and a timespec of ours.
-    let r = unsafe { libc::ppoll(p.as_mut_ptr(), fds.len().min(2) as _, &ts, std::ptr::null()) };
-    r > 0
+    let n = fds.len().min(2);
+    poll(&mut p[..n], Some(&ts)).is_ok_and(|r| r > 0)
 }
 
 fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, secs: f64) {
@@ -628,7 +626,7 @@ fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, se
             "in": depth.inn,
             "from": if depth.from_flag { "flag" } else { "twice_usbnet_queue_memory" },
         },
-        // Where the URBs' buffers are (usb/usbfs.rs): "heap" costs a copy
+        // Where the URBs' buffers are (xferlab-sys/src/usbfs.rs): "heap" costs a copy
         // in usbfs per transfer.
         "buffers": layout.label(),
         "seconds": secs,

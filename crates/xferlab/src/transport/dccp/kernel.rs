@@ -14,9 +14,9 @@
 //! CCID and the counters only.
 
 use std::io::{self, Read};
-use std::mem::size_of;
+use std::mem::{offset_of, size_of};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -41,6 +41,7 @@ use crate::control::Wake;
 use crate::net::sockopt;
 use crate::sys::clock;
 use crate::transport::attach::AttachWait;
+use xferlab_sys::sockopt::Get;
 
 /// How long a sender waits when the kernel refuses a message because its
 /// queue is full (the CCID sends slower than the application offers).
@@ -311,7 +312,7 @@ pub(super) fn run(job: FlowJob<'_>) -> FlowOutcome {
         FlowRole::Receiver => {
             // Kernel stamps on every flow: its rate in the lab VM is far
             // below where they cost (see datagram::stamp_arrivals).
-            datagram::set_int_opt(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
+            datagram::set_int_opt(s.as_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1);
             datagram::receive(s, job.knobs, job.shared, job.flags, DatagramWire::Xferlab)
         }
     }
@@ -332,7 +333,7 @@ fn send(
     let size = k.size as usize;
     let limit = quota.map(|q| q.div_ceil(size as u64));
     let mut out = SendBatch::new(
-        sock.as_raw_fd(),
+        sock.as_fd(),
         size,
         k.batch as usize,
         false,
@@ -413,30 +414,36 @@ struct TfrcTxInfo {
 
 /// The sending CCID's state as the kernel reports it, in the userspace
 /// stack's shape; plus X_calc and the no-feedback timeout.
-fn ccid_state(fd: RawFd, ccid: u8) -> (Option<CcidState>, Option<f64>, Option<Duration>) {
+fn ccid_state(fd: BorrowedFd<'_>, ccid: u8) -> (Option<CcidState>, Option<f64>, Option<Duration>) {
     if ccid != 3 {
         return (None, None, None);
     }
-    let mut info = TfrcTxInfo::default();
-    let mut len = size_of::<TfrcTxInfo>() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `info`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_DCCP,
-            libc::DCCP_SOCKOPT_CCID_TX_INFO,
-            (&mut info as *mut TfrcTxInfo).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || len as usize != size_of::<TfrcTxInfo>() {
+    let mut raw = [0u8; size_of::<TfrcTxInfo>()];
+    let got = xferlab_sys::sockopt::get_bytes(fd, Get::DccpCcidTxInfo, &mut raw);
+    if got.ok() != Some(raw.len()) {
         return (None, None, None);
     }
-    let (state, x_calc, t_rto) = info.state();
+    let (state, x_calc, t_rto) = TfrcTxInfo::decode(&raw).state();
     (Some(state), Some(x_calc), Some(t_rto))
 }
 
 impl TfrcTxInfo {
+    /// The struct from the bytes the kernel wrote (native byte order, the
+    /// C layout's offsets).
+    fn decode(b: &[u8; size_of::<TfrcTxInfo>()]) -> TfrcTxInfo {
+        let u64_at = |at: usize| u64::from_ne_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_ne_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        TfrcTxInfo {
+            x: u64_at(offset_of!(TfrcTxInfo, x)),
+            x_recv: u64_at(offset_of!(TfrcTxInfo, x_recv)),
+            x_calc: u32_at(offset_of!(TfrcTxInfo, x_calc)),
+            rtt: u32_at(offset_of!(TfrcTxInfo, rtt)),
+            p: u32_at(offset_of!(TfrcTxInfo, p)),
+            rto: u32_at(offset_of!(TfrcTxInfo, rto)),
+            ipi: u32_at(offset_of!(TfrcTxInfo, ipi)),
+        }
+    }
+
     /// In the userspace CCID3's units (bytes/s, a fraction, durations),
     /// with X_calc (bytes/s) and the no-feedback timeout.
     fn state(&self) -> (CcidState, f64, Duration) {
@@ -456,7 +463,7 @@ impl TfrcTxInfo {
 /// A kernel DCCP flow's reading: the datagram counters, the CCID the
 /// kernel sends with and (for senders) its state now.
 pub(super) fn read(socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
-    let fd = socket.as_fd().as_raw_fd();
+    let fd = socket.as_fd();
     let bytes = shared.bytes.load(Ordering::Relaxed);
     let udp = shared.udp.read();
     let ccid = SockRef::from(socket).dccp_tx_ccid().map_or(0, |c| c as u8);

@@ -33,12 +33,13 @@
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::net::{RecvFlags, SendFlags};
 use socket2::Socket;
 use xferlab_core::datagram::{read_header, write_header, Pacer, RecvStats, HEADER_LEN};
 use xferlab_core::dccp::react::Reaction;
@@ -187,7 +188,7 @@ impl<'a> Path<'a> {
                 (conn, raw, None)
             }
         };
-        let fd = raw.as_ref().map_or(sock.as_raw_fd(), |r| r.as_raw_fd());
+        let fd = data_fd(&raw, sock);
         // A raw socket carries a v4-mapped peer as IPv4 (raw::open).
         let wire_peer = if raw.is_some() {
             crate::net::canonical(peer)
@@ -201,9 +202,9 @@ impl<'a> Path<'a> {
         let gso = raw.is_none() && job.knobs.gso;
         let gro = gso && set_int_opt(fd, libc::SOL_UDP, libc::UDP_GRO, 1);
         let rx = if gro {
-            RecvBatch::new(fd, GRO_BUFFER, batch.min(GRO_MESSAGES))
+            RecvBatch::new(GRO_BUFFER, batch.min(GRO_MESSAGES))
         } else {
-            RecvBatch::new(fd, size + HEADROOM, batch)
+            RecvBatch::new(size + HEADROOM, batch)
         };
         Ok(Path {
             sock,
@@ -216,7 +217,7 @@ impl<'a> Path<'a> {
             batch,
             rx,
             gro,
-            tx: TxBatch::new(fd, size + HEADROOM, batch, gso),
+            tx: TxBatch::new(size + HEADROOM, batch, gso),
             pattern: (0..size).map(|i| (i % 251) as u8).collect(),
             peer: peer.to_string(),
             sender: job.role == FlowRole::Sender,
@@ -259,7 +260,7 @@ impl<'a> Path<'a> {
             let mut busy = false;
             // Everything queued on the socket, a batch per call.
             loop {
-                match self.rx.recv() {
+                match self.rx.recv(data_fd(&self.raw, self.sock)) {
                     Ok(n) => {
                         busy = true;
                         last_heard = now;
@@ -492,7 +493,7 @@ impl<'a> Path<'a> {
     /// Sends what the batch holds; false when the socket took only part
     /// of it (the rest waits for POLLOUT).
     fn flush(&mut self, busy: &mut bool, peer_gone: &mut bool) -> bool {
-        match self.tx.flush() {
+        match self.tx.flush(data_fd(&self.raw, self.sock)) {
             Ok(n) => {
                 *busy |= n > 0;
                 !self.tx.pending()
@@ -556,17 +557,9 @@ impl<'a> Path<'a> {
         let Ok(ts) = Timespec::try_from(left) else {
             return;
         };
-        let fd = self.data_fd();
+        let fd = data_fd(&self.raw, self.sock);
         let mut fds = [PollFd::new(&fd, events)];
         poll(&mut fds, Some(&ts)).ok();
-    }
-
-    /// The socket the packets travel on.
-    fn data_fd(&self) -> BorrowedFd<'_> {
-        match &self.raw {
-            Some(r) => r.as_fd(),
-            None => self.sock.as_fd(),
-        }
     }
 
     /// How the connection's end reads for this flow.
@@ -640,9 +633,19 @@ fn arrival_time(stamp: Option<u64>, mono: Time, real: u64) -> Time {
     }
 }
 
+/// The socket the packets travel on: the raw IP carrier's, else the UDP
+/// socket. A function of the two fields, so it borrows only them (the
+/// batches beside them are borrowed mutably meanwhile).
+fn data_fd<'s>(raw: &'s Option<Socket>, sock: &'s UdpSocket) -> BorrowedFd<'s> {
+    match raw {
+        Some(r) => r.as_fd(),
+        None => sock.as_fd(),
+    }
+}
+
 /// The socket options of the socket a flow's packets travel on: buffers,
 /// ECN marks in and out, the drop count, receive time stamps.
-fn prepare(fd: RawFd, knobs: &Knobs, peer: SocketAddr) {
+fn prepare(fd: BorrowedFd<'_>, knobs: &Knobs, peer: SocketAddr) {
     if knobs.buffer.is_none() {
         // SO_RCVBUFFORCE where we may (CAP_NET_ADMIN), else as much as
         // net.core.rmem_max allows.
@@ -742,7 +745,7 @@ pub(super) fn attach_in_band(
     let local = sock.local_addr().map_err(|e| e.to_string())?;
     let peer = sock.peer_addr().map_err(|e| e.to_string())?;
     let raw = raw::open(local, peer)?;
-    prepare(raw.as_raw_fd(), &spec.knobs, crate::net::canonical(peer));
+    prepare(raw.as_fd(), &spec.knobs, crate::net::canonical(peer));
     let v4 = crate::net::canonical(peer).is_ipv4();
     let start = clock::now();
     let give_up = start + timeout;
@@ -756,16 +759,17 @@ pub(super) fn attach_in_band(
     loop {
         let now = clock::now();
         loop {
-            // SAFETY: reads into a live buffer of the stated size.
-            let n = unsafe { libc::recv(raw.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if transient(&e) {
-                    break;
+            let n = match rustix::net::recv(&raw, &mut buf[..], RecvFlags::empty()) {
+                Ok((n, _)) => n,
+                Err(e) => {
+                    let e = io::Error::from(e);
+                    if transient(&e) {
+                        break;
+                    }
+                    return Err(describe(&e, "receiving"));
                 }
-                return Err(describe(&e, "receiving"));
-            }
-            let Some(data) = raw::payload(v4, &buf[..n as usize]) else {
+            };
+            let Some(data) = raw::payload(v4, &buf[..n]) else {
                 continue;
             };
             if let Some(payload) = conn.handle_datagram_ecn(now, data, false) {
@@ -794,8 +798,7 @@ pub(super) fn attach_in_band(
         }
         let mut out = [0u8; 1 << 11];
         while let Some(len) = conn.poll_transmit(now, &mut out) {
-            // SAFETY: sends from a live buffer.
-            unsafe { libc::send(raw.as_raw_fd(), out.as_ptr().cast(), len, 0) };
+            rustix::net::send(&raw, &out[..len], SendFlags::empty()).ok();
         }
         if let (true, Some(ccid)) = (answered, ccid) {
             let h = HandedOver {
@@ -866,7 +869,7 @@ pub(super) fn listen_in_band(
             .map_err(|e| format!("cannot bind a DCCP flow port on {local}: {e}"))?;
         let at = udp.local_addr().map_err(|e| e.to_string())?;
         let raw = raw::listen(at, peer)?;
-        prepare(raw.as_raw_fd(), &spec.knobs, peer);
+        prepare(raw.as_fd(), &spec.knobs, peer);
         let cfg = config(&knobs, size, Endpoint::Server, at, peer, true);
         flows.push(Accepting {
             flow: plan.id,
@@ -907,14 +910,8 @@ fn accept_in_band(
         let mut k = 0;
         while k < flows.len() {
             let f = &mut flows[k];
-            loop {
-                // SAFETY: reads into a live buffer of the stated size.
-                let n =
-                    unsafe { libc::recv(f.raw.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-                if n < 0 {
-                    break;
-                }
-                let Some(data) = raw::payload(v4, &buf[..n as usize]) else {
+            while let Ok((n, _)) = rustix::net::recv(&f.raw, &mut buf[..], RecvFlags::empty()) {
+                let Some(data) = raw::payload(v4, &buf[..n]) else {
                     continue;
                 };
                 // The first message is the attach record; one for another
@@ -942,8 +939,7 @@ fn accept_in_band(
                 }
             }
             while let Some(len) = f.conn.poll_transmit(now, &mut out) {
-                // SAFETY: sends from a live buffer.
-                unsafe { libc::send(f.raw.as_raw_fd(), out.as_ptr().cast(), len, 0) };
+                rustix::net::send(&f.raw, &out[..len], SendFlags::empty()).ok();
             }
             let (true, Some(ccid)) = (f.answered, f.ccid) else {
                 k += 1;
@@ -1030,7 +1026,7 @@ mod tests {
     fn a_flow_socket_gets_the_large_receive_buffer() {
         let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
         let peer = sock.local_addr().unwrap();
-        prepare(sock.as_raw_fd(), &Knobs::default(), peer);
+        prepare(sock.as_fd(), &Knobs::default(), peer);
         let got = socket2::SockRef::from(&sock).recv_buffer_size().unwrap();
         assert_eq!(
             got,
@@ -1043,7 +1039,7 @@ mod tests {
             buffer: Some(1 << 20),
             ..Knobs::default()
         };
-        prepare(sock.as_raw_fd(), &knobs, peer);
+        prepare(sock.as_fd(), &knobs, peer);
         let got = socket2::SockRef::from(&sock).recv_buffer_size().unwrap();
         assert!(got < 2 * RECEIVE_BUFFER as usize, "{got}");
     }

@@ -13,7 +13,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 
 use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use xferlab_core::dccp::checksum::{Pseudo, IPPROTO_DCCP};
@@ -75,10 +74,8 @@ fn filtered(local: SocketAddr, peer: SocketAddr, peer_port: Option<u16>) -> Resu
         .map_err(|e| format!("cannot make the raw DCCP socket non-blocking: {e}"))?;
     let mut junk = [0u8; 2048];
     loop {
-        // SAFETY: reads into a live stack buffer of the stated size.
-        let r = unsafe { libc::recv(s.as_raw_fd(), junk.as_mut_ptr().cast(), junk.len(), 0) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
+        if let Err(e) = rustix::net::recv(&s, &mut junk[..], rustix::net::RecvFlags::empty()) {
+            let e = io::Error::from(e);
             if transient(&e) {
                 break;
             }

@@ -10,7 +10,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -20,7 +19,7 @@ use xferlab_core::usb::cbr::wire::{self, StartParams, Status};
 
 use super::ffs_io::Shared;
 use crate::sys::clock;
-use crate::usb::aio;
+use xferlab_sys::aio::{Aio, Op};
 
 /// Longest sleep of a data thread: how soon it sees START/STOP.
 const TICK: Duration = Duration::from_millis(1);
@@ -114,11 +113,9 @@ fn valid(p: &StartParams) -> bool {
 /// One direction's stream: its buffer model, AIO context and requests.
 struct Stream {
     model: RateBuffer,
-    ctx: aio::Context,
-    bufs: Vec<Vec<u8>>,
-    cbs: Vec<aio::Iocb>,
-    busy: Vec<bool>,
-    events: Vec<aio::IoEvent>,
+    aio: Aio,
+    /// Each slot's buffer while it is ours (None: in flight).
+    bufs: Vec<Option<Vec<u8>>>,
     request: usize,
     errors: u64,
 }
@@ -136,11 +133,8 @@ impl Stream {
         let slots = (p.buffer / p.request).max(1) as usize;
         Some(Stream {
             model,
-            ctx: aio::Context::new(slots as u32).ok()?,
-            bufs: (0..slots).map(|_| vec![0u8; request]).collect(),
-            cbs: vec![aio::Iocb::default(); slots],
-            busy: vec![false; slots],
-            events: vec![aio::IoEvent::default(); slots],
+            aio: Aio::new(slots).ok()?,
+            bufs: (0..slots).map(|_| Some(vec![0u8; request])).collect(),
             request,
             errors: 0,
         })
@@ -148,7 +142,7 @@ impl Stream {
 
     /// Requests in flight (a few dozen slots: counted when needed).
     fn in_flight(&self) -> usize {
-        self.busy.iter().filter(|&&b| b).count()
+        self.bufs.iter().filter(|b| b.is_none()).count()
     }
 
     /// One wake-up: completions, then the clock, then new requests; sleeps
@@ -167,42 +161,37 @@ impl Stream {
         } else {
             self.model.time_of_space(committed(in_flight) + req)
         };
-        let can_submit = in_flight < self.busy.len();
+        let can_submit = in_flight < self.bufs.len();
         let wait = match next {
             Some(t) if can_submit => Duration::from_nanos(t.saturating_sub(now)).min(TICK),
             _ => TICK,
         };
-        let n = self.ctx.get_events(&mut self.events, wait).unwrap_or(0);
+        let n = self.aio.wait(wait).unwrap_or(0);
         let mut now = clock::now().as_nanos();
         let stopping = ctl.generation.load(Acquire) != seen;
         if stopping {
             now = now.min(ctl.stop_ns.load(Relaxed));
         }
-        for ev in &self.events[..n] {
-            let i = ev.data as usize;
-            if i >= self.busy.len() || !self.busy[i] {
+        for k in 0..n {
+            let Some(c) = self.aio.completion(k) else {
                 continue;
-            }
-            self.busy[i] = false;
-            if ev.res < 0 {
+            };
+            self.bufs[c.slot] = Some(c.buf);
+            if c.res < 0 {
                 self.errors += 1;
             } else if is_in {
-                self.model.drained(ev.res as u64);
+                self.model.drained(c.res as u64);
             } else {
-                self.model.filled(now, ev.res as u64);
+                self.model.filled(now, c.res as u64);
             }
         }
         if stopping {
             return;
         }
         self.model.advance(now);
-        let op = if is_in {
-            aio::CMD_PWRITE
-        } else {
-            aio::CMD_PREAD
-        };
+        let op = if is_in { Op::Write } else { Op::Read };
         let mut in_flight = self.in_flight();
-        while in_flight < self.busy.len() {
+        while in_flight < self.bufs.len() {
             let ready = if is_in {
                 self.model.fill() >= committed(in_flight) + req
             } else {
@@ -211,16 +200,17 @@ impl Stream {
             if !ready {
                 break;
             }
-            let Some(i) = self.busy.iter().position(|b| !b) else {
+            let Some(i) = self.bufs.iter().position(Option::is_some) else {
                 break;
             };
-            self.cbs[i] = aio::iocb(f.as_raw_fd(), op, &mut self.bufs[i], i as u64);
-            if self.ctx.submit(&mut self.cbs[i]).is_err() {
+            let b = self.bufs[i].take().expect("an idle slot holds its buffer");
+            let len = b.len();
+            if let Err((_, b)) = self.aio.submit(i, f, op, b, len) {
+                self.bufs[i] = Some(b);
                 // Not enabled (yet) or shut down: try again next wake-up.
                 self.errors += 1;
                 break;
             }
-            self.busy[i] = true;
             in_flight += 1;
         }
     }

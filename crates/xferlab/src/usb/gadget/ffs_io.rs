@@ -4,7 +4,6 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -13,8 +12,8 @@ use xferlab_core::usb::ffs::{self, Event};
 use xferlab_core::usb::pattern::Checker;
 use xferlab_core::usb::Pattern;
 
-use super::super::aio;
 use super::cbr_io::CbrControl;
+use xferlab_sys::aio::{Aio, Op};
 
 /// Max packet size for the speed the UDC reports now.
 fn max_packet_for(udc: &str) -> usize {
@@ -170,67 +169,59 @@ pub fn sync_loop(mut f: File, is_in: bool, size: usize, pattern: Pattern, s: &Sh
 
 /// AIO mode: `queue` requests in flight, each resubmitted as it completes.
 pub fn aio_loop(f: File, is_in: bool, size: usize, queue: usize, pattern: Pattern, s: &Shared) {
-    let Ok(ctx) = aio::Context::new(queue as u32) else {
+    let Ok(mut aio) = Aio::new(queue) else {
         counters(s, is_in).errors.fetch_add(1, Relaxed);
         return;
     };
-    let mut bufs: Vec<Vec<u8>> = (0..queue).map(|_| vec![0u8; size]).collect();
-    let mut cbs: Vec<aio::Iocb> = vec![aio::Iocb::default(); queue];
-    let mut in_flight = vec![false; queue];
-    let mut events = vec![aio::IoEvent::default(); queue];
-    let op = if is_in {
-        aio::CMD_PWRITE
-    } else {
-        aio::CMD_PREAD
-    };
+    // Each slot's buffer while it is ours (None: in flight, the kernel's),
+    // and the max packet size its pattern was filled for.
+    let mut bufs: Vec<Option<Vec<u8>>> = (0..queue).map(|_| Some(vec![0u8; size])).collect();
+    let mut filled = vec![0; queue];
+    let op = if is_in { Op::Write } else { Op::Read };
     let mut mp = 0;
     let mut checker = Checker::new(pattern, 512);
     'outer: while !s.stop.load(Relaxed) {
         let Some(now_mp) = wait_enabled(s) else { break };
         if now_mp != mp {
-            if is_in {
-                for b in bufs.iter_mut() {
-                    pattern.fill(b, now_mp);
-                }
-            }
             checker = Checker::new(pattern, now_mp);
         }
         mp = now_mp;
         for i in 0..queue {
-            if in_flight[i] {
+            let Some(mut b) = bufs[i].take() else {
                 continue;
+            };
+            // A buffer gets the pattern for this max packet size before it
+            // is sent (one in flight when the size changed, once it is back).
+            if is_in && filled[i] != mp {
+                pattern.fill(&mut b, mp);
+                filled[i] = mp;
             }
-            cbs[i] = aio::iocb(f.as_raw_fd(), op, &mut bufs[i], i as u64);
-            match ctx.submit(&mut cbs[i]) {
-                Ok(()) => in_flight[i] = true,
-                Err(_) => {
-                    // EAGAIN (not enabled yet) or ESHUTDOWN: back to waiting.
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue 'outer;
-                }
+            if let Err((_, b)) = aio.submit(i, &f, op, b, size) {
+                bufs[i] = Some(b);
+                // EAGAIN (not enabled yet) or ESHUTDOWN: back to waiting.
+                std::thread::sleep(Duration::from_millis(10));
+                continue 'outer;
             }
         }
-        let n = match ctx.get_events(&mut events, Duration::from_millis(100)) {
+        let n = match aio.wait(Duration::from_millis(100)) {
             Ok(n) => n,
             Err(_) => break,
         };
-        for ev in &events[..n] {
-            let i = ev.data as usize;
-            if i >= queue {
+        for k in 0..n {
+            let Some(c) = aio.completion(k) else {
                 continue;
-            }
-            in_flight[i] = false;
-            if ev.res >= 0 {
-                let len = (ev.res as usize).min(size);
-                completed(s, is_in, &checker, &bufs[i][..len]);
+            };
+            if c.res >= 0 {
+                let len = (c.res as usize).min(size);
+                completed(s, is_in, &checker, &c.buf[..len]);
             } else if !s.stop.load(Relaxed) {
                 counters(s, is_in).errors.fetch_add(1, Relaxed);
             }
+            bufs[c.slot] = Some(c.buf);
         }
     }
     // Dropping the context cancels and waits for whatever is still in
     // flight (the UDC is unbound by now, so that is quick); only then may
-    // the buffers go.
-    drop(ctx);
-    drop(bufs);
+    // the buffers go (the context holds those in flight).
+    drop(aio);
 }

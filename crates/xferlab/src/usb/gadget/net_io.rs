@@ -16,7 +16,6 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -30,9 +29,9 @@ use xferlab_core::usb::net::{
 use super::ffs_io::{wait_enabled, Shared};
 use crate::cli::usb::LinkOpts;
 use crate::sys::clock;
-use crate::usb::aio;
 use crate::usb::tap::FRAME_MAX;
 use xferlab_core::time::Time;
+use xferlab_sys::aio::{Aio, Op};
 
 /// cdc_eem's receive URB: usbnet's hard_mtu, MTU 1500 + Ethernet header
 /// (14) + EEM header (2) + CRC (4) + VLAN tag (4). A longer IN transfer
@@ -93,54 +92,35 @@ pub struct NetCounters {
     pub decode: Mutex<DecodeStats>,
 }
 
-/// One direction's AIO requests: slot `i` is iocb `i` (its event's data),
-/// whether it is in flight, and the buffer it holds while it is.
-struct Slots<B> {
-    ctx: aio::Context,
-    cbs: Vec<aio::Iocb>,
-    busy: Vec<bool>,
-    bufs: Vec<Option<B>>,
-    events: Vec<aio::IoEvent>,
+/// The IN direction's AIO requests ([`Aio`]: a slot's buffer is the
+/// kernel's while it is in flight), and which of them are zero-length
+/// writes.
+struct Slots {
+    aio: Aio,
+    zlp: Vec<bool>,
 }
 
-impl<B> Slots<B> {
-    fn new(n: usize) -> std::io::Result<Slots<B>> {
+impl Slots {
+    fn new(n: usize) -> std::io::Result<Slots> {
         Ok(Slots {
-            ctx: aio::Context::new(n as u32)?,
-            cbs: vec![aio::Iocb::default(); n],
-            busy: vec![false; n],
-            bufs: (0..n).map(|_| None).collect(),
-            events: vec![aio::IoEvent::default(); n],
+            aio: Aio::new(n)?,
+            zlp: vec![false; n],
         })
     }
 
-    /// Submits `cb` in a free slot (holding `buf` until it completes);
-    /// gives `buf` back if there is no slot or the kernel refuses it.
-    fn submit(
-        &mut self,
-        cb: impl FnOnce(u64) -> aio::Iocb,
-        buf: Option<B>,
-    ) -> Result<(), Option<B>> {
-        let Some(i) = self.busy.iter().position(|b| !b) else {
+    /// Submits a write of `buf` in a free slot (holding it until it
+    /// completes); gives `buf` back if there is no slot or the kernel
+    /// refuses it.
+    fn submit(&mut self, ep: &File, buf: Vec<u8>, zlp: bool) -> Result<(), Vec<u8>> {
+        let Some(i) = (0..self.aio.slots()).find(|&i| !self.aio.in_flight(i)) else {
             return Err(buf);
         };
-        self.cbs[i] = cb(i as u64);
-        if self.ctx.submit(&mut self.cbs[i]).is_err() {
-            return Err(buf);
-        }
-        self.busy[i] = true;
-        self.bufs[i] = buf;
+        let len = buf.len();
+        self.aio
+            .submit(i, ep, Op::Write, buf, len)
+            .map_err(|(_, b)| b)?;
+        self.zlp[i] = zlp;
         Ok(())
-    }
-
-    /// A completed slot's result and buffer.
-    fn complete(&mut self, ev: &aio::IoEvent) -> Option<(i64, Option<B>)> {
-        let i = ev.data as usize;
-        if !self.busy.get(i).copied().unwrap_or(false) {
-            return None;
-        }
-        self.busy[i] = false;
-        Some((ev.res, self.bufs[i].take()))
     }
 }
 
@@ -180,13 +160,12 @@ fn tx_with<F: Framing>(
 ) {
     let mut co = Coalescer::new(framing, limits);
     // A transfer and the zero-length write that may follow it.
-    let Ok(mut slots) = Slots::<Vec<u8>>::new(2 * depth) else {
+    let Ok(mut slots) = Slots::new(2 * depth) else {
         s.input.errors.fetch_add(1, Relaxed);
         return;
     };
     let mut in_flight = 0usize;
     let mut frame = vec![0u8; 65536];
-    let fd = tap.as_raw_fd();
     while !s.stop.load(Relaxed) {
         if s.max_packet.load(Relaxed) == 0 {
             // Not enabled (host reset or gone): the TAP queues, then drops.
@@ -200,19 +179,18 @@ fn tx_with<F: Framing>(
             Duration::ZERO
         };
         if in_flight > 0 {
-            let n = slots.ctx.get_events(&mut slots.events, wait).unwrap_or(0);
+            let n = slots.aio.wait(wait).unwrap_or(0);
             for k in 0..n {
-                let ev = slots.events[k];
-                let Some((res, buf)) = slots.complete(&ev) else {
+                let Some(c) = slots.aio.completion(k) else {
                     continue;
                 };
-                if res < 0 && !s.stop.load(Relaxed) {
+                if c.res < 0 && !s.stop.load(Relaxed) {
                     s.input.errors.fetch_add(1, Relaxed);
                 }
                 // A ZLP's slot holds no buffer and does not count.
-                if let Some(b) = buf {
+                if !slots.zlp[c.slot] {
                     in_flight -= 1;
-                    co.recycle(b);
+                    co.recycle(c.buf);
                 }
             }
         }
@@ -220,7 +198,7 @@ fn tx_with<F: Framing>(
             continue;
         }
         // Wait for a frame, at most until the open transfer's deadline.
-        crate::usb::tap::wait_frame(fd, co.poll_timeout());
+        crate::usb::tap::wait_frame(&tap, co.poll_timeout());
         // Read what is there; each read() is one frame.
         while in_flight < depth {
             let Ok(n) = tap.read(&mut frame) else { break };
@@ -235,14 +213,15 @@ fn tx_with<F: Framing>(
         }
     }
     // Dropping the context cancels and waits for what is in flight (the
-    // UDC is unbound by now); only then may the buffers go.
-    drop(slots.ctx);
+    // UDC is unbound by now); only then may the buffers go (the context
+    // holds those in flight).
+    drop(slots);
 }
 
 /// Hands a closed transfer's own buffer to the kernel (and a zero-length
 /// write after it when its framing needs a ZLP).
 fn submit<F: Framing>(
-    slots: &mut Slots<Vec<u8>>,
+    slots: &mut Slots,
     ep: &File,
     co: &mut Coalescer<F>,
     in_flight: &mut usize,
@@ -250,33 +229,16 @@ fn submit<F: Framing>(
     s: &Shared,
     c: &NetCounters,
 ) {
-    let fd = ep.as_raw_fd();
     let (len, frames, zlp) = (t.buf.len(), t.frames, t.zlp);
-    let mut buf = t.buf;
-    // The Vec's heap block stays put while the slot holds the Vec.
-    let (ptr, n) = (buf.as_mut_ptr() as u64, len as u64);
-    let cb = |data| aio::Iocb {
-        data,
-        opcode: aio::CMD_PWRITE,
-        fildes: fd as u32,
-        buf: ptr,
-        nbytes: n,
-        ..aio::Iocb::default()
-    };
-    if let Err(b) = slots.submit(cb, Some(buf)) {
+    if let Err(b) = slots.submit(ep, t.buf, false) {
         // Not enabled (any more): the frames are lost, as on a wire.
-        if let Some(b) = b {
-            co.recycle(b);
-        }
+        co.recycle(b);
         s.input.errors.fetch_add(1, Relaxed);
         return;
     }
     *in_flight += 1;
-    if zlp {
-        let zero = |data| aio::iocb(fd, aio::CMD_PWRITE, &mut [], data);
-        if slots.submit(zero, None).is_err() {
-            s.input.errors.fetch_add(1, Relaxed);
-        }
+    if zlp && slots.submit(ep, Vec::new(), true).is_err() {
+        s.input.errors.fetch_add(1, Relaxed);
     }
     count_sent(s, c, len, frames);
 }
@@ -316,64 +278,53 @@ pub fn count_sent(s: &Shared, c: &NetCounters, len: usize, frames: usize) {
 pub fn rx_loop(ep: File, mut tap: File, l: Link, s: &Shared, c: &NetCounters) {
     let (encap, size, depth) = (l.encap, l.rx_size, l.depth);
     let mut dec = decoder(encap, 65535);
-    let Ok(mut slots) = Slots::<usize>::new(depth) else {
+    let Ok(mut aio) = Aio::new(depth) else {
         s.output.errors.fetch_add(1, Relaxed);
         return;
     };
-    let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; size]).collect();
-    let mut posted = vec![false; depth];
+    // Each slot's buffer while it is ours (None: posted, the kernel's).
+    let mut bufs: Vec<Option<Vec<u8>>> = (0..depth).map(|_| Some(vec![0u8; size])).collect();
     'outer: while !s.stop.load(Relaxed) {
         if wait_enabled(s).is_none() {
             break;
         }
-        for i in 0..depth {
-            if posted[i] {
+        for (i, slot) in bufs.iter_mut().enumerate() {
+            let Some(b) = slot.take() else {
                 continue;
-            }
-            let (fd, buf) = (ep.as_raw_fd(), &mut bufs[i]);
-            let read = |data| aio::Iocb {
-                data,
-                ..aio::iocb(fd, aio::CMD_PREAD, buf, 0)
             };
-            match slots.submit(read, Some(i)) {
-                Ok(()) => posted[i] = true,
-                Err(_) => {
-                    // EAGAIN (not enabled yet) or ESHUTDOWN: back to waiting.
-                    std::thread::sleep(Duration::from_millis(10));
-                    continue 'outer;
-                }
+            if let Err((_, b)) = aio.submit(i, &ep, Op::Read, b, size) {
+                *slot = Some(b);
+                // EAGAIN (not enabled yet) or ESHUTDOWN: back to waiting.
+                std::thread::sleep(Duration::from_millis(10));
+                continue 'outer;
             }
         }
-        let n = match slots
-            .ctx
-            .get_events(&mut slots.events, Duration::from_millis(100))
-        {
+        let n = match aio.wait(Duration::from_millis(100)) {
             Ok(n) => n,
             Err(_) => break,
         };
         for k in 0..n {
-            let ev = slots.events[k];
-            let Some((res, Some(i))) = slots.complete(&ev) else {
+            let Some(done) = aio.completion(k) else {
                 continue;
             };
-            posted[i] = false;
-            if res < 0 {
+            let buf = bufs[done.slot].insert(done.buf);
+            if done.res < 0 {
                 if !s.stop.load(Relaxed) {
                     s.output.errors.fetch_add(1, Relaxed);
                 }
                 continue;
             }
-            let len = (res as usize).min(size);
+            let len = (done.res as usize).min(size);
             s.output.transfers.fetch_add(1, Relaxed);
             s.output.bytes.fetch_add(len as u64, Relaxed);
-            dec.decode(&bufs[i][..len], &mut |f| {
+            dec.decode(&buf[..len], &mut |f| {
                 if tap.write(f).is_err() {
                     c.tap_drops.fetch_add(1, Relaxed);
                 }
             });
         }
     }
-    drop(slots.ctx);
+    drop(aio);
     drop(bufs);
     *c.decode.lock().unwrap_or_else(|e| e.into_inner()) = *dec.stats();
 }

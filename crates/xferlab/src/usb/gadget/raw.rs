@@ -14,10 +14,8 @@
 //! EINTR); closing the descriptor would not wake it. Everything raw-gadget
 //! creates goes with the descriptor: after a SIGKILL too, nothing is left.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
-use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,32 +30,18 @@ use super::ffs_io::{wait_enabled, Shared};
 use super::net_io::{self, Link, NetCounters};
 use crate::sys::clock;
 use crate::usb::tap::{wait_frame, FRAME_MAX};
+use xferlab_sys::raw_gadget::{self, Io, RawGadget, IO_HEADER};
+use xferlab_sys::thread;
 
-pub const DEVICE: &str = "/dev/raw-gadget";
-
-// include/uapi/linux/usb/raw_gadget.h (Linux 6.1): _IOC('U', nr) with
-// the sizes of its structures.
-const INIT: libc::c_ulong = 0x4101_5500;
-const RUN: libc::c_ulong = 0x5501;
-const EVENT_FETCH: libc::c_ulong = 0x8008_5502;
-const EP0_WRITE: libc::c_ulong = 0x4008_5503;
-const EP0_READ: libc::c_ulong = 0xc008_5504;
-const EP_ENABLE: libc::c_ulong = 0x4009_5505;
-const EP_WRITE: libc::c_ulong = 0x4008_5507;
-const EP_READ: libc::c_ulong = 0xc008_5508;
-const CONFIGURE: libc::c_ulong = 0x5509;
-const VBUS_DRAW: libc::c_ulong = 0x4004_550a;
-const EPS_INFO: libc::c_ulong = 0x83c0_550b;
-const EP0_STALL: libc::c_ulong = 0x550c;
+pub use xferlab_sys::raw_gadget::DEVICE;
 
 const EVENT_CONNECT: u32 = 1;
 const EVENT_CONTROL: u32 = 2;
 const IO_FLAGS_ZERO: u16 = 1;
 const SPEED_HIGH: u8 = 3;
-/// struct usb_raw_event / usb_raw_ep_io: a u32/u16 header, then the data.
-const IO_HEADER: usize = 8;
 const EPS_NUM_MAX: usize = 30;
 const EP_INFO_SIZE: usize = 32;
+const _: () = assert!(EPS_NUM_MAX * EP_INFO_SIZE == raw_gadget::EPS_INFO_LEN);
 const EP_ADDR_ANY: u32 = 0xff;
 const CAP_BULK: u32 = 1 << 2;
 const CAP_INT: u32 = 1 << 3;
@@ -65,30 +49,7 @@ const CAP_IN: u32 = 1 << 4;
 const CAP_OUT: u32 = 1 << 5;
 
 /// The raw-gadget descriptor; every call may block.
-struct Raw(File);
-
-impl Raw {
-    fn ioctl(&self, request: libc::c_ulong, arg: *mut u8) -> io::Result<usize> {
-        // SAFETY: each caller passes a buffer of the size `request` names
-        // (or, for the I/O calls, a header and the length it states).
-        let r = unsafe { libc::ioctl(self.0.as_raw_fd(), request as _, arg) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-
-    /// A call on an 8-byte header and its data: `buf[..8]` is written
-    /// here, the data follows it. The byte count moved.
-    fn io(&self, request: libc::c_ulong, ep: u16, flags: u16, buf: &mut [u8]) -> io::Result<usize> {
-        let len = (buf.len() - IO_HEADER) as u32;
-        buf[..2].copy_from_slice(&ep.to_ne_bytes());
-        buf[2..4].copy_from_slice(&flags.to_ne_bytes());
-        buf[4..8].copy_from_slice(&len.to_ne_bytes());
-        self.ioctl(request, buf.as_mut_ptr())
-    }
-}
+type Raw = RawGadget;
 
 /// One endpoint raw-gadget offers (struct usb_raw_ep_info).
 #[derive(Debug, Clone, Copy)]
@@ -99,8 +60,8 @@ struct EpInfo {
 }
 
 fn eps_info(raw: &Raw) -> io::Result<Vec<EpInfo>> {
-    let mut b = vec![0u8; EPS_NUM_MAX * EP_INFO_SIZE];
-    let n = raw.ioctl(EPS_INFO, b.as_mut_ptr())?;
+    let mut b = [0u8; raw_gadget::EPS_INFO_LEN];
+    let n = raw.eps_info(&mut b)?;
     Ok(b.chunks(EP_INFO_SIZE)
         .take(n.min(EPS_NUM_MAX))
         .map(|e| EpInfo {
@@ -156,23 +117,6 @@ fn host_mac() -> [u8; 6] {
     [0x02, 0x78, 0x66, p[1], p[2], p[3]]
 }
 
-extern "C" fn wake_only(_: libc::c_int) {}
-
-/// SIGUSR1 interrupts a blocked raw-gadget call instead of killing us.
-fn install_wake_signal() -> io::Result<()> {
-    // SAFETY: a handler that does nothing, installed without SA_RESTART
-    // so that the interrupted call returns EINTR.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = wake_only as *const () as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        if libc::sigaction(libc::SIGUSR1, &sa, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
 /// Endpoint handles (raw-gadget's indices), -1 until enabled.
 struct Handles {
     bulk_in: AtomicI32,
@@ -222,20 +166,15 @@ pub fn serve(
              build it, lab/vm/build-raw-gadget builds one for the lab VM), or use --via functionfs"
         );
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(DEVICE)
-        .with_context(|| format!("cannot open {DEVICE}"))?;
-    let raw = Arc::new(Raw(file));
-    let mut init = [0u8; 257];
+    let raw = Arc::new(RawGadget::open().with_context(|| format!("cannot open {DEVICE}"))?);
+    let mut init = [0u8; raw_gadget::INIT_LEN];
     let driver = udc_driver(udc);
     init[..driver.len().min(127)].copy_from_slice(&driver.as_bytes()[..driver.len().min(127)]);
     init[128..128 + udc.len().min(127)].copy_from_slice(&udc.as_bytes()[..udc.len().min(127)]);
     init[256] = SPEED_HIGH;
-    raw.ioctl(INIT, init.as_mut_ptr())
+    raw.init(&mut init)
         .with_context(|| format!("raw-gadget refused UDC `{udc}` (driver `{driver}`)"))?;
-    raw.ioctl(RUN, std::ptr::null_mut()).map_err(|e| {
+    raw.run().map_err(|e| {
         anyhow!("raw-gadget cannot take UDC `{udc}`: {e}; is another gadget bound to it (`xferlab usb gadget --cleanup`)?")
     })?;
     let infos = eps_info(&raw).context("raw-gadget: EPS_INFO")?;
@@ -256,7 +195,8 @@ pub fn serve(
         endpoints.2,
     );
     let notes = dev.link_up_notifications();
-    install_wake_signal().context("cannot install the SIGUSR1 handler")?;
+    // SIGUSR1 interrupts a blocked raw-gadget call instead of killing us.
+    thread::install_wake_signal().context("cannot install the SIGUSR1 handler")?;
     let h = Arc::new(Handles {
         bulk_in: AtomicI32::new(-1),
         bulk_out: AtomicI32::new(-1),
@@ -325,8 +265,7 @@ pub fn serve(
     let deadline = Instant::now() + Duration::from_secs(5);
     for t in threads {
         while !t.is_finished() && Instant::now() < deadline {
-            // SAFETY: the thread is alive (not finished, not joined).
-            unsafe { libc::pthread_kill(t.as_pthread_t(), libc::SIGUSR1) };
+            thread::wake(&t);
             std::thread::sleep(Duration::from_millis(5));
         }
         if t.is_finished() {
@@ -358,16 +297,14 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
         }
         let mut b = [0u8; 9];
         b[..7].copy_from_slice(&d);
-        if let Ok(n) = raw.ioctl(EP_ENABLE, b.as_mut_ptr()) {
+        if let Ok(n) = raw.ep_enable(&mut b) {
             slot.store(n as i32, Relaxed);
         } else {
             s.input.errors.fetch_add(1, Relaxed);
         }
     };
     while !s.stop.load(Relaxed) {
-        ev[4..8].copy_from_slice(&8u32.to_ne_bytes());
-        ev[..4].copy_from_slice(&0u32.to_ne_bytes());
-        if let Err(e) = raw.ioctl(EVENT_FETCH, ev.as_mut_ptr()) {
+        if let Err(e) = raw.event_fetch(&mut ev) {
             // EINTR is a wake-up (stop) or a stray signal; anything else
             // (raw-gadget's queue overflowed and it gave up) is counted,
             // and not spun on.
@@ -394,8 +331,8 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
                     enable(n, &h.notify);
                 }
                 // Both take their argument as the value itself.
-                let _ = raw.ioctl(VBUS_DRAW, usize::from(MAX_POWER_2MA) as *mut u8);
-                let _ = raw.ioctl(CONFIGURE, std::ptr::null_mut());
+                let _ = raw.vbus_draw(u32::from(MAX_POWER_2MA));
+                let _ = raw.configure();
             }
             Some(Change::Configuration(_)) | Some(Change::DataAlt(_)) | None => {}
         }
@@ -427,19 +364,19 @@ fn ep0_loop(raw: &Raw, mut dev: CdcDevice, s: &Shared, h: &Handles, st: &Mutex<E
                 } else {
                     0
                 };
-                raw.io(EP0_WRITE, 0, zlp, &mut data[..IO_HEADER + b.len()])
+                raw.io(Io::Ep0Write, 0, zlp, &mut data[..IO_HEADER + b.len()])
             }
-            Reply::Send(_) => raw.io(EP0_READ, 0, 0, &mut data[..IO_HEADER]),
+            Reply::Send(_) => raw.io(Io::Ep0Read, 0, 0, &mut data[..IO_HEADER]),
             Reply::Receive(n) => {
                 let n = usize::from(n).min(data.len() - IO_HEADER);
-                let r = raw.io(EP0_READ, 0, 0, &mut data[..IO_HEADER + n]);
+                let r = raw.io(Io::Ep0Read, 0, 0, &mut data[..IO_HEADER + n]);
                 if let Ok(got) = r {
                     dev.data_out(&setup, &data[IO_HEADER..IO_HEADER + got.min(n)]);
                     h.ntb_in_max.store(dev.ntb_in_max(), Relaxed);
                 }
                 r
             }
-            Reply::Stall => raw.ioctl(EP0_STALL, std::ptr::null_mut()),
+            Reply::Stall => raw.ep0_stall(),
         };
         // Counted after the call: the report reads these once the
         // threads are stopped, and a thread still blocked in a call when
@@ -519,7 +456,6 @@ fn tx_with<F: Framing>(
     let Limits { max_transfer, .. } = co.limits();
     let mut io_buf = vec![0u8; IO_HEADER + max_transfer.max(FRAME_MAX)];
     let mut frame = vec![0u8; 65536];
-    let fd = tap.as_raw_fd();
     let mut send = |co: &mut Coalescer<F>, t: xferlab_core::usb::net::coalesce::Transfer| {
         let n = t.buf.len();
         io_buf[IO_HEADER..IO_HEADER + n].copy_from_slice(&t.buf);
@@ -527,7 +463,7 @@ fn tx_with<F: Framing>(
         co.recycle(t.buf);
         let ep = h.bulk_in.load(Relaxed) as u16;
         let flags = if zlp { IO_FLAGS_ZERO } else { 0 };
-        match raw.io(EP_WRITE, ep, flags, &mut io_buf[..IO_HEADER + n]) {
+        match raw.io(Io::EpWrite, ep, flags, &mut io_buf[..IO_HEADER + n]) {
             Ok(_) => net_io::count_sent(s, c, n, frames),
             // Host gone or reset, or a wake-up: the frames are lost, as on a wire.
             Err(_) => {
@@ -541,7 +477,7 @@ fn tx_with<F: Framing>(
         if wait_enabled(s).is_none() {
             break;
         }
-        wait_frame(fd, co.poll_timeout());
+        wait_frame(&tap, co.poll_timeout());
         while let Ok(n) = tap.read(&mut frame) {
             net_io::push_frame(&mut co, clock::now(), &frame[..n], c, &mut send);
             if s.stop.load(Relaxed) {
@@ -559,7 +495,7 @@ fn rx_loop(raw: &Raw, mut tap: File, l: Link, s: &Shared, c: &NetCounters, h: &H
     let mut dec = decoder(l.encap, 65535);
     let mut io_buf = vec![0u8; IO_HEADER + l.rx_size];
     while let Some(ep) = handle(&h.bulk_out, s) {
-        match raw.io(EP_READ, ep, 0, &mut io_buf) {
+        match raw.io(Io::EpRead, ep, 0, &mut io_buf) {
             Ok(n) => {
                 let n = n.min(l.rx_size);
                 s.output.transfers.fetch_add(1, Relaxed);
@@ -601,7 +537,7 @@ fn notify_loop(raw: &Raw, notes: [Vec<u8>; 2], s: &Shared, h: &Handles, sent: &A
         for n in &notes {
             buf[IO_HEADER..IO_HEADER + n.len()].copy_from_slice(n);
             if raw
-                .io(EP_WRITE, ep as u16, 0, &mut buf[..IO_HEADER + n.len()])
+                .io(Io::EpWrite, ep as u16, 0, &mut buf[..IO_HEADER + n.len()])
                 .is_err()
             {
                 ok = false;

@@ -12,10 +12,16 @@
 //! Buffers are mapped from the usbfs node (its mmap) when the kernel
 //! allows, so neither submitting nor reaping copies; otherwise plain memory,
 //! which usbfs copies.
+//!
+//! Who may touch a slot is checked at run time: a slot is idle, held by
+//! one thread (a [`Held`] guard from [`Urbs::claim`]), or the kernel's
+//! (submitted, until reaped); a claim is one compare-and-swap.
 
+use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_uint, c_void};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// `struct usbdevfs_urb` (linux/usbdevice_fs.h), without ISO descriptors.
 #[repr(C)]
@@ -67,6 +73,8 @@ const URB_TYPE_BULK: u8 = 3;
 const URB_ZERO_PACKET: c_uint = 0x40;
 /// DISCONNECT_CLAIM: detach any driver but usbfs itself (named in `driver`).
 const DISCONNECT_CLAIM_EXCEPT_DRIVER: c_uint = 0x02;
+/// The character major of USB device nodes (USB_DEVICE_MAJOR).
+const USB_DEVICE_MAJOR: u32 = 189;
 
 fn check(r: c_int) -> io::Result<c_int> {
     if r < 0 {
@@ -84,12 +92,24 @@ pub struct Node {
 }
 
 impl Node {
+    /// Opens the usbfs node at `path`. Anything but a USB device node
+    /// (character major 189) is refused: the usbfs ioctls below would mean
+    /// something else to another driver.
     pub fn open(path: &str) -> io::Result<Node> {
-        let c = std::ffi::CString::new(path).map_err(|_| io::ErrorKind::InvalidInput)?;
-        // SAFETY: a NUL-terminated path of ours; the descriptor is owned below.
-        let fd = check(unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) })?;
-        // SAFETY: `fd` was just opened and nothing else owns it.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = rustix::fs::open(
+            path,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?;
+        let st = rustix::fs::fstat(&fd)?;
+        let chr = rustix::fs::FileType::from_raw_mode(st.st_mode)
+            == rustix::fs::FileType::CharacterDevice;
+        if !chr || rustix::fs::major(st.st_rdev) != USB_DEVICE_MAJOR {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{path} is not a USB device node"),
+            ));
+        }
         Ok(Node { fd, claimed: None })
     }
 
@@ -116,7 +136,7 @@ impl Node {
         check(unsafe { libc::ioctl(self.fd.as_raw_fd(), SETINTERFACE, &mut s) }).map(drop)
     }
 
-    pub fn raw_fd(&self) -> RawFd {
+    fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 }
@@ -151,7 +171,8 @@ impl Mem {
     /// controller uses directly (usbfs allocates it physically
     /// contiguous, so a large one can fail where small ones do not).
     fn map(fd: RawFd, len: usize) -> Option<Mem> {
-        // SAFETY: a fresh shared mapping of the usbfs node.
+        // SAFETY: a fresh shared mapping of the usbfs node at an address
+        // the kernel picks (no existing mapping is replaced).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -207,29 +228,18 @@ impl Layout {
 /// bulk packet (no buffer starts mid-cache-line or mid-packet).
 const ALIGN: usize = 512;
 
+/// A slot's states: nobody's, one thread's (a [`Held`]), the kernel's.
+const IDLE: u8 = 0;
+const HELD: u8 = 1;
+const SUBMITTED: u8 = 2;
+
 struct Slot {
-    urb: Urb,
+    urb: UnsafeCell<Urb>,
     /// The slot's buffer, in memory [`Urbs`] owns.
     buf: *mut u8,
     len: usize,
-    busy: bool,
+    state: AtomicU8,
 }
-
-impl Slot {
-    fn buf_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `len` bytes at `buf` are this slot's alone, alive as
-        // long as the `Urbs` holding both.
-        unsafe { std::slice::from_raw_parts_mut(self.buf, self.len) }
-    }
-
-    fn buf(&self) -> &[u8] {
-        // SAFETY: as in `buf_mut`.
-        unsafe { std::slice::from_raw_parts(self.buf, self.len) }
-    }
-}
-
-/// A slot, written through `&Urbs` by the one thread that holds it.
-struct Cell(std::cell::UnsafeCell<Slot>);
 
 /// A reaped URB.
 #[derive(Debug, Clone, Copy)]
@@ -248,24 +258,33 @@ pub struct Completion {
 /// kills what is still in flight) before the buffers are freed.
 ///
 /// Shared by threads (`&Urbs`), a slot has one holder at a time: the
-/// thread that fills and submits it, then the kernel, then the thread
-/// that reaps it, which hands it back (through a synchronizing channel
-/// of the caller's). The `unsafe` methods are those that touch a slot;
-/// their callers promise to hold it.
+/// thread that claims, fills and submits it, then the kernel, then the
+/// thread that reaps it and claims it again (or hands its number on to
+/// another thread, which claims it). A claim of a slot someone holds, or
+/// the kernel does, fails.
 pub struct Urbs {
     node: Node,
-    slots: Box<[Cell]>,
-    busy: std::sync::atomic::AtomicUsize,
+    slots: Box<[Slot]>,
+    busy: AtomicUsize,
     /// The memory the slots' buffers point into.
     _mem: Vec<Mem>,
     layout: Layout,
 }
 
-// SAFETY: slots are touched only by their holder (the contract of the
-// unsafe methods); the node is a file descriptor, the count atomic.
+// SAFETY: a slot's URB and buffer are touched only by the one thread that
+// holds it (its state, claimed with compare-and-swap, and handed over with
+// release/acquire ordering) or by the reaping thread while the kernel hands
+// it back; the node is a file descriptor, the count atomic.
 unsafe impl Sync for Urbs {}
 // SAFETY: the raw pointers are into memory the set owns.
 unsafe impl Send for Urbs {}
+
+/// One slot, held by the thread that claimed it: its buffer to fill or
+/// read, and its submission. Dropped unsubmitted, the slot is idle again.
+pub struct Held<'a> {
+    urbs: &'a Urbs,
+    slot: usize,
+}
 
 impl Urbs {
     /// One URB per `(endpoint, buffer size)`, slot numbers in that order.
@@ -319,26 +338,24 @@ impl Urbs {
         let slots = urbs
             .iter()
             .zip(bufs)
-            .map(|(&(ep, len), buf)| {
-                Cell(std::cell::UnsafeCell::new(Slot {
-                    urb: Urb {
-                        kind: URB_TYPE_BULK,
-                        endpoint: ep,
-                        status: 0,
-                        flags: 0,
-                        buffer: std::ptr::null_mut(),
-                        buffer_length: 0,
-                        actual_length: 0,
-                        start_frame: 0,
-                        stream_id: 0,
-                        error_count: 0,
-                        signr: 0,
-                        usercontext: std::ptr::null_mut(),
-                    },
-                    buf,
-                    len,
-                    busy: false,
-                }))
+            .map(|(&(ep, len), buf)| Slot {
+                urb: UnsafeCell::new(Urb {
+                    kind: URB_TYPE_BULK,
+                    endpoint: ep,
+                    status: 0,
+                    flags: 0,
+                    buffer: std::ptr::null_mut(),
+                    buffer_length: 0,
+                    actual_length: 0,
+                    start_frame: 0,
+                    stream_id: 0,
+                    error_count: 0,
+                    signr: 0,
+                    usercontext: std::ptr::null_mut(),
+                }),
+                buf,
+                len,
+                state: AtomicU8::new(IDLE),
             })
             .collect();
         Urbs {
@@ -355,19 +372,9 @@ impl Urbs {
         self.layout
     }
 
-    /// The slot, for its holder.
-    ///
-    /// # Safety
-    /// The caller holds `slot` (no other thread touches it, the kernel
-    /// does not hold it, or only reads what the caller does not write).
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slot(&self, slot: usize) -> &mut Slot {
-        // SAFETY: the caller's promise.
-        unsafe { &mut *self.slots[slot].0.get() }
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.node.raw_fd()
+    /// The node's descriptor, to poll (POLLOUT: a URB completed).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.node.fd.as_fd()
     }
 
     /// How many URBs (slots) there are.
@@ -375,61 +382,19 @@ impl Urbs {
         self.slots.len()
     }
 
-    /// The slot's whole buffer, to fill before an OUT submission.
-    ///
-    /// # Safety
-    /// The caller holds `slot`.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn buf_mut(&self, slot: usize) -> &mut [u8] {
-        // SAFETY: the caller holds the slot.
-        let s = unsafe { self.slot(slot) };
-        assert!(!s.busy, "a submitted URB's buffer is the kernel's");
-        s.buf_mut()
-    }
-
-    /// The first `len` bytes of a reaped slot's buffer.
-    ///
-    /// # Safety
-    /// The caller holds `slot` (it reaped it and has not resubmitted it).
-    pub unsafe fn data(&self, slot: usize, len: usize) -> &[u8] {
-        // SAFETY: the caller holds the slot.
-        &unsafe { self.slot(slot) }.buf()[..len]
-    }
-
-    /// Submits the slot's URB for `len` bytes (an IN URB: up to `len`);
-    /// `zlp` ends an OUT transfer that fills its last packet with a
-    /// zero-length packet.
-    ///
-    /// # Safety
-    /// The caller holds `slot`; it passes to the kernel until reaped.
-    pub unsafe fn submit(&self, slot: usize, len: usize, zlp: bool) -> io::Result<()> {
-        let fd = self.node.raw_fd();
-        // SAFETY: the caller holds the slot.
-        let s = unsafe { self.slot(slot) };
-        assert!(!s.busy && len <= s.len);
-        let buffer = s.buf.cast();
-        s.urb.status = 0;
-        s.urb.actual_length = 0;
-        s.urb.flags = if zlp { URB_ZERO_PACKET } else { 0 };
-        s.urb.buffer = buffer;
-        s.urb.buffer_length = len as c_int;
-        s.urb.usercontext = slot as *mut c_void;
-        let urb: *mut Urb = &mut s.urb;
-        s.busy = true;
-        self.busy.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the URB and its buffer live in `self.slots`, which does not
-        // move or drop while the kernel holds them (see the struct's doc).
-        if let Err(e) = check(unsafe { libc::ioctl(fd, SUBMITURB, urb) }) {
-            s.busy = false;
-            self.busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-            return Err(e);
-        }
-        Ok(())
+    /// Takes `slot` for this thread; None while another thread holds it
+    /// or the kernel does (submitted and not yet reaped).
+    pub fn claim(&self, slot: usize) -> Option<Held<'_>> {
+        self.slots[slot]
+            .state
+            .compare_exchange(IDLE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Held { urbs: self, slot })
     }
 
     /// A completed URB, without waiting: `Ok(None)` when none is; ENODEV
     /// once the device is gone and every URB has been reaped. The reaped
-    /// slot is the caller's. One thread reaps.
+    /// slot is idle, for the caller to claim. One thread reaps.
     pub fn reap(&self) -> io::Result<Option<Completion>> {
         let mut p: *mut Urb = std::ptr::null_mut();
         // SAFETY: REAPURBNDELAY stores one pointer into `p`: one of the URBs
@@ -442,15 +407,15 @@ impl Urbs {
                 _ => Err(e),
             };
         }
-        // SAFETY: `p` points at one of our slots' URBs (usercontext is the
-        // slot number we set); the kernel is done with it.
+        // SAFETY: `p` points at one of our slots' URBs (only this set
+        // submits on its node, always a slot's URB); the kernel is done with
+        // it, and no thread can claim the slot before the store below.
         let (slot, status, actual) =
             unsafe { ((*p).usercontext as usize, (*p).status, (*p).actual_length) };
-        // SAFETY: the kernel handed the slot back, to us alone.
-        let s = unsafe { self.slot(slot) };
-        debug_assert!(s.busy);
-        s.busy = false;
-        self.busy.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        let s = &self.slots[slot];
+        debug_assert_eq!(s.state.load(Ordering::Relaxed), SUBMITTED);
+        s.state.store(IDLE, Ordering::Release);
+        self.busy.fetch_sub(1, Ordering::Relaxed);
         Ok(Some(Completion {
             slot,
             errno: -status,
@@ -462,14 +427,13 @@ impl Urbs {
     /// ENOENT, to be reaped).
     pub fn discard_all(&mut self) {
         let fd = self.node.raw_fd();
-        for s in self
-            .slots
-            .iter_mut()
-            .map(|c| c.0.get_mut())
-            .filter(|s| s.busy)
-        {
-            let urb: *mut Urb = &mut s.urb;
-            // SAFETY: DISCARDURB takes the address of a URB we submitted.
+        for s in self.slots.iter_mut() {
+            if *s.state.get_mut() != SUBMITTED {
+                continue;
+            }
+            let urb: *mut Urb = s.urb.get_mut();
+            // SAFETY: DISCARDURB takes the address of a URB we submitted;
+            // the kernel only looks it up among its own.
             unsafe { libc::ioctl(fd, DISCARDURB, urb) };
         }
     }
@@ -488,14 +452,89 @@ impl Urbs {
             if left.is_zero() {
                 break;
             }
-            let mut p = libc::pollfd {
-                fd: self.raw_fd(),
-                events: libc::POLLOUT,
-                revents: 0,
+            let mut p = [rustix::event::PollFd::new(
+                &self.node.fd,
+                rustix::event::PollFlags::OUT,
+            )];
+            let ms = left.as_millis().max(1);
+            let ts = rustix::event::Timespec {
+                tv_sec: (ms / 1000) as _,
+                tv_nsec: ((ms % 1000) * 1_000_000) as _,
             };
-            // SAFETY: one pollfd of ours.
-            unsafe { libc::poll(&mut p, 1, left.as_millis().max(1) as c_int) };
+            rustix::event::poll(&mut p, Some(&ts)).ok();
         }
+    }
+}
+
+impl Held<'_> {
+    fn slot(&self) -> &Slot {
+        &self.urbs.slots[self.slot]
+    }
+
+    /// The slot's number.
+    pub fn number(&self) -> usize {
+        self.slot
+    }
+
+    /// The slot's whole buffer, to fill before an OUT submission.
+    pub fn buf_mut(&mut self) -> &mut [u8] {
+        let s = self.slot();
+        // SAFETY: `len` bytes at `buf` are this slot's alone, alive as long
+        // as the `Urbs`, and this thread holds the slot (`&mut self`: one
+        // borrow at a time).
+        unsafe { std::slice::from_raw_parts_mut(s.buf, s.len) }
+    }
+
+    /// The first `len` bytes of the buffer (of a reaped IN transfer).
+    pub fn data(&self, len: usize) -> &[u8] {
+        let s = self.slot();
+        // SAFETY: as in `buf_mut`; shared, as `&self` is.
+        let buf = unsafe { std::slice::from_raw_parts(s.buf, s.len) };
+        &buf[..len]
+    }
+
+    /// Submits the slot's URB for `len` bytes (an IN URB: up to `len`);
+    /// `zlp` ends an OUT transfer that fills its last packet with a
+    /// zero-length packet. The slot is the kernel's until reaped; on an
+    /// error it is idle again.
+    pub fn submit(self, len: usize, zlp: bool) -> io::Result<()> {
+        let s = self.slot();
+        assert!(
+            len <= s.len,
+            "a {len}-byte transfer in a {}-byte buffer",
+            s.len
+        );
+        let fd = self.urbs.node.raw_fd();
+        // SAFETY: this thread holds the slot, so nobody else touches its URB.
+        let urb = unsafe { &mut *s.urb.get() };
+        urb.status = 0;
+        urb.actual_length = 0;
+        urb.flags = if zlp { URB_ZERO_PACKET } else { 0 };
+        urb.buffer = s.buf.cast();
+        urb.buffer_length = len as c_int;
+        urb.usercontext = self.slot as *mut c_void;
+        let urb: *mut Urb = urb;
+        s.state.store(SUBMITTED, Ordering::Relaxed);
+        self.urbs.busy.fetch_add(1, Ordering::Relaxed);
+        // The slot is the kernel's now (or idle again below), not ours.
+        let slot = self.slot;
+        let urbs = self.urbs;
+        std::mem::forget(self);
+        // SAFETY: the URB and its buffer live in `urbs.slots` and the
+        // mapping, which do not move or drop while the kernel holds them
+        // (see the struct's doc); the buffer holds `len` bytes.
+        if let Err(e) = check(unsafe { libc::ioctl(fd, SUBMITURB, urb) }) {
+            urbs.busy.fetch_sub(1, Ordering::Relaxed);
+            urbs.slots[slot].state.store(IDLE, Ordering::Release);
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.slot().state.store(IDLE, Ordering::Release);
     }
 }
 

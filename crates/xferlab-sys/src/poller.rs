@@ -9,9 +9,10 @@
 //! for a change that runs `bench/rr-vs-peers` before and after.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
+/// An epoll set and the buffer its reports land in.
 pub struct Poller {
     epfd: OwnedFd,
     events: Vec<libc::epoll_event>,
@@ -45,7 +46,7 @@ impl Poller {
             return Err(io::Error::last_os_error());
         }
         Ok(Poller {
-            // SAFETY: a fresh fd nobody else owns.
+            // SAFETY: a fresh fd nobody else owns (checked non-negative above).
             epfd: unsafe { OwnedFd::from_raw_fd(fd) },
             events: vec![libc::epoll_event { events: 0, u64: 0 }; capacity.max(1)],
             ready: 0,
@@ -55,7 +56,7 @@ impl Poller {
     fn ctl(
         &self,
         op: libc::c_int,
-        fd: RawFd,
+        fd: BorrowedFd<'_>,
         token: u64,
         read: bool,
         write: bool,
@@ -64,23 +65,24 @@ impl Poller {
             events: mask(read, write),
             u64: token,
         };
-        // SAFETY: valid epoll fd and event struct.
-        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd, &mut ev) } < 0 {
+        // SAFETY: valid epoll fd and event struct, which the kernel only
+        // reads during the call.
+        if unsafe { libc::epoll_ctl(self.epfd.as_raw_fd(), op, fd.as_raw_fd(), &mut ev) } < 0 {
             return Err(io::Error::last_os_error());
         }
         Ok(())
     }
 
-    pub fn add(&self, fd: &impl AsRawFd, token: u64, read: bool, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_ADD, fd.as_raw_fd(), token, read, write)
+    pub fn add(&self, fd: &impl AsFd, token: u64, read: bool, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_ADD, fd.as_fd(), token, read, write)
     }
 
-    pub fn modify(&self, fd: &impl AsRawFd, token: u64, read: bool, write: bool) -> io::Result<()> {
-        self.ctl(libc::EPOLL_CTL_MOD, fd.as_raw_fd(), token, read, write)
+    pub fn modify(&self, fd: &impl AsFd, token: u64, read: bool, write: bool) -> io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd.as_fd(), token, read, write)
     }
 
-    pub fn delete(&self, fd: &impl AsRawFd) {
-        self.ctl(libc::EPOLL_CTL_DEL, fd.as_raw_fd(), 0, false, false)
+    pub fn delete(&self, fd: &impl AsFd) {
+        self.ctl(libc::EPOLL_CTL_DEL, fd.as_fd(), 0, false, false)
             .ok();
     }
 
@@ -91,7 +93,8 @@ impl Poller {
             let us = t.as_micros();
             us.div_ceil(1000).min(i32::MAX as u128) as i32
         });
-        // SAFETY: the buffer holds `events.len()` entries.
+        // SAFETY: the buffer holds `events.len()` entries, and the kernel
+        // writes at most that many.
         let n = unsafe {
             libc::epoll_wait(
                 self.epfd.as_raw_fd(),
@@ -129,7 +132,7 @@ impl Poller {
 impl Poller {
     /// As [`Poller::add`] for reading, with EPOLLEXCLUSIVE: of several
     /// threads watching one listening socket, only one is woken.
-    pub fn add_exclusive(&self, fd: &impl AsRawFd, token: u64) -> io::Result<()> {
+    pub fn add_exclusive(&self, fd: &impl AsFd, token: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: (libc::EPOLLIN | libc::EPOLLEXCLUSIVE) as u32,
             u64: token,
@@ -139,7 +142,7 @@ impl Poller {
             libc::epoll_ctl(
                 self.epfd.as_raw_fd(),
                 libc::EPOLL_CTL_ADD,
-                fd.as_raw_fd(),
+                fd.as_fd().as_raw_fd(),
                 &mut ev,
             )
         } < 0
@@ -153,16 +156,17 @@ impl Poller {
 /// Waits up to `budget` for `fd` to become readable by polling it without
 /// sleeping (busy-poll); true when it did. The clock is read every few
 /// polls only.
-pub fn spin_readable(fd: RawFd, budget: Duration) -> bool {
+pub fn spin_readable(fd: impl AsFd, budget: Duration) -> bool {
     let start = std::time::Instant::now();
     let mut pfd = libc::pollfd {
-        fd,
+        fd: fd.as_fd().as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
     loop {
         for _ in 0..16 {
-            // SAFETY: one valid pollfd, zero timeout.
+            // SAFETY: one valid pollfd, which the kernel writes revents of
+            // during the call; zero timeout.
             if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
                 return true;
             }
