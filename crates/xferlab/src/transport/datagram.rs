@@ -251,8 +251,9 @@ pub fn send(
 /// 2026-11-29; `-w` sets the send buffer too) loss was 9.9 % with 212K,
 /// 2.8 % with 1M, 2.4 % with 4M, 1.7 % with 8M (maxima 16.6, 3.7, 3.8,
 /// 3.1 %): the plateau starts near 1M on both CPUs, and 4M stays inside
-/// it. Kernel DCCP and DCCP without `--gso` keep the
-/// system default: their receive queue is part of the protocol studied.
+/// it. Kernel DCCP keeps the system default (its receive queue is part
+/// of the protocol studied); xferlab's DCCP sets its own afterwards, in
+/// its path (`dccp::path::prepare`, 64 MiB), after this read-back.
 /// The read-back value is the result's `socket.rcvbuf`.
 pub fn size_receive_buffer(sock: &UdpSocket, transport: Transport, knobs: &Knobs) {
     let udp = transport == Transport::Udp;
