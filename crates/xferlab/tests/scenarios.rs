@@ -321,8 +321,12 @@ fn usb_bulk_levers_quick_in_the_lab_vm() {
     let _vm = labvm_support::vm_lock();
     let md = run_quick("usb-bulk-levers", Duration::from_secs(1200));
     assert!(md.contains("Bulk throughput"), "{md}");
-    // The model's predictions are the second series of every plot.
-    assert!(md.contains("| command model (EHCI, FFS AIO) |"), "{md}");
+    // The model's predictions are the second series of every plot, under
+    // the scenario's name for them (a command name that holds ", ").
+    assert!(
+        md.contains("| model: EHCI host, FunctionFS AIO gadget |"),
+        "{md}"
+    );
     labvm_support::assert_no_qemu_left();
 }
 

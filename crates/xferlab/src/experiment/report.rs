@@ -359,6 +359,15 @@ struct TableOut {
 
 use html::escape_html as html_escape;
 
+/// "1 run", "2 runs".
+fn runs_word(n: usize) -> String {
+    if n == 1 {
+        "1 run".into()
+    } else {
+        format!("{n} runs")
+    }
+}
+
 fn csv_field(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
         format!("\"{}\"", s.replace('"', "\"\""))
@@ -722,7 +731,8 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
                 format!("{} ({})", labels.metric_label(&metric), shown.label),
                 shown,
                 format!(
-                    "{runs} runs overlaid; one colour per configuration; per reporting interval."
+                    "{} overlaid; one colour per configuration; per reporting interval.",
+                    runs_word(runs)
                 ),
             )
         }
@@ -734,7 +744,10 @@ fn run_plot(d: &Data, spec: &PlotSpec) -> Option<Plot> {
                 format!("latency ({})", shown.label),
                 "fraction of transactions".to_string(),
                 shown,
-                format!("{runs} runs overlaid; from each run's merged latency percentiles (0 to 100 %)."),
+                format!(
+                    "{} overlaid; from each run's merged latency percentiles (0 to 100 %).",
+                    runs_word(runs)
+                ),
             )
         }
     };
