@@ -18,6 +18,7 @@ use std::io::{IsTerminal, Read};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use xferlab_core::result::{SizeCalibration, SizeChoice};
@@ -88,23 +89,23 @@ struct Case {
 pub fn run(r: &CalibrateRequest) -> ExitCode {
     match calibrate(r) {
         Ok(()) => ExitCode::SUCCESS,
-        Err((msg, code)) => {
-            eprintln!("xferlab: {msg}");
+        Err((e, code)) => {
+            eprintln!("xferlab: {e:#}");
             ExitCode::from(code)
         }
     }
 }
 
-fn calibrate(r: &CalibrateRequest) -> Result<(), (String, u8)> {
+fn calibrate(r: &CalibrateRequest) -> Result<(), (anyhow::Error, u8)> {
     if !(r.time.is_finite() && (0.1..=60.0).contains(&r.time)) {
         return Err((
-            format!("--time {} is out of range: give 0.1 to 60 seconds", r.time),
+            anyhow!("--time {} is out of range: give 0.1 to 60 seconds", r.time),
             2,
         ));
     }
     if !(1..=50).contains(&r.rounds) {
         return Err((
-            format!("--rounds {} is out of range: give 1 to 50", r.rounds),
+            anyhow!("--rounds {} is out of range: give 1 to 50", r.rounds),
             2,
         ));
     }
@@ -115,12 +116,12 @@ fn calibrate(r: &CalibrateRequest) -> Result<(), (String, u8)> {
     }
     let file = file.ok_or_else(|| {
         (
-            format!("no calibration file: {FILE_VAR} is off, or neither HOME nor XDG_CACHE_HOME is set; set {FILE_VAR}=PATH"),
+            anyhow!("no calibration file: {FILE_VAR} is off, or neither HOME nor XDG_CACHE_HOME is set; set {FILE_VAR}=PATH"),
             2,
         )
     })?;
     let exe = std::env::current_exe()
-        .map_err(|e| (format!("cannot find this program's path: {e}"), 1))?;
+        .map_err(|e| (anyhow!("cannot find this program's path: {e}"), 1))?;
     let mut cases_p = vec![1];
     if key.cpus > 1 {
         cases_p.push(key.cpus);
@@ -144,7 +145,7 @@ fn calibrate(r: &CalibrateRequest) -> Result<(), (String, u8)> {
         alone: cases[0].choice,
         crowded: cases.get(1).map(|c| c.choice),
     };
-    store(&file, entry.clone()).map_err(|e| (e, 1))?;
+    store(&file, entry.clone()).map_err(|e| (e.into(), 1))?;
     if r.json {
         let doc = serde_json::json!({
             "schema": "xferlab.calibrate/1",
@@ -163,7 +164,7 @@ fn show_or_forget(
     r: &CalibrateRequest,
     key: &MachineKey,
     file: Option<&std::path::Path>,
-) -> Result<(), (String, u8)> {
+) -> Result<(), (anyhow::Error, u8)> {
     let Some(file) = file else {
         if r.json {
             println!(
@@ -176,7 +177,7 @@ fn show_or_forget(
         return Ok(());
     };
     if r.forget {
-        let gone = forget(file, key).map_err(|e| (e, 1))?;
+        let gone = forget(file, key).map_err(|e| (e.into(), 1))?;
         println!(
             "{} {}",
             if gone {
@@ -189,7 +190,7 @@ fn show_or_forget(
         return Ok(());
     }
     let entry = read(file)
-        .map_err(|e| (e, 1))?
+        .map_err(|e| (e.into(), 1))?
         .machines
         .into_iter()
         .find(|c| key.matches(c));
@@ -224,7 +225,7 @@ fn measure_case(
     parallel: u32,
     crowded: bool,
     bar: &ProgressBar,
-) -> Result<Case, String> {
+) -> anyhow::Result<Case> {
     let default = Candidate {
         write_size: DEFAULT_SIZE as u64,
         read_size: DEFAULT_SIZE as u64,
@@ -319,7 +320,7 @@ fn measure_set(
     parallel: u32,
     candidates: &[Candidate],
     bar: &ProgressBar,
-) -> Result<Vec<Scored>, String> {
+) -> anyhow::Result<Vec<Scored>> {
     let mut bps = vec![Vec::new(); candidates.len()];
     for round in 0..r.rounds as usize {
         for k in 0..candidates.len() {
@@ -352,7 +353,7 @@ fn median(v: &[f64]) -> f64 {
 
 /// One `xferlab stream` over loopback with an embedded server; the
 /// receiver's bits/s.
-fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Result<f64, String> {
+fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> anyhow::Result<f64> {
     let args = [
         "stream".to_string(),
         "-J".into(),
@@ -378,7 +379,7 @@ fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Re
     crate::sys::process::die_with_parent(&mut cmd, rustix::process::Signal::KILL);
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", what()))?;
+        .with_context(|| format!("cannot start {}", what()))?;
     // The pipes are drained while the child runs: a long run's result
     // document is larger than a pipe holds, and a child blocked writing
     // it would never end.
@@ -393,28 +394,24 @@ fn one_run(exe: &std::path::Path, time: f64, parallel: u32, c: &Candidate) -> Re
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!(
-                    "{} did not end within {:.0} s",
-                    what(),
-                    time + 20.0
-                ));
+                bail!("{} did not end within {:.0} s", what(), time + 20.0);
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => return Err(format!("waiting for {}: {e}", what())),
+            Err(e) => bail!("waiting for {}: {e}", what()),
         }
     };
     let out = out.join().unwrap_or_default();
     let err = err.join().unwrap_or_default();
     if !status.success() {
         let last = err.lines().last().unwrap_or("no message");
-        return Err(format!("{} failed ({status}): {last}", what()));
+        bail!("{} failed ({status}): {last}", what());
     }
     let v: serde_json::Value = serde_json::from_str(&out)
-        .map_err(|e| format!("{} printed no result document: {e}", what()))?;
+        .with_context(|| format!("{} printed no result document", what()))?;
     v.pointer("/summary/directions/0/receiver/bits_per_second")
         .and_then(serde_json::Value::as_f64)
         .filter(|b| *b > 0.0)
-        .ok_or_else(|| format!("{} reported no receiver throughput", what()))
+        .ok_or_else(|| anyhow!("{} reported no receiver throughput", what()))
 }
 
 /// Reads `pipe` to its end on a thread of its own.

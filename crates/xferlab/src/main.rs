@@ -46,6 +46,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 use xferlab_core::datagram::{Criterion, Plan};
 use xferlab_core::proto::wire::VERSION;
@@ -74,12 +75,12 @@ fn main() -> ExitCode {
     // A damaged calibration stops every verb but the one that rewrites it.
     if !matches!(cli.command, Command::Calibrate(_)) {
         if let Err(e) = sys::calibration::current() {
-            return fail(&e, 2);
+            return fail(e, 2);
         }
     }
     let load = match cli.load.map(sys::load::Load::start).transpose() {
         Ok(l) => l,
-        Err(e) => return fail(&format!("cannot start the --load workers: {e}"), 1),
+        Err(e) => return fail(format!("cannot start the --load workers: {e}"), 1),
     };
     let usbmon = match cli
         .usbmon
@@ -88,7 +89,7 @@ fn main() -> ExitCode {
         .transpose()
     {
         Ok(m) => m,
-        Err(e) => return fail(&format!("--usbmon: {e:#}"), 1),
+        Err(e) => return fail(format!("--usbmon: {e:#}"), 1),
     };
     let output = cli.command.output_path().map(std::path::Path::to_path_buf);
     let code = run_command(cli.command);
@@ -97,7 +98,7 @@ fn main() -> ExitCode {
     if let Some(mon) = usbmon {
         failure = mon
             .stop()
-            .map_err(|e| format!("--usbmon: {e:#}"))
+            .context("--usbmon")
             .and_then(|r| add_member(&output, "usbmon", &r, || usb::mon::summary(&r)))
             .err();
     }
@@ -108,7 +109,7 @@ fn main() -> ExitCode {
         }
     }
     match failure {
-        Some(e) => fail(&e, 1),
+        Some(e) => fail(format_args!("{e:#}"), 1),
         None => code,
     }
 }
@@ -121,7 +122,7 @@ fn add_member<T: serde::Serialize>(
     key: &str,
     report: &T,
     line: impl FnOnce() -> String,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let doc = output
         .as_ref()
         .and_then(|p| std::fs::read_to_string(p).ok());
@@ -130,7 +131,7 @@ fn add_member<T: serde::Serialize>(
         doc.and_then(|d| output::inject_member(&d, key, report)),
     ) {
         (Some(path), Some(text)) => {
-            std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
         }
         _ => {
             eprintln!("xferlab: {}", line());
@@ -187,7 +188,7 @@ fn run_command(command: Command) -> ExitCode {
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
         Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail(&e.to_string(), 1),
+            Err(e) => fail(e.to_string(), 1),
         },
     }
 }
@@ -230,7 +231,7 @@ fn why_nothing_moved(r: &xferlab_core::result::TestResult) -> Option<String> {
         })
 }
 
-fn fail(msg: &str, code: u8) -> ExitCode {
+fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
     ExitCode::from(code)
 }
@@ -238,7 +239,7 @@ fn fail(msg: &str, code: u8) -> ExitCode {
 fn run_server(a: &ServerArgs) -> ExitCode {
     if !(a.max_duration.is_finite() && a.max_duration > 0.0) {
         return fail(
-            &format!(
+            format!(
                 "--max-duration must be a positive duration (got {})",
                 a.max_duration
             ),
@@ -257,7 +258,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     ] {
         if v == Some(0) {
             return fail(
-                &format!("{flag} must be above 0 (leave it out for no limit)"),
+                format!("{flag} must be above 0 (leave it out for no limit)"),
                 2,
             );
         }
@@ -267,7 +268,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     }
     if !(a.preamble_timeout > 0.0 && a.preamble_timeout <= 3600.0) {
         return fail(
-            &format!(
+            format!(
                 "--preamble-timeout must be above 0 and at most 1h (got {} s); the default is 5 s",
                 a.preamble_timeout
             ),
@@ -282,7 +283,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     }
     if !(a.auth_window > 0.0 && a.auth_window <= 86_400.0) {
         return fail(
-            &format!(
+            format!(
                 "--auth-window must be above 0 and at most 1 day (got {} s); the default is 60 s",
                 a.auth_window
             ),
@@ -297,14 +298,14 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     ] {
         if v == 0 {
             return fail(
-                &format!("{flag} must be at least 1: every such connection would be refused"),
+                format!("{flag} must be at least 1: every such connection would be refused"),
                 2,
             );
         }
     }
     if !(1..=128).contains(&a.ipv6_prefix) {
         return fail(
-            &format!(
+            format!(
                 "--ipv6-prefix must be 1 to 128 bits (got {}); the default, 64, counts a /64 as one client",
                 a.ipv6_prefix
             ),
@@ -358,7 +359,7 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     };
     if let Some(cpu) = a.affinity {
         if let Err(e) = sys::affinity::check(cpu, "this server") {
-            return fail(&e.to_string(), 2);
+            return fail(e.to_string(), 2);
         }
     }
     // rr tests hold a socket per flow: lift the open-file limit.
@@ -392,7 +393,7 @@ struct Target {
     _server: Option<ServerHandle>,
 }
 
-fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
+fn target(a: &StreamArgs, series: bool) -> anyhow::Result<Target> {
     if let Some(host) = a.host_name() {
         let addrs = net::resolve(host, a.port(), a.family())?;
         return Ok(Target {
@@ -408,14 +409,10 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
         IpAddr::V4(Ipv4Addr::LOCALHOST)
     };
     let cfg = ServerConfig::embedded(loopback, !series);
-    let server =
-        Server::bind(cfg).map_err(|e| format!("cannot start the in-process server: {e}"))?;
-    let addr = server
-        .local_addr()
-        .map_err(|e| format!("cannot start the in-process server: {e}"))?;
-    let handle = server
-        .spawn()
-        .map_err(|e| format!("cannot start the in-process server: {e}"))?;
+    let what = "cannot start the in-process server";
+    let server = Server::bind(cfg).context(what)?;
+    let addr = server.local_addr().context(what)?;
+    let handle = server.spawn().context(what)?;
     Ok(Target {
         label: addr.to_string(),
         addrs: vec![addr],
@@ -424,11 +421,15 @@ fn target(a: &StreamArgs, series: bool) -> Result<Target, String> {
     })
 }
 
-fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, String> {
+fn open_output(a: &StreamArgs) -> Result<Box<dyn Write + Send>, output::OpenError> {
     output::open(a.output.as_deref())
 }
 
-fn client_config(a: &StreamArgs, spec: TestSpec, t: &Target) -> Result<ClientConfig, String> {
+fn client_config(
+    a: &StreamArgs,
+    spec: TestSpec,
+    t: &Target,
+) -> Result<ClientConfig, session::auth::KeyFileError> {
     let auth_key = match &a.auth_key {
         Some(path) => session::auth::load_keys(path)?.into_iter().next(),
         None => None,
@@ -462,7 +463,7 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     };
     let t = match target(a, false) {
         Ok(t) => t,
-        Err(e) => return fail(&e, 1),
+        Err(e) => return fail(format_args!("{e:#}"), 1),
     };
     install_interrupt_handler();
     let cfg = match client_config(a, spec, &t) {
@@ -472,13 +473,15 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     let mut reporter = output::reporter(a.format(), a.units, out);
     let ran = if a.iperf3_mode() {
         iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
+            .map_err(anyhow::Error::from)
     } else {
         client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS)
+            .map_err(anyhow::Error::from)
     };
     match ran {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
-                return fail(&format!("cannot write the result: {e}"), 1);
+                return fail(format!("cannot write the result: {e}"), 1);
             }
             store_result(a, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
@@ -511,7 +514,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
     };
     let t = match target(&a.stream, false) {
         Ok(t) => t,
-        Err(e) => return fail(&e, 1),
+        Err(e) => return fail(format_args!("{e:#}"), 1),
     };
     install_interrupt_handler();
     let cfg = match client_config(&a.stream, spec, &t) {
@@ -522,7 +525,7 @@ fn run_rr(a: &RrArgs) -> ExitCode {
     match client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS) {
         Ok(outcome) => {
             if let Err(e) = reporter.finish(&outcome.result) {
-                return fail(&format!("cannot write the result: {e}"), 1);
+                return fail(format!("cannot write the result: {e}"), 1);
             }
             store_result(&a.stream, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
@@ -543,14 +546,14 @@ fn store_result(a: &StreamArgs, result: &xferlab_core::result::TestResult, ok: b
     let doc = match serde_json::to_value(result) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("xferlab: cannot store the result in {}: {e}", db.display());
+            tracing::warn!("cannot store the result in {}: {e}", db.display());
             return;
         }
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     match experiment::store_single(db, &argv, if ok { 0 } else { 1 }, &doc) {
         Ok(id) => eprintln!("stored as run {id} in {}", db.display()),
-        Err(e) => eprintln!("xferlab: cannot store the result in {}: {e}", db.display()),
+        Err(e) => tracing::warn!("cannot store the result in {}: {e}", db.display()),
     }
 }
 
@@ -585,7 +588,7 @@ fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode>
         ));
     }
     let out = open_output(a).map_err(|e| fail(&e, 2))?;
-    let target = target(a, true).map_err(|e| fail(&e, 1))?;
+    let target = target(a, true).map_err(|e| fail(format_args!("{e:#}"), 1))?;
     install_interrupt_handler();
     Ok(SeriesRun {
         out,
@@ -607,7 +610,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
                 high,
                 resolution,
             }),
-            Err(e) => return fail(&e.to_string(), 2),
+            Err(e) => return fail(e.to_string(), 2),
         },
         (None, false) => Some(Plan::Ladder(a.ladder.clone())),
         (None, true) => None,
@@ -618,14 +621,14 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
     for (flag, pct) in [("--max-loss", a.max_loss), ("--max-late", a.max_late)] {
         if !(0.0..=100.0).contains(&pct) {
             return fail(
-                &format!("{flag} is a percentage between 0 and 100 (got {pct})"),
+                format!("{flag} is a percentage between 0 and 100 (got {pct})"),
                 2,
             );
         }
     }
     if a.repeat == 0 || a.repeat > 1000 {
         return fail(
-            &format!("--repeat must be between 1 and 1000 (got {})", a.repeat),
+            format!("--repeat must be between 1 and 1000 (got {})", a.repeat),
             2,
         );
     }
@@ -645,7 +648,7 @@ fn run_cbr(a: &CbrArgs) -> ExitCode {
     match series::run_cbr(&run.cfg, &plan, run.json, &mut run.out, &INTERRUPTS) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
-        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
+        Err(e) => fail(format!("{e:#}"), interrupted_or(1)),
     }
 }
 
@@ -672,7 +675,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     };
     let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
         Ok(x) => x,
-        Err(e) => return fail(&format!("{e:#}"), 2),
+        Err(e) => return fail(format!("{e:#}"), 2),
     };
     let mut run = match prepare_series(&a.stream, spec) {
         Ok(r) => r,
@@ -680,7 +683,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
     };
     match series::run_sweep(&run.cfg, specs, run.json, &mut run.out, &INTERRUPTS) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&format!("{e:#}"), interrupted_or(1)),
+        Err(e) => fail(format!("{e:#}"), interrupted_or(1)),
     }
 }
 
@@ -689,6 +692,6 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
 fn install_interrupt_handler() {
     use sys::signals::{count_into, SIGINT, SIGTERM};
     if let Err(e) = count_into(&INTERRUPTS, &[SIGINT, SIGTERM]) {
-        eprintln!("xferlab: warning: cannot catch Ctrl-C ({e}); it stops the test without results");
+        tracing::warn!("cannot catch Ctrl-C ({e}); it stops the test without results");
     }
 }

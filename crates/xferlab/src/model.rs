@@ -50,21 +50,48 @@ pub struct UsbModelRequest<'a> {
 pub fn run(r: &UsbModelRequest) -> ExitCode {
     match usb(r) {
         Ok(()) => ExitCode::SUCCESS,
-        Err((msg, code)) => {
-            eprintln!("xferlab: {msg}");
+        Err((e, code)) => {
+            eprintln!("xferlab: {e:#}");
             ExitCode::from(code)
         }
     }
 }
 
+/// The form `--periodic` takes, for its refusals.
+const PERIODIC_FORM: &str = "--periodic takes iso|interrupt:in|out:SIZE[xMULT][/INTERVAL], e.g. iso:in:1024x3 or interrupt:in:64/8";
+
+/// Why the model's flags describe no workload.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    #[error("{PERIODIC_FORM}")]
+    PeriodicForm,
+    #[error("{why} in --periodic '{spec}'; {PERIODIC_FORM}")]
+    Periodic { spec: String, why: String },
+    #[error("{err} in --periodic '{spec}'")]
+    PeriodicLimit {
+        spec: String,
+        err: model::PeriodicError,
+    },
+    #[error("--periodic '{spec}': periodic transfers behind a hub's transaction translator (profile {profile}) are not modelled; use a profile without a hub")]
+    BehindHub { spec: String, profile: String },
+    #[error("-l must be 1 byte to 4 GiB per transfer (got {0})")]
+    Size(u64),
+    #[error("-Q and --device-depth must be at least 1")]
+    Depth,
+    #[error("-t must be above 0 and at most 60 seconds of bus time (got {0})")]
+    Time(f64),
+}
+
 /// `iso|interrupt:in|out:SIZE[xMULT][/INTERVAL]`, checked against the
 /// limits of the profile's bus speed.
-fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, String> {
-    let form = "--periodic takes iso|interrupt:in|out:SIZE[xMULT][/INTERVAL], e.g. iso:in:1024x3 or interrupt:in:64/8";
-    let bad = |why: String| format!("{why} in --periodic '{spec}'; {form}");
+fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, WorkloadError> {
+    let bad = |why: String| WorkloadError::Periodic {
+        spec: spec.to_string(),
+        why,
+    };
     let mut parts = spec.splitn(3, ':');
     let (Some(kind), Some(dir), Some(rest)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(form.to_string());
+        return Err(WorkloadError::PeriodicForm);
     };
     let kind = match kind {
         "iso" | "isochronous" => PeriodicKind::Isochronous,
@@ -104,33 +131,30 @@ fn periodic(spec: &str, speed: model::Speed) -> Result<Periodic, String> {
         interval,
     };
     per.check(speed)
-        .map_err(|e| format!("{e} in --periodic '{spec}'"))?;
+        .map_err(|err| WorkloadError::PeriodicLimit {
+            spec: spec.to_string(),
+            err,
+        })?;
     Ok(per)
 }
 
 /// The workload of the flags, checked.
-pub fn workload(a: &UsbModelRequest, p: &Profile) -> Result<Workload, String> {
+pub fn workload(a: &UsbModelRequest, p: &Profile) -> Result<Workload, WorkloadError> {
     if a.size == 0 || a.size > u32::MAX as u64 {
-        return Err(format!(
-            "-l must be 1 byte to 4 GiB per transfer (got {})",
-            a.size
-        ));
+        return Err(WorkloadError::Size(a.size));
     }
     if a.depth == 0 || a.device_depth == Some(0) {
-        return Err("-Q and --device-depth must be at least 1".into());
+        return Err(WorkloadError::Depth);
     }
     if !(a.time_s > 0.0 && a.time_s <= 60.0) {
-        return Err(format!(
-            "-t must be above 0 and at most 60 seconds of bus time (got {})",
-            a.time_s
-        ));
+        return Err(WorkloadError::Time(a.time_s));
     }
     let periodic = match a.periodic {
         Some(spec) if p.tt.is_some() => {
-            return Err(format!(
-                "--periodic '{spec}': periodic transfers behind a hub's transaction translator (profile {}) are not modelled; use a profile without a hub",
-                p.name
-            ))
+            return Err(WorkloadError::BehindHub {
+                spec: spec.to_string(),
+                profile: p.name.to_string(),
+            })
         }
         Some(spec) => Some(periodic(spec, p.phy.speed)?),
         None => None,
@@ -145,17 +169,15 @@ pub fn workload(a: &UsbModelRequest, p: &Profile) -> Result<Workload, String> {
     })
 }
 
-fn usb(a: &UsbModelRequest) -> Result<(), (String, u8)> {
+fn usb(a: &UsbModelRequest) -> Result<(), (anyhow::Error, u8)> {
     let profiles = Profiles::builtin();
-    let mut out = crate::output::open(a.output).map_err(|e| (e, 1))?;
-    let io = |e: std::io::Error| (format!("cannot write the output: {e}"), 1);
+    let mut out = crate::output::open(a.output).map_err(|e| (e.into(), 1))?;
+    let io = |e: std::io::Error| (anyhow::anyhow!("cannot write the output: {e}"), 1);
     if a.list {
         return list(&profiles, &mut out).map_err(io);
     }
-    let p = profiles
-        .resolve(a.profile)
-        .map_err(|e| (e.to_string(), 2))?;
-    let w = workload(a, &p).map_err(|e| (e, 2))?;
+    let p = profiles.resolve(a.profile).map_err(|e| (e.into(), 2))?;
+    let w = workload(a, &p).map_err(|e| (e.into(), 2))?;
     let window = Window {
         window_us: a.time_s * 1e6,
         ..Window::default()

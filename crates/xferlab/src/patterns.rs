@@ -5,9 +5,10 @@ use xferlab_core::spec::{Pattern, TestSpec};
 
 use crate::session::client::{ClientEnv, ClientPattern};
 use crate::session::server::SessionPattern;
+use crate::session::PatternError;
 
 /// The client side of `env`'s test, on xferlab's control protocol.
-pub fn client(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String> {
+pub fn client(env: &ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, PatternError> {
     match env.cfg.spec.pattern {
         Pattern::Stream => Ok(Box::new(crate::stream::client::StreamClient::default())),
         Pattern::Rr(_) => crate::rr::client::RrClient::new(env).map(|p| Box::new(p) as _),

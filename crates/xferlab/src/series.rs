@@ -14,7 +14,7 @@
 use std::io::{self, Write};
 use std::sync::atomic::Ordering;
 
-use anyhow::{anyhow, bail};
+use anyhow::bail;
 use serde::Serialize;
 use xferlab_core::datagram::{
     repeat_summary, Criterion, Plan, RateSearch, RepeatSummary, TrialOutcome, Verdict,
@@ -216,8 +216,7 @@ fn run_point(
         ..base.clone()
     };
     let before = crate::sys::cpu::cpu_ticks();
-    let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)
-        .map_err(|e| anyhow!("{e:#}"))?;
+    let outcome = client::run(&cfg, crate::patterns::client, &mut Quiet, interrupts)?;
     let mut p = Point::from_result(&cfg.spec, &outcome.result, spacing_us);
     p.host_steal_percent = before
         .zip(crate::sys::cpu::cpu_ticks())

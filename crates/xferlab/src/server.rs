@@ -76,21 +76,28 @@ impl Drop for ServerHandle {
     }
 }
 
+/// Why the server cannot listen: one line naming the port or address and
+/// the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error(
+        "port {port} is already in use: stop the other server or pick another port with {flag}"
+    )]
+    InUse { port: u16, flag: &'static str },
+    #[error("cannot bind {0}: no local interface has that address")]
+    NoSuchAddress(String),
+    #[error("cannot listen on port {port}: {err}")]
+    Listen { port: u16, err: io::Error },
+}
+
 impl Server {
-    pub fn bind(cfg: ServerConfig) -> Result<Server, String> {
-        let bind_error = |port: u16, flag: &str, e: io::Error| {
-            match e.kind() {
-            io::ErrorKind::AddrInUse => format!(
-                "port {port} is already in use: stop the other server or pick another port with {flag}"
-            ),
+    pub fn bind(cfg: ServerConfig) -> Result<Server, BindError> {
+        let bind_error = |port: u16, flag: &'static str, err: io::Error| match err.kind() {
+            io::ErrorKind::AddrInUse => BindError::InUse { port, flag },
             io::ErrorKind::AddrNotAvailable => {
-                format!(
-                    "cannot bind {}: no local interface has that address",
-                    cfg.bind.map_or("?".into(), |a| a.to_string())
-                )
+                BindError::NoSuchAddress(cfg.bind.map_or("?".into(), |a| a.to_string()))
             }
-            _ => format!("cannot listen on port {port}: {e}"),
-        }
+            _ => BindError::Listen { port, err },
         };
         let mut listeners =
             vec![listen(cfg.bind, cfg.port).map_err(|e| bind_error(cfg.port, "-p", e))?];
@@ -104,8 +111,9 @@ impl Server {
             })?);
         }
         for l in &listeners {
+            let port = l.local_addr().map_or(0, |a| a.port());
             l.set_nonblocking(true)
-                .map_err(|e| format!("cannot listen: {e}"))?;
+                .map_err(|err| BindError::Listen { port, err })?;
         }
         Ok(Server {
             listeners,
@@ -426,7 +434,7 @@ impl FrontDoor {
                         let mut answer = Preamble::new(ConnKind::Control).encode().to_vec();
                         answer.extend(encode_frame(&ServerMsg::Error {
                             code: ErrorCode::Busy,
-                            message: busy.clone(),
+                            message: busy.to_string(),
                         }));
                         refuse(stream, &answer);
                         self.shared.log_refused(

@@ -20,7 +20,7 @@ use xferlab_core::result::{Endpoint, FlowRole, SideReport};
 use xferlab_core::run::{Policy, Role, TestRun};
 use xferlab_core::spec::Limit;
 
-use super::{RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
+use super::{Iperf3Error, RESULTS_DRAIN, UDP_HANDSHAKE_TIMEOUT};
 use crate::control::{ControlIo, Wake};
 use crate::driver::client::{drive, interruption, ClientRole, Cx};
 use crate::driver::Interrupts;
@@ -47,24 +47,19 @@ pub fn run(
     get_server_output: bool,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, Iperf3Error> {
     let spec = &cfg.spec;
-    let params = params_from_spec(spec, get_server_output).map_err(|e| e.to_string())?;
+    let params = params_from_spec(spec, get_server_output)?;
     if let Some(cc) = &spec.knobs.congestion {
         sockopt::check_congestion(cc)?;
     }
     let mut random = [0u8; 36];
-    getrandom::fill(&mut random).map_err(|e| format!("no randomness for the cookie: {e}"))?;
+    getrandom::fill(&mut random).map_err(Iperf3Error::Randomness)?;
     let cookie = make_cookie(&random);
-    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout).map_err(|e| {
-        e.replace(
-            net::XFERLAB_SERVER_HINT,
-            "is an iperf3 server (`iperf3 -s`) running there (default port 5201, see -p)?",
-        )
-    })?;
-    let server = stream.peer_addr().map_err(|e| e.to_string())?;
+    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout, net::Server::Iperf3)?;
+    let server = stream.peer_addr().map_err(Iperf3Error::Control)?;
     let (tx, rx) = mpsc::channel();
-    let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
+    let mut io = ControlIo::new(stream, tx.clone()).map_err(Iperf3Error::Control)?;
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let wall_start = SystemTime::now();
@@ -106,7 +101,9 @@ pub fn run(
             w.finish().into_report(&mut error)
         }
         _ => {
-            return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
+            return Err(Iperf3Error::NotStarted(
+                error.unwrap_or_else(|| "the test ended before it started".into()),
+            ));
         }
     };
     drop(cpu_guard);
@@ -185,7 +182,7 @@ impl ClientRole for Iperf3Role<'_> {
                     }
                     Err(e) => {
                         self.ctl.abort();
-                        cx.fail(e);
+                        cx.fail(e.to_string());
                     }
                 }
             }
@@ -196,7 +193,7 @@ impl ClientRole for Iperf3Role<'_> {
                 };
                 if let Err(e) = s.start() {
                     self.ctl.abort();
-                    cx.fail(e);
+                    cx.fail(e.to_string());
                     self.prepared = Some(s);
                     return;
                 }
@@ -355,20 +352,20 @@ fn open_streams(
     server: SocketAddr,
     cookie: &Cookie,
     count: usize,
-) -> Result<Vec<ConnectedFlow>, String> {
+) -> Result<Vec<ConnectedFlow>, Iperf3Error> {
     let plans = cfg.spec.flows();
     if plans.len() != count {
-        return Err(format!(
-            "the iperf3 server asked for {count} streams where {} were planned",
-            plans.len()
-        ));
+        return Err(Iperf3Error::Streams {
+            asked: count,
+            planned: plans.len(),
+        });
     }
     let mut out = Vec::with_capacity(count);
     for plan in plans {
         let socket = match cfg.spec.transport.carrier() {
             Carrier::Bytes => FlowSocket::Stream(open_stream(cfg, server, cookie, plan.id)?),
             Carrier::Datagrams => FlowSocket::Datagram(open_datagram(cfg, server, plan.id)?),
-            Carrier::UsbBulk => return Err("iperf3 servers speak TCP and UDP only".into()),
+            Carrier::UsbBulk => return Err(Iperf3Error::NotTcpUdp),
         };
         out.push(ConnectedFlow::new(
             plan,
@@ -385,11 +382,11 @@ fn open_stream(
     server: SocketAddr,
     cookie: &Cookie,
     id: u32,
-) -> Result<TcpStream, String> {
+) -> Result<TcpStream, Iperf3Error> {
     let mut stream = transport::connect(&cfg.spec, server, cfg.connect_timeout)?;
     stream
         .write_all(cookie)
-        .map_err(|e| format!("cannot open iperf3 stream {id}: {e}"))?;
+        .map_err(|err| Iperf3Error::OpenStream { id, err })?;
     stream.set_nodelay(cfg.spec.knobs.nodelay).ok();
     Ok(stream)
 }
@@ -397,26 +394,30 @@ fn open_stream(
 /// Connects a datagram socket to the server's port, sends the 4-byte
 /// hello and waits for the answer. In reverse mode the server may already
 /// send data on the stream before its answer arrives; that is skipped.
-fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpSocket, String> {
+fn open_datagram(
+    cfg: &ClientConfig,
+    server: SocketAddr,
+    id: u32,
+) -> Result<UdpSocket, Iperf3Error> {
+    let udp = |what| move |err| Iperf3Error::Udp { what, server, err };
     let sock = transport::bind(
         cfg.spec.transport,
         net::any_port(server),
         &cfg.spec.knobs,
         false,
     )?;
-    sock.connect(server)
-        .map_err(|e| format!("cannot reach {server} over UDP: {e}"))?;
-    sock.send(&UDP_CONNECT_MSG)
-        .map_err(|e| format!("cannot send to {server} over UDP: {e}"))?;
+    sock.connect(server).map_err(udp("reach"))?;
+    sock.send(&UDP_CONNECT_MSG).map_err(udp("send to"))?;
     let deadline = clock::now() + UDP_HANDSHAKE_TIMEOUT;
     let mut buf = vec![0u8; 65_536];
     loop {
         let left = deadline.duration_since(clock::now());
         if left.is_zero() {
-            return Err(format!(
-                "no answer to UDP stream {id}'s handshake from {server} within {} s: is UDP to that port blocked?",
-                UDP_HANDSHAKE_TIMEOUT.as_secs()
-            ));
+            return Err(Iperf3Error::NoUdpAnswer {
+                id,
+                server,
+                seconds: UDP_HANDSHAKE_TIMEOUT.as_secs(),
+            });
         }
         sock.set_read_timeout(Some(left)).ok();
         match sock.recv(&mut buf) {
@@ -426,10 +427,10 @@ fn open_datagram(cfg: &ClientConfig, server: SocketAddr, id: u32) -> Result<UdpS
             }
             Ok(_) => {}
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                return Err(format!(
-                    "the iperf3 server's UDP port {} is closed (stream {id})",
-                    server.port()
-                ))
+                return Err(Iperf3Error::UdpPortClosed {
+                    port: server.port(),
+                    id,
+                })
             }
             Err(_) => {}
         }

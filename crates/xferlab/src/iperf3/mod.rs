@@ -8,7 +8,10 @@
 //!   in [`crate::server`] recognises them by their cookie.
 
 pub mod client;
+mod error;
 pub mod session;
+
+pub use error::Iperf3Error;
 
 use std::time::Duration;
 

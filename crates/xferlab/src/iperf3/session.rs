@@ -28,7 +28,7 @@ use xferlab_core::run::{Policy, Role};
 use xferlab_core::spec::{FlowPlan, TestSpec};
 use xferlab_core::units::RateUnit;
 
-use super::RESULTS_DRAIN;
+use super::{Iperf3Error, RESULTS_DRAIN};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Finished, Workload};
@@ -184,7 +184,7 @@ impl SessionRole for Iperf3Session<'_> {
                             format_args!("{peer}: iperf3 client refused: {busy}"),
                         );
                         self.ctl.deny();
-                        cx.fail(busy);
+                        cx.fail(busy.to_string());
                         return;
                     }
                 }
@@ -239,7 +239,7 @@ impl SessionRole for Iperf3Session<'_> {
                     Err(e) => {
                         shared.log(format_args!("{label} {peer}: {e}"));
                         self.ctl.refuse(i_errno::IEINITTEST);
-                        cx.fail(e);
+                        cx.fail(e.to_string());
                     }
                 }
             }
@@ -372,7 +372,7 @@ fn accept<'a>(
     let mut spec = spec_from_params(p).map_err(|r| (r.i_errno, r.reason))?;
     shared
         .place(&mut spec)
-        .map_err(|e| (i_errno::IEAFFINITY, e))?;
+        .map_err(|e| (i_errno::IEAFFINITY, e.to_string()))?;
     shared.budget_intervals(&mut spec);
     let rate = shared.budget(&mut spec).map_err(|e| {
         let code = match e {
@@ -395,7 +395,7 @@ fn accept<'a>(
         }
     }
     if let Some(cc) = &spec.knobs.congestion {
-        sockopt::check_congestion(cc).map_err(|e| (i_errno::IEINITTEST, e))?;
+        sockopt::check_congestion(cc).map_err(|e| (i_errno::IEINITTEST, e.to_string()))?;
     }
     let plans = spec.flows();
     if spec.transport.carrier() == Carrier::Datagrams {
@@ -417,7 +417,7 @@ fn accept<'a>(
             .wait(local, waiter, || {
                 transport::bind(transport, local, &knobs, true)
             })
-            .map_err(|e| (i_errno::IELISTEN, e))?;
+            .map_err(|e| (i_errno::IELISTEN, e.to_string()))?;
     }
     Ok(Accepted {
         _rate: rate,
@@ -458,7 +458,7 @@ fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i3
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let checked = match p.authtoken.as_deref() {
-        None => Err("no credentials (iperf3 --username and --rsa-public-key-path)".to_string()),
+        None => Err(crate::session::auth::TokenError::Missing),
         Some(t) => users.check(t, now),
     };
     match checked {
@@ -483,13 +483,13 @@ fn attach(
     connected: &mut Vec<ConnectedFlow>,
     t: &Accepted<'_>,
     socket: FlowSocket,
-) -> Result<(), String> {
+) -> Result<(), Iperf3Error> {
     let Some(info) = ctl.stream_attached(clock::now()) else {
-        return Err("closed a data connection that no stream was due for".into());
+        return Err(Iperf3Error::NoStreamDue);
     };
     let Some(plan) = plan_for_stream(&t.plans, &info) else {
         ctl.refuse(i_errno::IESTREAMID);
-        return Err(format!("stream {} does not fit the test", info.id));
+        return Err(Iperf3Error::Misfit(info.id));
     };
     transport::io(t.spec.transport)?.accepted(&socket, &t.spec.knobs)?;
     match ConnectedFlow::new(plan, socket, Endpoint::Server, &t.spec) {
@@ -499,7 +499,7 @@ fn attach(
         }
         Err(e) => {
             ctl.refuse(i_errno::IECREATESTREAM);
-            Err(e)
+            Err(e.into())
         }
     }
 }

@@ -72,9 +72,7 @@ static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 fn install_interrupt_handler() {
     use crate::sys::signals::{count_into, SIGHUP, SIGINT, SIGTERM};
     if let Err(e) = count_into(&INTERRUPTS, &[SIGINT, SIGTERM, SIGHUP]) {
-        eprintln!(
-            "xferlab: warning: cannot catch Ctrl-C ({e}); it stops the lab without cleaning up"
-        );
+        tracing::warn!("cannot catch Ctrl-C ({e}); it stops the lab without cleaning up");
     }
 }
 
@@ -764,7 +762,7 @@ impl Lab {
                 sys::process::signal_pid(p, Signal::KILL).ok();
             }
             if let Err(e) = netns::delete(&ns) {
-                eprintln!("xferlab: {e:#}; run `xferlab lab clean`");
+                tracing::warn!("{e:#}; run `xferlab lab clean`");
             }
         }
     }

@@ -46,8 +46,61 @@ pub fn any_port(peer: SocketAddr) -> SocketAddr {
     SocketAddr::new(any, 0)
 }
 
+/// Which kind of server a connection goes to: a refused connection's
+/// message says what to start there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Server {
+    Xferlab,
+    Iperf3,
+}
+
+/// Why an address could not be resolved or connected: one line naming the
+/// address and what to check.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("cannot resolve '{host}': {err}")]
+    Resolve { host: String, err: io::Error },
+    #[error("'{host}' has no {family} address")]
+    NoAddress { host: String, family: &'static str },
+    #[error("cannot connect to {addr}: {}", connect_reason(err, *server))]
+    Connect {
+        addr: SocketAddr,
+        err: io::Error,
+        server: Server,
+    },
+    #[error("no address to connect to")]
+    NothingToConnect,
+}
+
+impl NetError {
+    /// A failed connect to an xferlab server's port.
+    pub fn connect(addr: SocketAddr, err: io::Error) -> Self {
+        Self::Connect {
+            addr,
+            err,
+            server: Server::Xferlab,
+        }
+    }
+}
+
+fn connect_reason(e: &io::Error, server: Server) -> String {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused => format!(
+            "connection refused; {}",
+            match server {
+                Server::Xferlab => XFERLAB_SERVER_HINT,
+                Server::Iperf3 => IPERF3_SERVER_HINT,
+            }
+        ),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+            "no answer (timed out); check the address, routes and firewalls".to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// Resolves `host`, `host:port`, `[v6]:port` or a bare IPv6 address.
-pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<SocketAddr>, String> {
+pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<SocketAddr>, NetError> {
     let with_port = if let Ok(ip) = host.parse::<IpAddr>() {
         SocketAddr::new(ip, default_port).to_string()
     } else if host.starts_with('[') && host.ends_with(']') || !host.contains(':') {
@@ -57,7 +110,10 @@ pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<Sock
     };
     let addrs: Vec<SocketAddr> = with_port
         .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve '{host}': {e}"))?
+        .map_err(|err| NetError::Resolve {
+            host: host.to_string(),
+            err,
+        })?
         .filter(|a| match family {
             Family::Any => true,
             Family::V4 => a.is_ipv4(),
@@ -65,17 +121,22 @@ pub fn resolve(host: &str, default_port: u16, family: Family) -> Result<Vec<Sock
         })
         .collect();
     if addrs.is_empty() {
-        return Err(format!(
-            "'{host}' has no {} address",
-            if family == Family::V6 { "IPv6" } else { "IPv4" }
-        ));
+        return Err(NetError::NoAddress {
+            host: host.to_string(),
+            family: if family == Family::V6 { "IPv6" } else { "IPv4" },
+        });
     }
     Ok(addrs)
 }
 
-/// Connects the control connection, trying each resolved address.
-pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream, String> {
-    let mut last = String::new();
+/// Connects the control connection to a `server`, trying each resolved
+/// address; the error is the last address's.
+pub fn connect_control(
+    addrs: &[SocketAddr],
+    timeout: Duration,
+    server: Server,
+) -> Result<TcpStream, NetError> {
+    let mut last = NetError::NothingToConnect;
     for &addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {
@@ -86,7 +147,11 @@ pub fn connect_control(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStr
             }
             Err(e) => {
                 tracing::debug!(%addr, error = %e, "control connection failed");
-                last = connect_error(addr, &e);
+                last = NetError::Connect {
+                    addr,
+                    err: e,
+                    server,
+                };
             }
         }
     }
@@ -114,20 +179,9 @@ pub fn keepalive(s: &TcpStream) {
 }
 
 /// The end of a "connection refused" message: what to check.
-pub const XFERLAB_SERVER_HINT: &str =
-    "is `xferlab server` running there (default port 5290, see -p)?";
-
-pub fn connect_error(addr: SocketAddr, e: &io::Error) -> String {
-    match e.kind() {
-        io::ErrorKind::ConnectionRefused => {
-            format!("cannot connect to {addr}: connection refused; {XFERLAB_SERVER_HINT}")
-        }
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-            format!("cannot connect to {addr}: no answer (timed out); check the address, routes and firewalls")
-        }
-        _ => format!("cannot connect to {addr}: {e}"),
-    }
-}
+const XFERLAB_SERVER_HINT: &str = "is `xferlab server` running there (default port 5290, see -p)?";
+const IPERF3_SERVER_HINT: &str =
+    "is an iperf3 server (`iperf3 -s`) running there (default port 5201, see -p)?";
 
 #[cfg(test)]
 mod tests {

@@ -93,13 +93,24 @@ pub enum Format {
     Iperf3Json,
 }
 
+/// An output file that cannot be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {}: {err}", .path.display())]
+pub struct OpenError {
+    path: std::path::PathBuf,
+    err: io::Error,
+}
+
 /// Where a run's output goes: the file of `-o` (created, buffered), or
 /// standard output.
-pub fn open(path: Option<&std::path::Path>) -> Result<Box<dyn io::Write + Send>, String> {
+pub fn open(path: Option<&std::path::Path>) -> Result<Box<dyn io::Write + Send>, OpenError> {
     match path {
         Some(path) => std::fs::File::create(path)
             .map(|f| Box::new(io::BufWriter::new(f)) as Box<dyn io::Write + Send>)
-            .map_err(|e| format!("cannot write {}: {e}", path.display())),
+            .map_err(|err| OpenError {
+                path: path.to_path_buf(),
+                err,
+            }),
         None => Ok(Box::new(io::stdout())),
     }
 }

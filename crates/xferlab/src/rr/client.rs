@@ -24,6 +24,7 @@ use crate::driver::Workload;
 use crate::net;
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{parse_token, ClientConfig, ClientEnv, ClientPattern};
+use crate::session::PatternError;
 use crate::stream::client::connect_flows;
 use crate::stream::side::{ConnectedFlow, Side};
 use crate::sys::cpu::CpuTally;
@@ -41,16 +42,17 @@ pub struct RrClient {
 
 impl RrClient {
     /// Checks that this process may open the files the flows need.
-    pub fn new(env: &ClientEnv<'_>) -> Result<Self, String> {
+    pub fn new(env: &ClientEnv<'_>) -> Result<Self, PatternError> {
         let cfg = env.cfg;
-        let rr = cfg.spec.pattern.rr().cloned().ok_or("not an rr test")?;
+        let rr = cfg.spec.pattern.rr().cloned().ok_or(PatternError::NotRr)?;
         let limit = super::raise_nofile_limit();
         let need = u64::from(rr.flows) * if cfg.embedded { 2 } else { 1 } + 64;
         if rr.mode != RrMode::TcpCrr && limit < need {
-            return Err(format!(
-                "{} flows need about {need} open files but the limit is {limit}; raise it (ulimit -n) or use fewer -F flows",
-                rr.flows
-            ));
+            return Err(PatternError::OpenFiles {
+                flows: rr.flows,
+                need,
+                limit,
+            });
         }
         let iface = crate::sys::counters::interface_for(env.local_ip);
         Ok(RrClient {
@@ -68,7 +70,7 @@ impl RrClient {
 }
 
 impl ClientPattern for RrClient {
-    fn connect(&mut self, env: &ClientEnv<'_>, w: &Welcome) -> Result<(), String> {
+    fn connect(&mut self, env: &ClientEnv<'_>, w: &Welcome) -> Result<(), PatternError> {
         let (plan, conns) = connect_rr(env.cfg, &self.rr, env.server, w)?;
         if self.bg_cfg.spec.parallel > 0 {
             self.background = connect_flows(&self.bg_cfg, env.server, w)?;
@@ -83,12 +85,9 @@ impl ClientPattern for RrClient {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Time), String> {
+    ) -> Result<(Box<dyn Workload>, Time), PatternError> {
         let cfg = env.cfg;
-        let mut plan = self
-            .plan
-            .take()
-            .ok_or("the server started before welcoming")?;
+        let mut plan = self.plan.take().ok_or(PatternError::NotWelcomed)?;
         let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
         let mut side = RrSide::new(self.rr.mode, plan.wait, self.rr.flows, clock);
         let mut background = None;
@@ -129,7 +128,7 @@ impl ClientPattern for RrClient {
             env.tally,
             env.tx,
         ) {
-            workload.abort(&e);
+            workload.abort(&e.to_string());
             return Err(e);
         }
         reporter
@@ -152,11 +151,9 @@ fn connect_rr(
     rr: &RrSpec,
     server: SocketAddr,
     w: &Welcome,
-) -> Result<(ClientPlan, Vec<(u32, ClientConn)>), String> {
+) -> Result<(ClientPlan, Vec<(u32, ClientConn)>), PatternError> {
     let token = parse_token(&w.session)?;
-    let port = w
-        .rr_port
-        .ok_or("the server did not offer an rr port: is it an older xferlab?")?;
+    let port = w.rr_port.ok_or(PatternError::NoRrPort)?;
     let to = SocketAddr::new(server.ip(), port);
     let plan = ClientPlan {
         rr: rr.clone(),
@@ -175,8 +172,9 @@ fn connect_rr(
                 let mut s = crate::transport::connect(&cfg.spec, to, cfg.connect_timeout)?;
                 s.set_nodelay(true).ok();
                 s.write_all(&encode_tcp_hello(&token, id))
-                    .map_err(|e| format!("cannot open rr flow {}: {e}", id + 1))?;
-                s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                    .map_err(PatternError::io(format!("open rr flow {}", id + 1)))?;
+                s.set_nonblocking(true)
+                    .map_err(PatternError::io("make an rr socket non-blocking"))?;
                 ClientConn::Tcp(s)
             }
             RrMode::UdpRr => {
@@ -188,8 +186,9 @@ fn connect_rr(
                 let s: UdpSocket =
                     crate::transport::bind(Transport::Udp, net::any_port(to), &knobs, false)?;
                 s.connect(to)
-                    .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
-                s.set_nonblocking(true).map_err(|e| e.to_string())?;
+                    .map_err(PatternError::io(format!("reach {to} over UDP")))?;
+                s.set_nonblocking(true)
+                    .map_err(PatternError::io("make an rr socket non-blocking"))?;
                 ClientConn::Udp(s)
             }
             RrMode::TcpCrr => ClientConn::Crr,
@@ -208,7 +207,7 @@ fn spawn_engines(
     cpu: Option<u32>,
     tally: &Arc<CpuTally>,
     tx: &mpsc::Sender<Wake>,
-) -> Result<(), String> {
+) -> Result<(), PatternError> {
     let n = super::engine_threads(plan.rr.flows);
     let mut shares: Vec<Vec<(u32, ClientConn)>> = (0..n).map(|_| Vec::new()).collect();
     for (k, c) in conns.into_iter().enumerate() {
@@ -236,7 +235,7 @@ fn spawn_engines(
                 done.send(Wake::FlowDone).ok();
                 out
             })
-            .map_err(|e| format!("cannot start an rr thread: {e}"))?;
+            .map_err(PatternError::io("start an rr thread"))?;
         side.add_thread(t);
     }
     Ok(())

@@ -25,6 +25,7 @@ use crate::driver::Workload;
 use crate::net;
 use crate::net::FlowSocket;
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
+use crate::session::PatternError;
 use crate::stream::session::attach_flow;
 use crate::stream::side::{ConnectedFlow, Side};
 
@@ -72,9 +73,9 @@ impl Drop for RrSession {
 impl SessionPattern for RrSession {
     /// Opens the rr socket and starts the engine threads, which take the
     /// rr flows' connections (TCP RR) or datagrams (UDP RR) as they come.
-    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, PatternError> {
         let spec = &self.spec;
-        let rr = spec.pattern.rr().cloned().ok_or("not an rr test")?;
+        let rr = spec.pattern.rr().cloned().ok_or(PatternError::NotRr)?;
         super::raise_nofile_limit();
         let socket = open_socket(spec, &rr, SocketAddr::new(env.local_ip, 0))?;
         let rr_port = match &socket {
@@ -126,11 +127,11 @@ impl SessionPattern for RrSession {
                     done.send(Wake::FlowDone).ok();
                     out
                 })
-                .map_err(|e| format!("cannot start a thread: {e}"));
+                .map_err(PatternError::Thread);
             match t {
                 Ok(t) => rr_side.add_thread(t),
                 Err(e) => {
-                    rr_side.abort(&e);
+                    rr_side.abort(&e.to_string());
                     return Err(e);
                 }
             }
@@ -154,7 +155,7 @@ impl SessionPattern for RrSession {
         })
     }
 
-    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String> {
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), PatternError> {
         attach_flow(&mut self.pending, flow, socket, &self.bg_spec)
     }
 
@@ -169,8 +170,8 @@ impl SessionPattern for RrSession {
                 || plan.attached.load(Ordering::Relaxed) == plan.rr.flows)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
-        let mut rr_side = self.rr_side.take().ok_or("the rr test was not opened")?;
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), PatternError> {
+        let mut rr_side = self.rr_side.take().ok_or(PatternError::NotOpened)?;
         let mut background = None;
         if !self.pending.is_empty() {
             let mut b = Side::prepare(
@@ -182,7 +183,7 @@ impl SessionPattern for RrSession {
                 crate::control::flow_done_notifier(env.tx),
             );
             if let Err(e) = b.start() {
-                rr_side.abort(&e);
+                rr_side.abort(&e.to_string());
                 return Err(e);
             }
             background = Some(b);
@@ -235,7 +236,7 @@ fn answer_rate(spec: &TestSpec, rr: &RrSpec) -> (Option<u64>, Option<SharedRate>
 }
 
 /// Makes the session's rr socket.
-fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocket, String> {
+fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocket, PatternError> {
     match rr.mode {
         RrMode::UdpRr => {
             // One socket takes every flow's requests: give it room for a
@@ -246,21 +247,24 @@ fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocke
                 ..Knobs::default()
             };
             let s = crate::transport::bind(Transport::Udp, bind, &knobs, false)?;
-            s.set_nonblocking(true).map_err(|e| e.to_string())?;
+            s.set_nonblocking(true)
+                .map_err(PatternError::io("make the rr socket non-blocking"))?;
             Ok(RrSocket::Udp(s))
         }
         _ => rr_listener(bind).map(RrSocket::Tcp),
     }
 }
 
-fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, String> {
-    let s =
-        Socket::new(Domain::for_address(bind), Type::STREAM, None).map_err(|e| e.to_string())?;
+fn rr_listener(bind: SocketAddr) -> Result<std::net::TcpListener, PatternError> {
+    let s = Socket::new(Domain::for_address(bind), Type::STREAM, None)
+        .map_err(PatternError::io("open the rr listener"))?;
     s.set_reuse_address(true).ok();
     s.bind(&bind.into())
-        .map_err(|e| format!("cannot bind the rr listener: {e}"))?;
-    s.listen(4096).map_err(|e| format!("cannot listen: {e}"))?;
-    s.set_nonblocking(true).map_err(|e| e.to_string())?;
+        .map_err(PatternError::io("bind the rr listener"))?;
+    s.listen(4096)
+        .map_err(PatternError::io("listen for rr flows"))?;
+    s.set_nonblocking(true)
+        .map_err(PatternError::io("make the rr listener non-blocking"))?;
     Ok(s.into())
 }
 

@@ -6,8 +6,9 @@
 //! the window has passed.
 
 use std::collections::HashMap;
+use std::io;
 use std::net::IpAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -25,18 +26,68 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 /// this many are kept).
 const MAX_TRACKED: usize = 4096;
 
+/// Why a key or users file cannot be used: one line naming the flag and
+/// the file.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyFileError {
+    #[error("{flag} {}: {err}", .path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        err: io::Error,
+    },
+    #[error("--auth-key {} {why}", .path.display())]
+    BadKeys { path: PathBuf, why: String },
+    #[error("--rsa-private-key-path {}: not an unencrypted RSA private key in PEM ({err}); make one with `openssl genrsa -out private.pem 2048`", .path.display())]
+    NotRsaKey {
+        path: PathBuf,
+        err: rsa::pkcs8::Error,
+    },
+    #[error("--authorized-users-path {}: no `user,sha256hex` lines (the hash is sha256 of \"{{user}}password\")", .path.display())]
+    NoUsers { path: PathBuf },
+}
+
+fn read(flag: &'static str, path: &Path) -> Result<String, KeyFileError> {
+    std::fs::read_to_string(path).map_err(|err| KeyFileError::Read {
+        flag,
+        path: path.to_path_buf(),
+        err,
+    })
+}
+
 /// Reads `--auth-key FILE`: one key per line.
-pub fn load_keys(path: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("--auth-key {}: {e}", path.display()))?;
-    parse_keys(&text).map_err(|e| format!("--auth-key {} {e}", path.display()))
+pub fn load_keys(path: &Path) -> Result<Vec<Vec<u8>>, KeyFileError> {
+    parse_keys(&read("--auth-key", path)?).map_err(|why| KeyFileError::BadKeys {
+        path: path.to_path_buf(),
+        why,
+    })
 }
 
 /// A fresh random nonce for one session's challenge.
-pub fn nonce() -> Result<[u8; NONCE_LEN], String> {
+pub fn nonce() -> Result<[u8; NONCE_LEN], getrandom::Error> {
     let mut n = [0u8; NONCE_LEN];
-    getrandom::fill(&mut n).map_err(|e| format!("no randomness for a challenge: {e}"))?;
+    getrandom::fill(&mut n)?;
     Ok(n)
+}
+
+/// Why an iperf3 client's `authtoken` is refused (for the log and the
+/// refusal).
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("no credentials (iperf3 --username and --rsa-public-key-path)")]
+    Missing,
+    #[error("the token is not base64")]
+    NotBase64,
+    #[error("the token does not decrypt with this server's key")]
+    Undecryptable,
+    #[error("the token is not `user: U pwd: P ts: T`")]
+    Malformed,
+    #[error("the token's time stamp is not a number")]
+    BadTime,
+    #[error("user {user}: the token's time stamp is {off} s from this server's clock (at most {IPERF3_SKEW})")]
+    Skew { user: String, off: u64 },
+    #[error("user {0}: unknown user or wrong password")]
+    Unknown(String),
 }
 
 /// Failed attempts per client address.
@@ -129,21 +180,17 @@ impl Iperf3Users {
     /// Reads the private key (PEM, PKCS#1 or PKCS#8, unencrypted) and the
     /// users file (`user,sha256hex` per line, `#` comments), as iperf3's
     /// server does.
-    pub fn load(key: &Path, users: &Path) -> Result<Self, String> {
+    pub fn load(key: &Path, users: &Path) -> Result<Self, KeyFileError> {
         use rsa::pkcs1::DecodeRsaPrivateKey;
         use rsa::pkcs8::DecodePrivateKey;
-        let pem = std::fs::read_to_string(key)
-            .map_err(|e| format!("--rsa-private-key-path {}: {e}", key.display()))?;
+        let pem = read("--rsa-private-key-path", key)?;
         let key = rsa::RsaPrivateKey::from_pkcs1_pem(&pem)
             .or_else(|_| rsa::RsaPrivateKey::from_pkcs8_pem(&pem))
-            .map_err(|e| {
-                format!(
-                    "--rsa-private-key-path {}: not an unencrypted RSA private key in PEM ({e}); make one with `openssl genrsa -out private.pem 2048`",
-                    key.display()
-                )
+            .map_err(|err| KeyFileError::NotRsaKey {
+                path: key.to_path_buf(),
+                err,
             })?;
-        let text = std::fs::read_to_string(users)
-            .map_err(|e| format!("--authorized-users-path {}: {e}", users.display()))?;
+        let text = read("--authorized-users-path", users)?;
         let list: Vec<(String, String)> = text
             .lines()
             .map(|l| l.trim_end_matches('\r'))
@@ -154,43 +201,40 @@ impl Iperf3Users {
             })
             .collect();
         if list.is_empty() {
-            return Err(format!(
-                "--authorized-users-path {}: no `user,sha256hex` lines (the hash is sha256 of \"{{user}}password\")",
-                users.display()
-            ));
+            return Err(KeyFileError::NoUsers {
+                path: users.to_path_buf(),
+            });
         }
         Ok(Iperf3Users { key, users: list })
     }
 
     /// Checks an `authtoken` at `now_s` (seconds since the epoch);
     /// returns the user name, or why it fails (for the log).
-    pub fn check(&self, token: &str, now_s: i64) -> Result<String, String> {
+    pub fn check(&self, token: &str, now_s: i64) -> Result<String, TokenError> {
         use base64::Engine;
         use sha2::Digest;
         let raw = base64::engine::general_purpose::STANDARD
             .decode(token.trim())
-            .map_err(|_| "the token is not base64".to_string())?;
+            .map_err(|_| TokenError::NotBase64)?;
         let plain = self
             .key
             .decrypt(rsa::Oaep::new::<sha1::Sha1>(), &raw)
             .or_else(|_| self.key.decrypt(rsa::Pkcs1v15Encrypt, &raw))
-            .map_err(|_| "the token does not decrypt with this server's key".to_string())?;
+            .map_err(|_| TokenError::Undecryptable)?;
         let text = String::from_utf8_lossy(&plain);
         let f: Vec<&str> = text.split_whitespace().collect();
         let [u_l, user, p_l, pwd, t_l, ts] = f[..] else {
-            return Err("the token is not `user: U pwd: P ts: T`".into());
+            return Err(TokenError::Malformed);
         };
         if (u_l, p_l, t_l) != ("user:", "pwd:", "ts:") {
-            return Err("the token is not `user: U pwd: P ts: T`".into());
+            return Err(TokenError::Malformed);
         }
-        let ts: i64 = ts
-            .parse()
-            .map_err(|_| "the token's time stamp is not a number".to_string())?;
+        let ts: i64 = ts.parse().map_err(|_| TokenError::BadTime)?;
         if now_s.abs_diff(ts) > IPERF3_SKEW {
-            return Err(format!(
-                "user {user}: the token's time stamp is {} s from this server's clock (at most {IPERF3_SKEW})",
-                now_s.abs_diff(ts)
-            ));
+            return Err(TokenError::Skew {
+                user: user.to_string(),
+                off: now_s.abs_diff(ts),
+            });
         }
         let hash: String = sha2::Sha256::digest(format!("{{{user}}}{pwd}").as_bytes())
             .iter()
@@ -199,7 +243,7 @@ impl Iperf3Users {
         if self.users.iter().any(|(u, h)| u == user && *h == hash) {
             Ok(user.to_string())
         } else {
-            Err(format!("user {user}: unknown user or wrong password"))
+            Err(TokenError::Unknown(user.to_string()))
         }
     }
 }

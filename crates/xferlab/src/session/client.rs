@@ -21,6 +21,7 @@ use crate::driver::Interrupts;
 use crate::driver::{Workload, DRAIN};
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
+use crate::session::{ClientError, PatternError};
 use crate::sys::cpu::CpuTally;
 
 /// What to run against which server.
@@ -72,7 +73,7 @@ pub struct ClientEnv<'a> {
 /// A pattern's client side on xferlab's control protocol.
 pub trait ClientPattern {
     /// The server welcomed the test: connect the pattern's flows.
-    fn connect(&mut self, env: &ClientEnv<'_>, welcome: &Welcome) -> Result<(), String>;
+    fn connect(&mut self, env: &ClientEnv<'_>, welcome: &Welcome) -> Result<(), PatternError>;
     /// The server started the test: start the workload and tell the
     /// reporter. Returns the workload and the moment it started.
     fn start(
@@ -80,12 +81,12 @@ pub trait ClientPattern {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Time), String>;
+    ) -> Result<(Box<dyn Workload>, Time), PatternError>;
 }
 
 /// Makes the client side of the pattern a test asks for (the
 /// registrations are in [`crate::patterns`]).
-pub type ClientPatterns = fn(&ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, String>;
+pub type ClientPatterns = fn(&ClientEnv<'_>) -> Result<Box<dyn ClientPattern>, PatternError>;
 
 struct XferlabClient<'a> {
     ctl: ClientControl,
@@ -107,6 +108,7 @@ impl ClientRole for XferlabClient<'_> {
             ClientEvent::Welcome(w) => {
                 self.session = w.session.clone();
                 if let Err(e) = self.pattern.connect(&self.env, &w) {
+                    let e = e.to_string();
                     self.ctl.abort(ErrorCode::Aborted, &e);
                     cx.fail(e);
                 }
@@ -123,6 +125,7 @@ impl ClientRole for XferlabClient<'_> {
                         cx.started(w, at, planned);
                     }
                     Err(e) => {
+                        let e = e.to_string();
                         self.ctl.abort(ErrorCode::Internal, &e);
                         cx.fail(e);
                     }
@@ -155,16 +158,16 @@ pub fn run(
     patterns: ClientPatterns,
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
-) -> Result<Outcome, String> {
+) -> Result<Outcome, ClientError> {
     if let Some(cc) = &cfg.spec.knobs.congestion {
         sockopt::check_congestion(cc)?;
     }
     crate::transport::io(cfg.spec.transport)?.check(&cfg.spec.knobs)?;
-    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout)?;
-    let server = stream.peer_addr().map_err(|e| e.to_string())?;
-    let local_ip = stream.local_addr().map_err(|e| e.to_string())?.ip();
+    let stream = net::connect_control(&cfg.addrs, cfg.connect_timeout, net::Server::Xferlab)?;
+    let server = stream.peer_addr().map_err(ClientError::Control)?;
+    let local_ip = stream.local_addr().map_err(ClientError::Control)?.ip();
     let (tx, rx) = mpsc::channel();
-    let mut io = ControlIo::new(stream, tx.clone()).map_err(|e| e.to_string())?;
+    let mut io = ControlIo::new(stream, tx.clone()).map_err(ClientError::Control)?;
     let tally = Arc::new(CpuTally::default());
     let cpu_guard = tally.track();
     let wall_start = SystemTime::now();
@@ -201,7 +204,9 @@ pub fn run(
     let driven = drive(&mut role, control, &rx, reporter, interrupts, policy);
     let mut error = driven.error;
     let Some(mut workload) = driven.workload.filter(|_| driven.run.started()) else {
-        return Err(error.unwrap_or_else(|| "the test ended before it started".into()));
+        return Err(ClientError::NotStarted(
+            error.unwrap_or_else(|| "the test ended before it started".into()),
+        ));
     };
     if error.is_some() {
         workload.abort("the test ended early");
@@ -244,8 +249,8 @@ pub fn run(
     })
 }
 
-pub(crate) fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], String> {
-    let bad = || format!("the server sent a malformed session id '{hex}'");
+pub(crate) fn parse_token(hex: &str) -> Result<[u8; TOKEN_LEN], PatternError> {
+    let bad = || PatternError::BadSession(hex.to_string());
     if hex.len() != 2 * TOKEN_LEN {
         return Err(bad());
     }
@@ -354,8 +359,8 @@ mod tests {
     fn tokens_round_trip_and_bad_ones_are_refused() {
         let t = [0xab; TOKEN_LEN];
         assert_eq!(
-            parse_token(&xferlab_core::proto::wire::token_hex(&t)),
-            Ok(t)
+            parse_token(&xferlab_core::proto::wire::token_hex(&t)).unwrap(),
+            t
         );
         assert!(parse_token("zz").is_err());
         assert!(parse_token(&"g".repeat(32)).is_err());

@@ -6,8 +6,10 @@
 pub mod auth;
 pub mod budget;
 pub mod client;
+mod error;
 pub mod server;
 pub mod shared;
 pub mod udp_door;
 
+pub use error::{AdmitError, Busy, ClientError, PatternError};
 pub use shared::{DoorLimits, ServerConfig, Shared};

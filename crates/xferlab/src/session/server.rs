@@ -21,6 +21,7 @@ use xferlab_core::spec::TestSpec;
 use super::auth;
 use super::budget::{OverBudget, RateGrant};
 use super::shared::{lock, HandshakeSlot, SessionSlot, Shared};
+use super::{AdmitError, PatternError};
 use crate::control::{ControlIo, Wake};
 use crate::driver::session::{serve as serve_loop, SessionCx, SessionRole};
 use crate::driver::{Workload, DRAIN};
@@ -55,13 +56,13 @@ pub struct Offer {
 pub trait SessionPattern {
     /// The test was admitted: open the pattern's sockets. An error
     /// refuses the test.
-    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String>;
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, PatternError>;
     /// A data connection or UDP socket presented this session's token.
-    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String>;
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), PatternError>;
     /// Every flow is here.
     fn ready(&self) -> bool;
     /// Starts the workload; returns it and when it started.
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String>;
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), PatternError>;
     /// One line of what this side did, for the log.
     fn outcome_line(&self, ours: Option<&SideReport>) -> String;
 }
@@ -123,7 +124,8 @@ impl XferlabSession<'_> {
         }
     }
 
-    fn refuse(&mut self, code: ErrorCode, why: String, cx: &mut SessionCx<'_>) {
+    fn refuse(&mut self, code: ErrorCode, why: impl std::fmt::Display, cx: &mut SessionCx<'_>) {
+        let why = why.to_string();
         self.ctl.reject(code, &why);
         let line = format_args!("{}: refused: {why}", self.peer);
         match code {
@@ -151,17 +153,24 @@ impl XferlabSession<'_> {
         match self.shared.budget(&mut spec) {
             Ok(grant) => self.reg.rate = grant,
             Err(OverBudget::Busy(why)) => return self.refuse(ErrorCode::Busy, why, cx),
-            Err(e) => return self.refuse(ErrorCode::InvalidSpec, e.message().to_string(), cx),
+            Err(e) => return self.refuse(ErrorCode::InvalidSpec, e.message(), cx),
         }
         let token = match new_token() {
             Ok(t) => t,
-            Err(why) => return self.refuse(ErrorCode::Internal, why, cx),
+            Err(e) => {
+                let why = format_args!("no randomness for a session token: {e}");
+                return self.refuse(ErrorCode::Internal, why, cx);
+            }
         };
         let mut pattern = (self.patterns)(&spec);
         let offer = match pattern.open(&self.env(token)) {
             Ok(o) => o,
             Err(why) => {
-                return self.refuse(ErrorCode::Internal, format!("on the server: {why}"), cx)
+                return self.refuse(
+                    ErrorCode::Internal,
+                    format_args!("on the server: {why}"),
+                    cx,
+                )
             }
         };
         lock(&self.shared.registry).insert(token, self.tx.clone());
@@ -272,6 +281,7 @@ impl SessionRole for XferlabSession<'_> {
                 cx.started(w, at, planned);
             }
             Err(e) => {
+                let e = e.to_string();
                 self.ctl.reject(ErrorCode::Internal, &e);
                 cx.fail(e);
             }
@@ -345,7 +355,10 @@ pub fn serve(
                     keys: keys.clone(),
                     nonce,
                 }),
-                Err(why) => ctl.reject(ErrorCode::Internal, &why),
+                Err(e) => ctl.reject(
+                    ErrorCode::Internal,
+                    &format!("no randomness for a challenge: {e}"),
+                ),
             }
         }
     }
@@ -384,19 +397,19 @@ pub fn serve(
 /// What only the server can check of a test, for every pattern: where
 /// its data threads may run (the spec gets the server's CPU) and whether
 /// its congestion control exists here.
-fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), String> {
+fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), AdmitError> {
     shared.place(spec)?;
     shared.budget_intervals(spec);
     if let Some(cc) = &spec.knobs.congestion {
-        sockopt::check_congestion(cc).map_err(|why| format!("on the server: {why}"))?;
+        sockopt::check_congestion(cc).map_err(AdmitError::Congestion)?;
     }
     Ok(())
 }
 
 /// A fresh random session token.
-fn new_token() -> Result<[u8; TOKEN_LEN], String> {
+fn new_token() -> Result<[u8; TOKEN_LEN], getrandom::Error> {
     let mut token = [0u8; TOKEN_LEN];
-    getrandom::fill(&mut token).map_err(|e| format!("no randomness for a session token: {e}"))?;
+    getrandom::fill(&mut token)?;
     Ok(token)
 }
 

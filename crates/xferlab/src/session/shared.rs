@@ -15,7 +15,9 @@ use xferlab_core::proto::wire::TOKEN_LEN;
 use super::auth::{Failures, Iperf3Users};
 use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
 use super::udp_door::Doors;
+use super::Busy;
 use crate::control::Wake;
+use crate::sys::affinity::AffinityError;
 
 /// The front door's limits on connections that have not yet said what
 /// they are (see [`crate::server`]).
@@ -308,42 +310,31 @@ impl Shared {
 
     /// Why a test from `client` would be refused as busy now
     /// (`--max-sessions`, `--max-sessions-per-client`), if it would.
-    pub fn busy(&self, ip: IpAddr) -> Option<String> {
+    pub fn busy(&self, ip: IpAddr) -> Option<Busy> {
         self.busy_with(&lock(&self.per_client), self.cfg.door.client(ip))
     }
 
-    fn busy_with(&self, per: &HashMap<IpAddr, usize>, client: IpAddr) -> Option<String> {
+    fn busy_with(&self, per: &HashMap<IpAddr, usize>, client: IpAddr) -> Option<Busy> {
         let running = self.sessions();
         if running >= self.cfg.max_sessions {
-            return Some(format!(
-                "server busy: {running} tests running (its --max-sessions limit); try again later"
-            ));
+            return Some(Busy::Sessions { running });
         }
         let mine = per.get(&client).copied().unwrap_or(0);
-        (mine >= self.cfg.max_sessions_per_client).then(|| {
-            format!(
-                "server busy: {mine} tests from {client} running (its --max-sessions-per-client limit); try again later"
-            )
-        })
+        (mine >= self.cfg.max_sessions_per_client).then_some(Busy::ClientSessions { mine, client })
     }
 
     /// Takes a handshake place for a control connection from `client`,
     /// or says which limit is full.
-    pub fn begin_handshake(self: &Arc<Self>, ip: IpAddr) -> Result<HandshakeSlot, String> {
+    pub fn begin_handshake(self: &Arc<Self>, ip: IpAddr) -> Result<HandshakeSlot, Busy> {
         let door = &self.cfg.door;
         let client = door.client(ip);
         let mut c = lock(&self.handshakes);
         let mine = c.per_client.get(&client).copied().unwrap_or(0);
         if mine >= door.max_handshakes_per_client {
-            return Err(format!(
-                "server busy: {mine} connections from {client} have not finished their handshake (its --max-handshakes-per-client limit); try again later"
-            ));
+            return Err(Busy::ClientHandshakes { mine, client });
         }
         if c.total >= door.max_handshakes {
-            return Err(format!(
-                "server busy: {} connections have not finished their handshake (its --max-handshakes limit); try again later",
-                c.total
-            ));
+            return Err(Busy::Handshakes { total: c.total });
         }
         c.total += 1;
         *c.per_client.entry(client).or_default() += 1;
@@ -355,7 +346,7 @@ impl Shared {
 
     /// Takes a session slot for a test from `client`, or says why the
     /// server is busy.
-    pub fn enter(&self, ip: IpAddr) -> Result<SessionSlot<'_>, String> {
+    pub fn enter(&self, ip: IpAddr) -> Result<SessionSlot<'_>, Busy> {
         let client = self.cfg.door.client(ip);
         let mut per = lock(&self.per_client);
         if let Some(busy) = self.busy_with(&per, client) {
@@ -372,10 +363,10 @@ impl Shared {
     /// Where this server runs a test's data threads: the CPU the client
     /// asked for (`-A n,m`), else the server's own `-A`; refused when
     /// this process may not use it.
-    pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), String> {
+    pub fn place(&self, spec: &mut xferlab_core::spec::TestSpec) -> Result<(), AffinityError> {
         spec.affinity.server = spec.affinity.server.or(self.cfg.affinity);
         match spec.affinity.server {
-            Some(cpu) => crate::sys::affinity::check(cpu, "the server").map_err(|e| e.to_string()),
+            Some(cpu) => crate::sys::affinity::check(cpu, "the server"),
             None => Ok(()),
         }
     }

@@ -18,7 +18,7 @@
 use crate::sys::clock;
 use std::collections::HashMap;
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 use xferlab_core::time::Time;
@@ -29,6 +29,7 @@ use super::shared::lock;
 use crate::control::Wake;
 use crate::net::FlowSocket;
 use crate::sys::end::EndWatch;
+use crate::transport::SetupError;
 
 /// How often a door looks for waiting sessions that ended or gave up
 /// (their end is noticed within this; nothing else waits on it).
@@ -36,7 +37,24 @@ const PRUNE_EVERY: Duration = Duration::from_millis(100);
 
 /// Binds a stream's own socket to the door's address (with the test's
 /// socket options); the door connects it to the stream's sender.
-pub type OpenStream = Box<dyn Fn() -> Result<UdpSocket, String> + Send>;
+pub type OpenStream = Box<dyn Fn() -> Result<UdpSocket, SetupError> + Send>;
+
+/// Why a door could not take a session, or give a stream its socket.
+#[derive(Debug, thiserror::Error)]
+pub enum DoorError {
+    #[error("another iperf3 UDP test from {peer} kept {local} busy")]
+    Busy { peer: IpAddr, local: SocketAddr },
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    #[error("cannot {what} {at}: {err}")]
+    Io {
+        what: &'static str,
+        at: SocketAddr,
+        err: io::Error,
+    },
+    #[error("cannot start a thread: {0}")]
+    Thread(io::Error),
+}
 
 /// One session waiting for its streams at a door.
 pub struct Waiter {
@@ -115,8 +133,8 @@ impl Doors {
         &self,
         local: SocketAddr,
         w: Waiter,
-        bind: impl FnOnce() -> Result<UdpSocket, String>,
-    ) -> Result<(), String> {
+        bind: impl FnOnce() -> Result<UdpSocket, SetupError>,
+    ) -> Result<(), DoorError> {
         let (map, left) = &*self.waiting;
         let mut waiting = lock(map);
         // Our turn: no other session from this address waits here.
@@ -129,10 +147,10 @@ impl Doors {
                 break;
             }
             let Some(left_s) = w.deadline.checked_duration_since(now) else {
-                return Err(format!(
-                    "another iperf3 UDP test from {} kept {local} busy",
-                    w.peer.ip()
-                ));
+                return Err(DoorError::Busy {
+                    peer: w.peer.ip(),
+                    local,
+                });
             };
             waiting = left
                 .wait_timeout(waiting, left_s.min(PRUNE_EVERY))
@@ -143,13 +161,16 @@ impl Doors {
             return Ok(());
         }
         let sock = bind()?;
-        sock.set_nonblocking(true)
-            .map_err(|e| format!("cannot set up {local}: {e}"))?;
+        sock.set_nonblocking(true).map_err(|err| DoorError::Io {
+            what: "set up",
+            at: local,
+            err,
+        })?;
         let all = self.waiting.clone();
         std::thread::Builder::new()
             .name("xfer-udp-door".into())
             .spawn(move || serve_door(&sock, local, &all))
-            .map_err(|e| format!("cannot start a thread: {e}"))?;
+            .map_err(DoorError::Thread)?;
         waiting.insert(local, vec![w]);
         Ok(())
     }
@@ -228,14 +249,20 @@ fn serve_door(sock: &UdpSocket, local: SocketAddr, all: &Waiting) {
 /// The stream's own socket, connected to its sender, with whatever the
 /// door's port received in the moment it was unconnected thrown away,
 /// then the answer to the hello.
-fn open_stream(w: &Waiter, from: SocketAddr) -> Result<UdpSocket, String> {
+fn open_stream(w: &Waiter, from: SocketAddr) -> Result<UdpSocket, DoorError> {
+    let io = |what| {
+        move |err| DoorError::Io {
+            what,
+            at: from,
+            err,
+        }
+    };
     let s = (w.open)()?;
-    s.connect(from)
-        .map_err(|e| format!("connect to {from}: {e}"))?;
+    s.connect(from).map_err(io("connect to"))?;
     s.set_nonblocking(true).ok();
     let mut junk = [0u8; 64];
     while s.recv(&mut junk).is_ok() {}
     s.set_nonblocking(false).ok();
-    s.send(w.reply).map_err(|e| format!("answer {from}: {e}"))?;
+    s.send(w.reply).map_err(io("answer"))?;
     Ok(s)
 }

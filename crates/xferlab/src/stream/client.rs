@@ -16,7 +16,8 @@ use crate::net;
 use crate::net::FlowSocket;
 use crate::output::{Reporter, StartInfo};
 use crate::session::client::{parse_token, ClientConfig, ClientEnv, ClientPattern};
-use crate::transport::{self, Carrier};
+use crate::session::PatternError;
+use crate::transport::{self, Carrier, SetupError};
 
 /// The stream pattern's client: its flows, between the welcome and the
 /// start.
@@ -26,7 +27,7 @@ pub struct StreamClient {
 }
 
 impl ClientPattern for StreamClient {
-    fn connect(&mut self, env: &ClientEnv<'_>, w: &Welcome) -> Result<(), String> {
+    fn connect(&mut self, env: &ClientEnv<'_>, w: &Welcome) -> Result<(), PatternError> {
         self.flows = connect_flows(env.cfg, env.server, w)?;
         Ok(())
     }
@@ -36,7 +37,7 @@ impl ClientPattern for StreamClient {
         env: &ClientEnv<'_>,
         session: &str,
         reporter: &mut dyn Reporter,
-    ) -> Result<(Box<dyn Workload>, Time), String> {
+    ) -> Result<(Box<dyn Workload>, Time), PatternError> {
         let cfg = env.cfg;
         let mut side = Side::prepare(
             Endpoint::Client,
@@ -67,21 +68,20 @@ pub(crate) fn connect_flows(
     cfg: &ClientConfig,
     server: SocketAddr,
     w: &Welcome,
-) -> Result<Vec<ConnectedFlow>, String> {
+) -> Result<Vec<ConnectedFlow>, PatternError> {
     let token = parse_token(&w.session)?;
     let plans = cfg.spec.flows();
     let carrier = cfg.spec.transport.carrier();
     if carrier == Carrier::Datagrams && w.udp_ports.len() != plans.len() {
-        return Err(format!(
-            "the server offered {} UDP ports for {} flows",
-            w.udp_ports.len(),
-            plans.len()
-        ));
+        return Err(PatternError::Ports {
+            offered: w.udp_ports.len(),
+            flows: plans.len(),
+        });
     }
     if carrier == Carrier::UsbBulk {
-        return Err("USB bulk tests run with `xferlab usb`".into());
+        return Err(SetupError::UsbNotSockets.into());
     }
-    let attach = |i: usize, flow: u32| -> Result<FlowSocket, String> {
+    let attach = |i: usize, flow: u32| -> Result<FlowSocket, PatternError> {
         let mut hello = Preamble::new(ConnKind::Data).encode().to_vec();
         hello.extend_from_slice(&Attach { token, flow }.encode());
         Ok(match carrier {
@@ -96,7 +96,7 @@ pub(crate) fn connect_flows(
     // another, 20 flows over a path that loses 20 % of SYNs (a lab hop
     // dropping Not-ECT packets) took longer than the server waits, since
     // every lost SYN costs a second or more.
-    let sockets: Vec<Result<FlowSocket, String>> = if plans.len() == 1 {
+    let sockets: Vec<Result<FlowSocket, PatternError>> = if plans.len() == 1 {
         vec![attach(0, plans[0].id)]
     } else {
         std::thread::scope(|scope| {
@@ -114,10 +114,8 @@ pub(crate) fn connect_flows(
             handles
                 .into_iter()
                 .map(|h| match h {
-                    Ok(h) => h
-                        .join()
-                        .unwrap_or_else(|_| Err("a flow's connect thread panicked".into())),
-                    Err(e) => Err(format!("cannot start a thread: {e}")),
+                    Ok(h) => h.join().unwrap_or_else(|_| Err(PatternError::Panicked)),
+                    Err(e) => Err(PatternError::Thread(e)),
                 })
                 .collect()
         })
@@ -139,18 +137,21 @@ fn attach_stream(
     server: SocketAddr,
     hello: &[u8],
     flow: u32,
-) -> Result<TcpStream, String> {
+) -> Result<TcpStream, PatternError> {
     let mut stream = transport::connect(&cfg.spec, server, cfg.connect_timeout)?;
     stream.set_nodelay(true).ok();
     stream
         .write_all(hello)
-        .map_err(|e| format!("cannot attach flow {}: {e}", flow + 1))?;
+        .map_err(PatternError::io(format!("attach flow {}", flow + 1)))?;
     // The reply may wait for retransmissions as long as the connect did.
     stream.set_read_timeout(Some(cfg.attach_wait())).ok();
     let mut reply = [0u8; 1];
     stream
         .read_exact(&mut reply)
-        .map_err(|e| format!("the server did not accept flow {}: {e}", flow + 1))?;
+        .map_err(|err| PatternError::NotAccepted {
+            flow: flow + 1,
+            err,
+        })?;
     check_reply(reply[0], flow)?;
     stream.set_read_timeout(None).ok();
     stream.set_nodelay(cfg.spec.knobs.nodelay).ok();
@@ -167,7 +168,7 @@ fn attach_datagram(
     to: SocketAddr,
     hello: &[u8],
     flow: u32,
-) -> Result<UdpSocket, String> {
+) -> Result<UdpSocket, PatternError> {
     let io = transport::io(cfg.spec.transport)?;
     let sock = match io.connect_datagram(&cfg.spec, to, cfg.connect_timeout) {
         Some(sock) => sock?,
@@ -179,19 +180,19 @@ fn attach_datagram(
                 false,
             )?;
             sock.connect(to)
-                .map_err(|e| format!("cannot reach {to} over UDP: {e}"))?;
+                .map_err(PatternError::io(format!("reach {to} over UDP")))?;
             sock
         }
     };
     if let Some(attached) = io.attach_in_band(&cfg.spec, &sock, hello, cfg.attach_wait()) {
-        attached.map_err(|e| format!("flow {}: {e}", flow + 1))?;
+        attached.map_err(|e| PatternError::from(e).of_flow(flow + 1))?;
         return Ok(sock);
     }
     sock.set_read_timeout(Some(UDP_ATTACH_RETRY)).ok();
     let mut reply = [0u8; 1];
     for _ in 0..UDP_ATTACH_TRIES {
         sock.send(hello)
-            .map_err(|e| format!("cannot send to {to} over UDP: {e}"))?;
+            .map_err(PatternError::io(format!("send to {to} over UDP")))?;
         match sock.recv(&mut reply) {
             Ok(1) => {
                 check_reply(reply[0], flow)?;
@@ -199,33 +200,31 @@ fn attach_datagram(
                 return Ok(sock);
             }
             Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
-                return Err(format!(
-                    "the server's UDP port {} for flow {} is closed",
-                    to.port(),
-                    flow + 1
-                ));
+                return Err(PatternError::PortClosed {
+                    port: to.port(),
+                    flow: flow + 1,
+                });
             }
             _ => {}
         }
     }
-    Err(format!(
-        "no answer to flow {}'s UDP attach at {to} within {:.0} s: is UDP to that port blocked by a firewall?",
-        flow + 1,
-        (UDP_ATTACH_RETRY * UDP_ATTACH_TRIES).as_secs_f64()
-    ))
+    Err(PatternError::NoAnswer {
+        flow: flow + 1,
+        to,
+        seconds: (UDP_ATTACH_RETRY * UDP_ATTACH_TRIES).as_secs_f64(),
+    })
 }
 
-fn check_reply(code: u8, flow: u32) -> Result<(), String> {
+fn check_reply(code: u8, flow: u32) -> Result<(), PatternError> {
     match AttachReply::from_byte(code) {
         Some(AttachReply::Ok) => Ok(()),
-        Some(r) => Err(format!(
-            "the server refused flow {}: {}",
-            flow + 1,
-            r.describe()
-        )),
-        None => Err(format!(
-            "the server answered flow {} with unknown code {code}",
-            flow + 1
-        )),
+        Some(r) => Err(PatternError::Refused {
+            flow: flow + 1,
+            why: r.describe(),
+        }),
+        None => Err(PatternError::UnknownReply {
+            flow: flow + 1,
+            code,
+        }),
     }
 }

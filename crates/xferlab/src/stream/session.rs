@@ -18,6 +18,7 @@ use super::side::{ConnectedFlow, Side};
 use crate::driver::Workload;
 use crate::net::FlowSocket;
 use crate::session::server::{Offer, SessionEnv, SessionPattern};
+use crate::session::PatternError;
 use crate::transport::attach::AttachWait;
 use crate::transport::{self, Carrier};
 
@@ -38,7 +39,7 @@ impl SessionPattern for StreamSession {
     /// UDP flows get a socket each, waiting for the client's attach
     /// datagram on a thread of its own; TCP flows arrive on the server's
     /// port and are routed here by token.
-    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, String> {
+    fn open(&mut self, env: &SessionEnv<'_>) -> Result<Offer, PatternError> {
         let mut udp_ports = Vec::new();
         let wait = AttachWait {
             token: env.token,
@@ -62,7 +63,7 @@ impl SessionPattern for StreamSession {
             std::thread::Builder::new()
                 .name("xfer-udp-attach".into())
                 .spawn(move || wait.run(socks))
-                .map_err(|e| format!("cannot start a thread: {e}"))?;
+                .map_err(PatternError::Thread)?;
         }
         Ok(Offer {
             udp_ports,
@@ -71,7 +72,7 @@ impl SessionPattern for StreamSession {
         })
     }
 
-    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), String> {
+    fn attach(&mut self, flow: u32, socket: FlowSocket) -> Result<(), PatternError> {
         attach_flow(&mut self.pending, flow, socket, &self.spec)
     }
 
@@ -79,7 +80,7 @@ impl SessionPattern for StreamSession {
         !self.pending.is_empty() && self.pending.iter().all(Option::is_some)
     }
 
-    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), String> {
+    fn start(&mut self, env: &SessionEnv<'_>) -> Result<(Box<dyn Workload>, Time), PatternError> {
         let mut side = Side::prepare(
             Endpoint::Server,
             env.shared.cfg.embedded,
@@ -106,12 +107,12 @@ pub(crate) fn attach_flow(
     flow: u32,
     socket: FlowSocket,
     spec: &TestSpec,
-) -> Result<(), String> {
+) -> Result<(), PatternError> {
     let answer = |socket: &FlowSocket, reply: AttachReply| {
         if let FlowSocket::Stream(s) = socket {
             let mut w: &TcpStream = s;
             w.write_all(&[reply as u8])
-                .map_err(|e| format!("flow {flow}: {e}"))
+                .map_err(|e| PatternError::io("answer the attach")(e).of_flow(flow))
         } else {
             Ok(())
         }
@@ -119,14 +120,12 @@ pub(crate) fn attach_flow(
     let plans = spec.flows();
     let Some(slot) = pending.get_mut(flow as usize).filter(|s| s.is_none()) else {
         answer(&socket, AttachReply::BadFlow).ok();
-        return Err(format!(
-            "rejected data connection for flow {flow} (unknown or duplicate)"
-        ));
+        return Err(PatternError::UnknownFlow(flow));
     };
     let applied = transport::io(spec.transport).and_then(|io| io.accepted(&socket, &spec.knobs));
     if let Err(why) = applied {
         answer(&socket, AttachReply::BadFlow).ok();
-        return Err(format!("flow {flow}: {why}"));
+        return Err(PatternError::from(why).of_flow(flow));
     }
     answer(&socket, AttachReply::Ok)?;
     *slot = Some(ConnectedFlow::new(

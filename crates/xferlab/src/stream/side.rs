@@ -21,6 +21,7 @@ use xferlab_core::spec::{Direction, FlowDirection, FlowPlan, Knobs, TestSpec};
 use crate::net::sockopt;
 use crate::net::FlowSocket;
 use crate::output::{FlowStart, LiveFlow};
+use crate::session::PatternError;
 use crate::sys::{self, cpu::CpuTally};
 use crate::transport::datagram::DatagramWire;
 use crate::transport::flow::{self, FlowOutcome, FlowShared, SideFlags, ABORTED};
@@ -72,7 +73,7 @@ impl ConnectedFlow {
         socket: FlowSocket,
         endpoint: Endpoint,
         spec: &TestSpec,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, PatternError> {
         let io = transport::io(spec.transport)?;
         let role = role_of(endpoint, plan.direction);
         if role == FlowRole::Sender {
@@ -259,7 +260,7 @@ impl Side {
     }
 
     /// Takes the "before" counters and starts every flow thread now.
-    pub fn start(&mut self) -> Result<(), String> {
+    pub fn start(&mut self) -> Result<(), PatternError> {
         let (before, warnings) = sys::counters::snapshot(self.interface.as_deref());
         self.counters_before = before;
         self.warnings.extend(warnings);
@@ -314,9 +315,9 @@ impl Side {
             match thread {
                 Ok(t) => f.thread = Some(t),
                 Err(e) => {
-                    let why = format!("cannot start a flow thread: {e}");
-                    self.abort(&why);
-                    return Err(why);
+                    let e = PatternError::io("start a flow thread")(e);
+                    self.abort(&e.to_string());
+                    return Err(e);
                 }
             }
         }

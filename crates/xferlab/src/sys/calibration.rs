@@ -82,8 +82,8 @@ pub fn path() -> Option<PathBuf> {
 
 /// The entry for this machine, read once per process; Err names the file
 /// and the fix when it is not a calibration file.
-pub fn current() -> Result<Option<&'static SizeCalibration>, String> {
-    static CURRENT: OnceLock<Result<Option<SizeCalibration>, String>> = OnceLock::new();
+pub fn current() -> Result<Option<&'static SizeCalibration>, &'static CalibrationError> {
+    static CURRENT: OnceLock<Result<Option<SizeCalibration>, CalibrationError>> = OnceLock::new();
     CURRENT
         .get_or_init(|| match path() {
             Some(p) => Ok(find(&read(&p)?, &MachineKey::here()).cloned()),
@@ -91,20 +91,30 @@ pub fn current() -> Result<Option<&'static SizeCalibration>, String> {
         })
         .as_ref()
         .map(Option::as_ref)
-        .map_err(Clone::clone)
 }
 
 pub fn find<'a>(file: &'a File, key: &MachineKey) -> Option<&'a SizeCalibration> {
     file.machines.iter().find(|c| key.matches(c))
 }
 
+/// Why the calibration file cannot be used or written.
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrationError {
+    #[error("the size calibration {} {why}: run `xferlab calibrate` again, or remove the file (or set {FILE_VAR}=off)", .path.display())]
+    Bad { path: PathBuf, why: String },
+    #[error("cannot {what} {}: {err}", .path.display())]
+    Write {
+        what: &'static str,
+        path: PathBuf,
+        err: std::io::Error,
+    },
+}
+
 /// The file at `path`; an absent file is an empty one.
-pub fn read(path: &Path) -> Result<File, String> {
-    let bad = |why: String| {
-        format!(
-            "the size calibration {} {why}: run `xferlab calibrate` again, or remove the file (or set {FILE_VAR}=off)",
-            path.display()
-        )
+pub fn read(path: &Path) -> Result<File, CalibrationError> {
+    let bad = |why: String| CalibrationError::Bad {
+        path: path.to_path_buf(),
+        why,
     };
     // Another user's file (root's, seen by a program that dropped its
     // privileges with HOME unchanged) is not this user's calibration: the
@@ -138,7 +148,7 @@ pub fn read(path: &Path) -> Result<File, String> {
 /// Writes `entry` into the file at `path`, replacing the same machine's
 /// earlier entry and keeping the others (written to a temporary file and
 /// renamed, so a reader never sees half a file).
-pub fn store(path: &Path, entry: SizeCalibration) -> Result<(), String> {
+pub fn store(path: &Path, entry: SizeCalibration) -> Result<(), CalibrationError> {
     let mut file = read(path).unwrap_or_default();
     let key = MachineKey {
         cpu_model: entry.cpu_model.clone(),
@@ -151,18 +161,22 @@ pub fn store(path: &Path, entry: SizeCalibration) -> Result<(), String> {
     file.schema = SCHEMA.into();
     let text = serde_json::to_string_pretty(&file).expect("a calibration serializes");
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        std::fs::create_dir_all(dir).map_err(write_error("create", dir))?;
     }
     let tmp = path.with_extension("json.tmp");
     std::fs::write(&tmp, text + "\n")
         .and_then(|()| std::fs::rename(&tmp, path))
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(write_error("write", path))
+}
+
+fn write_error(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> CalibrationError {
+    let path = path.to_path_buf();
+    move |err| CalibrationError::Write { what, path, err }
 }
 
 /// Removes this machine's entry from the file at `path`; whether there was
 /// one.
-pub fn forget(path: &Path, key: &MachineKey) -> Result<bool, String> {
+pub fn forget(path: &Path, key: &MachineKey) -> Result<bool, CalibrationError> {
     let mut file = read(path)?;
     let before = file.machines.len();
     file.machines.retain(|c| !key.matches(c));
@@ -172,7 +186,7 @@ pub fn forget(path: &Path, key: &MachineKey) -> Result<bool, String> {
     let text = serde_json::to_string_pretty(&file).expect("a calibration serializes");
     std::fs::write(path, text + "\n")
         .map(|()| true)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(write_error("write", path))
 }
 
 #[cfg(test)]
@@ -259,14 +273,17 @@ mod tests {
         let p = dir.0.join("c.json");
         for text in ["{", "[1,2]", r#"{"schema":"other/1","machines":[]}"#] {
             std::fs::write(&p, text).unwrap();
-            let e = read(&p).unwrap_err();
+            let e = read(&p).unwrap_err().to_string();
             assert!(
                 e.contains("c.json") && e.contains("xferlab calibrate") && !e.contains('\n'),
                 "{e}"
             );
         }
         std::fs::write(&p, vec![b' '; (MAX_FILE + 1) as usize]).unwrap();
-        assert!(read(&p).unwrap_err().contains("not a calibration file"));
+        assert!(read(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not a calibration file"));
         // Unreadable for this user (not root: root reads any file).
         std::fs::write(&p, "{}").unwrap();
         use std::os::unix::fs::PermissionsExt;

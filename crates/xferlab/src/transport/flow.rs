@@ -166,7 +166,7 @@ pub fn send(
         },
         SendMode::MsgZerocopy => match zerocopy::enable_msg_zerocopy(sock) {
             Ok(z) => Source::Zerocopy(z),
-            Err(e) => return failed(e),
+            Err(e) => return failed(e.to_string()),
         },
     };
     let mut sent: u64 = 0;
@@ -255,7 +255,7 @@ pub fn receive(
     let mut window = match mode {
         RecvMode::Zerocopy => match zerocopy::zerocopy_window(sock, sizes.read_size) {
             Ok(w) => Some(w),
-            Err(e) => return failed(e),
+            Err(e) => return failed(e.to_string()),
         },
         _ => None,
     };

@@ -42,6 +42,7 @@
 pub mod attach;
 pub mod datagram;
 pub mod dccp;
+mod error;
 pub mod flow;
 mod mptcp;
 pub mod sizing;
@@ -61,9 +62,10 @@ use xferlab_core::spec::{Knobs, TestSpec};
 use xferlab_core::transport::TransportModel;
 pub use xferlab_core::transport::{Carrier, OwnKnobs, Transport};
 
-use crate::net::{connect_error, sockopt, FlowSocket};
+use crate::net::{sockopt, FlowSocket, NetError};
 use attach::AttachWait;
 use datagram::DatagramWire;
+pub use error::SetupError;
 use flow::{FlowOutcome, FlowShared, SideFlags};
 use sizing::StreamSizes;
 
@@ -100,14 +102,14 @@ impl OwnArgs {
 }
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
-pub fn io(t: Transport) -> Result<&'static dyn TransportIo, String> {
+pub fn io(t: Transport) -> Result<&'static dyn TransportIo, SetupError> {
     REGISTRY
         .iter()
         .copied()
         .find(|io| io.transport() == t)
         .ok_or_else(|| match t.carrier() {
-            Carrier::UsbBulk => "USB bulk tests run with `xferlab usb`".to_string(),
-            _ => format!("this xferlab has no driver for {}", t.label()),
+            Carrier::UsbBulk => SetupError::UsbNotSockets,
+            _ => SetupError::NoDriver(t.label()),
         })
 }
 
@@ -168,7 +170,7 @@ pub trait TransportIo: Sync {
     /// A new socket for one flow, of the peer's address family, before
     /// the knobs are applied: a byte stream's is connected by [`connect`],
     /// a datagram transport's bound by [`bind`].
-    fn socket(&self, domain: Domain) -> Result<Socket, String>;
+    fn socket(&self, domain: Domain) -> Result<Socket, SetupError>;
 
     /// A listening socket that accepts this transport's connections *and
     /// plain TCP's*, for the server's ports, where it needs one other than
@@ -181,7 +183,7 @@ pub trait TransportIo: Sync {
     /// What this host must offer for `knobs` (a kernel module, a
     /// privilege), checked before a test starts so that its absence is
     /// one line naming the fix.
-    fn check(&self, _knobs: &Knobs) -> Result<(), String> {
+    fn check(&self, _knobs: &Knobs) -> Result<(), SetupError> {
         Ok(())
     }
 
@@ -197,7 +199,7 @@ pub trait TransportIo: Sync {
         _sock: &UdpSocket,
         _hello: &[u8],
         _timeout: Duration,
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<(), SetupError>> {
         None
     }
 
@@ -209,7 +211,7 @@ pub trait TransportIo: Sync {
         _spec: &TestSpec,
         _to: SocketAddr,
         _timeout: Duration,
-    ) -> Option<Result<UdpSocket, String>> {
+    ) -> Option<Result<UdpSocket, SetupError>> {
         None
     }
 
@@ -222,17 +224,18 @@ pub trait TransportIo: Sync {
         _spec: &TestSpec,
         _local: IpAddr,
         _wait: &AttachWait,
-    ) -> Option<Result<Vec<u16>, String>> {
+    ) -> Option<Result<Vec<u16>, SetupError>> {
         None
     }
 
     /// Applies the knobs to a flow socket the server was handed (the
     /// accepted end of a data connection; a datagram socket got them when
     /// [`bind`] made it).
-    fn accepted(&self, socket: &FlowSocket, knobs: &Knobs) -> Result<(), String> {
+    fn accepted(&self, socket: &FlowSocket, knobs: &Knobs) -> Result<(), SetupError> {
         match socket {
             FlowSocket::Stream(s) => {
-                sockopt::apply(&SockRef::from(s), knobs, sockopt::SocketEnd::Accepted)
+                sockopt::apply(&SockRef::from(s), knobs, sockopt::SocketEnd::Accepted)?;
+                Ok(())
             }
             FlowSocket::Datagram(_) => Ok(()),
         }
@@ -274,11 +277,15 @@ pub trait TransportIo: Sync {
 /// Opens a data connection of `spec`'s byte-stream transport to `addr`,
 /// with its knobs applied before the handshake (buffers shape the window
 /// scale; the MSS goes into the SYN).
-pub fn connect(spec: &TestSpec, addr: SocketAddr, timeout: Duration) -> Result<TcpStream, String> {
+pub fn connect(
+    spec: &TestSpec,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<TcpStream, SetupError> {
     let sock = io(spec.transport)?.socket(Domain::for_address(addr))?;
     sockopt::apply(&sock, &spec.knobs, sockopt::SocketEnd::Connecting)?;
     sock.connect_timeout(&addr.into(), timeout)
-        .map_err(|e| connect_error(addr, &e))?;
+        .map_err(|e| NetError::connect(addr, e))?;
     Ok(sock.into())
 }
 
@@ -292,17 +299,24 @@ pub fn bind(
     addr: SocketAddr,
     knobs: &Knobs,
     shared_port: bool,
-) -> Result<UdpSocket, String> {
+) -> Result<UdpSocket, SetupError> {
     let sock = io(t)?.socket(Domain::for_address(addr))?;
     if shared_port {
-        sock.set_reuse_address(true).map_err(|e| e.to_string())?;
+        sock.set_reuse_address(true)
+            .map_err(|err| SetupError::ReuseAddr {
+                transport: t.label(),
+                err,
+            })?;
     }
     sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
     if knobs.dont_fragment {
         sockopt::forbid_fragmentation(&sock, addr.is_ipv6())?;
     }
-    sock.bind(&addr.into())
-        .map_err(|e| format!("cannot bind a {} socket to {addr}: {e}", t.label()))?;
+    sock.bind(&addr.into()).map_err(|err| SetupError::Bind {
+        transport: t.label(),
+        addr,
+        err,
+    })?;
     Ok(sock.into())
 }
 
@@ -324,7 +338,9 @@ mod tests {
         for t in Transport::ALL {
             let found = REGISTRY.iter().filter(|io| io.transport() == *t).count();
             match t.carrier() {
-                Carrier::UsbBulk => assert!(io(*t).is_err_and(|e| e.contains("xferlab usb"))),
+                Carrier::UsbBulk => {
+                    assert!(io(*t).is_err_and(|e| e.to_string().contains("xferlab usb")))
+                }
                 _ => assert_eq!(found, 1, "{t:?}"),
             }
         }

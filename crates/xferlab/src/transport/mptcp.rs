@@ -20,7 +20,7 @@ use xferlab_core::transport::TransportCounters;
 use xferlab_sys::sockopt::Get;
 
 use super::flow::FlowShared;
-use super::{tcp, Flag, FlowSocket, Transport, TransportIo};
+use super::{tcp, Flag, FlowSocket, SetupError, Transport, TransportIo};
 use crate::sys::tcp_info::{self, TCP_INFO_LEN};
 
 pub struct Mptcp;
@@ -38,12 +38,8 @@ impl TransportIo for Mptcp {
         })
     }
 
-    fn socket(&self, domain: Domain) -> Result<Socket, String> {
-        Socket::new(domain, Type::STREAM, Some(Protocol::MPTCP)).map_err(|e| {
-            format!(
-                "cannot open an MPTCP socket: {e}; MPTCP needs Linux >= 5.6 with net.mptcp.enabled = 1 (sysctl -w net.mptcp.enabled=1)"
-            )
-        })
+    fn socket(&self, domain: Domain) -> Result<Socket, SetupError> {
+        Socket::new(domain, Type::STREAM, Some(Protocol::MPTCP)).map_err(SetupError::NoMptcp)
     }
 
     /// An MPTCP listener accepts plain TCP connections as plain TCP

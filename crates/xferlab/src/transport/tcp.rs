@@ -9,7 +9,7 @@ use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
 
 use super::flow::FlowShared;
-use super::{FlowSocket, Transport, TransportIo};
+use super::{FlowSocket, SetupError, Transport, TransportIo};
 use crate::sys;
 
 pub struct Tcp;
@@ -19,8 +19,11 @@ impl TransportIo for Tcp {
         Transport::Tcp
     }
 
-    fn socket(&self, domain: Domain) -> Result<Socket, String> {
-        Socket::new(domain, Type::STREAM, None).map_err(|e| e.to_string())
+    fn socket(&self, domain: Domain) -> Result<Socket, SetupError> {
+        Socket::new(domain, Type::STREAM, None).map_err(|err| SetupError::Socket {
+            transport: "TCP",
+            err,
+        })
     }
 
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {

@@ -8,7 +8,7 @@ use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
 
 use super::flow::FlowShared;
-use super::{Flag, FlowSocket, Transport, TransportIo};
+use super::{Flag, FlowSocket, SetupError, Transport, TransportIo};
 
 pub struct Udp;
 
@@ -25,8 +25,11 @@ impl TransportIo for Udp {
         })
     }
 
-    fn socket(&self, domain: Domain) -> Result<Socket, String> {
-        Socket::new(domain, Type::DGRAM, None).map_err(|e| e.to_string())
+    fn socket(&self, domain: Domain) -> Result<Socket, SetupError> {
+        Socket::new(domain, Type::DGRAM, None).map_err(|err| SetupError::Socket {
+            transport: "UDP",
+            err,
+        })
     }
 
     fn read(&self, _socket: &FlowSocket, _role: FlowRole, shared: &FlowShared) -> Reading {

@@ -38,10 +38,19 @@ impl SendfileSource {
 /// a send never waits for its completion before the buffer is reused;
 /// completions are only read to free the kernel's notification memory
 /// and to learn whether it copied after all.
-pub fn enable_msg_zerocopy(sock: &impl AsFd) -> Result<MsgZerocopy<'_>, String> {
-    MsgZerocopy::enable(sock).map_err(|e| {
-        format!("the kernel refuses SO_ZEROCOPY ({e}): use -Z (sendfile) instead of --zerocopy msg")
-    })
+pub fn enable_msg_zerocopy(sock: &impl AsFd) -> Result<MsgZerocopy<'_>, ZerocopyError> {
+    MsgZerocopy::enable(sock).map_err(ZerocopyError::Send)
+}
+
+/// Why a flow cannot use zero-copy: the reason its result records.
+#[derive(Debug, thiserror::Error)]
+pub enum ZerocopyError {
+    #[error("the kernel refuses SO_ZEROCOPY ({0}): use -Z (sendfile) instead of --zerocopy msg")]
+    Send(io::Error),
+    #[error(
+        "this socket cannot be mapped for TCP_ZEROCOPY_RECEIVE ({0}); leave out --rx-zerocopy"
+    )]
+    Receive(io::Error),
 }
 
 /// What the result should say about the copies, if the kernel made any.
@@ -56,12 +65,8 @@ pub fn msg_zerocopy_note(z: &MsgZerocopy<'_>) -> Option<String> {
 
 /// A read-only window of `len` bytes (rounded up to pages) onto the
 /// socket's receive queue, for TCP_ZEROCOPY_RECEIVE.
-pub fn zerocopy_window(sock: &impl AsFd, len: usize) -> Result<ZerocopyWindow<'_>, String> {
-    ZerocopyWindow::new(sock, len).map_err(|e| {
-        format!(
-            "this socket cannot be mapped for TCP_ZEROCOPY_RECEIVE ({e}); leave out --rx-zerocopy"
-        )
-    })
+pub fn zerocopy_window(sock: &impl AsFd, len: usize) -> Result<ZerocopyWindow<'_>, ZerocopyError> {
+    ZerocopyWindow::new(sock, len).map_err(ZerocopyError::Receive)
 }
 
 /// The note a zero-copy receiver leaves in the result.

@@ -37,6 +37,7 @@ use super::super::datagram::{
 };
 use super::super::flow::{FlowOutcome, FlowShared, SideFlags, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
+use super::DccpError;
 use crate::control::Wake;
 use crate::net::sockopt;
 use crate::sys::clock;
@@ -58,21 +59,19 @@ const QUEUE_FULL_NAP: Duration = Duration::from_micros(100);
 const CLOSE_LINGER: Duration = Duration::from_secs(1);
 
 /// A DCCP socket of `domain`, or the one line saying this kernel has none.
-fn socket(domain: Domain) -> Result<Socket, String> {
-    Socket::new(domain, Type::DCCP, Some(Protocol::DCCP)).map_err(|e| {
-        let release = rustix::system::uname()
+fn socket(domain: Domain) -> Result<Socket, DccpError> {
+    Socket::new(domain, Type::DCCP, Some(Protocol::DCCP)).map_err(|err| DccpError::NoKernelDccp {
+        release: rustix::system::uname()
             .release()
             .to_string_lossy()
-            .into_owned();
-        format!(
-            "--dccp-stack kernel: this kernel ({release}) has no DCCP sockets ({e}); Linux removed DCCP in 6.16 and older ones need `modprobe dccp_ipv4`: use --dccp-stack xferlab, or run kernel DCCP in the lab VM (lab/vm/run)"
-        )
+            .into_owned(),
+        err,
     })
 }
 
 /// Whether this kernel can open a DCCP socket (checked before a test
 /// starts, so a missing DCCP is one line, not a failed flow).
-pub(super) fn check(knobs: &Knobs) -> Result<(), String> {
+pub(super) fn check(knobs: &Knobs) -> Result<(), DccpError> {
     if wanted(knobs) {
         socket(Domain::IPV4).map(drop)?;
     }
@@ -116,23 +115,27 @@ pub(super) fn connect(
     spec: &TestSpec,
     to: SocketAddr,
     timeout: Duration,
-) -> Result<UdpSocket, String> {
+) -> Result<UdpSocket, DccpError> {
     let k = spec.knobs.own.dccp.unwrap_or_default();
     let s = socket(Domain::for_address(to))?;
     // The kernel keeps the service code as the wire's big-endian field.
     s.set_dccp_service(k.service.to_be())
-        .map_err(|e| format!("cannot set DCCP service code {}: {e}", k.service))?;
+        .map_err(|err| DccpError::ServiceCode {
+            service: k.service,
+            err,
+        })?;
     s.set_dccp_ccid(k.ccid)
-        .map_err(|e| format!("--ccid {}: this kernel's DCCP refuses it ({e})", k.ccid))?;
+        .map_err(|err| DccpError::CcidRefused { ccid: k.ccid, err })?;
     prepare(&s, &spec.knobs)?;
     s.connect_timeout(&to.into(), timeout)
-        .map_err(|e| connect_error(to, &k, &e))?;
+        .map_err(|e| connect_error(to, &k, e))?;
     let mps = s.dccp_cur_mps().unwrap_or(u32::MAX);
     if spec.knobs.size > u64::from(mps) {
-        return Err(format!(
-            "-l {}: the kernel's DCCP connection to {to} carries at most {mps} bytes per packet (its path MTU less headers): lower -l",
-            spec.knobs.size
-        ));
+        return Err(DccpError::PacketTooLarge {
+            size: spec.knobs.size,
+            to,
+            mps,
+        });
     }
     Ok(as_datagram(s))
 }
@@ -142,30 +145,23 @@ pub(super) fn connect(
 fn connect_error(
     to: SocketAddr,
     k: &xferlab_core::transport::dccp::DccpKnobs,
-    e: &io::Error,
-) -> String {
+    e: io::Error,
+) -> DccpError {
     match e.raw_os_error() {
-        Some(libc::EBADRQC) => format!(
-            "the DCCP server at {to} refused service code {} (xferlab's servers accept {SERVICE_CODE}): leave out --dccp-service",
-            k.service
-        ),
-        Some(libc::EOPNOTSUPP) => format!(
-            "the DCCP server at {to} refused CCID {} (its kernel lacks it): try --ccid {}",
-            k.ccid,
-            if k.ccid == 2 { 3 } else { 2 }
-        ),
-        Some(libc::ECONNREFUSED) => format!(
-            "the DCCP port {} at {} is closed: is the server's kernel DCCP up (modprobe dccp_ipv4)?",
-            to.port(),
-            to.ip()
-        ),
-        _ => crate::net::connect_error(to, e),
+        Some(libc::EBADRQC) => DccpError::ServiceRefused {
+            to,
+            service: k.service,
+            accepted: SERVICE_CODE,
+        },
+        Some(libc::EOPNOTSUPP) => DccpError::CcidUnsupported { to, ccid: k.ccid },
+        Some(libc::ECONNREFUSED) => DccpError::PortClosed { to },
+        _ => crate::net::NetError::connect(to, e).into(),
     }
 }
 
 /// The socket options every flow socket gets: the test's knobs, a
 /// kernel queue as deep as the userspace stack's.
-fn prepare(s: &Socket, knobs: &Knobs) -> Result<(), String> {
+fn prepare(s: &Socket, knobs: &Knobs) -> Result<(), DccpError> {
     sockopt::apply(s, knobs, sockopt::SocketEnd::Accepted)?;
     // The kernel's queue ahead of the CCID (DCCP_SOCKOPT_QPOLICY_TXQLEN,
     // default 5) holds as many as the userspace stack's.
@@ -178,16 +174,20 @@ fn prepare(s: &Socket, knobs: &Knobs) -> Result<(), String> {
 /// attach records on a thread of its own until every flow is here, the
 /// setup deadline passes, or the session ends. Returns the port, once per
 /// flow.
-pub(super) fn listen(spec: &TestSpec, local: IpAddr, wait: AttachWait) -> Result<Vec<u16>, String> {
+pub(super) fn listen(
+    spec: &TestSpec,
+    local: IpAddr,
+    wait: AttachWait,
+) -> Result<Vec<u16>, DccpError> {
     let flows = spec.flows().len();
     let s = socket(Domain::for_address(SocketAddr::new(local, 0)))?;
     s.set_dccp_service(SERVICE_CODE.to_be())
-        .map_err(|e| format!("cannot set the DCCP listener's service code: {e}"))?;
+        .map_err(DccpError::ListenerService)?;
     prepare(&s, &spec.knobs)?;
     s.bind(&SocketAddr::new(local, 0).into())
-        .map_err(|e| format!("cannot bind a DCCP listener to {local}: {e}"))?;
+        .map_err(|err| DccpError::ListenerBind { local, err })?;
     s.listen(flows.min(1024) as i32)
-        .map_err(|e| format!("cannot listen for DCCP on {local}: {e}"))?;
+        .map_err(|err| DccpError::Listen { local, err })?;
     s.set_nonblocking(true).ok();
     let port = s
         .local_addr()
@@ -198,7 +198,7 @@ pub(super) fn listen(spec: &TestSpec, local: IpAddr, wait: AttachWait) -> Result
     std::thread::Builder::new()
         .name("xfer-dccp-listen".into())
         .spawn(move || serve(&s, &knobs, flows, &wait))
-        .map_err(|e| format!("cannot start a thread: {e}"))?;
+        .map_err(DccpError::Thread)?;
     Ok(vec![port; flows])
 }
 

@@ -15,6 +15,7 @@
 const QUEUE_DATAGRAMS: usize = 64;
 
 pub mod args;
+mod error;
 mod kernel;
 mod path;
 mod raw;
@@ -34,8 +35,9 @@ use xferlab_core::transport::dccp::DccpCounters;
 use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
-use super::{Flag, FlowJob, FlowSocket, Transport, TransportIo};
+use super::{Flag, FlowJob, FlowSocket, SetupError, Transport, TransportIo};
 use crate::transport::attach::AttachWait;
+pub use error::DccpError;
 
 pub struct Dccp;
 
@@ -52,11 +54,14 @@ impl TransportIo for Dccp {
         })
     }
 
-    fn socket(&self, domain: Domain) -> Result<Socket, String> {
-        Socket::new(domain, Type::DGRAM, None).map_err(|e| e.to_string())
+    fn socket(&self, domain: Domain) -> Result<Socket, SetupError> {
+        Socket::new(domain, Type::DGRAM, None).map_err(|err| SetupError::Socket {
+            transport: "DCCP",
+            err,
+        })
     }
 
-    fn check(&self, knobs: &Knobs) -> Result<(), String> {
+    fn check(&self, knobs: &Knobs) -> Result<(), SetupError> {
         kernel::check(knobs)?;
         // The raw IP carrier is the client's own only when its DCCP is
         // xferlab's (a kernel client's is the kernel's IP).
@@ -75,12 +80,12 @@ impl TransportIo for Dccp {
         sock: &UdpSocket,
         hello: &[u8],
         timeout: Duration,
-    ) -> Option<Result<(), String>> {
+    ) -> Option<Result<(), SetupError>> {
         spec.knobs
             .own
             .dccp
             .is_some_and(|d| d.attach_in_band())
-            .then(|| path::attach_in_band(spec, sock, hello, timeout))
+            .then(|| path::attach_in_band(spec, sock, hello, timeout).map_err(Into::into))
     }
 
     fn connect_datagram(
@@ -88,8 +93,8 @@ impl TransportIo for Dccp {
         spec: &TestSpec,
         to: SocketAddr,
         timeout: Duration,
-    ) -> Option<Result<UdpSocket, String>> {
-        kernel::wanted(&spec.knobs).then(|| kernel::connect(spec, to, timeout))
+    ) -> Option<Result<UdpSocket, SetupError>> {
+        kernel::wanted(&spec.knobs).then(|| kernel::connect(spec, to, timeout).map_err(Into::into))
     }
 
     fn listen_flows(
@@ -97,11 +102,12 @@ impl TransportIo for Dccp {
         spec: &TestSpec,
         local: IpAddr,
         wait: &AttachWait,
-    ) -> Option<Result<Vec<u16>, String>> {
+    ) -> Option<Result<Vec<u16>, SetupError>> {
         if spec.knobs.own.dccp.is_some_and(|d| d.accept_in_band()) {
-            return Some(path::listen_in_band(spec, local, wait.clone()));
+            return Some(path::listen_in_band(spec, local, wait.clone()).map_err(Into::into));
         }
-        kernel::serves(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
+        kernel::serves(&spec.knobs)
+            .then(|| kernel::listen(spec, local, wait.clone()).map_err(Into::into))
     }
 
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {

@@ -56,8 +56,8 @@ use super::super::datagram::{
 };
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
 use super::super::{FlowJob, FlowSocket};
-use super::raw;
 use super::tx::TxBatch;
+use super::{raw, DccpError};
 use crate::control::Wake;
 use crate::sys::clock;
 use crate::transport::attach::AttachWait;
@@ -117,7 +117,7 @@ pub fn run(job: FlowJob<'_>) -> FlowOutcome {
     };
     match Path::new(sock, &job) {
         Ok(p) => p.run(&job),
-        Err(e) => outcome(FlowEnd::Aborted(e), 0, None),
+        Err(e) => outcome(FlowEnd::Aborted(e.to_string()), 0, None),
     }
 }
 
@@ -166,11 +166,12 @@ struct Taken {
 }
 
 impl<'a> Path<'a> {
-    fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, String> {
-        sock.set_nonblocking(true)
-            .map_err(|e| format!("cannot make the DCCP flow's socket non-blocking: {e}"))?;
-        let local = sock.local_addr().map_err(|e| e.to_string())?;
-        let peer = sock.peer_addr().map_err(|e| e.to_string())?;
+    fn new(sock: &'a UdpSocket, job: &FlowJob<'_>) -> Result<Self, DccpError> {
+        sock.set_nonblocking(true).map_err(|err| DccpError::Flow {
+            what: "make it non-blocking",
+            err,
+        })?;
+        let (local, peer) = ends(sock)?;
         let knobs = job.knobs.own.dccp.unwrap_or_default();
         let size = job.knobs.size as usize;
         let (conn, raw, open) = match handed_over(local) {
@@ -607,18 +608,26 @@ fn ended(r: CloseReason, peer: &str, knobs: &DccpKnobs, raw: bool, junk: u64) ->
 /// byte; the rest is padding (a kernel server pads it to the flow's
 /// datagram size, `kernel::serve`, so its CCID3 takes that as its packet
 /// size).
-fn answer(payload: &[u8]) -> Result<(), String> {
+fn answer(payload: &[u8]) -> Result<(), DccpError> {
     match payload {
         [b, ..] if *b == AttachReply::Ok as u8 => Ok(()),
-        [b, ..] => Err(format!(
-            "the server refused the flow: {}",
-            AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe())
+        [b, ..] => Err(DccpError::FlowRefused(
+            AttachReply::from_byte(*b).map_or("an unknown answer", |r| r.describe()),
         )),
-        [] => Err(
-            "the server's DCCP sent an empty message where the answer to the flow's attach record belongs"
-                .into(),
-        ),
+        [] => Err(DccpError::EmptyAnswer),
     }
+}
+
+/// A flow socket's local and peer addresses.
+fn ends(sock: &UdpSocket) -> Result<(SocketAddr, SocketAddr), DccpError> {
+    let err = |err| DccpError::Flow {
+        what: "read its addresses",
+        err,
+    };
+    Ok((
+        sock.local_addr().map_err(err)?,
+        sock.peer_addr().map_err(err)?,
+    ))
 }
 
 /// Where a datagram's kernel receive stamp (CLOCK_REALTIME, ns) falls on
@@ -739,11 +748,10 @@ pub(super) fn attach_in_band(
     sock: &UdpSocket,
     hello: &[u8],
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), DccpError> {
     let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
-    let local = sock.local_addr().map_err(|e| e.to_string())?;
-    let peer = sock.peer_addr().map_err(|e| e.to_string())?;
+    let (local, peer) = ends(sock)?;
     let raw = raw::open(local, peer)?;
     prepare(raw.as_fd(), &spec.knobs, crate::net::canonical(peer));
     let v4 = crate::net::canonical(peer).is_ipv4();
@@ -766,7 +774,7 @@ pub(super) fn attach_in_band(
                     if transient(&e) {
                         break;
                     }
-                    return Err(describe(&e, "receiving"));
+                    return Err(DccpError::AttachEnded(describe(&e, "receiving")));
                 }
             };
             let Some(data) = raw::payload(v4, &buf[..n]) else {
@@ -790,8 +798,8 @@ pub(super) fn attach_in_band(
                     let s = conn.stats();
                     let junk = s.dropped_checksum + s.dropped_invalid;
                     return match ended(r, &peer.to_string(), &knobs, true, junk) {
-                        FlowEnd::Aborted(why) => Err(why),
-                        _ => Err(format!("the DCCP server at {peer} closed the connection before answering the attach")),
+                        FlowEnd::Aborted(why) => Err(DccpError::AttachEnded(why)),
+                        _ => Err(DccpError::ClosedBeforeAnswer(peer)),
                     };
                 }
             }
@@ -814,10 +822,10 @@ pub(super) fn attach_in_band(
             return Ok(());
         }
         if now >= give_up {
-            return Err(format!(
-                "no answer to the attach record from the kernel DCCP server at {peer} within {:.0} s",
-                timeout.as_secs_f64()
-            ));
+            return Err(DccpError::NoAnswer {
+                peer,
+                seconds: timeout.as_secs_f64(),
+            });
         }
         let wait = conn
             .poll_timeout()
@@ -859,15 +867,17 @@ pub(super) fn listen_in_band(
     spec: &TestSpec,
     local: std::net::IpAddr,
     wait: AttachWait,
-) -> Result<Vec<u16>, String> {
+) -> Result<Vec<u16>, DccpError> {
     let knobs = spec.knobs.own.dccp.unwrap_or_default();
     let size = spec.knobs.size as usize;
     let peer = crate::net::canonical(wait.peer);
     let mut flows = Vec::new();
     for plan in spec.flows() {
         let udp = UdpSocket::bind(SocketAddr::new(local, 0))
-            .map_err(|e| format!("cannot bind a DCCP flow port on {local}: {e}"))?;
-        let at = udp.local_addr().map_err(|e| e.to_string())?;
+            .map_err(|err| DccpError::FlowPort { local, err })?;
+        let at = udp
+            .local_addr()
+            .map_err(|err| DccpError::FlowPort { local, err })?;
         let raw = raw::listen(at, peer)?;
         prepare(raw.as_fd(), &spec.knobs, peer);
         let cfg = config(&knobs, size, Endpoint::Server, at, peer, true);
@@ -887,7 +897,7 @@ pub(super) fn listen_in_band(
     std::thread::Builder::new()
         .name("xfer-dccp-accept".into())
         .spawn(move || accept_in_band(flows, &answer, &knobs, size, peer, &wait))
-        .map_err(|e| format!("cannot start a thread: {e}"))?;
+        .map_err(DccpError::Thread)?;
     Ok(ports)
 }
 
@@ -1050,11 +1060,11 @@ mod tests {
     fn an_attach_answer_is_its_first_byte_whatever_the_padding() {
         let mut padded = vec![0u8; 1400];
         padded[0] = AttachReply::Ok as u8;
-        assert_eq!(answer(&padded), Ok(()));
-        assert_eq!(answer(&[AttachReply::Ok as u8]), Ok(()));
+        assert!(answer(&padded).is_ok());
+        assert!(answer(&[AttachReply::Ok as u8]).is_ok());
         padded[0] = AttachReply::UnknownSession as u8;
-        let refused = answer(&padded).unwrap_err();
+        let refused = answer(&padded).unwrap_err().to_string();
         assert!(refused.contains("refused the flow"), "{refused}");
-        assert!(answer(&[]).unwrap_err().contains("empty message"));
+        assert!(matches!(answer(&[]), Err(DccpError::EmptyAnswer)));
     }
 }

@@ -18,6 +18,7 @@ use socket2::{Domain, Protocol, SockFilter, Socket, Type};
 use xferlab_core::dccp::checksum::{Pseudo, IPPROTO_DCCP};
 
 use super::super::datagram::transient;
+use super::DccpError;
 use crate::net::canonical;
 
 // Classic BPF opcodes (linux/bpf_common.h, linux/filter.h).
@@ -31,22 +32,30 @@ const KEEP: u32 = u32::MAX;
 
 /// A raw socket for IP protocol 33, or the one line naming the privilege
 /// it needs.
-pub(super) fn socket(domain: Domain) -> Result<Socket, String> {
-    Socket::new(domain, Type::RAW, Some(Protocol::from(i32::from(IPPROTO_DCCP)))).map_err(
-        |e| match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => format!(
-                "--dccp-carrier ip needs a raw socket for IP protocol 33 ({e}): run as root (or `setcap cap_net_raw+ep` on xferlab), or use --dccp-carrier udp"
-            ),
-            _ => format!("cannot open a raw socket for DCCP (IP protocol 33): {e}"),
-        },
+pub(super) fn socket(domain: Domain) -> Result<Socket, DccpError> {
+    Socket::new(
+        domain,
+        Type::RAW,
+        Some(Protocol::from(i32::from(IPPROTO_DCCP))),
     )
+    .map_err(|err| match err.raw_os_error() {
+        Some(libc::EPERM) | Some(libc::EACCES) => DccpError::RawNotAllowed(err),
+        _ => raw_error("open it", err),
+    })
+}
+
+fn raw_error(what: impl Into<String>, err: io::Error) -> DccpError {
+    DccpError::Raw {
+        what: what.into(),
+        err,
+    }
 }
 
 /// A raw protocol-33 socket for the DCCP connection between `local` and
 /// `peer` (their ports are the connection's DCCP ports): bound and
 /// connected to the two addresses, filtered to the two ports,
 /// non-blocking. Packets that reached it before the filter are drained.
-pub(super) fn open(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String> {
+pub(super) fn open(local: SocketAddr, peer: SocketAddr) -> Result<Socket, DccpError> {
     let (local, peer) = (canonical(local), canonical(peer));
     filtered(local, peer, Some(peer.port()))
 }
@@ -55,23 +64,27 @@ pub(super) fn open(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String
 /// `peer`'s address to `local`'s port (a server's flow, whose client's
 /// port it learns from the Request): as [`open`], filtered to the local
 /// port only (flow ports are unique on a host, being UDP sockets' ports).
-pub(super) fn listen(local: SocketAddr, peer: SocketAddr) -> Result<Socket, String> {
+pub(super) fn listen(local: SocketAddr, peer: SocketAddr) -> Result<Socket, DccpError> {
     filtered(canonical(local), canonical(peer), None)
 }
 
-fn filtered(local: SocketAddr, peer: SocketAddr, peer_port: Option<u16>) -> Result<Socket, String> {
+fn filtered(
+    local: SocketAddr,
+    peer: SocketAddr,
+    peer_port: Option<u16>,
+) -> Result<Socket, DccpError> {
     let s = socket(Domain::for_address(peer))?;
     // Nothing until the socket is connected and drained, then only ours:
     // the connect filters by address, the port filter by connection.
     s.attach_filter(&[SockFilter::new(RET_K, 0, 0, 0)])
-        .map_err(|e| format!("cannot filter the raw DCCP socket: {e}"))?;
+        .map_err(|e| raw_error("filter it", e))?;
     let unported = |a: SocketAddr| SocketAddr::new(a.ip(), 0);
     s.bind(&unported(local).into())
-        .map_err(|e| format!("cannot bind a raw DCCP socket to {}: {e}", local.ip()))?;
+        .map_err(|e| raw_error(format!("bind it to {}", local.ip()), e))?;
     s.connect(&unported(peer).into())
-        .map_err(|e| format!("cannot reach {} over raw IP: {e}", peer.ip()))?;
+        .map_err(|e| raw_error(format!("reach {}", peer.ip()), e))?;
     s.set_nonblocking(true)
-        .map_err(|e| format!("cannot make the raw DCCP socket non-blocking: {e}"))?;
+        .map_err(|e| raw_error("make it non-blocking", e))?;
     let mut junk = [0u8; 2048];
     loop {
         if let Err(e) = rustix::net::recv(&s, &mut junk[..], rustix::net::RecvFlags::empty()) {
@@ -79,11 +92,11 @@ fn filtered(local: SocketAddr, peer: SocketAddr, peer_port: Option<u16>) -> Resu
             if transient(&e) {
                 break;
             }
-            return Err(format!("cannot read the raw DCCP socket: {e}"));
+            return Err(raw_error("read it", e));
         }
     }
     s.attach_filter(&port_filter(peer.is_ipv4(), local.port(), peer_port))
-        .map_err(|e| format!("cannot filter the raw DCCP socket: {e}"))?;
+        .map_err(|e| raw_error("filter it", e))?;
     Ok(s)
 }
 

@@ -1,0 +1,44 @@
+//! Why a transport could not open, bind, connect or listen: the one line a
+//! client prints and a server sends its peer in the refusal. A flow that
+//! fails once running ends with [`super::flow::FlowEnd::Aborted`] instead,
+//! whose reason the result keeps.
+
+use std::io;
+use std::net::SocketAddr;
+
+use crate::net::sockopt::SockoptError;
+use crate::net::NetError;
+
+use super::dccp::DccpError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("USB bulk tests run with `xferlab usb`")]
+    UsbNotSockets,
+    #[error("this xferlab has no driver for {0}")]
+    NoDriver(&'static str),
+    #[error("cannot open a {transport} socket: {err}")]
+    Socket {
+        transport: &'static str,
+        err: io::Error,
+    },
+    #[error("cannot open an MPTCP socket: {0}; MPTCP needs Linux >= 5.6 with net.mptcp.enabled = 1 (sysctl -w net.mptcp.enabled=1)")]
+    NoMptcp(io::Error),
+    #[error("cannot share a {transport} port (SO_REUSEADDR): {err}")]
+    ReuseAddr {
+        transport: &'static str,
+        err: io::Error,
+    },
+    #[error("cannot bind a {transport} socket to {addr}: {err}")]
+    Bind {
+        transport: &'static str,
+        addr: SocketAddr,
+        err: io::Error,
+    },
+    #[error(transparent)]
+    Sockopt(#[from] SockoptError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Dccp(#[from] DccpError),
+}
