@@ -38,29 +38,37 @@ unsafe impl Send for RecvBatch {}
 impl RecvBatch {
     /// `n` messages of up to `buf_len` bytes each.
     pub fn new(buf_len: usize, n: usize) -> Self {
-        let mut b = RecvBatch {
+        let iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: buf_len,
+        };
+        // SAFETY: an all-zero mmsghdr is valid.
+        let mut m: libc::mmsghdr = unsafe { zeroed() };
+        m.msg_hdr.msg_iovlen = 1;
+        RecvBatch {
             buf_len,
             bufs: vec![0u8; buf_len * n],
             ctrl: vec![0u8; CMSG_SPACE * n],
-            iovs: Vec::with_capacity(n),
-            msgs: Vec::with_capacity(n),
-        };
-        for i in 0..n {
-            b.iovs.push(libc::iovec {
-                iov_base: b.bufs[i * buf_len..].as_mut_ptr().cast(),
-                iov_len: buf_len,
-            });
+            iovs: vec![iov; n],
+            msgs: vec![m; n],
         }
-        for i in 0..n {
-            // SAFETY: an all-zero mmsghdr is valid.
-            let mut m: libc::mmsghdr = unsafe { zeroed() };
-            m.msg_hdr.msg_iov = &mut b.iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            m.msg_hdr.msg_control = b.ctrl[i * CMSG_SPACE..].as_mut_ptr().cast();
+    }
+
+    /// Readies every header for a call: its iovec, buffer and control
+    /// buffer, from one base pointer per buffer (see the module's
+    /// comment), and the lengths the last call shortened.
+    fn link(&mut self) {
+        let bufs = self.bufs.as_mut_ptr();
+        for (i, iov) in self.iovs.iter_mut().enumerate() {
+            iov.iov_base = bufs.wrapping_add(i * self.buf_len).cast();
+        }
+        let (iovs, ctrl) = (self.iovs.as_mut_ptr(), self.ctrl.as_mut_ptr());
+        for (i, m) in self.msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = iovs.wrapping_add(i);
+            m.msg_hdr.msg_control = ctrl.wrapping_add(i * CMSG_SPACE).cast();
             m.msg_hdr.msg_controllen = CMSG_SPACE as _;
-            b.msgs.push(m);
+            m.msg_hdr.msg_flags = 0;
         }
-        b
     }
 
     /// Waits for at least one datagram (up to the socket's read timeout),
@@ -76,13 +84,10 @@ impl RecvBatch {
     }
 
     fn recv_flags(&mut self, fd: impl AsFd, flags: libc::c_int) -> io::Result<usize> {
-        for m in &mut self.msgs {
-            m.msg_hdr.msg_controllen = CMSG_SPACE as _;
-            m.msg_hdr.msg_flags = 0;
-        }
-        // SAFETY: every header points at live buffers of the stated sizes
-        // (see the module's comment); the kernel writes within them and
-        // into the headers' length fields.
+        self.link();
+        // SAFETY: link() just pointed every header at live buffers of the
+        // stated sizes (see the module's comment); the kernel writes
+        // within them and into the headers' length fields.
         let r = unsafe {
             libc::recvmmsg(
                 fd.as_fd().as_raw_fd(),

@@ -22,26 +22,32 @@ impl SendBatch {
     /// (all datagrams back to back) holding `fill(i)`.
     pub fn new(size: usize, per_call: usize, fill: impl FnMut(usize) -> u8) -> Self {
         let bufs: Vec<u8> = (0..size * per_call).map(fill).collect();
-        let mut b = SendBatch {
+        let iov = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: size,
+        };
+        // SAFETY: an all-zero mmsghdr is valid (no name, no control).
+        let mut m: libc::mmsghdr = unsafe { zeroed() };
+        m.msg_hdr.msg_iovlen = 1;
+        SendBatch {
             size,
             bufs,
-            iovs: Vec::with_capacity(per_call),
-            msgs: Vec::with_capacity(per_call),
-        };
-        for i in 0..per_call {
-            b.iovs.push(libc::iovec {
-                iov_base: b.bufs[i * size..].as_mut_ptr().cast(),
-                iov_len: size,
-            });
+            iovs: vec![iov; per_call],
+            msgs: vec![m; per_call],
         }
-        for i in 0..per_call {
-            // SAFETY: an all-zero mmsghdr is valid (no name, no control).
-            let mut m: libc::mmsghdr = unsafe { zeroed() };
-            m.msg_hdr.msg_iov = &mut b.iovs[i];
-            m.msg_hdr.msg_iovlen = 1;
-            b.msgs.push(m);
+    }
+
+    /// Points every iovec at its datagram and every header at its iovec,
+    /// from one base pointer per buffer (see the module's comment).
+    fn link(&mut self) {
+        let bufs = self.bufs.as_mut_ptr();
+        for (i, iov) in self.iovs.iter_mut().enumerate() {
+            iov.iov_base = bufs.wrapping_add(i * self.size).cast();
         }
-        b
+        let iovs = self.iovs.as_mut_ptr();
+        for (i, m) in self.msgs.iter_mut().enumerate() {
+            m.msg_hdr.msg_iov = iovs.wrapping_add(i);
+        }
     }
 
     /// Datagrams one call sends at most.
@@ -58,8 +64,9 @@ impl SendBatch {
     /// how many went out.
     pub fn send(&mut self, fd: impl AsFd, n: usize) -> io::Result<usize> {
         let n = n.min(self.msgs.len());
-        // SAFETY: msgs[..n] point at live iovecs and buffers (see the
-        // module's comment), and `n` is within `msgs`.
+        self.link();
+        // SAFETY: link() just pointed msgs[..n] at live iovecs and buffers
+        // (see the module's comment), and `n` is within `msgs`.
         let r = unsafe {
             libc::sendmmsg(
                 fd.as_fd().as_raw_fd(),

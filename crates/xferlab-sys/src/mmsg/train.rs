@@ -29,8 +29,10 @@ pub struct TxBatch {
     /// Bytes and packets written.
     used: usize,
     packets: usize,
-    /// One message per train (one packet without GSO): its buffer, its
+    /// One message per train (one packet without GSO): where it starts in
+    /// `bufs` and its iovec (whose pointer flush() sets from that), its
     /// packets' length and count, its UDP_SEGMENT control message.
+    off: Vec<usize>,
     iovs: Vec<libc::iovec>,
     msgs: Vec<libc::mmsghdr>,
     seg: Vec<usize>,
@@ -56,6 +58,7 @@ impl TxBatch {
             bufs: vec![0u8; cap * n],
             used: 0,
             packets: 0,
+            off: vec![0; n],
             iovs: vec![
                 libc::iovec {
                     iov_base: std::ptr::null_mut(),
@@ -70,10 +73,9 @@ impl TxBatch {
             built: 0,
             sent: 0,
         };
-        for i in 0..n {
+        for _ in 0..n {
             // SAFETY: an all-zero mmsghdr is valid (no name, no control).
             let mut m: libc::mmsghdr = unsafe { zeroed() };
-            m.msg_hdr.msg_iov = &mut b.iovs[i];
             m.msg_hdr.msg_iovlen = 1;
             b.msgs.push(m);
         }
@@ -108,10 +110,8 @@ impl TxBatch {
             self.count[t] += 1;
         } else {
             let t = self.built;
-            self.iovs[t] = libc::iovec {
-                iov_base: self.bufs[self.used..].as_mut_ptr().cast(),
-                iov_len: len,
-            };
+            self.off[t] = self.used;
+            self.iovs[t].iov_len = len;
             self.seg[t] = len;
             self.count[t] = 1;
             self.built += 1;
@@ -150,12 +150,20 @@ impl TxBatch {
             self.clear();
             return Ok(0);
         }
+        // Every pointer from one base pointer per buffer, taken after the
+        // last slot handed out (see the module's comment).
+        let bufs = self.bufs.as_mut_ptr();
         for t in self.sent..self.built {
-            self.set_control(t);
+            self.iovs[t].iov_base = bufs.wrapping_add(self.off[t]).cast();
+        }
+        let (iovs, ctrl) = (self.iovs.as_mut_ptr(), self.ctrl.as_mut_ptr());
+        for t in self.sent..self.built {
+            self.msgs[t].msg_hdr.msg_iov = iovs.wrapping_add(t);
+            self.set_control(t, ctrl);
         }
         let n = self.built - self.sent;
-        // SAFETY: msgs[sent..built] point at live iovecs, buffers and
-        // control messages (see the module's comment).
+        // SAFETY: the loops above pointed msgs[sent..built] at live
+        // iovecs, buffers and control messages (see the module's comment).
         let r = unsafe {
             libc::sendmmsg(
                 fd.as_fd().as_raw_fd(),
@@ -181,19 +189,20 @@ impl TxBatch {
         self.split_trains();
     }
 
-    /// Message `t`'s UDP_SEGMENT control message, where it is a train.
-    fn set_control(&mut self, t: usize) {
+    /// Message `t`'s UDP_SEGMENT control message, where it is a train, in
+    /// its place in the control buffer that starts at `ctrl`.
+    fn set_control(&mut self, t: usize, ctrl: *mut u8) {
         let hdr = &mut self.msgs[t].msg_hdr;
         if self.count[t] < 2 {
             hdr.msg_control = std::ptr::null_mut();
             hdr.msg_controllen = 0;
             return;
         }
-        let ctrl = &mut self.ctrl[t * CTRL..(t + 1) * CTRL];
-        hdr.msg_control = ctrl.as_mut_ptr().cast();
+        hdr.msg_control = ctrl.wrapping_add(t * CTRL).cast();
         hdr.msg_controllen = CTRL as _;
-        // SAFETY: the control buffer holds CMSG_SPACE(2) bytes, room for
-        // one cmsghdr and its u16.
+        // SAFETY: `ctrl` is the control buffer's base pointer, which holds
+        // CTRL = CMSG_SPACE(2) bytes per message, room for one cmsghdr and
+        // its u16, and `t` is a message of the batch.
         unsafe {
             let c = libc::CMSG_FIRSTHDR(hdr);
             (*c).cmsg_level = libc::SOL_UDP;
@@ -207,18 +216,15 @@ impl TxBatch {
     fn split_trains(&mut self) {
         let mut spans = Vec::with_capacity(self.packets);
         for t in self.sent..self.built {
-            let base = self.iovs[t].iov_base.cast::<u8>();
             for k in 0..self.count[t] {
-                spans.push((base.wrapping_add(k * self.seg[t]), self.seg[t]));
+                spans.push((self.off[t] + k * self.seg[t], self.seg[t]));
             }
         }
         self.built = self.sent;
-        for (base, len) in spans {
+        for (off, len) in spans {
             let t = self.built;
-            self.iovs[t] = libc::iovec {
-                iov_base: base.cast(),
-                iov_len: len,
-            };
+            self.off[t] = off;
+            self.iovs[t].iov_len = len;
             self.seg[t] = len;
             self.count[t] = 1;
             self.built += 1;
@@ -309,10 +315,7 @@ mod tests {
         tx.split_trains();
         assert_eq!(tx.built, 4);
         assert_eq!(&tx.count[..4], &[1, 1, 1, 1]);
-        assert_eq!(
-            tx.iovs[1].iov_base as usize - tx.iovs[0].iov_base as usize,
-            1000
-        );
+        assert_eq!(tx.off[1] - tx.off[0], 1000);
         assert_eq!(tx.iovs[3].iov_len, 500);
     }
 }
