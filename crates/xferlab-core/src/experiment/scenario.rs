@@ -741,6 +741,377 @@ fn check_command(command: &[String], line: usize) -> Result<(), ScenarioError> {
     Ok(())
 }
 
+/// The scenario's commands: one, or a table of named ones.
+fn commands(raw: &RawCommand, command_line: usize) -> Result<Vec<Command>, ScenarioError> {
+    let commands = match raw {
+        RawCommand::One(w) => vec![Command {
+            name: String::new(),
+            words: words(w, command_line, "command")?,
+        }],
+        RawCommand::Named(named) => {
+            if named.0.is_empty() {
+                return Err(err(
+                    command_line,
+                    "`command = {}` names no command; give NAME = \"VERB FLAGS\" pairs",
+                ));
+            }
+            named
+                .0
+                .iter()
+                .map(|(name, w)| {
+                    if name.trim().is_empty() {
+                        return Err(err(command_line, "a named command needs a name"));
+                    }
+                    Ok(Command {
+                        name: name.clone(),
+                        words: words(w, command_line, &format!("command.{name}"))?,
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+    };
+    for c in &commands {
+        check_command(&c.words, command_line)?;
+    }
+    Ok(commands)
+}
+
+/// The lab's own flags (`lab = "..."`) and their line.
+fn lab_flags(
+    raw: &RawScenario,
+    place: Place,
+    lines: &Lines,
+) -> Result<(Vec<String>, usize), ScenarioError> {
+    Ok(match &raw.lab {
+        Some(l) => {
+            let line = lines.of(l.span().start);
+            if place == Place::Loopback {
+                return Err(err(
+                    line,
+                    "`lab` flags need `where = \"lab\"` (or \"vm\": the lab inside the lab VM)",
+                ));
+            }
+            (words(l.get_ref(), line, "lab")?, line)
+        }
+        None => (Vec::new(), 0),
+    })
+}
+
+fn order(raw: &RawScenario, lines: &Lines) -> Result<Order, ScenarioError> {
+    Ok(match &raw.order {
+        None => Order::Sequential,
+        Some(o) => match o.get_ref().as_str() {
+            "sequential" => Order::Sequential,
+            "interleaved" => Order::Interleaved,
+            "shuffled" => Order::Shuffled {
+                seed: raw.seed.unwrap_or(1),
+            },
+            other => {
+                return Err(err(
+                    lines.of(o.span().start),
+                    format!(
+                        "`order` must be sequential, interleaved or shuffled (got \"{other}\")"
+                    ),
+                ))
+            }
+        },
+    })
+}
+
+/// The axes: the named commands first, then [matrix] knobs, then each
+/// [[zip]] group; a value listed twice or a knob on two axes is refused.
+fn axes(
+    raw: &RawScenario,
+    commands: &[Command],
+    command_line: usize,
+    lines: &Lines,
+) -> Result<Vec<Axis>, ScenarioError> {
+    let mut axes: Vec<Axis> = Vec::new();
+    if let RawCommand::Named(_) = raw.command.get_ref() {
+        // First, so each command's points come together.
+        axes.push(Axis {
+            knobs: vec![KnobAt {
+                knob: Knob::variant(),
+                line: command_line,
+            }],
+            values: commands
+                .iter()
+                .map(|c| vec![Value::Arg(c.name.clone())])
+                .collect(),
+        });
+    }
+    let not_an_axis = |k: &KnobAt| {
+        if k.knob.scope == Scope::Variant {
+            Err(err(
+                k.line,
+                "`command` is an axis when the command is a table of named commands (`command = { NAME = \"...\" }`), not a [matrix] entry",
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    for (k, v) in &raw.matrix.0 {
+        let (knob, vals) = values_of(k, v, lines)?;
+        not_an_axis(&knob)?;
+        axes.push(Axis {
+            knobs: vec![knob],
+            values: vals.into_iter().map(|v| vec![v]).collect(),
+        });
+    }
+    for group in &raw.zip {
+        let mut knobs = Vec::new();
+        let mut cols: Vec<Vec<Value>> = Vec::new();
+        for (k, v) in &group.0 {
+            let (knob, vals) = values_of(k, v, lines)?;
+            not_an_axis(&knob)?;
+            if let Some(first) = cols.first() {
+                if first.len() != vals.len() {
+                    return Err(err(
+                        knob.line,
+                        format!(
+                            "`{k}`: a zip group's arrays must have the same length ({} here, {} for `{}`)",
+                            vals.len(),
+                            first.len(),
+                            knobs.first().map(|k: &KnobAt| k.knob.to_string()).unwrap_or_default()
+                        ),
+                    ));
+                }
+            }
+            knobs.push(knob);
+            cols.push(vals);
+        }
+        if knobs.is_empty() {
+            return Err(err(0, "an empty [[zip]] group; give two or more knobs"));
+        }
+        let n = cols[0].len();
+        let values = (0..n)
+            .map(|i| cols.iter().map(|c| c[i].clone()).collect())
+            .collect();
+        axes.push(Axis { knobs, values });
+    }
+    // A step listed twice would make two points with one key.
+    for a in &axes {
+        let mut seen = a.values.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != a.values.len() {
+            return Err(err(
+                a.knobs[0].line,
+                format!(
+                    "`{}`: a value (or, in a zip group, a combination) is listed twice",
+                    a.knobs[0].knob
+                ),
+            ));
+        }
+    }
+    // Each knob on one axis only.
+    let mut seen: Vec<&KnobAt> = Vec::new();
+    for a in &axes {
+        for k in &a.knobs {
+            if let Some(prev) = seen.iter().find(|p| p.knob == k.knob) {
+                return Err(err(
+                    k.line,
+                    format!("knob `{}` is already an axis (line {})", k.knob, prev.line),
+                ));
+            }
+            seen.push(k);
+        }
+    }
+    Ok(axes)
+}
+
+fn overrides(
+    raw: &RawScenario,
+    axes: &[Axis],
+    lines: &Lines,
+) -> Result<Vec<Override>, ScenarioError> {
+    let mut overrides = Vec::new();
+    for o in &raw.overrides {
+        let line = lines.of(o.span().start);
+        let when: Vec<(Knob, Value)> = assignments(o.get_ref().when.get_ref(), lines)?
+            .into_iter()
+            .map(|(k, v)| (k.knob, v))
+            .collect();
+        for (k, _) in &when {
+            if !axes.iter().any(|a| a.knobs.iter().any(|x| &x.knob == k)) {
+                return Err(err(
+                    lines.of(o.get_ref().when.span().start),
+                    format!("override: `when` names `{k}`, which is not an axis of the matrix"),
+                ));
+            }
+        }
+        let set = assignments(o.get_ref().set.get_ref(), lines)?;
+        if let Some((k, _)) = set.iter().find(|(k, _)| k.knob.scope == Scope::Variant) {
+            return Err(err(
+                k.line,
+                "an override cannot set `command`; leave points out with [[exclude]] instead",
+            ));
+        }
+        if when.is_empty() || set.is_empty() {
+            return Err(err(
+                line,
+                "an [[override]] needs `when` and `set`, each with one knob or more",
+            ));
+        }
+        overrides.push(Override { line, when, set });
+    }
+    Ok(overrides)
+}
+
+fn excludes(
+    raw: &RawScenario,
+    axes: &[Axis],
+    lines: &Lines,
+) -> Result<Vec<Vec<(Knob, Value)>>, ScenarioError> {
+    let mut excludes: Vec<Vec<(Knob, Value)>> = Vec::new();
+    for x in &raw.exclude {
+        let line = lines.of(x.span().start);
+        let set = assignments(x.get_ref(), lines)?;
+        if set.is_empty() {
+            return Err(err(
+                line,
+                "an empty [[exclude]]; name the knob values to leave out",
+            ));
+        }
+        for (k, _) in &set {
+            if !axes
+                .iter()
+                .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
+            {
+                return Err(err(
+                    k.line,
+                    format!(
+                        "[[exclude]] names `{}`, which is not an axis of the matrix",
+                        k.knob
+                    ),
+                ));
+            }
+        }
+        excludes.push(set.into_iter().map(|(k, v)| (k.knob, v)).collect());
+    }
+    Ok(excludes)
+}
+
+/// The quick scale: [quick] matrix shortens axes (a zip group keeps its
+/// steps whole), [quick] set applies to every point before the file's own
+/// overrides.
+fn quick(
+    q: &RawQuick,
+    axes: &mut [Axis],
+    overrides: &mut Vec<Override>,
+    lines: &Lines,
+) -> Result<(), ScenarioError> {
+    if let Some(m) = &q.matrix {
+        for (k, v) in &m.0 {
+            let (knob, vals) = values_of(k, v, lines)?;
+            let (axis, at) = axes
+                .iter_mut()
+                .find_map(|a| {
+                    let at = a.knobs.iter().position(|x| x.knob == knob.knob)?;
+                    Some((a, at))
+                })
+                .ok_or_else(|| {
+                    err(
+                        knob.line,
+                        format!("[quick] matrix: `{k}` is not a knob of [matrix] or [[zip]]"),
+                    )
+                })?;
+            if axis.knobs.len() == 1 {
+                axis.values = vals.into_iter().map(|v| vec![v]).collect();
+            } else {
+                // A zip group keeps its steps whole: the quick scale
+                // picks the steps whose value of this knob it names.
+                if let Some(v) = vals
+                    .iter()
+                    .find(|v| !axis.values.iter().any(|s| s[at] == **v))
+                {
+                    return Err(err(
+                        knob.line,
+                        format!(
+                            "[quick] matrix: `{k}` = {} is not one of its [[zip]] group's values; \
+                                 a zip group's quick scale picks among its steps",
+                            v.label()
+                        ),
+                    ));
+                }
+                axis.values.retain(|s| vals.contains(&s[at]));
+            }
+        }
+    }
+    if let Some(s) = &q.set {
+        let set = assignments(s, lines)?;
+        for (k, _) in &set {
+            if axes
+                .iter()
+                .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
+            {
+                return Err(err(
+                    k.line,
+                    format!(
+                        "[quick] set: `{}` is an axis; shorten it with [quick] matrix instead",
+                        k.knob
+                    ),
+                ));
+            }
+        }
+        // Applies to every point, before the file's own overrides
+        // (which are more specific).
+        overrides.insert(
+            0,
+            Override {
+                line: set.first().map(|s| s.0.line).unwrap_or(0),
+                when: Vec::new(),
+                set,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// A value of `command` anywhere (an axis, an override's `when`, an
+/// exclusion) must name one of the commands.
+fn check_command_values(
+    raw: &RawScenario,
+    commands: &[Command],
+    axes: &[Axis],
+    overrides: &[Override],
+    excludes: &[Vec<(Knob, Value)>],
+    lines: &Lines,
+) -> Result<(), ScenarioError> {
+    // A value of `command` anywhere must name one of the commands.
+    let named = |v: &Value| commands.iter().any(|c| Value::Arg(c.name.clone()) == *v);
+    let mut variant_values: Vec<(&Knob, &Value, usize)> = Vec::new();
+    for a in axes {
+        for (i, k) in a.knobs.iter().enumerate() {
+            variant_values.extend(a.values.iter().map(|v| (&k.knob, &v[i], k.line)));
+        }
+    }
+    for o in overrides {
+        variant_values.extend(o.when.iter().map(|(k, v)| (k, v, o.line)));
+    }
+    for (x, set) in raw.exclude.iter().zip(excludes) {
+        let line = lines.of(x.span().start);
+        variant_values.extend(set.iter().map(|(k, v)| (k, v, line)));
+    }
+    for (k, v, line) in variant_values {
+        if k.scope == Scope::Variant && !named(v) {
+            return Err(err(
+                line,
+                format!(
+                    "`command` = \"{}\" names no command; the commands: {}",
+                    v.label(),
+                    commands
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl Scenario {
     /// Whether each point runs through `xferlab lab`: in the network lab
     /// on this host, or in the lab inside the lab VM's guest.
@@ -749,7 +1120,9 @@ impl Scenario {
     }
 
     /// Parses and checks a scenario at the given scale. Errors carry the
-    /// line they concern.
+    /// line they concern. The phases: the commands and where they run,
+    /// the axes ([matrix], [[zip]]), the overrides and exclusions, the
+    /// quick scale, then the checks that need all of them.
     pub fn parse(text: &str, scale: Scale) -> Result<Scenario, ScenarioError> {
         let lines = Lines(text);
         let raw: RawScenario = toml::from_str(text).map_err(|e| {
@@ -757,50 +1130,9 @@ impl Scenario {
             err(line, e.message().trim().to_string())
         })?;
         let command_line = lines.of(raw.command.span().start);
-        let commands = match raw.command.get_ref() {
-            RawCommand::One(w) => vec![Command {
-                name: String::new(),
-                words: words(w, command_line, "command")?,
-            }],
-            RawCommand::Named(named) => {
-                if named.0.is_empty() {
-                    return Err(err(
-                        command_line,
-                        "`command = {}` names no command; give NAME = \"VERB FLAGS\" pairs",
-                    ));
-                }
-                named
-                    .0
-                    .iter()
-                    .map(|(name, w)| {
-                        if name.trim().is_empty() {
-                            return Err(err(command_line, "a named command needs a name"));
-                        }
-                        Ok(Command {
-                            name: name.clone(),
-                            words: words(w, command_line, &format!("command.{name}"))?,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?
-            }
-        };
-        for c in &commands {
-            check_command(&c.words, command_line)?;
-        }
+        let commands = commands(raw.command.get_ref(), command_line)?;
         let place = raw.place.unwrap_or(Place::Loopback);
-        let (lab, lab_line) = match &raw.lab {
-            Some(l) => {
-                let line = lines.of(l.span().start);
-                if place == Place::Loopback {
-                    return Err(err(
-                        line,
-                        "`lab` flags need `where = \"lab\"` (or \"vm\": the lab inside the lab VM)",
-                    ));
-                }
-                (words(l.get_ref(), line, "lab")?, line)
-            }
-            None => (Vec::new(), 0),
-        };
+        let (lab, lab_line) = lab_flags(&raw, place, &lines)?;
         if raw.vm.is_some() && place != Place::Vm {
             return Err(err(0, "a `[vm]` section needs `where = \"vm\"`"));
         }
@@ -808,175 +1140,10 @@ impl Scenario {
             .repeat
             .as_ref()
             .map(|r| (*r.get_ref(), lines.of(r.span().start)));
-        let order = match &raw.order {
-            None => Order::Sequential,
-            Some(o) => match o.get_ref().as_str() {
-                "sequential" => Order::Sequential,
-                "interleaved" => Order::Interleaved,
-                "shuffled" => Order::Shuffled {
-                    seed: raw.seed.unwrap_or(1),
-                },
-                other => {
-                    return Err(err(
-                        lines.of(o.span().start),
-                        format!(
-                            "`order` must be sequential, interleaved or shuffled (got \"{other}\")"
-                        ),
-                    ))
-                }
-            },
-        };
-
-        let mut axes: Vec<Axis> = Vec::new();
-        if let RawCommand::Named(_) = raw.command.get_ref() {
-            // First, so each command's points come together.
-            axes.push(Axis {
-                knobs: vec![KnobAt {
-                    knob: Knob::variant(),
-                    line: command_line,
-                }],
-                values: commands
-                    .iter()
-                    .map(|c| vec![Value::Arg(c.name.clone())])
-                    .collect(),
-            });
-        }
-        let not_an_axis = |k: &KnobAt| {
-            if k.knob.scope == Scope::Variant {
-                Err(err(
-                    k.line,
-                    "`command` is an axis when the command is a table of named commands (`command = { NAME = \"...\" }`), not a [matrix] entry",
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        for (k, v) in &raw.matrix.0 {
-            let (knob, vals) = values_of(k, v, &lines)?;
-            not_an_axis(&knob)?;
-            axes.push(Axis {
-                knobs: vec![knob],
-                values: vals.into_iter().map(|v| vec![v]).collect(),
-            });
-        }
-        for group in &raw.zip {
-            let mut knobs = Vec::new();
-            let mut cols: Vec<Vec<Value>> = Vec::new();
-            for (k, v) in &group.0 {
-                let (knob, vals) = values_of(k, v, &lines)?;
-                not_an_axis(&knob)?;
-                if let Some(first) = cols.first() {
-                    if first.len() != vals.len() {
-                        return Err(err(
-                            knob.line,
-                            format!(
-                                "`{k}`: a zip group's arrays must have the same length ({} here, {} for `{}`)",
-                                vals.len(),
-                                first.len(),
-                                knobs.first().map(|k: &KnobAt| k.knob.to_string()).unwrap_or_default()
-                            ),
-                        ));
-                    }
-                }
-                knobs.push(knob);
-                cols.push(vals);
-            }
-            if knobs.is_empty() {
-                return Err(err(0, "an empty [[zip]] group; give two or more knobs"));
-            }
-            let n = cols[0].len();
-            let values = (0..n)
-                .map(|i| cols.iter().map(|c| c[i].clone()).collect())
-                .collect();
-            axes.push(Axis { knobs, values });
-        }
-        // A step listed twice would make two points with one key.
-        for a in &axes {
-            let mut seen = a.values.clone();
-            seen.sort();
-            seen.dedup();
-            if seen.len() != a.values.len() {
-                return Err(err(
-                    a.knobs[0].line,
-                    format!(
-                        "`{}`: a value (or, in a zip group, a combination) is listed twice",
-                        a.knobs[0].knob
-                    ),
-                ));
-            }
-        }
-        // Each knob on one axis only.
-        let mut seen: Vec<&KnobAt> = Vec::new();
-        for a in &axes {
-            for k in &a.knobs {
-                if let Some(prev) = seen.iter().find(|p| p.knob == k.knob) {
-                    return Err(err(
-                        k.line,
-                        format!("knob `{}` is already an axis (line {})", k.knob, prev.line),
-                    ));
-                }
-                seen.push(k);
-            }
-        }
-
-        let mut overrides = Vec::new();
-        for o in &raw.overrides {
-            let line = lines.of(o.span().start);
-            let when: Vec<(Knob, Value)> = assignments(o.get_ref().when.get_ref(), &lines)?
-                .into_iter()
-                .map(|(k, v)| (k.knob, v))
-                .collect();
-            for (k, _) in &when {
-                if !axes.iter().any(|a| a.knobs.iter().any(|x| &x.knob == k)) {
-                    return Err(err(
-                        lines.of(o.get_ref().when.span().start),
-                        format!("override: `when` names `{k}`, which is not an axis of the matrix"),
-                    ));
-                }
-            }
-            let set = assignments(o.get_ref().set.get_ref(), &lines)?;
-            if let Some((k, _)) = set.iter().find(|(k, _)| k.knob.scope == Scope::Variant) {
-                return Err(err(
-                    k.line,
-                    "an override cannot set `command`; leave points out with [[exclude]] instead",
-                ));
-            }
-            if when.is_empty() || set.is_empty() {
-                return Err(err(
-                    line,
-                    "an [[override]] needs `when` and `set`, each with one knob or more",
-                ));
-            }
-            overrides.push(Override { line, when, set });
-        }
-
-        let mut excludes: Vec<Vec<(Knob, Value)>> = Vec::new();
-        for x in &raw.exclude {
-            let line = lines.of(x.span().start);
-            let set = assignments(x.get_ref(), &lines)?;
-            if set.is_empty() {
-                return Err(err(
-                    line,
-                    "an empty [[exclude]]; name the knob values to leave out",
-                ));
-            }
-            for (k, _) in &set {
-                if !axes
-                    .iter()
-                    .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
-                {
-                    return Err(err(
-                        k.line,
-                        format!(
-                            "[[exclude]] names `{}`, which is not an axis of the matrix",
-                            k.knob
-                        ),
-                    ));
-                }
-            }
-            excludes.push(set.into_iter().map(|(k, v)| (k.knob, v)).collect());
-        }
-
+        let order = order(&raw, &lines)?;
+        let mut axes = axes(&raw, &commands, command_line, &lines)?;
+        let mut overrides = overrides(&raw, &axes, &lines)?;
+        let excludes = excludes(&raw, &axes, &lines)?;
         let has_quick = raw.quick.is_some();
         if scale == Scale::Quick {
             let q = raw.quick.as_ref().ok_or_else(|| {
@@ -988,71 +1155,8 @@ impl Scenario {
             if let Some(r) = &q.repeat {
                 repeat = Some((*r.get_ref(), lines.of(r.span().start)));
             }
-            if let Some(m) = &q.matrix {
-                for (k, v) in &m.0 {
-                    let (knob, vals) = values_of(k, v, &lines)?;
-                    let (axis, at) = axes
-                        .iter_mut()
-                        .find_map(|a| {
-                            let at = a.knobs.iter().position(|x| x.knob == knob.knob)?;
-                            Some((a, at))
-                        })
-                        .ok_or_else(|| {
-                            err(
-                                knob.line,
-                                format!(
-                                    "[quick] matrix: `{k}` is not a knob of [matrix] or [[zip]]"
-                                ),
-                            )
-                        })?;
-                    if axis.knobs.len() == 1 {
-                        axis.values = vals.into_iter().map(|v| vec![v]).collect();
-                    } else {
-                        // A zip group keeps its steps whole: the quick scale
-                        // picks the steps whose value of this knob it names.
-                        if let Some(v) = vals
-                            .iter()
-                            .find(|v| !axis.values.iter().any(|s| s[at] == **v))
-                        {
-                            return Err(err(
-                                knob.line,
-                                format!(
-                                    "[quick] matrix: `{k}` = {} is not one of its [[zip]] group's values; \
-                                     a zip group's quick scale picks among its steps",
-                                    v.label()
-                                ),
-                            ));
-                        }
-                        axis.values.retain(|s| vals.contains(&s[at]));
-                    }
-                }
-            }
-            if let Some(s) = &q.set {
-                let set = assignments(s, &lines)?;
-                for (k, _) in &set {
-                    if axes
-                        .iter()
-                        .any(|a| a.knobs.iter().any(|x| x.knob == k.knob))
-                    {
-                        return Err(err(
-                            k.line,
-                            format!("[quick] set: `{}` is an axis; shorten it with [quick] matrix instead", k.knob),
-                        ));
-                    }
-                }
-                // Applies to every point, before the file's own overrides
-                // (which are more specific).
-                overrides.insert(
-                    0,
-                    Override {
-                        line: set.first().map(|s| s.0.line).unwrap_or(0),
-                        when: Vec::new(),
-                        set,
-                    },
-                );
-            }
+            quick(q, &mut axes, &mut overrides, &lines)?;
         }
-
         let (repeat, repeat_line) = repeat.unwrap_or((1, 0));
         if repeat == 0 || repeat > 1000 {
             return Err(err(
@@ -1060,39 +1164,7 @@ impl Scenario {
                 format!("`repeat` must be 1-1000 (got {repeat})"),
             ));
         }
-
-        // A value of `command` anywhere must name one of the commands.
-        let named = |v: &Value| commands.iter().any(|c| Value::Arg(c.name.clone()) == *v);
-        let mut variant_values: Vec<(&Knob, &Value, usize)> = Vec::new();
-        for a in &axes {
-            for (i, k) in a.knobs.iter().enumerate() {
-                variant_values.extend(a.values.iter().map(|v| (&k.knob, &v[i], k.line)));
-            }
-        }
-        for o in &overrides {
-            variant_values.extend(o.when.iter().map(|(k, v)| (k, v, o.line)));
-        }
-        for (x, set) in raw.exclude.iter().zip(&excludes) {
-            let line = lines.of(x.span().start);
-            variant_values.extend(set.iter().map(|(k, v)| (k, v, line)));
-        }
-        for (k, v, line) in variant_values {
-            if k.scope == Scope::Variant && !named(v) {
-                return Err(err(
-                    line,
-                    format!(
-                        "`command` = \"{}\" names no command; the commands: {}",
-                        v.label(),
-                        commands
-                            .iter()
-                            .map(|c| c.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                ));
-            }
-        }
-
+        check_command_values(&raw, &commands, &axes, &overrides, &excludes, &lines)?;
         let scenario = Scenario {
             title: raw.title,
             description: raw.description,
