@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use xferlab_core::counters::{parse_dev, parse_snmp, parse_snmp6, CounterSnapshot};
-use xferlab_core::link::report::LabHost;
+use xferlab_core::link::report::{LabHost, RttProbe};
 use xferlab_core::link::LinkConfig;
 
 use crate::output::Format;
@@ -503,24 +503,91 @@ impl Lab {
         }
         let before = self.snapshots()?;
         let ticks_before = sys::cpu::cpu_ticks();
+        let spin = spin_choice(plan);
+        self.start_forwarders(plan, &wiring, &spin)?;
+        self.start_servers(plan, &ns_of)?;
+        self.check_interrupt()?;
 
-        // The forwarders' busy-wait: given, or from this machine's timer.
-        let timer = wakeup::calibrate(plan.realtime);
-        let spin = match plan.spin {
-            Spin::Us(us) => report::SpinChoice {
-                us,
-                auto: false,
-                timer,
-            },
-            Spin::Auto => report::SpinChoice {
-                us: wakeup::auto_spin_us(&timer),
-                auto: true,
-                timer,
-            },
+        let probe = if plan.probe {
+            Some(probe_path(plan, &ns_of)?)
+        } else {
+            None
         };
+        self.check_interrupt()?;
 
-        // Forwarders: c2s reads the client hosts' devices and writes the
-        // far end's, s2c the reverse; each carries every hop in series.
+        // Programs: exec'd ones first (a test may need their server), then
+        // the tests, all at once.
+        let tests: Vec<&HostTest> = plan
+            .programs
+            .iter()
+            .filter_map(|p| match p {
+                Program::Test(t) => Some(t),
+                Program::Exec { .. } => None,
+            })
+            .collect();
+        let (statuses, texts) = self.run_programs(plan, &tests, &hosts, &ns_of)?;
+
+        // Deliver what is still in flight, then stop the forwarders.
+        self.stop.store(true, Ordering::Relaxed);
+        let reports: Vec<ForwardReport> = self
+            .forwarders
+            .drain(..)
+            .map(|h| h.join().map_err(|_| anyhow!("a forwarder thread panicked")))
+            .collect::<Result<_, _>>()?;
+        let after = self.snapshots()?;
+        let host_steal_percent = ticks_before
+            .zip(sys::cpu::cpu_ticks())
+            .and_then(|(b, a)| xferlab_core::steal::steal_percent(b, a));
+        stop_children(&mut self.children);
+
+        let report = report::assemble(
+            plan,
+            hosts,
+            &reports,
+            &wiring,
+            (&before, &after),
+            probe,
+            report::Setup {
+                spin,
+                udp_offload: self.udp_offload,
+                host_steal_percent,
+            },
+        );
+        let invalid = !report.accuracy.valid;
+        if plan.single {
+            report::emit(plan, &report, &texts[0])?;
+        } else if !tests.is_empty() {
+            report::emit_many(plan, &report, &tests, &texts, &statuses)?;
+        }
+        if invalid {
+            eprintln!(
+                "xferlab: LAB RUN INVALID: {}",
+                report.accuracy.violations.join("; ")
+            );
+        }
+        let failed = statuses.iter().find_map(|s| match s {
+            Some(0) => None,
+            Some(c) => Some(*c as u8),
+            None => Some(1),
+        });
+        let code = match failed {
+            Some(c) => c,
+            _ if INTERRUPTS.load(Ordering::Relaxed) > 0 => 130,
+            _ if invalid && !plan.allow_invalid && !tests.is_empty() => 1,
+            _ => 0,
+        };
+        Ok(ExitCode::from(code))
+    }
+
+    /// Forwarders: c2s reads the client hosts' devices and writes the far
+    /// end's, s2c the reverse; each carries every hop in series. With a
+    /// router, its plain hop to the server too.
+    fn start_forwarders(
+        &mut self,
+        plan: &Plan,
+        wiring: &Wiring,
+        spin: &report::SpinChoice,
+    ) -> anyhow::Result<()> {
         let epoch = Instant::now();
         let epoch_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -578,9 +645,12 @@ impl Lab {
                 self.start_forwarder(leg, plan, (epoch, epoch_unix_ns), spin.us * 1000)?;
             }
         }
+        Ok(())
+    }
 
-        // A server in every server host, on every address there (IPv4 and
-        // IPv6 on one dual-stack socket).
+    /// A server in every server host, on every address there (IPv4 and
+    /// IPv6 on one dual-stack socket), listening when this returns.
+    fn start_servers(&mut self, plan: &Plan, ns_of: &dyn Fn(&str) -> String) -> anyhow::Result<()> {
         let mut pending = Vec::new();
         for h in &plan.servers {
             // Room for every test aimed at it (the server's default limit
@@ -611,38 +681,18 @@ impl Lab {
         for (name, out) in pending {
             wait_listening(out, &name)?;
         }
-        self.check_interrupt()?;
+        Ok(())
+    }
 
-        let probe = if plan.probe {
-            let one_way = |c: &LinkConfig| {
-                c.delay_ns as f64 / 1e3 + c.rate_bps.map_or(0.0, |r| 48.0 * 8.0 * 1e6 / r as f64)
-            };
-            let expected: f64 = plan.hops.iter().map(|(a, b)| one_way(a) + one_way(b)).sum();
-            let target =
-                SocketAddr::from((addrs(plan.server_seg(), server_id(0)).0, probe::PROBE_PORT));
-            Some(probe::measure(
-                &ns_of(&plan.clients[0].name),
-                &ns_of(&plan.servers[0].name),
-                target,
-                10,
-                Duration::from_millis(5),
-                expected,
-            )?)
-        } else {
-            None
-        };
-        self.check_interrupt()?;
-
-        // Programs: exec'd ones first (a test may need their server), then
-        // the tests, all at once.
-        let tests: Vec<&HostTest> = plan
-            .programs
-            .iter()
-            .filter_map(|p| match p {
-                Program::Test(t) => Some(t),
-                Program::Exec { .. } => None,
-            })
-            .collect();
+    /// Runs the exec'd programs, then the tests; the tests' exit statuses
+    /// and captured outputs (the exec'd programs' when there is no test).
+    fn run_programs(
+        &mut self,
+        plan: &Plan,
+        tests: &[&HostTest],
+        hosts: &[LabHost],
+        ns_of: &dyn Fn(&str) -> String,
+    ) -> anyhow::Result<(Vec<Option<i32>>, Vec<String>)> {
         let mut execs = Vec::new();
         for p in &plan.programs {
             if let Program::Exec { host, argv } = p {
@@ -664,12 +714,12 @@ impl Lab {
         }
         if !tests.is_empty() && !execs.is_empty() {
             // A server an exec started must listen before a test connects.
-            wait_exec_listening(&execs, &hosts, plan);
+            wait_exec_listening(&execs, hosts, plan);
         }
         let capture = !plan.single || (plan.format == Format::Json && plan.output.is_none());
         let mut running = Vec::new();
         let mut outputs = Vec::new();
-        for t in &tests {
+        for t in tests {
             let stdout = if capture {
                 Stdio::piped()
             } else {
@@ -695,57 +745,7 @@ impl Lab {
             .map(|h| h.and_then(|h| h.join().ok()).unwrap_or_default())
             .collect();
         self.children.extend(execs);
-
-        // Deliver what is still in flight, then stop the forwarders.
-        self.stop.store(true, Ordering::Relaxed);
-        let reports: Vec<ForwardReport> = self
-            .forwarders
-            .drain(..)
-            .map(|h| h.join().map_err(|_| anyhow!("a forwarder thread panicked")))
-            .collect::<Result<_, _>>()?;
-        let after = self.snapshots()?;
-        let host_steal_percent = ticks_before
-            .zip(sys::cpu::cpu_ticks())
-            .and_then(|(b, a)| xferlab_core::steal::steal_percent(b, a));
-        stop_children(&mut self.children);
-
-        let report = report::assemble(
-            plan,
-            hosts,
-            &reports,
-            &wiring,
-            (&before, &after),
-            probe,
-            report::Setup {
-                spin,
-                udp_offload: self.udp_offload,
-                host_steal_percent,
-            },
-        );
-        let invalid = !report.accuracy.valid;
-        if plan.single {
-            report::emit(plan, &report, &texts[0])?;
-        } else if !tests.is_empty() {
-            report::emit_many(plan, &report, &tests, &texts, &statuses)?;
-        }
-        if invalid {
-            eprintln!(
-                "xferlab: LAB RUN INVALID: {}",
-                report.accuracy.violations.join("; ")
-            );
-        }
-        let failed = statuses.iter().find_map(|s| match s {
-            Some(0) => None,
-            Some(c) => Some(*c as u8),
-            None => Some(1),
-        });
-        let code = match failed {
-            Some(c) => c,
-            _ if INTERRUPTS.load(Ordering::Relaxed) > 0 => 130,
-            _ if invalid && !plan.allow_invalid && !tests.is_empty() => 1,
-            _ => 0,
-        };
-        Ok(ExitCode::from(code))
+        Ok((statuses, texts))
     }
 
     fn teardown(&mut self) {
@@ -809,6 +809,41 @@ fn wait_listening(out: Option<std::process::ChildStdout>, host: &str) -> anyhow:
         Ok(true) => Ok(()),
         _ => bail!("the xferlab server in lab host {host} did not start"),
     }
+}
+
+/// The forwarders' busy-wait: given, or from this machine's timer.
+fn spin_choice(plan: &Plan) -> report::SpinChoice {
+    let timer = wakeup::calibrate(plan.realtime);
+    match plan.spin {
+        Spin::Us(us) => report::SpinChoice {
+            us,
+            auto: false,
+            timer,
+        },
+        Spin::Auto => report::SpinChoice {
+            us: wakeup::auto_spin_us(&timer),
+            auto: true,
+            timer,
+        },
+    }
+}
+
+/// The probe's round trip through every hop, with what the hops' delays
+/// and serialization add up to.
+fn probe_path(plan: &Plan, ns_of: &dyn Fn(&str) -> String) -> anyhow::Result<RttProbe> {
+    let one_way = |c: &LinkConfig| {
+        c.delay_ns as f64 / 1e3 + c.rate_bps.map_or(0.0, |r| 48.0 * 8.0 * 1e6 / r as f64)
+    };
+    let expected: f64 = plan.hops.iter().map(|(a, b)| one_way(a) + one_way(b)).sum();
+    let target = SocketAddr::from((addrs(plan.server_seg(), server_id(0)).0, probe::PROBE_PORT));
+    probe::measure(
+        &ns_of(&plan.clients[0].name),
+        &ns_of(&plan.servers[0].name),
+        target,
+        10,
+        Duration::from_millis(5),
+        expected,
+    )
 }
 
 /// Waits for the tests (or, without tests, the exec'd programs): Ctrl-C
