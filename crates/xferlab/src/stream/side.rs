@@ -80,13 +80,10 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd(), rate)?;
             }
         }
-        let mut stamps = None;
-        if let FlowSocket::Datagram(s) = &socket {
-            if role == FlowRole::Receiver {
-                transport::datagram::size_receive_buffer(s, spec.transport, &spec.knobs);
-                stamps = transport::datagram::stamp_arrivals(s, spec.transport, &spec.knobs);
-            }
-        }
+        let stamps = match &socket {
+            FlowSocket::Datagram(s) => io.prepare_flow(s, role, &spec.knobs),
+            FlowSocket::Stream(_) => None,
+        };
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
         settings.rx_stamps = stamps;
         let usable = sys::affinity::usable_cpus().unwrap_or_default();

@@ -56,7 +56,7 @@ use std::time::Duration;
 use socket2::{Domain, SockRef, Socket};
 use xferlab_core::interval::Reading;
 use xferlab_core::result::{Endpoint, FlowRole};
-use xferlab_core::spec::{Knobs, TestSpec};
+use xferlab_core::spec::{Knobs, RxStamps, TestSpec};
 #[cfg(doc)]
 use xferlab_core::transport::TransportModel;
 pub use xferlab_core::transport::{Carrier, OwnKnobs, Transport};
@@ -223,6 +223,15 @@ pub trait TransportIo: Sync {
         _local: IpAddr,
         _wait: &AttachWait,
     ) -> Option<Result<Vec<u16>, String>> {
+        None
+    }
+
+    /// Sets up a datagram flow's socket for its `role` at either end,
+    /// before the side reads its settings back, so the result's `socket`
+    /// section records what the flow runs with. Returns where a receiver
+    /// takes arrival times from, for transports whose receivers stamp
+    /// them through the carrier's path (UDP's); None for the rest.
+    fn prepare_flow(&self, _sock: &UdpSocket, _role: FlowRole, _knobs: &Knobs) -> Option<RxStamps> {
         None
     }
 

@@ -29,8 +29,8 @@ use xferlab_core::dccp::ccid::{CcidState, EpisodeState, EventCounts};
 use xferlab_core::dccp::Stats;
 use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
-use xferlab_core::spec::{Knobs, TestSpec};
-use xferlab_core::transport::dccp::DccpCounters;
+use xferlab_core::spec::{Knobs, RxStamps, TestSpec};
+use xferlab_core::transport::dccp::{DccpCarrier, DccpCounters};
 use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
@@ -61,7 +61,7 @@ impl TransportIo for Dccp {
         // The raw IP carrier is the client's own only when its DCCP is
         // xferlab's (a kernel client's is the kernel's IP).
         if knobs.own.dccp.is_some_and(|d| {
-            d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip
+            d.carrier == DccpCarrier::Ip
                 && d.stack == xferlab_core::transport::dccp::DccpStack::Xferlab
         }) {
             raw::socket(Domain::IPV4).map(drop)?;
@@ -102,6 +102,20 @@ impl TransportIo for Dccp {
             return Some(path::listen_in_band(spec, local, wait.clone()));
         }
         kernel::serves(&spec.knobs).then(|| kernel::listen(spec, local, wait.clone()))
+    }
+
+    /// xferlab's DCCP over UDP sizes the flow's socket for its path here,
+    /// in either role (both ends send: data one way, acknowledgements the
+    /// other), so the result records the buffers the path runs with. Over
+    /// raw IP the path prepares its raw socket itself; kernel DCCP keeps
+    /// the system's defaults (its queues are part of the protocol
+    /// studied) and stamps arrivals itself.
+    fn prepare_flow(&self, sock: &UdpSocket, _role: FlowRole, knobs: &Knobs) -> Option<RxStamps> {
+        let over_udp = knobs.own.dccp.unwrap_or_default().carrier == DccpCarrier::Udp;
+        if over_udp && !kernel::is_kernel(sock) {
+            path::prepare_udp(sock, knobs);
+        }
+        None
     }
 
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
