@@ -65,8 +65,9 @@ pub struct ConnectedFlow {
 }
 
 impl ConnectedFlow {
-    /// Reads back the socket's settings and, for senders, applies the
-    /// pacing cap (only meaningful on the sending socket).
+    /// Applies the pacing cap to senders (only meaningful on the sending
+    /// socket), lets the transport prepare a datagram flow's socket, then
+    /// reads back the socket's settings.
     pub fn new(
         plan: FlowPlan,
         socket: FlowSocket,

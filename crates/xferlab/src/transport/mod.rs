@@ -23,8 +23,9 @@
 //!    [`TransportIo::read`] (what a flow's interval carries). It overrides
 //!    [`TransportIo::flag`] to be picked on the command line,
 //!    [`TransportIo::listener`] when the server's ports must accept its
-//!    connections, and [`TransportIo::run`] for a data path other than its
-//!    carrier's. Register it in [`REGISTRY`]; flags of its own are a
+//!    connections, [`TransportIo::prepare_flow`] to set up its datagram
+//!    flows' sockets and [`TransportIo::run`] for a data path other than
+//!    its carrier's. Register it in [`REGISTRY`]; flags of its own are a
 //!    clap `Args` struct in its module and a field of [`OwnArgs`].
 //!
 //! MPTCP is the worked example: `xferlab_core::transport::mptcp` (model,
