@@ -220,7 +220,7 @@ impl Side {
                 settings: c.settings,
                 sizes: c.sizes,
                 socket: Arc::new(c.socket),
-                shared: Arc::new(FlowShared::default()),
+                shared: Arc::new(FlowShared::of(c.io)),
                 meter: None,
                 thread: None,
                 slot: Arc::default(),

@@ -26,7 +26,9 @@
 //!    connections, [`TransportIo::prepare_flow`] to set up its datagram
 //!    flows' sockets and [`TransportIo::run`] for a data path other than
 //!    its carrier's. Register it in [`REGISTRY`]; flags of its own are a
-//!    clap `Args` struct in its module and a field of [`OwnArgs`].
+//!    clap `Args` struct in its module and a field of [`OwnArgs`], state
+//!    its flow threads publish for `read` a variant of [`OwnShared`]
+//!    ([`TransportIo::own_shared`]).
 //!
 //! MPTCP is the worked example: `xferlab_core::transport::mptcp` (model,
 //! subflow counters and their section) and `mptcp` here (socket, listener,
@@ -98,6 +100,20 @@ impl OwnArgs {
     pub fn gso(&self, transport: Transport, gso: bool) -> Result<bool, String> {
         self.dccp.gso(transport == Transport::Dccp, gso)
     }
+}
+
+/// What a flow thread publishes for the interval reader beyond its bytes
+/// and datagram counters: a variant per transport that reads such state
+/// (its registration), made by [`TransportIo::own_shared`].
+// One per flow, made once and shared behind its Arc: the size of the
+// variants costs nothing, and boxing would add a pointer hop to every
+// publication of the data path.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Default)]
+pub enum OwnShared {
+    #[default]
+    None,
+    Dccp(dccp::DccpShared),
 }
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
@@ -246,6 +262,12 @@ pub trait TransportIo: Sync {
             }
             FlowSocket::Datagram(_) => Ok(()),
         }
+    }
+
+    /// The slot in [`FlowShared`] where this transport's flow threads
+    /// publish state of their own for [`TransportIo::read`].
+    fn own_shared(&self) -> OwnShared {
+        OwnShared::None
     }
 
     /// The flow's state at an interval boundary: its byte count, and what

@@ -34,7 +34,7 @@ use xferlab_core::transport::dccp::{DccpCarrier, DccpCounters};
 use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
-use super::{Flag, FlowJob, FlowSocket, Transport, TransportIo};
+use super::{Flag, FlowJob, FlowSocket, OwnShared, Transport, TransportIo};
 use crate::transport::attach::AttachWait;
 
 pub struct Dccp;
@@ -118,6 +118,10 @@ impl TransportIo for Dccp {
         None
     }
 
+    fn own_shared(&self) -> OwnShared {
+        OwnShared::Dccp(DccpShared::default())
+    }
+
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
         if kernel::is_kernel(socket) {
             return kernel::read(socket, role, shared);
@@ -125,7 +129,10 @@ impl TransportIo for Dccp {
         Reading {
             bytes: shared.bytes.load(Ordering::Relaxed),
             udp: Some(shared.udp.read()),
-            transport: Some(TransportCounters::Dccp(shared.dccp.read())),
+            transport: match &shared.own {
+                OwnShared::Dccp(d) => Some(TransportCounters::Dccp(d.read())),
+                OwnShared::None => None,
+            },
             ..Reading::default()
         }
     }

@@ -55,7 +55,7 @@ use super::super::datagram::{
     describe, publish, realtime_ns, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
 };
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
-use super::super::{FlowJob, FlowSocket};
+use super::super::{FlowJob, FlowSocket, OwnShared};
 use super::raw;
 use super::tx::TxBatch;
 use crate::control::Wake;
@@ -518,9 +518,9 @@ impl<'a> Path<'a> {
         // A receiver's own CCID only paces its acknowledgements: its state
         // would read as the flow's, so only senders report one.
         let state = self.conn.ccid_state().filter(|_| sender);
-        shared
-            .dccp
-            .publish(ccid, state, &s, taken.not_dccp, app_rate);
+        if let OwnShared::Dccp(d) = &shared.own {
+            d.publish(ccid, state, &s, taken.not_dccp, app_rate);
+        }
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
             shared.udp.packets.store(s.data_sent, Ordering::Relaxed);
