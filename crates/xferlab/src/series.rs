@@ -21,7 +21,7 @@ use xferlab_core::datagram::{
 };
 use xferlab_core::result::{Status, TestResult};
 use xferlab_core::spec::TestSpec;
-use xferlab_core::transport::Carrier;
+use xferlab_core::transport::{Carrier, TrialSection};
 use xferlab_core::units::{gap_rate, RateUnit};
 
 use crate::driver::Interrupts;
@@ -59,54 +59,10 @@ pub struct Point {
     /// The test itself did not complete (its error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Over DCCP with SafeUDP (CCID 248): what the CCID told the
-    /// application and did, from the test's result.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub safeudp: Option<SafeUdpTrial>,
-}
-
-/// SafeUDP's reaction in one trial (`--ccid safeudp --on-congestion ...`),
-/// read from the test's result as an experiment reads a stream run's
-/// (`xferlab_core::experiment::metrics`, the same names): seconds into the
-/// test at the end of the first interval that showed each step; absent
-/// where it never came.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SafeUdpTrial {
-    /// The first persistent network congestion notice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notice_s: Option<f64>,
-    /// The application first offered less than the trial's rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub app_lowered_s: Option<f64>,
-    /// The CCID first enforced its TCP-friendly bound by dropping.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enforced_s: Option<f64>,
-    /// Datagrams the CCID dropped (enforcing), all sender flows.
-    pub ccid_drops: u64,
-}
-
-impl SafeUdpTrial {
-    /// From a finished test's result; None unless it ran SafeUDP.
-    fn of(spec: &TestSpec, r: &TestResult) -> Option<SafeUdpTrial> {
-        use xferlab_core::experiment::metrics;
-        if spec
-            .knobs
-            .own
-            .dccp
-            .is_none_or(|d| d.ccid != xferlab_core::dccp::ccid::safeudp::CCID)
-        {
-            return None;
-        }
-        let doc = serde_json::to_value(r).ok()?;
-        let ms = metrics::extract(&doc);
-        let get = |n: &str| ms.iter().find(|m| m.name == n).map(|m| m.value);
-        Some(SafeUdpTrial {
-            notice_s: get("notice_s"),
-            app_lowered_s: get("app_lowered_s"),
-            enforced_s: get("enforced_s"),
-            ccid_drops: get("ccid_drops").unwrap_or(0.0) as u64,
-        })
-    }
+    /// What the transport keeps of the test beyond these figures
+    /// (`TransportModel::trial_section`), under its own name.
+    #[serde(flatten)]
+    pub own: Option<TrialSection>,
 }
 
 impl Point {
@@ -129,7 +85,9 @@ impl Point {
             error: (r.status != Status::Ok)
                 .then(|| r.errors.join("; "))
                 .filter(|e| !e.is_empty()),
-            safeudp: SafeUdpTrial::of(spec, r),
+            own: serde_json::to_value(r)
+                .ok()
+                .and_then(|doc| spec.transport.model().trial_section(&spec.knobs, &doc)),
         };
         for d in &r.summary.directions {
             p.sender_bps += d.sender.bits_per_second;
@@ -314,17 +272,8 @@ pub fn run_cbr(
                     point.host_drops,
                     point.late
                 )?;
-                if let Some(su) = &point.safeudp {
-                    let at =
-                        |t: Option<f64>| t.map_or("never".to_string(), |t| format!("at {t:.1} s"));
-                    writeln!(
-                        out,
-                        "        SafeUDP: congestion notice {}, application lowered its rate {}, CCID enforced {} ({} datagrams dropped)",
-                        at(su.notice_s),
-                        at(su.app_lowered_s),
-                        at(su.enforced_s),
-                        su.ccid_drops
-                    )?;
+                if let Some(own) = &point.own {
+                    writeln!(out, "        {}", own.describe())?;
                 }
                 out.flush().ok();
             }

@@ -29,7 +29,7 @@ const BINARY: &[&[&str]] = &[
 
 /// The core's floors, lowest first.
 const CORE: &[&[&str]] = &[
-    &["time", "units", "csum", "steal", "latency"],
+    &["time", "units", "csum", "steal", "latency", "jsondoc"],
     &["datagram", "dccp", "load", "outbox"],
     &["usb"],
     &["link"],

@@ -9,17 +9,21 @@
 //! carry xferlab's sequence number and send time inside DCCP's payload,
 //! so the receiver counts loss, reordering and jitter as for UDP).
 
+mod metrics;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Carrier, TransportModel};
+use super::{Carrier, TransportModel, TrialSection};
 use crate::dccp::ccid::{safeudp, CcidState, EpisodeState, EventCounts};
 use crate::dccp::react::OnCongestion;
 use crate::dccp::Stats;
+use crate::jsondoc::MetricInfo;
 use crate::spec::limits::{MAX_BATCH, MIN_DATAGRAM};
 use crate::spec::{Knobs, RecvMode, SendMode, SpecError};
 use crate::units::{format_bytes, Micros, RateUnit};
+pub use metrics::SafeUdpTrial;
 
 /// The service code xferlab's DCCP servers accept (RFC 4340 sec. 8.1.2):
 /// "XFLB" in ASCII, as a port names a service.
@@ -116,6 +120,22 @@ impl TransportModel for Dccp {
 
     fn congestion_controlled(&self) -> bool {
         true
+    }
+
+    fn metrics(&self) -> &'static [MetricInfo] {
+        metrics::METRICS
+    }
+
+    fn measure(&self, doc: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+        metrics::measure(doc, out);
+    }
+
+    fn measure_trial(&self, trial: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+        metrics::measure_trial(trial, out);
+    }
+
+    fn trial_section(&self, knobs: &Knobs, doc: &serde_json::Value) -> Option<TrialSection> {
+        SafeUdpTrial::of(knobs, doc).map(TrialSection::SafeUdp)
     }
 }
 

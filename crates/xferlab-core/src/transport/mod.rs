@@ -40,7 +40,9 @@ pub mod udp;
 mod usb_bulk;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
+use crate::jsondoc::MetricInfo;
 use crate::spec::{Knobs, SpecError};
 
 /// What carries the data (the `transport` of a test spec).
@@ -159,6 +161,47 @@ pub trait TransportModel: Sync {
     /// given (DCCP), rather than defaulting to UDP's 1 Mbit/s.
     fn congestion_controlled(&self) -> bool {
         false
+    }
+
+    /// The headline metrics an experiment reads from this transport's own
+    /// result sections, as `experiment::metrics::METRICS` lists the
+    /// shared ones (the model's docs hold their table).
+    fn metrics(&self) -> &'static [MetricInfo] {
+        &[]
+    }
+
+    /// Reads [`TransportModel::metrics`] out of a result document (any
+    /// transport's: a section that is not there gives nothing), each one
+    /// found as (name, value).
+    fn measure(&self, _doc: &Value, _out: &mut dyn FnMut(&'static str, f64)) {}
+
+    /// The same metrics out of one trial of a cbr document, from its
+    /// [`TrialSection`].
+    fn measure_trial(&self, _trial: &Value, _out: &mut dyn FnMut(&'static str, f64)) {}
+
+    /// What a series trial (cbr, sweep) keeps of a finished test over
+    /// this transport, beyond the datagram figures every trial has, from
+    /// its result document; None where the knobs give nothing to keep.
+    fn trial_section(&self, _knobs: &Knobs, _doc: &Value) -> Option<TrialSection> {
+        None
+    }
+}
+
+/// A transport's own part of a series trial, from
+/// [`TransportModel::trial_section`]: a variant per transport that keeps
+/// one (its registration), flattened into the trial as `"name": {...}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum TrialSection {
+    #[serde(rename = "safeudp")]
+    SafeUdp(dccp::SafeUdpTrial),
+}
+
+impl TrialSection {
+    /// One line for people, under the trial's row.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::SafeUdp(t) => t.describe(),
+        }
     }
 }
 
