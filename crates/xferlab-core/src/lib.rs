@@ -18,6 +18,7 @@ pub mod fuzz;
 pub mod interval;
 pub mod iperf3;
 pub mod jsondoc;
+pub mod knobs;
 pub mod latency;
 pub mod link;
 pub mod load;

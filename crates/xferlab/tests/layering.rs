@@ -33,8 +33,9 @@ const CORE: &[&[&str]] = &[
     &["datagram", "dccp", "load", "outbox"],
     &["usb"],
     &["link"],
-    &["spec"],
+    &["knobs"],
     &["transport"],
+    &["spec"],
     &["interval"],
     &["rr"],
     &["result"],
@@ -50,7 +51,6 @@ const CORE: &[&[&str]] = &[
 #[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
     ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
-    ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),
 ];
 
 fn src(krate: &str) -> PathBuf {

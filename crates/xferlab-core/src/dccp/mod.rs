@@ -9,6 +9,7 @@ pub mod ccid;
 pub mod checksum;
 pub mod conn;
 pub mod feature;
+pub mod knobs;
 pub mod options;
 pub mod packet;
 pub mod queue;

@@ -19,7 +19,8 @@
 //! * **the registration** — a variant of [`Transport`] with its arm in
 //!   [`Transport::model`] here (for own state, a variant of
 //!   [`TransportCounters`] and [`TransportSection`]; for knobs of its own,
-//!   a field of [`OwnKnobs`] and a variant of [`KnobError`]), and its
+//!   a field of [`OwnKnobs`], a variant of [`KnobError`] and its line in
+//!   [`check_owner`]), and its
 //!   entry in the binary's registry (and its flags' field of `OwnArgs`).
 //!
 //! [`mptcp`] is a complete example of a transport with state of its own.
@@ -43,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::jsondoc::MetricInfo;
-use crate::spec::{Knobs, SpecError};
+use crate::knobs::{KnobError, Knobs, OwnKnobs};
 
 /// What carries the data (the `transport` of a test spec).
 ///
@@ -147,7 +148,7 @@ pub trait TransportModel: Sync {
     /// The transport's checks of a stream test's knobs, after the checks
     /// every test gets: which knobs apply, and their ranges. Messages name
     /// the flag and what to do instead.
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError>;
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), KnobError>;
 
     /// How iperf3's parameters name this transport; None where iperf3 has
     /// no such transport (the iperf3 client then refuses the test, and
@@ -205,46 +206,23 @@ impl TrialSection {
     }
 }
 
-/// The knobs of the transports that have knobs of their own, a field per
-/// such transport (its registration). A spec's knobs hold them flat, each
-/// under its transport's name next to the shared ones (`"dccp": {...}`);
-/// the transport's model checks their values ([`TransportModel::check_knobs`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct OwnKnobs {
-    /// DCCP's CCID, service code and stack (`--ccid`, `--dccp-service`,
-    /// `--dccp-stack`); None: CCID2, xferlab's service code, xferlab's
-    /// stack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dccp: Option<dccp::DccpKnobs>,
-}
-
-impl OwnKnobs {
-    /// Knobs of a transport other than the test's are refused, with that
-    /// transport's line.
-    pub fn check_owner(&self, transport: Transport) -> Result<(), SpecError> {
-        if self.dccp.is_some() && transport != Transport::Dccp {
-            return Err(dccp::KnobError::WithoutDccp.into());
-        }
-        Ok(())
+/// Knobs of a transport other than the test's are refused, with that
+/// transport's line.
+pub fn check_owner(own: &OwnKnobs, transport: Transport) -> Result<(), KnobError> {
+    if own.dccp.is_some() && transport != Transport::Dccp {
+        return Err(dccp::KnobError::WithoutDccp.into());
     }
-}
-
-/// What a transport's model refuses in its own knobs, a variant per
-/// transport with such checks; the transport's type says the line.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum KnobError {
-    #[error(transparent)]
-    Dccp(#[from] dccp::KnobError),
+    Ok(())
 }
 
 /// The knob checks of a byte-stream transport: no datagram knobs, and a
 /// TCP stream is paced with `--fq-rate`, not `-b`.
-pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
+pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), KnobError> {
     if k.rate.is_some() {
-        return Err(SpecError::BitrateOnTcp);
+        return Err(KnobError::BitrateOnTcp);
     }
     if k.gso || k.batch != 1 || k.dont_fragment || k.rx_stamps.is_some() {
-        return Err(SpecError::UdpOptionsOnTcp);
+        return Err(KnobError::UdpOptionsOnTcp);
     }
     Ok(())
 }

@@ -58,11 +58,12 @@ use std::time::Duration;
 
 use socket2::{Domain, SockRef, Socket};
 use xferlab_core::interval::Reading;
+pub use xferlab_core::knobs::OwnKnobs;
 use xferlab_core::result::{Endpoint, FlowRole};
 use xferlab_core::spec::{Knobs, RxStamps, TestSpec};
 #[cfg(doc)]
 use xferlab_core::transport::TransportModel;
-pub use xferlab_core::transport::{Carrier, OwnKnobs, Transport};
+pub use xferlab_core::transport::{Carrier, Transport};
 
 use crate::net::{connect_error, sockopt, FlowSocket};
 use attach::AttachWait;
@@ -79,7 +80,7 @@ pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp,
 /// The flags of the transports that have flags of their own, a field per
 /// such transport (its registration), flattened into every verb that runs
 /// a test over a transport; each transport's own type turns them into its
-/// knobs (`xferlab_core::transport::OwnKnobs`).
+/// knobs (`xferlab_core::knobs::OwnKnobs`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct OwnArgs {
     #[command(flatten)]

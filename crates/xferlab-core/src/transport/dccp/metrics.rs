@@ -18,7 +18,7 @@ use serde_json::Value;
 use crate::dccp::ccid::safeudp;
 use crate::jsondoc::unit::{COUNT, SECONDS};
 use crate::jsondoc::{arr, num, sender_flows, MetricInfo};
-use crate::spec::Knobs;
+use crate::knobs::Knobs;
 
 /// DCCP's metrics, as `experiment::metrics::METRICS` lists the shared
 /// ones; the module docs hold the same list as a table (a test keeps
