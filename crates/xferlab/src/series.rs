@@ -38,9 +38,10 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spacing_us: Option<f64>,
     pub sent: u64,
-    /// Over a congestion-controlled transport (DCCP): the datagrams the
+    /// Over a congestion-controlled transport
+    /// (`TransportModel::congestion_controlled`): the datagrams the
     /// application offered at the trial's rate, which the verdict judges
-    /// against (`sent` is what the CCID let out).
+    /// against (`sent` is what its congestion control let out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offered: Option<u64>,
     pub received: u64,
@@ -101,15 +102,14 @@ impl Point {
                 p.jitter_us = p.jitter_us.max(u.jitter_us);
             }
         }
-        // A congestion-controlled transport (DCCP) may carry less than the
-        // rate asked of it: the CCID holds the application back (CCID3) or
-        // drops its datagrams (SafeUDP enforcing). A constant rate is
-        // sustained only when what the application offered arrived, so the
-        // verdict counts the datagrams it offered at -b over the test (a
-        // RED bottleneck that marks DCCP's ECT packets instead of dropping
-        // them left such trials with no loss at all while most of the
-        // offer never left: CCID3 sent 4.5 of 80 Mbit/s in
-        // safeudp-fairness, 2026-11-28).
+        // A congestion-controlled transport may carry less than the rate
+        // asked of it: its congestion control holds the application back
+        // or drops its datagrams. A constant rate is sustained only when
+        // what the application offered arrived, so the verdict counts the
+        // datagrams it offered at -b over the test (a RED bottleneck that
+        // marked ECN-capable packets instead of dropping them left such
+        // trials with no loss at all while most of the offer never left:
+        // 4.5 of 80 Mbit/s sent in safeudp-fairness, 2026-11-28).
         if let Some(rate) = spec
             .knobs
             .rate

@@ -305,8 +305,9 @@ pub fn receive(
         knobs.batch as usize
     };
     let mut batch = RecvBatch::new(buf_len, per_call);
-    // On a connection-oriented datagram socket (kernel DCCP) an empty
-    // read is the peer's close: the end, even if its end marker was lost.
+    // On a connection-oriented datagram socket (a kernel's connected
+    // datagram protocol) an empty read is the peer's close: the end, even
+    // if its end marker was lost.
     // A UDP socket's empty datagram stays a datagram.
     let empty_ends = socket2::SockRef::from(sock)
         .r#type()
@@ -580,8 +581,8 @@ impl HostDrops {
     }
 }
 
-/// A receiver's datagram counters, for the interval meters (UDP's and
-/// DCCP's receivers alike).
+/// A receiver's datagram counters, for the interval meters (every
+/// datagram transport's receivers).
 pub(crate) fn publish(stats: &mut RecvStats, bytes: u64, shared: &FlowShared) {
     let c = stats.counters();
     let u = &shared.udp;
