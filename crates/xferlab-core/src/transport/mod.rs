@@ -10,18 +10,21 @@
 //!   for that carrier), the knobs it accepts, how iperf3's parameters name
 //!   it, and, if it reads per-interval state of its own beyond TCP_INFO
 //!   and the datagram counters, the state's type and the section of the
-//!   result it becomes;
+//!   result it becomes, and the experiment metrics read from that section
+//!   ([`TransportModel::metrics`]);
 //! * **its driver in the binary** — a module implementing
 //!   `xferlab::transport::TransportIo`: the command-line flag that picks
 //!   it, socket setup (client socket, server listener, options after
-//!   accept), the data path (by default the carrier's) and the reading of
-//!   its per-interval state from the kernel;
+//!   accept, a datagram flow's preparation), the data path (by default
+//!   the carrier's) and the reading of its per-interval state;
 //! * **the registration** — a variant of [`Transport`] with its arm in
 //!   [`Transport::model`] here (for own state, a variant of
-//!   [`TransportCounters`] and [`TransportSection`]; for knobs of its own,
-//!   a field of [`OwnKnobs`], a variant of [`KnobError`] and its line in
-//!   [`check_owner`]), and its
-//!   entry in the binary's registry (and its flags' field of `OwnArgs`).
+//!   [`TransportCounters`] and [`TransportSection`], and of
+//!   [`TrialSection`] for what a cbr trial keeps; for knobs of its own, a
+//!   field of [`OwnKnobs`] and a variant of [`KnobError`], both in
+//!   [`crate::knobs`], and its line in [`check_owner`]), and its entry in
+//!   the binary's registry (its flags' field of `OwnArgs`, its flow
+//!   threads' slot of `OwnShared`).
 //!
 //! [`mptcp`] is a complete example of a transport with state of its own.
 //!

@@ -111,9 +111,9 @@ pub(super) fn measure_trial(trial: &Value, out: &mut dyn FnMut(&'static str, f64
 
 /// SafeUDP's reaction in one cbr trial (`--ccid safeudp --on-congestion
 /// ...`), read from the test's result as an experiment reads a stream
-/// run's ([`measure`], the same names): seconds into the test at the end
-/// of the first interval that showed each step; absent where it never
-/// came.
+/// run's (`TransportModel::measure`, the same names): seconds into the
+/// test at the end of the first interval that showed each step; absent
+/// where it never came.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct SafeUdpTrial {
     /// The first persistent network congestion notice.
