@@ -1,4 +1,4 @@
-//! `cargo fuzz run dccp`: see [`xferlab_core::fuzz::dccp`].
+//! `cargo fuzz run dccp`: see [`xferlab_core::dccp::fuzz::dccp`].
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| xferlab_core::fuzz::dccp(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| xferlab_core::dccp::fuzz::dccp(data));

@@ -17,6 +17,8 @@ pub mod experiment;
 pub mod fuzz;
 pub mod interval;
 pub mod iperf3;
+pub mod jsondoc;
+pub mod knobs;
 pub mod latency;
 pub mod link;
 pub mod load;

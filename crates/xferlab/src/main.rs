@@ -214,8 +214,8 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// A test that moved nothing because its flows failed (a DCCP handshake
-/// refused, say) is an error too: the first flow's reason, this side's
+/// A test that moved nothing because its flows failed (a transport's
+/// handshake refused, say) is an error too: the first flow's reason, this side's
 /// first. The result was written with status `failed` already.
 fn why_nothing_moved(r: &xferlab_core::result::TestResult) -> Option<String> {
     if r.status != xferlab_core::result::Status::Failed {

@@ -21,7 +21,7 @@ use xferlab_core::datagram::{
 };
 use xferlab_core::result::{Status, TestResult};
 use xferlab_core::spec::TestSpec;
-use xferlab_core::transport::Carrier;
+use xferlab_core::transport::{Carrier, TrialSection};
 use xferlab_core::units::{gap_rate, RateUnit};
 
 use crate::driver::Interrupts;
@@ -38,9 +38,10 @@ pub struct Point {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spacing_us: Option<f64>,
     pub sent: u64,
-    /// Over a congestion-controlled transport (DCCP): the datagrams the
+    /// Over a congestion-controlled transport
+    /// (`TransportModel::congestion_controlled`): the datagrams the
     /// application offered at the trial's rate, which the verdict judges
-    /// against (`sent` is what the CCID let out).
+    /// against (`sent` is what its congestion control let out).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offered: Option<u64>,
     pub received: u64,
@@ -59,54 +60,10 @@ pub struct Point {
     /// The test itself did not complete (its error).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// Over DCCP with SafeUDP (CCID 248): what the CCID told the
-    /// application and did, from the test's result.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub safeudp: Option<SafeUdpTrial>,
-}
-
-/// SafeUDP's reaction in one trial (`--ccid safeudp --on-congestion ...`),
-/// read from the test's result as an experiment reads a stream run's
-/// (`xferlab_core::experiment::metrics`, the same names): seconds into the
-/// test at the end of the first interval that showed each step; absent
-/// where it never came.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct SafeUdpTrial {
-    /// The first persistent network congestion notice.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub notice_s: Option<f64>,
-    /// The application first offered less than the trial's rate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub app_lowered_s: Option<f64>,
-    /// The CCID first enforced its TCP-friendly bound by dropping.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub enforced_s: Option<f64>,
-    /// Datagrams the CCID dropped (enforcing), all sender flows.
-    pub ccid_drops: u64,
-}
-
-impl SafeUdpTrial {
-    /// From a finished test's result; None unless it ran SafeUDP.
-    fn of(spec: &TestSpec, r: &TestResult) -> Option<SafeUdpTrial> {
-        use xferlab_core::experiment::metrics;
-        if spec
-            .knobs
-            .own
-            .dccp
-            .is_none_or(|d| d.ccid != xferlab_core::dccp::ccid::safeudp::CCID)
-        {
-            return None;
-        }
-        let doc = serde_json::to_value(r).ok()?;
-        let ms = metrics::extract(&doc);
-        let get = |n: &str| ms.iter().find(|m| m.name == n).map(|m| m.value);
-        Some(SafeUdpTrial {
-            notice_s: get("notice_s"),
-            app_lowered_s: get("app_lowered_s"),
-            enforced_s: get("enforced_s"),
-            ccid_drops: get("ccid_drops").unwrap_or(0.0) as u64,
-        })
-    }
+    /// What the transport keeps of the test beyond these figures
+    /// (`TransportModel::trial_section`), under its own name.
+    #[serde(flatten)]
+    pub own: Option<TrialSection>,
 }
 
 impl Point {
@@ -129,7 +86,9 @@ impl Point {
             error: (r.status != Status::Ok)
                 .then(|| r.errors.join("; "))
                 .filter(|e| !e.is_empty()),
-            safeudp: SafeUdpTrial::of(spec, r),
+            own: serde_json::to_value(r)
+                .ok()
+                .and_then(|doc| spec.transport.model().trial_section(&spec.knobs, &doc)),
         };
         for d in &r.summary.directions {
             p.sender_bps += d.sender.bits_per_second;
@@ -143,15 +102,14 @@ impl Point {
                 p.jitter_us = p.jitter_us.max(u.jitter_us);
             }
         }
-        // A congestion-controlled transport (DCCP) may carry less than the
-        // rate asked of it: the CCID holds the application back (CCID3) or
-        // drops its datagrams (SafeUDP enforcing). A constant rate is
-        // sustained only when what the application offered arrived, so the
-        // verdict counts the datagrams it offered at -b over the test (a
-        // RED bottleneck that marks DCCP's ECT packets instead of dropping
-        // them left such trials with no loss at all while most of the
-        // offer never left: CCID3 sent 4.5 of 80 Mbit/s in
-        // safeudp-fairness, 2026-11-28).
+        // A congestion-controlled transport may carry less than the rate
+        // asked of it: its congestion control holds the application back
+        // or drops its datagrams. A constant rate is sustained only when
+        // what the application offered arrived, so the verdict counts the
+        // datagrams it offered at -b over the test (a RED bottleneck that
+        // marked ECN-capable packets instead of dropping them left such
+        // trials with no loss at all while most of the offer never left:
+        // 4.5 of 80 Mbit/s sent in safeudp-fairness, 2026-11-28).
         if let Some(rate) = spec
             .knobs
             .rate
@@ -313,17 +271,8 @@ pub fn run_cbr(
                     point.host_drops,
                     point.late
                 )?;
-                if let Some(su) = &point.safeudp {
-                    let at =
-                        |t: Option<f64>| t.map_or("never".to_string(), |t| format!("at {t:.1} s"));
-                    writeln!(
-                        out,
-                        "        SafeUDP: congestion notice {}, application lowered its rate {}, CCID enforced {} ({} datagrams dropped)",
-                        at(su.notice_s),
-                        at(su.app_lowered_s),
-                        at(su.enforced_s),
-                        su.ccid_drops
-                    )?;
+                if let Some(own) = &point.own {
+                    writeln!(out, "        {}", own.describe())?;
                 }
                 out.flush().ok();
             }

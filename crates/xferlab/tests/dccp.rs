@@ -188,6 +188,30 @@ fn gso_trains_and_gro_buffers_carry_checked_data_both_ways() {
     }
 }
 
+/// The result records the buffers a DCCP flow runs with: its path's 64
+/// MiB receive and 16 MiB send buffers (the kernel reports them doubled),
+/// read back after they were set, with trains (`--gso`, whose UDP
+/// receivers get 4 MiB) and without. Needs CAP_NET_ADMIN (SO_RCVBUFFORCE),
+/// as the lab has; elsewhere net.core.rmem_max caps them.
+#[test]
+fn the_result_records_the_buffers_the_flows_run_with() {
+    if !is_root() {
+        eprintln!("skipped: SO_RCVBUFFORCE needs root");
+        return;
+    }
+    let srv = Server::start();
+    for extra in [&[][..], &["--no-gso"][..]] {
+        let mut args = vec!["-t", "0.5", "-l", "1400"];
+        args.extend_from_slice(extra);
+        let v = dccp_json(&srv, &args, 0.5);
+        for (side, role) in [("client", "sender"), ("server", "receiver")] {
+            let s = &flows(&v, side, role)[0]["socket"];
+            assert_eq!(u(&s["rcvbuf"]), 128 << 20, "{role} {extra:?}: {s}");
+            assert_eq!(u(&s["sndbuf"]), 32 << 20, "{role} {extra:?}: {s}");
+        }
+    }
+}
+
 /// SafeUDP's part of a flow's `dccp` section.
 fn safeudp(v: &Value) -> &Value {
     let su = &v["dccp"]["safeudp"];

@@ -29,12 +29,13 @@ const BINARY: &[&[&str]] = &[
 
 /// The core's floors, lowest first.
 const CORE: &[&[&str]] = &[
-    &["time", "units", "csum", "steal", "latency"],
+    &["time", "units", "csum", "steal", "latency", "jsondoc"],
     &["datagram", "dccp", "load", "outbox"],
     &["usb"],
     &["link"],
-    &["spec"],
+    &["knobs"],
     &["transport"],
+    &["spec"],
     &["interval"],
     &["rr"],
     &["result"],
@@ -50,7 +51,6 @@ const CORE: &[&[&str]] = &[
 #[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
     ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
-    ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),
 ];
 
 fn src(krate: &str) -> PathBuf {

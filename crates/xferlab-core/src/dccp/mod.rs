@@ -9,6 +9,9 @@ pub mod ccid;
 pub mod checksum;
 pub mod conn;
 pub mod feature;
+#[cfg(any(test, feature = "fuzz"))]
+pub mod fuzz;
+pub mod knobs;
 pub mod options;
 pub mod packet;
 pub mod queue;

@@ -82,10 +82,6 @@
 //! | `usb_in_latency_p99_us` | us | USB: `total.latency.p99_us` |
 //! | `usb_in_latency_p999_us` | us | USB: `total.latency.p999_us` |
 //! | `usb_in_latency_max_us` | us | USB: `total.latency.max_us` |
-//! | `ccid_drops` | count | DCCP: Σ over sender flows of `total.dccp.dropped_by_ccid` (SafeUDP enforcing) |
-//! | `notice_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.persistent_network` > 0 |
-//! | `app_lowered_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.app_rate_bps` is below `spec.knobs.rate` (the -b) |
-//! | `enforced_s` | s | SafeUDP: `end_s` of the first sender interval whose `dccp.safeudp.events.enforcing` > 0 |
 //! | `lab_valid` | bool | lab: `lab.accuracy.valid` |
 //! | `lab_c2s_loss_drops` | count | lab: `accuracy.c2s.counters.dropped_loss_segments` (`lab_s2c_*`: the s2c direction) |
 //! | `lab_c2s_queue_drops` | count | lab: `dropped_queue_segments` |
@@ -101,13 +97,16 @@
 //! | `best_bps_min` | bit/s | cbr: `summary.min` |
 //! | `cbr_runs` | count | cbr: `summary.runs` |
 //! | `throughput_bps`, `loss_fraction` | bit/s, fraction | cbr: the deciding trial's `receiver_bps` and `loss_fraction` (the trial at the first run's `best_bps`, or its last when it sustained none) |
-//! | `notice_s`, `app_lowered_s`, `enforced_s`, `ccid_drops` | s, count | cbr over SafeUDP: the deciding trial's `safeudp` section (the same steps as for a stream run, over that trial) |
 //! | `cbr_unsustained_runs` | count | cbr: `summary.runs_without_a_sustained_rate` |
 //! | `cbr_trials` | count | cbr: trials over all runs |
 //! | `steps` | count | sweep: points measured |
 //! | `max_throughput_bps` | bit/s | sweep: largest `receiver_bps` of any point |
 //! | `max_loss_fraction` | fraction | sweep: largest `loss_fraction` of any point |
 //! | `step{i}.*` | | sweep: point *i* (0-based), see below |
+//!
+//! A transport adds metrics of its own, read from its own result sections
+//! (and, in a cbr document, from its section of the deciding trial):
+//! `TransportModel::metrics`, whose table is in the model's docs.
 //!
 //! Lab metrics come from the `lab` member, which `xferlab lab` adds to
 //! result, cbr and sweep documents alike. Drops and marks count **wire
@@ -159,24 +158,13 @@ pub struct Metric {
     pub unit: &'static str,
 }
 
-/// Unit words, as [`Metric::unit`] holds them.
-pub mod unit {
-    pub const BPS: &str = "bit/s";
-    pub const PER_SECOND: &str = "1/s";
-    pub const US: &str = "us";
-    pub const FRACTION: &str = "fraction";
-    pub const COUNT: &str = "count";
-    pub const PERCENT: &str = "%";
-    pub const BOOL: &str = "bool";
-    pub const BYTES: &str = "bytes";
-    pub const SECONDS: &str = "s";
-}
-
-use unit::*;
+use crate::jsondoc::unit::*;
+use crate::jsondoc::{arr, num, sender_flows, sides, MetricInfo};
+use crate::transport::Transport;
 
 /// Every whole-document metric: (name, unit, description). The module
 /// docs hold the same list as a table (a test keeps them in step).
-pub const METRICS: &[(&str, &str, &str)] = &[
+pub const METRICS: &[MetricInfo] = &[
     ("ok", BOOL, "the test ran and both sides reported"),
     ("throughput_bps", BPS, "receiver throughput, all directions"),
     ("c2s_bps", BPS, "receiver throughput client to server"),
@@ -254,26 +242,6 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "tcp-crr connect time, 99th percentile",
     ),
     ("connect_max_us", US, "tcp-crr connect time, maximum"),
-    (
-        "ccid_drops",
-        COUNT,
-        "DCCP datagrams the sending CCID dropped",
-    ),
-    (
-        "notice_s",
-        SECONDS,
-        "SafeUDP: first persistent network congestion notice",
-    ),
-    (
-        "app_lowered_s",
-        SECONDS,
-        "SafeUDP: the application first lowered its rate",
-    ),
-    (
-        "enforced_s",
-        SECONDS,
-        "SafeUDP: the CCID first enforced its bound",
-    ),
     (
         "usb_in_transfers_per_second",
         PER_SECOND,
@@ -448,7 +416,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
 ];
 
 /// The per-point metrics of a sweep, named `step{i}.NAME`.
-pub const STEP_METRICS: &[(&str, &str, &str)] = &[
+pub const STEP_METRICS: &[MetricInfo] = &[
     ("size", BYTES, "datagram payload bytes"),
     ("offered_bps", BPS, "offered rate per flow"),
     ("spacing_us", US, "time between datagrams of a flow"),
@@ -467,7 +435,7 @@ pub const STEP_METRICS: &[(&str, &str, &str)] = &[
 ];
 
 /// The series [`series`] knows: (name, unit, description).
-pub const SERIES: &[(&str, &str, &str)] = &[
+pub const SERIES: &[MetricInfo] = &[
     (
         "throughput_bps",
         BPS,
@@ -521,7 +489,13 @@ pub fn unit_of(name: &str) -> Option<&'static str> {
             }
         }
     }
-    lookup(METRICS, name).or_else(|| lookup(SERIES, name))
+    lookup(METRICS, name)
+        .or_else(|| {
+            Transport::ALL
+                .iter()
+                .find_map(|t| lookup(t.model().metrics(), name))
+        })
+        .or_else(|| lookup(SERIES, name))
 }
 
 /// `NAME@HOST` as (NAME, Some(HOST)); any other name as (name, None).
@@ -590,25 +564,6 @@ fn current(doc: &Value) -> Cow<'_, Value> {
 fn section<'a>(v: &'a Value, key: &str, kind: &str) -> Option<&'a Value> {
     v.get(key)
         .filter(|s| s.get("kind").and_then(Value::as_str) == Some(kind))
-}
-
-/// A number at a path of object keys.
-fn num(v: &Value, path: &[&str]) -> Option<f64> {
-    path.iter().try_fold(v, |v, k| v.get(k))?.as_f64()
-}
-
-/// An array at `key`, or nothing.
-fn arr<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key)
-        .and_then(Value::as_array)
-        .map_or(&[], Vec::as_slice)
-}
-
-/// The side reports present (`server` is null when it never reported).
-fn sides(doc: &Value) -> impl Iterator<Item = &Value> {
-    ["client", "server"]
-        .into_iter()
-        .filter_map(|k| doc.get(k).filter(|v| v.is_object()))
 }
 
 fn b(x: bool) -> f64 {
@@ -746,7 +701,10 @@ fn result_metrics(doc: &Value, out: &mut Out) {
     if let Some(rr) = section(summary, "pattern", "rr") {
         rr_metrics(rr, out);
     }
-    dccp_metrics(doc, out);
+    // Every model looks for its own sections, whatever the spec names.
+    for t in Transport::ALL {
+        t.model().measure(doc, &mut |name, v| out.push(name, v));
+    }
     if let Some(usb) = doc
         .get("client")
         .and_then(|c| section(c, "transport", "usb_bulk"))
@@ -792,13 +750,6 @@ fn udp_metrics(directions: &[Value], out: &mut Out) {
     );
 }
 
-/// Sender flows of both sides.
-fn sender_flows(doc: &Value) -> impl Iterator<Item = &Value> {
-    sides(doc)
-        .flat_map(|s| arr(s, "flows"))
-        .filter(|f| f.get("role").and_then(Value::as_str) == Some("sender"))
-}
-
 fn tcp_rtt_metrics(doc: &Value, out: &mut Out) {
     let tcp: Vec<&Value> = sender_flows(doc)
         .filter_map(|f| f.get("total")?.get("tcp"))
@@ -818,55 +769,6 @@ fn tcp_rtt_metrics(doc: &Value, out: &mut Out) {
         .filter_map(|t| num(t, &["rtt_max_us"]))
         .reduce(f64::max);
     out.push_opt("rtt_max_us", max);
-}
-
-/// An interval's SafeUDP section.
-fn safeudp(iv: &Value) -> Option<&Value> {
-    iv.get("dccp")?.get("safeudp").filter(|v| v.is_object())
-}
-
-/// DCCP senders' CCID drops and, for SafeUDP, when it reacted: the end
-/// of the first interval (of any sender flow) that shows each step.
-fn dccp_metrics(doc: &Value, out: &mut Out) {
-    let senders: Vec<&Value> = sender_flows(doc)
-        .filter(|f| {
-            f.get("total")
-                .and_then(|t| t.get("dccp"))
-                .is_some_and(Value::is_object)
-        })
-        .collect();
-    if senders.is_empty() {
-        return;
-    }
-    out.push(
-        "ccid_drops",
-        senders
-            .iter()
-            .filter_map(|f| num(f, &["total", "dccp", "dropped_by_ccid"]))
-            .sum(),
-    );
-    let first_end = |pred: &dyn Fn(&Value) -> bool| {
-        senders
-            .iter()
-            .filter_map(|f| {
-                arr(f, "intervals")
-                    .iter()
-                    .find(|iv| safeudp(iv).is_some_and(pred))
-                    .and_then(|iv| num(iv, &["end_s"]))
-            })
-            .reduce(f64::min)
-    };
-    let event =
-        |k: &'static str| move |su: &Value| num(su, &["events", k]).is_some_and(|n| n > 0.0);
-    out.push_opt("notice_s", first_end(&event("persistent_network")));
-    // Lowered: below the -b it started from (the spec's rate).
-    if let Some(offer) = num(doc, &["spec", "knobs", "rate"]) {
-        out.push_opt(
-            "app_lowered_s",
-            first_end(&|su: &Value| num(su, &["app_rate_bps"]).is_some_and(|a| a < offer)),
-        );
-    }
-    out.push_opt("enforced_s", first_end(&event("enforcing")));
 }
 
 fn rr_metrics(rr: &Value, out: &mut Out) {
@@ -1077,8 +979,9 @@ fn cbr_metrics(doc: &Value, out: &mut Out) {
     };
     out.push_opt("throughput_bps", num(t, &["receiver_bps"]));
     out.push_opt("loss_fraction", num(t, &["loss_fraction"]));
-    for m in ["notice_s", "app_lowered_s", "enforced_s", "ccid_drops"] {
-        out.push_opt(m, num(t, &["safeudp", m]));
+    for tr in Transport::ALL {
+        tr.model()
+            .measure_trial(t, &mut |name, v| out.push(name, v));
     }
 }
 
@@ -1366,46 +1269,6 @@ mod tests {
         let found: Vec<&Metric> = metrics.iter().filter(|m| m.name == name).collect();
         assert!(found.len() <= 1, "{name} appears {} times", found.len());
         found.first().map(|m| m.value)
-    }
-
-    /// SafeUDP's reaction times are the ends of the first intervals that
-    /// show a persistent notice, a lowered application rate, enforcement.
-    #[test]
-    fn dccp_drops_and_safeudp_reaction_times() {
-        let iv = |end: f64, persistent: u64, app: f64, enforcing: u64| {
-            serde_json::json!({"end_s": end, "dccp": {"safeudp": {
-                "app_rate_bps": app,
-                "events": {"persistent_network": persistent, "enforcing": enforcing}}}})
-        };
-        let doc = serde_json::json!({
-            "spec": {"knobs": {"rate": 16e6}},
-            "client": {"flows": [{
-                "role": "sender",
-                "total": {"dccp": {"dropped_by_ccid": 300}},
-                "intervals": [
-                    iv(0.5, 0, 16e6, 0),
-                    iv(1.0, 1, 16e6, 0),
-                    iv(1.5, 0, 8e6, 0),
-                    iv(2.0, 0, 8e6, 1),
-                ],
-            }]},
-            "server": {"flows": [{"role": "receiver", "total": {"dccp": {}}}]},
-        });
-        let mut out = Out::default();
-        dccp_metrics(&doc, &mut out);
-        let m = out.0;
-        assert_eq!(get(&m, "ccid_drops"), Some(300.0));
-        assert_eq!(get(&m, "notice_s"), Some(1.0));
-        assert_eq!(get(&m, "app_lowered_s"), Some(1.5));
-        assert_eq!(get(&m, "enforced_s"), Some(2.0));
-        // CCID 2 and 3: drops (0) but no SafeUDP times.
-        let doc = serde_json::json!({"client": {"flows": [{
-            "role": "sender", "total": {"dccp": {"dropped_by_ccid": 0}},
-            "intervals": [{"end_s": 1.0, "dccp": {}}]}]}});
-        let mut out = Out::default();
-        dccp_metrics(&doc, &mut out);
-        assert_eq!(get(&out.0, "ccid_drops"), Some(0.0));
-        assert_eq!(get(&out.0, "notice_s"), None);
     }
 
     /// The metric's value, to 1e-12 relative: serde_json's default float

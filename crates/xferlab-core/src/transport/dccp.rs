@@ -9,55 +9,25 @@
 //! carry xferlab's sequence number and send time inside DCCP's payload,
 //! so the receiver counts loss, reordering and jitter as for UDP).
 
+mod metrics;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Carrier, TransportModel};
+use super::{Carrier, TransportModel, TrialSection};
 use crate::dccp::ccid::{safeudp, CcidState, EpisodeState, EventCounts};
-use crate::dccp::react::OnCongestion;
+pub use crate::dccp::knobs::{
+    DccpCarrier, DccpKnobs, DccpStack, KnobError, MAX_PAYLOAD, SERVICE_CODE,
+};
 use crate::dccp::Stats;
-use crate::spec::limits::{MAX_BATCH, MIN_DATAGRAM};
-use crate::spec::{Knobs, RecvMode, SendMode, SpecError};
+use crate::jsondoc::MetricInfo;
+use crate::knobs::limits::{MAX_BATCH, MIN_DATAGRAM};
+use crate::knobs::{self, Knobs, RecvMode, SendMode};
 use crate::units::{format_bytes, Micros, RateUnit};
-
-/// The service code xferlab's DCCP servers accept (RFC 4340 sec. 8.1.2):
-/// "XFLB" in ASCII, as a port names a service.
-pub const SERVICE_CODE: u32 = u32::from_be_bytes(*b"XFLB");
-/// Largest application datagram: the UDP payload limit less DCCP's
-/// longest header (Response/Reset, 28 bytes) and its largest options area
-/// (1020 bytes, RFC 4340 sec. 5.8).
-pub const MAX_PAYLOAD: u64 = 65_507 - 28 - 1020;
+pub use metrics::SafeUdpTrial;
 
 pub struct Dccp;
-
-/// What DCCP's model refuses in a spec's knobs, one line each that names
-/// the flag to change.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum KnobError {
-    #[error("-l/--length: a DCCP datagram must be between {MIN_DATAGRAM} and {MAX_PAYLOAD} bytes (got {0})")]
-    Length(u64),
-    #[error("--ccid {0}: xferlab's DCCP has CCID 2 (TCP-like), CCID 3 (TFRC) and CCID 248 (SafeUDP); use --ccid 2, 3 or 248")]
-    Ccid(u8),
-    #[error("--ccid, --dccp-service, --dccp-stack, --dccp-server-stack, --dccp-carrier and --on-congestion apply to DCCP (--dccp)")]
-    WithoutDccp,
-    #[error("--on-congestion answers SafeUDP's congestion notifications (got --ccid {0}): use --ccid 248")]
-    OnCongestionCcid(u8),
-    #[error("{0}")]
-    Combination(&'static str),
-    #[error("--on-congestion lowers a constant rate: add -b RATE")]
-    OnCongestionRate,
-    #[error("-C, -M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill and --rx-stamps do not apply to DCCP: its CCID (--ccid) paces it and -b is the application's offer")]
-    OtherOptions,
-    #[error("--gso batches xferlab's own DCCP over UDP; the kernel's DCCP and --dccp-carrier ip send packet by packet: leave out --gso")]
-    Gso,
-}
-
-impl From<KnobError> for SpecError {
-    fn from(e: KnobError) -> Self {
-        SpecError::Transport(super::KnobError::Dccp(e))
-    }
-}
 
 impl TransportModel for Dccp {
     fn label(&self) -> &'static str {
@@ -68,12 +38,16 @@ impl TransportModel for Dccp {
         Carrier::Datagrams
     }
 
-    fn check_knobs(&self, k: &Knobs) -> Result<(), SpecError> {
+    fn check_knobs(&self, k: &Knobs) -> Result<(), knobs::KnobError> {
         if !(MIN_DATAGRAM..=MAX_PAYLOAD).contains(&k.size) {
-            return Err(KnobError::Length(k.size).into());
+            return Err(KnobError::Length {
+                got: k.size,
+                min: MIN_DATAGRAM,
+            }
+            .into());
         }
         if k.batch == 0 || k.batch > MAX_BATCH {
-            return Err(SpecError::Batch(k.batch));
+            return Err(knobs::KnobError::Batch(k.batch));
         }
         if let Some(d) = &k.own.dccp {
             d.check()?;
@@ -117,133 +91,21 @@ impl TransportModel for Dccp {
     fn congestion_controlled(&self) -> bool {
         true
     }
-}
 
-/// Which DCCP runs a flow (`--dccp-stack`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum DccpStack {
-    /// xferlab's own, in userspace ([`crate::dccp`]).
-    #[default]
-    Xferlab,
-    /// The kernel's SOCK_DCCP sockets (Linux before 6.16 with dccp_ipv4).
-    Kernel,
-}
-
-impl DccpStack {
-    pub fn label(self) -> &'static str {
-        match self {
-            DccpStack::Xferlab => "xferlab",
-            DccpStack::Kernel => "kernel",
-        }
-    }
-}
-
-/// What carries xferlab's own DCCP (`--dccp-carrier`).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum DccpCarrier {
-    /// UDP encapsulation (RFC 6773): unprivileged, any host.
-    #[default]
-    Udp,
-    /// IP protocol 33 on a raw socket, as the kernel's DCCP (needs
-    /// CAP_NET_RAW; wire-compatible with kernel DCCP).
-    Ip,
-}
-
-/// DCCP's own knobs (`--ccid`, `--dccp-service`, `--dccp-stack`,
-/// `--on-congestion`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct DccpKnobs {
-    /// The CCID of both half-connections: 2 (TCP-like, RFC 4341), 3
-    /// (TFRC, RFC 4342) or 248 (SafeUDP, experimental; docs/safeudp.md).
-    pub ccid: u8,
-    /// The service code the client asks for; xferlab's servers accept
-    /// only [`SERVICE_CODE`].
-    pub service: u32,
-    /// Which DCCP the client runs, and the server unless `server_stack`
-    /// says otherwise.
-    #[serde(default)]
-    pub stack: DccpStack,
-    /// The server's DCCP when it is not the client's (interop, over raw
-    /// IP): xferlab's client against the kernel's DCCP, or the kernel's
-    /// client against xferlab's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_stack: Option<DccpStack>,
-    /// What carries xferlab's own DCCP (both ends; with a kernel client,
-    /// the server's).
-    #[serde(default)]
-    pub carrier: DccpCarrier,
-    /// SafeUDP only: how the sending application answers congestion
-    /// notifications (its -b rate is the nominal rate); None sends at -b
-    /// whatever the CCID says, as `ignore`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub on_congestion: Option<OnCongestion>,
-}
-
-impl Default for DccpKnobs {
-    fn default() -> Self {
-        DccpKnobs {
-            ccid: 2,
-            service: SERVICE_CODE,
-            stack: DccpStack::Xferlab,
-            server_stack: None,
-            carrier: DccpCarrier::Udp,
-            on_congestion: None,
-        }
-    }
-}
-
-impl DccpKnobs {
-    /// The DCCP the server runs.
-    pub fn server(&self) -> DccpStack {
-        self.server_stack.unwrap_or(self.stack)
+    fn metrics(&self) -> &'static [MetricInfo] {
+        metrics::METRICS
     }
 
-    /// Whether packets go in trains (GSO) unless `--no-gso`: xferlab's own
-    /// DCCP over UDP at both ends. The packets on the wire are the same,
-    /// and without trains CCID2 stayed at 800-890 Mbit/s on the 1 Gbit/s,
-    /// 94 ms lab path at 20 % of a core, with them 964 at 9 % (docs/dccp.md,
-    /// "Batching with --gso").
-    pub fn batches_by_default(&self) -> bool {
-        self.stack == DccpStack::Xferlab
-            && self.server() == DccpStack::Xferlab
-            && self.carrier == DccpCarrier::Udp
+    fn measure(&self, doc: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+        metrics::measure(doc, out);
     }
 
-    /// Whether xferlab's client stack presents its flows' attach records
-    /// inside the DCCP connection (a kernel DCCP server reads it as the
-    /// first message) instead of in a UDP datagram before it. (A kernel
-    /// client's socket carries the record as its first message anyway.)
-    pub fn attach_in_band(&self) -> bool {
-        self.stack == DccpStack::Xferlab && self.server() == DccpStack::Kernel
+    fn measure_trial(&self, trial: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+        metrics::measure_trial(trial, out);
     }
 
-    /// Whether xferlab's server stack takes its flows' attach records
-    /// inside the DCCP connection: a kernel DCCP client's, over raw IP.
-    pub fn accept_in_band(&self) -> bool {
-        self.stack == DccpStack::Kernel && self.server() == DccpStack::Xferlab
-    }
-
-    /// What does not fit together, as the flag to change.
-    fn check(&self) -> Result<(), KnobError> {
-        use DccpStack::{Kernel, Xferlab};
-        match (self.stack, self.server(), self.carrier) {
-            (Kernel, Kernel, DccpCarrier::Ip) => Err(KnobError::Combination(
-                "--dccp-carrier ip carries xferlab's own DCCP; the kernel's runs over IP anyway: leave out --dccp-carrier",
-            )),
-            (Kernel, Xferlab, DccpCarrier::Udp) => Err(KnobError::Combination(
-                "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (the server's xferlab DCCP over raw IP, as root) to reach an xferlab DCCP server",
-            )),
-            (Xferlab, Kernel, DccpCarrier::Udp) => Err(KnobError::Combination(
-                "kernel DCCP has no UDP encapsulation: add --dccp-carrier ip (raw IP, as root) to reach a kernel DCCP server",
-            )),
-            _ => Ok(()),
-        }
+    fn trial_section(&self, knobs: &Knobs, doc: &serde_json::Value) -> Option<TrialSection> {
+        SafeUdpTrial::of(knobs, doc).map(TrialSection::SafeUdp)
     }
 }
 
@@ -660,6 +522,7 @@ impl DccpCells {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dccp::react::OnCongestion;
     use crate::spec::TestSpec;
     use crate::transport::Transport;
 

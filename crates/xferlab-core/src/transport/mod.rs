@@ -10,17 +10,21 @@
 //!   for that carrier), the knobs it accepts, how iperf3's parameters name
 //!   it, and, if it reads per-interval state of its own beyond TCP_INFO
 //!   and the datagram counters, the state's type and the section of the
-//!   result it becomes;
+//!   result it becomes, and the experiment metrics read from that section
+//!   ([`TransportModel::metrics`]);
 //! * **its driver in the binary** — a module implementing
 //!   `xferlab::transport::TransportIo`: the command-line flag that picks
 //!   it, socket setup (client socket, server listener, options after
-//!   accept), the data path (by default the carrier's) and the reading of
-//!   its per-interval state from the kernel;
+//!   accept, a datagram flow's preparation), the data path (by default
+//!   the carrier's) and the reading of its per-interval state;
 //! * **the registration** — a variant of [`Transport`] with its arm in
 //!   [`Transport::model`] here (for own state, a variant of
-//!   [`TransportCounters`] and [`TransportSection`]; for knobs of its own,
-//!   a field of [`OwnKnobs`] and a variant of [`KnobError`]), and its
-//!   entry in the binary's registry (and its flags' field of `OwnArgs`).
+//!   [`TransportCounters`] and [`TransportSection`], and of
+//!   [`TrialSection`] for what a cbr trial keeps; for knobs of its own, a
+//!   field of [`OwnKnobs`] and a variant of [`KnobError`], both in
+//!   [`crate::knobs`], and its line in [`check_owner`]), and its entry in
+//!   the binary's registry (its flags' field of `OwnArgs`, its flow
+//!   threads' slot of `OwnShared`).
 //!
 //! [`mptcp`] is a complete example of a transport with state of its own.
 //!
@@ -40,8 +44,10 @@ pub mod udp;
 mod usb_bulk;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::spec::{Knobs, SpecError};
+use crate::jsondoc::MetricInfo;
+use crate::knobs::{KnobError, Knobs, OwnKnobs};
 
 /// What carries the data (the `transport` of a test spec).
 ///
@@ -145,7 +151,7 @@ pub trait TransportModel: Sync {
     /// The transport's checks of a stream test's knobs, after the checks
     /// every test gets: which knobs apply, and their ranges. Messages name
     /// the flag and what to do instead.
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError>;
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), KnobError>;
 
     /// How iperf3's parameters name this transport; None where iperf3 has
     /// no such transport (the iperf3 client then refuses the test, and
@@ -160,48 +166,66 @@ pub trait TransportModel: Sync {
     fn congestion_controlled(&self) -> bool {
         false
     }
-}
 
-/// The knobs of the transports that have knobs of their own, a field per
-/// such transport (its registration). A spec's knobs hold them flat, each
-/// under its transport's name next to the shared ones (`"dccp": {...}`);
-/// the transport's model checks their values ([`TransportModel::check_knobs`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct OwnKnobs {
-    /// DCCP's CCID, service code and stack (`--ccid`, `--dccp-service`,
-    /// `--dccp-stack`); None: CCID2, xferlab's service code, xferlab's
-    /// stack.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dccp: Option<dccp::DccpKnobs>,
-}
+    /// The headline metrics an experiment reads from this transport's own
+    /// result sections, as `experiment::metrics::METRICS` lists the
+    /// shared ones (the model's docs hold their table).
+    fn metrics(&self) -> &'static [MetricInfo] {
+        &[]
+    }
 
-impl OwnKnobs {
-    /// Knobs of a transport other than the test's are refused, with that
-    /// transport's line.
-    pub fn check_owner(&self, transport: Transport) -> Result<(), SpecError> {
-        if self.dccp.is_some() && transport != Transport::Dccp {
-            return Err(dccp::KnobError::WithoutDccp.into());
-        }
-        Ok(())
+    /// Reads [`TransportModel::metrics`] out of a result document (any
+    /// transport's: a section that is not there gives nothing), each one
+    /// found as (name, value).
+    fn measure(&self, _doc: &Value, _out: &mut dyn FnMut(&'static str, f64)) {}
+
+    /// The same metrics out of one trial of a cbr document, from its
+    /// [`TrialSection`].
+    fn measure_trial(&self, _trial: &Value, _out: &mut dyn FnMut(&'static str, f64)) {}
+
+    /// What a series trial (cbr, sweep) keeps of a finished test over
+    /// this transport, beyond the datagram figures every trial has, from
+    /// its result document; None where the knobs give nothing to keep.
+    fn trial_section(&self, _knobs: &Knobs, _doc: &Value) -> Option<TrialSection> {
+        None
     }
 }
 
-/// What a transport's model refuses in its own knobs, a variant per
-/// transport with such checks; the transport's type says the line.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum KnobError {
-    #[error(transparent)]
-    Dccp(#[from] dccp::KnobError),
+/// A transport's own part of a series trial, from
+/// [`TransportModel::trial_section`]: a variant per transport that keeps
+/// one (its registration), flattened into the trial as `"name": {...}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum TrialSection {
+    #[serde(rename = "safeudp")]
+    SafeUdp(dccp::SafeUdpTrial),
+}
+
+impl TrialSection {
+    /// One line for people, under the trial's row.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::SafeUdp(t) => t.describe(),
+        }
+    }
+}
+
+/// Knobs of a transport other than the test's are refused, with that
+/// transport's line.
+pub fn check_owner(own: &OwnKnobs, transport: Transport) -> Result<(), KnobError> {
+    if own.dccp.is_some() && transport != Transport::Dccp {
+        return Err(dccp::KnobError::WithoutDccp.into());
+    }
+    Ok(())
 }
 
 /// The knob checks of a byte-stream transport: no datagram knobs, and a
 /// TCP stream is paced with `--fq-rate`, not `-b`.
-pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), SpecError> {
+pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), KnobError> {
     if k.rate.is_some() {
-        return Err(SpecError::BitrateOnTcp);
+        return Err(KnobError::BitrateOnTcp);
     }
     if k.gso || k.batch != 1 || k.dont_fragment || k.rx_stamps.is_some() {
-        return Err(SpecError::UdpOptionsOnTcp);
+        return Err(KnobError::UdpOptionsOnTcp);
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::tcp::{TcpCounters, TcpSample};
 use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
-use crate::spec::{Knobs, SpecError};
+use crate::knobs::{KnobError, Knobs};
 use crate::units::{format_bytes, Micros};
 
 pub struct Mptcp;
@@ -30,12 +30,12 @@ impl TransportModel for Mptcp {
         true
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), KnobError> {
         check_stream_knobs(knobs)?;
         // Linux answers EOPNOTSUPP for SO_MAX_PACING_RATE on an MPTCP
         // socket (6.18): the cap would not reach the subflows.
         if knobs.max_pacing_rate.is_some() {
-            return Err(SpecError::PacingOnMptcp);
+            return Err(KnobError::PacingOnMptcp);
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{check_stream_knobs, Carrier, Iperf3Name, TransportModel};
-use crate::spec::{Knobs, SpecError};
+use crate::knobs::{KnobError, Knobs};
 
 pub struct Tcp;
 
@@ -21,7 +21,7 @@ impl TransportModel for Tcp {
         true
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), KnobError> {
         check_stream_knobs(knobs)
     }
 

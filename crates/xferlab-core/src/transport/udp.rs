@@ -2,8 +2,8 @@
 //! send time; its result section is the datagram counters (`udp`).
 
 use super::{Carrier, Iperf3Name, TransportModel};
-use crate::spec::limits::{MAX_BATCH, MAX_DATAGRAM, MIN_DATAGRAM};
-use crate::spec::{Knobs, RecvMode, RxStamps, SendMode, SpecError};
+use crate::knobs::limits::{MAX_BATCH, MAX_DATAGRAM, MIN_DATAGRAM};
+use crate::knobs::{KnobError, Knobs, RecvMode, RxStamps, SendMode};
 
 pub struct Udp;
 
@@ -16,15 +16,15 @@ impl TransportModel for Udp {
         Carrier::Datagrams
     }
 
-    fn check_knobs(&self, k: &Knobs) -> Result<(), SpecError> {
+    fn check_knobs(&self, k: &Knobs) -> Result<(), KnobError> {
         if !(MIN_DATAGRAM..=MAX_DATAGRAM).contains(&k.size) {
-            return Err(SpecError::DatagramLength(k.size));
+            return Err(KnobError::DatagramLength(k.size));
         }
         if k.batch == 0 || k.batch > MAX_BATCH {
-            return Err(SpecError::Batch(k.batch));
+            return Err(KnobError::Batch(k.batch));
         }
         if k.recv_mode == RecvMode::Discard {
-            return Err(SpecError::SkipRxCopyOnUdp);
+            return Err(KnobError::SkipRxCopyOnUdp);
         }
         if k.congestion.is_some()
             || k.mss.is_some()
@@ -37,7 +37,7 @@ impl TransportModel for Udp {
             || k.rcvlowat.is_some()
             || k.read_fill.is_some()
         {
-            return Err(SpecError::TcpOptionsOnUdp);
+            return Err(KnobError::TcpOptionsOnUdp);
         }
         Ok(())
     }

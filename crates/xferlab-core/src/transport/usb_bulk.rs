@@ -2,7 +2,7 @@
 //! its own report section (`usb`), outside the socket patterns.
 
 use super::{check_stream_knobs, Carrier, TransportModel};
-use crate::spec::{Knobs, SpecError};
+use crate::knobs::{KnobError, Knobs};
 
 pub struct UsbBulk;
 
@@ -15,7 +15,7 @@ impl TransportModel for UsbBulk {
         Carrier::UsbBulk
     }
 
-    fn check_knobs(&self, knobs: &Knobs) -> Result<(), SpecError> {
+    fn check_knobs(&self, knobs: &Knobs) -> Result<(), KnobError> {
         check_stream_knobs(knobs)
     }
 }

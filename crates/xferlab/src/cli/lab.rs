@@ -138,8 +138,8 @@ pub struct LabArgs {
     pub server_sysctl: Vec<String>,
 
     /// TSO, UDP segmentation (Linux 6.2 on) and checksum offload on the
-    /// TUN devices. On: GSO superpackets (up to 64 KB: TCP, and UDP or
-    /// DCCP sent with --gso) cross the emulator whole (fast; rates still count per
+    /// TUN devices. On: GSO superpackets (up to 64 KB: TCP, and datagram
+    /// transports sent with --gso) cross the emulator whole (fast; rates still count per
     /// wire segment, but loss, marks and timing act per superpacket). Off:
     /// every packet is one wire segment (exact per-packet behaviour, ~5 us
     /// of CPU per packet). Auto: off when a direction is shaped at 500 Mbit/s

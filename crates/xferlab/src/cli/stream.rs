@@ -103,16 +103,16 @@ pub struct StreamArgs {
     /// -l x 8 / gap.
     #[arg(long, value_name = "US", conflicts_with = "bitrate")]
     pub gap: Option<f64>,
-    /// UDP datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
-    /// buffer with --gso (default 32; with --gso, as many as the kernel
-    /// cuts from one send: 128, or 64 on kernels before that limit rose).
+    /// Datagrams per system call (sendmmsg/recvmmsg) of a datagram
+    /// transport, or per GSO/GRO buffer with --gso (default 32; with
+    /// --gso, as many as the kernel cuts from one send: 128, or 64 on
+    /// kernels before that limit rose).
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub batch: Option<i64>,
-    /// UDP: coalesce datagrams into one buffer per call (UDP_SEGMENT on
-    /// send, UDP_GRO on receive). DCCP over UDP (xferlab's own stack):
-    /// equal packets that follow each other share one send, and
-    /// coalesced ones are split on receive; the packets on the wire are
-    /// the same.
+    /// Datagram transports: coalesce equal datagrams that follow each
+    /// other into one buffer per call (UDP_SEGMENT on send, UDP_GRO on
+    /// receive, split again here); the datagrams on the wire are the
+    /// same. A transport that batches by default says so in its flags.
     #[arg(long)]
     pub gso: bool,
     /// UDP receivers: where each datagram's arrival time comes from, for
@@ -494,7 +494,7 @@ const DEFAULT_TCP_BLOCK: u64 = crate::transport::sizing::DEFAULT_SIZE as u64;
 const DEFAULT_UDP_SIZE: u64 = 1400;
 /// UDP rate per flow when `-b` is not given, as iperf3.
 const DEFAULT_UDP_RATE: u64 = 1_000_000;
-/// Datagrams per call (UDP and DCCP): batching costs nothing at low
+/// Datagrams per call (every datagram transport): batching costs nothing at low
 /// rates (a paced sender gathers at most a 200 us burst) and is what lets
 /// a host reach high packet rates. Measured on loopback (AMD EPYC, L1d
 /// 32K, L2 512K; `stream -u -b 0 -t 2 --batch N`, three interleaved

@@ -66,8 +66,9 @@ pub struct ConnectedFlow {
 }
 
 impl ConnectedFlow {
-    /// Reads back the socket's settings and, for senders, applies the
-    /// pacing cap (only meaningful on the sending socket).
+    /// Applies the pacing cap to senders (only meaningful on the sending
+    /// socket), lets the transport prepare a datagram flow's socket, then
+    /// reads back the socket's settings.
     pub fn new(
         plan: FlowPlan,
         socket: FlowSocket,
@@ -81,13 +82,10 @@ impl ConnectedFlow {
                 sockopt::set_max_pacing_rate(socket.as_fd(), rate)?;
             }
         }
-        let mut stamps = None;
-        if let FlowSocket::Datagram(s) = &socket {
-            if role == FlowRole::Receiver {
-                transport::datagram::size_receive_buffer(s, spec.transport, &spec.knobs);
-                stamps = transport::datagram::stamp_arrivals(s, spec.transport, &spec.knobs);
-            }
-        }
+        let stamps = match &socket {
+            FlowSocket::Datagram(s) => io.prepare_flow(s, role, &spec.knobs),
+            FlowSocket::Stream(_) => None,
+        };
         let mut settings = sockopt::read_back(&SockRef::from(&socket), &spec.knobs, role);
         settings.rx_stamps = stamps;
         let usable = sys::affinity::usable_cpus().unwrap_or_default();
@@ -223,7 +221,7 @@ impl Side {
                 settings: c.settings,
                 sizes: c.sizes,
                 socket: Arc::new(c.socket),
-                shared: Arc::new(FlowShared::default()),
+                shared: Arc::new(FlowShared::of(c.io)),
                 meter: None,
                 thread: None,
                 slot: Arc::default(),

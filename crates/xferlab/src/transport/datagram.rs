@@ -28,7 +28,6 @@ use xferlab_core::spec::{
     limits::{MAX_GSO_SEGMENTS, OLD_GSO_SEGMENTS},
     Knobs, RxStamps,
 };
-use xferlab_core::transport::Transport;
 use xferlab_sys::mmsg;
 pub(super) use xferlab_sys::mmsg::RecvBatch;
 use xferlab_sys::sockopt;
@@ -233,8 +232,7 @@ pub fn send(
     }
 }
 
-/// The receive buffer of a UDP receiver (and of a DCCP `--gso` one)
-/// given no `-w`: 4 MiB (the kernel doubles it), SO_RCVBUFFORCE where we
+/// The receive buffer of a UDP receiver given no `-w`: 4 MiB (the kernel doubles it), SO_RCVBUFFORCE where we
 /// may, else as much as net.core.rmem_max allows. The default 208 KiB
 /// holds about three 64 KiB GRO buffers, or 69 datagrams of 1400 B (1.1
 /// ms at 700 Mbit/s), so a receiver woken a little late drops whole
@@ -251,13 +249,9 @@ pub fn send(
 /// 2026-11-29; `-w` sets the send buffer too) loss was 9.9 % with 212K,
 /// 2.8 % with 1M, 2.4 % with 4M, 1.7 % with 8M (maxima 16.6, 3.7, 3.8,
 /// 3.1 %): the plateau starts near 1M on both CPUs, and 4M stays inside
-/// it. Kernel DCCP keeps the system default (its receive queue is part
-/// of the protocol studied); xferlab's DCCP sets its own afterwards, in
-/// its path (`dccp::path::prepare`, 64 MiB), after this read-back.
-/// The read-back value is the result's `socket.rcvbuf`.
-pub fn size_receive_buffer(sock: &UdpSocket, transport: Transport, knobs: &Knobs) {
-    let udp = transport == Transport::Udp;
-    if !(udp || knobs.gso) || knobs.buffer.is_some() {
+/// it. The read-back value is the result's `socket.rcvbuf`.
+pub(super) fn size_receive_buffer(sock: &UdpSocket, knobs: &Knobs) {
+    if knobs.buffer.is_some() {
         return;
     }
     let fd = sock.as_fd();
@@ -272,13 +266,9 @@ const RCVBUF: libc::c_int = 4 << 20;
 /// receiver's socket where [`xferlab_core::transport::udp::rx_stamps`]
 /// says so (a paced flow, or `--rx-stamps kernel`); returns where
 /// [`receive`] will take arrival times from (a kernel that refused the
-/// stamp leaves the call's clock). None for other transports, which set
-/// up their own (kernel DCCP always stamps).
-pub fn stamp_arrivals(sock: &UdpSocket, transport: Transport, knobs: &Knobs) -> Option<RxStamps> {
-    if transport != Transport::Udp {
-        return None;
-    }
-    Some(match xferlab_core::transport::udp::rx_stamps(knobs) {
+/// stamp leaves the call's clock).
+pub(super) fn stamp_arrivals(sock: &UdpSocket, knobs: &Knobs) -> RxStamps {
+    match xferlab_core::transport::udp::rx_stamps(knobs) {
         RxStamps::Kernel
             if set_int_opt(sock.as_fd(), libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, 1) =>
         {
@@ -289,7 +279,7 @@ pub fn stamp_arrivals(sock: &UdpSocket, transport: Transport, knobs: &Knobs) -> 
             RxStamps::Read
         }
         RxStamps::Read => RxStamps::Read,
-    })
+    }
 }
 
 /// Receives until the end marker, silence after the test stopped, or the
@@ -315,8 +305,9 @@ pub fn receive(
         knobs.batch as usize
     };
     let mut batch = RecvBatch::new(buf_len, per_call);
-    // On a connection-oriented datagram socket (kernel DCCP) an empty
-    // read is the peer's close: the end, even if its end marker was lost.
+    // On a connection-oriented datagram socket (a kernel's connected
+    // datagram protocol) an empty read is the peer's close: the end, even
+    // if its end marker was lost.
     // A UDP socket's empty datagram stays a datagram.
     let empty_ends = socket2::SockRef::from(sock)
         .r#type()
@@ -590,8 +581,8 @@ impl HostDrops {
     }
 }
 
-/// A receiver's datagram counters, for the interval meters (UDP's and
-/// DCCP's receivers alike).
+/// A receiver's datagram counters, for the interval meters (every
+/// datagram transport's receivers).
 pub(crate) fn publish(stats: &mut RecvStats, bytes: u64, shared: &FlowShared) {
     let c = stats.counters();
     let u = &shared.udp;

@@ -42,10 +42,21 @@ const RETUNE_EVERY: u32 = 32;
 #[repr(align(128))]
 pub struct FlowShared {
     pub bytes: AtomicU64,
-    /// Datagram counters (UDP and DCCP flows).
+    /// Datagram counters (every datagram transport's flows).
     pub udp: UdpShared,
-    /// DCCP's CCID state and stack counters (DCCP flows only).
-    pub dccp: super::dccp::DccpShared,
+    /// What the flow's transport publishes of its own
+    /// ([`TransportIo::own_shared`](super::TransportIo::own_shared)).
+    pub own: super::OwnShared,
+}
+
+impl FlowShared {
+    /// The slots of a flow over `io`'s transport.
+    pub fn of(io: &dyn super::TransportIo) -> Self {
+        FlowShared {
+            own: io.own_shared(),
+            ..FlowShared::default()
+        }
+    }
 }
 
 /// What a datagram flow thread publishes after each call. The `*_max_*`

@@ -23,9 +23,12 @@
 //!    [`TransportIo::read`] (what a flow's interval carries). It overrides
 //!    [`TransportIo::flag`] to be picked on the command line,
 //!    [`TransportIo::listener`] when the server's ports must accept its
-//!    connections, and [`TransportIo::run`] for a data path other than its
-//!    carrier's. Register it in [`REGISTRY`]; flags of its own are a
-//!    clap `Args` struct in its module and a field of [`OwnArgs`].
+//!    connections, [`TransportIo::prepare_flow`] to set up its datagram
+//!    flows' sockets and [`TransportIo::run`] for a data path other than
+//!    its carrier's. Register it in [`REGISTRY`]; flags of its own are a
+//!    clap `Args` struct in its module and a field of [`OwnArgs`], state
+//!    its flow threads publish for `read` a variant of [`OwnShared`]
+//!    ([`TransportIo::own_shared`]).
 //!
 //! MPTCP is the worked example: `xferlab_core::transport::mptcp` (model,
 //! subflow counters and their section) and `mptcp` here (socket, listener,
@@ -56,11 +59,12 @@ use std::time::Duration;
 
 use socket2::{Domain, SockRef, Socket};
 use xferlab_core::interval::Reading;
+pub use xferlab_core::knobs::OwnKnobs;
 use xferlab_core::result::{Endpoint, FlowRole};
-use xferlab_core::spec::{Knobs, TestSpec};
+use xferlab_core::spec::{Knobs, RxStamps, TestSpec};
 #[cfg(doc)]
 use xferlab_core::transport::TransportModel;
-pub use xferlab_core::transport::{Carrier, OwnKnobs, Transport};
+pub use xferlab_core::transport::{Carrier, Transport};
 
 use crate::net::{sockopt, FlowSocket, NetError};
 use attach::AttachWait;
@@ -78,7 +82,7 @@ pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp,
 /// The flags of the transports that have flags of their own, a field per
 /// such transport (its registration), flattened into every verb that runs
 /// a test over a transport; each transport's own type turns them into its
-/// knobs (`xferlab_core::transport::OwnKnobs`).
+/// knobs (`xferlab_core::knobs::OwnKnobs`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct OwnArgs {
     #[command(flatten)]
@@ -99,6 +103,20 @@ impl OwnArgs {
     pub fn gso(&self, transport: Transport, gso: bool) -> Result<bool, String> {
         self.dccp.gso(transport == Transport::Dccp, gso)
     }
+}
+
+/// What a flow thread publishes for the interval reader beyond its bytes
+/// and datagram counters: a variant per transport that reads such state
+/// (its registration), made by [`TransportIo::own_shared`].
+// One per flow, made once and shared behind its Arc: the size of the
+// variants costs nothing, and boxing would add a pointer hop to every
+// publication of the data path.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Default)]
+pub enum OwnShared {
+    #[default]
+    None,
+    Dccp(dccp::DccpShared),
 }
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
@@ -228,6 +246,15 @@ pub trait TransportIo: Sync {
         None
     }
 
+    /// Sets up a datagram flow's socket for its `role` at either end,
+    /// before the side reads its settings back, so the result's `socket`
+    /// section records what the flow runs with. Returns where a receiver
+    /// takes arrival times from, for transports whose receivers stamp
+    /// them through the carrier's path (UDP's); None for the rest.
+    fn prepare_flow(&self, _sock: &UdpSocket, _role: FlowRole, _knobs: &Knobs) -> Option<RxStamps> {
+        None
+    }
+
     /// Applies the knobs to a flow socket the server was handed (the
     /// accepted end of a data connection; a datagram socket got them when
     /// [`bind`] made it).
@@ -239,6 +266,12 @@ pub trait TransportIo: Sync {
             }
             FlowSocket::Datagram(_) => Ok(()),
         }
+    }
+
+    /// The slot in [`FlowShared`] where this transport's flow threads
+    /// publish state of their own for [`TransportIo::read`].
+    fn own_shared(&self) -> OwnShared {
+        OwnShared::None
     }
 
     /// The flow's state at an interval boundary: its byte count, and what

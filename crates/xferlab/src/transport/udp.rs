@@ -1,14 +1,16 @@
 //! UDP's driver: a SOCK_DGRAM socket per flow, picked with `-u`; the
 //! datagram counters its flow threads publish are its interval state.
 
+use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 
 use socket2::{Domain, Socket, Type};
 use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
+use xferlab_core::spec::{Knobs, RxStamps};
 
 use super::flow::FlowShared;
-use super::{Flag, FlowSocket, SetupError, Transport, TransportIo};
+use super::{datagram, Flag, FlowSocket, SetupError, Transport, TransportIo};
 
 pub struct Udp;
 
@@ -29,6 +31,15 @@ impl TransportIo for Udp {
         Socket::new(domain, Type::DGRAM, None).map_err(|err| SetupError::Socket {
             transport: "UDP",
             err,
+        })
+    }
+
+    /// A receiver gets its large buffer and, where its flow wants them,
+    /// the kernel's arrival stamps.
+    fn prepare_flow(&self, sock: &UdpSocket, role: FlowRole, knobs: &Knobs) -> Option<RxStamps> {
+        (role == FlowRole::Receiver).then(|| {
+            datagram::size_receive_buffer(sock, knobs);
+            datagram::stamp_arrivals(sock, knobs)
         })
     }
 

@@ -80,7 +80,7 @@ pub(super) fn check(knobs: &Knobs) -> Result<(), DccpError> {
 
 /// Whether a flow's socket is a kernel DCCP socket (the interval reader
 /// has the socket, not the knobs).
-pub(super) fn is_kernel(socket: &FlowSocket) -> bool {
+pub(super) fn is_kernel(socket: &impl AsFd) -> bool {
     SockRef::from(socket)
         .protocol()
         .is_ok_and(|p| p == Some(Protocol::DCCP))

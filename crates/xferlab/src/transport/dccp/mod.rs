@@ -30,12 +30,12 @@ use xferlab_core::dccp::ccid::{CcidState, EpisodeState, EventCounts};
 use xferlab_core::dccp::Stats;
 use xferlab_core::interval::Reading;
 use xferlab_core::result::FlowRole;
-use xferlab_core::spec::{Knobs, TestSpec};
-use xferlab_core::transport::dccp::DccpCounters;
+use xferlab_core::spec::{Knobs, RxStamps, TestSpec};
+use xferlab_core::transport::dccp::{DccpCarrier, DccpCounters};
 use xferlab_core::transport::TransportCounters;
 
 use super::flow::{FlowOutcome, FlowShared};
-use super::{Flag, FlowJob, FlowSocket, SetupError, Transport, TransportIo};
+use super::{Flag, FlowJob, FlowSocket, OwnShared, SetupError, Transport, TransportIo};
 use crate::transport::attach::AttachWait;
 pub use error::DccpError;
 
@@ -66,7 +66,7 @@ impl TransportIo for Dccp {
         // The raw IP carrier is the client's own only when its DCCP is
         // xferlab's (a kernel client's is the kernel's IP).
         if knobs.own.dccp.is_some_and(|d| {
-            d.carrier == xferlab_core::transport::dccp::DccpCarrier::Ip
+            d.carrier == DccpCarrier::Ip
                 && d.stack == xferlab_core::transport::dccp::DccpStack::Xferlab
         }) {
             raw::socket(Domain::IPV4).map(drop)?;
@@ -110,6 +110,24 @@ impl TransportIo for Dccp {
             .then(|| kernel::listen(spec, local, wait.clone()).map_err(Into::into))
     }
 
+    /// xferlab's DCCP over UDP sizes the flow's socket for its path here,
+    /// in either role (both ends send: data one way, acknowledgements the
+    /// other), so the result records the buffers the path runs with. Over
+    /// raw IP the path prepares its raw socket itself; kernel DCCP keeps
+    /// the system's defaults (its queues are part of the protocol
+    /// studied) and stamps arrivals itself.
+    fn prepare_flow(&self, sock: &UdpSocket, _role: FlowRole, knobs: &Knobs) -> Option<RxStamps> {
+        let over_udp = knobs.own.dccp.unwrap_or_default().carrier == DccpCarrier::Udp;
+        if over_udp && !kernel::is_kernel(sock) {
+            path::prepare_udp(sock, knobs);
+        }
+        None
+    }
+
+    fn own_shared(&self) -> OwnShared {
+        OwnShared::Dccp(DccpShared::default())
+    }
+
     fn read(&self, socket: &FlowSocket, role: FlowRole, shared: &FlowShared) -> Reading {
         if kernel::is_kernel(socket) {
             return kernel::read(socket, role, shared);
@@ -117,7 +135,10 @@ impl TransportIo for Dccp {
         Reading {
             bytes: shared.bytes.load(Ordering::Relaxed),
             udp: Some(shared.udp.read()),
-            transport: Some(TransportCounters::Dccp(shared.dccp.read())),
+            transport: match &shared.own {
+                OwnShared::Dccp(d) => Some(TransportCounters::Dccp(d.read())),
+                OwnShared::None => None,
+            },
             ..Reading::default()
         }
     }

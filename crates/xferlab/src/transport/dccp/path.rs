@@ -55,7 +55,7 @@ use super::super::datagram::{
     describe, publish, realtime_ns, set_int_opt, transient, HostDrops, RecvBatch, END_MARKER,
 };
 use super::super::flow::{FlowOutcome, FlowShared, POLL_FLAGS};
-use super::super::{FlowJob, FlowSocket};
+use super::super::{FlowJob, FlowSocket, OwnShared};
 use super::tx::TxBatch;
 use super::{raw, DccpError};
 use crate::control::Wake;
@@ -190,13 +190,12 @@ impl<'a> Path<'a> {
             }
         };
         let fd = data_fd(&raw, sock);
-        // A raw socket carries a v4-mapped peer as IPv4 (raw::open).
-        let wire_peer = if raw.is_some() {
-            crate::net::canonical(peer)
-        } else {
-            peer
-        };
-        prepare(fd, job.knobs, wire_peer);
+        // The UDP carrier's socket was prepared at set-up
+        // (`Dccp::prepare_flow`); a raw socket is new here, and carries a
+        // v4-mapped peer as IPv4 (raw::open).
+        if raw.is_some() {
+            prepare(fd, job.knobs, crate::net::canonical(peer));
+        }
         let batch = job.knobs.batch as usize;
         // --gso: trains of equal packets out (UDP_SEGMENT), coalesced
         // datagrams in (UDP_GRO, split here by their segment size).
@@ -520,9 +519,9 @@ impl<'a> Path<'a> {
         // A receiver's own CCID only paces its acknowledgements: its state
         // would read as the flow's, so only senders report one.
         let state = self.conn.ccid_state().filter(|_| sender);
-        shared
-            .dccp
-            .publish(ccid, state, &s, taken.not_dccp, app_rate);
+        if let OwnShared::Dccp(d) = &shared.own {
+            d.publish(ccid, state, &s, taken.not_dccp, app_rate);
+        }
         if sender {
             shared.bytes.store(s.data_bytes_sent, Ordering::Relaxed);
             shared.udp.packets.store(s.data_sent, Ordering::Relaxed);
@@ -649,6 +648,17 @@ fn data_fd<'s>(raw: &'s Option<Socket>, sock: &'s UdpSocket) -> BorrowedFd<'s> {
     match raw {
         Some(r) => r.as_fd(),
         None => sock.as_fd(),
+    }
+}
+
+/// Prepares a flow's UDP socket, when it carries the packets, before the
+/// side reads its settings back.
+pub(super) fn prepare_udp(sock: &UdpSocket, knobs: &Knobs) {
+    // Only the family matters here (IP_TOS or IPV6_TCLASS), and a socket
+    // not yet connected has its own.
+    match sock.peer_addr().or_else(|_| sock.local_addr()) {
+        Ok(peer) => prepare(sock.as_fd(), knobs, peer),
+        Err(e) => tracing::warn!("a DCCP flow's socket has no address, left unprepared: {e}"),
     }
 }
 
