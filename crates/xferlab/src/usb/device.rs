@@ -7,7 +7,14 @@ use xferlab_core::usb::descriptor::{self, BulkPipes, ConfigDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::UsbDeviceInfo;
 
-use crate::cli::usb::parse_vid_pid;
+/// VID:PID in hex.
+pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
+    let (v, p) = s.split_once(':')?;
+    Some((
+        u16::from_str_radix(v, 16).ok()?,
+        u16::from_str_radix(p, 16).ok()?,
+    ))
+}
 
 /// How the user named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]

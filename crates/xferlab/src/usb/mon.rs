@@ -27,7 +27,7 @@ use xferlab_core::usb::usbmon::{
 };
 
 use super::device;
-use crate::cli::usb::{MonArgs, UsbMonSpec};
+use crate::cli::usb::MonArgs;
 use xferlab_core::usb::net::Encap;
 
 /// The kernel's largest ring (BUFF_MAX, 1200 KiB): captures up to 240 KiB
@@ -275,6 +275,38 @@ fn drops_line(r: &BusReport) -> Option<String> {
             r.reader_lag_max_ms
         )
     })
+}
+
+/// `--usbmon DEVICE[,ENCAP]`: the device (VID:PID or BUS.ADDR) whose bus
+/// usbmon reads beside the verb, and the link's framing to count frames
+/// per transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsbMonSpec {
+    pub device: String,
+    pub encap: Option<Encap>,
+}
+
+impl std::str::FromStr for UsbMonSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (device, encap) = match s.split_once(',') {
+            Some((d, e)) => {
+                let encap = Encap::parse(e).ok_or_else(|| {
+                    format!("'{e}' is no USB network framing: ecm, eem or ncm (e.g. 1.2,ncm)")
+                })?;
+                (d, Some(encap))
+            }
+            None => (s, None),
+        };
+        if device.is_empty() {
+            return Err("name the device: VID:PID or BUS.ADDR, e.g. 0525:a4a1 or 1.2,ecm".into());
+        }
+        Ok(UsbMonSpec {
+            device: device.to_string(),
+            encap,
+        })
+    }
 }
 
 /// `--usbmon DEVICE[,ENCAP]` beside any verb: the device's bus read on a

@@ -28,7 +28,7 @@ use anyhow::{anyhow, Context};
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
-use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo, GadgetVia};
+use crate::cli::usb::{GadgetArgs, GadgetFunction, GadgetIo, GadgetVia};
 use crate::usb::tap::open_tap;
 use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
@@ -93,7 +93,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
     let (vid, pid) = match &a.id {
         None => default_id,
-        Some(s) => match parse_vid_pid(s) {
+        Some(s) => match super::device::parse_vid_pid(s) {
             Some(x) => x,
             None => {
                 return fail(
