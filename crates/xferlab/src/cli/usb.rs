@@ -2,11 +2,14 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use xferlab_core::units::{parse_seconds, parse_size};
 use xferlab_core::usb::Pattern;
 
 use crate::output::Format;
+use crate::usb::cbr::CbrDir;
+use crate::usb::gadget::{GadgetFunction, GadgetIo, GadgetVia};
+use crate::usb::UsbDir;
 
 #[derive(Debug, Args)]
 pub struct UsbArgs {
@@ -109,26 +112,6 @@ impl LinkOpts {
             return Err("--max-transfer must be 64 to 65535 bytes".into());
         }
         Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CbrDir {
-    /// Device to host (bulk IN): the device produces, the host reads.
-    Rx,
-    /// Host to device (bulk OUT): the host writes, the device consumes.
-    Tx,
-    /// Both at once, each at the rate; reported as a sum.
-    Both,
-}
-
-impl CbrDir {
-    pub fn usb(self) -> UsbDir {
-        match self {
-            CbrDir::Rx => UsbDir::In,
-            CbrDir::Tx => UsbDir::Out,
-            CbrDir::Both => UsbDir::Both,
-        }
     }
 }
 
@@ -253,16 +236,6 @@ fn parse_encap(s: &str) -> Result<xferlab_core::usb::net::Encap, String> {
         .ok_or_else(|| format!("`{s}` is no encapsulation: ecm, eem or ncm"))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UsbDir {
-    /// Device to host (bulk IN).
-    In,
-    /// Host to device (bulk OUT).
-    Out,
-    /// IN and OUT at once, one thread each.
-    Both,
-}
-
 #[derive(Debug, Args)]
 pub struct BulkArgs {
     /// Device: VID:PID (hex, e.g. 0525:a4a0) or BUS.ADDR (e.g. 1.2). Default:
@@ -324,61 +297,6 @@ pub struct BulkArgs {
     /// Free-text title stored in the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetFunction {
-    /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
-    Ffs,
-    /// xferlab's fixed-rate device over FunctionFS: produces (IN) or
-    /// consumes (OUT) samples at the rate, buffer and request size that
-    /// `xferlab usb cbr` sets per trial, counting overruns and underruns.
-    Cbr,
-    /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
-    Sourcesink,
-    /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
-    Ecm,
-    /// The kernel's CDC-EEM network function (usb_f_eem; host: cdc_eem).
-    Eem,
-    /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
-    Ncm,
-    /// xferlab's own network link over FunctionFS: a TAP device bridged to
-    /// bulk IN/OUT in --encap framing (EEM: a CDC-EEM interface the host's
-    /// cdc_eem binds; ECM and NCM: vendor-specific, for `xferlab usb net`).
-    Net,
-}
-
-impl GadgetFunction {
-    /// The kernel network functions: (configfs function type, module).
-    pub fn net_kind(self) -> Option<(&'static str, &'static str)> {
-        match self {
-            GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
-            GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
-            GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
-            GadgetFunction::Ffs
-            | GadgetFunction::Cbr
-            | GadgetFunction::Sourcesink
-            | GadgetFunction::Net => None,
-        }
-    }
-}
-
-/// How `--function net` makes its device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetVia {
-    /// A FunctionFS function of a configfs gadget, with AIO.
-    Functionfs,
-    /// A whole device through /dev/raw-gadget, announcing real CDC
-    /// interfaces (one transfer in flight per direction).
-    RawGadget,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetIo {
-    /// One blocking read()/write() at a time per endpoint.
-    Sync,
-    /// Linux AIO (io_submit) with --queue requests in flight per endpoint.
-    Aio,
 }
 
 #[derive(Debug, Args)]

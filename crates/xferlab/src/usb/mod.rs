@@ -4,10 +4,10 @@
 //! drivers.
 
 mod bulk;
-mod cbr;
+pub mod cbr;
 mod device;
 mod engine;
-mod gadget;
+pub mod gadget;
 pub mod mon;
 mod net;
 mod tap;
@@ -16,7 +16,21 @@ use xferlab_sys::usbfs;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 
+use clap::ValueEnum;
+
 use crate::cli::usb::{UsbArgs, UsbCommand};
+
+/// The direction of a bulk run (`usb bulk`, `model usb`). A ValueEnum
+/// here, below cli, so the verbs take it as a plain value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UsbDir {
+    /// Device to host (bulk IN).
+    In,
+    /// Host to device (bulk OUT).
+    Out,
+    /// IN and OUT at once, one thread each.
+    Both,
+}
 
 /// (user, system) CPU seconds of the whole process. A USB run owns its
 /// process, and nusb reaps URBs on its own event thread, so process-wide

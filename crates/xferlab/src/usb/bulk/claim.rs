@@ -9,8 +9,9 @@ use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport};
 
 use super::Fail;
-use crate::cli::usb::{BulkArgs, UsbDir};
+use crate::cli::usb::BulkArgs;
 use crate::usb::device;
+use crate::usb::UsbDir;
 
 /// Which device, interface and endpoints a run wants.
 pub struct Want<'a> {

@@ -4,8 +4,9 @@
 use xferlab_core::spec::{Direction, Knobs, Limit, Pattern, TestSpec, Transport};
 use xferlab_core::units::format_bytes;
 
-use crate::cli::usb::{BulkArgs, UsbDir};
+use crate::cli::usb::BulkArgs;
 use crate::output::Format;
+use crate::usb::UsbDir;
 
 /// usbfs caps the memory of all URBs in flight (usbcore.usbfs_memory_mb, 16 MiB by default).
 const USBFS_DEFAULT_MB: u64 = 16;

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
+use clap::ValueEnum;
 use nusb::transfer::{Bulk, ControlIn, ControlOut, ControlType, In, Out, Recipient};
 use nusb::Endpoint;
 use nusb::MaybeFuture;
@@ -28,7 +29,29 @@ use self::stream::{App, HostCounts};
 use super::bulk::claim::{Claimed, Want};
 use super::bulk::{plan, Fail};
 use super::device;
-use crate::cli::usb::{CbrDir, UsbCbrArgs};
+use crate::cli::usb::UsbCbrArgs;
+use crate::usb::UsbDir;
+
+/// The direction of the stream, as the radio names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CbrDir {
+    /// Device to host (bulk IN): the device produces, the host reads.
+    Rx,
+    /// Host to device (bulk OUT): the host writes, the device consumes.
+    Tx,
+    /// Both at once, each at the rate; reported as a sum.
+    Both,
+}
+
+impl CbrDir {
+    pub fn usb(self) -> UsbDir {
+        match self {
+            CbrDir::Rx => UsbDir::In,
+            CbrDir::Tx => UsbDir::Out,
+            CbrDir::Both => UsbDir::Both,
+        }
+    }
+}
 
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 

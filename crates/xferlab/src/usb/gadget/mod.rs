@@ -25,10 +25,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
+use clap::ValueEnum;
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
 
-use crate::cli::usb::{GadgetArgs, GadgetFunction, GadgetIo, GadgetVia};
+use crate::cli::usb::GadgetArgs;
 use crate::usb::tap::open_tap;
 use cbr_io::{cbr_loop, CbrControl};
 use configfs::{
@@ -36,6 +37,61 @@ use configfs::{
 };
 use ffs_io::{aio_loop, ep0_loop, sync_loop, DirCounters, Shared};
 use net_io::NetCounters;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetFunction {
+    /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
+    Ffs,
+    /// xferlab's fixed-rate device over FunctionFS: produces (IN) or
+    /// consumes (OUT) samples at the rate, buffer and request size that
+    /// `xferlab usb cbr` sets per trial, counting overruns and underruns.
+    Cbr,
+    /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
+    Sourcesink,
+    /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
+    Ecm,
+    /// The kernel's CDC-EEM network function (usb_f_eem; host: cdc_eem).
+    Eem,
+    /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
+    Ncm,
+    /// xferlab's own network link over FunctionFS: a TAP device bridged to
+    /// bulk IN/OUT in --encap framing (EEM: a CDC-EEM interface the host's
+    /// cdc_eem binds; ECM and NCM: vendor-specific, for `xferlab usb net`).
+    Net,
+}
+
+impl GadgetFunction {
+    /// The kernel network functions: (configfs function type, module).
+    pub fn net_kind(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
+            GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
+            GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
+            GadgetFunction::Ffs
+            | GadgetFunction::Cbr
+            | GadgetFunction::Sourcesink
+            | GadgetFunction::Net => None,
+        }
+    }
+}
+
+/// How `--function net` makes its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetVia {
+    /// A FunctionFS function of a configfs gadget, with AIO.
+    Functionfs,
+    /// A whole device through /dev/raw-gadget, announcing real CDC
+    /// interfaces (one transfer in flight per direction).
+    RawGadget,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetIo {
+    /// One blocking read()/write() at a time per endpoint.
+    Sync,
+    /// Linux AIO (io_submit) with --queue requests in flight per endpoint.
+    Aio,
+}
 
 fn fail(msg: &str, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
