@@ -49,7 +49,6 @@ const CORE: &[&[&str]] = &[
 /// it). Issue 33 removes them; each removal deletes its line here.
 #[rustfmt::skip]
 const KNOWN: &[(&str, &str, &str, &str)] = &[
-    ("xferlab", "usb", "cli", "its verbs take core spec types, not clap Args"),
     ("xferlab-core", "spec", "transport", "the transport's knobs move into its own type"),
 ];
 

@@ -9,7 +9,10 @@ use xferlab_core::usb::Pattern;
 use crate::output::Format;
 use crate::usb::cbr::CbrDir;
 use crate::usb::gadget::{GadgetFunction, GadgetIo, GadgetVia};
-use crate::usb::UsbDir;
+use crate::usb::{
+    BulkRequest, CbrRequest, GadgetRequest, LinkRequest, MonRequest, NetRequest, ReportTo,
+    Selection, UsbDir, UsbRequest,
+};
 
 #[derive(Debug, Args)]
 pub struct UsbArgs {
@@ -94,25 +97,6 @@ pub struct LinkOpts {
     /// Name of the TAP device to create (removed at exit, also after SIGKILL).
     #[arg(long, default_value = "xl-usb0")]
     pub tap: String,
-}
-
-impl LinkOpts {
-    /// The one-line errors of out-of-range values.
-    pub fn check(&self) -> Result<(), String> {
-        if self.frames_per_transfer == 0 || self.frames_per_transfer > 256 {
-            return Err(format!(
-                "--frames-per-transfer must be 1 to 256 (got {})",
-                self.frames_per_transfer
-            ));
-        }
-        if self
-            .max_transfer
-            .is_some_and(|m| !(64..=65535).contains(&m))
-        {
-            return Err("--max-transfer must be 64 to 65535 bytes".into());
-        }
-        Ok(())
-    }
 }
 
 #[derive(Debug, Args)]
@@ -367,4 +351,156 @@ fn parse_ep(s: &str) -> Result<u8, String> {
         s.parse::<u8>()
     };
     v.map_err(|_| format!("`{s}` is not an endpoint address (0x81 for IN 1, 0x01 for OUT 1)"))
+}
+
+/// A report's settings from the flags a verb has: `-J` folded into the
+/// format (`--format` where the verb has it, else human).
+fn report_to(
+    format: Format,
+    json: bool,
+    output: Option<&PathBuf>,
+    title: Option<&String>,
+) -> ReportTo {
+    ReportTo {
+        format: if json { Format::Json } else { format },
+        output: output.cloned(),
+        title: title.cloned(),
+    }
+}
+
+impl UsbArgs {
+    /// The verb as the usb module takes it, in plain values; the usb
+    /// module checks them.
+    pub fn request(&self) -> UsbRequest {
+        match &self.command {
+            UsbCommand::List => UsbRequest::List,
+            UsbCommand::Bulk(b) => UsbRequest::Bulk(Box::new(b.request())),
+            UsbCommand::Cbr(c) => UsbRequest::Cbr(Box::new(c.request())),
+            UsbCommand::Gadget(g) if g.cleanup => UsbRequest::GadgetCleanup {
+                name: g.name.clone(),
+            },
+            UsbCommand::Gadget(g) => UsbRequest::Gadget(Box::new(g.request())),
+            UsbCommand::Mon(m) => UsbRequest::Mon(Box::new(m.request())),
+            UsbCommand::Net(n) => UsbRequest::Net(Box::new(n.request())),
+        }
+    }
+}
+
+impl LinkOpts {
+    fn request(&self) -> LinkRequest {
+        LinkRequest {
+            frames_per_transfer: self.frames_per_transfer,
+            coalesce_us: self.coalesce_us,
+            max_transfer: self.max_transfer,
+            crc: self.crc,
+            tap: self.tap.clone(),
+        }
+    }
+}
+
+impl BulkArgs {
+    fn request(&self) -> BulkRequest {
+        BulkRequest {
+            select: Selection {
+                device: self.device.clone(),
+                serial: self.serial.clone(),
+                interface: self.interface,
+                detach_kernel_driver: self.detach_kernel_driver,
+            },
+            ep_in: self.ep_in,
+            ep_out: self.ep_out,
+            dir: self.dir,
+            size: self.size,
+            depth: self.depth,
+            time: self.time,
+            bytes: self.bytes,
+            pattern: self.pattern,
+            transfer_timeout: self.transfer_timeout,
+            interval: self.interval,
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
+        }
+    }
+}
+
+impl UsbCbrArgs {
+    fn request(&self) -> CbrRequest {
+        CbrRequest {
+            select: Selection {
+                device: self.device.clone(),
+                serial: self.serial.clone(),
+                interface: self.interface,
+                detach_kernel_driver: self.detach_kernel_driver,
+            },
+            dir: self.dir,
+            size: self.size,
+            depth: self.depth,
+            host_buffer: self.host_buffer,
+            app_size: self.app_size,
+            rate: self.rate,
+            ladder: self.ladder.clone(),
+            repeat: self.repeat,
+            max_overruns: self.max_overruns,
+            max_underruns: self.max_underruns,
+            time: self.time,
+            device_buffer: self.device_buffer,
+            device_request: self.device_request,
+            sample_size: self.sample_size,
+            prefill: self.prefill,
+            host_stall: self.host_stall.clone(),
+            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+        }
+    }
+}
+
+impl GadgetArgs {
+    fn request(&self) -> GadgetRequest {
+        GadgetRequest {
+            function: self.function,
+            io: self.io,
+            queue: self.queue,
+            qmult: self.qmult,
+            size: self.size,
+            pattern: self.pattern,
+            udc: self.udc.clone(),
+            name: self.name.clone(),
+            id: self.id.clone(),
+            serial: self.serial.clone(),
+            time: self.time,
+            encap: self.encap,
+            via: self.via,
+            link: self.link.request(),
+            report: report_to(Format::Human, self.json, None, None),
+        }
+    }
+}
+
+impl NetArgs {
+    fn request(&self) -> NetRequest {
+        NetRequest {
+            device: self.device.clone(),
+            encap: self.encap,
+            depth: self.depth,
+            link: self.link.request(),
+            time: self.time,
+            report: report_to(Format::Human, self.json, None, None),
+        }
+    }
+}
+
+impl MonArgs {
+    fn request(&self) -> MonRequest {
+        MonRequest {
+            device: self.device.clone(),
+            encap: self.encap,
+            time: self.time,
+            interval: self.interval,
+            knobs: self.knobs.clone(),
+            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+        }
+    }
 }

@@ -16,6 +16,18 @@ pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
     ))
 }
 
+/// Which device and interface a host-side verb (bulk, cbr) claims.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// `-d`: VID:PID or BUS.ADDR; None is the one vendor-specific device.
+    pub device: Option<String>,
+    pub serial: Option<String>,
+    /// None is the first interface with bulk endpoints.
+    pub interface: Option<u8>,
+    /// Detach a kernel driver holding the interface (reattached at exit).
+    pub detach_kernel_driver: bool,
+}
+
 /// How the user named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selector {

@@ -27,7 +27,7 @@ use xferlab_core::usb::usbmon::{
 };
 
 use super::device;
-use crate::cli::usb::MonArgs;
+use super::ReportTo;
 use xferlab_core::usb::net::Encap;
 
 /// The kernel's largest ring (BUFF_MAX, 1200 KiB): captures up to 240 KiB
@@ -38,12 +38,28 @@ const RING_SIZE: usize = 1200 * 1024;
 /// events/s; fetching in batches from the mapped ring lost none.
 const BATCH: usize = 256;
 
-pub fn run(a: &MonArgs, interrupts: &AtomicU32) -> ExitCode {
+/// `usb mon` as asked for.
+#[derive(Debug, Clone)]
+pub struct MonRequest {
+    /// VID:PID or BUS.ADDR.
+    pub device: String,
+    /// The link's framing, to count Ethernet frames per transfer.
+    pub encap: Option<Encap>,
+    /// Seconds to record; None is until interrupted.
+    pub time: Option<f64>,
+    /// Seconds between interval samples.
+    pub interval: f64,
+    /// `NAME=VALUE`, checked by the verb.
+    pub knobs: Vec<String>,
+    pub report: ReportTo,
+}
+
+pub fn run(a: &MonRequest, interrupts: &AtomicU32) -> ExitCode {
     match record(a, interrupts) {
         Ok(report) => match print(a, &report) {
             Ok(()) => {
                 // The text report holds it; a JSON one only counts the drops.
-                if let Some(d) = drops_line(&report).filter(|_| a.json) {
+                if let Some(d) = drops_line(&report).filter(|_| a.report.json()) {
                     eprintln!("xferlab: warning: {d}");
                 }
                 ExitCode::SUCCESS
@@ -60,7 +76,7 @@ pub fn run(a: &MonArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-fn knobs(a: &MonArgs) -> anyhow::Result<BTreeMap<String, String>> {
+fn knobs(a: &MonRequest) -> anyhow::Result<BTreeMap<String, String>> {
     a.knobs
         .iter()
         .map(|k| {
@@ -71,7 +87,7 @@ fn knobs(a: &MonArgs) -> anyhow::Result<BTreeMap<String, String>> {
         .collect()
 }
 
-fn record(a: &MonArgs, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
+fn record(a: &MonRequest, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
     if a.interval.is_nan() || a.interval <= 0.0 {
         bail!("-i/--interval must be above 0 s (got {})", a.interval);
     }
@@ -360,8 +376,8 @@ fn line(label: &str, s: &BusSample) -> String {
     )
 }
 
-fn print(a: &MonArgs, r: &BusReport) -> anyhow::Result<()> {
-    let text = if a.json {
+fn print(a: &MonRequest, r: &BusReport) -> anyhow::Result<()> {
+    let text = if a.report.json() {
         serde_json::to_string_pretty(&serde_json::json!({
             "schema": "xferlab.usbmon/1",
             "usbmon": r,
@@ -393,7 +409,7 @@ fn print(a: &MonArgs, r: &BusReport) -> anyhow::Result<()> {
         }
         t
     };
-    match &a.output {
+    match &a.report.output {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
         None => {
             std::io::stdout().write_all(text.as_bytes())?;

@@ -29,8 +29,7 @@ use self::stream::{App, HostCounts};
 use super::bulk::claim::{Claimed, Want};
 use super::bulk::{plan, Fail};
 use super::device;
-use crate::cli::usb::UsbCbrArgs;
-use crate::usb::UsbDir;
+use super::{ReportTo, Selection, UsbDir};
 
 /// The direction of the stream, as the radio names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -53,9 +52,39 @@ impl CbrDir {
     }
 }
 
+/// `usb cbr` as asked for.
+#[derive(Debug, Clone)]
+pub struct CbrRequest {
+    pub select: Selection,
+    pub dir: CbrDir,
+    /// Bytes per host transfer.
+    pub size: u64,
+    /// Host transfers in flight per direction.
+    pub depth: u32,
+    /// The host buffer per direction instead of `depth`.
+    pub host_buffer: Option<u64>,
+    /// The application's read/write size (default: `size`).
+    pub app_size: Option<u64>,
+    /// One rate, bytes/s per direction, or else `ladder`.
+    pub rate: Option<u64>,
+    pub ladder: Vec<u64>,
+    pub repeat: u32,
+    pub max_overruns: u64,
+    pub max_underruns: u64,
+    /// Seconds per trial.
+    pub time: f64,
+    pub device_buffer: u64,
+    pub device_request: u64,
+    pub sample_size: u64,
+    pub prefill: Option<u64>,
+    /// `EVERY:FOR`, checked by the verb.
+    pub host_stall: Option<String>,
+    pub report: ReportTo,
+}
+
 const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub fn run(a: &UsbCbrArgs, interrupts: &AtomicU32) -> ExitCode {
+pub fn run(a: &CbrRequest, interrupts: &AtomicU32) -> ExitCode {
     cbr(a, interrupts).unwrap_or_else(|f| {
         eprintln!("xferlab: {}", f.msg);
         ExitCode::from(f.code)
@@ -69,7 +98,7 @@ struct Setup {
     rates: Vec<u64>,
 }
 
-fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
+fn check(a: &CbrRequest) -> Result<Setup, Fail> {
     let bad = |m: String| Err(Fail::usage(m));
     let depth = match a.host_buffer {
         None => a.depth,
@@ -275,7 +304,7 @@ fn trial(
     dev: &Claimed,
     eps: &mut Endpoints,
     s: &Setup,
-    a: &UsbCbrArgs,
+    a: &CbrRequest,
     rate: u64,
     search: &mut RateSearch<CbrCriterion>,
     interrupts: &AtomicU32,
@@ -345,21 +374,18 @@ fn trial(
     })
 }
 
-fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
+fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let s = check(a)?;
     let dev = Claimed::open_for(&Want {
-        device: a.device.as_deref(),
-        serial: a.serial.as_deref(),
-        interface: a.interface,
+        select: &a.select,
         ep_in: None,
         ep_out: None,
         dir: a.dir.usb(),
         size: a.size,
-        detach_kernel_driver: a.detach_kernel_driver,
     })?;
     check_device(&dev)?;
     let mut eps = Endpoints::open(&dev, &s.params)?;
-    let mut out = crate::output::open(a.output.as_deref()).map_err(Fail::usage)?;
+    let mut out = crate::output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
     let criterion = CbrCriterion {
         max_overruns: a.max_overruns,
         max_underruns: a.max_underruns,
@@ -369,7 +395,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
             .and_then(|()| out.flush())
             .map_err(|e| Fail::run(format!("cannot write the output: {e}")))
     };
-    if !a.json {
+    if !a.report.json() {
         w(
             &mut out,
             format!(
@@ -408,7 +434,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
                 break 'runs;
             }
             let t = trial(&dev, &mut eps, &s, a, bps / 8, &mut search, interrupts)?;
-            if !a.json {
+            if !a.report.json() {
                 w(&mut out, trial_line(run, &t))?;
             }
             trials.push(t);
@@ -418,7 +444,7 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let bests: Vec<Option<u64>> = runs.iter().map(|r| r.1.map(|b| b * 8)).collect();
     let summary = repeat_summary(&bests);
     let ok = !interrupted && !runs.is_empty() && runs.iter().all(|r| r.1.is_some());
-    if a.json {
+    if a.report.json() {
         let doc = json!({
             "schema": "xferlab.cbr/1",
             "transport": "usb",
