@@ -10,6 +10,7 @@ mod engine;
 pub mod gadget;
 pub mod mon;
 pub mod net;
+mod outcome;
 mod tap;
 use xferlab_sys::usbfs;
 
@@ -69,6 +70,31 @@ pub struct ReportTo {
 impl ReportTo {
     pub fn json(&self) -> bool {
         self.format == Format::Json
+    }
+}
+
+/// Why a run could not start or report: the one line printed, and the
+/// exit code (2 for arguments, 1 for the device or the system).
+pub struct Fail {
+    pub code: u8,
+    pub msg: String,
+}
+
+impl Fail {
+    /// `why` is a message or an error with its context, printed `{:#}`
+    /// (each cause after a colon).
+    pub fn usage(why: impl std::fmt::Display) -> Fail {
+        Fail {
+            code: 2,
+            msg: format!("{why:#}"),
+        }
+    }
+
+    pub fn run(why: impl std::fmt::Display) -> Fail {
+        Fail {
+            code: 1,
+            msg: format!("{why:#}"),
+        }
     }
 }
 

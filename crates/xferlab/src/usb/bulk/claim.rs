@@ -8,8 +8,9 @@ use xferlab_core::usb::descriptor::{BulkPipes, EndpointDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport};
 
-use super::{BulkRequest, Fail};
+use super::BulkRequest;
 use crate::usb::device::{self, Selection};
+use crate::usb::Fail;
 use crate::usb::UsbDir;
 
 /// Which device, interface and endpoints a run wants.

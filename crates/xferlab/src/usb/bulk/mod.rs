@@ -4,14 +4,14 @@
 //! The steps, each in its own module: check the arguments ([`plan`]),
 //! claim the device ([`claim`]), run one data thread per endpoint
 //! ([`pipe`], on [`super::engine`]) as the loop's [`workload`], and turn
-//! what the endpoints did into the result ([`outcome`]).
+//! what the endpoints did into this side's report ([`side`]).
 //!
 //! [`Reporter`]: crate::output::Reporter
 
 pub(super) mod claim;
-mod outcome;
 mod pipe;
 pub(super) mod plan;
+mod side;
 mod workload;
 
 use crate::sys::clock;
@@ -28,7 +28,7 @@ use self::claim::Claimed;
 use self::pipe::{Pipe, RunLink};
 use self::workload::BulkWorkload;
 use super::engine::{PipeSetup, RunControl};
-use super::{ReportTo, Selection, UsbDir};
+use super::{outcome, Fail, ReportTo, Selection, UsbDir};
 use crate::driver::client::drive_alone;
 use crate::driver::DRAIN;
 use crate::output::{self, StartInfo};
@@ -54,31 +54,6 @@ pub struct BulkRequest {
     /// Seconds between interval reports (0 = none).
     pub interval: f64,
     pub report: ReportTo,
-}
-
-/// Why a run could not start or report: the one line printed, and the
-/// exit code (2 for arguments, 1 for the device or the system).
-pub struct Fail {
-    pub code: u8,
-    pub msg: String,
-}
-
-impl Fail {
-    /// `why` is a message or an error with its context, printed `{:#}`
-    /// (each cause after a colon).
-    pub fn usage(why: impl std::fmt::Display) -> Fail {
-        Fail {
-            code: 2,
-            msg: format!("{why:#}"),
-        }
-    }
-
-    pub fn run(why: impl std::fmt::Display) -> Fail {
-        Fail {
-            code: 1,
-            msg: format!("{why:#}"),
-        }
-    }
 }
 
 pub fn run(a: &BulkRequest, interrupts: &AtomicU32) -> ExitCode {

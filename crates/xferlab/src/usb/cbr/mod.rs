@@ -27,8 +27,9 @@ use xferlab_core::usb::cbr::{CbrCriterion, CbrOutcome};
 
 use self::stream::{App, HostCounts};
 use super::bulk::claim::{Claimed, Want};
-use super::bulk::{plan, Fail};
+use super::bulk::plan;
 use super::device;
+use super::Fail;
 use super::{ReportTo, Selection, UsbDir};
 
 /// The direction of the stream, as the radio names it.
