@@ -7,6 +7,7 @@
 //! trial, a ladder is the core's [`RateSearch`], repeated. The report is
 //! an `xferlab.cbr/1` document like `xferlab cbr -J`'s, with USB fields.
 
+mod report;
 mod stream;
 
 use std::io::Write;
@@ -18,10 +19,11 @@ use clap::ValueEnum;
 use nusb::transfer::{Bulk, ControlIn, ControlOut, ControlType, In, Out, Recipient};
 use nusb::Endpoint;
 use nusb::MaybeFuture;
-use serde_json::{json, Value};
-use xferlab_core::datagram::{repeat_summary, Plan, RateSearch, Verdict};
+use xferlab_core::datagram::{Plan, RateSearch};
 use xferlab_core::units::parse_seconds;
-use xferlab_core::usb::cbr::rate::{Faults, RateReport};
+use xferlab_core::usb::cbr::report::{
+    CbrDirection, CbrRun, CbrTrial, HostStall, PerDirection, UsbCbrReport, UsbCbrSetup,
+};
 use xferlab_core::usb::cbr::wire::{self, StartParams, Status};
 use xferlab_core::usb::cbr::{CbrCriterion, CbrOutcome};
 
@@ -44,6 +46,15 @@ pub enum CbrDir {
 }
 
 impl CbrDir {
+    /// As the document names it.
+    pub fn report(self) -> CbrDirection {
+        match self {
+            CbrDir::Rx => CbrDirection::Rx,
+            CbrDir::Tx => CbrDirection::Tx,
+            CbrDir::Both => CbrDirection::Both,
+        }
+    }
+
     pub fn usb(self) -> UsbDir {
         match self {
             CbrDir::Rx => UsbDir::In,
@@ -203,18 +214,6 @@ fn parse_stall(s: &str) -> Result<(Duration, Duration), String> {
     Ok((Duration::from_secs_f64(every), Duration::from_secs_f64(len)))
 }
 
-/// What one trial measured on both ends.
-struct Trial {
-    rate: u64,
-    /// ns from START to STOP, as the device timed the stream.
-    elapsed_ns: u64,
-    /// The device's reports and the host's error, as judged.
-    outcome: CbrOutcome,
-    rx: Option<HostCounts>,
-    tx: Option<HostCounts>,
-    verdict: Verdict,
-}
-
 fn control_out(
     dev: &Claimed,
     request: u8,
@@ -309,7 +308,7 @@ fn trial(
     rate: u64,
     search: &mut RateSearch<CbrCriterion>,
     interrupts: &AtomicU32,
-) -> Result<Trial, Fail> {
+) -> Result<CbrTrial, Fail> {
     let stop = AtomicBool::new(false);
     let params = StartParams { rate, ..s.params };
     let (rx, tx, status) = std::thread::scope(|scope| -> Result<_, Fail> {
@@ -365,14 +364,17 @@ fn trial(
         host_error: rx.iter().chain(tx.iter()).find_map(|c| c.error.clone()),
     };
     let verdict = search.record(rate * 8, &outcome);
-    Ok(Trial {
+    let host = PerDirection {
+        rx: rx.as_ref().map(report::host_side),
+        tx: tx.as_ref().map(report::host_side),
+    };
+    Ok(CbrTrial::new(
         rate,
-        elapsed_ns: status.elapsed_ns,
-        outcome,
-        rx,
-        tx,
-        verdict,
-    })
+        status.elapsed_ns,
+        &outcome,
+        host,
+        &verdict,
+    ))
 }
 
 fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
@@ -409,7 +411,7 @@ fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         )?;
         w(&mut out, format!(
             "Test: USB fixed-rate {}, {} B per transfer, {} in flight, application calls of {} B, device buffer {} B in {} B requests, {}-byte samples, {} s per trial{}",
-            dir_label(a.dir),
+            report::dir_label(a.dir),
             a.size,
             s.app.depth,
             s.app.call,
@@ -436,79 +438,41 @@ fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
             }
             let t = trial(&dev, &mut eps, &s, a, bps / 8, &mut search, interrupts)?;
             if !a.report.json() {
-                w(&mut out, trial_line(run, &t))?;
+                w(&mut out, report::trial_line(run, &t))?;
             }
             trials.push(t);
         }
-        runs.push((trials, search.best().map(|b| b / 8)));
+        runs.push(CbrRun::new(trials, search.best().map(|b| b / 8)));
     }
-    let bests: Vec<Option<u64>> = runs.iter().map(|r| r.1.map(|b| b * 8)).collect();
-    let summary = repeat_summary(&bests);
-    let ok = !interrupted && !runs.is_empty() && runs.iter().all(|r| r.1.is_some());
+    let doc = UsbCbrReport::new(
+        device::info_of(&dev.info),
+        UsbCbrSetup {
+            dir: a.dir.report(),
+            interface: dev.pipes.interface,
+            transfer_size: a.size,
+            depth: s.app.depth as u64,
+            app_size: s.app.call as u64,
+            device_buffer: a.device_buffer,
+            device_request: a.device_request,
+            sample_size: a.sample_size,
+            prefill: s.params.prefill,
+            seconds_per_trial: a.time,
+            host_stall: s.app.stall.map(|(e, l)| HostStall {
+                every_s: e.as_secs_f64(),
+                for_s: l.as_secs_f64(),
+            }),
+            rates_bytes_per_s: s.rates.clone(),
+        },
+        criterion,
+        runs,
+        interrupted,
+    );
+    let ok = doc.sustained();
     if a.report.json() {
-        let doc = json!({
-            "schema": "xferlab.cbr/1",
-            "transport": "usb",
-            "device": device::info_of(&dev.info),
-            "usb": {
-                "dir": format!("{:?}", a.dir).to_lowercase(),
-                "interface": dev.pipes.interface,
-                "transfer_size": a.size,
-                "depth": s.app.depth,
-                "app_size": s.app.call,
-                "device_buffer": a.device_buffer,
-                "device_request": a.device_request,
-                "sample_size": a.sample_size,
-                "prefill": s.params.prefill,
-                "seconds_per_trial": a.time,
-                "host_stall": s.app.stall.map(|(e, l)| json!({"every_s": e.as_secs_f64(), "for_s": l.as_secs_f64()})),
-                "rates_bytes_per_s": s.rates,
-            },
-            "criterion": criterion,
-            "runs": runs.iter().map(|(trials, best)| json!({
-                "trials": trials.iter().map(trial_json).collect::<Vec<_>>(),
-                "best_bps": best.map(|b| b * 8),
-                "best_bytes_per_s": best,
-            })).collect::<Vec<_>>(),
-            "summary": summary,
-            "summary_bytes_per_s": {
-                "max": summary.max.map(|b| b / 8),
-                "median": summary.median.map(|b| b / 8),
-                "min": summary.min.map(|b| b / 8),
-            },
-            "interrupted": interrupted,
-        });
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Fail::run(e.to_string()))?;
         w(&mut out, text)?;
-    } else if a.rate.is_some() {
-        w(
-            &mut out,
-            if ok {
-                "constant rate sustained".into()
-            } else {
-                "constant rate NOT sustained".into()
-            },
-        )?;
     } else {
-        let show = |r: Option<u64>| r.map_or("none".to_string(), |r| mbytes(r / 8));
-        w(
-            &mut out,
-            format!(
-                "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
-                summary.runs,
-                show(summary.max),
-                show(summary.median),
-                show(summary.min),
-                if summary.runs_without_a_sustained_rate > 0 {
-                    format!(
-                        " ({} run(s) sustained no rate)",
-                        summary.runs_without_a_sustained_rate
-                    )
-                } else {
-                    String::new()
-                }
-            ),
-        )?;
+        w(&mut out, report::summary_line(&doc, a.rate.is_some()))?;
     }
     drop(dev);
     if interrupted {
@@ -518,123 +482,5 @@ fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
-}
-
-fn dir_label(d: CbrDir) -> &'static str {
-    match d {
-        CbrDir::Rx => "RX (device to host)",
-        CbrDir::Tx => "TX (host to device)",
-        CbrDir::Both => "RX+TX (both at once)",
-    }
-}
-
-fn mbytes(bytes_per_s: u64) -> String {
-    format!("{:.2} MB/s", bytes_per_s as f64 / 1e6)
-}
-
-/// Host bytes/s summed over the directions, over the device's stream time.
-fn host_rate(t: &Trial) -> f64 {
-    let secs = (t.elapsed_ns as f64 / 1e9).max(1e-9);
-    let bytes: u64 = t.rx.iter().chain(t.tx.iter()).map(|c| c.bytes).sum();
-    bytes as f64 / secs
-}
-
-fn times(f: &Faults) -> String {
-    let shown: Vec<String> = f
-        .kept()
-        .iter()
-        .take(4)
-        .map(|e| format!("{:.3}", e.start_ns as f64 / 1e9))
-        .collect();
-    if shown.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " at {} s{}",
-            shown.join(", "),
-            if f.episodes > 4 { ", ..." } else { "" }
-        )
-    }
-}
-
-fn trial_line(run: u32, t: &Trial) -> String {
-    let over = t.outcome.rx.map(|r| r.overruns).unwrap_or_default();
-    let under = t.outcome.tx.map(|r| r.underruns).unwrap_or_default();
-    let shown = match &t.verdict {
-        Verdict::Sustained => "sustained".to_string(),
-        Verdict::Failed(why) => format!("FAILED: {why}"),
-    };
-    format!(
-        "run {run}  {:>12}  host {:>12}  overruns {:>8} ({} ep{})  underruns {:>8} ({} ep{})  -> {shown}",
-        mbytes(t.rate),
-        format!("{:.2} MB/s", host_rate(t) / 1e6),
-        t.outcome.overruns(),
-        over.episodes,
-        times(&over),
-        t.outcome.underruns(),
-        under.episodes,
-        times(&under),
-    )
-}
-
-fn faults_json(f: &Faults) -> Value {
-    json!({
-        "samples": f.samples,
-        "episodes": f.episodes,
-        "first_s": f.kept().iter().map(|e| e.start_ns as f64 / 1e9).collect::<Vec<_>>(),
-        "first_samples": f.kept().iter().map(|e| e.samples).collect::<Vec<_>>(),
-    })
-}
-
-fn report_json(r: &RateReport) -> Value {
-    json!({
-        "clock_start_s": r.clock_start_ns.map(|n| n as f64 / 1e9),
-        "samples_due": r.samples_due,
-        "sample_bytes": r.sample_bytes,
-        "host_bytes": r.host_bytes,
-        "fill": r.fill,
-        "max_fill": r.max_fill,
-        "min_fill": r.min_fill,
-        "overruns": faults_json(&r.overruns),
-        "underruns": faults_json(&r.underruns),
-    })
-}
-
-fn host_json(c: &HostCounts) -> Value {
-    json!({
-        "bytes": c.bytes,
-        "transfers": c.transfers,
-        "app_calls": c.app_calls,
-        "stalls": c.stalls,
-        "seconds": c.seconds,
-        "bytes_per_s": c.bytes as f64 / c.seconds.max(1e-9),
-        "error": c.error,
-    })
-}
-
-fn trial_json(t: &Trial) -> Value {
-    let (sustained, reason) = match &t.verdict {
-        Verdict::Sustained => (true, None),
-        Verdict::Failed(w) => (false, Some(w.clone())),
-    };
-    json!({
-        "rate_bps": t.rate * 8,
-        "rate_bytes_per_s": t.rate,
-        "seconds": t.elapsed_ns as f64 / 1e9,
-        "host_bytes_per_s": host_rate(t),
-        "overruns": t.outcome.overruns(),
-        "underruns": t.outcome.underruns(),
-        "device": {
-            "rx": t.outcome.rx.as_ref().map(report_json),
-            "tx": t.outcome.tx.as_ref().map(report_json),
-        },
-        "host": {
-            "rx": t.rx.as_ref().map(host_json),
-            "tx": t.tx.as_ref().map(host_json),
-        },
-        "sustained": sustained,
-        "reason": reason,
-        "error": t.outcome.host_error,
     })
 }
