@@ -40,6 +40,10 @@ fn bad_usb_flags_are_one_line_usage_errors() {
         (&["usb", "gadget", "--queue", "0"], &["--queue"]),
         (&["usb", "cbr", "-t", "1"], &["--rate", "--ladder"]),
         (
+            &["usb", "cbr", "-b", "1M", "--format", "csv"],
+            &["--format csv", "human or json"],
+        ),
+        (
             &["usb", "cbr", "-b", "fast"],
             &["'fast'", "bytes per second"],
         ),

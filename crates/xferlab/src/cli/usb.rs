@@ -170,6 +170,10 @@ pub struct UsbCbrArgs {
     /// EVERY (e.g. 500ms:100ms), to provoke overruns (RX) and underruns (TX).
     #[arg(long, value_name = "EVERY:FOR")]
     pub host_stall: Option<String>,
+    /// Output format: human (a line per trial) or json (as -J); csv,
+    /// jsonl and iperf3-json have no shape for this report.
+    #[arg(long, value_enum, default_value = "human", hide_possible_values = true)]
+    pub format: Format,
     /// Print the report as JSON (schema xferlab.cbr/1).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -452,7 +456,7 @@ impl UsbCbrArgs {
             sample_size: self.sample_size,
             prefill: self.prefill,
             host_stall: self.host_stall.clone(),
-            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+            report: report_to(self.format, self.json, self.output.as_ref(), None),
         }
     }
 }

@@ -3,8 +3,10 @@
 
 use xferlab_core::usb::cbr::report::{CbrTrial, FaultsReport, HostSide, UsbCbrReport};
 
+use super::plan::Setup;
 use super::stream::HostCounts;
-use super::CbrDir;
+use super::{CbrDir, CbrRequest};
+use crate::usb::bulk::claim::Claimed;
 
 /// One direction of the host application, for the document.
 pub fn host_side(c: &HostCounts) -> HostSide {
@@ -18,7 +20,41 @@ pub fn host_side(c: &HostCounts) -> HostSide {
     )
 }
 
-pub fn dir_label(d: CbrDir) -> &'static str {
+/// The text's first line: the device.
+pub fn device_line(dev: &Claimed) -> String {
+    format!(
+        "Device {} at {} speed \"{}\", interface {}",
+        dev.name,
+        dev.speed,
+        dev.info.product_string().unwrap_or(""),
+        dev.pipes.interface
+    )
+}
+
+/// The text's second line: what every trial runs with.
+pub fn test_line(a: &CbrRequest, s: &Setup) -> String {
+    format!(
+        "Test: USB fixed-rate {}, {} B per transfer, {} in flight, application calls of {} B, device buffer {} B in {} B requests, {}-byte samples, {} s per trial{}",
+        dir_label(a.dir),
+        a.size,
+        s.app.depth,
+        s.app.call,
+        a.device_buffer,
+        a.device_request,
+        a.sample_size,
+        a.time,
+        s.app
+            .stall
+            .map(|(e, l)| format!(
+                ", host stalls {:.3} s every {:.3} s",
+                l.as_secs_f64(),
+                e.as_secs_f64()
+            ))
+            .unwrap_or_default()
+    )
+}
+
+fn dir_label(d: CbrDir) -> &'static str {
     match d {
         CbrDir::Rx => "RX (device to host)",
         CbrDir::Tx => "TX (host to device)",
