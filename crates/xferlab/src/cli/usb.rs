@@ -7,11 +7,9 @@ use xferlab_core::units::{parse_seconds, parse_size};
 use xferlab_core::usb::Pattern;
 
 use crate::output::Format;
-use crate::usb::cbr::CbrDir;
-use crate::usb::gadget::{GadgetFunction, GadgetIo, GadgetVia};
 use crate::usb::{
-    BulkRequest, CbrRequest, GadgetRequest, LinkRequest, MonRequest, NetRequest, ReportTo,
-    Selection, UsbDir, UsbRequest,
+    BulkRequest, CbrDir, CbrRequest, GadgetFunction, GadgetIo, GadgetRequest, GadgetVia,
+    LinkRequest, MonRequest, NetRequest, ReportTo, Selection, UsbDir, UsbRequest,
 };
 
 #[derive(Debug, Args)]

@@ -4,12 +4,12 @@
 //! drivers.
 
 mod bulk;
-pub mod cbr;
+mod cbr;
 mod device;
 mod engine;
-pub mod gadget;
+mod gadget;
 pub mod mon;
-pub mod net;
+mod net;
 mod outcome;
 mod tap;
 use xferlab_sys::usbfs;
@@ -21,9 +21,9 @@ use std::sync::atomic::AtomicU32;
 use clap::ValueEnum;
 
 pub use self::bulk::BulkRequest;
-pub use self::cbr::CbrRequest;
+pub use self::cbr::{CbrDir, CbrRequest};
 pub use self::device::Selection;
-pub use self::gadget::GadgetRequest;
+pub use self::gadget::{GadgetFunction, GadgetIo, GadgetRequest, GadgetVia};
 pub use self::mon::MonRequest;
 pub use self::net::{LinkRequest, NetRequest};
 use crate::output::Format;
