@@ -149,7 +149,7 @@ fn run_command(command: Command) -> ExitCode {
         Command::Sweep(a) => run_sweep(&a),
         Command::Usb(a) => {
             install_interrupt_handler();
-            usb::run(&a, &INTERRUPTS)
+            usb::run(&a.request(), &INTERRUPTS)
         }
         Command::Lab(a) => cli::lab::run(&a),
         Command::Model(a) => match &a.command {

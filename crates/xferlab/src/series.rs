@@ -11,7 +11,7 @@
 //! The search itself is the sans-IO [`RateSearch`]; this module only runs
 //! the tests it asks for and prints what happened.
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 
 use anyhow::bail;
@@ -25,7 +25,7 @@ use xferlab_core::transport::{Carrier, TrialSection};
 use xferlab_core::units::{gap_rate, RateUnit};
 
 use crate::driver::Interrupts;
-use crate::output::{LiveFlow, Reporter, StartInfo};
+use crate::output::Quiet;
 use crate::session::client::{self, ClientConfig};
 
 /// What one test of a series measured, both directions summed.
@@ -142,22 +142,6 @@ impl Point {
             host_drops: self.host_drops,
             late: self.late,
         }
-    }
-}
-
-/// Trials print their own lines; the per-interval table of each test would
-/// drown them.
-struct Quiet;
-
-impl Reporter for Quiet {
-    fn start(&mut self, _: &StartInfo<'_>) -> io::Result<()> {
-        Ok(())
-    }
-    fn interval(&mut self, _: &[LiveFlow]) -> io::Result<()> {
-        Ok(())
-    }
-    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
-        Ok(())
     }
 }
 

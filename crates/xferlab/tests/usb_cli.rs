@@ -40,6 +40,18 @@ fn bad_usb_flags_are_one_line_usage_errors() {
         (&["usb", "gadget", "--queue", "0"], &["--queue"]),
         (&["usb", "cbr", "-t", "1"], &["--rate", "--ladder"]),
         (
+            &["usb", "mon", "-d", "1.2", "-i", "0"],
+            &["-i/--interval", "got 0"],
+        ),
+        (
+            &["usb", "mon", "-d", "1.2", "--knob", "mtu"],
+            &["--knob mtu", "NAME=VALUE"],
+        ),
+        (
+            &["usb", "cbr", "-b", "1M", "--format", "csv"],
+            &["--format csv", "human or json"],
+        ),
+        (
             &["usb", "cbr", "-b", "fast"],
             &["'fast'", "bytes per second"],
         ),

@@ -306,7 +306,9 @@ impl<J: Judge> RateSearch<J> {
 }
 
 /// The best rates of repeated searches, summarised.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct RepeatSummary {
     pub max: Option<u64>,
     /// Median over the runs that found a sustained rate (see

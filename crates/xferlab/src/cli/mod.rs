@@ -59,7 +59,7 @@ pub struct Cli {
     /// capacity per direction go into a JSON result written with -o as
     /// `usbmon`, or on stderr. Needs root and the usbmon module.
     #[arg(long, global = true, value_name = "DEVICE[,ENCAP]")]
-    pub usbmon: Option<usb::UsbMonSpec>,
+    pub usbmon: Option<crate::usb::mon::UsbMonSpec>,
 }
 
 impl Cli {

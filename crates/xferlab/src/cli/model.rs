@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use xferlab_core::units::{parse_seconds, parse_size};
 
-use super::usb::UsbDir;
 use crate::model::UsbModelRequest;
+use crate::usb::UsbDir;
 
 #[derive(Debug, Args)]
 pub struct ModelArgs {

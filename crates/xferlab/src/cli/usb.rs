@@ -2,11 +2,15 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use xferlab_core::units::{parse_seconds, parse_size};
 use xferlab_core::usb::Pattern;
 
 use crate::output::Format;
+use crate::usb::{
+    BulkRequest, CbrDir, CbrRequest, GadgetFunction, GadgetIo, GadgetRequest, GadgetVia,
+    LinkRequest, MonRequest, NetRequest, ReportTo, Selection, UsbDir, UsbRequest,
+};
 
 #[derive(Debug, Args)]
 pub struct UsbArgs {
@@ -93,45 +97,6 @@ pub struct LinkOpts {
     pub tap: String,
 }
 
-impl LinkOpts {
-    /// The one-line errors of out-of-range values.
-    pub fn check(&self) -> Result<(), String> {
-        if self.frames_per_transfer == 0 || self.frames_per_transfer > 256 {
-            return Err(format!(
-                "--frames-per-transfer must be 1 to 256 (got {})",
-                self.frames_per_transfer
-            ));
-        }
-        if self
-            .max_transfer
-            .is_some_and(|m| !(64..=65535).contains(&m))
-        {
-            return Err("--max-transfer must be 64 to 65535 bytes".into());
-        }
-        Ok(())
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CbrDir {
-    /// Device to host (bulk IN): the device produces, the host reads.
-    Rx,
-    /// Host to device (bulk OUT): the host writes, the device consumes.
-    Tx,
-    /// Both at once, each at the rate; reported as a sum.
-    Both,
-}
-
-impl CbrDir {
-    pub fn usb(self) -> UsbDir {
-        match self {
-            CbrDir::Rx => UsbDir::In,
-            CbrDir::Tx => UsbDir::Out,
-            CbrDir::Both => UsbDir::Both,
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct UsbCbrArgs {
     /// Device: VID:PID or BUS.ADDR (default: the one vendor-specific device).
@@ -203,6 +168,10 @@ pub struct UsbCbrArgs {
     /// EVERY (e.g. 500ms:100ms), to provoke overruns (RX) and underruns (TX).
     #[arg(long, value_name = "EVERY:FOR")]
     pub host_stall: Option<String>,
+    /// Output format: human (a line per trial) or json (as -J); csv,
+    /// jsonl and iperf3-json have no shape for this report.
+    #[arg(long, value_enum, default_value = "human", hide_possible_values = true)]
+    pub format: Format,
     /// Print the report as JSON (schema xferlab.cbr/1).
     #[arg(short = 'J', long)]
     pub json: bool,
@@ -251,16 +220,6 @@ pub struct MonArgs {
 fn parse_encap(s: &str) -> Result<xferlab_core::usb::net::Encap, String> {
     xferlab_core::usb::net::Encap::parse(s)
         .ok_or_else(|| format!("`{s}` is no encapsulation: ecm, eem or ncm"))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum UsbDir {
-    /// Device to host (bulk IN).
-    In,
-    /// Host to device (bulk OUT).
-    Out,
-    /// IN and OUT at once, one thread each.
-    Both,
 }
 
 #[derive(Debug, Args)]
@@ -324,61 +283,6 @@ pub struct BulkArgs {
     /// Free-text title stored in the result.
     #[arg(short = 'T', long)]
     pub title: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetFunction {
-    /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
-    Ffs,
-    /// xferlab's fixed-rate device over FunctionFS: produces (IN) or
-    /// consumes (OUT) samples at the rate, buffer and request size that
-    /// `xferlab usb cbr` sets per trial, counting overruns and underruns.
-    Cbr,
-    /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
-    Sourcesink,
-    /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
-    Ecm,
-    /// The kernel's CDC-EEM network function (usb_f_eem; host: cdc_eem).
-    Eem,
-    /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
-    Ncm,
-    /// xferlab's own network link over FunctionFS: a TAP device bridged to
-    /// bulk IN/OUT in --encap framing (EEM: a CDC-EEM interface the host's
-    /// cdc_eem binds; ECM and NCM: vendor-specific, for `xferlab usb net`).
-    Net,
-}
-
-impl GadgetFunction {
-    /// The kernel network functions: (configfs function type, module).
-    pub fn net_kind(self) -> Option<(&'static str, &'static str)> {
-        match self {
-            GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
-            GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
-            GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
-            GadgetFunction::Ffs
-            | GadgetFunction::Cbr
-            | GadgetFunction::Sourcesink
-            | GadgetFunction::Net => None,
-        }
-    }
-}
-
-/// How `--function net` makes its device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetVia {
-    /// A FunctionFS function of a configfs gadget, with AIO.
-    Functionfs,
-    /// A whole device through /dev/raw-gadget, announcing real CDC
-    /// interfaces (one transfer in flight per direction).
-    RawGadget,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GadgetIo {
-    /// One blocking read()/write() at a time per endpoint.
-    Sync,
-    /// Linux AIO (io_submit) with --queue requests in flight per endpoint.
-    Aio,
 }
 
 #[derive(Debug, Args)]
@@ -451,43 +355,154 @@ fn parse_ep(s: &str) -> Result<u8, String> {
     v.map_err(|_| format!("`{s}` is not an endpoint address (0x81 for IN 1, 0x01 for OUT 1)"))
 }
 
-/// VID:PID in hex.
-pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
-    let (v, p) = s.split_once(':')?;
-    Some((
-        u16::from_str_radix(v, 16).ok()?,
-        u16::from_str_radix(p, 16).ok()?,
-    ))
+/// A report's settings from the flags a verb has: `-J` folded into the
+/// format (`--format` where the verb has it, else human).
+fn report_to(
+    format: Format,
+    json: bool,
+    output: Option<&PathBuf>,
+    title: Option<&String>,
+) -> ReportTo {
+    ReportTo {
+        format: if json { Format::Json } else { format },
+        output: output.cloned(),
+        title: title.cloned(),
+    }
 }
 
-/// `--usbmon DEVICE[,ENCAP]`: the device (VID:PID or BUS.ADDR) whose bus
-/// usbmon reads beside the verb, and the link's framing to count frames
-/// per transfer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsbMonSpec {
-    pub device: String,
-    pub encap: Option<xferlab_core::usb::net::Encap>,
-}
-
-impl std::str::FromStr for UsbMonSpec {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (device, encap) = match s.split_once(',') {
-            Some((d, e)) => {
-                let encap = xferlab_core::usb::net::Encap::parse(e).ok_or_else(|| {
-                    format!("'{e}' is no USB network framing: ecm, eem or ncm (e.g. 1.2,ncm)")
-                })?;
-                (d, Some(encap))
-            }
-            None => (s, None),
-        };
-        if device.is_empty() {
-            return Err("name the device: VID:PID or BUS.ADDR, e.g. 0525:a4a1 or 1.2,ecm".into());
+impl UsbArgs {
+    /// The verb as the usb module takes it, in plain values; the usb
+    /// module checks them.
+    pub fn request(&self) -> UsbRequest {
+        match &self.command {
+            UsbCommand::List => UsbRequest::List,
+            UsbCommand::Bulk(b) => UsbRequest::Bulk(Box::new(b.request())),
+            UsbCommand::Cbr(c) => UsbRequest::Cbr(Box::new(c.request())),
+            UsbCommand::Gadget(g) if g.cleanup => UsbRequest::GadgetCleanup {
+                name: g.name.clone(),
+            },
+            UsbCommand::Gadget(g) => UsbRequest::Gadget(Box::new(g.request())),
+            UsbCommand::Mon(m) => UsbRequest::Mon(Box::new(m.request())),
+            UsbCommand::Net(n) => UsbRequest::Net(Box::new(n.request())),
         }
-        Ok(UsbMonSpec {
-            device: device.to_string(),
-            encap,
-        })
+    }
+}
+
+impl LinkOpts {
+    fn request(&self) -> LinkRequest {
+        LinkRequest {
+            frames_per_transfer: self.frames_per_transfer,
+            coalesce_us: self.coalesce_us,
+            max_transfer: self.max_transfer,
+            crc: self.crc,
+            tap: self.tap.clone(),
+        }
+    }
+}
+
+impl BulkArgs {
+    fn request(&self) -> BulkRequest {
+        BulkRequest {
+            select: Selection {
+                device: self.device.clone(),
+                serial: self.serial.clone(),
+                interface: self.interface,
+                detach_kernel_driver: self.detach_kernel_driver,
+            },
+            ep_in: self.ep_in,
+            ep_out: self.ep_out,
+            dir: self.dir,
+            size: self.size,
+            depth: self.depth,
+            time: self.time,
+            bytes: self.bytes,
+            pattern: self.pattern,
+            transfer_timeout: self.transfer_timeout,
+            interval: self.interval,
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
+        }
+    }
+}
+
+impl UsbCbrArgs {
+    fn request(&self) -> CbrRequest {
+        CbrRequest {
+            select: Selection {
+                device: self.device.clone(),
+                serial: self.serial.clone(),
+                interface: self.interface,
+                detach_kernel_driver: self.detach_kernel_driver,
+            },
+            dir: self.dir,
+            size: self.size,
+            depth: self.depth,
+            host_buffer: self.host_buffer,
+            app_size: self.app_size,
+            rate: self.rate,
+            ladder: self.ladder.clone(),
+            repeat: self.repeat,
+            max_overruns: self.max_overruns,
+            max_underruns: self.max_underruns,
+            time: self.time,
+            device_buffer: self.device_buffer,
+            device_request: self.device_request,
+            sample_size: self.sample_size,
+            prefill: self.prefill,
+            host_stall: self.host_stall.clone(),
+            report: report_to(self.format, self.json, self.output.as_ref(), None),
+        }
+    }
+}
+
+impl GadgetArgs {
+    fn request(&self) -> GadgetRequest {
+        GadgetRequest {
+            function: self.function,
+            io: self.io,
+            queue: self.queue,
+            qmult: self.qmult,
+            size: self.size,
+            pattern: self.pattern,
+            udc: self.udc.clone(),
+            name: self.name.clone(),
+            id: self.id.clone(),
+            serial: self.serial.clone(),
+            time: self.time,
+            encap: self.encap,
+            via: self.via,
+            link: self.link.request(),
+            report: report_to(Format::Human, self.json, None, None),
+        }
+    }
+}
+
+impl NetArgs {
+    fn request(&self) -> NetRequest {
+        NetRequest {
+            device: self.device.clone(),
+            encap: self.encap,
+            depth: self.depth,
+            link: self.link.request(),
+            time: self.time,
+            report: report_to(Format::Human, self.json, None, None),
+        }
+    }
+}
+
+impl MonArgs {
+    fn request(&self) -> MonRequest {
+        MonRequest {
+            device: self.device.clone(),
+            encap: self.encap,
+            time: self.time,
+            interval: self.interval,
+            knobs: self.knobs.clone(),
+            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+        }
     }
 }

@@ -78,6 +78,23 @@ pub trait Reporter {
     }
 }
 
+/// A reporter that shows nothing: a series' trials (socket and USB cbr)
+/// print their own lines, and the per-interval table of each trial would
+/// drown them.
+pub struct Quiet;
+
+impl Reporter for Quiet {
+    fn start(&mut self, _: &StartInfo<'_>) -> io::Result<()> {
+        Ok(())
+    }
+    fn interval(&mut self, _: &[LiveFlow]) -> io::Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _: &TestResult) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 /// `--format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {

@@ -7,7 +7,26 @@ use xferlab_core::usb::descriptor::{self, BulkPipes, ConfigDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::UsbDeviceInfo;
 
-use crate::cli::usb::parse_vid_pid;
+/// VID:PID in hex.
+pub fn parse_vid_pid(s: &str) -> Option<(u16, u16)> {
+    let (v, p) = s.split_once(':')?;
+    Some((
+        u16::from_str_radix(v, 16).ok()?,
+        u16::from_str_radix(p, 16).ok()?,
+    ))
+}
+
+/// Which device and interface a host-side verb (bulk, cbr) claims.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// `-d`: VID:PID or BUS.ADDR; None is the one vendor-specific device.
+    pub device: Option<String>,
+    pub serial: Option<String>,
+    /// None is the first interface with bulk endpoints.
+    pub interface: Option<u8>,
+    /// Detach a kernel driver holding the interface (reattached at exit).
+    pub detach_kernel_driver: bool,
+}
 
 /// How the user named the device.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,13 +10,93 @@ mod engine;
 mod gadget;
 pub mod mon;
 mod net;
+mod outcome;
 mod tap;
 use xferlab_sys::usbfs;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 
-use crate::cli::usb::{UsbArgs, UsbCommand};
+use clap::ValueEnum;
+
+pub use self::bulk::BulkRequest;
+pub use self::cbr::{CbrDir, CbrRequest};
+pub use self::device::Selection;
+pub use self::gadget::{GadgetFunction, GadgetIo, GadgetRequest, GadgetVia};
+pub use self::mon::MonRequest;
+pub use self::net::{LinkRequest, NetRequest};
+use crate::output::Format;
+
+/// The direction of a bulk run (`usb bulk`, `model usb`). A ValueEnum
+/// here, below cli, so the verbs take it as a plain value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UsbDir {
+    /// Device to host (bulk IN).
+    In,
+    /// Host to device (bulk OUT).
+    Out,
+    /// IN and OUT at once, one thread each.
+    Both,
+}
+
+/// A `usb` verb as the command line asked for it, in plain values: the
+/// verbs check them (their one-line errors name the flags) and run.
+#[derive(Debug)]
+pub enum UsbRequest {
+    List,
+    Bulk(Box<BulkRequest>),
+    Cbr(Box<CbrRequest>),
+    Gadget(Box<GadgetRequest>),
+    /// `usb gadget --cleanup --name NAME`: remove what a killed run left.
+    GadgetCleanup {
+        name: String,
+    },
+    Mon(Box<MonRequest>),
+    Net(Box<NetRequest>),
+}
+
+/// Where and how a verb writes its report.
+#[derive(Debug, Clone)]
+pub struct ReportTo {
+    /// `-J` is already folded in.
+    pub format: Format,
+    /// `-o`; None is stdout.
+    pub output: Option<PathBuf>,
+    /// `-T`, stored in the result.
+    pub title: Option<String>,
+}
+
+impl ReportTo {
+    pub fn json(&self) -> bool {
+        self.format == Format::Json
+    }
+}
+
+/// Why a run could not start or report: the one line printed, and the
+/// exit code (2 for arguments, 1 for the device or the system).
+pub struct Fail {
+    pub code: u8,
+    pub msg: String,
+}
+
+impl Fail {
+    /// `why` is a message or an error with its context, printed `{:#}`
+    /// (each cause after a colon).
+    pub fn usage(why: impl std::fmt::Display) -> Fail {
+        Fail {
+            code: 2,
+            msg: format!("{why:#}"),
+        }
+    }
+
+    pub fn run(why: impl std::fmt::Display) -> Fail {
+        Fail {
+            code: 1,
+            msg: format!("{why:#}"),
+        }
+    }
+}
 
 /// (user, system) CPU seconds of the whole process. A USB run owns its
 /// process, and nusb reaps URBs on its own event thread, so process-wide
@@ -25,14 +105,15 @@ pub(crate) fn process_cpu() -> (f64, f64) {
     crate::sys::cpu::process_times()
 }
 
-pub fn run(a: &UsbArgs, interrupts: &AtomicU32) -> ExitCode {
-    match &a.command {
-        UsbCommand::List => list(),
-        UsbCommand::Bulk(b) => bulk::run(b, interrupts),
-        UsbCommand::Cbr(c) => cbr::run(c, interrupts),
-        UsbCommand::Gadget(g) => gadget::run(g, interrupts),
-        UsbCommand::Mon(m) => mon::run(m, interrupts),
-        UsbCommand::Net(n) => net::run(n, interrupts),
+pub fn run(r: &UsbRequest, interrupts: &AtomicU32) -> ExitCode {
+    match r {
+        UsbRequest::List => list(),
+        UsbRequest::Bulk(b) => bulk::run(b, interrupts),
+        UsbRequest::Cbr(c) => cbr::run(c, interrupts),
+        UsbRequest::Gadget(g) => gadget::run(g, interrupts),
+        UsbRequest::GadgetCleanup { name } => gadget::cleanup(name),
+        UsbRequest::Mon(m) => mon::run(m, interrupts),
+        UsbRequest::Net(n) => net::run(n, interrupts),
     }
 }
 

@@ -31,7 +31,7 @@ use xferlab_core::usb::net::{
 use super::device;
 use super::tap::{open_tap, wait_until, write_vnet, FRAME_MAX};
 use super::usbfs::{Completion, Layout, Urbs};
-use crate::cli::usb::NetArgs;
+use super::ReportTo;
 use crate::sys::clock;
 
 #[derive(Default)]
@@ -84,7 +84,61 @@ impl Counters {
     }
 }
 
-pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
+/// `usb net` as asked for.
+#[derive(Debug, Clone)]
+pub struct NetRequest {
+    /// VID:PID or BUS.ADDR.
+    pub device: String,
+    pub encap: Encap,
+    /// Transfers in flight per direction; None sizes them from usbnet's queue.
+    pub depth: Option<usize>,
+    pub link: LinkRequest,
+    /// Seconds to run; None is until interrupted.
+    pub time: Option<f64>,
+    pub report: ReportTo,
+}
+
+/// The settings both ends of xferlab's own USB network link share (`usb
+/// net` on the host, `usb gadget --function net` on the device).
+#[derive(Debug, Clone)]
+pub struct LinkRequest {
+    /// Ethernet frames per transfer this end sends, at most.
+    pub frames_per_transfer: usize,
+    /// How long the first frame of a transfer waits for more.
+    pub coalesce_us: u64,
+    /// Bytes per transfer this end sends, at most; None is the framing's default.
+    pub max_transfer: Option<u64>,
+    /// EEM: a real CRC-32 instead of the sentinel.
+    pub crc: bool,
+    /// The TAP device to create.
+    pub tap: String,
+}
+
+/// A link setting out of range: the one line printed.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("--frames-per-transfer must be 1 to 256 (got {0})")]
+    FramesPerTransfer(usize),
+    #[error("--max-transfer must be 64 to 65535 bytes")]
+    MaxTransfer,
+}
+
+impl LinkRequest {
+    pub fn check(&self) -> Result<(), LinkError> {
+        if self.frames_per_transfer == 0 || self.frames_per_transfer > 256 {
+            return Err(LinkError::FramesPerTransfer(self.frames_per_transfer));
+        }
+        if self
+            .max_transfer
+            .is_some_and(|m| !(64..=65535).contains(&m))
+        {
+            return Err(LinkError::MaxTransfer);
+        }
+        Ok(())
+    }
+}
+
+pub fn run(a: &NetRequest, interrupts: &AtomicU32) -> ExitCode {
     match link(a, interrupts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -94,8 +148,8 @@ pub fn run(a: &NetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
 }
 
-fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
-    a.link.check().map_err(|e| anyhow!(e))?;
+fn link(a: &NetRequest, interrupts: &AtomicU32) -> anyhow::Result<()> {
+    a.link.check()?;
     if let Some(q) = a.depth.filter(|&q| q == 0 || q > MAX_DEPTH) {
         bail!("-Q must be 1 to {MAX_DEPTH} transfers in flight (got {q})");
     }
@@ -159,7 +213,7 @@ fn link(a: &NetArgs, interrupts: &AtomicU32) -> anyhow::Result<()> {
             .collect();
     let urbs = Urbs::new(node, &slots);
     let say = |m: String| {
-        if a.json {
+        if a.report.json() {
             eprintln!("{m}")
         } else {
             println!("{m}")
@@ -608,7 +662,7 @@ fn poll_in(
     poll(&mut p[..n], Some(&ts)).is_ok_and(|r| r > 0)
 }
 
-fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, secs: f64) {
+fn report(a: &NetRequest, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, secs: f64) {
     // Each thread counted its own side; the report has their sum.
     let mut c = Counters::default();
     c.add(tx);
@@ -647,7 +701,7 @@ fn report(a: &NetArgs, depth: &Depth, layout: Layout, tx: &Counters, rx: &Rx, se
             "tap_drops": c.tap_drops,
         },
     });
-    if a.json {
+    if a.report.json() {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {
         println!("{v}");

@@ -1,10 +1,11 @@
 //! Fixed-rate USB streaming (`xferlab usb cbr`), sans-IO: the device's
 //! fixed-rate buffer with its overruns and underruns ([`rate`]), the
 //! control requests that start a stream and fetch the device's report
-//! ([`wire`]), and the criterion that judges a trial, for the rate search
-//! of [`crate::datagram::RateSearch`].
+//! ([`wire`]), the criterion that judges a trial, for the rate search
+//! of [`crate::datagram::RateSearch`], and the document of a run ([`report`]).
 
 pub mod rate;
+pub mod report;
 pub mod wire;
 
 use crate::datagram::{Judge, Verdict};
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 /// What a trial may show and still count as sustained (each compared with
 /// `>`: exactly at a threshold passes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CbrCriterion {
     /// Largest number of overrun samples (RX: due with the buffer full).
     pub max_overruns: u64,

@@ -8,21 +8,19 @@ use xferlab_core::usb::descriptor::{BulkPipes, EndpointDesc, PipeRequest};
 use xferlab_core::usb::errors;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport};
 
-use super::Fail;
-use crate::cli::usb::{BulkArgs, UsbDir};
-use crate::usb::device;
+use super::BulkRequest;
+use crate::usb::device::{self, Selection};
+use crate::usb::Fail;
+use crate::usb::UsbDir;
 
 /// Which device, interface and endpoints a run wants.
 pub struct Want<'a> {
-    pub device: Option<&'a str>,
-    pub serial: Option<&'a str>,
-    pub interface: Option<u8>,
+    pub select: &'a Selection,
     pub ep_in: Option<u8>,
     pub ep_out: Option<u8>,
     pub dir: UsbDir,
     /// Bytes per transfer.
     pub size: u64,
-    pub detach_kernel_driver: bool,
 }
 
 pub struct Claimed {
@@ -42,26 +40,23 @@ pub struct Claimed {
 impl Claimed {
     /// Selects, opens and claims the device `a` names, with the endpoints
     /// its `--dir` needs.
-    pub fn open(a: &BulkArgs) -> Result<Claimed, Fail> {
+    pub fn open(a: &BulkRequest) -> Result<Claimed, Fail> {
         Claimed::open_for(&Want {
-            device: a.device.as_deref(),
-            serial: a.serial.as_deref(),
-            interface: a.interface,
+            select: &a.select,
             ep_in: a.ep_in,
             ep_out: a.ep_out,
             dir: a.dir,
             size: a.size,
-            detach_kernel_driver: a.detach_kernel_driver,
         })
     }
 
     /// Selects, opens and claims the device `a` names, with the endpoints
     /// `a.dir` needs (IN transfers of `a.size` must be whole packets).
     pub fn open_for(a: &Want<'_>) -> Result<Claimed, Fail> {
-        let sel = device::parse_selector(a.device).map_err(Fail::usage)?;
-        let info = device::select(&sel, a.serial).map_err(Fail::run)?;
+        let sel = device::parse_selector(a.select.device.as_deref()).map_err(Fail::usage)?;
+        let info = device::select(&sel, a.select.serial.as_deref()).map_err(Fail::run)?;
         let req = PipeRequest {
-            interface: a.interface,
+            interface: a.select.interface,
             ep_in: a.ep_in,
             ep_out: a.ep_out,
         };
@@ -91,8 +86,8 @@ impl Claimed {
                 )));
             }
         }
-        let interface =
-            device::claim(&info, &device, &pipes, a.detach_kernel_driver).map_err(Fail::run)?;
+        let interface = device::claim(&info, &device, &pipes, a.select.detach_kernel_driver)
+            .map_err(Fail::run)?;
         Ok(Claimed {
             info,
             pipes,
@@ -100,7 +95,7 @@ impl Claimed {
             name,
             interface: Some(interface),
             device,
-            reattach: a.detach_kernel_driver,
+            reattach: a.select.detach_kernel_driver,
         })
     }
 

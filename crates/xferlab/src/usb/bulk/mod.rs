@@ -4,14 +4,14 @@
 //! The steps, each in its own module: check the arguments ([`plan`]),
 //! claim the device ([`claim`]), run one data thread per endpoint
 //! ([`pipe`], on [`super::engine`]) as the loop's [`workload`], and turn
-//! what the endpoints did into the result ([`outcome`]).
+//! what the endpoints did into this side's report ([`side`]).
 //!
 //! [`Reporter`]: crate::output::Reporter
 
 pub(super) mod claim;
-mod outcome;
 mod pipe;
 pub(super) mod plan;
+mod side;
 mod workload;
 
 use crate::sys::clock;
@@ -22,54 +22,52 @@ use std::time::{Duration, SystemTime};
 
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::units::RateUnit;
+use xferlab_core::usb::Pattern;
 
 use self::claim::Claimed;
 use self::pipe::{Pipe, RunLink};
 use self::workload::BulkWorkload;
 use super::engine::{PipeSetup, RunControl};
-use crate::cli::usb::BulkArgs;
+use super::{outcome, Fail, ReportTo, Selection, UsbDir};
 use crate::driver::client::drive_alone;
 use crate::driver::DRAIN;
-use crate::output::{self, Format, StartInfo};
+use crate::output::{self, StartInfo};
 
-/// Why a run could not start or report: the one line printed, and the
-/// exit code (2 for arguments, 1 for the device or the system).
-pub struct Fail {
-    pub code: u8,
-    pub msg: String,
+/// `usb bulk` as asked for.
+#[derive(Debug, Clone)]
+pub struct BulkRequest {
+    pub select: Selection,
+    /// Endpoint addresses; None takes them from the descriptors.
+    pub ep_in: Option<u8>,
+    pub ep_out: Option<u8>,
+    pub dir: UsbDir,
+    /// Bytes per transfer.
+    pub size: u64,
+    /// Transfers in flight per endpoint.
+    pub depth: u32,
+    pub time: Option<f64>,
+    /// Bytes per direction instead of a time.
+    pub bytes: Option<u64>,
+    pub pattern: Pattern,
+    /// Seconds after which a transfer not done means the device stopped answering.
+    pub transfer_timeout: f64,
+    /// Seconds between interval reports (0 = none).
+    pub interval: f64,
+    pub report: ReportTo,
 }
 
-impl Fail {
-    /// `why` is a message or an error with its context, printed `{:#}`
-    /// (each cause after a colon).
-    pub fn usage(why: impl std::fmt::Display) -> Fail {
-        Fail {
-            code: 2,
-            msg: format!("{why:#}"),
-        }
-    }
-
-    pub fn run(why: impl std::fmt::Display) -> Fail {
-        Fail {
-            code: 1,
-            msg: format!("{why:#}"),
-        }
-    }
-}
-
-pub fn run(a: &BulkArgs, interrupts: &AtomicU32) -> ExitCode {
+pub fn run(a: &BulkRequest, interrupts: &AtomicU32) -> ExitCode {
     bulk(a, interrupts).unwrap_or_else(|f| {
         eprintln!("xferlab: {}", f.msg);
         ExitCode::from(f.code)
     })
 }
 
-fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
+fn bulk(a: &BulkRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     plan::validate(a).map_err(Fail::usage)?;
     let dev = Claimed::open(a)?;
-    let format = if a.json { Format::Json } else { a.format };
-    let out = output::open(a.output.as_deref()).map_err(Fail::usage)?;
-    let mut reporter = output::reporter(format, RateUnit::AutoBits, out);
+    let out = output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
+    let mut reporter = output::reporter(a.report.format, RateUnit::AutoBits, out);
 
     let spec = plan::spec(a);
     let clock = IntervalClock::new(a.interval, 0.0);
@@ -136,7 +134,7 @@ fn bulk(a: &BulkArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
 
 /// One data thread per endpoint the direction needs, OUT first.
 fn start_pipes(
-    a: &BulkArgs,
+    a: &BulkRequest,
     dev: &Claimed,
     clock: IntervalClock,
     link: &RunLink,

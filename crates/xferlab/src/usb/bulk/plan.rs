@@ -1,11 +1,12 @@
-//! What a bulk run asks for: the command line checked (one-line errors that
+//! What a bulk run asks for: the request checked (one-line errors that
 //! name the flag) and turned into the [`TestSpec`] the result records.
 
 use xferlab_core::spec::{Direction, Knobs, Limit, Pattern, TestSpec, Transport};
 use xferlab_core::units::format_bytes;
 
-use crate::cli::usb::{BulkArgs, UsbDir};
+use super::BulkRequest;
 use crate::output::Format;
+use crate::usb::UsbDir;
 
 /// usbfs caps the memory of all URBs in flight (usbcore.usbfs_memory_mb, 16 MiB by default).
 const USBFS_DEFAULT_MB: u64 = 16;
@@ -50,7 +51,7 @@ pub enum PlanError {
 }
 
 /// Rejects arguments no device could run with.
-pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
+pub fn validate(a: &BulkRequest) -> Result<(), PlanError> {
     check_transfers(a.size, a.depth)?;
     if let Some(t) = a.time {
         if !(t > 0.0 && t.is_finite()) {
@@ -63,7 +64,7 @@ pub fn validate(a: &BulkArgs) -> Result<(), PlanError> {
     if a.transfer_timeout.is_nan() || a.transfer_timeout <= 0.0 {
         return Err(PlanError::TransferTimeout);
     }
-    if a.format == Format::Iperf3Json {
+    if a.report.format == Format::Iperf3Json {
         return Err(PlanError::Iperf3Json);
     }
     check_usbfs_memory(a.size, a.depth, a.dir == UsbDir::Both)
@@ -102,7 +103,7 @@ pub fn check_usbfs_memory(size: u64, depth: u32, both: bool) -> Result<(), PlanE
 }
 
 /// When the run ends: a byte quota per direction, else a time.
-pub fn limit(a: &BulkArgs) -> Limit {
+pub fn limit(a: &BulkRequest) -> Limit {
     match (a.time, a.bytes) {
         (_, Some(bytes)) => Limit::Bytes { bytes },
         (Some(seconds), None) => Limit::Duration { seconds },
@@ -114,7 +115,7 @@ pub fn limit(a: &BulkArgs) -> Limit {
 
 /// The run as a stream test over the `usb_bulk` transport: the host is
 /// the client, so IN is the reverse direction and OUT the forward one.
-pub fn spec(a: &BulkArgs) -> TestSpec {
+pub fn spec(a: &BulkRequest) -> TestSpec {
     TestSpec {
         pattern: Pattern::Stream,
         transport: Transport::UsbBulk,
@@ -131,7 +132,7 @@ pub fn spec(a: &BulkArgs) -> TestSpec {
             size: a.size,
             ..Knobs::default()
         },
-        title: a.title.clone(),
+        title: a.report.title.clone(),
         affinity: Default::default(),
     }
 }

@@ -11,11 +11,12 @@ use xferlab_core::time::Time;
 use xferlab_core::interval::IntervalClock;
 use xferlab_core::usb::stats::UsbReport;
 
-use super::outcome;
 use super::pipe::Pipe;
+use super::side;
 use crate::driver::{Finished, Workload};
 use crate::output::Reporter;
 use crate::usb::engine::RunControl;
+use crate::usb::outcome;
 
 pub struct BulkWorkload {
     pipes: Vec<Pipe>,
@@ -108,6 +109,6 @@ impl Workload for BulkWorkload {
         ctl.stop.store(true, Relaxed);
         let wall = clock::since(start).as_secs_f64();
         let ends = pipes.into_iter().map(|p| p.finish(wall)).collect();
-        outcome::side(usb, ends, outcome::cpu_since(cpu_start, wall), warnings)
+        side::side(usb, ends, outcome::cpu_since(cpu_start, wall), warnings)
     }
 }

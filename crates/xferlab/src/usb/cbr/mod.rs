@@ -5,338 +5,116 @@
 //! stops the device (STOP returns its overruns and underruns with their
 //! times) and is judged by the core's [`CbrCriterion`]; one rate is one
 //! trial, a ladder is the core's [`RateSearch`], repeated. The report is
-//! an `xferlab.cbr/1` document like `xferlab cbr -J`'s, with USB fields.
+//! an `xferlab.cbr/1` document like `xferlab cbr -J`'s, with USB fields
+//! ([`UsbCbrReport`]), or a line per trial.
+//!
+//! The steps, each in its own module: check the request ([`plan`]),
+//! claim the device and check it over ep0 ([`ep0`]), run each trial on
+//! the driver loop ([`trial`], on [`stream`]'s threads), and show what
+//! came of it ([`report`]).
 
+mod ep0;
+mod plan;
+mod report;
 mod stream;
+mod trial;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
-use nusb::transfer::{Bulk, ControlIn, ControlOut, ControlType, In, Out, Recipient};
-use nusb::Endpoint;
-use nusb::MaybeFuture;
-use serde_json::{json, Value};
-use xferlab_core::datagram::{repeat_summary, Plan, RateSearch, Verdict};
-use xferlab_core::units::parse_seconds;
-use xferlab_core::usb::cbr::rate::{Faults, RateReport};
-use xferlab_core::usb::cbr::wire::{self, StartParams, Status};
-use xferlab_core::usb::cbr::{CbrCriterion, CbrOutcome};
+use clap::ValueEnum;
+use xferlab_core::datagram::{Plan, RateSearch};
+use xferlab_core::usb::cbr::report::{CbrDirection, CbrRun, HostStall, UsbCbrReport, UsbCbrSetup};
+use xferlab_core::usb::cbr::wire::StartParams;
+use xferlab_core::usb::cbr::CbrCriterion;
 
-use self::stream::{App, HostCounts};
+use self::ep0::{Endpoints, Ep0};
 use super::bulk::claim::{Claimed, Want};
-use super::bulk::{plan, Fail};
 use super::device;
-use crate::cli::usb::{CbrDir, UsbCbrArgs};
+use super::Fail;
+use super::{ReportTo, Selection, UsbDir};
 
-const CONTROL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The direction of the stream, as the radio names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CbrDir {
+    /// Device to host (bulk IN): the device produces, the host reads.
+    Rx,
+    /// Host to device (bulk OUT): the host writes, the device consumes.
+    Tx,
+    /// Both at once, each at the rate; reported as a sum.
+    Both,
+}
 
-pub fn run(a: &UsbCbrArgs, interrupts: &AtomicU32) -> ExitCode {
+impl CbrDir {
+    /// As the document names it.
+    pub fn report(self) -> CbrDirection {
+        match self {
+            CbrDir::Rx => CbrDirection::Rx,
+            CbrDir::Tx => CbrDirection::Tx,
+            CbrDir::Both => CbrDirection::Both,
+        }
+    }
+
+    pub fn usb(self) -> UsbDir {
+        match self {
+            CbrDir::Rx => UsbDir::In,
+            CbrDir::Tx => UsbDir::Out,
+            CbrDir::Both => UsbDir::Both,
+        }
+    }
+}
+
+/// `usb cbr` as asked for.
+#[derive(Debug, Clone)]
+pub struct CbrRequest {
+    pub select: Selection,
+    pub dir: CbrDir,
+    /// Bytes per host transfer.
+    pub size: u64,
+    /// Host transfers in flight per direction.
+    pub depth: u32,
+    /// The host buffer per direction instead of `depth`.
+    pub host_buffer: Option<u64>,
+    /// The application's read/write size (default: `size`).
+    pub app_size: Option<u64>,
+    /// One rate, bytes/s per direction, or else `ladder`.
+    pub rate: Option<u64>,
+    pub ladder: Vec<u64>,
+    pub repeat: u32,
+    pub max_overruns: u64,
+    pub max_underruns: u64,
+    /// Seconds per trial.
+    pub time: f64,
+    pub device_buffer: u64,
+    pub device_request: u64,
+    pub sample_size: u64,
+    pub prefill: Option<u64>,
+    /// `EVERY:FOR`, checked by the verb.
+    pub host_stall: Option<String>,
+    pub report: ReportTo,
+}
+
+pub fn run(a: &CbrRequest, interrupts: &AtomicU32) -> ExitCode {
     cbr(a, interrupts).unwrap_or_else(|f| {
         eprintln!("xferlab: {}", f.msg);
         ExitCode::from(f.code)
     })
 }
 
-/// The checked command line.
-struct Setup {
-    app: App,
-    params: StartParams,
-    rates: Vec<u64>,
-}
-
-fn check(a: &UsbCbrArgs) -> Result<Setup, Fail> {
-    let bad = |m: String| Err(Fail::usage(m));
-    let depth = match a.host_buffer {
-        None => a.depth,
-        Some(b) if a.size > 0 && b % a.size == 0 && b / a.size <= u64::from(u32::MAX) => {
-            (b / a.size) as u32
-        }
-        Some(b) => {
-            return bad(format!(
-            "--host-buffer ({b}) must be a whole number of -l/--size transfers ({}): it is -l x -Q",
-            a.size
-        ))
-        }
-    };
-    plan::check_transfers(a.size, depth).map_err(Fail::usage)?;
-    plan::check_usbfs_memory(a.size, depth, a.dir == CbrDir::Both).map_err(Fail::usage)?;
-    let call = a.app_size.unwrap_or(a.size);
-    if call == 0 || call > plan::MAX_SIZE {
-        return bad(format!(
-            "--app-size must be 1 byte up to 64M per call (got {call})"
-        ));
-    }
-    if !(a.time > 0.0 && a.time.is_finite()) {
-        return bad(format!(
-            "-t/--time must be a positive duration (got {})",
-            a.time
-        ));
-    }
-    if a.repeat == 0 || a.repeat > 1000 {
-        return bad(format!(
-            "--repeat must be 1 to 1000 runs (got {})",
-            a.repeat
-        ));
-    }
-    if a.device_buffer == 0 || a.device_buffer > wire::MAX_BUFFER {
-        return bad(format!(
-            "--device-buffer must be 1 byte to 64M (got {})",
-            a.device_buffer
-        ));
-    }
-    if a.device_request == 0 || a.device_request > a.device_buffer {
-        return bad(format!(
-            "--device-request ({}) must be 1 byte up to --device-buffer ({}): the device hands its controller whole requests from its buffer",
-            a.device_request, a.device_buffer
-        ));
-    }
-    if a.sample_size == 0 || a.sample_size > a.device_buffer {
-        return bad(format!(
-            "--sample-size ({}) must be 1 byte up to --device-buffer ({})",
-            a.sample_size, a.device_buffer
-        ));
-    }
-    let prefill = a.prefill.unwrap_or((a.device_buffer / 2).max(1));
-    if prefill == 0 || prefill > a.device_buffer {
-        return bad(format!(
-            "--prefill ({prefill}) must be 1 byte up to --device-buffer ({})",
-            a.device_buffer
-        ));
-    }
-    let stall = match &a.host_stall {
-        None => None,
-        Some(s) => Some(parse_stall(s).map_err(Fail::usage)?),
-    };
-    let rates = match a.rate {
-        Some(r) => vec![r],
-        None if a.ladder.is_empty() => {
-            return bad("give a rate (-b/--rate BYTES/S) or a --ladder of rates".into())
-        }
-        None => a.ladder.clone(),
-    };
-    Ok(Setup {
-        app: App {
-            size: a.size as usize,
-            depth: depth as usize,
-            call: call as usize,
-            stall,
-        },
-        params: StartParams {
-            rx: a.dir != CbrDir::Tx,
-            tx: a.dir != CbrDir::Rx,
-            rate: 0,
-            sample: a.sample_size,
-            buffer: a.device_buffer,
-            request: a.device_request,
-            prefill,
-        },
-        rates,
-    })
-}
-
-/// `EVERY:FOR`, FOR shorter than EVERY.
-fn parse_stall(s: &str) -> Result<(Duration, Duration), String> {
-    let help = || {
-        format!("--host-stall takes EVERY:FOR durations with 0 < FOR < EVERY, e.g. 500ms:100ms (got '{s}')")
-    };
-    let (every, len) = s.split_once(':').ok_or_else(help)?;
-    let every = parse_seconds(every).map_err(|_| help())?;
-    let len = parse_seconds(len).map_err(|_| help())?;
-    if !(len > 0.0 && every > len && every.is_finite()) {
-        return Err(help());
-    }
-    Ok((Duration::from_secs_f64(every), Duration::from_secs_f64(len)))
-}
-
-/// What one trial measured on both ends.
-struct Trial {
-    rate: u64,
-    /// ns from START to STOP, as the device timed the stream.
-    elapsed_ns: u64,
-    /// The device's reports and the host's error, as judged.
-    outcome: CbrOutcome,
-    rx: Option<HostCounts>,
-    tx: Option<HostCounts>,
-    verdict: Verdict,
-}
-
-fn control_out(
-    dev: &Claimed,
-    request: u8,
-    data: &[u8],
-) -> Result<(), nusb::transfer::TransferError> {
-    dev.interface()
-        .control_out(
-            ControlOut {
-                control_type: ControlType::Vendor,
-                recipient: Recipient::Interface,
-                request,
-                value: 0,
-                index: u16::from(dev.pipes.interface),
-                data,
-            },
-            CONTROL_TIMEOUT,
-        )
-        .wait()
-}
-
-fn control_in(
-    dev: &Claimed,
-    request: u8,
-    length: usize,
-) -> Result<Vec<u8>, nusb::transfer::TransferError> {
-    dev.interface()
-        .control_in(
-            ControlIn {
-                control_type: ControlType::Vendor,
-                recipient: Recipient::Interface,
-                request,
-                value: 0,
-                index: u16::from(dev.pipes.interface),
-                length: length as u16,
-            },
-            CONTROL_TIMEOUT,
-        )
-        .wait()
-}
-
-/// The device must be xferlab's fixed-rate device.
-fn check_device(dev: &Claimed) -> Result<(), Fail> {
-    let hint = "run `xferlab usb gadget --function cbr` on the device side";
-    let info = control_in(dev, wire::REQ_INFO, wire::INFO_LEN).map_err(|e| {
-        Fail::run(format!(
-            "{}: it refused xferlab's fixed-rate INFO request ({e}); {hint}",
-            dev.name
-        ))
-    })?;
-    wire::check_info(&info).map_err(|m| Fail::run(format!("{}: {m}; {hint}", dev.name)))
-}
-
-/// The bulk endpoints the trials stream on, opened once for the whole
-/// run: each trial borrows them. (Opened per trial, the next trial could
-/// find an endpoint still held: nusb lets go of it from its event thread
-/// a moment after the last transfer was seen complete, and a ladder of 40
-/// trials once failed with "endpoint already in use".)
-struct Endpoints {
-    rx: Option<Endpoint<Bulk, In>>,
-    tx: Option<Endpoint<Bulk, Out>>,
-}
-
-impl Endpoints {
-    fn open(dev: &Claimed, params: &StartParams) -> Result<Endpoints, Fail> {
-        let intf = dev.interface();
-        let fail =
-            |addr: u8, e: nusb::Error| Fail::run(format!("cannot open endpoint 0x{addr:02x}: {e}"));
-        let rx = match dev.pipes.bulk_in.filter(|_| params.rx) {
-            Some(ep) => Some(
-                intf.endpoint::<Bulk, In>(ep.address)
-                    .map_err(|e| fail(ep.address, e))?,
-            ),
-            None => None,
-        };
-        let tx = match dev.pipes.bulk_out.filter(|_| params.tx) {
-            Some(ep) => Some(
-                intf.endpoint::<Bulk, Out>(ep.address)
-                    .map_err(|e| fail(ep.address, e))?,
-            ),
-            None => None,
-        };
-        Ok(Endpoints { rx, tx })
-    }
-}
-
-/// Runs one trial at `rate` bytes/s per direction and judges it with `search`.
-fn trial(
-    dev: &Claimed,
-    eps: &mut Endpoints,
-    s: &Setup,
-    a: &UsbCbrArgs,
-    rate: u64,
-    search: &mut RateSearch<CbrCriterion>,
-    interrupts: &AtomicU32,
-) -> Result<Trial, Fail> {
-    let stop = AtomicBool::new(false);
-    let params = StartParams { rate, ..s.params };
-    let (rx, tx, status) = std::thread::scope(|scope| -> Result<_, Fail> {
-        let (app, stop) = (s.app, &stop);
-        let rx = eps
-            .rx
-            .as_mut()
-            .map(|e| scope.spawn(move || stream::run(e, true, app, stop)));
-        let tx = eps
-            .tx
-            .as_mut()
-            .map(|e| scope.spawn(move || stream::run(e, false, app, stop)));
-        let started = control_out(dev, wire::REQ_START, &params.encode());
-        let t0 = Instant::now();
-        let limit = Duration::from_secs_f64(a.time);
-        if started.is_ok() {
-            while t0.elapsed() < limit
-                && interrupts.load(Relaxed) == 0
-                && !rx.as_ref().is_some_and(|t| t.is_finished())
-                && !tx.as_ref().is_some_and(|t| t.is_finished())
-            {
-                std::thread::sleep(
-                    Duration::from_millis(10).min(limit.saturating_sub(t0.elapsed())),
-                );
-            }
-        }
-        let status = started.and_then(|()| control_in(dev, wire::REQ_STOP, wire::STATUS_LEN));
-        stop.store(true, Relaxed);
-        let join = |t: Option<std::thread::ScopedJoinHandle<'_, HostCounts>>| {
-            t.map(|t| {
-                t.join().unwrap_or_else(|_| HostCounts {
-                    error: Some("the host stream's thread panicked".into()),
-                    ..HostCounts::default()
-                })
-            })
-        };
-        let (rx, tx) = (join(rx), join(tx));
-        let status = status.map_err(|e| Fail::run(format!(
-            "{}: the fixed-rate device did not answer {} ({e}); is `xferlab usb gadget --function cbr` still running?",
-            dev.name, "START/STOP"
-        )))?;
-        Ok((rx, tx, status))
-    })?;
-    let status = Status::decode(&status).ok_or_else(|| {
-        Fail::run(format!(
-            "{}: STOP's answer is too short: run the same xferlab on both sides",
-            dev.name
-        ))
-    })?;
-    let outcome = CbrOutcome {
-        rx: status.rx,
-        tx: status.tx,
-        host_error: rx.iter().chain(tx.iter()).find_map(|c| c.error.clone()),
-    };
-    let verdict = search.record(rate * 8, &outcome);
-    Ok(Trial {
-        rate,
-        elapsed_ns: status.elapsed_ns,
-        outcome,
-        rx,
-        tx,
-        verdict,
-    })
-}
-
-fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
-    let s = check(a)?;
+fn cbr(a: &CbrRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
+    let s = plan::check(a)?;
     let dev = Claimed::open_for(&Want {
-        device: a.device.as_deref(),
-        serial: a.serial.as_deref(),
-        interface: a.interface,
+        select: &a.select,
         ep_in: None,
         ep_out: None,
         dir: a.dir.usb(),
         size: a.size,
-        detach_kernel_driver: a.detach_kernel_driver,
     })?;
-    check_device(&dev)?;
+    let ep0 = Ep0::of(&dev);
+    ep0.check_device()?;
     let mut eps = Endpoints::open(&dev, &s.params)?;
-    let mut out = crate::output::open(a.output.as_deref()).map_err(Fail::usage)?;
+    let mut out = crate::output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
     let criterion = CbrCriterion {
         max_overruns: a.max_overruns,
         max_underruns: a.max_underruns,
@@ -346,29 +124,9 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
             .and_then(|()| out.flush())
             .map_err(|e| Fail::run(format!("cannot write the output: {e}")))
     };
-    if !a.json {
-        w(
-            &mut out,
-            format!(
-                "Device {} at {} speed \"{}\", interface {}",
-                dev.name,
-                dev.speed,
-                dev.info.product_string().unwrap_or(""),
-                dev.pipes.interface
-            ),
-        )?;
-        w(&mut out, format!(
-            "Test: USB fixed-rate {}, {} B per transfer, {} in flight, application calls of {} B, device buffer {} B in {} B requests, {}-byte samples, {} s per trial{}",
-            dir_label(a.dir),
-            a.size,
-            s.app.depth,
-            s.app.call,
-            a.device_buffer,
-            a.device_request,
-            a.sample_size,
-            a.time,
-            s.app.stall.map(|(e, l)| format!(", host stalls {:.3} s every {:.3} s", l.as_secs_f64(), e.as_secs_f64())).unwrap_or_default()
-        ))?;
+    if !a.report.json() {
+        w(&mut out, report::device_line(&dev))?;
+        w(&mut out, report::test_line(a, &s))?;
     }
     let mut runs = Vec::new();
     let mut interrupted = false;
@@ -384,81 +142,63 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
                 interrupted = true;
                 break 'runs;
             }
-            let t = trial(&dev, &mut eps, &s, a, bps / 8, &mut search, interrupts)?;
-            if !a.json {
-                w(&mut out, trial_line(run, &t))?;
+            let params = StartParams {
+                rate: bps / 8,
+                ..s.params
+            };
+            let ran = trial::run(
+                &ep0,
+                &mut eps,
+                s.app,
+                params,
+                a.time,
+                &mut search,
+                interrupts,
+            )?;
+            if let Some(t) = ran.trial {
+                if !a.report.json() {
+                    w(&mut out, report::trial_line(run, &t))?;
+                }
+                trials.push(t);
             }
-            trials.push(t);
+            // A press during a trial ends it (it is shown) and the runs,
+            // as one between trials does.
+            if ran.interrupted {
+                interrupted = true;
+                break 'runs;
+            }
         }
-        runs.push((trials, search.best().map(|b| b / 8)));
+        runs.push(CbrRun::new(trials, search.best().map(|b| b / 8)));
     }
-    let bests: Vec<Option<u64>> = runs.iter().map(|r| r.1.map(|b| b * 8)).collect();
-    let summary = repeat_summary(&bests);
-    let ok = !interrupted && !runs.is_empty() && runs.iter().all(|r| r.1.is_some());
-    if a.json {
-        let doc = json!({
-            "schema": "xferlab.cbr/1",
-            "transport": "usb",
-            "device": device::info_of(&dev.info),
-            "usb": {
-                "dir": format!("{:?}", a.dir).to_lowercase(),
-                "interface": dev.pipes.interface,
-                "transfer_size": a.size,
-                "depth": s.app.depth,
-                "app_size": s.app.call,
-                "device_buffer": a.device_buffer,
-                "device_request": a.device_request,
-                "sample_size": a.sample_size,
-                "prefill": s.params.prefill,
-                "seconds_per_trial": a.time,
-                "host_stall": s.app.stall.map(|(e, l)| json!({"every_s": e.as_secs_f64(), "for_s": l.as_secs_f64()})),
-                "rates_bytes_per_s": s.rates,
-            },
-            "criterion": criterion,
-            "runs": runs.iter().map(|(trials, best)| json!({
-                "trials": trials.iter().map(trial_json).collect::<Vec<_>>(),
-                "best_bps": best.map(|b| b * 8),
-                "best_bytes_per_s": best,
-            })).collect::<Vec<_>>(),
-            "summary": summary,
-            "summary_bytes_per_s": {
-                "max": summary.max.map(|b| b / 8),
-                "median": summary.median.map(|b| b / 8),
-                "min": summary.min.map(|b| b / 8),
-            },
-            "interrupted": interrupted,
-        });
+    let doc = UsbCbrReport::new(
+        device::info_of(&dev.info),
+        UsbCbrSetup {
+            dir: a.dir.report(),
+            interface: dev.pipes.interface,
+            transfer_size: a.size,
+            depth: s.app.depth as u64,
+            app_size: s.app.call as u64,
+            device_buffer: a.device_buffer,
+            device_request: a.device_request,
+            sample_size: a.sample_size,
+            prefill: s.params.prefill,
+            seconds_per_trial: a.time,
+            host_stall: s.app.stall.map(|(e, l)| HostStall {
+                every_s: e.as_secs_f64(),
+                for_s: l.as_secs_f64(),
+            }),
+            rates_bytes_per_s: s.rates.clone(),
+        },
+        criterion,
+        runs,
+        interrupted,
+    );
+    let ok = doc.sustained();
+    if a.report.json() {
         let text = serde_json::to_string_pretty(&doc).map_err(|e| Fail::run(e.to_string()))?;
         w(&mut out, text)?;
-    } else if a.rate.is_some() {
-        w(
-            &mut out,
-            if ok {
-                "constant rate sustained".into()
-            } else {
-                "constant rate NOT sustained".into()
-            },
-        )?;
     } else {
-        let show = |r: Option<u64>| r.map_or("none".to_string(), |r| mbytes(r / 8));
-        w(
-            &mut out,
-            format!(
-                "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
-                summary.runs,
-                show(summary.max),
-                show(summary.median),
-                show(summary.min),
-                if summary.runs_without_a_sustained_rate > 0 {
-                    format!(
-                        " ({} run(s) sustained no rate)",
-                        summary.runs_without_a_sustained_rate
-                    )
-                } else {
-                    String::new()
-                }
-            ),
-        )?;
+        w(&mut out, report::summary_line(&doc, a.rate.is_some()))?;
     }
     drop(dev);
     if interrupted {
@@ -468,123 +208,5 @@ fn cbr(a: &UsbCbrArgs, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
-    })
-}
-
-fn dir_label(d: CbrDir) -> &'static str {
-    match d {
-        CbrDir::Rx => "RX (device to host)",
-        CbrDir::Tx => "TX (host to device)",
-        CbrDir::Both => "RX+TX (both at once)",
-    }
-}
-
-fn mbytes(bytes_per_s: u64) -> String {
-    format!("{:.2} MB/s", bytes_per_s as f64 / 1e6)
-}
-
-/// Host bytes/s summed over the directions, over the device's stream time.
-fn host_rate(t: &Trial) -> f64 {
-    let secs = (t.elapsed_ns as f64 / 1e9).max(1e-9);
-    let bytes: u64 = t.rx.iter().chain(t.tx.iter()).map(|c| c.bytes).sum();
-    bytes as f64 / secs
-}
-
-fn times(f: &Faults) -> String {
-    let shown: Vec<String> = f
-        .kept()
-        .iter()
-        .take(4)
-        .map(|e| format!("{:.3}", e.start_ns as f64 / 1e9))
-        .collect();
-    if shown.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " at {} s{}",
-            shown.join(", "),
-            if f.episodes > 4 { ", ..." } else { "" }
-        )
-    }
-}
-
-fn trial_line(run: u32, t: &Trial) -> String {
-    let over = t.outcome.rx.map(|r| r.overruns).unwrap_or_default();
-    let under = t.outcome.tx.map(|r| r.underruns).unwrap_or_default();
-    let shown = match &t.verdict {
-        Verdict::Sustained => "sustained".to_string(),
-        Verdict::Failed(why) => format!("FAILED: {why}"),
-    };
-    format!(
-        "run {run}  {:>12}  host {:>12}  overruns {:>8} ({} ep{})  underruns {:>8} ({} ep{})  -> {shown}",
-        mbytes(t.rate),
-        format!("{:.2} MB/s", host_rate(t) / 1e6),
-        t.outcome.overruns(),
-        over.episodes,
-        times(&over),
-        t.outcome.underruns(),
-        under.episodes,
-        times(&under),
-    )
-}
-
-fn faults_json(f: &Faults) -> Value {
-    json!({
-        "samples": f.samples,
-        "episodes": f.episodes,
-        "first_s": f.kept().iter().map(|e| e.start_ns as f64 / 1e9).collect::<Vec<_>>(),
-        "first_samples": f.kept().iter().map(|e| e.samples).collect::<Vec<_>>(),
-    })
-}
-
-fn report_json(r: &RateReport) -> Value {
-    json!({
-        "clock_start_s": r.clock_start_ns.map(|n| n as f64 / 1e9),
-        "samples_due": r.samples_due,
-        "sample_bytes": r.sample_bytes,
-        "host_bytes": r.host_bytes,
-        "fill": r.fill,
-        "max_fill": r.max_fill,
-        "min_fill": r.min_fill,
-        "overruns": faults_json(&r.overruns),
-        "underruns": faults_json(&r.underruns),
-    })
-}
-
-fn host_json(c: &HostCounts) -> Value {
-    json!({
-        "bytes": c.bytes,
-        "transfers": c.transfers,
-        "app_calls": c.app_calls,
-        "stalls": c.stalls,
-        "seconds": c.seconds,
-        "bytes_per_s": c.bytes as f64 / c.seconds.max(1e-9),
-        "error": c.error,
-    })
-}
-
-fn trial_json(t: &Trial) -> Value {
-    let (sustained, reason) = match &t.verdict {
-        Verdict::Sustained => (true, None),
-        Verdict::Failed(w) => (false, Some(w.clone())),
-    };
-    json!({
-        "rate_bps": t.rate * 8,
-        "rate_bytes_per_s": t.rate,
-        "seconds": t.elapsed_ns as f64 / 1e9,
-        "host_bytes_per_s": host_rate(t),
-        "overruns": t.outcome.overruns(),
-        "underruns": t.outcome.underruns(),
-        "device": {
-            "rx": t.outcome.rx.as_ref().map(report_json),
-            "tx": t.outcome.tx.as_ref().map(report_json),
-        },
-        "host": {
-            "rx": t.rx.as_ref().map(host_json),
-            "tx": t.tx.as_ref().map(host_json),
-        },
-        "sustained": sustained,
-        "reason": reason,
-        "error": t.outcome.host_error,
     })
 }

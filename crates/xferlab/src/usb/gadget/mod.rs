@@ -25,27 +25,108 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
+use clap::ValueEnum;
 use rustix::mount::{mount, MountFlags};
 use xferlab_core::usb::ffs;
+use xferlab_core::usb::net::Encap;
+use xferlab_core::usb::Pattern;
 
-use crate::cli::usb::{parse_vid_pid, GadgetArgs, GadgetFunction, GadgetIo, GadgetVia};
+use super::{LinkRequest, ReportTo};
 use crate::usb::tap::open_tap;
 use cbr_io::{cbr_loop, CbrControl};
-use configfs::{
-    check_configfs, cleanup, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS,
-};
+pub use configfs::cleanup;
+use configfs::{check_configfs, mkdir, mount_point, pick_udc, write_attr, Gadget, CONFIGFS};
 use ffs_io::{aio_loop, ep0_loop, sync_loop, DirCounters, Shared};
 use net_io::NetCounters;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetFunction {
+    /// xferlab's own source/sink over FunctionFS (ep1 IN, ep2 OUT).
+    Ffs,
+    /// xferlab's fixed-rate device over FunctionFS: produces (IN) or
+    /// consumes (OUT) samples at the rate, buffer and request size that
+    /// `xferlab usb cbr` sets per trial, counting overruns and underruns.
+    Cbr,
+    /// The kernel's SourceSink function (usb_f_ss_lb), as g_zero: 0525:a4a0.
+    Sourcesink,
+    /// The kernel's CDC-ECM network function (usb_f_ecm; host: cdc_ether).
+    Ecm,
+    /// The kernel's CDC-EEM network function (usb_f_eem; host: cdc_eem).
+    Eem,
+    /// The kernel's CDC-NCM network function (usb_f_ncm; host: cdc_ncm).
+    Ncm,
+    /// xferlab's own network link over FunctionFS: a TAP device bridged to
+    /// bulk IN/OUT in --encap framing (EEM: a CDC-EEM interface the host's
+    /// cdc_eem binds; ECM and NCM: vendor-specific, for `xferlab usb net`).
+    Net,
+}
+
+impl GadgetFunction {
+    /// The kernel network functions: (configfs function type, module).
+    pub fn net_kind(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            GadgetFunction::Ecm => Some(("ecm", "usb_f_ecm")),
+            GadgetFunction::Eem => Some(("eem", "usb_f_eem")),
+            GadgetFunction::Ncm => Some(("ncm", "usb_f_ncm")),
+            GadgetFunction::Ffs
+            | GadgetFunction::Cbr
+            | GadgetFunction::Sourcesink
+            | GadgetFunction::Net => None,
+        }
+    }
+}
+
+/// How `--function net` makes its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetVia {
+    /// A FunctionFS function of a configfs gadget, with AIO.
+    Functionfs,
+    /// A whole device through /dev/raw-gadget, announcing real CDC
+    /// interfaces (one transfer in flight per direction).
+    RawGadget,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GadgetIo {
+    /// One blocking read()/write() at a time per endpoint.
+    Sync,
+    /// Linux AIO (io_submit) with --queue requests in flight per endpoint.
+    Aio,
+}
+
+/// `usb gadget` as asked for (`--cleanup` is [`super::UsbRequest::GadgetCleanup`]).
+#[derive(Debug, Clone)]
+pub struct GadgetRequest {
+    pub function: GadgetFunction,
+    pub io: GadgetIo,
+    /// Requests in flight per endpoint.
+    pub queue: u32,
+    pub qmult: Option<u32>,
+    /// Bytes per request.
+    pub size: u64,
+    pub pattern: Pattern,
+    /// None is the only UDC in /sys/class/udc.
+    pub udc: Option<String>,
+    /// The gadget's name under configfs.
+    pub name: String,
+    /// VID:PID to announce, checked by the verb; None is the function's default.
+    pub id: Option<String>,
+    pub serial: String,
+    /// Seconds to serve; None is until interrupted.
+    pub time: Option<f64>,
+    /// `--function net`'s framing.
+    pub encap: Option<Encap>,
+    pub via: GadgetVia,
+    pub link: LinkRequest,
+    pub report: ReportTo,
+}
 
 fn fail(msg: &str, code: u8) -> ExitCode {
     eprintln!("xferlab: {msg}");
     ExitCode::from(code)
 }
 
-pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
-    if a.cleanup {
-        return cleanup(&a.name);
-    }
+pub fn run(a: &GadgetRequest, interrupts: &AtomicU32) -> ExitCode {
     if a.size == 0 || a.size > 1 << 20 {
         return fail(
             &format!(
@@ -79,7 +160,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
         }
         (GadgetFunction::Net, Some(_)) => {
             if let Err(e) = a.link.check() {
-                return fail(&e, 2);
+                return fail(&e.to_string(), 2);
             }
         }
         (_, Some(_)) => return fail("--encap is for --function net", 2),
@@ -93,7 +174,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     }
     let (vid, pid) = match &a.id {
         None => default_id,
-        Some(s) => match parse_vid_pid(s) {
+        Some(s) => match super::device::parse_vid_pid(s) {
             Some(x) => x,
             None => {
                 return fail(
@@ -314,7 +395,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
     let cpu0 = super::process_cpu();
     // With -J stdout carries only the JSON document.
     let say = |msg: String| {
-        if a.json {
+        if a.report.json() {
             eprintln!("{msg}");
         } else {
             outln!("{msg}");
@@ -335,7 +416,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
                 ifname.as_deref().unwrap_or("?")
             ),
             GadgetFunction::Net => {
-                let encap = a.encap.unwrap_or(xferlab_core::usb::net::Encap::Eem);
+                let encap = a.encap.unwrap_or(Encap::Eem);
                 let l = net_io::limits(encap, &a.link);
                 format!(
                     "FunctionFS network link, TAP {} <-> bulk IN/OUT, {} x{} frames per IN transfer \
@@ -410,7 +491,7 @@ pub fn run(a: &GadgetArgs, interrupts: &AtomicU32) -> ExitCode {
 }
 
 fn report(
-    a: &GadgetArgs,
+    a: &GadgetRequest,
     s: &Shared,
     net: &NetCounters,
     secs: f64,
@@ -428,7 +509,7 @@ fn report(
             "mbytes_per_second": c.bytes.load(Relaxed) as f64 / secs.max(1e-9) / 1e6,
         })
     };
-    if a.json {
+    if a.report.json() {
         let v = serde_json::json!({
             "schema": "xferlab.usb-gadget/1",
             "function": format!("{:?}", a.function).to_lowercase(),
@@ -494,7 +575,7 @@ fn report(
             );
         }
     }
-    if !a.json {
+    if !a.report.json() {
         outln!(
             "CPU gadget {cpu_percent:.1}% (user {:.2} s, sys {:.2} s)",
             cpu.0,
@@ -505,7 +586,7 @@ fn report(
         Some(r) => format!("raw-gadget device on UDC {} released", r.udc),
         None => format!("gadget `{}` removed", a.name),
     };
-    if a.json {
+    if a.report.json() {
         eprintln!("{gone}");
     } else {
         outln!("{gone}");
@@ -513,7 +594,7 @@ fn report(
 }
 
 /// `--via raw-gadget`: the link as a device of its own (gadget/raw.rs).
-fn run_raw(a: &GadgetArgs, id: (u16, u16), interrupts: &AtomicU32) -> ExitCode {
+fn run_raw(a: &GadgetRequest, id: (u16, u16), interrupts: &AtomicU32) -> ExitCode {
     let Some(encap) = a.encap else {
         return fail("--function net needs --encap ecm|eem|ncm", 2);
     };
@@ -559,7 +640,7 @@ fn run_raw(a: &GadgetArgs, id: (u16, u16), interrupts: &AtomicU32) -> ExitCode {
                 .map(|t| format!(", for {t} s"))
                 .unwrap_or_else(|| ", until Ctrl-C".into())
         );
-        if a.json {
+        if a.report.json() {
             eprintln!("{msg}");
         } else {
             outln!("{msg}");

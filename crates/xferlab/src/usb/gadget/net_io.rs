@@ -27,9 +27,9 @@ use xferlab_core::usb::net::{
 };
 
 use super::ffs_io::{wait_enabled, Shared};
-use crate::cli::usb::LinkOpts;
 use crate::sys::clock;
 use crate::usb::tap::FRAME_MAX;
+use crate::usb::LinkRequest;
 use xferlab_core::time::Time;
 use xferlab_sys::aio::{Aio, Op};
 
@@ -48,7 +48,7 @@ pub fn interface_class(encap: Encap) -> InterfaceClass {
 }
 
 /// The IN direction's limits: what the host's receive buffers hold.
-pub fn limits(encap: Encap, o: &LinkOpts) -> Limits {
+pub fn limits(encap: Encap, o: &LinkRequest) -> Limits {
     Limits {
         max_frames: if encap == Encap::Ecm {
             1

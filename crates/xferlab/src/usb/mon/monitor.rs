@@ -1,34 +1,21 @@
-//! `xferlab usb mon` and the global `--usbmon` beside any verb
-//! ([`Background`]): bus accounting from usbmon's binary interface. Maps
-//! the ring of `/dev/usbmonN` and fetches events in batches
-//! (MON_IOCX_MFETCH, non-blocking, with poll() when the ring is empty)
-//! for the bus of one device, feeds its bulk events to the core's
-//! [`BusMeter`] and reports per direction and interval: payload bytes,
-//! transfers/s, frames per transfer and the share of the high-speed bulk
-//! capacity; and how far it fell behind the bus, which explains any
-//! events the ring dropped.
+//! The usbmon reader: one device's bus, its ring mapped, read in batches
+//! until told to stop, cut into intervals on the core's [`BusMeter`].
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{anyhow, Context};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use xferlab_core::usb::net::Encap;
+use xferlab_core::usb::usbmon::{
+    BusDirection, BusMeter, BusReport, DirCounters, MonEvent, HS_BULK_CAPACITY_BPS, MON_BIN_HDR_LEN,
+};
 use xferlab_sys::usbmon::{OpenError, Usbmon};
+
+use crate::usb::device;
 
 // The sys crate reads events by the core's header length.
 const _: () = assert!(xferlab_sys::usbmon::HDR_LEN == MON_BIN_HDR_LEN);
-use xferlab_core::usb::usbmon::{
-    BusDirection, BusMeter, BusReport, BusSample, DirCounters, MonEvent, HS_BULK_CAPACITY_BPS,
-    MON_BIN_HDR_LEN,
-};
-
-use super::device;
-use crate::cli::usb::{MonArgs, UsbMonSpec};
-use xferlab_core::usb::net::Encap;
 
 /// The kernel's largest ring (BUFF_MAX, 1200 KiB): captures up to 240 KiB
 /// per event, more than an NTB or a coalesced EEM transfer holds.
@@ -37,52 +24,6 @@ const RING_SIZE: usize = 1200 * 1024;
 /// events a second to a full ring under TCG with an ECM link at ~10k
 /// events/s; fetching in batches from the mapped ring lost none.
 const BATCH: usize = 256;
-
-pub fn run(a: &MonArgs, interrupts: &AtomicU32) -> ExitCode {
-    match record(a, interrupts) {
-        Ok(report) => match print(a, &report) {
-            Ok(()) => {
-                // The text report holds it; a JSON one only counts the drops.
-                if let Some(d) = drops_line(&report).filter(|_| a.json) {
-                    eprintln!("xferlab: warning: {d}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("xferlab: {e:#}");
-                ExitCode::from(1)
-            }
-        },
-        Err(e) => {
-            eprintln!("xferlab: {e:#}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-fn knobs(a: &MonArgs) -> anyhow::Result<BTreeMap<String, String>> {
-    a.knobs
-        .iter()
-        .map(|k| {
-            k.split_once('=')
-                .map(|(n, v)| (n.to_string(), v.to_string()))
-                .ok_or_else(|| anyhow!("--knob {k}: write it as NAME=VALUE, e.g. --knob mtu=1500"))
-        })
-        .collect()
-}
-
-fn record(a: &MonArgs, interrupts: &AtomicU32) -> anyhow::Result<BusReport> {
-    if a.interval.is_nan() || a.interval <= 0.0 {
-        bail!("-i/--interval must be above 0 s (got {})", a.interval);
-    }
-    let knobs = knobs(a)?;
-    let mon = Monitor::open(&a.device, a.encap, knobs)?;
-    let t0 = Instant::now();
-    let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
-    mon.run(Duration::from_secs_f64(a.interval), || {
-        interrupts.load(Relaxed) > 0 || end.is_some_and(|e| Instant::now() >= e)
-    })
-}
 
 /// One device's bus, opened for reading: the device found, its bus's
 /// usbmon ring mapped.
@@ -261,111 +202,4 @@ impl Monitor {
 fn realtime_us() -> i64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Realtime);
     ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
-}
-
-/// The line that explains dropped events, or none.
-fn drops_line(r: &BusReport) -> Option<String> {
-    (r.dropped_events > 0).then(|| {
-        format!(
-            "usbmon dropped {} events: its ring ({} KiB) filled while the reader was up to \
-             {:.0} ms behind the bus, so the counts are low; give the reader a CPU of its own \
-             (fewer busy threads beside it; in a VM, a host that does not take its vCPU away)",
-            r.dropped_events,
-            r.ring_bytes / 1024,
-            r.reader_lag_max_ms
-        )
-    })
-}
-
-/// `--usbmon DEVICE[,ENCAP]` beside any verb: the device's bus read on a
-/// thread of its own from before the verb starts until it ends.
-pub struct Background {
-    stop: Arc<AtomicBool>,
-    thread: std::thread::JoinHandle<anyhow::Result<BusReport>>,
-}
-
-impl Background {
-    pub fn start(spec: &UsbMonSpec) -> anyhow::Result<Background> {
-        let mon = Monitor::open(&spec.device, spec.encap, BTreeMap::new())?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("xl-usbmon".into())
-            .spawn(move || mon.run(Duration::from_secs(1), || flag.load(Relaxed)))
-            .context("cannot start the usbmon thread")?;
-        Ok(Background { stop, thread })
-    }
-
-    pub fn stop(self) -> anyhow::Result<BusReport> {
-        self.stop.store(true, Relaxed);
-        self.thread
-            .join()
-            .map_err(|_| anyhow!("the usbmon thread panicked"))?
-    }
-}
-
-/// The totals of a report in one line per direction, for stderr.
-pub fn summary(r: &BusReport) -> String {
-    let mut t = format!(
-        "usbmon bus {} device {} ({}):\n{}\n{}",
-        r.bus,
-        r.devnum.unwrap_or(0),
-        r.encap.map(|e| e.label()).unwrap_or("no framing given"),
-        line("IN", &r.host_in.total),
-        line("OUT", &r.host_out.total)
-    );
-    if let Some(d) = drops_line(r) {
-        t += "\n";
-        t += &d;
-    }
-    t
-}
-
-fn line(label: &str, s: &BusSample) -> String {
-    format!(
-        "{label:>13}  {:>7.2} MB/s {:>5.1}% bus  {:>8.0} tr/s  {:>5.2} frames/tr",
-        s.mbytes_per_second, s.bus_percent, s.transfers_per_second, s.frames_per_transfer
-    )
-}
-
-fn print(a: &MonArgs, r: &BusReport) -> anyhow::Result<()> {
-    let text = if a.json {
-        serde_json::to_string_pretty(&serde_json::json!({
-            "schema": "xferlab.usbmon/1",
-            "usbmon": r,
-        }))? + "\n"
-    } else {
-        let mut t = format!(
-            "usbmon bus {} device {}: {} (capacity {:.3} MB/s: 13 x 512 B per 125 us microframe)\n",
-            r.bus,
-            r.devnum.unwrap_or(0),
-            r.encap.map(|e| e.label()).unwrap_or("no framing given"),
-            r.capacity_bytes_per_second / 1e6
-        );
-        for (i, o) in r.host_in.intervals.iter().zip(&r.host_out.intervals) {
-            let span = format!("{:.1}-{:.1} s", i.start_s, i.end_s);
-            t += &format!(
-                "{}  | {}\n",
-                line(&format!("{span} IN"), i),
-                line("OUT", o).trim_start()
-            );
-        }
-        t += &format!(
-            "{}  | {}\n",
-            line("total IN", &r.host_in.total),
-            line("OUT", &r.host_out.total).trim_start()
-        );
-        if let Some(d) = drops_line(r) {
-            t += &d;
-            t += "\n";
-        }
-        t
-    };
-    match &a.output {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
-        None => {
-            std::io::stdout().write_all(text.as_bytes())?;
-            Ok(())
-        }
-    }
 }

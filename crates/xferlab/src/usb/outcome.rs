@@ -1,60 +1,19 @@
-//! What a bulk run comes to: the endpoints' reports assembled into this
-//! side's report ([`side`]), then into the [`TestResult`] every transport
-//! writes, with its status ([`result`]), and the exit code.
+//! What a USB run comes to: this side's report turned into the
+//! [`TestResult`] every transport writes, with its status ([`result`]), and
+//! the exit code ([`exit_code`]). Shared by the verbs that run on the
+//! driver loop.
 
 use std::time::SystemTime;
 
-use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, KernelCounters, PatternReport, SideReport,
-    SideTransportReport, Status, Summary, TestResult, SCHEMA,
-};
+use xferlab_core::result::{CpuUsage, Status, Summary, TestResult, SCHEMA};
 use xferlab_core::spec::TestSpec;
-use xferlab_core::usb::stats::UsbReport;
 
-use super::pipe::PipeEnd;
 use crate::driver::Finished;
 
 /// CPU the process used since `start` (user, system seconds), over `wall` seconds.
 pub fn cpu_since(start: (f64, f64), wall: f64) -> CpuUsage {
     let (user, system) = crate::usb::process_cpu();
     CpuUsage::new(user - start.0, system - start.1, wall)
-}
-
-/// The host's side of a run on the device of `usb` (its pipes are filled
-/// in from `ends`, one per endpoint, Err for an endpoint whose thread
-/// died), and what went wrong on the endpoints.
-pub fn side(
-    mut usb: UsbReport,
-    ends: Vec<anyhow::Result<PipeEnd>>,
-    cpu: CpuUsage,
-    warnings: Vec<String>,
-) -> Finished {
-    let mut flows = Vec::new();
-    let mut errors = Vec::new();
-    for end in ends {
-        match end {
-            Ok(e) => {
-                flows.push(e.flow);
-                usb.pipes.push(e.usb);
-                errors.extend(e.errors);
-            }
-            Err(e) => errors.push(format!("{e:#}")),
-        }
-    }
-    let report = SideReport {
-        endpoint: Endpoint::Client,
-        host: crate::sys::host::host_info(),
-        embedded: false,
-        duration_s: flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max),
-        sums: sum_intervals(&flows),
-        flows,
-        cpu,
-        counters: KernelCounters::default(),
-        warnings,
-        pattern: PatternReport::Stream,
-        transport: Some(SideTransportReport::UsbBulk(usb)),
-    };
-    Finished { report, errors }
 }
 
 /// The result of `spec` on the device at `server_address`, from the
