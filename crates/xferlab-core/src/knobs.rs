@@ -149,13 +149,13 @@ pub struct Knobs {
     #[schemars(range(min = 1))]
     pub rate: Option<u64>,
     /// Datagrams per system call (sendmmsg/recvmmsg), or per GSO/GRO
-    /// buffer with `gso` (`--batch`). UDP and DCCP.
+    /// buffer with `gso` (`--batch`). Datagram transports.
     #[serde(default = "one")]
     #[schemars(range(min = 1))]
     pub batch: u32,
     /// Coalesce datagrams into one buffer: UDP_SEGMENT on send, UDP_GRO
-    /// on receive (`--gso`). UDP, and xferlab's DCCP over UDP (where
-    /// equal packets that follow each other share a send).
+    /// on receive (`--gso`). Datagram transports over UDP sockets (a
+    /// transport's own help says how it forms its trains).
     #[serde(default)]
     pub gso: bool,
     /// Forbid fragmentation (IP_PMTUDISC_DO / IPV6_DONTFRAG).

@@ -38,7 +38,7 @@ pub struct Topology {
     /// emulator whole; rates still count per wire segment).
     pub offload: bool,
     /// With `offload`, UDP segmentation offload took too (Linux 6.2 on):
-    /// UDP GSO sends (`-u --gso`, DCCP `--gso`) pass whole as well.
+    /// UDP GSO sends (`--gso` of a datagram transport) pass whole as well.
     /// False where the kernel refused it, and in results from before it
     /// was recorded.
     #[serde(default)]
