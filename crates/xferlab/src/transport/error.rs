@@ -9,8 +9,6 @@ use std::net::SocketAddr;
 use crate::net::sockopt::SockoptError;
 use crate::net::NetError;
 
-use super::dccp::DccpError;
-
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error("USB bulk tests run with `xferlab usb`")]
@@ -39,6 +37,9 @@ pub enum SetupError {
     Sockopt(#[from] SockoptError),
     #[error(transparent)]
     Net(#[from] NetError),
+    /// A transport's own refusal (its module's error type, which
+    /// converts into this one there), so a new transport adds no variant
+    /// here.
     #[error(transparent)]
-    Dccp(#[from] DccpError),
+    Own(Box<dyn std::error::Error + Send + Sync>),
 }

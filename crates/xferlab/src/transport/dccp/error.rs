@@ -6,6 +6,7 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 
 use crate::net::NetError;
+use crate::transport::SetupError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum DccpError {
@@ -59,4 +60,10 @@ pub enum DccpError {
     Sockopt(#[from] crate::net::sockopt::SockoptError),
     #[error(transparent)]
     Net(#[from] NetError),
+}
+
+impl From<DccpError> for SetupError {
+    fn from(e: DccpError) -> Self {
+        SetupError::Own(Box::new(e))
+    }
 }
