@@ -69,6 +69,7 @@ fn describe(spec: &TestSpec, usb: &UsbReport) -> String {
     let limit = match spec.limit {
         Limit::Bytes { bytes } => format!("{} per direction", format_bytes(bytes)),
         Limit::Duration { seconds } => format!("{seconds} s"),
+        Limit::Open => "until Ctrl-C".into(),
     };
     let (depth, pattern) = usb
         .pipes
