@@ -12,7 +12,9 @@
 //!
 //! The phases, each in its own module: the checks ([`plan`]), making the
 //! device ([`setup`]: configfs, or raw-gadget through [`raw`]), serving
-//! until `-t` or Ctrl-C, the teardown, and the report ([`outcome`]).
+//! it on the driver loop until `-t` or Ctrl-C ([`workload`], which also
+//! tears it down), and the result ([`outcome`]), reported through the
+//! common [`Reporter`](crate::output::Reporter)s as every verb's.
 
 mod cbr_io;
 mod configfs;
@@ -22,19 +24,25 @@ mod outcome;
 mod plan;
 mod raw;
 mod setup;
+mod workload;
 
-use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::time::{Duration, Instant};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
 
 use clap::ValueEnum;
+use xferlab_core::interval::IntervalClock;
+use xferlab_core::units::RateUnit;
 use xferlab_core::usb::net::Encap;
 use xferlab_core::usb::Pattern;
 
 use super::{Fail, LinkRequest, ReportTo};
+use crate::driver::client::drive_alone;
+use crate::output::{self, GadgetStart, StartInfo};
+use crate::sys::clock;
 pub use configfs::cleanup;
-use plan::Plan;
+use workload::{GadgetWorkload, Served};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum GadgetFunction {
@@ -111,6 +119,8 @@ pub struct GadgetRequest {
     pub serial: String,
     /// Seconds to serve; None is until interrupted.
     pub time: Option<f64>,
+    /// Seconds between interval reports (0 = none).
+    pub interval: f64,
     /// `--function net`'s framing.
     pub encap: Option<Encap>,
     pub via: GadgetVia,
@@ -127,89 +137,99 @@ pub fn run(a: &GadgetRequest, interrupts: &AtomicU32) -> ExitCode {
 
 fn gadget(a: &GadgetRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let plan = plan::check(a)?;
-    if a.via == GadgetVia::RawGadget {
-        return run_raw(a, &plan, interrupts);
-    }
-    let mut running = setup::configfs(a, &plan)?;
-    let t0 = Instant::now();
-    let cpu0 = super::process_cpu();
-    say(
-        a,
-        outcome::start_line(a, &plan, &running.udc, running.ifname.as_deref()),
-    );
-    let limit = a.time.map(Duration::from_secs_f64);
-    while interrupts.load(Relaxed) == 0 && limit.is_none_or(|l| t0.elapsed() < l) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    // Teardown: stop, unbind (ends every transfer in flight), join, unmount, remove.
-    running.stop();
-    running.join(Instant::now() + Duration::from_secs(5));
-    let (shared, net, ifname) = (
-        running.shared.clone(),
-        running.net.clone(),
-        running.ifname.clone(),
-    );
-    let leftover = running.remove(&a.name);
-    let cpu1 = super::process_cpu();
-    outcome::report(
-        a,
-        &shared,
-        &net,
-        secs,
-        (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
-        ifname.as_deref(),
-        None,
-    );
-    if leftover {
-        return Err(Fail::run(format!(
-            "could not remove everything of gadget `{}`; run `xferlab usb gadget --cleanup --name {}`",
-            a.name, a.name
-        )));
-    }
-    Ok(exit_code(interrupts))
-}
-
-/// `--via raw-gadget`: the link as a device of its own (gadget/raw.rs).
-fn run_raw(a: &GadgetRequest, plan: &Plan, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
-    let t0 = Instant::now();
-    let cpu0 = super::process_cpu();
-    let (run, shared, net) = setup::raw(a, plan)?;
-    say(a, outcome::raw_start_line(a, plan, &run.report()));
-    let limit = a.time.map(Duration::from_secs_f64);
-    let stop = || interrupts.load(Relaxed) > 0 || limit.is_some_and(|l| t0.elapsed() >= l);
-    while !stop() && !run.any_finished() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let r = run.finish();
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu1 = super::process_cpu();
-    outcome::report(
-        a,
-        &shared,
-        &net,
-        secs,
-        (cpu1.0 - cpu0.0, cpu1.1 - cpu0.1),
-        None,
-        Some(&r),
-    );
-    Ok(exit_code(interrupts))
-}
-
-/// The start line; with -J stdout carries only the JSON document.
-fn say(a: &GadgetRequest, msg: String) {
-    if a.report.json() {
-        eprintln!("{msg}");
+    let out = output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
+    let mut reporter = output::reporter(a.report.format, RateUnit::AutoBits, out);
+    let spec = outcome::spec(a);
+    let clock = IntervalClock::new(a.interval, 0.0);
+    let (_tx, rx) = mpsc::channel();
+    let (served, shared, net, udc, ifname) = if a.via == GadgetVia::RawGadget {
+        let (run, shared, net) = setup::raw(a, &plan)?;
+        let udc = run.report().udc;
+        (Served::Raw(run), shared, net, udc, None)
     } else {
-        outln!("{msg}");
-        let _ = io::stdout().flush();
+        let r = setup::configfs(a, &plan)?;
+        let (shared, net, udc, ifname) = (
+            r.shared.clone(),
+            r.net.clone(),
+            r.udc.clone(),
+            r.ifname.clone(),
+        );
+        (Served::Configfs(r), shared, net, udc, ifname)
+    };
+    // The run starts once the host can see the device: -t counts from here.
+    let cpu_start = super::process_cpu();
+    let wall_start = SystemTime::now();
+    let start = clock::now();
+    let section = outcome::section(a, &plan, &udc, ifname);
+    // The kernel's own functions move the data without us: no flows.
+    let threads = matches!(
+        a.function,
+        GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net
+    );
+    let flows = workload::flows(threads, clock);
+    let flow_starts = workload::flow_starts(&flows, &udc);
+    let raw_endpoints = match &served {
+        Served::Raw(r) => Some(r.report().endpoints),
+        Served::Configfs(_) => None,
+    };
+    let session = format!("usb-gadget-{}", a.name);
+    let started = StartInfo {
+        spec: &spec,
+        server: &udc,
+        embedded: false,
+        session: &session,
+        flows: &flow_starts,
+    };
+    let limits = a.encap.map(|e| net_io::limits(e, &a.link));
+    let _ = reporter.usb_gadget_start(
+        &started,
+        &GadgetStart {
+            gadget: &section,
+            max_frames: limits.map(|l| l.max_frames as u64),
+            max_transfer: limits.map(|l| l.max_transfer as u64),
+            raw_endpoints: raw_endpoints.map(|e| (e.0 | 0x80, e.1)),
+        },
+    );
+    let workload = GadgetWorkload {
+        served,
+        section,
+        shared,
+        net,
+        flows,
+        clock,
+        boundary: clock.next_boundary(0.0),
+        start,
+        cpu_start,
+        name: a.name.clone(),
+        udc: udc.clone(),
+        stopped: false,
+        cut: false,
+        warnings: Vec::new(),
+    };
+    let planned = spec.planned_seconds().map(Duration::from_secs_f64);
+    let driven = drive_alone(
+        Box::new(workload),
+        (start, planned),
+        workload::DRAIN,
+        &rx,
+        &mut *reporter,
+        interrupts,
+    );
+    // An open run has no end but Ctrl-C: stopped by it, it is whole. The
+    // exit code follows any Ctrl-C or SIGTERM, a second press too.
+    let interrupted = driven.run.interrupted() && planned.is_some();
+    let signalled = interrupts.load(Relaxed) > 0;
+    let mut finished = driven
+        .workload
+        .expect("drive_alone starts the workload on its first pass")
+        .finish();
+    finished.errors.extend(driven.error);
+    let result = super::outcome::result(spec, udc, finished, wall_start, interrupted);
+    reporter
+        .finish(&result)
+        .map_err(|e| Fail::run(format!("cannot write the result: {e}")))?;
+    for e in &result.errors {
+        eprintln!("xferlab: {e}");
     }
-}
-
-fn exit_code(interrupts: &AtomicU32) -> ExitCode {
-    if interrupts.load(Relaxed) > 0 {
-        ExitCode::from(130)
-    } else {
-        ExitCode::SUCCESS
-    }
+    Ok(outcome::exit_code(&result, signalled))
 }

@@ -1,196 +1,200 @@
-//! What `usb gadget` says: the start line once the device is up, and the
-//! report after teardown (`xferlab.usb-gadget/1` with -J, else text).
+//! What a gadget run comes to: the `usb_gadget` section as the run starts
+//! ([`section`]), filled from the threads' counters at the end ([`side`]),
+//! the test as a spec ([`spec`]), and the exit code ([`exit_code`]).
 
+use std::process::ExitCode;
 use std::sync::atomic::Ordering::Relaxed;
 
-use xferlab_core::usb::net::Encap;
+use xferlab_core::result::{
+    sum_intervals, CpuUsage, Endpoint, FlowReport, KernelCounters, PatternReport, SideReport,
+    SideTransportReport, Status, TestResult,
+};
+use xferlab_core::spec::{Direction, Knobs, Limit, Pattern, TestSpec, Transport};
+use xferlab_core::usb::gadget::{
+    GadgetDir, GadgetNet, RawEndpoints, RawGadgetReport, UsbGadgetReport,
+};
 
 use super::ffs_io::{DirCounters, Shared};
-use super::net_io::{self, NetCounters};
+use super::net_io::NetCounters;
 use super::plan::Plan;
-use super::raw;
-use super::{GadgetFunction, GadgetIo, GadgetRequest, GadgetVia};
+use super::raw::RawReport;
+use super::{GadgetFunction, GadgetRequest, GadgetVia};
+use crate::driver::Finished;
 
-/// The start line of a configfs gadget on `udc`.
-pub fn start_line(a: &GadgetRequest, plan: &Plan, udc: &str, ifname: Option<&str>) -> String {
-    let (vid, pid) = plan.id;
-    format!(
-        "gadget `{}` {vid:04x}:{pid:04x} on UDC {udc}: {} {}{}{}",
-        a.name,
-        match a.function {
-            GadgetFunction::Ffs => "FunctionFS source/sink".to_string(),
-            GadgetFunction::Cbr =>
-                "FunctionFS fixed-rate device (rate and buffer set by `xferlab usb cbr`)"
-                    .to_string(),
-            GadgetFunction::Sourcesink => "kernel SourceSink".to_string(),
-            GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm => format!(
-                "kernel {} network function, interface {}",
-                a.function.net_kind().unwrap_or_default().0.to_uppercase(),
-                ifname.unwrap_or("?")
-            ),
-            GadgetFunction::Net => {
-                let encap = a.encap.unwrap_or(Encap::Eem);
-                let l = net_io::limits(encap, &a.link);
-                format!(
-                    "FunctionFS network link, TAP {} <-> bulk IN/OUT, {} x{} frames per IN transfer \
-                     (at most {} B), {} us coalescing,",
-                    a.link.tap,
-                    encap.label(),
-                    l.max_frames,
-                    l.max_transfer,
-                    a.link.coalesce_us
-                )
-            }
-        },
-        match (a.function, a.io) {
-            (GadgetFunction::Sourcesink, _) => "(in kernel)",
-            (GadgetFunction::Ecm | GadgetFunction::Eem | GadgetFunction::Ncm, _) => "(in kernel)",
-            (GadgetFunction::Cbr | GadgetFunction::Net, _) => "AIO",
-            (_, GadgetIo::Sync) => "sync I/O",
-            (_, GadgetIo::Aio) => "AIO",
-        },
-        if a.function == GadgetFunction::Cbr {
-            String::new()
-        } else if a.function == GadgetFunction::Net {
-            format!(", {} B OUT requests, queue {}", a.size, a.queue)
-        } else {
-            format!(
-                ", {} B requests, queue {}, pattern {}",
-                a.size, a.queue, a.pattern
-            )
-        },
-        until(a)
-    )
-}
-
-/// The start line of a raw-gadget device.
-pub fn raw_start_line(a: &GadgetRequest, plan: &Plan, r: &raw::RawReport) -> String {
-    let encap = a.encap.unwrap_or(Encap::Eem);
-    let l = net_io::limits(encap, &a.link);
-    format!(
-        "raw-gadget device {:04x}:{:04x} on UDC {}: CDC-{} link, TAP {} <-> bulk IN 0x{:02x}/OUT 0x{:02x}, \
-         x{} frames per IN transfer (at most {} B), {} us coalescing, {} B OUT reads, one transfer in flight \
-         per direction{}",
-        plan.id.0,
-        plan.id.1,
-        r.udc,
-        encap.label().to_uppercase(),
-        a.link.tap,
-        r.endpoints.0 | 0x80,
-        r.endpoints.1,
-        l.max_frames,
-        l.max_transfer,
-        a.link.coalesce_us,
-        a.size,
-        until(a)
-    )
-}
-
-fn until(a: &GadgetRequest) -> String {
-    a.time
-        .map(|t| format!(", for {t} s"))
-        .unwrap_or_else(|| ", until Ctrl-C".into())
-}
-
-pub fn report(
+/// The section before any transfer: what was set up, counts at zero.
+pub fn section(
     a: &GadgetRequest,
-    s: &Shared,
-    net: &NetCounters,
-    secs: f64,
-    cpu: (f64, f64),
-    ifname: Option<&str>,
-    raw: Option<&raw::RawReport>,
-) {
-    let cpu_percent = 100.0 * (cpu.0 + cpu.1) / secs.max(1e-9);
-    let dir = |c: &DirCounters| {
-        serde_json::json!({
-            "transfers": c.transfers.load(Relaxed),
-            "bytes": c.bytes.load(Relaxed),
-            "errors": c.errors.load(Relaxed),
-            "pattern_errors": c.pattern_errors.load(Relaxed),
-            "mbytes_per_second": c.bytes.load(Relaxed) as f64 / secs.max(1e-9) / 1e6,
-        })
+    plan: &Plan,
+    udc: &str,
+    ifname: Option<String>,
+) -> UsbGadgetReport {
+    let raw = a.via == GadgetVia::RawGadget;
+    UsbGadgetReport {
+        function: format!("{:?}", a.function).to_lowercase(),
+        // raw-gadget's calls block: one transfer at a time.
+        io: if raw {
+            "sync".into()
+        } else {
+            format!("{:?}", a.io).to_lowercase()
+        },
+        via: if raw { "raw_gadget" } else { "functionfs" }.into(),
+        queue: if raw { 1 } else { a.queue },
+        qmult: a.qmult,
+        ifname,
+        size: a.size,
+        pattern: a.pattern,
+        name: a.name.clone(),
+        udc: udc.to_string(),
+        id: format!("{:04x}:{:04x}", plan.id.0, plan.id.1),
+        enabled_times: 0,
+        input: GadgetDir::default(),
+        output: GadgetDir::default(),
+        net: match (a.function, a.encap) {
+            (GadgetFunction::Net, Some(encap)) => Some(GadgetNet {
+                encap,
+                tap: a.link.tap.clone(),
+                frames_per_transfer_max: a.link.frames_per_transfer as u64,
+                coalesce_us: a.link.coalesce_us,
+                tx_frames: 0,
+                tx_too_large: 0,
+                rx_decode: Default::default(),
+                tap_drops: 0,
+                raw_gadget: None,
+            }),
+            _ => None,
+        },
+    }
+}
+
+/// The device's end of the run, as the teardown left it.
+pub enum Teardown {
+    /// Something of the configfs gadget could not be removed.
+    Configfs {
+        leftover: bool,
+    },
+    Raw(RawReport),
+}
+
+/// What the workload hands over at its end.
+pub struct Ended<'a> {
+    pub section: UsbGadgetReport,
+    pub shared: &'a Shared,
+    pub net: &'a NetCounters,
+    pub flows: Vec<FlowReport>,
+    pub wall: f64,
+    pub cpu: CpuUsage,
+    pub warnings: Vec<String>,
+    pub teardown: Teardown,
+}
+
+/// The line in `errors` when the teardown left something behind.
+pub fn leftover_line(name: &str) -> String {
+    format!(
+        "could not remove everything of gadget `{name}`; run `xferlab usb gadget --cleanup --name {name}`"
+    )
+}
+
+/// This process's side: the device end, so `endpoint: "server"` in the
+/// result's `client` slot (a result always has one).
+pub fn side(e: Ended<'_>) -> Finished {
+    let mut g = e.section;
+    let dir = |c: &DirCounters| GadgetDir {
+        transfers: c.transfers.load(Relaxed),
+        bytes: c.bytes.load(Relaxed),
+        errors: c.errors.load(Relaxed),
+        pattern_errors: c.pattern_errors.load(Relaxed),
     };
-    if a.report.json() {
-        let v = serde_json::json!({
-            "schema": "xferlab.usb-gadget/1",
-            "function": format!("{:?}", a.function).to_lowercase(),
-            // raw-gadget's calls block: one transfer at a time.
-            "io": match a.via {
-                GadgetVia::Functionfs => format!("{:?}", a.io).to_lowercase(),
-                GadgetVia::RawGadget => "sync".into(),
-            },
-            "queue": if raw.is_some() { 1 } else { a.queue },
-            "qmult": a.qmult,
-            "ifname": ifname,
-            "size": a.size,
-            "pattern": a.pattern,
-            "seconds": secs,
-            "enabled_times": s.enables.load(Relaxed),
-            "cpu": { "user_s": cpu.0, "system_s": cpu.1, "percent": cpu_percent },
-            "in": dir(&s.input),
-            "out": dir(&s.output),
-            "net": (a.function == GadgetFunction::Net).then(|| serde_json::json!({
-                "encap": a.encap.map(|e| e.label()),
-                "tap": a.link.tap,
-                "frames_per_transfer_max": a.link.frames_per_transfer,
-                "coalesce_us": a.link.coalesce_us,
-                "tx_frames": net.tx_frames.load(Relaxed),
-                "tx_too_large": net.tx_too_large.load(Relaxed),
-                "rx_decode": *net.decode.lock().unwrap_or_else(|e| e.into_inner()),
-                "tap_drops": net.tap_drops.load(Relaxed),
-                "via": match a.via {
-                    GadgetVia::Functionfs => "functionfs",
-                    GadgetVia::RawGadget => "raw_gadget",
-                },
-                // The device raw-gadget made: what the host asked of it.
-                "raw_gadget": raw.map(|r| serde_json::json!({
-                    "udc": r.udc,
-                    "endpoints": {
-                        "bulk_in": format!("0x{:02x}", r.endpoints.0 | 0x80),
-                        "bulk_out": format!("0x{:02x}", r.endpoints.1),
-                        "notify": format!("0x{:02x}", r.endpoints.2 | 0x80),
+    g.input = dir(&e.shared.input);
+    g.output = dir(&e.shared.output);
+    g.enabled_times = e.shared.enables.load(Relaxed);
+    let mut errors = Vec::new();
+    match e.teardown {
+        Teardown::Configfs { leftover: true } => errors.push(leftover_line(&g.name)),
+        Teardown::Configfs { leftover: false } => {}
+        Teardown::Raw(r) => {
+            if let Some(n) = g.net.as_mut() {
+                n.raw_gadget = Some(RawGadgetReport {
+                    udc: r.udc.clone(),
+                    endpoints: RawEndpoints {
+                        bulk_in: format!("0x{:02x}", r.endpoints.0 | 0x80),
+                        bulk_out: format!("0x{:02x}", r.endpoints.1),
+                        notify: format!("0x{:02x}", r.endpoints.2 | 0x80),
                     },
-                    "host_mac": r.host_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"),
-                    "control_requests": r.control_requests,
-                    "stalled": r.stalled,
-                    "control_errors": r.control_errors,
-                    "notifications": r.notifications,
-                    "packet_filter": r.packet_filter,
-                    "ntb_in_max": r.ntb_in_max,
-                })),
-            })),
-        });
-        outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-    } else if matches!(
-        a.function,
-        GadgetFunction::Ffs | GadgetFunction::Cbr | GadgetFunction::Net
-    ) {
-        for (label, c) in [("IN  (to host)", &s.input), ("OUT (from host)", &s.output)] {
-            outln!(
-                "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",
-                c.transfers.load(Relaxed),
-                c.bytes.load(Relaxed),
-                c.bytes.load(Relaxed) as f64 / secs.max(1e-9) / 1e6,
-                c.errors.load(Relaxed),
-                c.pattern_errors.load(Relaxed)
-            );
+                    host_mac: r
+                        .host_mac
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .join(":"),
+                    control_requests: r.control_requests,
+                    stalled: r.stalled,
+                    control_errors: r.control_errors,
+                    notifications: r.notifications,
+                    packet_filter: r.packet_filter,
+                    ntb_in_max: r.ntb_in_max as u64,
+                });
+            }
         }
     }
-    if !a.report.json() {
-        outln!(
-            "CPU gadget {cpu_percent:.1}% (user {:.2} s, sys {:.2} s)",
-            cpu.0,
-            cpu.1
-        );
+    if let Some(n) = g.net.as_mut() {
+        n.tx_frames = e.net.tx_frames.load(Relaxed);
+        n.tx_too_large = e.net.tx_too_large.load(Relaxed);
+        n.rx_decode = *e.net.decode.lock().unwrap_or_else(|p| p.into_inner());
+        n.tap_drops = e.net.tap_drops.load(Relaxed);
     }
-    let gone = match raw {
-        Some(r) => format!("raw-gadget device on UDC {} released", r.udc),
-        None => format!("gadget `{}` removed", a.name),
+    let report = SideReport {
+        endpoint: Endpoint::Server,
+        host: crate::sys::host::host_info(),
+        embedded: false,
+        duration_s: e.wall,
+        sums: sum_intervals(&e.flows),
+        flows: e.flows,
+        cpu: e.cpu,
+        counters: KernelCounters::default(),
+        warnings: e.warnings,
+        pattern: PatternReport::Stream,
+        transport: Some(SideTransportReport::UsbGadget(g)),
     };
-    if a.report.json() {
-        eprintln!("{gone}");
+    Finished { report, errors }
+}
+
+/// The run as a stream test over the `usb_bulk` transport, both ways (the
+/// host decides what moves); without `-t` it is open (until Ctrl-C).
+pub fn spec(a: &GadgetRequest) -> TestSpec {
+    TestSpec {
+        pattern: Pattern::Stream,
+        transport: Transport::UsbBulk,
+        direction: Direction::Bidir,
+        parallel: 1,
+        limit: match a.time {
+            Some(seconds) => Limit::Duration { seconds },
+            None => Limit::Open,
+        },
+        omit_s: 0.0,
+        interval_s: a.interval,
+        knobs: Knobs {
+            size: a.size,
+            ..Knobs::default()
+        },
+        title: a.report.title.clone(),
+        affinity: Default::default(),
+    }
+}
+
+/// 1 when the teardown left something behind; 130 after Ctrl-C or
+/// SIGTERM; 1 for a run that is not clean; else 0.
+pub fn exit_code(r: &TestResult, interrupted: bool) -> ExitCode {
+    let leftover = match &r.client.transport {
+        Some(SideTransportReport::UsbGadget(g)) => r.errors.contains(&leftover_line(&g.name)),
+        _ => false,
+    };
+    if leftover {
+        ExitCode::from(1)
+    } else if interrupted {
+        ExitCode::from(130)
+    } else if r.status != Status::Ok {
+        ExitCode::from(1)
     } else {
-        outln!("{gone}");
+        ExitCode::SUCCESS
     }
 }

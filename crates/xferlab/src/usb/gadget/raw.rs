@@ -298,6 +298,20 @@ impl RawRun {
         self.threads.iter().any(|t| t.is_finished())
     }
 
+    pub fn all_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Raises the stop flag and wakes each live thread from its blocked
+    /// call; a thread may be between calls when woken, so the driver
+    /// repeats this at each pass until every thread has seen the flag.
+    pub fn kick(&self) {
+        self.s.stop.store(true, Relaxed);
+        for t in self.threads.iter().filter(|t| !t.is_finished()) {
+            thread::wake(t);
+        }
+    }
+
     /// Stops the threads (waking them for up to 5 s), joins those that
     /// ended, and reports.
     pub fn finish(mut self) -> RawReport {
