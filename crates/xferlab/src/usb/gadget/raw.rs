@@ -19,7 +19,7 @@ use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use xferlab_core::usb::cdc_device::{CdcDevice, Change, Identity, Reply, Setup, MAX_POWER_2MA};
@@ -312,16 +312,13 @@ impl RawRun {
         }
     }
 
-    /// Stops the threads (waking them for up to 5 s), joins those that
-    /// ended, and reports.
+    /// Joins the threads that ended and reports. The driver's drain has
+    /// already woken them ([`Self::kick`]) for as long as it allows; one
+    /// still blocked then is left behind (the process exits soon after,
+    /// and the device goes with the descriptor).
     pub fn finish(mut self) -> RawReport {
         self.s.stop.store(true, Relaxed);
-        let deadline = Instant::now() + Duration::from_secs(5);
         for t in std::mem::take(&mut self.threads) {
-            while !t.is_finished() && Instant::now() < deadline {
-                thread::wake(&t);
-                std::thread::sleep(Duration::from_millis(5));
-            }
             if t.is_finished() {
                 let _ = t.join();
             }
