@@ -338,6 +338,7 @@ fn result(
         errors: vec![],
         server_output: None,
         lab: None,
+        usbmon: None,
     }
 }
 
@@ -552,5 +553,6 @@ pub fn usb_result() -> TestResult {
         ],
         server_output: None,
         lab: None,
+        usbmon: None,
     }
 }

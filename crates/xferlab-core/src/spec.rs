@@ -114,6 +114,10 @@ pub enum Limit {
     Duration { seconds: f64 },
     /// Bytes per direction, split evenly over the parallel flows (`-n`).
     Bytes { bytes: u64 },
+    /// Until Ctrl-C: the USB verbs that watch or serve without `-t`
+    /// (`usb mon`, `usb net`, `usb gadget`). Socket tests are refused it
+    /// ([`SpecError::Open`]), so the control protocol never carries it.
+    Open,
 }
 
 /// A complete test request.
@@ -190,6 +194,8 @@ pub enum SpecError {
     Time(f64),
     #[error("-n/--bytes must be greater than 0")]
     NoBytes,
+    #[error("-t/--time or -n/--bytes: a {0} test must end on its own (runs until Ctrl-C are for USB verbs)")]
+    Open(&'static str),
     #[error("-O/--omit must be between 0 and {max} seconds (got {0})", max = limits::MAX_OMIT_S)]
     Omit(f64),
     #[error("-i/--interval must be 0 (off) or between {min} and {max} seconds (got {0})", min = limits::MIN_INTERVAL_S, max = limits::MAX_INTERVAL_S)]
@@ -266,6 +272,13 @@ impl TestSpec {
             Limit::Bytes { bytes } => {
                 if bytes == 0 {
                     return Err(SpecError::NoBytes);
+                }
+            }
+            // A socket test's server must know when it ends; only the
+            // USB verbs, which have no peer, run until Ctrl-C.
+            Limit::Open => {
+                if self.transport.carrier() != crate::transport::Carrier::UsbBulk {
+                    return Err(SpecError::Open(self.transport.label()));
                 }
             }
         }
@@ -352,7 +365,7 @@ impl TestSpec {
                 let quota = match self.limit {
                     // Split evenly; the first flows take the remainder.
                     Limit::Bytes { bytes } => Some(bytes / p + u64::from(i < bytes % p)),
-                    Limit::Duration { .. } => None,
+                    Limit::Duration { .. } | Limit::Open => None,
                 };
                 out.push(FlowPlan {
                     id: out.len() as u32,
@@ -365,11 +378,11 @@ impl TestSpec {
     }
 
     /// Seconds from start to the planned end of a duration test, warm-up
-    /// included; None for byte-limited tests.
+    /// included; None for byte-limited and open tests.
     pub fn planned_seconds(&self) -> Option<f64> {
         match self.limit {
             Limit::Duration { seconds } => Some(self.omit_s + seconds),
-            Limit::Bytes { .. } => None,
+            Limit::Bytes { .. } | Limit::Open => None,
         }
     }
 }
@@ -440,6 +453,28 @@ mod tests {
         let mut s = TestSpec::default_stream();
         s.interval_s = f64::NAN;
         assert!(s.validate().unwrap_err().to_string().contains("-i"));
+    }
+
+    /// D1 (issue 33): an open limit is for the USB verbs only; every
+    /// socket transport refuses it, so no server is ever asked for one.
+    #[test]
+    fn open_limit_is_refused_for_socket_tests_and_kept_for_usb() {
+        let mut s = TestSpec::default_stream();
+        s.limit = Limit::Open;
+        assert_eq!(serde_json::to_value(s.limit).unwrap(), "open");
+        assert_eq!(s.planned_seconds(), None);
+        assert!(s.flows().iter().all(|f| f.quota.is_none()));
+        for &t in Transport::ALL {
+            s.transport = t;
+            let got = s.validate();
+            if t.carrier() == crate::transport::Carrier::UsbBulk {
+                assert_eq!(got, Ok(()), "{t:?}");
+            } else {
+                assert!(matches!(got, Err(SpecError::Open(_))), "{t:?}: {got:?}");
+            }
+        }
+        let back: Limit = serde_json::from_str("\"open\"").unwrap();
+        assert_eq!(back, Limit::Open);
     }
 
     /// The CLI, the server's reply and tests show these texts; the typed

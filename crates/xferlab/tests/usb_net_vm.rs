@@ -436,7 +436,7 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     assert_eq!(field(g, "taps"), Some("0"), "the TAP is gone: {g}");
     assert_eq!(field(g, "gadgets"), Some("0"), "the gadget is gone: {g}");
     let v = json_block(g);
-    let net = &v["net"];
+    let net = &v["client"]["transport"]["net"];
     assert!(net["tx_frames"].as_u64().unwrap() > 0, "{v}");
     let dec = &net["rx_decode"];
     assert!(dec["frames"].as_u64().unwrap() > 0, "{v}");
@@ -528,15 +528,16 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
     let g = section(&r.out, "raw-eem-6-gadget");
     assert_eq!(field(g, "gadget_rc"), Some("130"), "SIGINT: {g}");
     assert_eq!(
-        json_block(g)["net"]["raw_gadget"]["notifications"],
+        json_block(g)["client"]["transport"]["net"]["raw_gadget"]["notifications"],
         0,
         "{g}"
     );
     let g = section(&r.out, "raw-ncm-8-gadget");
     assert_eq!(field(g, "gadget_rc"), Some("130"), "SIGINT: {g}");
-    let v = json_block(g);
+    let doc = json_block(g);
+    let v = &doc["client"]["transport"];
     let rg = &v["net"]["raw_gadget"];
-    assert_eq!(v["net"]["via"], "raw_gadget", "{v}");
+    assert_eq!(v["via"], "raw_gadget", "{v}");
     assert_eq!(
         rg["notifications"].as_u64().map(|n| n >= 2),
         Some(true),

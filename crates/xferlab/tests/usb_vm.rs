@@ -289,8 +289,16 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
             );
             eprintln!("device-loaded gadget: {err}");
         }
-        let gv: Value = serde_json::from_str(&json_block(g))
+        let doc: Value = serde_json::from_str(&json_block(g))
             .unwrap_or_else(|e| panic!("gadget JSON: {e}: {g}"));
+        // A result as every verb's: the device end in `client`, an open
+        // run (no -t) stopped by Ctrl-C still whole.
+        common::validate_schema(&doc);
+        assert_eq!(doc["status"], "ok", "{doc}");
+        assert_eq!(doc["spec"]["limit"], "open", "{doc}");
+        assert_eq!(doc["client"]["endpoint"], "server", "{doc}");
+        let gv = &doc["client"]["transport"];
+        assert_eq!(gv["kind"], "usb_gadget", "{doc}");
         assert_eq!(gv["io"], io);
         assert!(gv["in"]["bytes"].as_u64().unwrap() > 0, "{gv}");
         assert!(gv["out"]["bytes"].as_u64().unwrap() > 0, "{gv}");
@@ -298,6 +306,11 @@ fn host_side_against_the_kernel_sourcesink_gadget() {
             gv["out"]["pattern_errors"], 0,
             "the host's OUT data follows the pattern: {gv}"
         );
+        // IN (s2c) and OUT (c2s) as flows, from the same counters.
+        let flows = doc["client"]["flows"].as_array().unwrap();
+        assert_eq!(flows.len(), 2, "{doc}");
+        assert_eq!(flows[0]["total"]["bytes"], gv["in"]["bytes"], "{doc}");
+        assert_eq!(flows[1]["total"]["bytes"], gv["out"]["bytes"], "{doc}");
     }
     // The kernel SourceSink set up by `xferlab usb gadget --function sourcesink -t 8`.
     let ssg = cell(&r.out, "ss-gadget-both");

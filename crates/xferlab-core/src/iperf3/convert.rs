@@ -232,6 +232,8 @@ pub enum Inexpressible {
     FractionalSeconds { flag: &'static str, got: f64 },
     #[error("iperf3 servers have no {0} tests; they speak TCP and UDP")]
     Transport(&'static str),
+    #[error("an iperf3 test needs -t/--time or -n/--bytes")]
+    Open,
 }
 
 /// The parameters that ask an iperf3 server for `spec`. Fails for what
@@ -248,6 +250,7 @@ pub fn params_from_spec(spec: &TestSpec, get_server_output: bool) -> Result<Para
     let (time, num) = match spec.limit {
         Limit::Duration { seconds } => (whole(seconds, "-t/--time")?, 0),
         Limit::Bytes { bytes } => (0, bytes),
+        Limit::Open => return Err(Inexpressible::Open),
     };
     let k = &spec.knobs;
     let name = spec

@@ -926,6 +926,9 @@ fn start(r: &TestResult) -> Start {
     let (duration, bytes) = match spec.limit {
         Limit::Duration { seconds } => (seconds_value(seconds), 0),
         Limit::Bytes { bytes } => (Value::from(0), bytes),
+        // iperf3 has no open tests; 0 s and 0 bytes is what it sends for
+        // its own default, the nearest it can say.
+        Limit::Open => (Value::from(0), 0),
     };
     Start {
         connected,

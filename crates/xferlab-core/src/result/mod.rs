@@ -318,7 +318,7 @@ impl SideReport {
     pub fn usb(&self) -> Option<&crate::usb::stats::UsbReport> {
         match &self.transport {
             Some(SideTransportReport::UsbBulk(usb)) => Some(usb),
-            None => None,
+            Some(SideTransportReport::UsbNet(_) | SideTransportReport::UsbGadget(_)) | None => None,
         }
     }
 }
@@ -340,9 +340,17 @@ pub enum PatternReport {
 /// (`"transport": {"kind": "usb_bulk", ...}`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+// One per side report, never in a collection or on a hot path (as
+// PatternReport).
+#[allow(clippy::large_enum_variant)]
 pub enum SideTransportReport {
     /// Per-endpoint transfer counts, latency and errors.
     UsbBulk(crate::usb::stats::UsbReport),
+    /// `xferlab usb net`: the link's setup and its threads' counts.
+    UsbNet(crate::usb::net::report::UsbNetReport),
+    /// `xferlab usb gadget`: the device end (its side is `client` with
+    /// `endpoint: "server"`).
+    UsbGadget(crate::usb::gadget::UsbGadgetReport),
 }
 
 /// Datagram loss of one direction over the whole run: the sender's count
@@ -433,6 +441,10 @@ pub struct TestResult {
     /// emulator's accuracy self-report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lab: Option<crate::link::LabReport>,
+    /// The device's bus as usbmon saw it: `xferlab usb mon`'s own report,
+    /// or the global `--usbmon`'s over another verb.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usbmon: Option<crate::usb::usbmon::BusReport>,
 }
 
 impl SideReport {

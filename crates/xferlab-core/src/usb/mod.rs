@@ -12,6 +12,7 @@ pub mod cdc_device;
 pub mod descriptor;
 pub mod errors;
 pub mod ffs;
+pub mod gadget;
 pub mod model;
 pub mod net;
 pub mod pattern;

@@ -206,6 +206,7 @@ impl Command {
         match self {
             Command::Usb(u) => match &u.command {
                 usb::UsbCommand::Bulk(b) => b.output.as_deref(),
+                usb::UsbCommand::Gadget(g) => g.output.as_deref(),
                 _ => None,
             },
             Command::Model(m) => match &m.command {

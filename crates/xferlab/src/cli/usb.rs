@@ -324,9 +324,22 @@ pub struct GadgetArgs {
     /// Serve this long, then tear down (default: until interrupted).
     #[arg(short = 't', long = "time", value_parser = parse_seconds)]
     pub time: Option<f64>,
-    /// Print the gadget's counters as JSON at exit.
+    /// Seconds between interval reports of the bytes the gadget's own
+    /// threads move (0 = none; the kernel's functions have none).
+    #[arg(short = 'i', long, value_parser = parse_seconds, default_value = "1")]
+    pub interval: f64,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Shorthand for --format json.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Free-text title stored in the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
     /// Remove a gadget (and FunctionFS mount) of this --name that a killed
     /// run left behind, then exit.
     #[arg(long)]
@@ -473,10 +486,16 @@ impl GadgetArgs {
             id: self.id.clone(),
             serial: self.serial.clone(),
             time: self.time,
+            interval: self.interval,
             encap: self.encap,
             via: self.via,
             link: self.link.request(),
-            report: report_to(Format::Human, self.json, None, None),
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
         }
     }
 }

@@ -23,7 +23,8 @@ use std::io::{self, Write};
 
 use xferlab_core::result::{
     CpuUsage, DirectionSummary, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters,
-    SideReport, Status, SumInterval, TcpSample, TestResult, Throughput, UdpSample, UdpSummary,
+    SideReport, SideTransportReport, Status, SumInterval, TcpSample, TestResult, Throughput,
+    UdpSample, UdpSummary,
 };
 use xferlab_core::spec::{
     Affinity, Direction, FlowDirection, Knobs, Limit, Pattern, RecvMode, SendMode, TestSpec,
@@ -33,7 +34,7 @@ use xferlab_core::transport::Carrier;
 use xferlab_core::units::{format_bytes, Micros, RateUnit};
 use xferlab_core::usb::stats::{UsbReport, UsbSample};
 
-use super::{human_usb, LiveFlow, Reporter, StartInfo};
+use super::{human_usb, GadgetStart, LiveFlow, Reporter, StartInfo};
 
 pub(super) const SEPARATOR: &str = "- - - - - - - - - - - - - - - - - - - - - - - - -";
 
@@ -278,6 +279,15 @@ impl Reporter for HumanReporter {
         self.out.flush()
     }
 
+    fn usb_gadget_start(&mut self, info: &StartInfo<'_>, g: &GadgetStart<'_>) -> io::Result<()> {
+        self.transport = info.spec.transport;
+        writeln!(self.out, "{}", human_usb::gadget_start_line(info.spec, g))?;
+        if let Some(title) = &info.spec.title {
+            writeln!(self.out, "Title: {title}")?;
+        }
+        self.out.flush()
+    }
+
     fn usb_interval(&mut self, flows: &[LiveFlow], usb: &[UsbSample]) -> io::Result<()> {
         if flows.is_empty() {
             return Ok(());
@@ -293,6 +303,11 @@ impl Reporter for HumanReporter {
     }
 
     fn finish(&mut self, r: &TestResult) -> io::Result<()> {
+        if let Some(SideTransportReport::UsbGadget(g)) = &r.client.transport {
+            human_usb::write_gadget_finish(&mut self.out, r, g)?;
+            writeln!(self.out, "Status: {}", status_name(r.status))?;
+            return self.out.flush();
+        }
         if let Some(usb) = r.client.usb() {
             let shown = usize::try_from(self.intervals_shown).unwrap_or(usize::MAX);
             human_usb::write_finish(&mut self.out, self.unit, r, usb, shown)?;
@@ -780,6 +795,7 @@ fn describe_stream(spec: &TestSpec) -> String {
     let limit = match spec.limit {
         Limit::Duration { seconds } => format!("{seconds} s"),
         Limit::Bytes { bytes } => format!("{} per direction", format_bytes(bytes)),
+        Limit::Open => "until Ctrl-C".into(),
     };
     let omit = if spec.omit_s > 0.0 {
         format!(" after a {} s warm-up (omitted)", spec.omit_s)

@@ -9,9 +9,10 @@ use std::io::{self, Write};
 use xferlab_core::result::{FlowReport, FlowRole, TestResult};
 use xferlab_core::spec::{Direction, Limit, TestSpec};
 use xferlab_core::units::{format_bytes, RateUnit};
+use xferlab_core::usb::gadget::UsbGadgetReport;
 use xferlab_core::usb::stats::{UsbPipeReport, UsbReport, UsbSample};
 
-use super::{LiveFlow, StartInfo};
+use super::{GadgetStart, LiveFlow, StartInfo};
 
 pub(super) const HEADER: &str =
     "[ ID] Interval           Transfer     Bitrate           MB/s      Xfers/s   Short  Errors";
@@ -69,6 +70,7 @@ fn describe(spec: &TestSpec, usb: &UsbReport) -> String {
     let limit = match spec.limit {
         Limit::Bytes { bytes } => format!("{} per direction", format_bytes(bytes)),
         Limit::Duration { seconds } => format!("{seconds} s"),
+        Limit::Open => "until Ctrl-C".into(),
     };
     let (depth, pattern) = usb
         .pipes
@@ -228,6 +230,106 @@ fn write_pipe_total(
     )
 }
 
+/// `usb gadget`'s start line: the device it made, how it serves, for how long.
+pub(super) fn gadget_start_line(spec: &TestSpec, s: &GadgetStart<'_>) -> String {
+    let g = s.gadget;
+    let until = match spec.limit {
+        Limit::Duration { seconds } => format!(", for {seconds} s"),
+        Limit::Bytes { .. } | Limit::Open => ", until Ctrl-C".into(),
+    };
+    let frames = s.max_frames.unwrap_or(0);
+    let transfer = s.max_transfer.unwrap_or(0);
+    if let (Some(net), Some((bulk_in, bulk_out))) = (&g.net, s.raw_endpoints) {
+        return format!(
+            "raw-gadget device {} on UDC {}: CDC-{} link, TAP {} <-> bulk IN 0x{bulk_in:02x}/OUT 0x{bulk_out:02x}, \
+             x{frames} frames per IN transfer (at most {transfer} B), {} us coalescing, {} B OUT reads, one transfer \
+             in flight per direction{until}",
+            g.id,
+            g.udc,
+            net.encap.label().to_uppercase(),
+            net.tap,
+            net.coalesce_us,
+            g.size,
+        );
+    }
+    let what = match (g.function.as_str(), &g.net) {
+        ("ffs", _) => "FunctionFS source/sink".to_string(),
+        ("cbr", _) => {
+            "FunctionFS fixed-rate device (rate and buffer set by `xferlab usb cbr`)".to_string()
+        }
+        ("sourcesink", _) => "kernel SourceSink".to_string(),
+        ("net", Some(net)) => format!(
+            "FunctionFS network link, TAP {} <-> bulk IN/OUT, {} x{frames} frames per IN transfer \
+             (at most {transfer} B), {} us coalescing,",
+            net.tap,
+            net.encap.label(),
+            net.coalesce_us
+        ),
+        (kind, _) => format!(
+            "kernel {} network function, interface {}",
+            kind.to_uppercase(),
+            g.ifname.as_deref().unwrap_or("?")
+        ),
+    };
+    let io = match (g.function.as_str(), g.io.as_str()) {
+        ("ffs", "sync") => "sync I/O",
+        ("ffs" | "cbr" | "net", _) => "AIO",
+        _ => "(in kernel)",
+    };
+    let requests = match g.function.as_str() {
+        "cbr" => String::new(),
+        "net" => format!(", {} B OUT requests, queue {}", g.size, g.queue),
+        _ => format!(
+            ", {} B requests, queue {}, pattern {}",
+            g.size, g.queue, g.pattern
+        ),
+    };
+    format!(
+        "gadget `{}` {} on UDC {}: {what} {io}{requests}{until}",
+        g.name, g.id, g.udc
+    )
+}
+
+/// `usb gadget`'s totals: each direction its threads moved, the CPU, and
+/// that the device is gone.
+pub(super) fn write_gadget_finish(
+    out: &mut dyn Write,
+    r: &TestResult,
+    g: &UsbGadgetReport,
+) -> io::Result<()> {
+    let secs = r.client.duration_s;
+    if !r.client.flows.is_empty() {
+        for (label, c) in [("IN  (to host)", &g.input), ("OUT (from host)", &g.output)] {
+            writeln!(
+                out,
+                "{label}: {} transfers, {} bytes ({:.2} MB/s over {secs:.1} s), errors {}, pattern errors {}",
+                c.transfers,
+                c.bytes,
+                c.bytes as f64 / secs.max(1e-9) / 1e6,
+                c.errors,
+                c.pattern_errors
+            )?;
+        }
+    }
+    let cpu = &r.client.cpu;
+    writeln!(
+        out,
+        "CPU gadget {:.1}% (user {:.2} s, sys {:.2} s)",
+        cpu.percent, cpu.user_s, cpu.system_s
+    )?;
+    for w in &r.client.warnings {
+        writeln!(out, "Warning: {w}")?;
+    }
+    // A leftover is in errors, with the command that removes it.
+    if r.errors.is_empty() {
+        match g.net.as_ref().and_then(|n| n.raw_gadget.as_ref()) {
+            Some(raw) => writeln!(out, "raw-gadget device on UDC {} released", raw.udc)?,
+            None => writeln!(out, "gadget `{}` removed", g.name)?,
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use xferlab_core::result::TestResult;
@@ -334,5 +436,82 @@ mod tests {
         let text = render(&usb_result(), 0);
         assert_eq!(lines_with(&text, "[ ID] Interval").len(), 1, "{text}");
         assert_eq!(lines_with(&text, "[  2] ").len(), 1 + 3 + 1, "{text}");
+    }
+
+    fn gadget(
+        function: &str,
+        net: Option<xferlab_core::usb::gadget::GadgetNet>,
+    ) -> UsbGadgetReport {
+        UsbGadgetReport {
+            function: function.into(),
+            io: "aio".into(),
+            via: "functionfs".into(),
+            queue: 8,
+            qmult: None,
+            ifname: None,
+            size: 16384,
+            pattern: xferlab_core::usb::Pattern::Mod63,
+            name: "xferlab".into(),
+            udc: "dummy_udc.0".into(),
+            id: "1d6b:0104".into(),
+            enabled_times: 0,
+            input: Default::default(),
+            output: Default::default(),
+            net,
+        }
+    }
+
+    /// The start lines read as before the gadget ran on the driver loop
+    /// (the VM scripts' logs and users' notes quote them).
+    #[test]
+    fn gadget_start_lines_keep_their_wording() {
+        let mut spec = TestSpec::default_stream();
+        spec.limit = Limit::Open;
+        let g = gadget("ffs", None);
+        let s = GadgetStart {
+            gadget: &g,
+            max_frames: None,
+            max_transfer: None,
+            raw_endpoints: None,
+        };
+        assert_eq!(
+            gadget_start_line(&spec, &s),
+            "gadget `xferlab` 1d6b:0104 on UDC dummy_udc.0: FunctionFS source/sink AIO, 16384 B requests, \
+             queue 8, pattern mod63, until Ctrl-C"
+        );
+        spec.limit = Limit::Duration { seconds: 8.0 };
+        let mut g = gadget("sourcesink", None);
+        g.io = "sync".into();
+        let s = GadgetStart { gadget: &g, ..s };
+        assert_eq!(
+            gadget_start_line(&spec, &s),
+            "gadget `xferlab` 1d6b:0104 on UDC dummy_udc.0: kernel SourceSink (in kernel), 16384 B requests, \
+             queue 8, pattern mod63, for 8 s"
+        );
+        let net = xferlab_core::usb::gadget::GadgetNet {
+            encap: xferlab_core::usb::net::Encap::Ncm,
+            tap: "xg0".into(),
+            frames_per_transfer_max: 8,
+            coalesce_us: 200,
+            tx_frames: 0,
+            tx_too_large: 0,
+            rx_decode: Default::default(),
+            tap_drops: 0,
+            raw_gadget: None,
+        };
+        let mut g = gadget("net", Some(net));
+        g.queue = 1;
+        let s = GadgetStart {
+            gadget: &g,
+            max_frames: Some(8),
+            max_transfer: Some(16384),
+            raw_endpoints: Some((0x81, 0x02)),
+        };
+        assert_eq!(
+            gadget_start_line(&spec, &s),
+            "raw-gadget device 1d6b:0104 on UDC dummy_udc.0: CDC-NCM link, TAP xg0 <-> bulk IN 0x81/OUT 0x02, \
+             x8 frames per IN transfer (at most 16384 B), 200 us coalescing, 16384 B OUT reads, one transfer \
+             in flight per direction, for 8 s"
+        );
     }
 }

@@ -51,6 +51,18 @@ pub struct LiveFlow {
     pub interval: FlowInterval,
 }
 
+/// What `usb gadget` set up, for its start line: the section as the
+/// result will have it, and what the section does not keep.
+#[derive(Debug, Clone)]
+pub struct GadgetStart<'a> {
+    pub gadget: &'a xferlab_core::usb::gadget::UsbGadgetReport,
+    /// `--function net`: frames per IN transfer and its bytes, at most.
+    pub max_frames: Option<u64>,
+    pub max_transfer: Option<u64>,
+    /// raw-gadget: the bulk IN and OUT endpoint addresses it took.
+    pub raw_endpoints: Option<(u8, u8)>,
+}
+
 /// Receives a test's progress and result. Live calls may print as they
 /// come; `finish` writes whatever the format keeps for the end.
 pub trait Reporter {
@@ -69,6 +81,11 @@ pub trait Reporter {
     /// endpoints (`usb` as the result will have it, before any transfer).
     /// Formats without a USB view report the start as any other.
     fn usb_start(&mut self, info: &StartInfo<'_>, _usb: &UsbReport) -> io::Result<()> {
+        self.start(info)
+    }
+    /// `usb gadget`, instead of [`Reporter::start`]: the device it made.
+    /// Formats without a USB view report the start as any other.
+    fn usb_gadget_start(&mut self, info: &StartInfo<'_>, _g: &GadgetStart<'_>) -> io::Result<()> {
         self.start(info)
     }
     /// USB bulk runs, instead of [`Reporter::interval`]: `usb[i]` holds

@@ -20,6 +20,7 @@ pub fn describe(spec: &TestSpec) -> String {
     let limit = match spec.limit {
         Limit::Duration { seconds } => format!("{seconds} s"),
         Limit::Bytes { bytes } => format!("{bytes} bytes"),
+        Limit::Open => "until Ctrl-C".into(),
     };
     let omit = if spec.omit_s > 0.0 {
         format!(" after a {} s warm-up (omitted)", spec.omit_s)

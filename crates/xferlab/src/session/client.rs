@@ -312,6 +312,7 @@ pub(crate) fn assemble(
         errors: error.into_iter().collect(),
         server_output: None,
         lab: None,
+        usbmon: None,
     }
 }
 

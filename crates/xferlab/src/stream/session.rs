@@ -146,6 +146,7 @@ pub(crate) fn describe(s: &TestSpec) -> String {
     let limit = match s.limit {
         Limit::Duration { seconds } => format!("{seconds} s"),
         Limit::Bytes { bytes } => format!("{bytes} bytes"),
+        Limit::Open => "until Ctrl-C".into(),
     };
     format!(
         "{} stream {dir} x{} {limit}",

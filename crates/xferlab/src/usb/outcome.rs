@@ -49,6 +49,7 @@ pub fn result(
         errors,
         server_output: None,
         lab: None,
+        usbmon: None,
     }
 }
 

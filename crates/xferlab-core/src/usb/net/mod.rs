@@ -19,6 +19,7 @@ pub mod eem;
 pub mod gro;
 pub mod gso;
 pub mod ncm;
+pub mod report;
 
 use serde::{Deserialize, Serialize};
 

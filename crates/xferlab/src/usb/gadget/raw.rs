@@ -18,7 +18,8 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use xferlab_core::usb::cdc_device::{CdcDevice, Change, Identity, Reply, Setup, MAX_POWER_2MA};
@@ -143,23 +144,36 @@ pub struct RawReport {
 }
 
 /// Who the device is and where it plugs in.
-pub struct Device<'a> {
-    pub udc: &'a str,
+pub struct Device {
+    pub udc: String,
     /// VID, PID.
     pub id: (u16, u16),
-    pub serial: &'a str,
+    pub serial: String,
 }
 
-/// Runs the link until `stop()`; the caller reports from `s` and `c`.
-pub fn serve(
+/// A raw-gadget device being served: its threads and what they count.
+/// The descriptor goes with the last thread's handle, and with it
+/// everything raw-gadget made.
+pub struct RawRun {
+    threads: Vec<JoinHandle<()>>,
+    s: Arc<Shared>,
+    h: Arc<Handles>,
+    ep0_state: Arc<Mutex<Ep0Counts>>,
+    notifications: Arc<AtomicU64>,
+    udc: String,
+    endpoints: (u8, u8, u8),
+    mac: [u8; 6],
+}
+
+/// Makes the device and starts its threads; the caller reports from `s`
+/// and `c` once [`RawRun::finish`] returns.
+pub fn start(
     Device { udc, id, serial }: Device,
     tap: File,
     link: Link,
     s: &Arc<Shared>,
     c: &Arc<NetCounters>,
-    stop: &dyn Fn() -> bool,
-    started: &dyn Fn(&RawReport),
-) -> anyhow::Result<RawReport> {
+) -> anyhow::Result<RawRun> {
     if !std::path::Path::new(DEVICE).exists() {
         bail!(
             "no {DEVICE}: load the raw-gadget module (`modprobe raw_gadget`; Debian's kernels do not \
@@ -168,7 +182,7 @@ pub fn serve(
     }
     let raw = Arc::new(RawGadget::open().with_context(|| format!("cannot open {DEVICE}"))?);
     let mut init = [0u8; raw_gadget::INIT_LEN];
-    let driver = udc_driver(udc);
+    let driver = udc_driver(&udc);
     init[..driver.len().min(127)].copy_from_slice(&driver.as_bytes()[..driver.len().min(127)]);
     init[128..128 + udc.len().min(127)].copy_from_slice(&udc.as_bytes()[..udc.len().min(127)]);
     init[256] = SPEED_HIGH;
@@ -187,7 +201,7 @@ pub fn serve(
         Identity {
             vid: id.0,
             pid: id.1,
-            serial: serial.to_string(),
+            serial,
             host_mac: mac,
         },
         endpoints.0,
@@ -245,35 +259,72 @@ pub fn serve(
             Box::new(move || notify_loop(&raw, notes, &s, &h, &n)),
         )?);
     }
-    let report = |st: &Ep0Counts| RawReport {
-        udc: udc.to_string(),
+    Ok(RawRun {
+        threads,
+        s: s.clone(),
+        h,
+        ep0_state,
+        notifications,
+        udc,
         endpoints,
-        host_mac: mac,
-        control_requests: st.requests,
-        stalled: st.stalled,
-        control_errors: st.errors,
-        notifications: notifications.load(Relaxed),
-        packet_filter: st.packet_filter,
-        ntb_in_max: h.ntb_in_max.load(Relaxed),
-    };
-    started(&report(&Ep0Counts::default()));
-    while !stop() && !threads.iter().any(|t| t.is_finished()) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    s.stop.store(true, Relaxed);
-    // Wake each thread from its blocked call until it has seen the flag.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    for t in threads {
-        while !t.is_finished() && Instant::now() < deadline {
-            thread::wake(&t);
-            std::thread::sleep(Duration::from_millis(5));
+        mac,
+    })
+}
+
+impl RawRun {
+    /// What the device did so far (the counts are final after [`Self::finish`]).
+    pub fn report(&self) -> RawReport {
+        let st = self
+            .ep0_state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        RawReport {
+            udc: self.udc.clone(),
+            endpoints: self.endpoints,
+            host_mac: self.mac,
+            control_requests: st.requests,
+            stalled: st.stalled,
+            control_errors: st.errors,
+            notifications: self.notifications.load(Relaxed),
+            packet_filter: st.packet_filter,
+            ntb_in_max: self.h.ntb_in_max.load(Relaxed),
         }
-        if t.is_finished() {
-            let _ = t.join();
+    }
+
+    /// A thread ended on its own (the device went away, or a call failed
+    /// for good): the run is over.
+    pub fn any_finished(&self) -> bool {
+        self.threads.iter().any(|t| t.is_finished())
+    }
+
+    pub fn all_finished(&self) -> bool {
+        self.threads.iter().all(|t| t.is_finished())
+    }
+
+    /// Raises the stop flag and wakes each live thread from its blocked
+    /// call; a thread may be between calls when woken, so the driver
+    /// repeats this at each pass until every thread has seen the flag.
+    pub fn kick(&self) {
+        self.s.stop.store(true, Relaxed);
+        for t in self.threads.iter().filter(|t| !t.is_finished()) {
+            thread::wake(t);
         }
     }
-    let st = ep0_state.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(report(&st))
+
+    /// Joins the threads that ended and reports. The driver's drain has
+    /// already woken them ([`Self::kick`]) for as long as it allows; one
+    /// still blocked then is left behind (the process exits soon after,
+    /// and the device goes with the descriptor).
+    pub fn finish(mut self) -> RawReport {
+        self.s.stop.store(true, Relaxed);
+        for t in std::mem::take(&mut self.threads) {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        self.report()
+    }
 }
 
 #[derive(Debug, Clone, Default)]
