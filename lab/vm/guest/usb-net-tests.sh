@@ -13,8 +13,8 @@ once() {   # CLASS [stream flags]: one TCP stream with usbmon and the host count
     mc=$1; shift
     before=$(if_counters ns_h $HIF)
     # usbmon brackets the stream: started before it, stopped (SIGINT: it
-    # reports and exits 0) just after it, not a fixed time that must
-    # outlast the stream's setup under TCG.
+    # reports and exits 130, as every verb) just after it, not a fixed time
+    # that must outlast the stream's setup under TCG.
     timeout $((T + 30)) xferlab usb mon -d $NET_ID --encap $mc -i 1 -J $KNOBS > /tmp/mon.json 2> /tmp/mon.err &
     MPID=$!
     sleep 0.5

@@ -209,12 +209,18 @@ pub struct MonArgs {
     /// --knob mtu=1500 --knob tx_max=16384.
     #[arg(long = "knob", value_name = "NAME=VALUE")]
     pub knobs: Vec<String>,
-    /// Print the report as JSON.
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Shorthand for --format json.
     #[arg(short = 'J', long)]
     pub json: bool,
     /// Write the output to a file.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Free-text title stored in the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
 }
 
 fn parse_encap(s: &str) -> Result<xferlab_core::usb::net::Encap, String> {
@@ -502,7 +508,12 @@ impl MonArgs {
             time: self.time,
             interval: self.interval,
             knobs: self.knobs.clone(),
-            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
         }
     }
 }
