@@ -105,9 +105,9 @@ for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
     HIF=xl0
     measure $c own-$nf-fwd
     measure $c own-$nf-bidir --bidir
-    kill -INT $NPID; wait $NPID
+    kill -INT $NPID; wait $NPID; nrc=$?
     echo "== own-$c-$nf-net =="
-    echo "rc=$?"
+    echo "rc=$nrc"
     echo "stderr=$(tr '\n' ' ' < /tmp/net.err)"
     cat /tmp/net.json
     echo "rebound=$(for d in /sys/bus/usb/devices/*:*/driver; do [ -e $d ] && basename $(readlink $d); done | grep -c cdc_)"

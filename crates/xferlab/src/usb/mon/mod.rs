@@ -121,6 +121,7 @@ fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let (report_to, bus) = mpsc::channel();
     let wall_start = SystemTime::now();
     let address = mon.address();
+    let line = mon.describe();
     let workload = MonWorkload::start(
         mon,
         a.interval,
@@ -132,13 +133,16 @@ fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let start = clock::now();
     let flows = workload.flow_starts();
     let session = format!("usbmon-{}", address.replace([' ', '.'], "-"));
-    let _ = reporter.start(&StartInfo {
-        spec: &spec,
-        server: &address,
-        embedded: false,
-        session: &session,
-        flows: &flows,
-    });
+    let _ = reporter.usb_link_start(
+        &StartInfo {
+            spec: &spec,
+            server: &address,
+            embedded: false,
+            session: &session,
+            flows: &flows,
+        },
+        &line,
+    );
     let planned = spec.planned_seconds().map(Duration::from_secs_f64);
     let driven = drive_alone(
         Box::new(workload),

@@ -79,6 +79,17 @@ impl Monitor {
         format!("usb {}.{}", self.bus, self.devnum)
     }
 
+    /// What is read, in one line for the human table's start.
+    pub fn describe(&self) -> String {
+        format!(
+            "usbmon bus {} device {}: {} (capacity {:.3} MB/s: 13 x 512 B per 125 us microframe)",
+            self.bus,
+            self.devnum,
+            self.encap.map(|e| e.label()).unwrap_or("no framing given"),
+            HS_BULK_CAPACITY_BPS / 1e6
+        )
+    }
+
     /// The ring read: `/dev/usbmonN`.
     pub fn path(&self) -> &str {
         &self.path
