@@ -20,18 +20,15 @@ use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
-use xferlab_core::knobs::Knobs;
-use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 use xferlab_core::usb::net::Encap;
 use xferlab_core::usb::usbmon::{BusReport, BusSample};
 
 use self::monitor::Monitor;
 use self::workload::MonWorkload;
-use super::{outcome, Fail, ReportTo};
-use crate::driver::client::drive_alone;
-use crate::driver::DRAIN;
-use crate::output::{self, Format, StartInfo};
+use super::alone::{self, Shown};
+use super::{Fail, ReportTo};
+use crate::output::{self, Format};
 use crate::sys::clock;
 
 /// `usb mon` as asked for.
@@ -90,25 +87,6 @@ fn check(a: &MonRequest) -> Result<BTreeMap<String, String>, Fail> {
         .collect()
 }
 
-/// The test `usb mon` is to the reporters: both directions of the bus
-/// (host OUT as c2s, host IN as s2c) for `-t` or until Ctrl-C.
-fn spec(a: &MonRequest) -> TestSpec {
-    TestSpec {
-        pattern: Pattern::Stream,
-        transport: Transport::UsbBulk,
-        direction: Direction::Bidir,
-        parallel: 1,
-        limit: a
-            .time
-            .map_or(Limit::Open, |seconds| Limit::Duration { seconds }),
-        omit_s: 0.0,
-        interval_s: a.interval,
-        knobs: Knobs::default(),
-        title: a.report.title.clone(),
-        affinity: Default::default(),
-    }
-}
-
 /// Reads the bus on the driver loop until `-t` or Ctrl-C, then reports
 /// through the common reporter with the bus report in `usbmon`.
 fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
@@ -116,7 +94,8 @@ fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     let mon = Monitor::open(&a.device, a.encap, knobs).map_err(Fail::run)?;
     let out = output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
     let mut reporter = output::reporter(a.report.format, RateUnit::AutoBits, out);
-    let spec = spec(a);
+    // Both directions of the bus: host OUT as c2s, host IN as s2c.
+    let spec = alone::spec(a.time, a.interval, &a.report);
     let (tx, rx) = mpsc::channel();
     let (report_to, bus) = mpsc::channel();
     let wall_start = SystemTime::now();
@@ -132,46 +111,27 @@ fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     .map_err(Fail::run)?;
     let start = clock::now();
     let flows = workload.flow_starts();
-    let session = format!("usbmon-{}", address.replace([' ', '.'], "-"));
-    let _ = reporter.usb_link_start(
-        &StartInfo {
-            spec: &spec,
-            server: &address,
-            embedded: false,
-            session: &session,
-            flows: &flows,
-        },
-        &line,
-    );
-    let planned = spec.planned_seconds().map(Duration::from_secs_f64);
-    let driven = drive_alone(
+    let shown = Shown {
+        session: format!("usbmon-{}", address.replace([' ', '.'], "-")),
+        spec,
+        address,
+        line: &line,
+        wall_start,
+    };
+    let (mut result, pressed) = alone::run(
+        shown,
         Box::new(workload),
-        (start, planned),
-        DRAIN,
+        (start, &flows),
         &rx,
         &mut *reporter,
         interrupts,
     );
-    let pressed = driven.run.interrupted();
-    let mut finished = driven
-        .workload
-        .expect("drive_alone starts the workload on its first pass")
-        .finish();
-    finished.errors.extend(driven.error);
-    let cut_short = outcome::cut_short(&spec, pressed);
-    let mut result = outcome::result(spec, address, finished, wall_start, cut_short);
     result.usbmon = bus.try_recv().ok();
-    reporter
-        .finish(&result)
-        .map_err(|e| Fail::run(format!("cannot write the result: {e}")))?;
-    drop(reporter);
+    let code = alone::finish(reporter, &result, pressed)?;
     if let Some(r) = &result.usbmon {
         bus_lines(a, r)?;
     }
-    for e in &result.errors {
-        eprintln!("xferlab: {e}");
-    }
-    Ok(outcome::exit_code(&result, pressed))
+    Ok(code)
 }
 
 /// What only the bus has, after the common report: the text format's

@@ -10,11 +10,8 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use anyhow::{anyhow, Context};
-use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
-use xferlab_core::result::{
-    sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, PatternReport,
-    SideReport, SocketSettings,
-};
+use xferlab_core::interval::IntervalClock;
+use xferlab_core::result::FlowRole;
 use xferlab_core::spec::FlowDirection;
 use xferlab_core::time::Time;
 use xferlab_core::usb::usbmon::{BusReport, BusSample};
@@ -23,14 +20,12 @@ use super::monitor::Monitor;
 use crate::driver::{Finished, Workload};
 use crate::output::{FlowStart, LiveFlow, Reporter};
 use crate::sys::clock;
+use crate::usb::alone::{self, MeteredFlow};
 use crate::usb::outcome;
 
 /// One direction of the bus as a flow.
 struct BusFlow {
-    id: u32,
-    direction: FlowDirection,
-    role: FlowRole,
-    meter: FlowMeter,
+    flow: MeteredFlow,
     /// Bytes so far (the samples carry each interval's).
     bytes: u64,
 }
@@ -38,10 +33,7 @@ struct BusFlow {
 impl BusFlow {
     fn new(id: u32, direction: FlowDirection, role: FlowRole, clock: IntervalClock) -> Self {
         BusFlow {
-            id,
-            direction,
-            role,
-            meter: FlowMeter::new(clock, Reading::bytes(0)),
+            flow: MeteredFlow::new(id, direction, role, clock),
             bytes: 0,
         }
     }
@@ -49,14 +41,7 @@ impl BusFlow {
     /// Feeds one cut interval; the live flow when the meter closed one.
     fn add(&mut self, s: &BusSample) -> Option<LiveFlow> {
         self.bytes += s.bytes;
-        self.meter
-            .sample(s.end_s, s.end_s, Reading::bytes(self.bytes));
-        self.meter.last_interval().map(|iv| LiveFlow {
-            id: self.id,
-            direction: self.direction,
-            role: self.role,
-            interval: iv.clone(),
-        })
+        self.flow.sample(s.end_s, s.end_s, self.bytes)
     }
 }
 
@@ -133,13 +118,7 @@ impl MonWorkload {
     pub fn flow_starts(&self) -> Vec<FlowStart> {
         self.flows
             .iter()
-            .map(|f| FlowStart {
-                id: f.id,
-                direction: f.direction,
-                role: f.role,
-                local: self.local.clone(),
-                remote: self.remote.clone(),
-            })
+            .map(|f| f.flow.start(&self.local, &self.remote))
             .collect()
     }
 }
@@ -228,37 +207,13 @@ impl Workload for MonWorkload {
                 (wall, [flows[0].bytes, flows[1].bytes])
             }
         };
-        let flows: Vec<FlowReport> = flows
+        let flows = flows
             .into_iter()
             .zip(totals)
-            .map(|(f, bytes)| {
-                let (intervals, total) = f.meter.finish(end_s, Reading::bytes(bytes));
-                FlowReport {
-                    id: f.id,
-                    direction: f.direction,
-                    role: f.role,
-                    local: local.clone(),
-                    remote: remote.clone(),
-                    socket: SocketSettings::default(),
-                    intervals,
-                    total,
-                    end: FlowEnd::Completed,
-                }
-            })
+            .map(|(f, bytes)| f.flow.finish(end_s, bytes, &local, &remote))
             .collect();
-        let report = SideReport {
-            endpoint: Endpoint::Client,
-            host: crate::sys::host::host_info(),
-            embedded: false,
-            duration_s: end_s,
-            sums: sum_intervals(&flows),
-            flows,
-            cpu: outcome::cpu_since(cpu_start, wall),
-            counters: KernelCounters::default(),
-            warnings,
-            pattern: PatternReport::Stream,
-            transport: None,
-        };
+        let cpu = outcome::cpu_since(cpu_start, wall);
+        let report = alone::side(flows, end_s, cpu, warnings, None);
         Finished { report, errors }
     }
 }
@@ -296,8 +251,8 @@ mod tests {
         assert_eq!(a.interval.bits_per_second, 8e6);
         let b = f.add(&cut(1.0, 2.0, 500_000)).expect("an interval");
         assert_eq!((b.interval.start_s, b.interval.bytes), (1.0, 500_000));
-        let (intervals, total) = f.meter.finish(2.0, Reading::bytes(1_500_000));
-        assert_eq!(intervals.len(), 2);
-        assert_eq!(total.bytes_all, 1_500_000);
+        let flow = f.flow.finish(2.0, 1_500_000, "usbmon1", "usb 1.2");
+        assert_eq!(flow.intervals.len(), 2);
+        assert_eq!(flow.total.bytes_all, 1_500_000);
     }
 }

@@ -23,11 +23,9 @@ mod workload;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicU32;
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use xferlab_core::interval::IntervalClock;
-use xferlab_core::knobs::Knobs;
-use xferlab_core::spec::{Direction, Limit, Pattern, TestSpec, Transport};
 use xferlab_core::units::RateUnit;
 use xferlab_core::usb::descriptor::PipeRequest;
 use xferlab_core::usb::net::Encap;
@@ -35,12 +33,11 @@ use xferlab_core::usb::net::Encap;
 use self::link::{LinkSetup, Shared};
 use self::outcome::LinkShape;
 use self::workload::{NetWorkload, Running};
+use super::alone::{self, Shown};
 use super::tap::open_tap;
 use super::usbfs::Urbs;
 use super::{device, Fail, ReportTo};
-use crate::driver::client::drive_alone;
-use crate::driver::DRAIN;
-use crate::output::{self, Format, StartInfo};
+use crate::output::{self, Format};
 use crate::sys::clock;
 
 /// `usb net` as asked for.
@@ -106,25 +103,6 @@ pub fn run(a: &NetRequest, interrupts: &AtomicU32) -> ExitCode {
     })
 }
 
-/// The test `usb net` is to the reporters: both directions of the link
-/// for `-t` or until Ctrl-C.
-fn spec(a: &NetRequest) -> TestSpec {
-    TestSpec {
-        pattern: Pattern::Stream,
-        transport: Transport::UsbBulk,
-        direction: Direction::Bidir,
-        parallel: 1,
-        limit: a
-            .time
-            .map_or(Limit::Open, |seconds| Limit::Duration { seconds }),
-        omit_s: 0.0,
-        interval_s: a.interval,
-        knobs: Knobs::default(),
-        title: a.report.title.clone(),
-        affinity: Default::default(),
-    }
-}
-
 fn net(a: &NetRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     // Bad settings are one line before any device is touched (exit 1, as
     // before the verb ran on the loop).
@@ -136,7 +114,7 @@ fn net(a: &NetRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
     }
     let out = output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
     let mut reporter = output::reporter(a.report.format, RateUnit::AutoBits, out);
-    let spec = spec(a);
+    let spec = alone::spec(a.time, a.interval, &a.report);
     let (tx, rx) = mpsc::channel();
     let cpu_start = super::process_cpu();
     let wall_start = SystemTime::now();
@@ -150,44 +128,22 @@ fn net(a: &NetRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
         cpu_start,
     );
     let flows = workload.flow_starts();
-    let session = format!("usbnet-{}", a.link.tap);
-    let _ = reporter.usb_link_start(
-        &StartInfo {
-            spec: &spec,
-            server: &address,
-            embedded: false,
-            session: &session,
-            flows: &flows,
-        },
-        &line,
-    );
-    let planned = spec.planned_seconds().map(Duration::from_secs_f64);
-    let driven = drive_alone(
+    let shown = Shown {
+        spec,
+        address,
+        line: &line,
+        session: format!("usbnet-{}", a.link.tap),
+        wall_start,
+    };
+    let (result, pressed) = alone::run(
+        shown,
         Box::new(workload),
-        (start, planned),
-        DRAIN,
+        (start, &flows),
         &rx,
         &mut *reporter,
         interrupts,
     );
-    let pressed = driven.run.interrupted();
-    let mut finished = driven
-        .workload
-        .expect("drive_alone starts the workload on its first pass")
-        .finish();
-    finished.errors.extend(driven.error);
-    let cut_short = super::outcome::cut_short(&spec, pressed);
-    let result = super::outcome::result(spec, address, finished, wall_start, cut_short);
-    reporter
-        .finish(&result)
-        .map_err(|e| Fail::run(format!("cannot write the result: {e}")))?;
-    for w in &result.client.warnings {
-        eprintln!("xferlab: warning: {w}");
-    }
-    for e in &result.errors {
-        eprintln!("xferlab: {e}");
-    }
-    Ok(super::outcome::exit_code(&result, pressed))
+    alone::finish(reporter, &result, pressed)
 }
 
 /// Opens the device and the TAP and starts the link's threads (each

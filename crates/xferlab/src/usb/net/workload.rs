@@ -6,11 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
-use xferlab_core::result::{
-    sum_intervals, Endpoint, FlowEnd, FlowReport, FlowRole, KernelCounters, PatternReport,
-    SideReport, SideTransportReport, SocketSettings,
-};
+use xferlab_core::interval::IntervalClock;
+use xferlab_core::result::{FlowRole, SideTransportReport};
 use xferlab_core::spec::FlowDirection;
 use xferlab_core::time::Time;
 use xferlab_core::usb::net::report::ThreadUse;
@@ -20,24 +17,17 @@ use super::outcome::{self, LinkShape};
 use crate::driver::{Finished, Workload};
 use crate::output::{FlowStart, LiveFlow, Reporter};
 use crate::sys::clock;
+use crate::usb::alone::{self, MeteredFlow};
 
 /// What a device that went away leaves in the side's warnings; the run
 /// still ends well (exit 0): the link is over, not broken.
 pub const DEVICE_GONE: &str = "the device went away: the link ended";
 
-/// One direction of the link as a flow.
-struct NetFlow {
-    id: u32,
-    direction: FlowDirection,
-    role: FlowRole,
-    meter: FlowMeter,
-}
-
 pub struct NetWorkload {
     shared: Arc<Shared>,
     threads: Threads,
     /// tx, rx.
-    flows: [NetFlow; 2],
+    flows: [MeteredFlow; 2],
     local: String,
     remote: String,
     clock: IntervalClock,
@@ -64,12 +54,7 @@ pub struct Running {
 
 impl NetWorkload {
     pub fn new(r: Running, clock: IntervalClock, start: Time, cpu_start: (f64, f64)) -> Self {
-        let flow = |id, direction, role| NetFlow {
-            id,
-            direction,
-            role,
-            meter: FlowMeter::new(clock, Reading::bytes(0)),
-        };
+        let flow = |id, direction, role| MeteredFlow::new(id, direction, role, clock);
         NetWorkload {
             shared: r.shared,
             threads: r.threads,
@@ -92,13 +77,7 @@ impl NetWorkload {
     pub fn flow_starts(&self) -> Vec<FlowStart> {
         self.flows
             .iter()
-            .map(|f| FlowStart {
-                id: f.id,
-                direction: f.direction,
-                role: f.role,
-                local: self.local.clone(),
-                remote: self.remote.clone(),
-            })
+            .map(|f| f.start(&self.local, &self.remote))
             .collect()
     }
 
@@ -124,18 +103,12 @@ impl Workload for NetWorkload {
             return;
         };
         let bytes = self.bytes();
-        let mut live = Vec::with_capacity(2);
-        for (f, n) in self.flows.iter_mut().zip(bytes) {
-            f.meter.sample(t, b, Reading::bytes(n));
-            if let Some(iv) = f.meter.last_interval() {
-                live.push(LiveFlow {
-                    id: f.id,
-                    direction: f.direction,
-                    role: f.role,
-                    interval: iv.clone(),
-                });
-            }
-        }
+        let live: Vec<LiveFlow> = self
+            .flows
+            .iter_mut()
+            .zip(bytes)
+            .filter_map(|(f, n)| f.sample(t, b, n))
+            .collect();
         if let Some(out) = out.filter(|_| live.len() == 2) {
             let _ = out.interval(&live);
         }
@@ -221,37 +194,14 @@ impl Workload for NetWorkload {
             Some((s, b)) => (Some(s), b),
             None => (None, [0, 0]),
         };
-        let flows: Vec<FlowReport> = flows
+        let flows = flows
             .into_iter()
             .zip(bytes)
-            .map(|(f, n)| {
-                let (intervals, total) = f.meter.finish(wall, Reading::bytes(n));
-                FlowReport {
-                    id: f.id,
-                    direction: f.direction,
-                    role: f.role,
-                    local: local.clone(),
-                    remote: remote.clone(),
-                    socket: SocketSettings::default(),
-                    intervals,
-                    total,
-                    end: FlowEnd::Completed,
-                }
-            })
+            .map(|(f, n)| f.finish(wall, n, &local, &remote))
             .collect();
-        let report = SideReport {
-            endpoint: Endpoint::Client,
-            host: crate::sys::host::host_info(),
-            embedded: false,
-            duration_s: wall,
-            sums: sum_intervals(&flows),
-            flows,
-            cpu: crate::usb::outcome::cpu_since(cpu_start, wall),
-            counters: KernelCounters::default(),
-            warnings,
-            pattern: PatternReport::Stream,
-            transport: section.map(SideTransportReport::UsbNet),
-        };
+        let cpu = crate::usb::outcome::cpu_since(cpu_start, wall);
+        let transport = section.map(SideTransportReport::UsbNet);
+        let report = alone::side(flows, wall, cpu, warnings, transport);
         Finished { report, errors }
     }
 }
