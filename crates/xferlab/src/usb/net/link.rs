@@ -37,8 +37,12 @@ fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed) + n, Relaxed);
 }
 
-/// What the sending thread counts; only it writes these.
+/// What the sending thread counts; only it writes these. On cache lines
+/// of their own (128 bytes: x86 fetches lines in pairs), away from the
+/// receiving thread's counters and the slot set: both threads write per
+/// transfer, and counters sharing a line would bounce it between them.
 #[derive(Default)]
+#[repr(align(128))]
 pub struct TxCounters {
     pub frames: AtomicU64,
     pub transfers: AtomicU64,
@@ -51,8 +55,10 @@ pub struct TxCounters {
     pub malformed: AtomicU64,
 }
 
-/// What the receiving thread counts; only it writes these.
+/// What the receiving thread counts; only it writes these (on lines of
+/// their own, as [`TxCounters`]).
 #[derive(Default)]
+#[repr(align(128))]
 pub struct RxCounters {
     pub transfers: AtomicU64,
     pub bytes: AtomicU64,
