@@ -47,6 +47,11 @@ fn bad_usb_flags_are_one_line_usage_errors() {
             &["usb", "mon", "-d", "1.2", "--knob", "mtu"],
             &["--knob mtu", "NAME=VALUE"],
         ),
+        // mon reports through the common reporters, as bulk does.
+        (
+            &["usb", "mon", "-d", "1.2", "--format", "iperf3-json"],
+            &["iperf3-json", "USB"],
+        ),
         (
             &["usb", "cbr", "-b", "1M", "--format", "csv"],
             &["--format csv", "human or json"],
@@ -152,6 +157,7 @@ fn bad_usb_flags_are_one_line_usage_errors() {
 fn a_missing_device_is_named_with_what_to_do() {
     for (args, prefix) in [
         (&["usb", "bulk", "-d", "ffff:fffe", "-t", "1"][..], ""),
+        (&["usb", "mon", "-d", "ffff:fffe", "-J"][..], ""),
         // Beside another verb: refused before the verb starts.
         (
             &["--usbmon", "ffff:fffe,ecm", "stream", "-t", "1"][..],

@@ -147,9 +147,20 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
         let (if_rx_bytes, if_rx_packets) = (after[0] - before[0], after[1] - before[1]);
 
         let m = section(&r.out, &format!("{class}-{test}-mon"));
-        assert_eq!(field(m, "rc"), Some("0"), "{class}: usb mon: {m}");
+        // Stopped by SIGINT: 130, as every verb (issue 33, D2); an open run
+        // so stopped is still ok.
+        assert_eq!(field(m, "rc"), Some("130"), "{class}: usb mon: {m}");
         first_try(m, &format!("{class}-{test}"));
         let mon = json_block(m);
+        assert_eq!(mon["schema"], "xferlab.result/2", "{class}: {mon}");
+        assert_eq!(mon["status"], "ok", "{class}: usb mon: {m}");
+        assert_eq!(mon["spec"]["limit"], "open", "{class}");
+        // The bus's two directions are the result's flows.
+        assert_eq!(
+            mon["client"]["flows"][0]["total"]["bytes_all"],
+            mon["usbmon"]["host_out"]["total"]["bytes"],
+            "{class}: host OUT flow = bus OUT bytes"
+        );
         let u = &mon["usbmon"];
         assert_eq!(u["encap"], class);
         assert_eq!(u["speed"], "high");
@@ -358,12 +369,27 @@ fn tcp_over_the_kernel_ecm_eem_and_ncm_links_with_usbmon_accounting() {
             own.insert((class, nf, test), mbps);
         }
         let net = section(&r.out, &format!("own-{class}-{nf}-net"));
+        // SIGINT ends the open run: 130, as every verb (issue 33, D2), and
+        // the run is still ok.
         assert_eq!(
             field(net, "rc"),
-            Some("0"),
-            "usb net exits cleanly on SIGINT: {net}"
+            Some("130"),
+            "usb net exits on SIGINT with 130: {net}"
         );
-        let v = json_block(net);
+        let doc = json_block(net);
+        assert_eq!(doc["status"], "ok", "{doc}");
+        assert_eq!(doc["spec"]["limit"], "open", "{doc}");
+        let v = &doc["client"]["transport"];
+        assert_eq!(v["kind"], "usb_net", "{v}");
+        // tx and rx are the result's flows, with the link's byte counts.
+        assert_eq!(
+            doc["client"]["flows"][0]["total"]["bytes_all"],
+            v["tx"]["bytes"]
+        );
+        assert_eq!(
+            doc["client"]["flows"][1]["total"]["bytes_all"],
+            v["rx"]["bytes"]
+        );
         // No -Q: as many transfers in flight as hold twice what usbnet
         // queues at high speed (60 x 1518 bytes per direction), by each
         // one's size.

@@ -13,8 +13,8 @@ once() {   # CLASS [stream flags]: one TCP stream with usbmon and the host count
     mc=$1; shift
     before=$(if_counters ns_h $HIF)
     # usbmon brackets the stream: started before it, stopped (SIGINT: it
-    # reports and exits 0) just after it, not a fixed time that must
-    # outlast the stream's setup under TCG.
+    # reports and exits 130, as every verb) just after it, not a fixed time
+    # that must outlast the stream's setup under TCG.
     timeout $((T + 30)) xferlab usb mon -d $NET_ID --encap $mc -i 1 -J $KNOBS > /tmp/mon.json 2> /tmp/mon.err &
     MPID=$!
     sleep 0.5
@@ -105,9 +105,9 @@ for cn in ${OWN:-ecm:1 eem:1 eem:6 ncm:8}; do
     HIF=xl0
     measure $c own-$nf-fwd
     measure $c own-$nf-bidir --bidir
-    kill -INT $NPID; wait $NPID
+    kill -INT $NPID; wait $NPID; nrc=$?
     echo "== own-$c-$nf-net =="
-    echo "rc=$?"
+    echo "rc=$nrc"
     echo "stderr=$(tr '\n' ' ' < /tmp/net.err)"
     cat /tmp/net.json
     echo "rebound=$(for d in /sys/bus/usb/devices/*:*/driver; do [ -e $d ] && basename $(readlink $d); done | grep -c cdc_)"

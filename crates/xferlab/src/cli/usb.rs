@@ -67,9 +67,21 @@ pub struct NetArgs {
     /// Seconds to run (default: until SIGINT/SIGTERM).
     #[arg(short = 't', long = "time", value_parser = parse_seconds)]
     pub time: Option<f64>,
-    /// Print the link's counters as JSON at exit.
+    /// Seconds between interval reports (0 = none).
+    #[arg(short = 'i', long, value_parser = parse_seconds, default_value = "1")]
+    pub interval: f64,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Shorthand for --format json.
     #[arg(short = 'J', long)]
     pub json: bool,
+    /// Write the output to a file.
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Free-text title stored in the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
 }
 
 /// The options both ends of xferlab's own USB network link share (`usb
@@ -209,12 +221,18 @@ pub struct MonArgs {
     /// --knob mtu=1500 --knob tx_max=16384.
     #[arg(long = "knob", value_name = "NAME=VALUE")]
     pub knobs: Vec<String>,
-    /// Print the report as JSON.
+    /// Output format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub format: Format,
+    /// Shorthand for --format json.
     #[arg(short = 'J', long)]
     pub json: bool,
     /// Write the output to a file.
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Free-text title stored in the result.
+    #[arg(short = 'T', long)]
+    pub title: Option<String>,
 }
 
 fn parse_encap(s: &str) -> Result<xferlab_core::usb::net::Encap, String> {
@@ -508,7 +526,13 @@ impl NetArgs {
             depth: self.depth,
             link: self.link.request(),
             time: self.time,
-            report: report_to(Format::Human, self.json, None, None),
+            interval: self.interval,
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
         }
     }
 }
@@ -521,7 +545,12 @@ impl MonArgs {
             time: self.time,
             interval: self.interval,
             knobs: self.knobs.clone(),
-            report: report_to(Format::Human, self.json, self.output.as_ref(), None),
+            report: report_to(
+                self.format,
+                self.json,
+                self.output.as_ref(),
+                self.title.as_ref(),
+            ),
         }
     }
 }

@@ -273,6 +273,12 @@ impl Reporter for HumanReporter {
         self.out.flush()
     }
 
+    fn usb_link_start(&mut self, info: &StartInfo<'_>, what: &str) -> io::Result<()> {
+        self.transport = info.spec.transport;
+        human_usb::write_link_start(&mut self.out, info, what)?;
+        self.out.flush()
+    }
+
     fn usb_start(&mut self, info: &StartInfo<'_>, usb: &UsbReport) -> io::Result<()> {
         self.transport = info.spec.transport;
         human_usb::write_start(&mut self.out, info, usb)?;
@@ -315,7 +321,8 @@ impl Reporter for HumanReporter {
             return self.out.flush();
         }
         writeln!(self.out, "{SEPARATOR}")?;
-        if r.server.is_none() {
+        // A USB run (`usb net`, `usb mon`) has one side: nothing is missing.
+        if r.server.is_none() && r.spec.transport.carrier() != Carrier::UsbBulk {
             writeln!(self.out, "The server's report is missing: its figures (c2s receiver, s2c sender) are not shown.")?;
         }
         let all_flows = r

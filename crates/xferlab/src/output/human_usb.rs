@@ -17,6 +17,40 @@ use super::{GadgetStart, LiveFlow, StartInfo};
 pub(super) const HEADER: &str =
     "[ ID] Interval           Transfer     Bitrate           MB/s      Xfers/s   Short  Errors";
 
+/// What runs (`what`: the device, the link and its settings), its
+/// length, and its flows: the start of `usb net` and `usb mon`.
+pub(super) fn write_link_start(
+    out: &mut dyn Write,
+    info: &StartInfo<'_>,
+    what: &str,
+) -> io::Result<()> {
+    writeln!(out, "{what}")?;
+    if let Some(title) = &info.spec.title {
+        writeln!(out, "Title: {title}")?;
+    }
+    let limit = match info.spec.limit {
+        Limit::Duration { seconds } => format!("{seconds} s"),
+        Limit::Bytes { bytes } => format_bytes(bytes),
+        Limit::Open => "until Ctrl-C".into(),
+    };
+    writeln!(out, "Run: {limit}")?;
+    for f in info.flows {
+        writeln!(
+            out,
+            "[{:>3}] {} {:<8}  {} -> {}",
+            f.id + 1,
+            f.direction.label(),
+            match f.role {
+                FlowRole::Sender => "sender",
+                FlowRole::Receiver => "receiver",
+            },
+            f.local,
+            f.remote
+        )?;
+    }
+    Ok(())
+}
+
 /// What is tested: the device, the run's shape and its endpoints.
 pub(super) fn write_start(
     out: &mut dyn Write,

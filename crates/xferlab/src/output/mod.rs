@@ -88,6 +88,12 @@ pub trait Reporter {
     fn usb_gadget_start(&mut self, info: &StartInfo<'_>, _g: &GadgetStart<'_>) -> io::Result<()> {
         self.start(info)
     }
+    /// USB verbs that watch or carry traffic rather than move their own
+    /// (`usb net`, `usb mon`), instead of [`Reporter::start`]: `what` runs, in one
+    /// line that only the human table shows.
+    fn usb_link_start(&mut self, info: &StartInfo<'_>, _what: &str) -> io::Result<()> {
+        self.start(info)
+    }
     /// USB bulk runs, instead of [`Reporter::interval`]: `usb[i]` holds
     /// the transfer counts of the endpoint that moved `flows[i]`'s bytes.
     fn usb_interval(&mut self, flows: &[LiveFlow], _usb: &[UsbSample]) -> io::Result<()> {

@@ -3,6 +3,7 @@
 //! xferlab_core::usb; this module holds the usbfs and configfs/FunctionFS
 //! drivers.
 
+mod alone;
 mod bulk;
 mod cbr;
 mod device;

@@ -6,7 +6,7 @@
 use std::time::SystemTime;
 
 use xferlab_core::result::{CpuUsage, Status, Summary, TestResult, SCHEMA};
-use xferlab_core::spec::TestSpec;
+use xferlab_core::spec::{Limit, TestSpec};
 
 use crate::driver::Finished;
 
@@ -51,6 +51,13 @@ pub fn result(
         lab: None,
         usbmon: None,
     }
+}
+
+/// Whether a Ctrl-C (`pressed`: it stopped the run) cut the run short: a
+/// run without an end of its own (`Limit::Open`) ends that way by design,
+/// and keeps status ok (D2 of issue 33; its exit code is still 130).
+pub fn cut_short(spec: &TestSpec, pressed: bool) -> bool {
+    pressed && spec.limit != Limit::Open
 }
 
 /// 130 after Ctrl-C; 1 for a run that is not clean (errors, among them

@@ -2,10 +2,7 @@
 //! side's report ([`side`]), which [`crate::usb::outcome`] turns into the
 //! result.
 
-use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, KernelCounters, PatternReport, SideReport,
-    SideTransportReport,
-};
+use xferlab_core::result::{CpuUsage, SideTransportReport};
 use xferlab_core::usb::stats::UsbReport;
 
 use super::pipe::PipeEnd;
@@ -32,18 +29,8 @@ pub fn side(
             Err(e) => errors.push(format!("{e:#}")),
         }
     }
-    let report = SideReport {
-        endpoint: Endpoint::Client,
-        host: crate::sys::host::host_info(),
-        embedded: false,
-        duration_s: flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max),
-        sums: sum_intervals(&flows),
-        flows,
-        cpu,
-        counters: KernelCounters::default(),
-        warnings,
-        pattern: PatternReport::Stream,
-        transport: Some(SideTransportReport::UsbBulk(usb)),
-    };
+    let duration_s = flows.iter().map(|f| f.total.end_s).fold(0.0, f64::max);
+    let transport = Some(SideTransportReport::UsbBulk(usb));
+    let report = crate::usb::alone::side(flows, duration_s, cpu, warnings, transport);
     Finished { report, errors }
 }

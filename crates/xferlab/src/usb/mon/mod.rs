@@ -10,20 +10,26 @@
 //! the verb and the background run.
 
 mod monitor;
+mod workload;
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Context};
+use xferlab_core::units::RateUnit;
 use xferlab_core::usb::net::Encap;
 use xferlab_core::usb::usbmon::{BusReport, BusSample};
 
 use self::monitor::Monitor;
+use self::workload::MonWorkload;
+use super::alone::{self, Shown};
 use super::{Fail, ReportTo};
+use crate::output::{self, Format};
+use crate::sys::clock;
 
 /// `usb mon` as asked for.
 #[derive(Debug, Clone)]
@@ -42,32 +48,10 @@ pub struct MonRequest {
 }
 
 pub fn run(a: &MonRequest, interrupts: &AtomicU32) -> ExitCode {
-    let knobs = match check(a) {
-        Ok(k) => k,
-        Err(f) => {
-            eprintln!("xferlab: {}", f.msg);
-            return ExitCode::from(f.code);
-        }
-    };
-    match record(a, knobs, interrupts) {
-        Ok(report) => match print(a, &report) {
-            Ok(()) => {
-                // The text report holds it; a JSON one only counts the drops.
-                if let Some(d) = drops_line(&report).filter(|_| a.report.json()) {
-                    eprintln!("xferlab: warning: {d}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("xferlab: {e:#}");
-                ExitCode::from(1)
-            }
-        },
-        Err(e) => {
-            eprintln!("xferlab: {e:#}");
-            ExitCode::from(1)
-        }
-    }
+    record(a, interrupts).unwrap_or_else(|f| {
+        eprintln!("xferlab: {}", f.msg);
+        ExitCode::from(f.code)
+    })
 }
 
 /// The request's usage errors (exit 2, before any device is looked
@@ -78,6 +62,16 @@ fn check(a: &MonRequest) -> Result<BTreeMap<String, String>, Fail> {
             "-i/--interval must be above 0 s (got {})",
             a.interval
         )));
+    }
+    if let Some(t) = a.time.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(Fail::usage(format!(
+            "-t/--time must be a positive duration (got {t})"
+        )));
+    }
+    if a.report.format == Format::Iperf3Json {
+        return Err(Fail::usage(
+            "--format iperf3-json has no shape for USB results; use json, jsonl or csv",
+        ));
     }
     a.knobs
         .iter()
@@ -93,17 +87,72 @@ fn check(a: &MonRequest) -> Result<BTreeMap<String, String>, Fail> {
         .collect()
 }
 
-fn record(
-    a: &MonRequest,
-    knobs: BTreeMap<String, String>,
-    interrupts: &AtomicU32,
-) -> anyhow::Result<BusReport> {
-    let mon = Monitor::open(&a.device, a.encap, knobs)?;
-    let t0 = Instant::now();
-    let end = a.time.map(|t| t0 + Duration::from_secs_f64(t));
-    mon.run(Duration::from_secs_f64(a.interval), || {
-        interrupts.load(Relaxed) > 0 || end.is_some_and(|e| Instant::now() >= e)
-    })
+/// Reads the bus on the driver loop until `-t` or Ctrl-C, then reports
+/// through the common reporter with the bus report in `usbmon`.
+fn record(a: &MonRequest, interrupts: &AtomicU32) -> Result<ExitCode, Fail> {
+    let knobs = check(a)?;
+    let mon = Monitor::open(&a.device, a.encap, knobs).map_err(Fail::run)?;
+    let out = output::open(a.report.output.as_deref()).map_err(Fail::usage)?;
+    let mut reporter = output::reporter(a.report.format, RateUnit::AutoBits, out);
+    // Both directions of the bus: host OUT as c2s, host IN as s2c.
+    let spec = alone::spec(a.time, a.interval, &a.report);
+    let (tx, rx) = mpsc::channel();
+    let (report_to, bus) = mpsc::channel();
+    let wall_start = SystemTime::now();
+    let address = mon.address();
+    let line = mon.describe();
+    let workload = MonWorkload::start(
+        mon,
+        a.interval,
+        crate::control::flow_done_notifier(&tx),
+        report_to,
+        super::process_cpu(),
+    )
+    .map_err(Fail::run)?;
+    let start = clock::now();
+    let flows = workload.flow_starts();
+    let shown = Shown {
+        session: format!("usbmon-{}", address.replace([' ', '.'], "-")),
+        spec,
+        address,
+        line: &line,
+        wall_start,
+    };
+    let (mut result, pressed) = alone::run(
+        shown,
+        Box::new(workload),
+        (start, &flows),
+        &rx,
+        &mut *reporter,
+        interrupts,
+    );
+    result.usbmon = bus.try_recv().ok();
+    let code = alone::finish(reporter, &result, pressed)?;
+    if let Some(r) = &result.usbmon {
+        bus_lines(a, r)?;
+    }
+    Ok(code)
+}
+
+/// What only the bus has, after the common report: the text format's
+/// totals per direction, or a JSON report's drops on stderr.
+fn bus_lines(a: &MonRequest, r: &BusReport) -> Result<(), Fail> {
+    if a.report.format != Format::Human {
+        // The text report holds it; other formats only count the drops.
+        if let Some(d) = drops_line(r) {
+            eprintln!("xferlab: warning: {d}");
+        }
+        return Ok(());
+    }
+    let text = summary(r) + "\n";
+    let written = match &a.report.output {
+        Some(p) => std::fs::OpenOptions::new()
+            .append(true)
+            .open(p)
+            .and_then(|mut f| f.write_all(text.as_bytes())),
+        None => std::io::stdout().write_all(text.as_bytes()),
+    };
+    written.map_err(|e| Fail::run(format!("cannot write the bus report: {e}")))
 }
 
 /// The line that explains dropped events, or none.
@@ -166,7 +215,7 @@ impl Background {
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
             .name("xl-usbmon".into())
-            .spawn(move || mon.run(Duration::from_secs(1), || flag.load(Relaxed)))
+            .spawn(move || mon.run(Duration::from_secs(1), || flag.load(Relaxed), |_, _| {}))
             .context("cannot start the usbmon thread")?;
         Ok(Background { stop, thread })
     }
@@ -201,46 +250,4 @@ fn line(label: &str, s: &BusSample) -> String {
         "{label:>13}  {:>7.2} MB/s {:>5.1}% bus  {:>8.0} tr/s  {:>5.2} frames/tr",
         s.mbytes_per_second, s.bus_percent, s.transfers_per_second, s.frames_per_transfer
     )
-}
-
-fn print(a: &MonRequest, r: &BusReport) -> anyhow::Result<()> {
-    let text = if a.report.json() {
-        serde_json::to_string_pretty(&serde_json::json!({
-            "schema": "xferlab.usbmon/1",
-            "usbmon": r,
-        }))? + "\n"
-    } else {
-        let mut t = format!(
-            "usbmon bus {} device {}: {} (capacity {:.3} MB/s: 13 x 512 B per 125 us microframe)\n",
-            r.bus,
-            r.devnum.unwrap_or(0),
-            r.encap.map(|e| e.label()).unwrap_or("no framing given"),
-            r.capacity_bytes_per_second / 1e6
-        );
-        for (i, o) in r.host_in.intervals.iter().zip(&r.host_out.intervals) {
-            let span = format!("{:.1}-{:.1} s", i.start_s, i.end_s);
-            t += &format!(
-                "{}  | {}\n",
-                line(&format!("{span} IN"), i),
-                line("OUT", o).trim_start()
-            );
-        }
-        t += &format!(
-            "{}  | {}\n",
-            line("total IN", &r.host_in.total),
-            line("OUT", &r.host_out.total).trim_start()
-        );
-        if let Some(d) = drops_line(r) {
-            t += &d;
-            t += "\n";
-        }
-        t
-    };
-    match &a.report.output {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display())),
-        None => {
-            std::io::stdout().write_all(text.as_bytes())?;
-            Ok(())
-        }
-    }
 }

@@ -8,7 +8,8 @@ use anyhow::{anyhow, Context};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use xferlab_core::usb::net::Encap;
 use xferlab_core::usb::usbmon::{
-    BusDirection, BusMeter, BusReport, DirCounters, MonEvent, HS_BULK_CAPACITY_BPS, MON_BIN_HDR_LEN,
+    BusDirection, BusMeter, BusReport, BusSample, DirCounters, MonEvent, HS_BULK_CAPACITY_BPS,
+    MON_BIN_HDR_LEN,
 };
 use xferlab_sys::usbmon::{OpenError, Usbmon};
 
@@ -73,9 +74,36 @@ impl Monitor {
         })
     }
 
+    /// `usb BUS.DEVNUM`: where the device is, for the result.
+    pub fn address(&self) -> String {
+        format!("usb {}.{}", self.bus, self.devnum)
+    }
+
+    /// What is read, in one line for the human table's start.
+    pub fn describe(&self) -> String {
+        format!(
+            "usbmon bus {} device {}: {} (capacity {:.3} MB/s: 13 x 512 B per 125 us microframe)",
+            self.bus,
+            self.devnum,
+            self.encap.map(|e| e.label()).unwrap_or("no framing given"),
+            HS_BULK_CAPACITY_BPS / 1e6
+        )
+    }
+
+    /// The ring read: `/dev/usbmonN`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     /// Reads the bus until `stop` says so, cutting an interval every
-    /// `step`, and reports.
-    pub fn run(self, step: Duration, stop: impl Fn() -> bool) -> anyhow::Result<BusReport> {
+    /// `step` (and a last one at the stop), each also handed to `cut_to`
+    /// (host IN, host OUT) as it is cut, and reports.
+    pub fn run(
+        self,
+        step: Duration,
+        stop: impl Fn() -> bool,
+        mut cut_to: impl FnMut(&BusSample, &BusSample),
+    ) -> anyhow::Result<BusReport> {
         let Monitor {
             path,
             mut ring,
@@ -106,8 +134,13 @@ impl Monitor {
                        prev_out: &mut DirCounters,
                        from: f64,
                        to: f64| {
-            ins.push(meter.host_in.sample(prev_in, from, to));
-            outs.push(meter.host_out.sample(prev_out, from, to));
+            let (i, o) = (
+                meter.host_in.sample(prev_in, from, to),
+                meter.host_out.sample(prev_out, from, to),
+            );
+            cut_to(&i, &o);
+            ins.push(i);
+            outs.push(o);
             *prev_in = meter.host_in;
             *prev_out = meter.host_out;
         };
