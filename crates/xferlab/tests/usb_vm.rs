@@ -375,18 +375,39 @@ fn fixed_rate_streaming_against_the_fixed_rate_gadget() {
         std::fs::read_to_string(repo_root().join("lab/vm/guest/usb-cbr-tests.sh")).unwrap();
     let usb_sh = repo_root().join("lab/vm/guest/usb.sh");
     let add = format!("{}:/work/usb.sh", usb_sh.display());
-    let r = run_vm(
-        &[
-            "--extra-modules",
-            USB_MODULES,
-            "--add",
-            &add,
-            "--timeout",
-            "400",
-        ],
-        &script,
-        Duration::from_secs(900),
-    );
+    // The ladder's claim (every run sustains at least its lowest rung)
+    // depends on the guest keeping time: under TCG a hypervisor burst
+    // stalls the guest's reader for hundreds of ms (seen in a full-suite
+    // run, 2026-11-29: one run overran at 4 MB/s, its 1 MiB buffer full at
+    // 0.26 s). Such a run is retried only when the host's own steal
+    // counter says the hypervisor took the time.
+    let last = std::cell::RefCell::new(None);
+    common::unless_the_host_stole(|| {
+        let r = run_vm(
+            &[
+                "--extra-modules",
+                USB_MODULES,
+                "--add",
+                &add,
+                "--timeout",
+                "400",
+            ],
+            &script,
+            Duration::from_secs(900),
+        );
+        let missed = (r.code == 0)
+            .then(|| cell(&r.out, "ladder"))
+            .filter(|c| c.rc != 0)
+            .map(|c| {
+                format!(
+                    "ladder: a run sustained no rate (rc {}): {}",
+                    c.rc, c.stderr
+                )
+            });
+        *last.borrow_mut() = Some(r);
+        missed
+    });
+    let r = last.into_inner().expect("an attempt ran");
     assert_eq!(r.code, 0, "guest script failed");
 
     for (name, dirs) in [
