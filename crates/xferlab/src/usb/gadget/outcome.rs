@@ -6,10 +6,9 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering::Relaxed;
 
 use xferlab_core::result::{
-    sum_intervals, CpuUsage, Endpoint, FlowReport, KernelCounters, PatternReport, SideReport,
-    SideTransportReport, Status, TestResult,
+    CpuUsage, Endpoint, FlowReport, SideTransportReport, Status, TestResult,
 };
-use xferlab_core::spec::{Direction, Knobs, Limit, Pattern, TestSpec, Transport};
+use xferlab_core::spec::TestSpec;
 use xferlab_core::usb::gadget::{
     GadgetDir, GadgetNet, RawEndpoints, RawGadgetReport, UsbGadgetReport,
 };
@@ -20,6 +19,7 @@ use super::plan::Plan;
 use super::raw::RawReport;
 use super::{GadgetFunction, GadgetRequest, GadgetVia};
 use crate::driver::Finished;
+use crate::usb::alone;
 
 /// The section before any transfer: what was set up, counts at zero.
 pub fn section(
@@ -142,43 +142,23 @@ pub fn side(e: Ended<'_>) -> Finished {
         n.rx_decode = *e.net.decode.lock().unwrap_or_else(|p| p.into_inner());
         n.tap_drops = e.net.tap_drops.load(Relaxed);
     }
-    let report = SideReport {
-        endpoint: Endpoint::Server,
-        host: crate::sys::host::host_info(),
-        embedded: false,
-        duration_s: e.wall,
-        sums: sum_intervals(&e.flows),
-        flows: e.flows,
-        cpu: e.cpu,
-        counters: KernelCounters::default(),
-        warnings: e.warnings,
-        pattern: PatternReport::Stream,
-        transport: Some(SideTransportReport::UsbGadget(g)),
-    };
+    let mut report = alone::side(
+        e.flows,
+        e.wall,
+        e.cpu,
+        e.warnings,
+        Some(SideTransportReport::UsbGadget(g)),
+    );
+    report.endpoint = Endpoint::Server;
     Finished { report, errors }
 }
 
 /// The run as a stream test over the `usb_bulk` transport, both ways (the
 /// host decides what moves); without `-t` it is open (until Ctrl-C).
 pub fn spec(a: &GadgetRequest) -> TestSpec {
-    TestSpec {
-        pattern: Pattern::Stream,
-        transport: Transport::UsbBulk,
-        direction: Direction::Bidir,
-        parallel: 1,
-        limit: match a.time {
-            Some(seconds) => Limit::Duration { seconds },
-            None => Limit::Open,
-        },
-        omit_s: 0.0,
-        interval_s: a.interval,
-        knobs: Knobs {
-            size: a.size,
-            ..Knobs::default()
-        },
-        title: a.report.title.clone(),
-        affinity: Default::default(),
-    }
+    let mut spec = alone::spec(a.time, a.interval, &a.report);
+    spec.knobs.size = a.size;
+    spec
 }
 
 /// 1 when the teardown left something behind; 130 after Ctrl-C or

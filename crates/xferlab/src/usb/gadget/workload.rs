@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use xferlab_core::interval::{FlowMeter, IntervalClock, Reading};
-use xferlab_core::result::{FlowEnd, FlowReport, FlowRole, SocketSettings};
+use xferlab_core::interval::IntervalClock;
+use xferlab_core::result::FlowRole;
 use xferlab_core::spec::FlowDirection;
 use xferlab_core::time::Time;
 use xferlab_core::usb::gadget::UsbGadgetReport;
@@ -21,8 +21,9 @@ use super::outcome::{self, Teardown};
 use super::raw::RawRun;
 use super::setup::Running;
 use crate::driver::{Finished, Workload};
-use crate::output::{FlowStart, LiveFlow, Reporter};
+use crate::output::{FlowStart, Reporter};
 use crate::sys::clock;
+use crate::usb::alone::MeteredFlow;
 use crate::usb::outcome::cpu_since;
 
 /// The device being served.
@@ -31,32 +32,14 @@ pub enum Served {
     Raw(RawRun),
 }
 
-/// One direction the gadget's own threads move.
+/// One direction the gadget's own threads move, metered as the other
+/// peerless verbs' flows are ([`MeteredFlow`]).
 pub struct DirFlow {
-    id: u32,
     is_in: bool,
-    meter: FlowMeter,
+    flow: MeteredFlow,
 }
 
 impl DirFlow {
-    /// The gadget is the device end: IN goes to the host (s2c, it sends),
-    /// OUT comes from it (c2s, it receives).
-    fn direction(&self) -> FlowDirection {
-        if self.is_in {
-            FlowDirection::S2c
-        } else {
-            FlowDirection::C2s
-        }
-    }
-
-    fn role(&self) -> FlowRole {
-        if self.is_in {
-            FlowRole::Sender
-        } else {
-            FlowRole::Receiver
-        }
-    }
-
     fn counters<'a>(&self, s: &'a Shared) -> &'a DirCounters {
         if self.is_in {
             &s.input
@@ -82,25 +65,30 @@ pub fn flows(threads: bool, clock: IntervalClock) -> Vec<DirFlow> {
     [true, false]
         .into_iter()
         .zip(0u32..)
-        .map(|(is_in, id)| DirFlow {
-            id,
-            is_in,
-            meter: FlowMeter::new(clock, Reading::bytes(0)),
+        .map(|(is_in, id)| {
+            // The gadget is the device end: IN goes to the host (s2c, it
+            // sends), OUT comes from it (c2s, it receives).
+            let (direction, role) = if is_in {
+                (FlowDirection::S2c, FlowRole::Sender)
+            } else {
+                (FlowDirection::C2s, FlowRole::Receiver)
+            };
+            DirFlow {
+                is_in,
+                flow: MeteredFlow::new(id, direction, role, clock),
+            }
         })
         .collect()
 }
+
+/// The remote end every gadget flow names.
+const HOST: &str = "usb host";
 
 /// The flows as they start, for [`crate::output::StartInfo`].
 pub fn flow_starts(flows: &[DirFlow], udc: &str) -> Vec<FlowStart> {
     flows
         .iter()
-        .map(|f| FlowStart {
-            id: f.id,
-            direction: f.direction(),
-            role: f.role(),
-            local: format!("{udc} {}", f.label()),
-            remote: "usb host".into(),
-        })
+        .map(|f| f.flow.start(&format!("{udc} {}", f.label()), HOST))
         .collect()
 }
 
@@ -158,15 +146,7 @@ impl Workload for GadgetWorkload {
         let mut live = Vec::with_capacity(self.flows.len());
         for f in &mut self.flows {
             let bytes = f.counters(&self.shared).bytes.load(Relaxed);
-            f.meter.sample(t, b, Reading::bytes(bytes));
-            if let Some(iv) = f.meter.last_interval() {
-                live.push(LiveFlow {
-                    id: f.id,
-                    direction: f.direction(),
-                    role: f.role(),
-                    interval: iv.clone(),
-                });
-            }
+            live.extend(f.flow.sample(t, b, bytes));
         }
         if let Some(out) = out {
             let _ = out.interval(&live);
@@ -240,19 +220,8 @@ impl Workload for GadgetWorkload {
             .into_iter()
             .map(|f| {
                 let bytes = f.counters(&shared).bytes.load(Relaxed);
-                let (id, direction, role, label) = (f.id, f.direction(), f.role(), f.label());
-                let (intervals, total) = f.meter.finish(wall, Reading::bytes(bytes));
-                FlowReport {
-                    id,
-                    direction,
-                    role,
-                    local: format!("{udc} {label}"),
-                    remote: "usb host".into(),
-                    socket: SocketSettings::default(),
-                    intervals,
-                    total,
-                    end: FlowEnd::Completed,
-                }
+                let local = format!("{udc} {}", f.label());
+                f.flow.finish(wall, bytes, &local, HOST)
             })
             .collect();
         outcome::side(outcome::Ended {
