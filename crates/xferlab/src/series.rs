@@ -304,23 +304,8 @@ pub fn run_cbr(
             }
         )?;
     } else {
-        let show = |r: Option<u64>| r.map_or("none".to_string(), |r| unit.format_rate(r as f64));
-        writeln!(
-            out,
-            "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
-            summary.runs,
-            show(summary.max),
-            show(summary.median),
-            show(summary.min),
-            if summary.runs_without_a_sustained_rate > 0 {
-                format!(
-                    " ({} run(s) sustained no rate)",
-                    summary.runs_without_a_sustained_rate
-                )
-            } else {
-                String::new()
-            }
-        )?;
+        let line = summary.line(|r| unit.format_rate(r as f64));
+        writeln!(out, "{line}")?;
     }
     Ok(ok)
 }

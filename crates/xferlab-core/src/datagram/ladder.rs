@@ -319,6 +319,25 @@ pub struct RepeatSummary {
     pub runs_without_a_sustained_rate: u64,
 }
 
+impl RepeatSummary {
+    /// The summary's text line, each rate (bit/s) written by `show`: one
+    /// wording for every cbr (sockets and USB).
+    pub fn line(&self, show: impl Fn(u64) -> String) -> String {
+        let show = |r: Option<u64>| r.map_or("none".to_string(), &show);
+        let without = match self.runs_without_a_sustained_rate {
+            0 => String::new(),
+            n => format!(" ({n} run(s) sustained no rate)"),
+        };
+        format!(
+            "highest sustained rate over {} run(s): max {}, median {}, min {}{without}",
+            self.runs,
+            show(self.max),
+            show(self.median),
+            show(self.min),
+        )
+    }
+}
+
 /// Summarises the best rate of each run (None: the run sustained nothing).
 ///
 /// The median is taken over the runs that found a rate only, since a run

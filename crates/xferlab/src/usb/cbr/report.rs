@@ -120,23 +120,7 @@ pub fn summary_line(doc: &UsbCbrReport, one_rate: bool) -> String {
             "constant rate NOT sustained".into()
         };
     }
-    let summary = &doc.summary;
-    let show = |r: Option<u64>| r.map_or("none".to_string(), |r| mbytes(r / 8));
-    format!(
-        "highest sustained rate over {} run(s): max {}, median {}, min {}{}",
-        summary.runs,
-        show(summary.max),
-        show(summary.median),
-        show(summary.min),
-        if summary.runs_without_a_sustained_rate > 0 {
-            format!(
-                " ({} run(s) sustained no rate)",
-                summary.runs_without_a_sustained_rate
-            )
-        } else {
-            String::new()
-        }
-    )
+    doc.summary.line(|r| mbytes(r / 8))
 }
 
 #[cfg(test)]
