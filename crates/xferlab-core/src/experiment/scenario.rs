@@ -59,6 +59,57 @@ pub enum Place {
     Lab,
     /// Every point inside one boot of the lab VM (`lab/vm/run`).
     Vm,
+    /// Each point `@CLIENT:SERVER VERB ...` is ordered from the agent of
+    /// host CLIENT (`xferlab server --agent`), against host SERVER's test
+    /// server; the hosts are the scenario's `[hosts.NAME]`.
+    Hosts,
+}
+
+/// A host of a `where = "hosts"` scenario: `[hosts.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    pub name: String,
+    /// `ADDR:PORT` of its agent (`xferlab server --agent`), as written.
+    pub agent: String,
+    /// Where its test server listens, as `ADDR` and port: `address` when
+    /// given (`ADDR` or `ADDR:PORT`), else the agent's own (an agent is
+    /// also a test server on its port).
+    pub server_addr: String,
+    pub server_port: u16,
+    /// The key file (one key per line, as `--auth-key`), relative to the
+    /// scenario file; the binary reads it.
+    pub key: String,
+    /// The line of `[hosts.NAME]`'s `agent`, for errors about the host.
+    pub line: usize,
+    /// The line of its `key`, for errors about the key file.
+    pub key_line: usize,
+}
+
+impl Host {
+    /// Its test server as `ADDR:PORT` (`[ADDR]:PORT` for IPv6), for people.
+    pub fn server(&self) -> String {
+        if self.server_addr.contains(':') {
+            format!("[{}]:{}", self.server_addr, self.server_port)
+        } else {
+            format!("{}:{}", self.server_addr, self.server_port)
+        }
+    }
+}
+
+/// `ADDR:PORT`, `NAME:PORT` or `[V6]:PORT` into the address (brackets
+/// off) and a port that is not 0; `None` for anything else.
+pub fn split_host_port(s: &str) -> Option<(String, u16)> {
+    let (addr, port) = s.rsplit_once(':')?;
+    let addr = match addr.strip_prefix('[') {
+        Some(inner) => inner.strip_suffix(']')?,
+        None if addr.contains(':') => return None,
+        None => addr,
+    };
+    let port: u16 = port.parse().ok().filter(|&p| p != 0)?;
+    if addr.is_empty() || addr.contains(char::is_whitespace) {
+        return None;
+    }
+    Some((addr.to_string(), port))
 }
 
 /// In which order the runs of a scenario are made.
@@ -415,6 +466,8 @@ pub struct Scenario {
     /// DCCP).
     pub lab_in_vm: bool,
     pub vm: VmSetup,
+    /// `[hosts.NAME]`, in file order (where = "hosts").
+    pub hosts: Vec<Host>,
     pub axes: Vec<Axis>,
     pub overrides: Vec<Override>,
     /// Points left out of the cross product: every knob of one entry
@@ -566,6 +619,15 @@ struct RawQuick {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct RawHost {
+    agent: Spanned<String>,
+    #[serde(default)]
+    address: Option<Spanned<String>>,
+    key: Spanned<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawScenario {
     title: String,
     #[serde(default)]
@@ -577,6 +639,8 @@ struct RawScenario {
     lab: Option<Spanned<Words>>,
     #[serde(default)]
     vm: Option<VmSetup>,
+    #[serde(default)]
+    hosts: Option<Ordered<Spanned<RawHost>>>,
     #[serde(default)]
     repeat: Option<Spanned<u32>>,
     #[serde(default)]
@@ -785,7 +849,7 @@ fn lab_flags(
     Ok(match &raw.lab {
         Some(l) => {
             let line = lines.of(l.span().start);
-            if place == Place::Loopback {
+            if matches!(place, Place::Loopback | Place::Hosts) {
                 return Err(err(
                     line,
                     "`lab` flags need `where = \"lab\"` (or \"vm\": the lab inside the lab VM)",
@@ -795,6 +859,99 @@ fn lab_flags(
         }
         None => (Vec::new(), 0),
     })
+}
+
+/// The `[hosts.NAME]` of a `where = "hosts"` scenario: a name as lab
+/// hosts have (it is written `@NAME`), an agent `ADDR:PORT`, a test
+/// server address when not the agent's, a key file.
+fn hosts(raw: &RawScenario, place: Place, lines: &Lines) -> Result<Vec<Host>, ScenarioError> {
+    let Some(table) = &raw.hosts else {
+        if place == Place::Hosts {
+            return Err(err(
+                0,
+                "`where = \"hosts\"` needs its hosts: add [hosts.NAME] tables with agent = \"ADDR:PORT\" and key = \"FILE\"",
+            ));
+        }
+        return Ok(Vec::new());
+    };
+    // The line of `[hosts...` (toml gives no span for a table of tables).
+    let table_line = lines.0.find("[hosts").map_or(0, |at| lines.of(at));
+    if place != Place::Hosts {
+        return Err(err(
+            table_line,
+            "[hosts] names agents for `where = \"hosts\"`; set it, or remove [hosts]",
+        ));
+    }
+    if table.0.is_empty() {
+        return Err(err(
+            table_line,
+            "[hosts] names no host; add [hosts.NAME] tables with agent = \"ADDR:PORT\" and key = \"FILE\"",
+        ));
+    }
+    table
+        .0
+        .iter()
+        .map(|(name, h)| {
+            let line = lines.of(h.get_ref().agent.span().start);
+            let h = h.get_ref();
+            if name.is_empty()
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                return Err(err(
+                    line,
+                    format!("[hosts.{name}]: a host's name is lowercase letters, digits and `_` (it is written `@{name}:...` in commands)"),
+                ));
+            }
+            let agent = h.agent.get_ref().trim().to_string();
+            let (agent_addr, agent_port) = split_host_port(&agent).ok_or_else(|| {
+                err(
+                    line,
+                    format!("[hosts.{name}] agent = \"{agent}\" is not ADDR:PORT; write where its `xferlab server --agent` listens, e.g. \"10.0.0.2:5290\" or \"[fd00::2]:5290\""),
+                )
+            })?;
+            let (server_addr, server_port) = match &h.address {
+                None => (agent_addr, agent_port),
+                Some(a) => {
+                    let text = a.get_ref().trim();
+                    let line = lines.of(a.span().start);
+                    match split_host_port(text) {
+                        Some(hp) => hp,
+                        None if !text.is_empty()
+                            && !text.contains(char::is_whitespace)
+                            && (!text.contains(':') || text.parse::<std::net::Ipv6Addr>().is_ok()) =>
+                        {
+                            (text.to_string(), agent_port)
+                        }
+                        None => {
+                            return Err(err(
+                                line,
+                                format!("[hosts.{name}] address = \"{text}\" is not ADDR or ADDR:PORT; write where its test server listens (default: the agent's address)"),
+                            ))
+                        }
+                    }
+                }
+            };
+            let key = h.key.get_ref().trim().to_string();
+            let key_line = lines.of(h.key.span().start);
+            if key.is_empty() {
+                return Err(err(
+                    key_line,
+                    format!("[hosts.{name}] key is empty; name the agent's --auth-key file (one key per line), relative to the scenario file"),
+                ));
+            }
+            Ok(Host {
+                name: name.clone(),
+                agent,
+                server_addr,
+                server_port,
+                key,
+                line,
+                key_line,
+            })
+        })
+        .collect()
 }
 
 fn order(raw: &RawScenario, lines: &Lines) -> Result<Order, ScenarioError> {
@@ -1136,6 +1293,7 @@ impl Scenario {
         if raw.vm.is_some() && place != Place::Vm {
             return Err(err(0, "a `[vm]` section needs `where = \"vm\"`"));
         }
+        let hosts = hosts(&raw, place, &lines)?;
         let mut repeat = raw
             .repeat
             .as_ref()
@@ -1175,6 +1333,7 @@ impl Scenario {
             lab,
             lab_line,
             vm: raw.vm.unwrap_or_default(),
+            hosts,
             axes,
             overrides,
             excludes,
@@ -1222,6 +1381,11 @@ impl Scenario {
                 .expect("a point's command is checked to be named"),
             _ => &self.commands[0],
         }
+    }
+
+    /// The `[hosts.NAME]` called `name`.
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
     }
 
     /// Whether `name` is a knob of this scenario.
@@ -1691,6 +1855,66 @@ cols = "-P"
         let e = error_of(&text("loopback"));
         assert_eq!(e.line, 3, "{e}");
         assert!(e.message.contains("where = \"lab\""), "{e}");
+    }
+
+    #[test]
+    fn hosts_name_agents_servers_and_keys() {
+        let text = "title = \"t\"\nwhere = \"hosts\"\ncommand = \"@a:b stream -t 1\"\n\
+            [hosts.a]\nagent = \"10.9.0.1:5290\"\nkey = \"k\"\n\
+            [hosts.b]\nagent = \"[fd00::2]:6000\"\naddress = \"fd00::3\"\nkey = \"keys/b\"\n\
+            [hosts.c_2]\nagent = \"c.example:7000\"\naddress = \"10.9.1.3:5201\"\nkey = \"k\"\n";
+        let s = Scenario::parse(text, Scale::Full).unwrap();
+        assert_eq!(s.place, Place::Hosts);
+        let names: Vec<&str> = s.hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c_2"]);
+        let a = s.host("a").unwrap();
+        assert_eq!((a.server_addr.as_str(), a.server_port), ("10.9.0.1", 5290));
+        assert_eq!((a.line, a.key_line), (5, 6));
+        let b = s.host("b").unwrap();
+        assert_eq!(b.server(), "[fd00::3]:6000");
+        assert_eq!(b.key, "keys/b");
+        assert_eq!(s.host("c_2").unwrap().server(), "10.9.1.3:5201");
+
+        let bad = |from: &str, to: &str| error_of(&text.replace(from, to));
+        let e = bad("\"10.9.0.1:5290\"", "\"10.9.0.1\"");
+        assert_eq!(e.line, 5, "{e}");
+        assert!(
+            e.message
+                .contains("[hosts.a] agent = \"10.9.0.1\" is not ADDR:PORT"),
+            "{e}"
+        );
+        let e = bad("address = \"fd00::3\"", "address = \"fd00::3 x\"");
+        assert!(e.message.contains("[hosts.b] address"), "{e}");
+        let e = bad(
+            "[hosts.a]\nagent = \"10.9.0.1:5290\"\nkey = \"k\"\n",
+            "[hosts.a]\nagent = \"10.9.0.1:5290\"\n",
+        );
+        assert!(e.message.contains("key"), "{e}");
+        let e = bad("[hosts.a]", "[hosts.A]");
+        assert!(e.message.contains("[hosts.A]: a host's name"), "{e}");
+        let e = bad("where = \"hosts\"\n", "");
+        assert!(
+            e.message
+                .contains("[hosts] names agents for `where = \"hosts\"`"),
+            "{e}"
+        );
+        let e = error_of("title = \"t\"\nwhere = \"hosts\"\ncommand = \"@a:b stream\"\n");
+        assert!(e.message.contains("add [hosts.NAME]"), "{e}");
+        let e = bad(
+            "where = \"hosts\"\n",
+            "where = \"hosts\"\nlab = \"--rate 1M\"\n",
+        );
+        assert!(e.message.contains("`lab` flags need"), "{e}");
+    }
+
+    #[test]
+    fn host_ports_split() {
+        assert_eq!(split_host_port("1.2.3.4:80"), Some(("1.2.3.4".into(), 80)));
+        assert_eq!(split_host_port("[::1]:80"), Some(("::1".into(), 80)));
+        assert_eq!(split_host_port("h:0"), None);
+        assert_eq!(split_host_port("::1:80"), None);
+        assert_eq!(split_host_port(":80"), None);
+        assert_eq!(split_host_port("h"), None);
     }
 
     #[test]
