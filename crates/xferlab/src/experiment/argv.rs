@@ -2,7 +2,7 @@
 //! against the command line definition itself (clap), so a scenario can
 //! use every flag the CLI has and nothing else.
 
-use xferlab_core::experiment::scenario::{Knob, KnobAt, Point, Scenario, Scope, Value};
+use xferlab_core::experiment::scenario::{Knob, KnobAt, Place, Point, Scenario, Scope, Value};
 
 /// A scenario that does not fit the command line: `file:line: message`
 /// is printed by the caller.
@@ -85,6 +85,23 @@ fn flags_of(cmd: &clap::Command) -> Vec<FlagInfo> {
 /// Flags the runner sets itself on every point.
 const RUNNER_FLAGS: &[&str] = &["-J", "--json", "-o", "--output", "--format", "--db"];
 
+/// Flags the runner sets from `[hosts]` on every point of a `where =
+/// "hosts"` scenario: the server and its port, and the key, which each
+/// agent has of its own.
+const HOSTS_FLAGS: &[&str] = &["-p", "--port", "--auth-key"];
+
+/// The verbs an agent runs (a client against another host's server).
+const AGENT_VERBS: &[&str] = &["stream", "cbr", "sweep", "rr"];
+
+/// Which hosts a point of a `where = "hosts"` scenario runs between.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Remote {
+    /// The host whose agent runs the test as its client.
+    pub client: String,
+    /// The host whose test server it runs against.
+    pub server: String,
+}
+
 /// A scenario's command lines, ready to run.
 pub struct Invocations {
     /// Per point (same order as `Scenario::points`): the argv without the
@@ -94,6 +111,10 @@ pub struct Invocations {
     /// already asks for JSON (`-J`), and the one document they make
     /// together comes on standard output, not through `-o`.
     pub several: bool,
+    /// Per point, for `where = "hosts"`: the hosts it runs between; its
+    /// argv is then the order for the client's agent (the server's
+    /// address first, as the verb's HOST).
+    pub remote: Vec<Option<Remote>>,
 }
 
 /// One test of the command: the plain command's only test, or the test an
@@ -101,6 +122,8 @@ pub struct Invocations {
 struct Segment {
     /// The `@HOST[:SERVER]` word and the host it names.
     at: Option<(String, String)>,
+    /// `where = "hosts"`: the server host of `@CLIENT:SERVER`.
+    server: Option<String>,
     verb: Vec<String>,
     base: Vec<String>,
     flags: Vec<FlagInfo>,
@@ -168,6 +191,7 @@ fn resolve_verb(
     }
     Ok(Segment {
         at: None,
+        server: None,
         verb: verb.iter().map(|x| x.to_string()).collect(),
         base: words[verb.len()..].to_vec(),
         flags: flags_of(cmd),
@@ -183,6 +207,9 @@ fn starts_program(w: &str) -> bool {
 /// `@HOST ...` and `exec ...` programs it is made of.
 fn parts_of(g: &Grammar, s: &Scenario, command: &[String]) -> Result<Vec<Part>, ArgvError> {
     let line = s.command_line;
+    if s.place == Place::Hosts {
+        return Ok(vec![Part::Test(host_segment(g, s, command)?)]);
+    }
     let several = command.iter().any(|w| starts_program(w));
     if !several {
         return Ok(vec![Part::Test(resolve_verb(
@@ -242,6 +269,60 @@ fn parts_of(g: &Grammar, s: &Scenario, command: &[String]) -> Result<Vec<Part>, 
         ));
     }
     Ok(parts)
+}
+
+/// The one test of a `where = "hosts"` command, `@CLIENT:SERVER VERB
+/// FLAGS`: both hosts declared, a verb an agent runs.
+fn host_segment(g: &Grammar, s: &Scenario, command: &[String]) -> Result<Segment, ArgvError> {
+    let line = s.command_line;
+    let names = s
+        .hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let first = command.first().map_or("", String::as_str);
+    let pair = first
+        .strip_prefix('@')
+        .and_then(|p| p.split_once(':'))
+        .filter(|(c, v)| !c.is_empty() && !v.is_empty());
+    let Some((client, server)) = pair else {
+        return Err(err(
+            line,
+            format!(
+                "`command`: each command of a where = \"hosts\" scenario starts with `@CLIENT:SERVER`, the hosts it runs from and against (hosts: {names}), e.g. \"@{0}:{0} stream -t 10\" (got `{first}`)",
+                s.hosts.first().map_or("a", |h| h.name.as_str())
+            ),
+        ));
+    };
+    for (role, h) in [("client", client), ("server", server)] {
+        if s.host(h).is_none() {
+            return Err(err(
+                line,
+                format!("`command` `{first}`: no host `{h}` (the {role}); declare [hosts.{h}] with its agent = \"ADDR:PORT\" and key, or use one of: {names}"),
+            ));
+        }
+    }
+    if let Some(w) = command[1..].iter().find(|w| starts_program(w)) {
+        return Err(err(
+            line,
+            format!("`command` `{w}`: a point across hosts runs one test; give each pair its own named command (command = {{ \"a to b\" = \"@a:b stream\", ... }})"),
+        ));
+    }
+    let mut seg = resolve_verb(g, &command[1..], false, line)?;
+    if !AGENT_VERBS.contains(&seg.verb[0].as_str()) {
+        return Err(err(
+            line,
+            format!(
+                "`command` `{}`: an agent runs {} only",
+                seg.verb.join(" "),
+                AGENT_VERBS.join(", ")
+            ),
+        ));
+    }
+    seg.at = Some((first.to_string(), client.to_string()));
+    seg.server = Some(server.to_string());
+    Ok(seg)
 }
 
 fn lab_flags(g: &Grammar) -> Vec<FlagInfo> {
@@ -368,7 +449,8 @@ fn shape(
 ) -> Result<Shape, ArgvError> {
     let parts = parts_of(g, s, command)?;
     let tests: Vec<&Segment> = tests_of(&parts).collect();
-    let several = tests.iter().any(|t| t.at.is_some());
+    // Across hosts, `@CLIENT:SERVER` picks the agent: one test per point.
+    let several = s.place != Place::Hosts && tests.iter().any(|t| t.at.is_some());
     for w in tests.iter().flat_map(|t| &t.base).chain(&s.lab) {
         if RUNNER_FLAGS.contains(&w.as_str())
             || w.starts_with("--format=")
@@ -386,11 +468,32 @@ fn shape(
             ));
         }
     }
+    let hosts_flag = |w: &str| {
+        s.place == Place::Hosts
+            && HOSTS_FLAGS
+                .iter()
+                .any(|f| w == *f || w.starts_with(&format!("{f}=")))
+    };
+    let hosts_refusal = |w: &str| {
+        format!("`{w}` is set by the runner from [hosts] (the server's address and port, each agent's own key); remove it")
+    };
+    if let Some(w) = tests.iter().flat_map(|t| &t.base).find(|w| {
+        hosts_flag(w)
+            || (s.place == Place::Hosts
+                && w.starts_with("-p")
+                && w.len() > 2
+                && !w.starts_with("--"))
+    }) {
+        return Err(err(s.command_line, hosts_refusal(w)));
+    }
     // Each knob's flag, in each test it applies to (None: the lab's).
     let mut infos: Vec<(KnobAt, Targets)> = Vec::new();
     for k in s.knobs() {
         if k.knob.scope == Scope::Variant {
             continue;
+        }
+        if hosts_flag(&k.knob.flag) {
+            return Err(err(k.line, hosts_refusal(&k.knob.flag)));
         }
         if k.knob.scope != Scope::Command && !s.in_lab() {
             return Err(err(
@@ -472,6 +575,7 @@ pub fn build(g: &Grammar, s: &Scenario, points: &[Point]) -> Result<Invocations,
         }
     }
     let mut argv = Vec::with_capacity(points.len());
+    let mut remote = Vec::with_capacity(points.len());
     for p in points {
         let which = s
             .commands
@@ -513,12 +617,27 @@ pub fn build(g: &Grammar, s: &Scenario, points: &[Point]) -> Result<Invocations,
             a.extend(lab_knobs);
         }
         let mut i = 0;
+        let mut between = None;
         for part in parts {
             match part {
                 Part::Exec(w) => a.extend(w.iter().cloned()),
                 Part::Test(t) => {
-                    a.extend(t.at.iter().map(|(w, _)| w.clone()));
-                    a.extend(t.verb.iter().cloned());
+                    if let (Some((_, client)), Some(server)) = (&t.at, &t.server) {
+                        // An order for the client's agent: the verb, then
+                        // the server host's test server as its HOST.
+                        let h = s.host(server).expect("host_segment checks the server");
+                        a.extend(t.verb.iter().cloned());
+                        a.push(h.server_addr.clone());
+                        a.push("-p".into());
+                        a.push(h.server_port.to_string());
+                        between = Some(Remote {
+                            client: client.clone(),
+                            server: server.clone(),
+                        });
+                    } else {
+                        a.extend(t.at.iter().map(|(w, _)| w.clone()));
+                        a.extend(t.verb.iter().cloned());
+                    }
                     a.extend(std::mem::take(&mut words[i]));
                     a.extend(std::mem::take(&mut knobs[i]));
                     if several {
@@ -534,8 +653,13 @@ pub fn build(g: &Grammar, s: &Scenario, points: &[Point]) -> Result<Invocations,
             .collect();
         check_parses(g, s, p, &a, &flat)?;
         argv.push(a);
+        remote.push(between);
     }
-    Ok(Invocations { argv, several })
+    Ok(Invocations {
+        argv,
+        several,
+        remote,
+    })
 }
 
 /// The knob (and its line) an error message is about, else the command.
@@ -756,5 +880,76 @@ mod tests {
         let e = build_text("title = \"t\"\ncommand = \"stream\"\n[matrix]\n\"-l\" = [true]\n")
             .unwrap_err();
         assert!(e.message.contains("false leaves it out"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod hosts_tests {
+    use super::*;
+    use xferlab_core::experiment::scenario::Scale;
+
+    const HOSTS: &str = "[hosts.a]\nagent = \"10.9.0.1:5290\"\nkey = \"k\"\n\
+        [hosts.b]\nagent = \"10.9.0.2:6000\"\naddress = \"10.9.1.2\"\nkey = \"k\"\n";
+
+    fn build_hosts(head: &str) -> Result<Invocations, ArgvError> {
+        let text = format!("title = \"t\"\nwhere = \"hosts\"\n{head}\n{HOSTS}");
+        let s = Scenario::parse(&text, Scale::Full).unwrap();
+        build(&crate::cli::grammar(), &s, &s.points())
+    }
+
+    #[test]
+    fn each_point_is_an_order_for_its_clients_agent() {
+        let inv = build_hosts(
+            "[command]\n\"a to b\" = \"@a:b stream -t 1\"\n\"b to a\" = \"@b:a stream -R -t 1\"\n[matrix]\n\"-P\" = [1, 2]\n",
+        )
+        .unwrap();
+        assert!(!inv.several);
+        assert_eq!(
+            inv.argv[0],
+            ["stream", "10.9.1.2", "-p", "6000", "-t", "1", "-P", "1"]
+        );
+        assert_eq!(
+            inv.remote[0],
+            Some(Remote {
+                client: "a".into(),
+                server: "b".into()
+            })
+        );
+        assert_eq!(
+            inv.argv[3],
+            ["stream", "10.9.0.1", "-p", "5290", "-R", "-t", "1", "-P", "2"]
+        );
+        assert_eq!(inv.remote[3].as_ref().unwrap().client, "b");
+    }
+
+    #[test]
+    fn bad_host_commands_name_the_fix() {
+        let msg = |head: &str| build_hosts(head).err().expect("refused").to_string();
+        let m = msg("command = \"stream -t 1\"");
+        assert!(
+            m.starts_with("3: `command`")
+                && m.contains("starts with `@CLIENT:SERVER`")
+                && m.contains("hosts: a, b"),
+            "{m}"
+        );
+        let m = msg("command = \"@a:c stream\"");
+        assert!(
+            m.contains("no host `c` (the server); declare [hosts.c]"),
+            "{m}"
+        );
+        let m = msg("command = \"@a:b usb bulk\"");
+        assert!(
+            m.contains("an agent runs stream, cbr, sweep, rr only"),
+            "{m}"
+        );
+        let m = msg("command = \"@a:b stream -p 7\"");
+        assert!(m.contains("`-p` is set by the runner from [hosts]"), "{m}");
+        let m = msg("command = \"@a:b stream\"\n[matrix]\n\"--auth-key\" = [\"x\"]");
+        assert!(
+            m.starts_with("5: ") && m.contains("`--auth-key` is set by the runner"),
+            "{m}"
+        );
+        let m = msg("command = \"@a:b stream @b:a stream\"");
+        assert!(m.contains("runs one test"), "{m}");
     }
 }

@@ -7,6 +7,7 @@
 pub mod argv;
 pub mod compare;
 pub mod db;
+pub mod hosts;
 pub mod html;
 pub mod plot;
 pub mod report;
@@ -236,5 +237,6 @@ pub fn store_single(
         xferlab_version: env!("CARGO_PKG_VERSION"),
         result_json: Some(&json),
         metrics: &ms,
+        hosts: None,
     })
 }

@@ -22,7 +22,8 @@ use xferlab_core::experiment::scenario::{Place, Point, Scale, Scenario};
 use xferlab_core::experiment::stats;
 
 use super::argv;
-use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, Store, StoreError};
+use super::hosts;
+use super::store::{now_rfc3339, NewExperiment, NewPoint, NewRun, RunHosts, Store, StoreError};
 use super::vm;
 
 /// What `xferlab run` was asked to do.
@@ -365,6 +366,10 @@ struct Ctx<'a> {
     argv: &'a [Vec<String>],
     /// Several tests per run: the document comes on stdout.
     several: bool,
+    /// Per point, across hosts: which host is its client and its server.
+    remote: &'a [Option<argv::Remote>],
+    /// The scenario's hosts (where = "hosts").
+    agents: &'a [hosts::Agent],
     progress: Progress,
     overhead: Overhead,
     failed: usize,
@@ -407,6 +412,18 @@ impl Ctx<'_> {
         let command = serde_json::to_string(&self.argv[slot.point]).unwrap_or_default();
         let started_at = humantime::format_rfc3339_micros(started).to_string();
         let ended_at = now_rfc3339();
+        let agent_of = |name: &str| {
+            self.agents
+                .iter()
+                .find(|a| a.name == name)
+                .map_or("", |a| a.agent.as_str())
+        };
+        let hosts = self.remote[slot.point].as_ref().map(|r| RunHosts {
+            client: &r.client,
+            client_agent: agent_of(&r.client),
+            server: &r.server,
+            server_agent: agent_of(&r.server),
+        });
         let t = Instant::now();
         self.store.insert_run(&NewRun {
             experiment_id: Some(self.experiment),
@@ -423,6 +440,7 @@ impl Ctx<'_> {
             xferlab_version: env!("CARGO_PKG_VERSION"),
             result_json: out.json.as_deref(),
             metrics: &metric_rows,
+            hosts,
         })?;
         self.overhead.store_ms.push(t.elapsed().as_secs_f64() * 1e3);
         if out.status == "invalid" {
@@ -550,6 +568,91 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyh
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(interrupted || interrupts.load(Ordering::Relaxed) > 0)
+}
+
+/// Orders one point from its client host's agent and reads what came
+/// back as a run's outcome. An agent that cannot be reached, refuses the
+/// order or drops it mid-run is this run's error, named with the host and
+/// the reason; the runner goes on with the next point.
+fn order(agent: &hosts::Agent, argv: &[String]) -> Outcome {
+    let _ = argv;
+    Outcome {
+        status: "error",
+        exit_code: None,
+        error: Some(format!(
+            "agent {} ({}): this xferlab has no agent client yet",
+            agent.name, agent.agent
+        )),
+        json: None,
+    }
+}
+
+/// Runs the points across hosts, one order at a time. Each order runs on
+/// a thread of its own so an interrupt is seen at once: the run is then
+/// stored as interrupted and the runner exits, which closes the order's
+/// connection, on which the agent stops its test.
+fn run_hosts(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyhow::Result<bool> {
+    let mut last_end: Option<Instant> = None;
+    for slot in pending {
+        if interrupts.load(Ordering::Relaxed) > 0 {
+            return Ok(true);
+        }
+        let remote = ctx.remote[slot.point]
+            .as_ref()
+            .expect("every point across hosts names its hosts");
+        let agent = ctx
+            .agents
+            .iter()
+            .find(|a| a.name == remote.client)
+            .expect("argv::build checks the client is a host")
+            .clone();
+        ctx.progress.start(*slot, &ctx.points[slot.point]);
+        let started = SystemTime::now();
+        let t0 = Instant::now();
+        if let Some(end) = last_end {
+            ctx.overhead.gaps_ms.push((t0 - end).as_secs_f64() * 1e3);
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let argv = ctx.argv[slot.point].clone();
+        let who = agent.clone();
+        std::thread::Builder::new()
+            .name(format!("order-{}", agent.name))
+            .spawn(move || {
+                // The runner may have gone on after an interrupt.
+                let _ = tx.send(order(&who, &argv));
+            })
+            .context("cannot start a thread for an order")?;
+        let outcome = loop {
+            match rx.recv_timeout(INTERRUPT_POLL) {
+                Ok(o) => break o,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if interrupts.load(Ordering::Relaxed) > 0 {
+                        break Outcome {
+                            status: "interrupted",
+                            exit_code: None,
+                            error: Some(format!(
+                                "interrupted while agent {} ({}) ran it; the agent stops its test when the runner exits",
+                                agent.name, agent.agent
+                            )),
+                            json: None,
+                        };
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    anyhow::bail!("the order to agent {} ended without an answer", agent.name)
+                }
+            }
+        };
+        let ended = Instant::now();
+        let interrupted = outcome.status == "interrupted";
+        ctx.commit(*slot, started, (ended - t0).as_secs_f64(), outcome)
+            .map_err(super::line)?;
+        last_end = Some(ended);
+        if interrupted {
+            return Ok(true);
+        }
+    }
+    Ok(interrupts.load(Ordering::Relaxed) > 0)
 }
 
 fn run_vm(
@@ -686,6 +789,12 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         Ok(i) => i,
         Err(e) => return fail(&format!("{file}:{e}"), 2),
     };
+    // Across hosts: the keys are read before anything runs (a missing one
+    // is a mistake in the scenario, even for --dry-run).
+    let agents = match hosts::load(&s, &o.scenario) {
+        Ok(a) => a,
+        Err(e) => return fail(&format!("{file}:{e}"), 2),
+    };
     let slots = plan::order(points.len(), s.repeat, s.order);
     if o.dry_run {
         outln!(
@@ -701,15 +810,38 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
                 Place::Lab => "in the network lab",
                 Place::Vm if s.in_lab() => "in the network lab inside the lab VM, one boot",
                 Place::Vm => "in the lab VM, one boot",
+                Place::Hosts => "across hosts, each point ordered from its client's agent",
             }
         );
-        for (i, (p, a)) in points.iter().zip(&inv.argv).enumerate() {
+        for a in &agents {
             outln!(
-                "point {:>3}  {:<40}  xferlab {}",
-                i + 1,
-                p.label(),
-                a.join(" ")
+                "host {}: agent {}, test server {}, key {}",
+                a.name,
+                a.agent,
+                a.server,
+                a.key_file.display()
             );
+        }
+        for (i, ((p, a), r)) in points.iter().zip(&inv.argv).zip(&inv.remote).enumerate() {
+            match r {
+                Some(r) => outln!(
+                    "point {:>3}  {:<40}  to agent {} ({}): xferlab {}",
+                    i + 1,
+                    p.label(),
+                    r.client,
+                    agents
+                        .iter()
+                        .find(|x| x.name == r.client)
+                        .map_or("", |x| x.agent.as_str()),
+                    a.join(" ")
+                ),
+                None => outln!(
+                    "point {:>3}  {:<40}  xferlab {}",
+                    i + 1,
+                    p.label(),
+                    a.join(" ")
+                ),
+            }
         }
         return ExitCode::SUCCESS;
     }
@@ -813,6 +945,8 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         points: &points,
         argv: &inv.argv,
         several: inv.several,
+        remote: &inv.remote,
+        agents: &agents,
         progress: Progress::new(pending.len(), points.len(), s.repeat),
         overhead: Overhead::default(),
         failed: 0,
@@ -830,6 +964,7 @@ pub fn run(o: &RunOptions, interrupts: &AtomicU32) -> ExitCode {
         let r = match s.place {
             Place::Vm => run_vm(&mut ctx, &s, &o.scenario, &pending, interrupts),
             Place::Loopback | Place::Lab => run_local(&mut ctx, &pending, interrupts),
+            Place::Hosts => run_hosts(&mut ctx, &pending, interrupts),
         };
         ctx.progress.clear();
         match r {

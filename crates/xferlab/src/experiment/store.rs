@@ -38,7 +38,7 @@ use rusqlite::{Transaction, TransactionBehavior};
 /// change to tables or columns bumps it; [`Store::open`] migrates older
 /// files forward in place (inside one transaction), and refuses files with a
 /// newer version, which an older binary could only misread.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Run statuses, in the order of the CHECK constraint. `error`: the
 /// invocation failed before producing a result.
@@ -110,6 +110,18 @@ CREATE TABLE metrics (
     PRIMARY KEY (run_id, name)
 );
 CREATE INDEX metrics_by_name ON metrics (name);
+"#;
+
+/// Version 2: a run across hosts (`where = "hosts"`) records which host
+/// ran the client and which the server, with their agents' addresses
+/// (NULL for runs on this machine). One step from version 1; a new file
+/// is made as version 1, then stepped forward, so every file has the same
+/// layout whatever version created it.
+const MIGRATE_V1_V2: &str = r#"
+ALTER TABLE runs ADD COLUMN client_host TEXT;
+ALTER TABLE runs ADD COLUMN client_agent TEXT;
+ALTER TABLE runs ADD COLUMN server_host TEXT;
+ALTER TABLE runs ADD COLUMN server_agent TEXT;
 "#;
 
 /// Everything that can go wrong with the store. Each message is one line:
@@ -246,6 +258,22 @@ pub struct NewRun<'a> {
     pub result_json: Option<&'a str>,
     /// (name, value, unit); names unique. NaN is stored as NULL.
     pub metrics: &'a [(String, f64, String)],
+    /// A run across hosts: which ran the client and which the server.
+    pub hosts: Option<RunHosts<'a>>,
+}
+
+/// The hosts of a run across hosts (`where = "hosts"`), as `[hosts.NAME]`
+/// names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunHosts<'a> {
+    /// The host whose agent ran the test as its client.
+    pub client: &'a str,
+    /// Its agent, `ADDR:PORT`.
+    pub client_agent: &'a str,
+    /// The host whose test server it ran against.
+    pub server: &'a str,
+    /// Its agent, `ADDR:PORT`.
+    pub server_agent: &'a str,
 }
 
 /// A stored run attempt.
@@ -268,6 +296,8 @@ pub struct RunRow {
     pub command_json: String,
     pub host_json: Option<String>,
     pub xferlab_version: String,
+    /// A run across hosts: (client host, its agent, server host, its agent).
+    pub hosts: Option<[String; 4]>,
 }
 
 /// A point as stored.
@@ -301,7 +331,8 @@ impl std::fmt::Debug for Store {
 /// The columns [`run_from_row`] reads, for `runs r LEFT JOIN points p`.
 const RUN_COLUMNS: &str = "r.id, r.point_id, p.key, p.idx, r.repeat, r.attempt, r.status, \
      r.exit_code, r.error, r.started_at, r.duration_s, r.result_json, r.experiment_id, \
-     r.ended_at, r.command, r.host_json, r.xferlab_version";
+     r.ended_at, r.command, r.host_json, r.xferlab_version, \
+     r.client_host, r.client_agent, r.server_host, r.server_agent";
 
 fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRow> {
     Ok(RunRow {
@@ -322,6 +353,10 @@ fn run_from_row(row: &Row<'_>) -> rusqlite::Result<RunRow> {
         command_json: row.get(14)?,
         host_json: row.get(15)?,
         xferlab_version: row.get(16)?,
+        hosts: match (row.get(17)?, row.get(18)?, row.get(19)?, row.get(20)?) {
+            (Some(c), Some(ca), Some(sv), Some(sa)) => Some([c, ca, sv, sa]),
+            _ => None,
+        },
     })
 }
 
@@ -486,16 +521,22 @@ impl Store {
             tx.execute_batch(SCHEMA_V1)
                 .map_err(|e| self.sql("creating the schema", e))?;
             tx.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('created_by', ?2)",
-                params![
-                    SCHEMA_VERSION.to_string(),
-                    concat!("xferlab ", env!("CARGO_PKG_VERSION"))
-                ],
+                "INSERT INTO meta (key, value) VALUES ('schema_version', '1'), ('created_by', ?1)",
+                params![concat!("xferlab ", env!("CARGO_PKG_VERSION"))],
             )
             .map_err(|e| self.sql("creating the schema", e))?;
         }
-        // Migrations from version 1 to later ones go here, each one step,
-        // ending with an UPDATE of meta.schema_version.
+        // Each step migrates one version forward, in this transaction: a
+        // file is either migrated whole or left as it was.
+        if version < 2 {
+            tx.execute_batch(MIGRATE_V1_V2)
+                .map_err(|e| self.sql("migrating the schema to version 2", e))?;
+        }
+        tx.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+            params![SCHEMA_VERSION.to_string()],
+        )
+        .map_err(|e| self.sql("migrating the schema", e))?;
         tx.commit().map_err(|e| self.sql("creating the schema", e))
     }
 
@@ -767,8 +808,9 @@ impl Store {
         };
         tx.execute(
             "INSERT INTO runs (experiment_id, point_id, repeat, attempt, status, exit_code, error, \
-             started_at, ended_at, duration_s, command, host_json, xferlab_version, result_json) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+             started_at, ended_at, duration_s, command, host_json, xferlab_version, result_json, \
+             client_host, client_agent, server_host, server_agent) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             params![
                 r.experiment_id,
                 r.point_id,
@@ -783,7 +825,11 @@ impl Store {
                 r.command_json,
                 r.host_json,
                 r.xferlab_version,
-                r.result_json
+                r.result_json,
+                r.hosts.as_ref().map(|h| h.client),
+                r.hosts.as_ref().map(|h| h.client_agent),
+                r.hosts.as_ref().map(|h| h.server),
+                r.hosts.as_ref().map(|h| h.server_agent)
             ],
         )
         .map_err(|e| self.sql(what, e))?;
@@ -1083,6 +1129,7 @@ pub(crate) mod tests {
             xferlab_version: "0.1.0",
             result_json: Some(r#"{"end":{"bps":1e9}}"#),
             metrics,
+            hosts: None,
         }
     }
 
@@ -1487,6 +1534,56 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_version_1_file_is_migrated_in_place_and_keeps_its_runs() {
+        let dir = TempDir::new("migrate");
+        {
+            // A file as xferlab wrote it before runs across hosts.
+            let conn = Connection::open(dir.db()).unwrap();
+            conn.execute_batch(SCHEMA_V1).unwrap();
+            conn.execute_batch(
+                "INSERT INTO meta VALUES ('schema_version', '1'), ('created_by', 'xferlab 0.0.9');
+                 INSERT INTO experiments VALUES (1, 'old', 'old', 'full', 'old.toml', '', 'h', '2025-01-01T00:00:00Z', '0.0.9');
+                 INSERT INTO points VALUES (1, 1, 0, 'k', '{}', '[]');
+                 INSERT INTO runs VALUES (1, 1, 1, 1, 1, 'ok', 0, NULL, '2025-01-01T00:00:00Z',
+                     '2025-01-01T00:00:01Z', 1.0, '[]', NULL, '0.0.9', NULL);",
+            )
+            .unwrap();
+        }
+        let store = Store::open(&dir.db()).unwrap();
+        let version: String = store
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(version, "2");
+        let old = store.latest_runs(1).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!((old[0].status.as_str(), &old[0].hosts), ("ok", &None));
+        let ms = metrics(1e9);
+        let mut across = run(Some(1), Some(1), Some(1), "ok", &ms);
+        across.hosts = Some(RunHosts {
+            client: "a",
+            client_agent: "10.9.0.1:5290",
+            server: "b",
+            server_agent: "10.9.0.2:5290",
+        });
+        let id = store.insert_run(&across).unwrap();
+        let got = store.run(id).unwrap().unwrap();
+        assert_eq!(
+            got.hosts,
+            Some(["a", "10.9.0.1:5290", "b", "10.9.0.2:5290"].map(String::from))
+        );
+        assert_eq!(got.attempt, 2);
+        drop(store);
+        // Opening again is no second migration.
+        let again = Store::open(&dir.db()).unwrap();
+        assert_eq!(again.all_runs(1).unwrap().len(), 2);
+    }
+
+    #[test]
     fn newer_schema_is_refused_naming_both_versions() {
         let dir = TempDir::new("newer");
         {
@@ -1508,7 +1605,7 @@ pub(crate) mod tests {
                     err,
                     StoreError::NewerSchema {
                         found: 7,
-                        supported: 1,
+                        supported: 2,
                         ..
                     }
                 ),
@@ -1516,7 +1613,7 @@ pub(crate) mod tests {
             );
             let msg = err.to_string();
             assert!(msg.contains("schema version 7"), "{msg}");
-            assert!(msg.contains("up to 1"), "{msg}");
+            assert!(msg.contains("up to 2"), "{msg}");
             assert!(msg.contains("newer xferlab"), "{msg}");
             assert!(!msg.contains('\n'));
         }
