@@ -226,10 +226,12 @@ pub fn show(
     if runs.is_empty() {
         writeln!(out, "no runs stored yet")?;
     } else {
+        // Across hosts: which host ran the client and which the server.
+        let across = runs.iter().any(|r| r.hosts.is_some());
         let rows: Vec<Vec<String>> = runs
             .iter()
             .map(|r| {
-                vec![
+                let mut row = vec![
                     // Points count from 1, as everywhere a person reads them
                     // (`--dry-run`, reports, `compare EXPERIMENT/POINT`).
                     opt(r.point_idx.map(|i| i + 1)),
@@ -241,16 +243,25 @@ pub fn show(
                     r.status.clone(),
                     format!("{:.1} s", r.duration_s),
                     r.error.as_deref().map(one_line).unwrap_or_default(),
-                ]
+                ];
+                if across {
+                    let hosts = r
+                        .hosts
+                        .as_ref()
+                        .map(|[c, _, s, _]| format!("{c} -> {s}"))
+                        .unwrap_or_default();
+                    row.insert(2, hosts);
+                }
+                row
             })
             .collect();
-        write_table(
-            out,
-            &[
-                "point", "knobs", "repeat", "attempt", "status", "duration", "error",
-            ],
-            &rows,
-        )?;
+        let mut header = vec![
+            "point", "knobs", "repeat", "attempt", "status", "duration", "error",
+        ];
+        if across {
+            header.insert(2, "hosts");
+        }
+        write_table(out, &header, &rows)?;
     }
     if without_runs > 0 {
         writeln!(
@@ -351,6 +362,9 @@ const CSV_FIXED: [&str; 14] = [
     "duration_s",
 ];
 
+/// The columns of a run across hosts, as the store names them.
+const HOST_COLUMNS: [&str; 4] = ["client_host", "client_agent", "server_host", "server_agent"];
+
 /// Knob columns follow `point_key` (in the order the scenario gives them,
 /// first seen first), metric columns follow the fixed ones, one per
 /// (name, unit) in first-seen order, headed `name [unit]`. Cells of knobs
@@ -374,6 +388,11 @@ fn write_csv(runs: &[Exported], out: &mut dyn Write) -> Result<(), DbError> {
     let mut header: Vec<String> = CSV_FIXED[..6].iter().map(|s| s.to_string()).collect();
     header.extend(knob_cols.iter().map(|k| k.to_string()));
     header.extend(CSV_FIXED[6..].iter().map(|s| s.to_string()));
+    // Runs across hosts: the client and server hosts and their agents.
+    let across = runs.iter().any(|x| x.run.hosts.is_some());
+    if across {
+        header.extend(HOST_COLUMNS.iter().map(|s| s.to_string()));
+    }
     header.extend(metric_cols.iter().map(|(name, unit)| {
         if unit.is_empty() {
             name.to_string()
@@ -411,6 +430,12 @@ fn write_csv(runs: &[Exported], out: &mut dyn Write) -> Result<(), DbError> {
             r.ended_at.clone(),
             r.duration_s.to_string(),
         ]);
+        if across {
+            match &r.hosts {
+                Some(h) => rec.extend(h.iter().cloned()),
+                None => rec.extend(HOST_COLUMNS.map(|_| String::new())),
+            }
+        }
         for (name, unit) in &metric_cols {
             rec.push(
                 x.metrics
@@ -468,6 +493,9 @@ fn write_jsonl(runs: &[Exported], out: &mut dyn Write) -> Result<(), DbError> {
             "xferlab_version": r.xferlab_version,
             "command": parse(Some(&r.command_json)),
             "host": parse(r.host_json.as_deref()),
+            "hosts": r.hosts.as_ref().map(|[c, ca, sv, sa]| json!({
+                "client": c, "client_agent": ca, "server": sv, "server_agent": sa,
+            })),
             "metrics": metrics,
             "units": units,
             "result": parse(r.result_json.as_deref()),
