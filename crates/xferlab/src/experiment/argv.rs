@@ -90,6 +90,10 @@ const RUNNER_FLAGS: &[&str] = &["-J", "--json", "-o", "--output", "--format", "-
 /// agent has of its own.
 const HOSTS_FLAGS: &[&str] = &["-p", "--port", "--auth-key"];
 
+/// Flags an agent refuses in an order, since they touch the agent's host
+/// (its CPUs, its USB bus): refused here, before anything runs.
+const AGENT_REFUSES: &[&str] = &["--load", "--usbmon"];
+
 /// The verbs an agent runs (a client against another host's server).
 const AGENT_VERBS: &[&str] = &["stream", "cbr", "sweep", "rr"];
 
@@ -472,10 +476,18 @@ fn shape(
         s.place == Place::Hosts
             && HOSTS_FLAGS
                 .iter()
+                .chain(AGENT_REFUSES)
                 .any(|f| w == *f || w.starts_with(&format!("{f}=")))
     };
     let hosts_refusal = |w: &str| {
-        format!("`{w}` is set by the runner from [hosts] (the server's address and port, each agent's own key); remove it")
+        if AGENT_REFUSES
+            .iter()
+            .any(|f| w == *f || w.starts_with(&format!("{f}=")))
+        {
+            format!("`{w}` is refused by agents (it would act on the agent's host, not on the test); remove it")
+        } else {
+            format!("`{w}` is set by the runner from [hosts] (the server's address and port, each agent's own key); remove it")
+        }
     };
     if let Some(w) = tests.iter().flat_map(|t| &t.base).find(|w| {
         hosts_flag(w)
@@ -949,6 +961,8 @@ mod hosts_tests {
             m.starts_with("5: ") && m.contains("`--auth-key` is set by the runner"),
             "{m}"
         );
+        let m = msg("command = \"@a:b stream\"\n[matrix]\n\"--load\" = [false, \"cpu=1\"]");
+        assert!(m.contains("`--load` is refused by agents"), "{m}");
         let m = msg("command = \"@a:b stream @b:a stream\"");
         assert!(m.contains("runs one test"), "{m}");
     }
