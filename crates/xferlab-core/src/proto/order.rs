@@ -657,7 +657,7 @@ mod tests {
         // Silent for a while: keepalives keep the controller waiting.
         let mut now = t0;
         for _ in 0..10 {
-            now = now + KEEPALIVE;
+            now += KEEPALIVE;
             a.handle_timeout(now);
             c.handle_timeout(now);
             pump(&mut a, &mut c, now);
