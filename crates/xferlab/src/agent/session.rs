@@ -197,7 +197,12 @@ pub fn serve(
         let (m, s) = &mut *l;
         let line = match &ran {
             Ok(o) => {
-                let reason = (o.exit_code != 0).then(|| last_line(&o.stderr));
+                let reason = (o.exit_code != 0).then(|| match last_line(&o.stderr) {
+                    l if o.stderr.trim().is_empty() => {
+                        format!("the test exited with {} ({l})", o.exit_code)
+                    }
+                    l => l,
+                });
                 let line = format!(
                     "done: exit {}{}",
                     o.exit_code,
