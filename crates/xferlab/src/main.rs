@@ -374,18 +374,9 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     }
     // rr tests hold a socket per flow: lift the open-file limit.
     rr::raise_nofile_limit();
-    let agent = a.agent.then(|| {
-        agent::session::Agent::new(
-            agent::order::Policy {
-                targets: a.agent_targets.clone(),
-                budgets: cfg.budgets,
-                max_duration: cfg.max_duration,
-                key_file: a.auth_key.clone(),
-                plan: cli::order::planner(),
-            },
-            a.agent_max_orders,
-        )
-    });
+    let agent = a
+        .agent
+        .then(|| agent::session::Agent::new(agent_policy(a), a.agent_max_orders));
     let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
@@ -418,6 +409,23 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     io::stdout().flush().ok();
     server.run();
     ExitCode::SUCCESS
+}
+
+/// What an agent order, and a probe, may do on this server: its
+/// --agent-targets, budgets, --max-duration and key.
+fn agent_policy(a: &ServerArgs) -> agent::order::Policy {
+    agent::order::Policy {
+        targets: a.agent_targets.clone(),
+        budgets: session::budget::Budgets {
+            max_rate: a.max_rate,
+            max_total_rate: a.max_total_rate,
+            max_flows: a.max_flows,
+            min_interval: a.min_interval,
+        },
+        max_duration: Duration::from_secs_f64(a.max_duration),
+        key_file: a.auth_key.clone(),
+        plan: cli::order::planner(),
+    }
 }
 
 /// `xferlab order`: the agent's lines on stdout as they come, its refusal
