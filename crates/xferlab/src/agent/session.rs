@@ -175,6 +175,14 @@ pub fn serve(
         shown(&checked.argv)
     ));
     m.accept(clock::now(), software.clone());
+    // Said now, not with the test's first line: the controller's wait for
+    // an answer must not include the test's connect.
+    if send(&mut stream, &mut m).is_err() {
+        shared.log(format_args!(
+            "{peer}: order [{what}] ended: the controller went away"
+        ));
+        return;
+    }
     let Ok(reader) = stream.try_clone() else {
         return;
     };
