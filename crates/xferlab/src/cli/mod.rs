@@ -170,6 +170,10 @@ pub enum Command {
     /// Did this change help? Per metric, the difference between two runs
     /// or points with its 95 % confidence interval and Welch's t-test.
     Compare(CompareArgs),
+    /// Order an agent (`xferlab server --agent`) to run a test as the
+    /// client against another host; its JSON lines and result come back
+    /// here: `xferlab order --agent HOST --auth-key FILE stream SERVER -t 5`.
+    Order(order::OrderArgs),
     /// The results database: list experiments, show runs, export them as
     /// CSV, JSON lines or SQL.
     Db(DbArgs),

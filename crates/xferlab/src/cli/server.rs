@@ -111,6 +111,25 @@ pub struct ServerArgs {
     /// asks for another (its -A n,m).
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<u32>,
+    /// Networks an agent order's or a probe's server may be in
+    /// (CIDR,...; an address alone is that host); none by default, so
+    /// every order is refused. Every address the server resolves to must
+    /// be inside.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',', value_parser = parse_cidr)]
+    pub agent_targets: Vec<ipnet::IpNet>,
+    /// Be an agent: a controller holding one of the --auth-key keys may
+    /// order this host to run a test (stream, rr, cbr, sweep) as the
+    /// client against a server in --agent-targets, within this server's
+    /// budgets (--max-duration, --max-flows, --max-rate, --min-interval),
+    /// and gets the result back (`xferlab order`). Needs --auth-key:
+    /// whoever holds a key can make this host send traffic to those
+    /// networks.
+    #[arg(long)]
+    pub agent: bool,
+    /// Orders an agent runs at once; more are refused as busy (two
+    /// tests from one host at once measure each other).
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "agent")]
+    pub agent_max_orders: usize,
 }
 
 /// A port, or `off` for none.
@@ -124,4 +143,15 @@ fn parse_port_or_off(s: &str) -> Result<PortOrOff, String> {
     s.parse::<u16>()
         .map(|p| PortOrOff(Some(p)))
         .map_err(|_| format!("'{s}' is not a port: use 0-65535 or off"))
+}
+
+/// A network (`10.0.0.0/8`), or one address (`10.0.0.2`: that host).
+fn parse_cidr(s: &str) -> Result<crate::agent::order::Cidr, String> {
+    let s = s.trim();
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Ok(ip.into());
+    }
+    s.parse().map_err(|_| {
+        format!("'{s}' is not a network: use ADDRESS/PREFIX (10.0.0.0/8, fd00::/8) or an address")
+    })
 }
