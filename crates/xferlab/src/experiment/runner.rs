@@ -575,15 +575,28 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyh
 /// order or drops it mid-run is this run's error, named with the host and
 /// the reason; the runner goes on with the next point.
 fn order(agent: &hosts::Agent, argv: &[String]) -> Outcome {
-    let _ = argv;
-    Outcome {
-        status: "error",
-        exit_code: None,
-        error: Some(format!(
-            "agent {} ({}): this xferlab has no agent client yet",
-            agent.name, agent.agent
-        )),
-        json: None,
+    use crate::agent::client::{self, AgentError};
+    // The client's messages name the agent's address; the host's name
+    // goes first, as the scenario calls it.
+    let why = |e: &AgentError| format!("host {}: {e}", agent.name);
+    match client::order(&agent.agent, &agent.key, argv, &mut |_| {}) {
+        Ok(o) => classify(Some(o.exit_code), Some(o.doc.to_string()), &o.stderr),
+        // The test ran and did not exit 0: its document (a failed or
+        // partial result, or cbr's verdict, which is a measurement) is
+        // read as a local child's would be, with exit status 1.
+        Err(e @ AgentError::Failed { .. }) => {
+            let reason = why(&e);
+            let AgentError::Failed { doc, .. } = e else {
+                unreachable!("matched above")
+            };
+            classify(Some(1), doc.map(|d| d.to_string()), &reason)
+        }
+        Err(e) => Outcome {
+            status: "error",
+            exit_code: None,
+            error: Some(why(&e)),
+            json: None,
+        },
     }
 }
 
