@@ -570,6 +570,19 @@ fn run_local(ctx: &mut Ctx, pending: &[RunSlot], interrupts: &AtomicU32) -> anyh
     Ok(interrupted || interrupts.load(Ordering::Relaxed) > 0)
 }
 
+/// How long to wait before each new attempt of an order a busy agent
+/// refused (about 10 s in all).
+const BUSY_BACKOFF: [Duration; 8] = [
+    Duration::from_millis(20),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(200),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(3),
+    Duration::from_secs(5),
+];
+
 /// Orders one point from its client host's agent and reads what came
 /// back as a run's outcome. An agent that cannot be reached, refuses the
 /// order or drops it mid-run is this run's error, named with the host and
@@ -579,7 +592,23 @@ fn order(agent: &hosts::Agent, argv: &[String]) -> Outcome {
     // The client's messages name the agent's address; the host's name
     // goes first, as the scenario calls it.
     let why = |e: &AgentError| format!("host {}: {e}", agent.name);
-    match client::order(&agent.agent, &agent.key, argv, &mut |_| {}) {
+    // An agent at its order or session limits says it is busy and to try
+    // again later: it may be serving a probe or another controller, or
+    // still releasing the order it just answered. That is no failure of
+    // the point, so it is tried again, a bounded number of times.
+    let mut ordered = client::order(&agent.agent, &agent.key, argv, &mut |_| {});
+    for backoff in BUSY_BACKOFF {
+        match &ordered {
+            Err(AgentError::Refused { reason, .. })
+                if reason.contains("busy") && reason.contains("try again later") =>
+            {
+                std::thread::sleep(backoff);
+                ordered = client::order(&agent.agent, &agent.key, argv, &mut |_| {});
+            }
+            _ => break,
+        }
+    }
+    match ordered {
         Ok(o) => classify(Some(o.exit_code), Some(o.doc.to_string()), &o.stderr),
         // The test ran and did not exit 0: its document (a failed or
         // partial result, or cbr's verdict, which is a measurement) is
