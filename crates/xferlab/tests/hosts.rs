@@ -380,3 +380,76 @@ fn bad_host_scenarios_name_file_line_and_fix() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An agent busy with another controller's order (at its
+/// `--agent-max-orders`) says so; the runner asks again until it is free
+/// instead of failing the point. On loopback, no namespaces needed.
+#[test]
+fn a_busy_agent_is_asked_again_not_failed() {
+    let dir = std::env::temp_dir().join(format!("xfl-hbusy{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("lab.key");
+    std::fs::write(&key, "a-key-the-three-agents-share\n").unwrap();
+    let key_s = key.to_str().unwrap();
+    let agent = common::Server::start_with(&[
+        "--auth-key",
+        key_s,
+        "--agent",
+        "--agent-targets",
+        "127.0.0.0/8",
+        "--agent-max-orders",
+        "1",
+    ]);
+    let at = format!("127.0.0.1:{}", agent.port);
+    let port = agent.port.to_string();
+    // Another controller's order holds the agent's only place for 1.5 s.
+    let other = Proc::spawn(&[
+        "order",
+        "--agent",
+        &at,
+        "--auth-key",
+        key_s,
+        "stream",
+        "127.0.0.1",
+        "-p",
+        &port,
+        "-t",
+        "1.5",
+    ]);
+    agent.wait_for_log("accepted: stream", 1, Duration::from_secs(10));
+    let scenario = dir.join("busy.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "title = \"busy\"\nwhere = \"hosts\"\ncommand = \"@a:a stream -t 0.2\"\n\
+             [hosts.a]\nagent = \"{at}\"\nkey = \"lab.key\"\n"
+        ),
+    )
+    .unwrap();
+    let db = dir.join("x.db");
+    let out = run(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--db",
+            db.to_str().unwrap(),
+            "--no-report",
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.code,
+        Some(0),
+        "{}\n--- agent ---\n{}",
+        out.describe(),
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("refused: agent busy"),
+        "the point came while the agent was busy: {}",
+        agent.log()
+    );
+    let other = other.finish(Duration::from_secs(15));
+    assert_eq!(other.code, Some(0), "{}", other.describe());
+    let _ = std::fs::remove_dir_all(&dir);
+}
