@@ -602,6 +602,7 @@ fn order(agent: &hosts::Agent, argv: &[String]) -> Outcome {
             Err(AgentError::Refused { reason, .. })
                 if reason.contains("busy") && reason.contains("try again later") =>
             {
+                tracing::debug!(host = %agent.name, ?backoff, %reason, "agent busy: asking again");
                 std::thread::sleep(backoff);
                 ordered = client::order(&agent.agent, &agent.key, argv, &mut |_| {});
             }
