@@ -507,6 +507,12 @@ fn shape(
         if hosts_flag(&k.knob.flag) {
             return Err(err(k.line, hosts_refusal(&k.knob.flag)));
         }
+        if s.place == Place::Hosts && k.knob.scope != Scope::Command {
+            return Err(err(
+                k.line,
+                format!("`{}`: across hosts a knob is a plain flag, which sets every command; write flags for one pair of hosts in its named command", k.knob),
+            ));
+        }
         if k.knob.scope != Scope::Command && !s.in_lab() {
             return Err(err(
                 k.line,
@@ -963,6 +969,8 @@ mod hosts_tests {
         );
         let m = msg("command = \"@a:b stream\"\n[matrix]\n\"--load\" = [false, \"cpu=1\"]");
         assert!(m.contains("`--load` is refused by agents"), "{m}");
+        let m = msg("command = \"@a:b stream\"\n[matrix]\n\"@a -P\" = [1]");
+        assert!(m.contains("across hosts a knob is a plain flag"), "{m}");
         let m = msg("command = \"@a:b stream @b:a stream\"");
         assert!(m.contains("runs one test"), "{m}");
     }
