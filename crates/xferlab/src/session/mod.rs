@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod budget;
 pub mod client;
+pub mod metrics;
 mod error;
 pub mod server;
 pub mod shared;
