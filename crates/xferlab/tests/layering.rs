@@ -21,7 +21,7 @@ const BINARY: &[&[&str]] = &[
     &["stream"],
     &["rr", "iperf3", "usb"],
     &["patterns"],
-    &["server"],
+    &["server", "metrics"],
     &["lab", "model", "series", "experiment", "calibrate"],
     &["cli"],
     &["main"],

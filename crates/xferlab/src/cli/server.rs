@@ -111,6 +111,21 @@ pub struct ServerArgs {
     /// asks for another (its -A n,m).
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<u32>,
+    /// Serve Prometheus on ADDR (e.g. 0.0.0.0:9290): /metrics, this
+    /// server's counters, and /probe with --probe-modules. No
+    /// authentication: bind it to an address only your Prometheus reaches.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Probe modules for /probe?module=NAME&target=HOST: a TOML file of
+    /// `[modules.NAME]` tables with `command = "stream -t 5"` (an xferlab
+    /// test without its server; see contrib/probe-modules.toml). Probes
+    /// run as agent orders: their targets must be in --agent-targets and
+    /// they are held to this server's budgets.
+    #[arg(long, value_name = "FILE", requires = "metrics")]
+    pub probe_modules: Option<std::path::PathBuf>,
+    /// Probes running at once; more are answered 503.
+    #[arg(long, default_value_t = crate::metrics::probe::MAX_PROBES, value_name = "N")]
+    pub max_probes: usize,
 }
 
 /// A port, or `off` for none.
