@@ -24,6 +24,7 @@ mod experiment;
 mod iperf3;
 mod lab;
 mod logging;
+mod metrics;
 mod model;
 mod net;
 mod output;
@@ -362,11 +363,35 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             return fail(e.to_string(), 2);
         }
     }
+    if a.max_probes == 0 {
+        return fail("--max-probes must be at least 1 (it bounds the probes running at once)", 2);
+    }
+    // Bad probe modules are bad input: said before anything listens.
+    let prober = match &a.probe_modules {
+        Some(file) => {
+            let policy = agent_policy(a);
+            match metrics::probe::Modules::load(file, &policy) {
+                Ok(m) => Some(metrics::probe::Prober::new(m, policy, a.max_probes)),
+                Err(e) => return fail(&e, 2),
+            }
+        }
+        None => None,
+    };
     // rr tests hold a socket per flow: lift the open-file limit.
     rr::raise_nofile_limit();
     let server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
+    };
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let cfg = metrics::MetricsConfig { addr, prober };
+            match metrics::start(cfg, server.shared()) {
+                Ok(m) => Some(m),
+                Err(e) => return fail(&e, 1),
+            }
+        }
+        None => None,
     };
     let addr = server
         .local_addr()
@@ -378,9 +403,30 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         ),
         None => outln!("xferlab server listening on {addr} (control protocol v{VERSION})"),
     }
+    if let Some(m) = &metrics {
+        outln!("metrics on http://{}/metrics", m.local_addr());
+    }
     io::stdout().flush().ok();
     server.run();
+    drop(metrics);
     ExitCode::SUCCESS
+}
+
+/// What an agent order, and a probe, may do on this server: its
+/// --agent-targets, budgets, --max-duration and key.
+fn agent_policy(a: &ServerArgs) -> agent::order::Policy {
+    agent::order::Policy {
+        targets: a.agent_targets.clone(),
+        budgets: session::budget::Budgets {
+            max_rate: a.max_rate,
+            max_total_rate: a.max_total_rate,
+            max_flows: a.max_flows,
+            min_interval: a.min_interval,
+        },
+        max_duration: Duration::from_secs_f64(a.max_duration),
+        key_file: a.auth_key.clone(),
+        plan: cli::order::planner(),
+    }
 }
 
 /// Where a client command's tests go: the named server, or an in-process

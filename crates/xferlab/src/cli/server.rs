@@ -111,6 +111,10 @@ pub struct ServerArgs {
     /// asks for another (its -A n,m).
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<u32>,
+    /// Networks an agent order's or a probe's server may be in
+    /// (CIDR,...); none by default.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',')]
+    pub agent_targets: Vec<ipnet::IpNet>,
     /// Serve Prometheus on ADDR (e.g. 0.0.0.0:9290): /metrics, this
     /// server's counters, and /probe with --probe-modules. No
     /// authentication: bind it to an address only your Prometheus reaches.

@@ -9,7 +9,7 @@
 //! killed) and answered `success 0`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ pub struct Module {
 /// The modules of `--probe-modules FILE`.
 #[derive(Debug, Clone)]
 pub struct Modules {
-    pub file: PathBuf,
+    pub file: String,
     pub modules: BTreeMap<String, Module>,
 }
 
@@ -98,7 +98,8 @@ impl Modules {
                 line,
                 format!(
                     "{}; a module is `[modules.NAME]` with `command = \"stream -t 5\"` (see contrib/probe-modules.toml)",
-                    e.message()
+                    // toml's message may run over lines: one line here.
+                    e.message().trim().replace('\n', ", ")
                 ),
             )
         })?;
