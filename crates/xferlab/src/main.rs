@@ -16,6 +16,7 @@ macro_rules! outln {
     }};
 }
 
+mod agent;
 mod calibrate;
 mod cli;
 mod control;
@@ -52,14 +53,13 @@ use clap::Parser;
 use xferlab_core::datagram::{Criterion, Plan};
 use xferlab_core::proto::wire::VERSION;
 use xferlab_core::spec::TestSpec;
-use xferlab_core::units;
 
 use cli::rr::RrArgs;
 use cli::series::{CbrArgs, SweepArgs};
 use cli::server::ServerArgs;
 use cli::stream::StreamArgs;
 use cli::{Cli, Command};
-use series::{CbrPlan, SweepAxis};
+use series::CbrPlan;
 use server::{Server, ServerHandle};
 use session::client::{self, ClientConfig};
 use session::ServerConfig;
@@ -703,22 +703,7 @@ fn run_sweep(a: &SweepArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(&e, 2),
     };
-    let axis = match (&a.sizes, &a.spacing) {
-        (Some(s), _) => cli::series::parse_steps("--size", s, |v| {
-            units::parse_size(v)
-                .map(|b| b as f64)
-                .map_err(|e| e.to_string())
-        })
-        .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect()))
-        .map_err(anyhow::Error::from),
-        (None, Some(s)) => cli::series::parse_steps("--spacing", s, |v| {
-            v.parse::<f64>()
-                .map_err(|_| format!("'{v}' is not a number of microseconds"))
-        })
-        .map(SweepAxis::Spacing)
-        .map_err(anyhow::Error::from),
-        (None, None) => Err(anyhow::anyhow!("sweep needs --size or --spacing")),
-    };
+    let axis = a.axis();
     let specs = match axis.and_then(|axis| series::sweep_specs(&spec, &axis)) {
         Ok(x) => x,
         Err(e) => return fail(format!("{e:#}"), 2),

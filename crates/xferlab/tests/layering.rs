@@ -21,6 +21,7 @@ const BINARY: &[&[&str]] = &[
     &["stream"],
     &["rr", "iperf3", "usb"],
     &["patterns"],
+    &["agent"],
     &["server", "metrics"],
     &["lab", "model", "series", "experiment", "calibrate"],
     &["cli"],

@@ -8,6 +8,7 @@ pub mod experiment;
 pub mod lab;
 pub mod lab_topology;
 pub mod model;
+pub mod order;
 pub mod rr;
 pub mod series;
 pub mod server;

@@ -53,6 +53,29 @@ pub struct SweepArgs {
     pub spacing: Option<String>,
 }
 
+impl SweepArgs {
+    /// The axis `--size` or `--spacing` asks for.
+    pub fn axis(&self) -> anyhow::Result<crate::series::SweepAxis> {
+        use crate::series::SweepAxis;
+        match (&self.sizes, &self.spacing) {
+            (Some(s), _) => parse_steps("--size", s, |v| {
+                xferlab_core::units::parse_size(v)
+                    .map(|b| b as f64)
+                    .map_err(|e| e.to_string())
+            })
+            .map(|v| SweepAxis::Size(v.into_iter().map(|b| b as u64).collect()))
+            .map_err(anyhow::Error::from),
+            (None, Some(s)) => parse_steps("--spacing", s, |v| {
+                v.parse::<f64>()
+                    .map_err(|_| format!("'{v}' is not a number of microseconds"))
+            })
+            .map(SweepAxis::Spacing)
+            .map_err(anyhow::Error::from),
+            (None, None) => Err(anyhow::anyhow!("sweep needs --size or --spacing")),
+        }
+    }
+}
+
 /// A range flag of `sweep` or `cbr` that does not parse: the one line printed.
 #[derive(Debug, PartialEq, thiserror::Error)]
 pub enum RangeError {
