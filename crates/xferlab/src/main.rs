@@ -364,7 +364,10 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         }
     }
     if a.max_probes == 0 {
-        return fail("--max-probes must be at least 1 (it bounds the probes running at once)", 2);
+        return fail(
+            "--max-probes must be at least 1 (it bounds the probes running at once)",
+            2,
+        );
     }
     // Bad probe modules are bad input: said before anything listens.
     let prober = match &a.probe_modules {

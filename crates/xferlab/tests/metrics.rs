@@ -66,7 +66,10 @@ fn metrics_until(addr: SocketAddr, what: &str, ok: impl Fn(&str) -> bool) -> Str
         if ok(&text) {
             return text;
         }
-        assert!(Instant::now() < deadline, "/metrics never showed {what}:\n{text}");
+        assert!(
+            Instant::now() < deadline,
+            "/metrics never showed {what}:\n{text}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -110,7 +113,11 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
     let (status, text) = get(m, "/metrics", &[]);
     assert_eq!(status, 200);
     assert!(text.ends_with("# EOF\n"), "{text}");
-    assert_eq!(sample(&text, "xferlab_sessions_active"), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, "xferlab_sessions_active"),
+        Some(0.0),
+        "{text}"
+    );
     assert_eq!(
         sample(&text, "xferlab_sessions_served_total{protocol=\"xferlab\"}"),
         None
@@ -135,7 +142,11 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
         Some(1.0),
         "{text}"
     );
-    assert_eq!(sample(&text, "xferlab_sessions_active"), Some(0.0), "{text}");
+    assert_eq!(
+        sample(&text, "xferlab_sessions_active"),
+        Some(0.0),
+        "{text}"
+    );
     assert_eq!(sample(&text, "xferlab_flows_active"), Some(0.0), "{text}");
     let received = sample(
         &text,
@@ -228,7 +239,10 @@ fn probes_run_tests_and_are_bounded_in_number_and_time() {
     let (status, body) = get(m, &format!("/probe?module=nope&target={t}"), &[]);
     assert_eq!(status, 400, "{body}");
     assert_eq!(body.lines().count(), 1, "{body}");
-    assert!(body.contains("unknown module \"nope\"") && body.contains("long, tcp"), "{body}");
+    assert!(
+        body.contains("unknown module \"nope\"") && body.contains("long, tcp"),
+        "{body}"
+    );
     let (status, body) = get(
         m,
         &format!("/probe?module=tcp&target=127.0.0.2:{}", target.port),
@@ -434,8 +448,17 @@ fn prometheus_scrapes_metrics_and_a_probe_between_namespaces() {
     let target = Proc::spawn_program(
         "ip",
         &[
-            "netns", "exec", &hosts.target, BIN, "server", "-B", "10.201.1.2", "-p", "5290",
-            "--iperf3-port", "off",
+            "netns",
+            "exec",
+            &hosts.target,
+            BIN,
+            "server",
+            "-B",
+            "10.201.1.2",
+            "-p",
+            "5290",
+            "--iperf3-port",
+            "off",
         ],
     );
     let prober = Proc::spawn_program(

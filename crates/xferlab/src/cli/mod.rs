@@ -129,7 +129,7 @@ pub fn one_line(e: &clap::Error) -> String {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve tests from xferlab and stock iperf3 clients, several at once.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Bulk transfer: as much data as possible (TCP), or datagrams at a
     /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
     Stream(Box<StreamArgs>),

@@ -206,7 +206,9 @@ impl SessionRole for Iperf3Session<'_> {
                         self.test = Some(a);
                     }
                     Err((code, why)) => {
-                        shared.metrics.refused(Protocol::Iperf3, refusal_reason(code));
+                        shared
+                            .metrics
+                            .refused(Protocol::Iperf3, refusal_reason(code));
                         shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
                         self.ctl.refuse(code);
                         cx.fail(why);

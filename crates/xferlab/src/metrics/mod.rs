@@ -37,7 +37,9 @@ pub struct MetricsConfig {
 /// Why the metrics endpoint cannot listen: one line, with the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("--metrics {addr}: the port is already in use; stop the other program or pick another port")]
+    #[error(
+        "--metrics {addr}: the port is already in use; stop the other program or pick another port"
+    )]
     InUse { addr: SocketAddr },
     #[error("--metrics {addr}: no local interface has that address; use one of this host's addresses (or 0.0.0.0)")]
     NoSuchAddress { addr: SocketAddr },
@@ -95,12 +97,11 @@ pub fn start(cfg: MetricsConfig, shared: Arc<Shared>) -> Result<MetricsServer, M
         },
     })?;
     let local = listener.local_addr().unwrap_or(addr);
-    let http = tiny_http::Server::from_listener(listener, None).map_err(|err| {
-        MetricsError::Listen {
+    let http =
+        tiny_http::Server::from_listener(listener, None).map_err(|err| MetricsError::Listen {
             addr,
             err: err.to_string(),
-        }
-    })?;
+        })?;
     let http = Arc::new(http);
     let mut registry = Registry::with_prefix("xferlab");
     shared.metrics.register(&mut registry);

@@ -130,8 +130,7 @@ impl Modules {
                     format!("module {name}: an empty command; write a test such as `stream -t 5`"),
                 ));
             }
-            let plan = (policy.plan)(&argv)
-                .map_err(|e| at(line, format!("module {name}: {e}")))?;
+            let plan = (policy.plan)(&argv).map_err(|e| at(line, format!("module {name}: {e}")))?;
             if let Some(host) = plan.host {
                 return Err(at(
                     line,

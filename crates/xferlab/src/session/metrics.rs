@@ -155,7 +155,9 @@ impl ServerMetrics {
     /// A test was admitted: counts it, and holds its flows in the active
     /// gauge until the returned guard is dropped.
     pub fn served(&self, protocol: Protocol, spec: &TestSpec) -> ActiveFlows {
-        self.served.get_or_create(&ProtocolLabels { protocol }).inc();
+        self.served
+            .get_or_create(&ProtocolLabels { protocol })
+            .inc();
         let rr = spec.pattern.rr().map_or(0, |r| i64::from(r.flows));
         let n = spec.flows().len() as i64 + rr;
         self.active_flows.inc_by(n);

@@ -6,8 +6,8 @@
 pub mod auth;
 pub mod budget;
 pub mod client;
-pub mod metrics;
 mod error;
+pub mod metrics;
 pub mod server;
 pub mod shared;
 pub mod udp_door;
