@@ -159,6 +159,55 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
     assert!(body.contains("--probe-modules"), "{body}");
 }
 
+/// A wrong key counts as an authentication failure and a refusal for
+/// `auth`; a stock iperf3 client's test is served as `iperf3`.
+#[test]
+fn auth_failures_and_iperf3_tests_are_counted() {
+    let dir = tempdir::Dir::new("auth");
+    let keys = dir.path().join("keys");
+    let wrong = dir.path().join("wrong");
+    std::fs::write(&keys, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::write(&wrong, "fedcba9876543210fedcba9876543210\n").unwrap();
+    let keys = keys.display().to_string();
+    let wrong = wrong.display().to_string();
+    let server = Server::start_with(&["--metrics", "127.0.0.1:0", "--auth-key", &keys]);
+    let m = metrics_addr(&server);
+    let out = server.client(&["-t", "0.3", "--auth-key", &wrong], deadline_for(0.3));
+    assert_ne!(out.code, Some(0), "{}", out.describe());
+    let text = metrics_until(m, "the failed authentication", |t| {
+        sample(t, "xferlab_auth_failures_total") == Some(1.0)
+    });
+    assert_eq!(
+        sample(
+            &text,
+            "xferlab_sessions_refused_total{protocol=\"xferlab\",reason=\"auth\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "xferlab_sessions_served_total{protocol=\"xferlab\"}"),
+        None,
+        "{text}"
+    );
+
+    let open = Server::start_with(&["--metrics", "127.0.0.1:0"]);
+    let m = metrics_addr(&open);
+    let port = open.port.to_string();
+    let iperf3 = Proc::spawn_program("iperf3", &["-c", "127.0.0.1", "-p", &port, "-t", "1"]);
+    let out = iperf3.finish(deadline_for(1.0));
+    out.assert_success();
+    let text = metrics_until(m, "the iperf3 test", |t| {
+        sample(t, "xferlab_sessions_served_total{protocol=\"iperf3\"}") == Some(1.0)
+    });
+    let received = sample(
+        &text,
+        "xferlab_transferred_bytes_total{protocol=\"iperf3\",direction=\"received\"}",
+    )
+    .unwrap_or(0.0);
+    assert!(received > 1e6, "{text}");
+}
+
 /// A module file that is not TOML, a module that names its server, a
 /// module that is not a test: each stops the server at start-up with one
 /// line naming the file and line, exit 2.
@@ -251,6 +300,20 @@ fn probes_run_tests_and_are_bounded_in_number_and_time() {
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("--agent-targets"), "{body}");
     server.wait_for_log("probe refused", 2, Duration::from_secs(5));
+    let text = metrics_until(m, "the refused order", |t| {
+        sample(
+            t,
+            "xferlab_agent_orders_total{origin=\"probe\",result=\"refused\",reason=\"target\"}",
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        sample(
+            &text,
+            "xferlab_probes_total{module=\"tcp\",result=\"refused\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
 
     let (status, body) = get(m, &format!("/probe?module=tcp&target={t}"), &[]);
     assert_eq!(status, 200, "{body}");

@@ -9,6 +9,11 @@
 //! connection) and queues them; a fixed pool of workers answers them,
 //! `--max-probes` + 2 threads, so that `/metrics` is answered while every
 //! probe slot is busy and a probe past the limit gets its 503 at once.
+//! tiny_http has no limit of its own on connections, so every connection
+//! gets [`IDLE`] to send a request (the listener's SO_RCVTIMEO, which
+//! Linux copies to each accepted socket): one that says nothing costs a
+//! thread for that long, then is closed. The endpoint belongs on a
+//! management address all the same (docs/fleet.md).
 
 pub mod gauges;
 pub mod probe;
@@ -18,6 +23,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+use socket2::{Domain, Socket, Type};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::registry::Registry;
@@ -82,13 +90,32 @@ impl Drop for MetricsServer {
     }
 }
 
+/// How long a connection may stay silent (between requests too; a
+/// scraper reconnects). Longer than a probe's usual scrape interval
+/// would only keep idle threads.
+pub const IDLE: Duration = Duration::from_secs(30);
+/// How long writing an answer may block on a peer that does not read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `addr` with [`IDLE`] and [`WRITE_TIMEOUT`] on the listener,
+/// which accepted sockets inherit.
+fn listen(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    s.set_read_timeout(Some(IDLE))?;
+    s.set_write_timeout(Some(WRITE_TIMEOUT))?;
+    s.bind(&addr.into())?;
+    s.listen(128)?;
+    Ok(s.into())
+}
+
 /// The content type of the OpenMetrics text format.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Binds `cfg.addr` and starts the workers.
 pub fn start(cfg: MetricsConfig, shared: Arc<Shared>) -> Result<MetricsServer, MetricsError> {
     let addr = cfg.addr;
-    let listener = std::net::TcpListener::bind(addr).map_err(|err| match err.kind() {
+    let listener = listen(addr).map_err(|err| match err.kind() {
         io::ErrorKind::AddrInUse => MetricsError::InUse { addr },
         io::ErrorKind::AddrNotAvailable => MetricsError::NoSuchAddress { addr },
         _ => MetricsError::Listen {
@@ -177,7 +204,7 @@ impl Endpoint {
                         .iter()
                         .find(|h| h.field.equiv("X-Prometheus-Scrape-Timeout-Seconds"))
                         .map(|h| h.value.as_str());
-                    match p.probe(query, probe::timeout(timeout)) {
+                    match p.probe(query, probe::timeout(timeout), &self.shared.metrics) {
                         Ok(body) => text(200, body, OPENMETRICS),
                         Err(why) => {
                             let who = peer.map_or_else(|| "?".into(), |p| p.to_string());

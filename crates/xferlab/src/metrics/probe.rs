@@ -21,6 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::agent::order::{self, Policy};
+use crate::session::metrics::ServerMetrics;
 
 /// Probes running at once unless `--max-probes` says otherwise: each is a
 /// test moving traffic from this host, and tests at once share its links
@@ -33,6 +34,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Taken off the scrape's timeout so the answer reaches Prometheus before
 /// it gives up (blackbox_exporter's default offset).
 const TIMEOUT_OFFSET: Duration = Duration::from_millis(500);
+
+/// The `origin` of a probe's order in `xferlab_agent_orders_total`.
+const ORIGIN: &str = "probe";
 
 /// One module: a command line without its server.
 #[derive(Debug, Clone)]
@@ -272,7 +276,12 @@ impl Prober {
 
     /// Answers one probe: the gauges' text, or why it was refused. The
     /// probe takes at most `timeout` less a margin.
-    pub fn probe(&self, query: &str, timeout: Duration) -> Result<String, ProbeRefusal> {
+    pub fn probe(
+        &self,
+        query: &str,
+        timeout: Duration,
+        orders: &ServerMetrics,
+    ) -> Result<String, ProbeRefusal> {
         let (mut module, mut target) = (None, None);
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             match &*k {
@@ -305,6 +314,7 @@ impl Prober {
             Ok(c) => c,
             Err(why) => {
                 self.count(&name, "refused");
+                orders.order(ORIGIN, "refused", why.code());
                 return Err(ProbeRefusal::Refused {
                     module: name,
                     target,
@@ -375,6 +385,9 @@ impl Prober {
                 (None, false, "failed")
             }
         };
+        // As an agent order: it ran, whatever its verdict, or it did not.
+        let ran = outcome.as_ref().is_some_and(|o| o.is_ok());
+        orders.order(ORIGIN, if ran { "served" } else { "failed" }, "");
         self.count(&name, result);
         Ok(super::gauges::answer(doc, success, took))
     }

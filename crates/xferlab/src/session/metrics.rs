@@ -100,7 +100,13 @@ pub struct ServerMetrics {
     active_sessions: Gauge,
     active_flows: Gauge,
     auth_failures: Counter,
+    orders: Family<OrderLabels, Counter>,
 }
+
+/// An agent order's origin (`controller`, or `probe` for /probe), its
+/// result and, when refused, the refusal's short code (the agent's
+/// `Refusal::code`: target, budget, usage ...; empty otherwise).
+type OrderLabels = Vec<(&'static str, &'static str)>;
 
 /// A running test's flows in `xferlab_active_flows`, taken back when
 /// dropped (with the session, however it ends).
@@ -150,6 +156,18 @@ impl ServerMetrics {
             "Failed authentication attempts (xferlab keys and iperf3 credentials)",
             self.auth_failures.clone(),
         );
+        reg.register(
+            "agent_orders",
+            "Agent orders, by origin (controller, probe), result (served, refused, failed) and refusal reason",
+            self.orders.clone(),
+        );
+    }
+
+    /// An agent order from `origin` ran (`served`) or ended without a
+    /// result (`failed`); `refused` with the refusal's code as `reason`.
+    pub fn order(&self, origin: &'static str, result: &'static str, reason: &'static str) {
+        let labels = vec![("origin", origin), ("result", result), ("reason", reason)];
+        self.orders.get_or_create(&labels).inc();
     }
 
     /// A test was admitted: counts it, and holds its flows in the active
