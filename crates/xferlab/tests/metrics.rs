@@ -258,6 +258,23 @@ fn a_bad_module_file_is_one_line_with_its_file_and_line() {
         let l = out.assert_one_line_failure(2, &[&at, needle]);
         assert!(!out.stdout.contains("listening"), "{l}");
     }
+    // --metrics on a port in use: one line naming it, exit 1.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let port = free_port().to_string();
+    let out = run(
+        &[
+            "server",
+            "-p",
+            &port,
+            "--iperf3-port",
+            "off",
+            "--metrics",
+            &addr,
+        ],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(1, &[&format!("--metrics {addr}"), "already in use"]);
 }
 
 /// Probes: an unknown module and a target outside --agent-targets are

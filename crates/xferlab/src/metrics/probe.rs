@@ -326,6 +326,12 @@ impl Prober {
             self.count(&name, "refused");
             return Err(ProbeRefusal::Full(self.max));
         };
+        tracing::debug!(
+            module = name,
+            verb = checked.plan.verb.name(),
+            target = %checked.target,
+            "probe started"
+        );
         let started = Instant::now();
         let budget = timeout.saturating_sub(TIMEOUT_OFFSET).max(TIMEOUT_OFFSET);
         let stop = Arc::new(AtomicBool::new(false));
