@@ -363,9 +363,13 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             return fail(e.to_string(), 2);
         }
     }
-    if a.max_probes == 0 {
+    if !(1..=metrics::probe::MAX_MAX_PROBES).contains(&a.max_probes) {
         return fail(
-            "--max-probes must be at least 1 (it bounds the probes running at once)",
+            format!(
+                "--max-probes must be 1 to {} (got {}); each is a test, and a thread answers it",
+                metrics::probe::MAX_MAX_PROBES,
+                a.max_probes
+            ),
             2,
         );
     }

@@ -258,6 +258,11 @@ fn a_bad_module_file_is_one_line_with_its_file_and_line() {
         let l = out.assert_one_line_failure(2, &[&at, needle]);
         assert!(!out.stdout.contains("listening"), "{l}");
     }
+    let out = run(
+        &["server", "--metrics", "127.0.0.1:0", "--max-probes", "0"],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(2, &["--max-probes must be 1 to 64"]);
     // --metrics on a port in use: one line naming it, exit 1.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

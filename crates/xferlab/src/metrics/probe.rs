@@ -27,6 +27,9 @@ use crate::session::metrics::ServerMetrics;
 /// test moving traffic from this host, and tests at once share its links
 /// and CPUs (their figures then measure each other).
 pub const MAX_PROBES: usize = 4;
+/// The most `--max-probes` may be: past it, probes would measure each
+/// other more than their paths (and each holds a thread).
+pub const MAX_MAX_PROBES: usize = 64;
 /// What a probe may take when the request does not say
 /// (`X-Prometheus-Scrape-Timeout-Seconds`): Prometheus' default scrape
 /// timeout.
