@@ -451,8 +451,8 @@ fn enc(s: &str) -> String {
 
 /// Prometheus' configuration: the prober's own counters, and its probes
 /// of the target with blackbox_exporter's relabelling (the target into
-/// `target=`, the prober's address in its place); a 1 s test in a 3 s
-/// scrape.
+/// `target=`, the prober's address in its place); a 1 s test in a 2 s
+/// scrape (a probe that misses it is tried again 2 s later).
 const PROMETHEUS_YML: &str = r#"
 global:
   scrape_interval: 1s
@@ -465,8 +465,8 @@ scrape_configs:
     metrics_path: /probe
     params:
       module: [tcp]
-    scrape_interval: 3s
-    scrape_timeout: 3s
+    scrape_interval: 2s
+    scrape_timeout: 2s
     static_configs:
       - targets: ['10.201.1.2:5290']
     relabel_configs:
@@ -581,7 +581,8 @@ fn prometheus_scrapes_metrics_and_a_probe_between_namespaces() {
         ],
     );
     // Wait for events, not time: the query API answers the probe's
-    // throughput once a probe scrape has landed.
+    // throughput once a probe scrape has landed (Prometheus applies its
+    // scrape targets about 5 s after it starts: most of this test's 7 s).
     let deadline = Instant::now() + Duration::from_secs(30);
     let query = |q: &str| -> Option<f64> {
         let (status, body) = get(web, &format!("/api/v1/query?query={}", enc(q)), &[]);
