@@ -187,6 +187,7 @@ fn run_command(command: Command) -> ExitCode {
             a.png,
         ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
+        Command::Order(a) => run_order(&a),
         Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.to_string(), 1),
@@ -313,6 +314,15 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             2,
         );
     }
+    if a.agent && a.auth_key.is_none() {
+        return fail(
+            "--agent needs --auth-key FILE: an agent runs tests for whoever holds a key, so it takes orders from key holders only",
+            2,
+        );
+    }
+    if a.agent && a.agent_max_orders == 0 {
+        return fail("--agent-max-orders must be at least 1", 2);
+    }
     let auth_keys = match &a.auth_key {
         Some(path) => match session::auth::load_keys(path) {
             Ok(k) => Some(std::sync::Arc::new(k)),
@@ -386,7 +396,10 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     };
     // rr tests hold a socket per flow: lift the open-file limit.
     rr::raise_nofile_limit();
-    let server = match Server::bind(cfg) {
+    let agent = a
+        .agent
+        .then(|| agent::session::Agent::new(agent_policy(a), a.agent_max_orders));
+    let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
     };
@@ -400,6 +413,18 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         }
         None => None,
     };
+    let agent_line = agent.as_ref().map(|ag| {
+        let t = &ag.policy.targets;
+        if t.is_empty() {
+            "agent: no --agent-targets, every order is refused".to_string()
+        } else {
+            let nets: Vec<String> = t.iter().map(ToString::to_string).collect();
+            format!("agent: orders to {}", nets.join(","))
+        }
+    });
+    if let Some(ag) = agent {
+        server = server.with_agent(ag);
+    }
     let addr = server
         .local_addr()
         .map(|a| a.to_string())
@@ -409,6 +434,9 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             "xferlab server listening on {addr} (control protocol v{VERSION}) and {i} (iperf3); both ports serve both protocols"
         ),
         None => outln!("xferlab server listening on {addr} (control protocol v{VERSION})"),
+    }
+    if let Some(l) = agent_line {
+        outln!("{l}");
     }
     if let Some(m) = &metrics {
         outln!("metrics on http://{}/metrics", m.local_addr());
@@ -433,6 +461,24 @@ fn agent_policy(a: &ServerArgs) -> agent::order::Policy {
         max_duration: Duration::from_secs_f64(a.max_duration),
         key_file: a.auth_key.clone(),
         plan: cli::order::planner(),
+    }
+}
+
+/// `xferlab order`: the agent's lines on stdout as they come, its refusal
+/// or failure as the one line on stderr.
+fn run_order(a: &cli::order::OrderArgs) -> ExitCode {
+    let key = match session::auth::load_keys(&a.auth_key) {
+        Ok(k) => k.into_iter().next().unwrap_or_default(),
+        Err(e) => return fail(&e, 2),
+    };
+    let mut on_line = |l: &str| outln!("{l}");
+    match agent::client::order(&a.agent, &key, &a.argv, &mut on_line) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(
+            e @ (agent::client::AgentError::Refused { .. }
+            | agent::client::AgentError::Version { .. }),
+        ) => fail(&e, 2),
+        Err(e) => fail(&e, 1),
     }
 }
 

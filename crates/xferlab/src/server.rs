@@ -29,11 +29,13 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use socket2::Domain;
 use xferlab_core::iperf3::wire::access_denied;
 use xferlab_core::iperf3::{is_cookie, may_be_cookie, Cookie, COOKIE_LEN};
+use xferlab_core::proto::order::AgentMsg;
 use xferlab_core::proto::wire::{
     encode_frame, Attach, AttachReply, ConnKind, Preamble, ATTACH_LEN, PREAMBLE_LEN, VERSION,
 };
 use xferlab_core::proto::{ErrorCode, ProtoError, ServerMsg};
 
+use crate::agent::{self, session::Agent};
 use crate::control::Wake;
 use crate::net::FlowSocket;
 use crate::session::metrics::{Protocol, Reason};
@@ -51,6 +53,8 @@ pub struct Server {
     listeners: Vec<TcpListener>,
     shared: Arc<Shared>,
     stop: Arc<Stop>,
+    /// `--agent`: orders are taken (else refused at the door).
+    agent: Option<Arc<Agent>>,
 }
 
 /// When the front door stops.
@@ -120,7 +124,14 @@ impl Server {
             listeners,
             shared: Arc::new(Shared::new(cfg)),
             stop: Arc::default(),
+            agent: None,
         })
+    }
+
+    /// Takes orders (`--agent`) under `agent`'s policy.
+    pub fn with_agent(mut self, agent: Agent) -> Self {
+        self.agent = Some(Arc::new(agent));
+        self
     }
 
     /// xferlab's listening address.
@@ -148,6 +159,7 @@ impl Server {
             max_pending: max_pending(self.shared.cfg.door.max_pending),
             sessions: Vec::new(),
             limit_log: [None, None],
+            agent: self.agent.clone(),
         };
         let cfg = &self.shared.cfg;
         while !self.stop.shutdown.load(Ordering::Relaxed) {
@@ -255,6 +267,7 @@ struct FrontDoor {
     sessions: Vec<JoinHandle<()>>,
     /// When each limit was last logged, and how often it was hit since.
     limit_log: [Option<(Instant, u64)>; 2],
+    agent: Option<Arc<Agent>>,
 }
 
 /// What a connection turned out to be once its first bytes are in.
@@ -264,6 +277,8 @@ enum Said {
     /// Nothing more to do with it (answered, or closed).
     Done,
     Control(u16),
+    /// An order to an agent (`--agent`), with the peer's version.
+    Order(u16),
     Data(Attach),
     Iperf3(Cookie),
 }
@@ -463,6 +478,47 @@ impl FrontDoor {
                     );
                 });
             }
+            Said::Order(version) => {
+                tracing::debug!(%peer, version, "order connection");
+                let refused = |why: &str, code: &str| {
+                    let mut answer = Preamble::new(ConnKind::Order).encode().to_vec();
+                    answer.extend(encode_frame(&AgentMsg::Refused {
+                        code: code.into(),
+                        reason: why.into(),
+                        software: Some(crate::software()),
+                    }));
+                    answer
+                };
+                let Some(agent) = self.agent.clone() else {
+                    let why = "this server takes no orders: start it with --agent (and --auth-key, --agent-targets) to make it an agent";
+                    refuse(stream, &refused(why, "not_agent"));
+                    self.shared.log_refused(
+                        peer,
+                        "not an agent",
+                        format_args!("{peer}: order refused: {why}"),
+                    );
+                    return;
+                };
+                let handshake = match self.shared.busy(peer.ip()) {
+                    Some(busy) => Err(busy),
+                    None => self.shared.begin_handshake(peer.ip()),
+                };
+                let handshake = match handshake {
+                    Ok(h) => h,
+                    Err(busy) => {
+                        refuse(stream, &refused(&busy.to_string(), "busy"));
+                        self.shared.log_refused(
+                            peer,
+                            "busy",
+                            format_args!("{peer}: order refused: {busy}"),
+                        );
+                        return;
+                    }
+                };
+                self.start_session(stream, peer, move |stream, shared| {
+                    agent::session::serve(stream, peer, version, shared, handshake, &agent);
+                });
+            }
             Said::Iperf3(cookie) => {
                 let data = lock(&self.shared.iperf3).get(&cookie).cloned();
                 match data {
@@ -550,6 +606,10 @@ fn recognise(p: &mut Pending, shared: &Shared) -> Said {
                 kind: ConnKind::Control,
                 version,
             }) => Said::Control(version),
+            Ok(Preamble {
+                kind: ConnKind::Order,
+                version,
+            }) => Said::Order(version),
             Ok(Preamble {
                 kind: ConnKind::Data,
                 version,

@@ -11,6 +11,7 @@ mod client;
 #[cfg(any(test, feature = "fuzz"))]
 pub(crate) mod fixtures;
 mod message;
+pub mod order;
 mod server;
 pub mod wire;
 

@@ -21,6 +21,9 @@ pub use crate::transport::attach::{Attach, ATTACH_LEN, TOKEN_LEN};
 pub enum ConnKind {
     Control = 1,
     Data = 2,
+    /// An order to an agent (`proto::order`). Servers from before agents
+    /// close such a connection unanswered.
+    Order = 3,
 }
 
 /// `MAGIC, u16 BE version, u8 kind, u8 reserved (0)`. Frozen across
@@ -63,6 +66,7 @@ impl Preamble {
         let kind = match b[6] {
             1 => ConnKind::Control,
             2 => ConnKind::Data,
+            3 => ConnKind::Order,
             k => {
                 return Err(ProtoError::Malformed(format!(
                     "unknown connection kind {k}"

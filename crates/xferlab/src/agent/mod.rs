@@ -4,4 +4,7 @@
 //! the policy (what an order may ask for) and the child process that runs
 //! it; the wire and the controller's side sit beside it.
 
+pub mod client;
 pub mod order;
+pub mod session;
+mod wire;

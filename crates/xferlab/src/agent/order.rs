@@ -155,7 +155,7 @@ pub enum Refusal {
     NoTarget,
     #[error("{0}")]
     Resolve(String),
-    #[error("{addr} ({host}) is outside this agent's --agent-targets ({allowed}); add its network there to allow it")]
+    #[error("{addr}{} is outside this agent's --agent-targets ({allowed}); add its network there to allow it", named(host, addr))]
     Target {
         host: String,
         addr: IpAddr,
@@ -166,6 +166,24 @@ pub enum Refusal {
     /// Flows, interval or rate over the server's budgets.
     #[error("{0}")]
     Budget(String),
+}
+
+/// " (NAME)" when the server was named by a name, not its address.
+fn named(host: &str, addr: &IpAddr) -> String {
+    let bare = host
+        .trim_start_matches('[')
+        .split(']')
+        .next()
+        .unwrap_or(host);
+    let bare = bare
+        .rsplit_once(':')
+        .filter(|_| addr.is_ipv4())
+        .map_or(bare, |(h, _)| h);
+    if bare.parse::<IpAddr>().is_ok_and(|ip| ip == *addr) {
+        String::new()
+    } else {
+        format!(" ({host})")
+    }
 }
 
 impl Refusal {
@@ -504,7 +522,7 @@ pub fn run(
 
 /// The child's one-line reason: its last non-empty stderr line, without
 /// the `xferlab: ` every error line starts with.
-fn last_line(stderr: &str) -> String {
+pub fn last_line(stderr: &str) -> String {
     stderr
         .lines()
         .rev()

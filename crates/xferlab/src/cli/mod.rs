@@ -110,6 +110,19 @@ pub fn one_line(e: &clap::Error) -> String {
         .unwrap_or("bad usage")
         .trim_start_matches("error: ");
     let mut msg = first.to_string();
+    // "the following required arguments were not provided:" lists them
+    // on lines of their own, before its usage line: without them the line
+    // names nothing to add.
+    let lines: Vec<&str> = lines.collect();
+    if first.ends_with("were not provided:") {
+        let missing: Vec<&str> = lines
+            .iter()
+            .take_while(|l| !l.starts_with("Usage:"))
+            .copied()
+            .collect();
+        msg.push(' ');
+        msg.push_str(&missing.join(", "));
+    }
     // The fix: clap's tips, and the values an enum flag takes (without
     // them "invalid value 'x' for '--read-fill'" names no way out).
     for l in lines {
@@ -170,6 +183,10 @@ pub enum Command {
     /// Did this change help? Per metric, the difference between two runs
     /// or points with its 95 % confidence interval and Welch's t-test.
     Compare(CompareArgs),
+    /// Order an agent (`xferlab server --agent`) to run a test as the
+    /// client against another host; its JSON lines and result come back
+    /// here: `xferlab order --agent HOST --auth-key FILE stream SERVER -t 5`.
+    Order(order::OrderArgs),
     /// The results database: list experiments, show runs, export them as
     /// CSV, JSON lines or SQL.
     Db(DbArgs),

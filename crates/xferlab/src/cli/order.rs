@@ -4,13 +4,37 @@
 //! flags an order may not use because they touch the agent's own files
 //! and processes or its output format.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches};
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches};
 
 use super::{Cli, Command};
 use crate::agent::order::{asked_rate, OrderPlan, PlanError, Planner, Verb};
+
+/// `xferlab order`: one order to an agent, from the command line.
+#[derive(Debug, Args)]
+pub struct OrderArgs {
+    /// The agent (`xferlab server --agent` there): HOST or HOST:PORT
+    /// (default port 5290).
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub agent: String,
+    /// A file holding a key of the agent's --auth-key (its first key is
+    /// used).
+    #[arg(long, value_name = "FILE")]
+    pub auth_key: PathBuf,
+    /// The test the agent runs as the client, as on a local command line:
+    /// VERB SERVER [FLAGS] (stream, rr, cbr, sweep; SERVER inside the
+    /// agent's --agent-targets). Its output comes back as JSON lines.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "VERB ARGS"
+    )]
+    pub argv: Vec<String>,
+}
 
 /// The planner main hands to the agent.
 pub fn planner() -> Planner {
