@@ -160,9 +160,10 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
 }
 
 /// A wrong key counts as an authentication failure and a refusal for
-/// `auth`; a stock iperf3 client's test is served as `iperf3`.
+/// `auth`; a stock iperf3 client's test is served as `iperf3`; an agent's
+/// orders are counted served and refused with the refusal's reason.
 #[test]
-fn auth_failures_and_iperf3_tests_are_counted() {
+fn auth_failures_iperf3_tests_and_agent_orders_are_counted() {
     let dir = tempdir::Dir::new("auth");
     let keys = dir.path().join("keys");
     let wrong = dir.path().join("wrong");
@@ -170,7 +171,15 @@ fn auth_failures_and_iperf3_tests_are_counted() {
     std::fs::write(&wrong, "fedcba9876543210fedcba9876543210\n").unwrap();
     let keys = keys.display().to_string();
     let wrong = wrong.display().to_string();
-    let server = Server::start_with(&["--metrics", "127.0.0.1:0", "--auth-key", &keys]);
+    let server = Server::start_with(&[
+        "--metrics",
+        "127.0.0.1:0",
+        "--auth-key",
+        &keys,
+        "--agent",
+        "--agent-targets",
+        "127.0.0.1/32",
+    ]);
     let m = metrics_addr(&server);
     let out = server.client(&["-t", "0.3", "--auth-key", &wrong], deadline_for(0.3));
     assert_ne!(out.code, Some(0), "{}", out.describe());
@@ -192,6 +201,40 @@ fn auth_failures_and_iperf3_tests_are_counted() {
     );
 
     let open = Server::start_with(&["--metrics", "127.0.0.1:0"]);
+    let agent = format!("127.0.0.1:{}", server.port);
+    let target = format!("127.0.0.1:{}", open.port);
+    for (host, code) in [(target.as_str(), 0), ("127.0.0.2", 2)] {
+        let out = run(
+            &[
+                "order",
+                "--agent",
+                &agent,
+                "--auth-key",
+                &keys,
+                "stream",
+                host,
+                "-t",
+                "0.3",
+            ],
+            deadline_for(0.3),
+        );
+        assert_eq!(out.code, Some(code), "{}", out.describe());
+    }
+    let text = metrics_until(m, "the orders", |t| {
+        sample(
+            t,
+            "xferlab_agent_orders_total{origin=\"controller\",result=\"refused\",reason=\"target\"}",
+        ) == Some(1.0)
+    });
+    assert_eq!(
+        sample(
+            &text,
+            "xferlab_agent_orders_total{origin=\"controller\",result=\"served\",reason=\"\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+
     let m = metrics_addr(&open);
     let port = open.port.to_string();
     let iperf3 = Proc::spawn_program("iperf3", &["-c", "127.0.0.1", "-p", &port, "-t", "1"]);
