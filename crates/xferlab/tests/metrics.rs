@@ -504,9 +504,10 @@ fn enc(s: &str) -> String {
 }
 
 /// Prometheus' configuration: the prober's own counters, and its probes
-/// of the target with blackbox_exporter's relabelling (the target into
-/// `target=`, the prober's address in its place); a 1 s test in a 2 s
-/// scrape (a probe that misses it is tried again 2 s later).
+/// of the target as docs/fleet.md's mesh configuration writes them (a
+/// `PROBER>TARGET` pair, split by relabelling: the target into `target=`,
+/// the prober's exporter as the address); a 1 s test in a 2 s scrape (a
+/// probe that misses it is tried again 2 s later).
 const PROMETHEUS_YML: &str = r#"
 global:
   scrape_interval: 1s
@@ -522,14 +523,22 @@ scrape_configs:
     scrape_interval: 2s
     scrape_timeout: 2s
     static_configs:
-      - targets: ['10.201.1.2:5290']
+      - targets: ['10.201.0.2>10.201.1.2:5290']
     relabel_configs:
       - source_labels: [__address__]
+        regex: '.*>(.*)'
         target_label: __param_target
+      - source_labels: [__address__]
+        regex: '(.*)>.*'
+        target_label: prober
       - source_labels: [__param_target]
+        target_label: target
+      - source_labels: [prober]
+        replacement: '${1}:9290'
+        target_label: __address__
+      - source_labels: [prober, target]
+        separator: '>'
         target_label: instance
-      - target_label: __address__
-        replacement: 10.201.0.2:9290
 "#;
 
 /// Waits for `xferlab server` in a namespace to say where it listens.
@@ -661,7 +670,7 @@ fn prometheus_scrapes_metrics_and_a_probe_between_namespaces() {
             continue;
         }
         bps = bps.or_else(|| {
-            query("xferlab_probe_throughput_bits_per_second{job=\"xferlab_probe\",instance=\"10.201.1.2:5290\",direction=\"c2s\"}")
+            query("xferlab_probe_throughput_bits_per_second{job=\"xferlab_probe\",prober=\"10.201.0.2\",target=\"10.201.1.2:5290\",direction=\"c2s\"}")
         });
         served = served.or_else(|| {
             query("xferlab_probes_total{job=\"xferlab\",module=\"tcp\",result=\"success\"}")
