@@ -306,6 +306,24 @@ fn a_bad_module_file_is_one_line_with_its_file_and_line() {
         Duration::from_secs(10),
     );
     out.assert_one_line_failure(2, &["--max-probes must be 1 to 64"]);
+    // A module this server's budgets always refuse.
+    let file = modules_file(&dir, "[modules.long]\ncommand = \"stream -t 5\"\n");
+    let port = free_port().to_string();
+    let out = run(
+        &[
+            "server",
+            "-p",
+            &port,
+            "--metrics",
+            "127.0.0.1:0",
+            "--max-duration",
+            "2",
+            "--probe-modules",
+            &file,
+        ],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(2, &[&format!("{file}:2:"), "--max-duration"]);
     // What the flags need is named.
     let out = run(
         &["server", "--probe-modules", "m.toml"],

@@ -20,8 +20,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::agent::order::{self, Policy};
+use crate::agent::order::{self, Policy, Refusal};
 use crate::session::metrics::ServerMetrics;
+use ipnet::{Ipv4Net, Ipv6Net};
 
 /// Probes running at once unless `--max-probes` says otherwise: each is a
 /// test moving traffic from this host, and tests at once share its links
@@ -117,7 +118,10 @@ impl Modules {
             ));
         }
         let mut modules = BTreeMap::new();
-        for (name, entry) in parsed.modules {
+        // In the file's order, so the first bad module is the one named.
+        let mut entries: Vec<_> = parsed.modules.into_iter().collect();
+        entries.sort_by_key(|(_, e)| e.span().start);
+        for (name, entry) in entries {
             let entry_line = line_of(&text, entry.span().start);
             let cmd = entry.into_inner().command;
             let line = line_of(&text, cmd.span().start).max(entry_line);
@@ -146,6 +150,21 @@ impl Modules {
                     ),
                 ));
             }
+            // One this server's budgets always refuse (longer than
+            // --max-duration, over --max-rate or --max-flows) is as bad:
+            // checked as a probe of any address would be.
+            let mut any = policy.clone();
+            any.targets = vec![
+                order::Cidr::from(Ipv4Net::default()),
+                Ipv6Net::default().into(),
+            ];
+            let mut probe = argv.clone();
+            probe.push("127.0.0.1".into());
+            if let Err(r @ (Refusal::Duration { .. } | Refusal::Budget(_))) =
+                order::check(&probe, &any)
+            {
+                return Err(at(line, format!("module {name}: {r}")));
+            }
             modules.insert(name, Module { argv });
         }
         Ok(Modules {
@@ -170,7 +189,7 @@ pub enum ProbeRefusal {
     Refused {
         module: String,
         target: String,
-        why: order::Refusal,
+        why: Refusal,
     },
     #[error("{0} probes are running, the most at once (--max-probes); try again later")]
     Full(usize),
