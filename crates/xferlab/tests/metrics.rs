@@ -108,7 +108,14 @@ mod tempdir {
 /// --max-flows moves the refused counter with its reason.
 #[test]
 fn metrics_count_served_and_refused_tests_and_what_is_running() {
-    let server = Server::start_with(&["--metrics", "127.0.0.1:0", "--max-flows", "2"]);
+    let server = Server::start_with(&[
+        "--metrics",
+        "127.0.0.1:0",
+        "--max-flows",
+        "2",
+        "--max-duration",
+        "3",
+    ]);
     let m = metrics_addr(&server);
     let (status, text) = get(m, "/metrics", &[]);
     assert_eq!(status, 200);
@@ -131,6 +138,8 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
     client.finish(deadline_for(2.0)).assert_success();
     let refused = server.client(&["-t", "1", "-P", "3"], deadline_for(1.0));
     assert_ne!(refused.code, Some(0), "{}", refused.describe());
+    let refused = server.client(&["-t", "4"], deadline_for(1.0));
+    assert_ne!(refused.code, Some(0), "{}", refused.describe());
     let text = metrics_until(m, "the refusal", |t| {
         sample(
             t,
@@ -139,6 +148,14 @@ fn metrics_count_served_and_refused_tests_and_what_is_running() {
     });
     assert_eq!(
         sample(&text, "xferlab_sessions_served_total{protocol=\"xferlab\"}"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "xferlab_sessions_refused_total{protocol=\"xferlab\",reason=\"invalid\"}"
+        ),
         Some(1.0),
         "{text}"
     );

@@ -268,6 +268,12 @@ impl SessionRole for XferlabSession<'_> {
                         self.peer,
                         failures.describe(n)
                     ));
+                } else if matches!(e, ProtoError::Malformed(_)) && self.reg.slot.is_none() {
+                    // A hello the control machine refused before
+                    // admission (longer than --max-duration, or not a
+                    // test it can read).
+                    let m = &self.shared.metrics;
+                    m.refused(Protocol::Xferlab, Reason::Invalid);
                 }
                 cx.fail(e.to_string());
                 self.finished = true;
