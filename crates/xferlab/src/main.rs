@@ -436,8 +436,10 @@ fn run_order(a: &cli::order::OrderArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let mut on_line = |l: &str| outln!("{l}");
-    match agent::client::order(&a.agent, &key, &a.argv, &mut on_line) {
+    install_interrupt_handler();
+    match agent::client::order_until(&a.agent, &key, &a.argv, Some(&INTERRUPTS), &mut on_line) {
         Ok(_) => ExitCode::SUCCESS,
+        Err(e @ agent::client::AgentError::Stopped { .. }) => fail(&e, 130),
         Err(
             e @ (agent::client::AgentError::Refused { .. }
             | agent::client::AgentError::Version { .. }),

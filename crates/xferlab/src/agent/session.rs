@@ -18,7 +18,7 @@ use xferlab_core::proto::order::{AgentEvent, AgentOrder, KEEPALIVE};
 use xferlab_core::proto::ProtoError;
 
 use super::order::{check, last_line, run, OrderError, Policy};
-use super::wire::{drive, shown};
+use super::wire::{drive, shown, Driven};
 use crate::session::auth;
 use crate::session::shared::{lock, HandshakeSlot, Shared};
 use crate::sys::clock;
@@ -98,9 +98,9 @@ pub fn serve(
         );
         m.refuse("auth_failed", &why);
     }
-    let (controller, argv) = match drive(&mut stream, &mut m) {
-        Some(AgentEvent::Ordered { software, argv }) => (software, argv),
-        Some(AgentEvent::Failed(e)) => {
+    let (controller, argv) = match drive(&mut stream, &mut m, None) {
+        Driven::Event(AgentEvent::Ordered { software, argv }) => (software, argv),
+        Driven::Event(AgentEvent::Failed(e)) => {
             let auth = matches!(e, ProtoError::AuthFailed) || m.challenge_unanswered();
             if auth {
                 let failures = &shared.auth_failures;
