@@ -43,7 +43,8 @@ fn require(program: &str, args: &[&str], fix: &str) {
         .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    assert!(ok, "`{program}` is missing: {fix} (.ci/run installs it)");
+    let cmd = [&[program], args].concat().join(" ");
+    assert!(ok, "`{cmd}` failed: {fix} (.ci/run installs it)");
 }
 
 /// The verbs a `--help` lists under "Commands:" (without `help`).
@@ -90,7 +91,7 @@ fn the_package_installs_binary_pages_completions_and_a_valid_unit() {
     require(
         "cargo",
         &["deb", "--version"],
-        "cargo-deb builds the package: cargo install cargo-deb --locked --no-default-features",
+        "cargo-deb is missing; it builds the package: cargo install cargo-deb --locked --no-default-features",
     );
     require("dpkg-deb", &["--version"], "apt-get install dpkg");
     require(
