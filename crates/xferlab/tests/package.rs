@@ -329,3 +329,21 @@ fn check_unit(root: &Path, tmp: &Path) {
     let wants = root.join("etc/systemd/system/multi-user.target.wants");
     assert!(!wants.exists(), "the package enables the service");
 }
+
+/// Bad input to `generate`: one line naming the cause, and nothing made.
+#[test]
+fn generate_refuses_bad_input_with_one_line() {
+    common::run(&["generate", "man", "/proc/no/such/dir"], T)
+        .assert_one_line_failure(1, &["cannot create /proc/no/such/dir", "directory"]);
+    common::run(&["generate", "completions", "tcsh"], T)
+        .assert_one_line_failure(2, &["tcsh", "bash", "zsh", "fish"]);
+    // Its output cut short by a reader that went away is no failure.
+    let out = run(
+        "bash",
+        &[
+            "-c",
+            &format!("'{BIN}' generate completions bash | head -1"),
+        ],
+    );
+    assert!(out.stderr.is_empty(), "{}", out.describe());
+}

@@ -145,7 +145,9 @@ mod tests {
     /// and a page carries its verb's flags.
     #[test]
     fn a_page_per_visible_verb() {
-        let dir = std::env::temp_dir().join(format!("xferlab-man-{}", std::process::id()));
+        let tmp = tempfile::tempdir().unwrap();
+        // A directory the verb makes itself.
+        let dir = tmp.path().join("man1");
         let files = man_pages(&dir).unwrap();
         let names: Vec<String> = files
             .iter()
