@@ -72,8 +72,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     logging::init(cli.verbose);
-    // A damaged calibration stops every verb but the one that rewrites it.
-    if !matches!(cli.command, Command::Calibrate(_)) {
+    // A damaged calibration stops every verb but the one that rewrites it
+    // (and `generate`, which only describes the command line: a package
+    // build must not depend on the builder's calibration).
+    if !matches!(cli.command, Command::Calibrate(_) | Command::Generate(_)) {
         if let Err(e) = sys::calibration::current() {
             return fail(e, 2);
         }
@@ -187,6 +189,7 @@ fn run_command(command: Command) -> ExitCode {
         ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
         Command::Order(a) => run_order(&a),
+        Command::Generate(a) => cli::generate::run(&a),
         Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.to_string(), 1),
