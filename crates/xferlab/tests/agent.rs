@@ -313,6 +313,13 @@ fn an_agent_without_a_key_or_with_a_bad_network_does_not_start() {
         SLACK,
     );
     out.assert_one_line_failure(2, &["10.0.0.0/33", "not a network"]);
+    // Nobody there: unreachable, at once.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let out = run(
+        &order_args(&nobody, &key, &["stream", "127.0.0.1", "-t", "1"]),
+        SLACK,
+    );
+    out.assert_one_line_failure(1, &["cannot reach agent", "refused"]);
 }
 
 #[test]
