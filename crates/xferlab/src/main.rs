@@ -73,8 +73,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     logging::init(cli.verbose);
-    // A damaged calibration stops every verb but the one that rewrites it.
-    if !matches!(cli.command, Command::Calibrate(_)) {
+    // A damaged calibration stops every verb but the one that rewrites it
+    // (and `generate`, which only describes the command line: a package
+    // build must not depend on the builder's calibration).
+    if !matches!(cli.command, Command::Calibrate(_) | Command::Generate(_)) {
         if let Err(e) = sys::calibration::current() {
             return fail(e, 2);
         }
@@ -188,6 +190,7 @@ fn run_command(command: Command) -> ExitCode {
         ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
         Command::Order(a) => run_order(&a),
+        Command::Generate(a) => cli::generate::run(&a),
         Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.to_string(), 1),
@@ -472,8 +475,10 @@ fn run_order(a: &cli::order::OrderArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let mut on_line = |l: &str| outln!("{l}");
-    match agent::client::order(&a.agent, &key, &a.argv, &mut on_line) {
+    install_interrupt_handler();
+    match agent::client::order_until(&a.agent, &key, &a.argv, Some(&INTERRUPTS), &mut on_line) {
         Ok(_) => ExitCode::SUCCESS,
+        Err(e @ agent::client::AgentError::Stopped { .. }) => fail(&e, 130),
         Err(
             e @ (agent::client::AgentError::Refused { .. }
             | agent::client::AgentError::Version { .. }),

@@ -347,11 +347,6 @@ fn a_bad_module_file_is_one_line_with_its_file_and_line() {
         Duration::from_secs(10),
     );
     out.assert_one_line_failure(2, &["not provided: --metrics"]);
-    let out = run(
-        &["server", "--agent-targets", "10.0.0.0/8"],
-        Duration::from_secs(10),
-    );
-    out.assert_one_line_failure(2, &["--agent|--probe-modules"]);
     // --metrics on a port in use: one line naming it, exit 1.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();

@@ -445,6 +445,11 @@ impl ControllerOrder {
                 })?;
                 let mac = hex(&answer(&self.key, &nonce, &self.order));
                 self.ch.queue_frame(&ControllerMsg::Auth { mac });
+                self.ch.wait(
+                    now,
+                    HANDSHAKE_TIMEOUT,
+                    "waiting for the agent to accept the order",
+                );
             }
             (ControllerState::AwaitAnswer, AgentMsg::Accepted { software }) => {
                 self.state = ControllerState::Running;

@@ -18,7 +18,7 @@ use xferlab_core::proto::order::{AgentEvent, AgentOrder, KEEPALIVE};
 use xferlab_core::proto::ProtoError;
 
 use super::order::{check, last_line, run, OrderError, Policy};
-use super::wire::{drive, shown};
+use super::wire::{drive, shown, Driven};
 use crate::session::auth;
 use crate::session::shared::{lock, HandshakeSlot, Shared};
 use crate::sys::clock;
@@ -105,9 +105,9 @@ pub fn serve(
         );
         m.refuse("auth_failed", &why);
     }
-    let (controller, argv) = match drive(&mut stream, &mut m) {
-        Some(AgentEvent::Ordered { software, argv }) => (software, argv),
-        Some(AgentEvent::Failed(e)) => {
+    let (controller, argv) = match drive(&mut stream, &mut m, None) {
+        Driven::Event(AgentEvent::Ordered { software, argv }) => (software, argv),
+        Driven::Event(AgentEvent::Failed(e)) => {
             let auth = matches!(e, ProtoError::AuthFailed) || m.challenge_unanswered();
             if auth && !locked_out {
                 counted("refused", "auth");
@@ -189,6 +189,14 @@ pub fn serve(
         shown(&checked.argv)
     ));
     m.accept(clock::now(), software.clone());
+    // Said now, not with the test's first line: the controller's wait for
+    // an answer must not include the test's connect.
+    if send(&mut stream, &mut m).is_err() {
+        shared.log(format_args!(
+            "{peer}: order [{what}] ended: the controller went away"
+        ));
+        return;
+    }
     let Ok(reader) = stream.try_clone() else {
         return;
     };

@@ -5,6 +5,7 @@
 pub mod calibrate;
 pub mod db;
 pub mod experiment;
+pub mod generate;
 pub mod lab;
 pub mod lab_topology;
 pub mod model;
@@ -20,6 +21,7 @@ use clap::{Parser, Subcommand};
 use calibrate::CalibrateArgs;
 use db::DbArgs;
 use experiment::{CompareArgs, ReportArgs, RunArgs};
+use generate::GenerateArgs;
 use lab::LabArgs;
 use model::ModelArgs;
 use rr::RrArgs;
@@ -190,6 +192,10 @@ pub enum Command {
     /// The results database: list experiments, show runs, export them as
     /// CSV, JSON lines or SQL.
     Db(DbArgs),
+    /// Man pages (`generate man DIR`: one per verb) and shell completion
+    /// scripts (`generate completions bash|zsh|fish|...`), made from the
+    /// same definitions as --help.
+    Generate(GenerateArgs),
 }
 
 impl Command {

@@ -9,9 +9,6 @@ use crate::net::DEFAULT_PORT;
 use crate::session::DoorLimits;
 
 #[derive(Debug, Args)]
-// --agent-targets bounds the tests this host runs as the client: an
-// agent's orders and the probes of --probe-modules.
-#[command(group(clap::ArgGroup::new("orders").args(["agent", "probe_modules"]).multiple(true)))]
 pub struct ServerArgs {
     /// Port to listen on.
     #[arg(short, long, default_value_t = DEFAULT_PORT)]
@@ -107,25 +104,6 @@ pub struct ServerArgs {
     /// Shortest -i a client may ask for (seconds; -i 0 is always allowed).
     #[arg(long, value_parser = parse_seconds, value_name = "DURATION")]
     pub min_interval: Option<f64>,
-    /// Be an agent: a controller holding one of the --auth-key keys may
-    /// order this host to run a test (stream, rr, cbr, sweep) as the
-    /// client against a server in --agent-targets, within this server's
-    /// budgets (--max-duration, --max-flows, --max-rate, --min-interval),
-    /// and gets the result back (`xferlab order`, `xferlab run` across
-    /// hosts). Needs --auth-key: whoever holds a key can make this host
-    /// send traffic to those networks.
-    #[arg(long)]
-    pub agent: bool,
-    /// Networks an agent's orders and probes may test against, comma separated
-    /// (CIDR, e.g. 10.0.0.0/8,fd00::/8; an address alone is that host).
-    /// Default: none, every order is refused. Every address the order's
-    /// server resolves to must be inside.
-    #[arg(long, value_delimiter = ',', value_parser = parse_cidr, value_name = "CIDR,...", requires = "orders")]
-    pub agent_targets: Vec<crate::agent::order::Cidr>,
-    /// Orders an agent runs at once; more are refused as busy (two
-    /// tests from one host at once measure each other).
-    #[arg(long, default_value_t = 1, value_name = "N", requires = "agent")]
-    pub agent_max_orders: usize,
     /// Exit after serving one test.
     #[arg(short = '1', long)]
     pub one_off: bool,
@@ -133,6 +111,25 @@ pub struct ServerArgs {
     /// asks for another (its -A n,m).
     #[arg(short = 'A', long, value_name = "N")]
     pub affinity: Option<u32>,
+    /// Networks an agent order's or a probe's server may be in
+    /// (CIDR,...; an address alone is that host); none by default, so
+    /// every order is refused. Every address the server resolves to must
+    /// be inside.
+    #[arg(long, value_name = "CIDR,...", value_delimiter = ',', value_parser = parse_cidr)]
+    pub agent_targets: Vec<ipnet::IpNet>,
+    /// Be an agent: a controller holding one of the --auth-key keys may
+    /// order this host to run a test (stream, rr, cbr, sweep) as the
+    /// client against a server in --agent-targets, within this server's
+    /// budgets (--max-duration, --max-flows, --max-rate, --min-interval),
+    /// and gets the result back (`xferlab order`). Needs --auth-key:
+    /// whoever holds a key can make this host send traffic to those
+    /// networks.
+    #[arg(long)]
+    pub agent: bool,
+    /// Orders an agent runs at once; more are refused as busy (two
+    /// tests from one host at once measure each other).
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "agent")]
+    pub agent_max_orders: usize,
     /// Serve Prometheus on ADDR (e.g. 0.0.0.0:9290): /metrics, this
     /// server's counters, and /probe with --probe-modules. No
     /// authentication: bind it to an address only your Prometheus reaches.
