@@ -180,6 +180,7 @@ fn check_files(root: &Path) {
         "usr/share/doc/xferlab/docs/design.md",
         "usr/share/doc/xferlab/docs/result-schema.json",
         "usr/share/doc/xferlab/examples/scenarios/udpmon.toml",
+        "usr/share/doc/xferlab/examples/probe-modules.toml",
         "usr/share/doc/xferlab/copyright",
     ] {
         assert!(root.join(f).is_file(), "{f} is not in the package");
