@@ -104,6 +104,63 @@ mod tempdir {
     }
 }
 
+/// The endpoint's threads of this server process.
+fn threads(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "xfer-metrics")
+        })
+        .count()
+}
+
+/// Silent connections cannot make threads without bound nor hold the
+/// endpoint: past the workers and as many waiting, a connection is
+/// answered 503 at once; a connection that says nothing is closed after
+/// the head timeout (5 s), and `/metrics` answers again.
+#[test]
+fn a_flood_of_silent_connections_is_bounded_and_outlived() {
+    // --max-probes 1: 3 workers, 3 connections may wait.
+    let server = Server::start_with(&["--metrics", "127.0.0.1:0", "--max-probes", "1"]);
+    let m = metrics_addr(&server);
+    assert_eq!(get(m, "/metrics", &[]).0, 200);
+    let before = threads(server.pid());
+    let t0 = Instant::now();
+    let mut silent: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(m).expect("connect"))
+        .collect();
+    let (status, body) = get(m, "/metrics", &[]);
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("busy"), "{body}");
+    assert_eq!(
+        threads(server.pid()),
+        before,
+        "threads grew with connections"
+    );
+    // The six held (three answered by workers, three waiting) are closed
+    // by the head timeout, the others were answered 503 at once.
+    let mut closed = 0;
+    for s in &mut silent {
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut buf = Vec::new();
+        if s.read_to_end(&mut buf).is_ok() {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, silent.len());
+    assert!(t0.elapsed() < Duration::from_secs(19), "{:?}", t0.elapsed());
+    let (status, text) = get(m, "/metrics", &[]);
+    assert_eq!(status, 200, "{text}");
+    // A request that is not HTTP is one line, 400.
+    let mut s = TcpStream::connect(m).unwrap();
+    s.write_all(b"\x16\x03\x01hello\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(resp.contains("not an HTTP request"), "{resp}");
+}
+
 /// A served test moves the served, bytes and active gauges; a test over
 /// --max-flows moves the refused counter with its reason.
 #[test]
