@@ -25,6 +25,7 @@ mod experiment;
 mod iperf3;
 mod lab;
 mod logging;
+mod metrics;
 mod model;
 mod net;
 mod output;
@@ -72,8 +73,10 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(&e),
     };
     logging::init(cli.verbose);
-    // A damaged calibration stops every verb but the one that rewrites it.
-    if !matches!(cli.command, Command::Calibrate(_)) {
+    // A damaged calibration stops every verb but the one that rewrites it
+    // (and `generate`, which only describes the command line: a package
+    // build must not depend on the builder's calibration).
+    if !matches!(cli.command, Command::Calibrate(_) | Command::Generate(_)) {
         if let Err(e) = sys::calibration::current() {
             return fail(e, 2);
         }
@@ -187,6 +190,7 @@ fn run_command(command: Command) -> ExitCode {
         ),
         Command::Compare(a) => experiment::compare_cmd(&a.db.db, &a.a, &a.b, &a.metrics, a.json),
         Command::Order(a) => run_order(&a),
+        Command::Generate(a) => cli::generate::run(&a),
         Command::Db(a) => match experiment::db::run(&a.db, &a.request(), &mut io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail(e.to_string(), 1),
@@ -372,6 +376,27 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             return fail(e.to_string(), 2);
         }
     }
+    if !(1..=metrics::probe::MAX_MAX_PROBES).contains(&a.max_probes) {
+        return fail(
+            format!(
+                "--max-probes must be 1 to {} (got {}); each is a test, and a thread answers it",
+                metrics::probe::MAX_MAX_PROBES,
+                a.max_probes
+            ),
+            2,
+        );
+    }
+    // Bad probe modules are bad input: said before anything listens.
+    let prober = match &a.probe_modules {
+        Some(file) => {
+            let policy = agent_policy(a);
+            match metrics::probe::Modules::load(file, &policy) {
+                Ok(m) => Some(metrics::probe::Prober::new(m, policy, a.max_probes)),
+                Err(e) => return fail(&e, 2),
+            }
+        }
+        None => None,
+    };
     // rr tests hold a socket per flow: lift the open-file limit.
     rr::raise_nofile_limit();
     let agent = a
@@ -380,6 +405,16 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
+    };
+    let metrics = match a.metrics {
+        Some(addr) => {
+            let cfg = metrics::MetricsConfig { addr, prober };
+            match metrics::start(cfg, server.shared()) {
+                Ok(m) => Some(m),
+                Err(e) => return fail(&e, 1),
+            }
+        }
+        None => None,
     };
     let agent_line = agent.as_ref().map(|ag| {
         let t = &ag.policy.targets;
@@ -406,8 +441,12 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     if let Some(l) = agent_line {
         outln!("{l}");
     }
+    if let Some(m) = &metrics {
+        outln!("metrics on http://{}/metrics", m.local_addr());
+    }
     io::stdout().flush().ok();
     server.run();
+    drop(metrics);
     ExitCode::SUCCESS
 }
 
@@ -436,8 +475,10 @@ fn run_order(a: &cli::order::OrderArgs) -> ExitCode {
         Err(e) => return fail(&e, 2),
     };
     let mut on_line = |l: &str| outln!("{l}");
-    match agent::client::order(&a.agent, &key, &a.argv, &mut on_line) {
+    install_interrupt_handler();
+    match agent::client::order_until(&a.agent, &key, &a.argv, Some(&INTERRUPTS), &mut on_line) {
         Ok(_) => ExitCode::SUCCESS,
+        Err(e @ agent::client::AgentError::Stopped { .. }) => fail(&e, 130),
         Err(
             e @ (agent::client::AgentError::Refused { .. }
             | agent::client::AgentError::Version { .. }),

@@ -38,6 +38,7 @@ use xferlab_core::proto::{ErrorCode, ProtoError, ServerMsg};
 use crate::agent::{self, session::Agent};
 use crate::control::Wake;
 use crate::net::FlowSocket;
+use crate::session::metrics::{Protocol, Reason};
 use crate::session::shared::lock;
 use crate::session::{self, ServerConfig, Shared};
 
@@ -136,6 +137,11 @@ impl Server {
     /// xferlab's listening address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listeners[0].local_addr()
+    }
+
+    /// What its sessions share (the metrics server reads its counters).
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     /// The iperf3 port's listening address, if there is one.
@@ -452,6 +458,7 @@ impl FrontDoor {
                             message: busy.to_string(),
                         }));
                         refuse(stream, &answer);
+                        self.shared.metrics.refused(Protocol::Xferlab, Reason::Busy);
                         self.shared.log_refused(
                             peer,
                             "busy",
@@ -534,6 +541,8 @@ impl FrontDoor {
                             Ok(h) => h,
                             Err(busy) => {
                                 refuse(stream, &access_denied());
+                                let m = &self.shared.metrics;
+                                m.refused(Protocol::Iperf3, Reason::Busy);
                                 self.shared.log_refused(
                                     peer,
                                     "busy",

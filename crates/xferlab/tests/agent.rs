@@ -313,6 +313,13 @@ fn an_agent_without_a_key_or_with_a_bad_network_does_not_start() {
         SLACK,
     );
     out.assert_one_line_failure(2, &["10.0.0.0/33", "not a network"]);
+    // Nobody there: unreachable, at once.
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let out = run(
+        &order_args(&nobody, &key, &["stream", "127.0.0.1", "-t", "1"]),
+        SLACK,
+    );
+    out.assert_one_line_failure(1, &["cannot reach agent", "refused"]);
 }
 
 #[test]
@@ -367,4 +374,27 @@ fn a_killed_agent_is_lost_promptly_and_its_test_dies_with_it() {
         out.elapsed
     );
     wait_gone(kids[0], "the order's test after its agent died");
+}
+
+#[test]
+fn ctrl_c_at_the_controller_stops_the_order_on_the_agent() {
+    let key = Key::new("ctrlc", KEY);
+    let target = Server::start();
+    let ag = agent(&key, &["--agent-targets", "127.0.0.1"]);
+    let a = ag.addr().to_string();
+    let port = target.port.to_string();
+    let mut ctl = Proc::spawn(&order_args(
+        &a,
+        &key,
+        &["stream", "127.0.0.1", "-p", &port, "-t", "30", "-i", "0.2"],
+    ));
+    ctl.wait_for_data_interval();
+    let kids = children(ag.pid());
+    assert_eq!(kids.len(), 1, "the agent runs one test: {kids:?}");
+    ctl.signal(libc::SIGINT);
+    let out = ctl.finish(SLACK);
+    let line = out.assert_one_line(&["stopped here"]);
+    assert_eq!(out.code, Some(130), "{line}");
+    wait_gone(kids[0], "the order's test after Ctrl-C at its controller");
+    ag.wait_for_log("failed: stopped: the controller went away", 1, SLACK);
 }

@@ -22,7 +22,7 @@ const BINARY: &[&[&str]] = &[
     &["rr", "iperf3", "usb"],
     &["patterns"],
     &["agent"],
-    &["server"],
+    &["server", "metrics"],
     &["lab", "model", "series", "experiment", "calibrate"],
     &["cli"],
     &["main"],

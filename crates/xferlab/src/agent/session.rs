@@ -18,7 +18,7 @@ use xferlab_core::proto::order::{AgentEvent, AgentOrder, KEEPALIVE};
 use xferlab_core::proto::ProtoError;
 
 use super::order::{check, last_line, run, OrderError, Policy};
-use super::wire::{drive, shown};
+use super::wire::{drive, shown, Driven};
 use crate::session::auth;
 use crate::session::shared::{lock, HandshakeSlot, Shared};
 use crate::sys::clock;
@@ -82,10 +82,17 @@ pub fn serve(
         }
     };
     let mut m = AgentOrder::new(clock::now(), version, ServerAuth { keys, nonce }, &software);
+    // Its counts in /metrics (`xferlab_agent_orders_total`).
+    let counted = |result: &'static str, reason: &'static str| {
+        shared.metrics.order("controller", result, reason);
+    };
+    let mut locked_out = false;
     if let Some(wait) = shared
         .auth_failures
         .locked_out(shared.auth_client(peer.ip()))
     {
+        locked_out = true;
+        counted("refused", "locked_out");
         let why = format!(
             "too many failed authentication attempts from {}; try again in {} s",
             peer.ip(),
@@ -98,10 +105,14 @@ pub fn serve(
         );
         m.refuse("auth_failed", &why);
     }
-    let (controller, argv) = match drive(&mut stream, &mut m) {
-        Some(AgentEvent::Ordered { software, argv }) => (software, argv),
-        Some(AgentEvent::Failed(e)) => {
+    let (controller, argv) = match drive(&mut stream, &mut m, None) {
+        Driven::Event(AgentEvent::Ordered { software, argv }) => (software, argv),
+        Driven::Event(AgentEvent::Failed(e)) => {
             let auth = matches!(e, ProtoError::AuthFailed) || m.challenge_unanswered();
+            if auth && !locked_out {
+                counted("refused", "auth");
+                shared.metrics.auth_failed();
+            }
             if auth {
                 let failures = &shared.auth_failures;
                 let n = failures.record(shared.auth_client(peer.ip()));
@@ -135,6 +146,7 @@ pub fn serve(
                 "busy",
                 format_args!("{peer}: order [{what}] refused: {why}"),
             );
+            counted("refused", "busy");
             return refuse(&mut m, &mut stream, "busy", &why);
         }
     };
@@ -150,6 +162,7 @@ pub fn serve(
             "busy",
             format_args!("{peer}: order [{what}] refused: {why}"),
         );
+        counted("refused", "busy");
         return refuse(&mut m, &mut stream, "busy", &why);
     } else {
         OrderSlot(&agent.running)
@@ -163,6 +176,7 @@ pub fn serve(
                 controller.version,
                 r.code()
             ));
+            counted("refused", r.code());
             return refuse(&mut m, &mut stream, r.code(), &r.to_string());
         }
     };
@@ -236,6 +250,7 @@ pub fn serve(
         line
     };
     watcher.join().ok();
+    counted(if ran.is_ok() { "served" } else { "failed" }, "");
     shared.log(format_args!("{peer}: order [{what}] {line}"));
 }
 

@@ -4,33 +4,57 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use xferlab_core::outbox::Machine;
 
 use crate::sys::clock;
 
-/// Runs `m` over `stream` until it has an event (returned) or is closed
-/// with none (None). Reads wait at most until the machine's deadline, so
-/// a silent peer ends in the machine's timeout, never in a hang.
-pub fn drive<M: Machine>(stream: &mut TcpStream, m: &mut M) -> Option<M::Event> {
+/// How often a driver with a stop counter looks at it while the peer is
+/// silent (it is counted up by another thread, e.g. on Ctrl-C).
+const STOP_POLL: Duration = Duration::from_millis(100);
+
+/// What [`drive`] ended with.
+pub enum Driven<E> {
+    Event(E),
+    /// The machine closed with nothing more to say.
+    Closed,
+    /// `stop` went above 0.
+    Stopped,
+}
+
+/// Runs `m` over `stream` until it has an event, is closed, or `stop`
+/// (a count of interrupts) is above 0. Reads wait at most until the machine's deadline, so a silent peer
+/// ends in the machine's timeout, never in a hang.
+pub fn drive<M: Machine>(
+    stream: &mut TcpStream,
+    m: &mut M,
+    stop: Option<&AtomicU32>,
+) -> Driven<M::Event> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed) > 0) {
+            return Driven::Stopped;
+        }
         while let Some(b) = m.poll_transmit() {
             if stream.write_all(&b).is_err() {
                 m.handle_eof();
             }
         }
         if let Some(e) = m.poll_event() {
-            return Some(e);
+            return Driven::Event(e);
         }
         if m.is_closed() {
-            return None;
+            return Driven::Closed;
         }
         let now = clock::now();
-        let wait = m
+        let mut wait = m
             .poll_timeout()
             .map(|t| t.checked_duration_since(now).unwrap_or(Duration::ZERO));
+        if stop.is_some() {
+            wait = Some(wait.map_or(STOP_POLL, |w| w.min(STOP_POLL)));
+        }
         if wait == Some(Duration::ZERO) {
             m.handle_timeout(now);
             continue;

@@ -5,6 +5,7 @@
 pub mod calibrate;
 pub mod db;
 pub mod experiment;
+pub mod generate;
 pub mod lab;
 pub mod lab_topology;
 pub mod model;
@@ -20,6 +21,7 @@ use clap::{Parser, Subcommand};
 use calibrate::CalibrateArgs;
 use db::DbArgs;
 use experiment::{CompareArgs, ReportArgs, RunArgs};
+use generate::GenerateArgs;
 use lab::LabArgs;
 use model::ModelArgs;
 use rr::RrArgs;
@@ -110,6 +112,19 @@ pub fn one_line(e: &clap::Error) -> String {
         .unwrap_or("bad usage")
         .trim_start_matches("error: ");
     let mut msg = first.to_string();
+    // "the following required arguments were not provided:" lists them
+    // on lines of their own, before its usage line: without them the line
+    // names nothing to add.
+    let lines: Vec<&str> = lines.collect();
+    if first.ends_with("were not provided:") {
+        let missing: Vec<&str> = lines
+            .iter()
+            .take_while(|l| !l.starts_with("Usage:"))
+            .copied()
+            .collect();
+        msg.push(' ');
+        msg.push_str(&missing.join(", "));
+    }
     // The fix: clap's tips, and the values an enum flag takes (without
     // them "invalid value 'x' for '--read-fill'" names no way out).
     for l in lines {
@@ -129,7 +144,7 @@ pub fn one_line(e: &clap::Error) -> String {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve tests from xferlab and stock iperf3 clients, several at once.
-    Server(ServerArgs),
+    Server(Box<ServerArgs>),
     /// Bulk transfer: as much data as possible (TCP), or datagrams at a
     /// rate (UDP, -u), one way, reverse or both ways, in parallel flows.
     Stream(Box<StreamArgs>),
@@ -177,6 +192,10 @@ pub enum Command {
     /// The results database: list experiments, show runs, export them as
     /// CSV, JSON lines or SQL.
     Db(DbArgs),
+    /// Man pages (`generate man DIR`: one per verb) and shell completion
+    /// scripts (`generate completions bash|zsh|fish|...`), made from the
+    /// same definitions as --help.
+    Generate(GenerateArgs),
 }
 
 impl Command {

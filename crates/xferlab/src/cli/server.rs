@@ -130,6 +130,21 @@ pub struct ServerArgs {
     /// tests from one host at once measure each other).
     #[arg(long, default_value_t = 1, value_name = "N", requires = "agent")]
     pub agent_max_orders: usize,
+    /// Serve Prometheus on ADDR (e.g. 0.0.0.0:9290): /metrics, this
+    /// server's counters, and /probe with --probe-modules. No
+    /// authentication: bind it to an address only your Prometheus reaches.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Probe modules for /probe?module=NAME&target=HOST: a TOML file of
+    /// `[modules.NAME]` tables with `command = "stream -t 5"` (an xferlab
+    /// test without its server; see contrib/probe-modules.toml). Probes
+    /// run as agent orders: their targets must be in --agent-targets and
+    /// they are held to this server's budgets.
+    #[arg(long, value_name = "FILE", requires = "metrics")]
+    pub probe_modules: Option<std::path::PathBuf>,
+    /// Probes running at once; more are answered 503.
+    #[arg(long, default_value_t = crate::metrics::probe::MAX_PROBES, value_name = "N")]
+    pub max_probes: usize,
 }
 
 /// A port, or `off` for none.

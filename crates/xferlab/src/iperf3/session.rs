@@ -36,6 +36,7 @@ use crate::net::FlowSocket;
 use crate::net::{self, sockopt};
 use crate::output::Reporter;
 use crate::session::budget::{OverBudget, RateGrant};
+use crate::session::metrics::{ActiveFlows, Protocol, Reason};
 use crate::session::server::placement;
 use crate::session::shared::{lock, HandshakeSlot, SessionSlot, Shared};
 use crate::session::udp_door::Waiter;
@@ -67,6 +68,8 @@ impl Drop for Registration<'_> {
 struct Accepted<'a> {
     /// Its share of the server-wide rate.
     _rate: Option<RateGrant<'a>>,
+    /// Its flows in the active-flows gauge.
+    _flows: ActiveFlows,
     spec: TestSpec,
     plans: Vec<FlowPlan>,
     wire: DatagramWire,
@@ -178,6 +181,7 @@ impl SessionRole for Iperf3Session<'_> {
                         self.handshake = None;
                     }
                     Err(busy) => {
+                        shared.metrics.refused(Protocol::Iperf3, Reason::Busy);
                         shared.log_refused(
                             peer,
                             "busy",
@@ -202,6 +206,9 @@ impl SessionRole for Iperf3Session<'_> {
                         self.test = Some(a);
                     }
                     Err((code, why)) => {
+                        shared
+                            .metrics
+                            .refused(Protocol::Iperf3, refusal_reason(code));
                         shared.log(format_args!("{peer}: iperf3 client refused: {why}"));
                         self.ctl.refuse(code);
                         cx.fail(why);
@@ -285,6 +292,7 @@ impl SessionRole for Iperf3Session<'_> {
     }
 
     fn report(&mut self, now: Time, r: SideReport) {
+        self.shared.metrics.report(Protocol::Iperf3, &r);
         if let Some(t) = self.test.as_ref() {
             let mut results = results_from_side(&r, t.spec.transport);
             if t.get_server_output {
@@ -358,6 +366,17 @@ impl Workload for Receivers {
     }
 }
 
+/// The metrics' reason for a refusal [`accept`] answered with `code`.
+fn refusal_reason(code: i32) -> Reason {
+    match code {
+        i_errno::IEAUTHTEST => Reason::Auth,
+        i_errno::IENUMSTREAMS | i_errno::IETOTALRATE => Reason::OverBudget,
+        i_errno::IEACCESSDENIED => Reason::Busy,
+        i_errno::IELISTEN => Reason::Internal,
+        _ => Reason::Invalid,
+    }
+}
+
 /// Checks the parameters against what this server runs, and for UDP
 /// opens the first stream socket before CREATE_STREAMS goes out.
 fn accept<'a>(
@@ -421,6 +440,7 @@ fn accept<'a>(
     }
     Ok(Accepted {
         _rate: rate,
+        _flows: shared.metrics.served(Protocol::Iperf3, &spec),
         wire: DatagramWire::Iperf3(UdpHeader {
             counters_64bit: p.udp_counters_64bit,
         }),
@@ -468,6 +488,7 @@ fn authenticate(p: &Params, shared: &Shared, peer: SocketAddr) -> Result<(), (i3
         }
         Err(why) => {
             let n = shared.auth_failures.record(shared.auth_client(peer.ip()));
+            shared.metrics.auth_failed();
             Err(refuse(format!(
                 "authentication failed: {why} ({})",
                 shared.auth_failures.describe(n)

@@ -7,6 +7,7 @@ pub mod auth;
 pub mod budget;
 pub mod client;
 mod error;
+pub mod metrics;
 pub mod server;
 pub mod shared;
 pub mod udp_door;

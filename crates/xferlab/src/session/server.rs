@@ -20,6 +20,7 @@ use xferlab_core::spec::TestSpec;
 
 use super::auth;
 use super::budget::{OverBudget, RateGrant};
+use super::metrics::{ActiveFlows, Protocol, Reason};
 use super::shared::{lock, HandshakeSlot, SessionSlot, Shared};
 use super::{AdmitError, PatternError};
 use crate::control::{ControlIo, Wake};
@@ -83,6 +84,8 @@ struct Registration<'a> {
     slot: Option<SessionSlot<'a>>,
     /// The test's share of the server-wide rate.
     rate: Option<RateGrant<'a>>,
+    /// Its flows in the active-flows gauge.
+    flows: Option<ActiveFlows>,
 }
 
 impl Drop for Registration<'_> {
@@ -124,8 +127,15 @@ impl XferlabSession<'_> {
         }
     }
 
-    fn refuse(&mut self, code: ErrorCode, why: impl std::fmt::Display, cx: &mut SessionCx<'_>) {
+    fn refuse(
+        &mut self,
+        code: ErrorCode,
+        reason: Reason,
+        why: impl std::fmt::Display,
+        cx: &mut SessionCx<'_>,
+    ) {
         let why = why.to_string();
+        self.shared.metrics.refused(Protocol::Xferlab, reason);
         self.ctl.reject(code, &why);
         let line = format_args!("{}: refused: {why}", self.peer);
         match code {
@@ -145,21 +155,26 @@ impl XferlabSession<'_> {
                 self.reg.slot = Some(slot);
                 self.reg.handshake = None;
             }
-            Err(busy) => return self.refuse(ErrorCode::Busy, busy, cx),
+            Err(busy) => return self.refuse(ErrorCode::Busy, Reason::Busy, busy, cx),
         }
         if let Err(why) = admit(self.shared, &mut spec) {
-            return self.refuse(ErrorCode::InvalidSpec, why, cx);
+            return self.refuse(ErrorCode::InvalidSpec, Reason::Invalid, why, cx);
         }
         match self.shared.budget(&mut spec) {
             Ok(grant) => self.reg.rate = grant,
-            Err(OverBudget::Busy(why)) => return self.refuse(ErrorCode::Busy, why, cx),
-            Err(e) => return self.refuse(ErrorCode::InvalidSpec, e.message(), cx),
+            Err(OverBudget::Busy(why)) => {
+                return self.refuse(ErrorCode::Busy, Reason::Busy, why, cx)
+            }
+            Err(e) => {
+                let why = e.message().to_string();
+                return self.refuse(ErrorCode::InvalidSpec, Reason::OverBudget, why, cx);
+            }
         }
         let token = match new_token() {
             Ok(t) => t,
             Err(e) => {
                 let why = format_args!("no randomness for a session token: {e}");
-                return self.refuse(ErrorCode::Internal, why, cx);
+                return self.refuse(ErrorCode::Internal, Reason::Internal, why, cx);
             }
         };
         let mut pattern = (self.patterns)(&spec);
@@ -168,11 +183,13 @@ impl XferlabSession<'_> {
             Err(why) => {
                 return self.refuse(
                     ErrorCode::Internal,
+                    Reason::Internal,
                     format_args!("on the server: {why}"),
                     cx,
                 )
             }
         };
+        self.reg.flows = Some(self.shared.metrics.served(Protocol::Xferlab, &spec));
         lock(&self.shared.registry).insert(token, self.tx.clone());
         self.reg.token = Some(token);
         self.ctl.accept(
@@ -243,11 +260,20 @@ impl SessionRole for XferlabSession<'_> {
                 if auth {
                     let failures = &self.shared.auth_failures;
                     let n = failures.record(self.shared.auth_client(self.peer.ip()));
+                    let m = &self.shared.metrics;
+                    m.auth_failed();
+                    m.refused(Protocol::Xferlab, Reason::Auth);
                     self.shared.log(format_args!(
                         "{}: authentication failed ({})",
                         self.peer,
                         failures.describe(n)
                     ));
+                } else if matches!(e, ProtoError::Malformed(_)) && self.reg.slot.is_none() {
+                    // A hello the control machine refused before
+                    // admission (longer than --max-duration, or not a
+                    // test it can read).
+                    let m = &self.shared.metrics;
+                    m.refused(Protocol::Xferlab, Reason::Invalid);
                 }
                 cx.fail(e.to_string());
                 self.finished = true;
@@ -290,6 +316,7 @@ impl SessionRole for XferlabSession<'_> {
     }
 
     fn report(&mut self, now: Time, report: SideReport) {
+        self.shared.metrics.report(Protocol::Xferlab, &report);
         self.ctl.send_results(now, &report);
         self.report = Some(report);
     }
@@ -329,12 +356,14 @@ pub fn serve(
         handshake: Some(handshake),
         slot: None,
         rate: None,
+        flows: None,
     };
     let Ok((end_signal, end)) = session_end() else {
         return;
     };
     if shared.cfg.auth_on() && shared.cfg.auth_keys.is_none() {
         let why = "this server authenticates iperf3 clients only (it has no --auth-key for xferlab clients)";
+        shared.metrics.refused(Protocol::Xferlab, Reason::Auth);
         shared.log_refused(peer, "no key", format_args!("{peer}: refused: {why}"));
         ctl.reject(ErrorCode::AuthFailed, why);
     } else if let Some(keys) = &shared.cfg.auth_keys {
@@ -347,6 +376,7 @@ pub fn serve(
                 peer.ip(),
                 wait.as_secs() + 1
             );
+            shared.metrics.refused(Protocol::Xferlab, Reason::LockedOut);
             shared.log_refused(peer, "locked out", format_args!("{peer}: refused: {why}"));
             ctl.reject(ErrorCode::AuthFailed, &why);
         } else {

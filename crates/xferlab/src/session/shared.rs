@@ -14,6 +14,7 @@ use xferlab_core::proto::wire::TOKEN_LEN;
 
 use super::auth::{Failures, Iperf3Users};
 use super::budget::{Budgets, OverBudget, RateBook, RateGrant};
+use super::metrics::ServerMetrics;
 use super::udp_door::Doors;
 use super::Busy;
 use crate::control::Wake;
@@ -196,6 +197,8 @@ pub struct Shared {
     /// Failed authentication attempts per client address (keyed by
     /// [`DoorLimits::client`]: use [`Shared::auth_client`]).
     pub auth_failures: Failures,
+    /// What `--metrics` exports (see [`super::metrics`]).
+    pub metrics: ServerMetrics,
 }
 
 /// Locks a registry; a panicked holder leaves it usable (its entries are
@@ -268,6 +271,7 @@ impl Drop for SessionSlot<'_> {
             }
         }
         self.shared.sessions.fetch_sub(1, Ordering::Relaxed);
+        self.shared.metrics.session(-1);
     }
 }
 
@@ -285,6 +289,7 @@ impl Shared {
             refusals: Mutex::new(HashMap::new()),
             rates: RateBook::default(),
             auth_failures,
+            metrics: ServerMetrics::default(),
         }
     }
 
@@ -354,6 +359,7 @@ impl Shared {
         }
         *per.entry(client).or_default() += 1;
         self.sessions.fetch_add(1, Ordering::Relaxed);
+        self.metrics.session(1);
         Ok(SessionSlot {
             shared: self,
             client,

@@ -160,7 +160,7 @@ impl Proc {
         Proc::spawn_program_env(program, args, &[])
     }
 
-    fn spawn_program_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    pub fn spawn_program_env(program: &str, args: &[&str], env: &[(&str, &str)]) -> Proc {
         let mut command = Command::new(program);
         // Tests see the sizes of an uncalibrated machine unless they give
         // a calibration file: a developer's `xferlab calibrate` must not
