@@ -214,6 +214,12 @@ pub fn serve(
         };
         run(&checked, &stop, &mut on_line)
     };
+    // The test has ended (its child is reaped): its places go back before
+    // the controller hears of its end, or the controller's next order,
+    // sent the moment this one's result arrives, would find the agent
+    // still busy with this one (`xferlab run` across hosts does just that).
+    drop(_order);
+    drop(_slot);
     let line = {
         let mut l = lock(&link);
         let (m, s) = &mut *l;
