@@ -453,3 +453,57 @@ fn a_busy_agent_is_asked_again_not_failed() {
     assert_eq!(other.code, Some(0), "{}", other.describe());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ctrl-C of the runner while an agent runs a point: the point is stored
+/// as interrupted (exit 130), the agent stops its test when the runner's
+/// connection closes, and the same command again runs what is missing.
+#[test]
+fn an_interrupted_run_across_hosts_resumes() {
+    let dir = std::env::temp_dir().join(format!("xfl-hint{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("lab.key");
+    std::fs::write(&key, "a-key-the-three-agents-share\n").unwrap();
+    let agent = common::Server::start_with(&[
+        "--auth-key",
+        key.to_str().unwrap(),
+        "--agent",
+        "--agent-targets",
+        "127.0.0.0/8",
+    ]);
+    let scenario = dir.join("int.toml");
+    std::fs::write(
+        &scenario,
+        format!(
+            "title = \"int\"\nwhere = \"hosts\"\ncommand = \"@a:a stream -i 0\"\n\
+             [matrix]\n\"-t\" = [1, 0.3]\n\
+             [hosts.a]\nagent = \"127.0.0.1:{}\"\nkey = \"lab.key\"\n",
+            agent.port
+        ),
+    )
+    .unwrap();
+    let db = dir.join("x.db");
+    let args = [
+        "run",
+        scenario.to_str().unwrap(),
+        "--db",
+        db.to_str().unwrap(),
+        "--no-report",
+    ];
+    let mut first = Proc::spawn(&args);
+    agent.wait_for_log("accepted TCP stream", 1, Duration::from_secs(10));
+    first.signal(libc::SIGINT);
+    let out = first.finish(Duration::from_secs(10));
+    assert_eq!(out.code, Some(130), "{}", out.describe());
+    // The agent stops the 1 s test, before its end, once the runner's connection is gone.
+    agent.wait_for_log("the controller went away", 1, Duration::from_secs(5));
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].2, "interrupted", "{runs:?}");
+    // Resumed: the interrupted point again and the one never started.
+    let second = run(&args, Duration::from_secs(30));
+    assert_eq!(second.code, Some(0), "{}", second.describe());
+    let runs = stored(&db);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+    assert!(runs[1..].iter().all(|r| r.2 == "ok"), "{runs:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
