@@ -3,8 +3,9 @@
 //! unauthenticated peer can cause bounded (the endpoint may face more
 //! than a Prometheus):
 //! * connections waiting for a worker are at most as many as the workers;
-//!   past that a new connection is answered 503 at once and closed, so a
-//!   flood costs no thread and no memory that grows with it;
+//!   past that a new connection is answered 503 at once and closed a
+//!   second later (at most 64 wait so), so a flood costs no thread and no
+//!   memory that grows with it;
 //! * a connection has [`HEAD_TIMEOUT`] in total to send its request head
 //!   (a trickle of bytes does not extend it) and at most [`MAX_HEAD`]
 //!   bytes for it;
@@ -19,6 +20,7 @@
 //! connection with no limit, so a peer opening connections faster than
 //! they time out made threads without bound.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -94,13 +96,18 @@ pub fn serve(listener: TcpListener, workers: usize, handler: Handler) -> io::Res
         std::thread::Builder::new()
             .name("xfer-metrics".into())
             .spawn(move || {
+                let mut lingering = Lingering::default();
                 while !accept_stop.load(Ordering::Relaxed) {
+                    lingering.close_due(Instant::now());
                     let Some((stream, peer)) = accept(&listener) else {
                         continue;
                     };
                     match tx.try_send((stream, peer)) {
                         Ok(()) => {}
-                        Err(TrySendError::Full((stream, _))) => busy(stream),
+                        Err(TrySendError::Full((stream, _))) => {
+                            busy(&stream);
+                            lingering.push(stream, Instant::now());
+                        }
                         Err(TrySendError::Disconnected(_)) => break,
                     }
                 }
@@ -145,8 +152,8 @@ fn accept(listener: &TcpListener) -> Option<(TcpStream, SocketAddr)> {
 }
 
 /// Every worker is busy and as many connections wait: 503, without
-/// waiting for the peer's request (or its reading).
-fn busy(mut stream: TcpStream) {
+/// waiting for the peer's request (or its reading), then our side's FIN.
+fn busy(mut stream: &TcpStream) {
     const BODY: &str = "busy: every worker is answering, retry\n";
     let head = format!(
         "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n\
@@ -154,7 +161,52 @@ fn busy(mut stream: TcpStream) {
         BODY.len()
     );
     stream.set_nonblocking(true).ok();
+    drain(stream);
     stream.write_all(head.as_bytes()).ok();
+    stream.shutdown(std::net::Shutdown::Write).ok();
+}
+
+/// Reads and drops what the peer has sent so far, without waiting.
+fn drain(mut stream: &TcpStream) {
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => return,
+        }
+    }
+}
+
+/// Connections answered 503, closed [`LINGER`] later (Apache's
+/// "lingering close"): closing a socket that holds unread bytes (the
+/// request, arriving after the answer) sends a RST, and a RST makes the
+/// peer's next read fail, often before it has read the answer. At most
+/// [`MAX_LINGERING`]: past that the oldest is closed at once.
+#[derive(Default)]
+struct Lingering(VecDeque<(TcpStream, Instant)>);
+
+const LINGER: Duration = Duration::from_secs(1);
+const MAX_LINGERING: usize = 64;
+
+impl Lingering {
+    fn push(&mut self, stream: TcpStream, now: Instant) {
+        if self.0.len() == MAX_LINGERING {
+            self.close_one();
+        }
+        self.0.push_back((stream, now + LINGER));
+    }
+
+    fn close_due(&mut self, now: Instant) {
+        while self.0.front().is_some_and(|(_, due)| now >= *due) {
+            self.close_one();
+        }
+    }
+
+    fn close_one(&mut self) {
+        if let Some((stream, _)) = self.0.pop_front() {
+            drain(&stream);
+        }
+    }
 }
 
 fn work(rx: &Mutex<Receiver<(TcpStream, SocketAddr)>>, handler: &dyn Fn(&Request) -> Response) {
