@@ -23,8 +23,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum AgentError {
     #[error("cannot reach agent {agent}: {err}")]
     Unreachable { agent: String, err: String },
+    /// `code` is the agent's word for why (`busy`, `target`, `budget`,
+    /// `auth`, ...; see `agent::order::Refusal::code`).
     #[error("agent {agent} refused the order: {reason}")]
-    Refused { agent: String, reason: String },
+    Refused {
+        agent: String,
+        code: String,
+        reason: String,
+    },
     /// The connection dropped or fell silent mid-order, after `lines`
     /// lines of output.
     #[error("lost agent {agent} after {lines} lines of output: {reason}")]
@@ -54,9 +60,8 @@ pub enum AgentError {
 /// `agent` (HOST or HOST:PORT, default port 5290), signed with `key`;
 /// each line of the test's output goes to `on_line` as it comes. Ok: the
 /// test ran and exited 0; its result document is `doc`.
-// The call `xferlab run` across hosts makes (issue 36); `xferlab order`
-// uses `order_until` for its Ctrl-C. Drop the allow once a caller lands.
-#[allow(dead_code)]
+/// `xferlab run` across hosts calls this; `xferlab order` uses
+/// [`order_until`] for its Ctrl-C.
 pub fn order(
     agent: &str,
     key: &[u8],
@@ -119,6 +124,7 @@ pub fn order_until(
                     // version does not know: say which it runs.
                     Some(s) if code == "usage" && s.version != ours => AgentError::Refused {
                         agent: name,
+                        code,
                         reason: format!(
                             "{reason} (agent runs xferlab {}, this is {ours})",
                             s.version
@@ -126,6 +132,7 @@ pub fn order_until(
                     },
                     _ => AgentError::Refused {
                         agent: name,
+                        code,
                         reason,
                     },
                 });

@@ -599,9 +599,7 @@ fn order(agent: &hosts::Agent, argv: &[String]) -> Outcome {
     let mut ordered = client::order(&agent.agent, &agent.key, argv, &mut |_| {});
     for backoff in BUSY_BACKOFF {
         match &ordered {
-            Err(AgentError::Refused { reason, .. })
-                if reason.contains("busy") && reason.contains("try again later") =>
-            {
+            Err(AgentError::Refused { code, reason, .. }) if code == "busy" => {
                 tracing::debug!(host = %agent.name, ?backoff, %reason, "agent busy: asking again");
                 std::thread::sleep(backoff);
                 ordered = client::order(&agent.agent, &agent.key, argv, &mut |_| {});
