@@ -91,7 +91,7 @@ fn the_package_installs_binary_pages_completions_and_a_valid_unit() {
     require(
         "cargo",
         &["deb", "--version"],
-        "cargo-deb is missing; it builds the package: cargo install cargo-deb --locked --no-default-features",
+        "cargo-deb is missing; it builds the package: scripts/install-cargo-deb",
     );
     require("dpkg-deb", &["--version"], "apt-get install dpkg");
     require(
