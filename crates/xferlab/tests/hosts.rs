@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{is_root, run, Proc, BIN};
+use common::{ip, is_root, run, Proc, BIN};
 use rusqlite::Connection;
 use serde_json::Value;
 
@@ -40,19 +40,6 @@ impl Drop for Lab {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2): {e}"));
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 const HOSTS: [(&str, &str); 3] = [("a", "10.88.0.1"), ("b", "10.88.0.2"), ("c", "10.88.0.3")];

@@ -567,19 +567,6 @@ impl Drop for Hosts {
     }
 }
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2): {e}"));
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Percent-encodes a query parameter.
 fn enc(s: &str) -> String {
     s.bytes()

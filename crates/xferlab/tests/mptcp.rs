@@ -148,19 +148,6 @@ impl Drop for Netns {
     }
 }
 
-fn ip(args: &[&str]) {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2): {e}"));
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// In a namespace whose path manager may open a second subflow from
 /// 127.0.0.2, the flow's intervals list both subflows, each with its own
 /// addresses and TCP_INFO.

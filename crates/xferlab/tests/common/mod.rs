@@ -1071,3 +1071,18 @@ fn retry_while_the_host_steals<T>(attempt: impl Fn() -> (T, Option<String>, Opti
         reasons.join("\n")
     );
 }
+
+/// Runs `ip ARGS` (iproute2) for a test's namespaces and links; panics
+/// with its stderr if it fails.
+pub fn ip(args: &[&str]) {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `ip` (iproute2): {e}"));
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
