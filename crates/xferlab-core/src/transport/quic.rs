@@ -21,12 +21,16 @@ use crate::knobs::{self, Knobs, RecvMode, SendMode};
 pub use crate::knobs::{QuicKnobError as KnobError, QuicKnobs, CONGESTION_CONTROLLERS};
 use crate::units::{format_bytes, Micros, RateUnit};
 
-/// Largest DATAGRAM payload a flow may ask for: a QUIC packet must fit
-/// a UDP datagram on the path, and QUIC starts at 1200 bytes (RFC 9000
-/// sec. 14) less its short header and the frame's (about 40 bytes);
-/// larger payloads need the path MTU discovery to have raised the limit
-/// first, which a constant-rate test cannot wait for.
-pub const MAX_DATAGRAM_PAYLOAD: u64 = 1150;
+/// Largest DATAGRAM payload a flow may ask for (`-l` with `-b`): what a
+/// QUIC packet carries on a 1500-byte-MTU path (1452 bytes of UDP
+/// payload, quinn-proto's discovery bound, less a short header with an
+/// 8-byte connection ID, the AEAD tag and the frame's type and length:
+/// 1,420), rounded down to UDP's default datagram size, so `cbr --quic`
+/// runs with cbr's defaults. A connection starts at 1200 bytes (RFC 9000
+/// sec. 14) and raises it by path MTU discovery within its first RTTs;
+/// datagrams offered before that are refused as too large and counted
+/// (`datagrams_too_large`).
+pub const MAX_DATAGRAM_PAYLOAD: u64 = 1400;
 
 pub struct Quic;
 

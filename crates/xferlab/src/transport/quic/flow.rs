@@ -218,7 +218,6 @@ impl<'a> Flow<'a> {
             blocked: 0,
             too_large: 0,
         };
-        shared.set_datagrams(f.rate.is_some());
         if job.endpoint == Endpoint::Client {
             let crypto = tls::client(&files).map_err(|e| e.to_string())?;
             let mut c = ClientConfig::new(crypto);
@@ -714,6 +713,10 @@ struct DgramTx {
     seq: u64,
     done: bool,
     since_done: Option<Instant>,
+    /// The connection's datagram buffer space with nothing queued (the
+    /// buffer's size less quinn-proto's own overhead), taken before the
+    /// first offer.
+    empty_space: Option<usize>,
 }
 
 /// Bytes of the sender's datagram arena (see the driver's module
@@ -731,6 +734,7 @@ impl DgramTx {
             seq: 0,
             done: false,
             since_done: None,
+            empty_space: None,
         }
     }
 
@@ -747,13 +751,18 @@ impl DgramTx {
         if closing {
             return step;
         }
+        if self.empty_space.is_none() {
+            self.empty_space = Some(conn.datagrams().send_buffer_space());
+        }
         if !self.done && (stopping || self.limit.is_some_and(|l| self.seq >= l)) {
             self.done = true;
             self.since_done = Some(instant);
         }
         if self.done {
             // Close once the queued datagrams left (or after the grace).
-            let drained = conn.datagrams().send_buffer_space() >= DATAGRAM_QUEUE;
+            let drained = self
+                .empty_space
+                .is_none_or(|e| conn.datagrams().send_buffer_space() >= e);
             if drained
                 || self
                     .since_done

@@ -88,8 +88,12 @@ impl TransportIo for Quic {
         None
     }
 
-    fn own_shared(&self) -> OwnShared {
-        OwnShared::Quic(QuicShared::default())
+    /// A flow with -b sends DATAGRAM frames: its `udp` counters are read
+    /// from the first interval on, so its totals carry them.
+    fn own_shared(&self, knobs: &Knobs) -> OwnShared {
+        let q = QuicShared::default();
+        q.set_datagrams(knobs.rate.is_some_and(|r| r > 0));
+        OwnShared::Quic(q)
     }
 
     fn read(&self, _socket: &FlowSocket, _role: FlowRole, shared: &FlowShared) -> Reading {
