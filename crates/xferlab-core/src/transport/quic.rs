@@ -131,6 +131,9 @@ pub struct QuicCounters {
     /// connection, bytes (the sizes the flow chose).
     pub stream_window: u64,
     pub conn_window: u64,
+    /// Streams that carried data so far: a sender's written to, a
+    /// receiver's read from.
+    pub streams: u64,
 }
 
 /// QUIC's section of an interval (or of a total's window): the
@@ -184,6 +187,9 @@ pub struct QuicSample {
     /// whole connection, bytes.
     pub stream_window: u64,
     pub conn_window: u64,
+    /// Streams that had carried data by the interval's end (a sender's
+    /// written to, a receiver's read from).
+    pub streams: u64,
 }
 
 fn us(d: Duration) -> f64 {
@@ -226,6 +232,7 @@ impl QuicCounters {
             datagrams_too_large: d(self.datagrams_too_large, prev.datagrams_too_large),
             stream_window: self.stream_window,
             conn_window: self.conn_window,
+            streams: self.streams,
         }
     }
 }

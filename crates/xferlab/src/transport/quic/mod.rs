@@ -139,7 +139,7 @@ pub struct QuicShared {
     counts: [AtomicU64; COUNTS],
 }
 
-const COUNTS: usize = 16;
+const COUNTS: usize = 17;
 const NO_PACING: u64 = u64::MAX;
 
 impl QuicShared {
@@ -177,6 +177,7 @@ impl QuicShared {
             c.datagrams_too_large,
             c.stream_window,
             c.conn_window,
+            c.streams,
         ];
         for (slot, v) in self.counts.iter().zip(v) {
             slot.store(v, r);
@@ -214,6 +215,7 @@ impl QuicShared {
             datagrams_too_large: v[13],
             stream_window: v[14],
             conn_window: v[15],
+            streams: v[16],
         }
     }
 }
@@ -249,6 +251,7 @@ mod tests {
             datagrams_too_large: 14,
             stream_window: 15,
             conn_window: 16,
+            streams: 17,
         };
         sh.publish(&c);
         assert_eq!(sh.read(), c);
