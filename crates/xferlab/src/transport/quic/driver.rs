@@ -491,10 +491,11 @@ fn flush_pending(
     };
     let fd = sock.as_fd();
     match seg.filter(|&s| s < size) {
-        Some(s) if *segment != s => {
-            if set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, s as libc::c_int) {
-                *segment = s;
-            }
+        Some(s)
+            if *segment != s
+                && set_int_opt(fd, libc::SOL_UDP, libc::UDP_SEGMENT, s as libc::c_int) =>
+        {
+            *segment = s;
         }
         // One datagram larger than the socket's segment size (an MTU
         // probe) would be cut: segmentation off for it.
