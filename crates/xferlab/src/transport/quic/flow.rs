@@ -467,8 +467,8 @@ fn why_untrusted(reason: &str) -> String {
     let r = reason.trim_start_matches("invalid peer certificate: ");
     if r.contains("UnknownIssuer") {
         "that no CA in --quic-ca signed".into()
-    } else if r.contains("NotValidForName") {
-        "that does not carry the server's name (--quic-server-name, else its address)".into()
+    } else if r.contains("NotValidForName") || r.contains("not valid for name") {
+        format!("that does not carry the server's name (--quic-server-name, else its address): {r}")
     } else if r.contains("Expired") {
         "that has expired".into()
     } else if r.contains("NotValidYet") {
