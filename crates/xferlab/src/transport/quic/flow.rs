@@ -349,7 +349,7 @@ impl<'a> Flow<'a> {
                 break FlowEnd::Completed;
             }
             if !busy {
-                let until = app.next_due(&self.driver, clock::now()).map(|d| now + d);
+                let until = app.next_due(clock::now(), now).map(|d| now + d);
                 self.driver.wait(now, until);
             }
         };
@@ -536,9 +536,11 @@ impl App {
         }
     }
 
-    /// When a paced sender's next datagram is due, from `now`.
-    fn next_due(&self, _d: &Driver<'_>, now: xferlab_core::time::Time) -> Option<Duration> {
+    /// When a paced sender's next datagram (or a capped stream sender's
+    /// next chunk) is due, from `now`.
+    fn next_due(&self, now: xferlab_core::time::Time, instant: Instant) -> Option<Duration> {
         match self {
+            App::StreamTx(tx) => tx.next_due(instant),
             App::DgramTx(tx) if !tx.done => tx
                 .pacer
                 .next_due()
@@ -588,6 +590,9 @@ impl App {
 struct StreamTx {
     chunk: Vec<u8>,
     quota: Option<u64>,
+    /// `--fq-rate` (or the server's budget): bytes/s the sender writes at
+    /// most, from its first write (the handshake done).
+    cap: Option<(u64, Option<Instant>)>,
     want: u32,
     /// Each stream, whether it is blocked, and whether nothing was
     /// written to it yet.
@@ -612,6 +617,7 @@ impl StreamTx {
         StreamTx {
             chunk: (0..len).map(|i| (i % 251) as u8).collect(),
             quota: job.quota,
+            cap: job.knobs.max_pacing_rate.map(|r| (r.max(1), None)),
             want: streams,
             streams: Vec::with_capacity(streams as usize),
             written: 0,
@@ -620,6 +626,31 @@ impl StreamTx {
             failed: None,
             used: 0,
         }
+    }
+
+    /// Bytes the cap lets the sender have written by `now` (one chunk of
+    /// burst); no cap: no bound.
+    fn allowed(&self, now: Instant) -> u64 {
+        match self.cap {
+            None => u64::MAX,
+            Some((rate, since)) => {
+                let since = since.unwrap_or(now);
+                let t = now.saturating_duration_since(since).as_secs_f64();
+                (rate as f64 * t) as u64 + self.chunk.len() as u64
+            }
+        }
+    }
+
+    /// How long until the cap lets the next chunk out.
+    fn next_due(&self, now: Instant) -> Option<Duration> {
+        let (rate, since) = self.cap?;
+        let since = since?;
+        if self.finished {
+            return None;
+        }
+        let at = (self.written + self.chunk.len() as u64) as f64 / rate as f64;
+        let due = since + Duration::from_secs_f64(at);
+        Some(due.saturating_duration_since(now))
     }
 
     fn unblock(&mut self, id: StreamId) {
@@ -633,7 +664,7 @@ impl StreamTx {
         conn: &mut quinn_proto::Connection,
         stopping: bool,
         closing: bool,
-        _now: Instant,
+        now: Instant,
     ) -> Step {
         let mut step = Step {
             failed: self.failed.take(),
@@ -656,8 +687,15 @@ impl StreamTx {
             let mut progress = true;
             while progress {
                 progress = false;
+                if let Some((_, since @ None)) = &mut self.cap {
+                    *since = Some(now);
+                }
+                let allowed = self.allowed(now);
                 for (id, blocked, fresh) in self.streams.iter_mut() {
-                    let left = self.quota.map_or(u64::MAX, |q| q - self.written);
+                    let left = self
+                        .quota
+                        .map_or(u64::MAX, |q| q - self.written)
+                        .min(allowed.saturating_sub(self.written));
                     if *blocked || left == 0 {
                         continue;
                     }
