@@ -79,6 +79,10 @@ const MAX_UDP_PAYLOAD: u16 = 1452;
 const DONE: u32 = 0;
 
 pub fn run(job: FlowJob<'_>) -> FlowOutcome {
+    // A paced sender's schedule starts with the thread, before the
+    // connection's setup, as every datagram sender's does: the time the
+    // handshake takes is caught up after it.
+    let start_t = clock::now();
     let FlowSocket::Datagram(sock) = job.socket else {
         return outcome(
             FlowEnd::Aborted("QUIC flows run over UDP sockets".into()),
@@ -92,7 +96,7 @@ pub fn run(job: FlowJob<'_>) -> FlowOutcome {
         );
     };
     match Flow::new(sock, &job, shared) {
-        Ok(f) => f.run(&job),
+        Ok(f) => f.run(&job, start_t),
         Err(why) => outcome(FlowEnd::Aborted(why), 0),
     }
 }
@@ -237,11 +241,10 @@ impl<'a> Flow<'a> {
         Ok(f)
     }
 
-    fn run(mut self, job: &FlowJob<'_>) -> FlowOutcome {
+    fn run(mut self, job: &FlowJob<'_>, start_t: xferlab_core::time::Time) -> FlowOutcome {
         crate::sys::affinity::tighten_timer_slack();
         let flags = job.flags;
         let start = Instant::now();
-        let start_t = clock::now();
         let mut published = start;
         let mut app = match self.rate {
             None if self.sender => App::StreamTx(StreamTx::new(job, self.streams)),
