@@ -402,12 +402,12 @@ impl<'a> Flow<'a> {
             Endpoint::Client => format!(
                 "QUIC handshake with {} timed out after {} s: no QUIC server answered on that flow port",
                 self.peer,
-                HANDSHAKE_TIMEOUT.as_secs()
+                HANDSHAKE_TIMEOUT.as_secs_f64()
             ),
             Endpoint::Server => format!(
                 "no QUIC handshake from the client at {} within {} s",
                 self.peer,
-                HANDSHAKE_TIMEOUT.as_secs()
+                HANDSHAKE_TIMEOUT.as_secs_f64()
             ),
         }
     }
@@ -1034,7 +1034,9 @@ mod tests {
         };
         let peer = silent.local_addr().unwrap().to_string();
         assert!(
-            why.contains("QUIC handshake") && why.contains(&peer) && why.contains("timed out"),
+            why.contains("QUIC handshake")
+                && why.contains(&peer)
+                && why.contains("timed out after 0.6 s"),
             "{why}"
         );
         assert!(!why.contains('\n'), "{why}");
