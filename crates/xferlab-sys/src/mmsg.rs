@@ -20,10 +20,14 @@
 //! Rewriting costs a few stores per message in lines the call touches
 //! anyway, against the system call's microseconds.
 
+#[cfg(feature = "bytes")]
+mod into;
 mod recv;
 mod send;
 mod train;
 
+#[cfg(feature = "bytes")]
+pub use into::{RecvInto, Taken};
 pub use recv::{Received, RecvBatch};
 pub use send::SendBatch;
 pub use train::TxBatch;

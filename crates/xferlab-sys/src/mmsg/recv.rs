@@ -170,7 +170,7 @@ impl RecvBatch {
 
 /// The address the kernel wrote into a message's name (`len` bytes of
 /// it), if it is an IPv4 or IPv6 one.
-fn sockaddr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+pub(super) fn sockaddr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
     let len = len as usize;
     match libc::c_int::from(s.ss_family) {
         libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {

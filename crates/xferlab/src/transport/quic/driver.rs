@@ -32,12 +32,13 @@
 //!
 //! # Costs per packet
 //!
-//! Receive buffers, the transmit buffer and the poll set are built once.
-//! quinn-proto takes each datagram as an owned `BytesMut` (it decrypts
-//! in place and keeps stream data as slices of it): the driver copies
-//! each receive call's messages into one arena and splits them off, so
-//! an allocation happens only when the arena is used up while earlier
-//! packets are still held, not per packet. No locks, no formatting.
+//! The transmit buffer and the poll set are built once. quinn-proto takes
+//! each datagram as an owned `BytesMut` (it decrypts in place and keeps
+//! stream data as slices of it): the kernel writes each datagram (or GRO
+//! train) straight into the free end of one arena, from which it is
+//! split off, so an allocation happens only when the arena is used up
+//! while earlier packets are still held, not per packet. No locks, no
+//! formatting.
 
 use std::collections::VecDeque;
 use std::io;
@@ -52,20 +53,20 @@ use quinn_proto::{
     EndpointConfig, Event, Incoming, RetryError, ServerConfig, Transmit,
 };
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
-use xferlab_sys::mmsg::RecvBatch;
+use xferlab_sys::mmsg::RecvInto;
 
 use crate::transport::datagram::set_int_opt;
 
 /// Largest buffer one UDP_GRO receive fills (and the largest datagram a
 /// receive without GRO takes whole).
 const RECV_BUFFER: usize = 65_536;
-/// Receive buffers per recvmmsg call: 8 GRO trains of up to 64 KiB (~360
-/// packets of 1452 bytes) per call, half a MiB per socket.
+/// Receive calls per turn: 8 GRO trains of up to 64 KiB (~360 packets of
+/// 1452 bytes, or 8 of loopback's 64 KiB).
 const RECV_MESSAGES: usize = 8;
 /// Bytes one UDP_SEGMENT send may carry: a UDP payload's limit over IPv4
 /// (65,535 less the IP and UDP headers).
 const MAX_TRAIN_BYTES: usize = 65_507;
-/// The receive arena's size: the copies of several receive calls' worth
+/// The receive arena's size: several turns' worth of receive calls
 /// before it must find room again (see the module's comment).
 const ARENA: usize = 4 * RECV_BUFFER * RECV_MESSAGES;
 /// Longest sleep in [`Driver::wait`], so a caller looks at its stop and
@@ -102,7 +103,10 @@ pub struct Driver<'a> {
     incoming: VecDeque<Incoming>,
     /// Where [`Driver::poll_event`] resumes its round over connections.
     next: usize,
-    rx: RecvBatch,
+    rx: RecvInto,
+    /// The socket's peer when it is connected (every datagram is from
+    /// it), read once.
+    connected: Option<SocketAddr>,
     arena: BytesMut,
     /// `poll_transmit`'s buffer, and how much of it waits for room in the
     /// socket (its destination and segment size).
@@ -153,7 +157,8 @@ impl<'a> Driver<'a> {
             conns: Vec::new(),
             incoming: VecDeque::new(),
             next: 0,
-            rx: RecvBatch::new(RECV_BUFFER, RECV_MESSAGES),
+            rx: RecvInto::default(),
+            connected: sock.peer_addr().ok(),
             arena: BytesMut::with_capacity(ARENA),
             tx: Vec::with_capacity(MAX_TRAIN_BYTES),
             pending: None,
@@ -289,9 +294,9 @@ impl<'a> Driver<'a> {
         self.conns[h.0] = Some(conn);
     }
 
-    /// Takes the datagrams queued on the socket, one receive call's worth
-    /// (up to [`RECV_MESSAGES`] GRO trains). Ok(false) when there was
-    /// none. One call per turn, not all that is queued: the turn's
+    /// Takes the datagrams queued on the socket, [`RECV_MESSAGES`]
+    /// receive calls' worth at most. Ok(false) when there was none. A
+    /// bounded batch per turn, not all that is queued: the turn's
     /// transmit then sends the acknowledgements and window updates for
     /// what came, so a receiver behind a fast sender does not hold them
     /// back while it drains its socket (measured, loopback, debug build:
@@ -299,10 +304,11 @@ impl<'a> Driver<'a> {
     /// datagrams a second and the sender's RTT estimate at 12 ms).
     pub fn recv(&mut self, now: Instant) -> io::Result<bool> {
         let mut any = false;
-        #[allow(clippy::never_loop)]
-        loop {
-            let n = match self.rx.recv_queued(self.sock) {
-                Ok(n) => n,
+        let connected = self.connected;
+        let mut calls = 0;
+        while calls < RECV_MESSAGES {
+            let t = match self.rx.recv(self.sock, &mut self.arena, RECV_BUFFER) {
+                Ok(t) => t,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.raw_os_error() == Some(libc::ECONNREFUSED) => {
@@ -311,33 +317,32 @@ impl<'a> Driver<'a> {
                 }
                 Err(e) => return Err(e),
             };
-            any |= n > 0;
-            let from = self.sock.peer_addr().ok();
-            for i in 0..n {
-                self.take(now, i, from);
+            calls += 1;
+            any = true;
+            // The arena held nothing before the call: all of it is this
+            // message. Reserving room for the next keeps its storage when
+            // every packet split off it earlier is gone.
+            let data = self.arena.split();
+            if self.arena.capacity() < RECV_BUFFER {
+                self.arena.reserve(ARENA);
             }
-            break;
+            if let Some(remote) = connected.or(t.source) {
+                self.take(now, data, t.segment, remote);
+            }
         }
         Ok(any)
     }
 
-    /// Message `i` of the last receive call: each of its datagrams to the
-    /// endpoint. A connected socket's sender is its peer; an unconnected
-    /// one's comes with the message.
-    fn take(&mut self, now: Instant, i: usize, connected: Option<SocketAddr>) {
-        let m = self.rx.message(i);
-        let Some(remote) = connected.or(m.source) else {
-            return;
-        };
-        let len = m.data.len();
-        let seg = m.segment.filter(|&s| s > 0).unwrap_or(len).max(1);
-        if self.arena.capacity() < len {
-            // Room for this message; the arena reuses its storage when
-            // every packet split off it earlier is gone.
-            self.arena.reserve(ARENA.max(len));
-        }
-        self.arena.extend_from_slice(m.data);
-        let mut data = self.arena.split_to(len);
+    /// One message's datagrams (a GRO train holds several of `segment`
+    /// bytes, the last maybe shorter) to the endpoint, from `remote`.
+    fn take(
+        &mut self,
+        now: Instant,
+        mut data: BytesMut,
+        segment: Option<usize>,
+        remote: SocketAddr,
+    ) {
+        let seg = segment.unwrap_or(data.len()).max(1);
         while !data.is_empty() {
             let dgram = data.split_to(seg.min(data.len()));
             self.traffic.received += 1;
@@ -546,5 +551,121 @@ fn clone_transmit(t: &Transmit) -> Transmit {
         size: t.size,
         segment_size: t.segment_size,
         src_ip: t.src_ip,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::quic::tls::{self, TlsFiles};
+    use quinn_proto::{Dir, StreamEvent};
+
+    /// One server driver on an unconnected socket serves two clients at
+    /// once (each datagram's sender from the receive call), refusing a
+    /// third; every client's stream arrives whole on its own connection.
+    #[test]
+    fn one_server_socket_serves_several_connections_and_refuses_by_choice() {
+        let files = TlsFiles::default();
+        let server_sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = server_sock.local_addr().unwrap();
+        let server_cfg = Arc::new(ServerConfig::with_crypto(tls::server(&files).unwrap()));
+        let ep = Arc::new(EndpointConfig::default());
+        let mut server = Driver::new(&server_sock, ep.clone(), Some(server_cfg), 1452).unwrap();
+        let socks: Vec<UdpSocket> = (0..3)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let mut clients: Vec<(Driver<'_>, ConnectionHandle)> = socks
+            .iter()
+            .map(|s| {
+                let mut d = Driver::new(s, ep.clone(), None, 1452).unwrap();
+                let c = ClientConfig::new(tls::client(&files).unwrap());
+                let h = d.connect(Instant::now(), c, addr, "127.0.0.1").unwrap();
+                (d, h)
+            })
+            .collect();
+        let refused_port = socks[2].local_addr().unwrap().port();
+        let payload = vec![5u8; 200_000];
+        let mut sent = [false; 3];
+        let mut got: std::collections::HashMap<ConnectionHandle, usize> = Default::default();
+        let mut finished = 0;
+        let mut client_lost = [false; 3];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while (finished < 2 || !client_lost[2]) && Instant::now() < deadline {
+            let now = Instant::now();
+            server.recv(now).unwrap();
+            while let Some(inc) = server.next_incoming() {
+                if inc.remote_address().port() == refused_port {
+                    server.refuse(inc);
+                } else {
+                    server.accept(now, inc, None).unwrap();
+                }
+            }
+            while let Some((h, ev)) = server.poll_event() {
+                if let Event::Stream(StreamEvent::Opened { .. } | StreamEvent::Readable { .. }) = ev
+                {
+                    let conn = server.connection(h).unwrap();
+                    while let Some(id) = conn.streams().accept(Dir::Uni) {
+                        let _ = id;
+                    }
+                }
+            }
+            for h in server.handles().collect::<Vec<_>>() {
+                let conn = server.connection(h).unwrap();
+                for i in 0..4u64 {
+                    let id = quinn_proto::StreamId::new(quinn_proto::Side::Client, Dir::Uni, i);
+                    let mut rs = conn.recv_stream(id);
+                    let read = rs.read(true);
+                    if let Ok(mut chunks) = read {
+                        loop {
+                            match chunks.next(usize::MAX) {
+                                Ok(Some(c)) => *got.entry(h).or_default() += c.bytes.len(),
+                                Ok(None) => {
+                                    finished += 1;
+                                    break;
+                                }
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = chunks.finalize();
+                    }
+                }
+            }
+            server.transmit(now).unwrap();
+            for (i, (d, h)) in clients.iter_mut().enumerate() {
+                d.recv(now).unwrap();
+                while let Some((_, ev)) = d.poll_event() {
+                    match ev {
+                        Event::Connected if !sent[i] => {
+                            let conn = d.connection(*h).unwrap();
+                            let id = conn.streams().open(Dir::Uni).unwrap();
+                            let mut s = conn.send_stream(id);
+                            assert_eq!(s.write(&payload).unwrap(), payload.len());
+                            s.finish().unwrap();
+                            sent[i] = true;
+                        }
+                        Event::ConnectionLost { .. } => client_lost[i] = true,
+                        _ => {}
+                    }
+                }
+                d.transmit(now).unwrap();
+            }
+            server.wait(
+                Instant::now(),
+                Some(Instant::now() + Duration::from_millis(1)),
+            );
+        }
+        assert_eq!(finished, 2, "streams finished");
+        let mut sizes: Vec<usize> = got.values().copied().collect();
+        sizes.sort_unstable();
+        assert_eq!(
+            sizes,
+            [payload.len(), payload.len()],
+            "bytes per connection"
+        );
+        assert_eq!(server.live(), 2, "two accepted, one refused");
+        assert!(
+            client_lost[2] && !sent[2],
+            "the third was refused before it could send"
+        );
     }
 }
