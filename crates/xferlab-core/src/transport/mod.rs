@@ -39,6 +39,11 @@
 pub mod attach;
 pub mod dccp;
 pub mod mptcp;
+/// QUIC (issue 37). Until the transport's own `quic.rs` lands, only the
+/// performance protocol's state machines (`quic/perf.rs`).
+pub mod quic {
+    pub mod perf;
+}
 pub mod tcp;
 pub mod udp;
 mod usb_bulk;
