@@ -38,8 +38,8 @@ pub struct StreamArgs {
     /// is a stock iperf3 server (as --iperf3). Without it, an in-process
     /// server on loopback is used.
     pub host: Option<String>,
-    /// Server port, when HOST does not name one (default 5290, or 5201
-    /// with --iperf3).
+    /// Server port, when HOST does not name one (default 5290, 5201 with
+    /// --iperf3, 4433 with --quic-perf).
     #[arg(short, long)]
     pub port: Option<u16>,
     /// The server is a stock iperf3 server (3.x): speak iperf3's protocol.
@@ -49,6 +49,15 @@ pub struct StreamArgs {
     /// With --iperf3: fetch the iperf3 server's own output for the test.
     #[arg(long, requires = "iperf3")]
     pub get_server_output: bool,
+    /// The server speaks the QUIC performance protocol
+    /// (draft-banks-quic-performance, ALPN perf: quinn's perf_server,
+    /// secnetperf, picoquic's quicperf, `xferlab server --quic-perf`);
+    /// needs --quic and HOST (port 4433 unless given). Uploads, or with
+    /// -R downloads (with -t: asks for 2^64-1 bytes and stops reading at
+    /// the deadline); -P connections, --streams request streams on each.
+    /// Only this end is reported: the protocol has no results exchange.
+    #[arg(long, conflicts_with = "iperf3")]
+    pub quic_perf: bool,
 
     /// Measured seconds, after the warm-up (or 500ms, 2m).
     #[arg(short = 't', long = "time", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION", conflicts_with = "bytes")]
@@ -256,6 +265,8 @@ impl StreamArgs {
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(if self.iperf3_mode() {
             crate::iperf3::IPERF3_PORT
+        } else if self.quic_perf {
+            crate::quicperf::PORT
         } else {
             DEFAULT_PORT
         })

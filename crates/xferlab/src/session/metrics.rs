@@ -20,6 +20,9 @@ use xferlab_core::spec::TestSpec;
 pub enum Protocol {
     Xferlab,
     Iperf3,
+    /// The QUIC performance protocol on `--quic-perf`'s port: a session
+    /// is one connection.
+    QuicPerf,
 }
 
 /// Why a test was refused; each is a value of the `reason` label.
@@ -62,7 +65,7 @@ macro_rules! label_values {
 }
 
 label_values! {
-    Protocol { Xferlab => "xferlab", Iperf3 => "iperf3" }
+    Protocol { Xferlab => "xferlab", Iperf3 => "iperf3", QuicPerf => "quic_perf" }
     Reason {
         Busy => "busy",
         OverBudget => "over_budget",
@@ -173,11 +176,17 @@ impl ServerMetrics {
     /// A test was admitted: counts it, and holds its flows in the active
     /// gauge until the returned guard is dropped.
     pub fn served(&self, protocol: Protocol, spec: &TestSpec) -> ActiveFlows {
+        let rr = spec.pattern.rr().map_or(0, |r| i64::from(r.flows));
+        self.served_flows(protocol, spec.flows().len() as i64 + rr)
+    }
+
+    /// A session of `n` flows was admitted (a QUIC perf connection is
+    /// one): counts it, and holds its flows in the active gauge until the
+    /// returned guard is dropped.
+    pub fn served_flows(&self, protocol: Protocol, n: i64) -> ActiveFlows {
         self.served
             .get_or_create(&ProtocolLabels { protocol })
             .inc();
-        let rr = spec.pattern.rr().map_or(0, |r| i64::from(r.flows));
-        let n = spec.flows().len() as i64 + rr;
         self.active_flows.inc_by(n);
         ActiveFlows {
             gauge: self.active_flows.clone(),
@@ -210,6 +219,11 @@ impl ServerMetrics {
                 FlowRole::Receiver => received += f.total.bytes_all,
             }
         }
+        self.moved(protocol, sent, received);
+    }
+
+    /// Bytes a finished session moved on this side (stream payload).
+    pub fn moved(&self, protocol: Protocol, sent: u64, received: u64) {
         for (direction, n) in [(Direction::Sent, sent), (Direction::Received, received)] {
             self.bytes
                 .get_or_create(&BytesLabels {

@@ -45,6 +45,23 @@ pub const ALPN: &[u8] = b"perf";
 /// Bytes of the request header: the response size, u64 big-endian.
 pub const REQUEST_HEADER_LEN: usize = 8;
 
+/// Application error codes (RESET_STREAM, STOP_SENDING, CONNECTION_CLOSE)
+/// xferlab's ends use; the draft defines none, and any peer reads them as
+/// opaque numbers beside the close's reason text.
+pub mod code {
+    /// Nothing wrong: a timed client stopping a download, a finished
+    /// connection.
+    pub const DONE: u32 = 0;
+    /// A request stream that broke the protocol (a short header, data
+    /// after its end).
+    pub const MALFORMED: u32 = 1;
+    /// The server's budget ran out (`--max-duration`): the connection is
+    /// cut.
+    pub const BUDGET: u32 = 2;
+    /// The handshake took longer than the server allows.
+    pub const HANDSHAKE_TIMEOUT: u32 = 3;
+}
+
 /// The header a client sends first on a request stream.
 pub fn encode_request(response_bytes: u64) -> [u8; REQUEST_HEADER_LEN] {
     response_bytes.to_be_bytes()
