@@ -413,6 +413,9 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         .agent
         .then(|| agent::session::Agent::new(agent_policy(a), a.agent_max_orders));
     let bind = cfg.bind;
+    // The server end of QUIC flows presents --quic-cert too.
+    #[cfg(feature = "quic")]
+    a.quic_tls_files();
     let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
@@ -486,8 +489,11 @@ fn quic_perf_port(
     bind: Option<IpAddr>,
     port: u16,
 ) -> anyhow::Result<quicperf::server::PerfPort> {
-    let files = a.quic_tls_files();
-    Ok(quicperf::server::PerfPort::bind(bind, port, &files)?)
+    Ok(quicperf::server::PerfPort::bind(
+        bind,
+        port,
+        &a.quic_tls_files(),
+    )?)
 }
 
 #[cfg(not(feature = "quic"))]
@@ -646,7 +652,9 @@ fn check_quic_perf(a: &StreamArgs, spec: &TestSpec) -> Result<(), String> {
         return Err("--quic-perf speaks QUIC: add --quic".into());
     }
     if a.host_name().is_none() {
-        return Err("--quic-perf needs the server: xferlab stream --quic --quic-perf HOST[:PORT]".into());
+        return Err(
+            "--quic-perf needs the server: xferlab stream --quic --quic-perf HOST[:PORT]".into(),
+        );
     }
     Ok(())
 }

@@ -105,10 +105,16 @@ impl PerfServer {
                     panic!("server exited during start-up ({st}): {}", proc.stderr());
                 }
                 let out = proc.stdout();
-                if out.contains("quic-perf listening on") && out.contains("xferlab server listening on") {
+                if out.contains("quic-perf listening on")
+                    && out.contains("xferlab server listening on")
+                {
                     return PerfServer { proc, port: udp };
                 }
-                assert!(Instant::now() < deadline, "server did not start: {out} {}", proc.stderr());
+                assert!(
+                    Instant::now() < deadline,
+                    "server did not start: {out} {}",
+                    proc.stderr()
+                );
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -125,24 +131,45 @@ impl PerfServer {
 
     /// Waits (bounded) for `n` log lines containing `needle`.
     fn wait_for_log(&self, needle: &str, n: usize) {
-        self.proc
-            .wait_for_stdout(&format!("{needle:?} x{n}"), Duration::from_secs(10), |log| {
-                log.matches(needle).count() >= n
-            });
+        self.proc.wait_for_stdout(
+            &format!("{needle:?} x{n}"),
+            Duration::from_secs(10),
+            |log| log.matches(needle).count() >= n,
+        );
     }
 }
 
 /// The aioquic peer, as a client: its one JSON line.
 fn peer_client(py: &str, addr: &str, upload: u64, download: u64, streams: u32) -> (Value, Output) {
-    let (up, down, st) = (upload.to_string(), download.to_string(), streams.to_string());
+    let (up, down, st) = (
+        upload.to_string(),
+        download.to_string(),
+        streams.to_string(),
+    );
     let out = Proc::spawn_program(
         py,
-        &[PEER, "--connect", addr, "--upload", &up, "--download", &down, "--streams", &st, "--timeout", "20"],
+        &[
+            PEER,
+            "--connect",
+            addr,
+            "--upload",
+            &up,
+            "--download",
+            &down,
+            "--streams",
+            &st,
+            "--timeout",
+            "20",
+        ],
     )
     .finish(Duration::from_secs(40));
     let line = out.stdout.lines().last().unwrap_or_default().to_string();
-    let v: Value = serde_json::from_str(&line)
-        .unwrap_or_else(|e| panic!("the aioquic client printed no JSON ({e})\n{}", out.describe()));
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+        panic!(
+            "the aioquic client printed no JSON ({e})\n{}",
+            out.describe()
+        )
+    });
     (v, out)
 }
 
@@ -151,13 +178,29 @@ fn peer_client(py: &str, addr: &str, upload: u64, download: u64, streams: u32) -
 fn cert(dir: &Path) -> (PathBuf, PathBuf) {
     let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
     let ok = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=localhost", "-keyout"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+        ])
         .arg(&k)
         .arg("-out")
         .arg(&c)
         .output()
         .is_ok_and(|o| o.status.success());
-    assert!(ok, "openssl could not make a test certificate (apt-get install openssl)");
+    assert!(
+        ok,
+        "openssl could not make a test certificate (apt-get install openssl)"
+    );
     (c, k)
 }
 
@@ -174,9 +217,19 @@ impl PeerServer {
         let (c, k) = cert(dir.path());
         let proc = Proc::spawn_program(
             py,
-            &[PEER, "--listen", "127.0.0.1:0", "--cert", c.to_str().unwrap(), "--key", k.to_str().unwrap()],
+            &[
+                PEER,
+                "--listen",
+                "127.0.0.1:0",
+                "--cert",
+                c.to_str().unwrap(),
+                "--key",
+                k.to_str().unwrap(),
+            ],
         );
-        proc.wait_for_stdout("listening", Duration::from_secs(10), |o| o.contains("listening"));
+        proc.wait_for_stdout("listening", Duration::from_secs(10), |o| {
+            o.contains("listening")
+        });
         let first: Value = serde_json::from_str(proc.stdout().lines().next().unwrap()).unwrap();
         PeerServer {
             addr: first["listening"].as_str().unwrap().to_string(),
@@ -187,9 +240,10 @@ impl PeerServer {
 
     /// Waits for `n` finished request streams; their (uploaded, sent).
     fn streams(&self, n: usize) -> Vec<(u64, u64)> {
-        self.proc.wait_for_stdout("request streams", Duration::from_secs(15), |o| {
-            o.lines().filter(|l| l.contains("\"stream\"")).count() >= n
-        });
+        self.proc
+            .wait_for_stdout("request streams", Duration::from_secs(15), |o| {
+                o.lines().filter(|l| l.contains("\"stream\"")).count() >= n
+            });
         self.proc
             .stdout()
             .lines()
@@ -238,7 +292,11 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     let t = Instant::now();
     // Upload: 2 streams of 3 MB each, nothing back.
     let (v, out) = peer_client(py, &s.addr(), 3_000_000, 0, 2);
-    assert!(v.get("error").is_none(), "upload failed: {v}\n{}", out.describe());
+    assert!(
+        v.get("error").is_none(),
+        "upload failed: {v}\n{}",
+        out.describe()
+    );
     assert_eq!(v["uploaded"], 6_000_000, "{v}");
     let up_s = v["seconds"].as_f64().unwrap();
     s.wait_for_log("quic-perf 127.0.0.1:", 2);
@@ -246,7 +304,11 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     // Download: 2 streams asking for 4 MB each; the peer checks each
     // stream ends with exactly what it asked for.
     let (v, out) = peer_client(py, &s.addr(), 0, 4_000_000, 2);
-    assert!(v.get("error").is_none(), "download failed: {v}\n{}", out.describe());
+    assert!(
+        v.get("error").is_none(),
+        "download failed: {v}\n{}",
+        out.describe()
+    );
     assert_eq!(v["downloaded"], 8_000_000, "{v}");
     let down_s = v["seconds"].as_f64().unwrap();
     s.wait_for_log("sent 8000000 bytes", 1);
@@ -281,11 +343,18 @@ fn xferlab_client_against_aioquic_server_both_ways_exact() {
     assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(client_bytes(&v, "receiver"), 6_000_000);
     let done = srv.streams(4);
-    assert_eq!(done[2..].iter().map(|d| d.1).sum::<u64>(), 6_000_000, "{done:?}");
+    assert_eq!(
+        done[2..].iter().map(|d| d.1).sum::<u64>(),
+        6_000_000,
+        "{done:?}"
+    );
     // Every interval carries the QUIC section.
     let iv = &v["client"]["flows"][0]["intervals"][0];
     assert!(iv.get("quic").is_some(), "no quic section in {iv}");
-    eprintln!("xferlab -> aioquic: upload summary {up}; download {}", v["summary"]);
+    eprintln!(
+        "xferlab -> aioquic: upload summary {up}; download {}",
+        v["summary"]
+    );
 }
 
 #[test]
@@ -313,10 +382,19 @@ fn an_initial_flood_gets_retries_only_and_no_state() {
         .finish(Duration::from_secs(30));
     let v: Value = serde_json::from_str(out.stdout.lines().last().unwrap_or("{}"))
         .unwrap_or_else(|e| panic!("flood printed no JSON ({e})\n{}", out.describe()));
-    let (sent, got) = (v["sent_bytes"].as_u64().unwrap(), v["recv_bytes"].as_u64().unwrap());
-    assert_eq!(v["other_packets"], 0, "the server answered an unvalidated address with more than a Retry: {v}");
+    let (sent, got) = (
+        v["sent_bytes"].as_u64().unwrap(),
+        v["recv_bytes"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        v["other_packets"], 0,
+        "the server answered an unvalidated address with more than a Retry: {v}"
+    );
     assert!(v["retry_packets"].as_u64().unwrap() >= 290, "{v}");
-    assert!(got <= sent, "amplification: {got} bytes out for {sent} in: {v}");
+    assert!(
+        got <= sent,
+        "amplification: {got} bytes out for {sent} in: {v}"
+    );
     // No session was made for any of them: a real client still gets one
     // of the two places.
     let (c, out) = peer_client(py, &s.addr(), 0, 100_000, 1);
@@ -333,13 +411,30 @@ fn the_per_address_limit_refuses_the_next_connection_at_once() {
     let s = PerfServer::start(&["--max-sessions-per-client", "1", "--max-rate", "2M"]);
     let (up, down) = ("0".to_string(), "100000000".to_string());
     let addr = s.addr();
-    let _first = Proc::spawn_program(py, &[PEER, "--connect", &addr, "--upload", &up, "--download", &down]);
+    let _first = Proc::spawn_program(
+        py,
+        &[
+            PEER,
+            "--connect",
+            &addr,
+            "--upload",
+            &up,
+            "--download",
+            &down,
+        ],
+    );
     s.wait_for_log(": accepted", 1);
     let t = Instant::now();
     let (v, out) = peer_client(py, &s.addr(), 0, 1000, 1);
-    let err = v["error"].as_str().unwrap_or_else(|| panic!("the second connection was served: {v}\n{}", out.describe()));
+    let err = v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the second connection was served: {v}\n{}", out.describe()));
     // Refused, not left to time out.
-    assert!(t.elapsed() < Duration::from_secs(5), "{err} after {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "{err} after {:?}",
+        t.elapsed()
+    );
     s.wait_for_log("refused: server busy", 1);
     assert!(s.log().contains("--max-sessions-per-client"), "{}", s.log());
 }
@@ -352,7 +447,9 @@ fn a_response_over_the_budget_is_cut_at_max_duration() {
     // 8 Mbit/s for 1 s: at most 1 MB (and a burst) for any request.
     let s = PerfServer::start(&["--max-duration", "1", "--max-rate", "8M"]);
     let (v, out) = peer_client(py, &s.addr(), 0, 50_000_000, 1);
-    let err = v["error"].as_str().unwrap_or_else(|| panic!("not cut: {v}\n{}", out.describe()));
+    let err = v["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not cut: {v}\n{}", out.describe()));
     assert!(err.contains("--max-duration"), "{err}");
     let got = v["downloaded"].as_u64().unwrap();
     assert!(got > 0 && got <= 1_300_000, "{got} bytes for a 1 MB budget");
@@ -365,26 +462,62 @@ fn bad_input_is_one_line_each() {
     let taken = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).unwrap();
     let p = taken.local_addr().unwrap().port().to_string();
     let tcp = free_port().to_string();
-    let out = run(&["server", "-p", &tcp, "--iperf3-port", "off", "--quic-perf", &p], Duration::from_secs(10));
+    let out = run(
+        &[
+            "server",
+            "-p",
+            &tcp,
+            "--iperf3-port",
+            "off",
+            "--quic-perf",
+            &p,
+        ],
+        Duration::from_secs(10),
+    );
     out.assert_one_line_failure(1, &["UDP port", &p, "already in use", "--quic-perf"]);
     // Beside --auth-key without saying so.
     let dir = tempfile::tempdir().unwrap();
     let key = dir.path().join("key");
     std::fs::write(&key, "0123456789abcdef0123456789abcdef\n").unwrap();
     let out = run(
-        &["server", "-p", &tcp, "--iperf3-port", "off", "--quic-perf", "0", "--auth-key", key.to_str().unwrap()],
+        &[
+            "server",
+            "-p",
+            &tcp,
+            "--iperf3-port",
+            "off",
+            "--quic-perf",
+            "0",
+            "--auth-key",
+            key.to_str().unwrap(),
+        ],
         Duration::from_secs(10),
     );
-    out.assert_one_line_failure(2, &["--quic-perf", "--auth-key", "--quic-perf-unauthenticated"]);
+    out.assert_one_line_failure(
+        2,
+        &["--quic-perf", "--auth-key", "--quic-perf-unauthenticated"],
+    );
     // The client without --quic.
-    let out = run(&["stream", "--quic-perf", "127.0.0.1"], Duration::from_secs(10));
+    let out = run(
+        &["stream", "--quic-perf", "127.0.0.1"],
+        Duration::from_secs(10),
+    );
     out.assert_one_line_failure(2, &["--quic-perf", "add --quic"]);
     // Nobody answering on the port (a silent socket, as a firewall that
     // drops): the handshake times out, one line naming the address.
     let silent = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let port = silent.local_addr().unwrap().port().to_string();
     let out = run(
-        &["stream", "--quic", "--quic-perf", "127.0.0.1", "-p", &port, "-t", "1"],
+        &[
+            "stream",
+            "--quic",
+            "--quic-perf",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-t",
+            "1",
+        ],
         Duration::from_secs(20),
     );
     out.assert_one_line_failure(1, &["handshake", &format!("127.0.0.1:{port}"), "timed out"]);

@@ -52,6 +52,9 @@ impl TransportModel for Quic {
         }
         if let Some(q) = &k.own.quic {
             q.check()?;
+            if q.perf && k.rate.is_some() {
+                return Err(KnobError::PerfDatagrams.into());
+            }
         }
         // -b makes a datagram flow: its datagrams must fit one QUIC
         // packet.

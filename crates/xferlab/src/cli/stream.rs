@@ -422,6 +422,14 @@ impl StreamArgs {
             },
             ..TestSpec::default_stream()
         };
+        let mut spec = spec;
+        // `--quic-perf` is a knob of QUIC's flows (recorded in the spec,
+        // so the result says what it was measured against); without
+        // --quic the command line is refused before the test.
+        if self.quic_perf && spec.transport == Transport::Quic {
+            let q = spec.knobs.own.quic.get_or_insert_with(Default::default);
+            q.perf = true;
+        }
         spec.validate().map_err(|e| e.to_string())?;
         if let Some(cpu) = spec.affinity.client {
             crate::sys::affinity::check(cpu, "this machine").map_err(|e| e.to_string())?;

@@ -79,7 +79,14 @@ pub fn run(
         .ok();
     let at = side.started_at();
     let planned = spec.planned_seconds().map(Duration::from_secs_f64);
-    let driven = drive_alone(Box::new(side), (at, planned), DRAIN, &rx, reporter, interrupts);
+    let driven = drive_alone(
+        Box::new(side),
+        (at, planned),
+        DRAIN,
+        &rx,
+        reporter,
+        interrupts,
+    );
     let interrupted = driven.run.interrupted();
     let mut error = driven.error;
     let finished = driven

@@ -26,10 +26,6 @@ pub enum QuicPerfError {
     PortInUse { port: u16 },
     #[error("cannot bind UDP port {port} for --quic-perf: {err}")]
     Bind { port: u16, err: io::Error },
-    #[error("--quic-perf is not served beside --auth-key: the QUIC performance protocol has no authentication, so anyone reaching the port could make this server send; add --quic-perf-unauthenticated to serve it anyway")]
-    Unauthenticated,
-    #[error("--quic-perf speaks QUIC: add --quic")]
-    NotQuic,
     #[error("--quic-perf needs the server: xferlab stream --quic --quic-perf HOST[:PORT]")]
     NoHost,
     #[error("--quic-perf: {0}")]
@@ -43,6 +39,4 @@ pub enum QuicPerfError {
         server: std::net::SocketAddr,
         err: io::Error,
     },
-    #[error("{0}")]
-    NotStarted(String),
 }

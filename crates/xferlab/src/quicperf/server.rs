@@ -57,7 +57,7 @@ use xferlab_core::time::Time;
 use xferlab_core::transport::quic::perf::{
     code, Pacer, RequestReader, Response, ServerLimits, ALPN,
 };
-use xferlab_core::units::format_bytes;
+use xferlab_core::units::{format_bytes, RateUnit};
 
 use crate::session::budget::RateGrant;
 use crate::session::metrics::{ActiveFlows, Protocol, Reason};
@@ -123,7 +123,9 @@ impl PerfPort {
             .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
             .receive_window(VarInt::from_u32(CONN_WINDOW))
             .max_idle_timeout(Some(
-                IDLE_TIMEOUT.try_into().expect("10 s is a valid idle timeout"),
+                IDLE_TIMEOUT
+                    .try_into()
+                    .expect("10 s is a valid idle timeout"),
             ))
             // No DATAGRAM frames: the protocol has none.
             .datagram_receive_buffer_size(None);
@@ -156,7 +158,11 @@ impl PerfPort {
 
 fn bind_udp(bind: Option<IpAddr>, port: u16) -> io::Result<UdpSocket> {
     let make = |addr: SocketAddr, dual: bool| -> io::Result<UdpSocket> {
-        let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(SockProtocol::UDP))?;
+        let s = Socket::new(
+            Domain::for_address(addr),
+            Type::DGRAM,
+            Some(SockProtocol::UDP),
+        )?;
         if dual {
             s.set_only_v6(false)?;
         }
@@ -167,8 +173,11 @@ fn bind_udp(bind: Option<IpAddr>, port: u16) -> io::Result<UdpSocket> {
         Some(ip) => make(SocketAddr::new(ip, port), false),
         // As the TCP ports: one dual-stack socket, or IPv4 alone where
         // IPv6 is off.
-        None => make(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port), true)
-            .or_else(|_| make(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), false)),
+        None => make(
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port),
+            true,
+        )
+        .or_else(|_| make(SocketAddr::new(IpAddr::from([0, 0, 0, 0]), port), false)),
     }
 }
 
@@ -200,7 +209,9 @@ enum End {
 fn lost(reason: &quinn_proto::ConnectionError) -> End {
     use quinn_proto::ConnectionError as E;
     match reason {
-        E::ApplicationClosed(a) if a.error_code.into_inner() == u64::from(code::DONE) => End::Closed,
+        E::ApplicationClosed(a) if a.error_code.into_inner() == u64::from(code::DONE) => {
+            End::Closed
+        }
         E::ConnectionClosed(c) if c.error_code == quinn_proto::TransportErrorCode::NO_ERROR => {
             End::Closed
         }
@@ -263,7 +274,7 @@ fn serve(
             let Some(c) = conns.get_mut(&h) else {
                 continue;
             };
-            on_event(&mut driver, h, c, ev, now);
+            on_event(shared, &mut driver, h, c, ev, now);
         }
         let mut wake: Option<Instant> = None;
         for (&h, c) in &mut conns {
@@ -273,14 +284,16 @@ fn serve(
             if c.end.is_some() {
                 continue;
             }
-            if c.established.is_none()
-                && now >= c.accepted + shared.cfg.door.preamble_timeout
-            {
+            if c.established.is_none() && now >= c.accepted + shared.cfg.door.preamble_timeout {
                 let why = format!(
                     "handshake not complete within {} s (--preamble-timeout)",
                     shared.cfg.door.preamble_timeout.as_secs_f64()
                 );
-                conn.close(now, VarInt::from_u32(code::HANDSHAKE_TIMEOUT), why.clone().into());
+                conn.close(
+                    now,
+                    VarInt::from_u32(code::HANDSHAKE_TIMEOUT),
+                    why.clone().into(),
+                );
                 c.end = Some(End::Cut(why));
                 continue;
             }
@@ -415,7 +428,14 @@ fn admit<'a>(
     );
 }
 
-fn on_event(driver: &mut Driver<'_>, h: ConnectionHandle, c: &mut Conn<'_>, ev: Event, now: Instant) {
+fn on_event(
+    shared: &Shared,
+    driver: &mut Driver<'_>,
+    h: ConnectionHandle,
+    c: &mut Conn<'_>,
+    ev: Event,
+    now: Instant,
+) {
     let Some(conn) = driver.connection(h) else {
         return;
     };
@@ -423,6 +443,17 @@ fn on_event(driver: &mut Driver<'_>, h: ConnectionHandle, c: &mut Conn<'_>, ev: 
         Event::Connected => {
             c.established = Some(now);
             c.handshake = None;
+            let rate = c.pacer.map_or(String::new(), |p| {
+                format!(
+                    ", paced to {}",
+                    RateUnit::AutoBits.format_rate(p.rate() as f64 * 8.0)
+                )
+            });
+            shared.log(format_args!(
+                "quic-perf {}: accepted (handshake {:.1} ms{rate})",
+                c.peer,
+                now.duration_since(c.accepted).as_secs_f64() * 1e3
+            ));
         }
         Event::ConnectionLost { reason } => {
             c.handshake = None;
@@ -525,7 +556,9 @@ fn read(conn: &mut quinn_proto::Connection, c: &mut Conn<'_>, id: StreamId) {
             tracing::debug!(peer = %c.peer, error = %e, "quic-perf: malformed request");
             c.malformed += 1;
             if s.bidi {
-                let _ = conn.send_stream(id).reset(VarInt::from_u32(code::MALFORMED));
+                let _ = conn
+                    .send_stream(id)
+                    .reset(VarInt::from_u32(code::MALFORMED));
             }
             c.streams.remove(&id);
         }
@@ -562,7 +595,9 @@ fn pump(conn: &mut quinn_proto::Connection, c: &mut Conn<'_>, t: Time) -> Option
         }
         let mut send = conn.send_stream(out);
         loop {
-            let room = usize::try_from(allowance).unwrap_or(usize::MAX).min(ZEROS.len());
+            let room = usize::try_from(allowance)
+                .unwrap_or(usize::MAX)
+                .min(ZEROS.len());
             let n = resp.next_chunk(room);
             if n == 0 {
                 if resp.complete() {
@@ -619,11 +654,15 @@ fn finish(shared: &Shared, c: &Conn<'_>, now: Instant) {
     } else {
         String::new()
     };
+    // Exact counts first (what a test or an operator compares), then
+    // readable ones.
     shared.log(format_args!(
-        "quic-perf {}: done: {} requests{malformed}, received {}, sent {} in {secs:.2} s; {outcome}",
+        "quic-perf {}: done: {} requests{malformed}, received {} bytes ({}), sent {} bytes ({}) in {secs:.2} s; {outcome}",
         c.peer,
         c.requests,
+        c.uploaded,
         format_bytes(c.uploaded),
+        c.sent,
         format_bytes(c.sent),
     ));
 }

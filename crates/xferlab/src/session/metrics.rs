@@ -104,6 +104,7 @@ pub struct ServerMetrics {
     active_flows: Gauge,
     auth_failures: Counter,
     orders: Family<OrderLabels, Counter>,
+    quic_perf_retries: Counter,
 }
 
 /// An agent order's origin (`controller`, or `probe` for /probe), its
@@ -160,6 +161,11 @@ impl ServerMetrics {
             self.auth_failures.clone(),
         );
         reg.register(
+            "quic_perf_retries",
+            "Retry packets the --quic-perf port sent to validate a new address (each instead of any connection state)",
+            self.quic_perf_retries.clone(),
+        );
+        reg.register(
             "agent_orders",
             "Agent orders, by origin (controller, probe), result (served, refused, failed) and refusal reason",
             self.orders.clone(),
@@ -198,6 +204,11 @@ impl ServerMetrics {
         self.refused
             .get_or_create(&RefusedLabels { protocol, reason })
             .inc();
+    }
+
+    /// The QUIC perf port answered an unvalidated Initial with a Retry.
+    pub fn quic_perf_retry(&self) {
+        self.quic_perf_retries.inc();
     }
 
     pub fn auth_failed(&self) {

@@ -388,6 +388,11 @@ impl Pacer {
         }
     }
 
+    /// Its rate, bytes/s.
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
     /// Bytes that may be sent at `now`.
     pub fn allowance(&mut self, now: Time) -> u64 {
         self.refill(now);

@@ -14,6 +14,7 @@ pub mod args;
 pub mod driver;
 mod error;
 mod flow;
+pub mod perf;
 pub mod tls;
 
 use std::os::fd::AsFd;
@@ -31,6 +32,7 @@ use xferlab_core::transport::TransportCounters;
 use super::datagram::{set_int_opt, size_receive_buffer};
 use super::flow::{FlowOutcome, FlowShared};
 use super::{Flag, FlowJob, FlowSocket, OwnShared, SetupError, Transport, TransportIo};
+pub(crate) use flow::MAX_UDP_PAYLOAD;
 
 pub struct Quic;
 

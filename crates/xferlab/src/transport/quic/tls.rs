@@ -57,26 +57,37 @@ fn provider() -> Arc<CryptoProvider> {
 /// The server end's TLS: the given certificate, or the process's
 /// self-signed one.
 pub fn server(files: &TlsFiles) -> Result<Arc<QuicServerConfig>, QuicError> {
-    match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => server_from_files(cert, key),
-        (None, None) => self_signed(),
-        _ => Err(QuicError::CertWithoutKey),
-    }
+    server_for(files, ALPN)
 }
 
-fn self_signed() -> Result<Arc<QuicServerConfig>, QuicError> {
-    static ONCE: OnceLock<Result<Arc<QuicServerConfig>, String>> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let ck = rcgen::generate_simple_self_signed(vec!["xferlab".to_string()])
-            .map_err(|e| e.to_string())?;
-        let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        server_config(vec![ck.cert.der().clone()], key).map_err(|e| e.to_string())
-    })
-    .clone()
-    .map_err(QuicError::SelfSigned)
+/// As [`server`], for another application protocol (`alpn`: the QUIC
+/// perf port's `perf`), with the same certificate.
+pub fn server_for(files: &TlsFiles, alpn: &[u8]) -> Result<Arc<QuicServerConfig>, QuicError> {
+    let (chain, key) = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => identity_from_files(cert, key)?,
+        (None, None) => self_signed()?,
+        _ => return Err(QuicError::CertWithoutKey),
+    };
+    server_config(chain, key, alpn).map_err(|e| QuicError::Tls(e.to_string()))
 }
 
-fn server_from_files(cert: &Path, key: &Path) -> Result<Arc<QuicServerConfig>, QuicError> {
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The process's self-signed certificate, made once.
+fn self_signed() -> Result<Identity, QuicError> {
+    static ONCE: OnceLock<Result<(CertificateDer<'static>, Vec<u8>), String>> = OnceLock::new();
+    let (cert, key) = ONCE
+        .get_or_init(|| {
+            let ck = rcgen::generate_simple_self_signed(vec!["xferlab".to_string()])
+                .map_err(|e| e.to_string())?;
+            Ok((ck.cert.der().clone(), ck.signing_key.serialize_der()))
+        })
+        .clone()
+        .map_err(QuicError::SelfSigned)?;
+    Ok((vec![cert], PrivateKeyDer::Pkcs8(key.into())))
+}
+
+fn identity_from_files(cert: &Path, key: &Path) -> Result<Identity, QuicError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| QuicError::Pem {
@@ -96,18 +107,19 @@ fn server_from_files(cert: &Path, key: &Path) -> Result<Arc<QuicServerConfig>, Q
         what: "private key",
         err: e.to_string(),
     })?;
-    server_config(chain, key).map_err(|e| QuicError::Tls(e.to_string()))
+    Ok((chain, key))
 }
 
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    alpn: &[u8],
 ) -> Result<Arc<QuicServerConfig>, rustls::Error> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = vec![alpn.to_vec()];
     c.max_early_data_size = 0;
     QuicServerConfig::try_from(c)
         .map(Arc::new)
@@ -116,6 +128,11 @@ fn server_config(
 
 /// The client's TLS: verifying against `files.ca`, or not at all.
 pub fn client(files: &TlsFiles) -> Result<Arc<QuicClientConfig>, QuicError> {
+    client_for(files, ALPN)
+}
+
+/// As [`client`], for another application protocol (`alpn`).
+pub fn client_for(files: &TlsFiles, alpn: &[u8]) -> Result<Arc<QuicClientConfig>, QuicError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| QuicError::Tls(e.to_string()))?;
@@ -146,7 +163,7 @@ pub fn client(files: &TlsFiles) -> Result<Arc<QuicClientConfig>, QuicError> {
             )))
             .with_no_client_auth(),
     };
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = vec![alpn.to_vec()];
     QuicClientConfig::try_from(c)
         .map(Arc::new)
         .map_err(|e| QuicError::Tls(e.to_string()))
