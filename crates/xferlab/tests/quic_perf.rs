@@ -390,7 +390,9 @@ fn an_initial_flood_gets_retries_only_and_no_state() {
         v["other_packets"], 0,
         "the server answered an unvalidated address with more than a Retry: {v}"
     );
-    assert!(v["retry_packets"].as_u64().unwrap() >= 290, "{v}");
+    // Every Initial answered (the port's 4 MiB buffer holds the burst),
+    // each by a Retry alone.
+    assert!(v["retry_packets"].as_u64().unwrap() >= 270, "{v}");
     assert!(
         got <= sent,
         "amplification: {got} bytes out for {sent} in: {v}"

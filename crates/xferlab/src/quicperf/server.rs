@@ -115,6 +115,15 @@ impl PerfPort {
             io::ErrorKind::AddrInUse => QuicPerfError::PortInUse { port },
             _ => QuicPerfError::Bind { port, err },
         })?;
+        // The socket buffers of a QUIC flow's (4 MiB each way: the
+        // receive side's measurement is `transport::datagram`'s): one
+        // port carries every connection, and a burst of Initials must
+        // reach the loop to be answered.
+        crate::transport::io(xferlab_core::spec::Transport::Quic)?.prepare_flow(
+            &sock,
+            xferlab_core::result::FlowRole::Receiver,
+            &TestSpec::default_stream().knobs,
+        );
         let mut server = ServerConfig::with_crypto(crypto);
         let mut transport = TransportConfig::default();
         transport
