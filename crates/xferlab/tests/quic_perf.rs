@@ -139,6 +139,23 @@ impl PerfServer {
     }
 }
 
+/// The server's Prometheus text (`--metrics`), by a plain HTTP GET.
+fn metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect to --metrics");
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(c, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut text = String::new();
+    c.read_to_string(&mut text).unwrap();
+    text
+}
+
+/// A series' value in Prometheus text.
+fn series(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+}
+
 /// The aioquic peer, as a client: its one JSON line.
 fn peer_client(py: &str, addr: &str, upload: u64, download: u64, streams: u32) -> (Value, Output) {
     let (up, down, st) = (
@@ -288,7 +305,8 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     let Some(py) = python("aioquic client -> xferlab server --quic-perf") else {
         return;
     };
-    let s = PerfServer::start(&[]);
+    let m = format!("127.0.0.1:{}", free_port());
+    let s = PerfServer::start(&["--metrics", &m]);
     let t = Instant::now();
     // Upload: 2 streams of 3 MB each, nothing back.
     let (v, out) = peer_client(py, &s.addr(), 3_000_000, 0, 2);
@@ -314,6 +332,26 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     s.wait_for_log("sent 8000000 bytes", 1);
     let log = s.log();
     assert!(log.contains("; ok"), "{log}");
+    // Counted as the server's other sessions are, under their protocol.
+    let text = metrics(&m);
+    let got = |name: &str| series(&text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
+    assert_eq!(
+        got("xferlab_sessions_served_total{protocol=\"quic_perf\"}"),
+        2.0
+    );
+    assert_eq!(
+        got("xferlab_transferred_bytes_total{protocol=\"quic_perf\",direction=\"received\"}"),
+        6e6
+    );
+    assert_eq!(
+        got("xferlab_transferred_bytes_total{protocol=\"quic_perf\",direction=\"sent\"}"),
+        8e6
+    );
+    assert_eq!(
+        got("xferlab_quic_perf_retries_total"),
+        2.0,
+        "one Retry per new connection"
+    );
     eprintln!(
         "aioquic -> xferlab: upload {:.1} Mbit/s, download {:.1} Mbit/s (wall {:.1} s)",
         6e6 * 8.0 / up_s / 1e6,
@@ -377,7 +415,8 @@ fn an_initial_flood_gets_retries_only_and_no_state() {
     let Some(py) = python("Initial flood against --quic-perf") else {
         return;
     };
-    let s = PerfServer::start(&["--max-sessions", "2"]);
+    let m = format!("127.0.0.1:{}", free_port());
+    let s = PerfServer::start(&["--max-sessions", "2", "--metrics", &m]);
     let out = Proc::spawn_program(py, &[PEER, "--flood", &s.addr(), "--count", "300"])
         .finish(Duration::from_secs(30));
     let v: Value = serde_json::from_str(out.stdout.lines().last().unwrap_or("{}"))
@@ -402,6 +441,8 @@ fn an_initial_flood_gets_retries_only_and_no_state() {
     let (c, out) = peer_client(py, &s.addr(), 0, 100_000, 1);
     assert!(c.get("error").is_none(), "{c}\n{}", out.describe());
     assert_eq!(s.log().matches("accepted").count(), 1, "{}", s.log());
+    let retries = series(&metrics(&m), "xferlab_quic_perf_retries_total").unwrap();
+    assert!(retries >= 271.0, "{retries} Retries counted");
 }
 
 #[test]
