@@ -26,12 +26,16 @@ use crate::knobs::{self, Knobs, RecvMode, SendMode};
 pub use crate::knobs::{QuicKnobError as KnobError, QuicKnobs, CONGESTION_CONTROLLERS};
 use crate::units::{format_bytes, Micros, RateUnit};
 
-/// Largest DATAGRAM payload a flow may ask for: a QUIC packet must fit
-/// a UDP datagram on the path, and QUIC starts at 1200 bytes (RFC 9000
-/// sec. 14) less its short header and the frame's (about 40 bytes);
-/// larger payloads need the path MTU discovery to have raised the limit
-/// first, which a constant-rate test cannot wait for.
-pub const MAX_DATAGRAM_PAYLOAD: u64 = 1150;
+/// Largest DATAGRAM payload a flow may ask for (`-l` with `-b`): what a
+/// QUIC packet carries on a 1500-byte-MTU path (1452 bytes of UDP
+/// payload, quinn-proto's discovery bound, less a short header with an
+/// 8-byte connection ID, the AEAD tag and the frame's type and length:
+/// 1,420), rounded down to UDP's default datagram size, so `cbr --quic`
+/// runs with cbr's defaults. A connection starts at 1200 bytes (RFC 9000
+/// sec. 14) and raises it by path MTU discovery within its first RTTs;
+/// datagrams offered before that are refused as too large and counted
+/// (`datagrams_too_large`).
+pub const MAX_DATAGRAM_PAYLOAD: u64 = 1400;
 
 pub struct Quic;
 
@@ -135,6 +139,9 @@ pub struct QuicCounters {
     /// connection, bytes (the sizes the flow chose).
     pub stream_window: u64,
     pub conn_window: u64,
+    /// Streams that carried data so far: a sender's written to, a
+    /// receiver's read from.
+    pub streams: u64,
 }
 
 /// QUIC's section of an interval (or of a total's window): the
@@ -188,6 +195,9 @@ pub struct QuicSample {
     /// whole connection, bytes.
     pub stream_window: u64,
     pub conn_window: u64,
+    /// Streams that had carried data by the interval's end (a sender's
+    /// written to, a receiver's read from).
+    pub streams: u64,
 }
 
 fn us(d: Duration) -> f64 {
@@ -230,6 +240,7 @@ impl QuicCounters {
             datagrams_too_large: d(self.datagrams_too_large, prev.datagrams_too_large),
             stream_window: self.stream_window,
             conn_window: self.conn_window,
+            streams: self.streams,
         }
     }
 }

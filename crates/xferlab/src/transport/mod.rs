@@ -287,8 +287,10 @@ pub trait TransportIo: Sync {
     }
 
     /// The slot in [`FlowShared`] where this transport's flow threads
-    /// publish state of their own for [`TransportIo::read`].
-    fn own_shared(&self) -> OwnShared {
+    /// publish state of their own for [`TransportIo::read`], for a test
+    /// with `knobs` (what the flow publishes may depend on them: a QUIC
+    /// flow with -b counts datagrams, one without moves streams).
+    fn own_shared(&self, _knobs: &Knobs) -> OwnShared {
         OwnShared::None
     }
 

@@ -124,7 +124,7 @@ impl TransportIo for Dccp {
         None
     }
 
-    fn own_shared(&self) -> OwnShared {
+    fn own_shared(&self, _knobs: &Knobs) -> OwnShared {
         OwnShared::Dccp(DccpShared::default())
     }
 

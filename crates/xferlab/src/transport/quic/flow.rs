@@ -224,7 +224,6 @@ impl<'a> Flow<'a> {
             blocked: 0,
             too_large: 0,
         };
-        shared.set_datagrams(f.rate.is_some());
         if job.endpoint == Endpoint::Client {
             let crypto = if perf {
                 tls::client_for(&files, xferlab_core::transport::quic::perf::ALPN)
@@ -294,9 +293,6 @@ impl<'a> Flow<'a> {
             if flags.abort.load(Ordering::Relaxed) {
                 break crate::transport::flow::aborted();
             }
-            if let Some(reason) = lost.take() {
-                break self.lost(reason, established, closing.is_some(), flags);
-            }
             if let (Some(h), true) = (self.conn, established) {
                 if let Some(conn) = self.driver.connection(h) {
                     let stopping = flags.stop.load(Ordering::Relaxed);
@@ -313,6 +309,10 @@ impl<'a> Flow<'a> {
                         closing = Some(now);
                     }
                 }
+            }
+            // After the application took what arrived with the end.
+            if let Some(reason) = lost.take() {
+                break self.lost(reason, established, closing.is_some(), flags);
             }
             if let Err(e) = self.driver.transmit(now) {
                 break FlowEnd::Aborted(format!("QUIC flow socket: {e}"));
@@ -432,6 +432,13 @@ impl<'a> Flow<'a> {
         };
         let s = conn.stats();
         let m = conn.congestion_state().metrics();
+        if let App::DgramRx(rx) = app {
+            // DATAGRAM frames that arrived but were never read: the
+            // connection's receive buffer overflowed and dropped the
+            // oldest, a loss at the receiving host.
+            let dropped = s.frame_rx.datagram.saturating_sub(rx.read);
+            job.shared.udp.host_drops.store(dropped, Ordering::Relaxed);
+        }
         self.shared.publish(&QuicCounters {
             cc: self.cc,
             established,
@@ -456,6 +463,7 @@ impl<'a> Flow<'a> {
             datagrams_too_large: self.too_large,
             stream_window: self.windows.stream,
             conn_window: self.windows.conn,
+            streams: app.streams(),
         });
     }
 }
@@ -564,6 +572,15 @@ impl App {
         }
     }
 
+    /// Streams that carried data so far.
+    fn streams(&self) -> u64 {
+        match self {
+            App::StreamTx(tx) => tx.used,
+            App::StreamRx(rx) => rx.used,
+            _ => 0,
+        }
+    }
+
     fn bytes(&self) -> u64 {
         match self {
             App::Perf(p) => p.bytes(),
@@ -580,11 +597,15 @@ struct StreamTx {
     chunk: Vec<u8>,
     quota: Option<u64>,
     want: u32,
-    streams: Vec<(StreamId, bool)>,
+    /// Each stream, whether it is blocked, and whether nothing was
+    /// written to it yet.
+    streams: Vec<(StreamId, bool, bool)>,
     written: u64,
     finished: bool,
     acked: u32,
     failed: Option<String>,
+    /// Streams written to.
+    used: u64,
 }
 
 impl StreamTx {
@@ -605,11 +626,12 @@ impl StreamTx {
             finished: false,
             acked: 0,
             failed: None,
+            used: 0,
         }
     }
 
     fn unblock(&mut self, id: StreamId) {
-        if let Some(s) = self.streams.iter_mut().find(|(s, _)| *s == id) {
+        if let Some(s) = self.streams.iter_mut().find(|(s, ..)| *s == id) {
             s.1 = false;
         }
     }
@@ -630,23 +652,33 @@ impl StreamTx {
         }
         while self.streams.len() < self.want as usize {
             match conn.streams().open(Dir::Uni) {
-                Some(id) => self.streams.push((id, false)),
+                Some(id) => self.streams.push((id, false, true)),
                 None => break,
             }
         }
         let done = |w: u64| self.quota.is_some_and(|q| w >= q);
         if !self.finished && !stopping && !done(self.written) {
-            for (id, blocked) in self.streams.iter_mut() {
-                while !*blocked {
+            // A chunk per stream per round, so the streams share the
+            // connection (and a quota) evenly; rounds until every stream
+            // is blocked, which the connection's send window bounds.
+            let mut progress = true;
+            while progress {
+                progress = false;
+                for (id, blocked, fresh) in self.streams.iter_mut() {
                     let left = self.quota.map_or(u64::MAX, |q| q - self.written);
-                    if left == 0 {
-                        break;
+                    if *blocked || left == 0 {
+                        continue;
                     }
                     let n = (self.chunk.len() as u64).min(left) as usize;
                     match conn.send_stream(*id).write(&self.chunk[..n]) {
                         Ok(w) => {
+                            if *fresh {
+                                *fresh = false;
+                                self.used += 1;
+                            }
                             self.written += w as u64;
                             step.busy = true;
+                            progress = true;
                         }
                         Err(WriteError::Blocked) => *blocked = true,
                         Err(e) => {
@@ -661,7 +693,7 @@ impl StreamTx {
             && (stopping || done(self.written))
             && self.streams.len() == self.want as usize
         {
-            for (id, _) in &self.streams {
+            for (id, ..) in &self.streams {
                 conn.send_stream(*id).finish().ok();
             }
             self.finished = true;
@@ -679,8 +711,11 @@ impl StreamTx {
 #[derive(Default)]
 struct StreamRx {
     ready: bool,
-    ids: Vec<StreamId>,
+    /// Open streams, and whether each has delivered data yet.
+    ids: Vec<(StreamId, bool)>,
     bytes: u64,
+    /// Streams that delivered data.
+    used: u64,
 }
 
 impl StreamRx {
@@ -691,11 +726,11 @@ impl StreamRx {
         }
         self.ready = false;
         while let Some(id) = conn.streams().accept(Dir::Uni) {
-            self.ids.push(id);
+            self.ids.push((id, false));
         }
         let mut i = 0;
         while i < self.ids.len() {
-            let id = self.ids[i];
+            let (id, mut had_data) = self.ids[i];
             let mut finished = false;
             let mut rs = conn.recv_stream(id);
             match rs.read(true) {
@@ -703,6 +738,11 @@ impl StreamRx {
                     loop {
                         match chunks.next(usize::MAX) {
                             Ok(Some(c)) => {
+                                if !had_data && !c.bytes.is_empty() {
+                                    had_data = true;
+                                    self.ids[i].1 = true;
+                                    self.used += 1;
+                                }
                                 self.bytes += c.bytes.len() as u64;
                                 step.busy = true;
                             }
@@ -744,6 +784,10 @@ struct DgramTx {
     seq: u64,
     done: bool,
     since_done: Option<Instant>,
+    /// The connection's datagram buffer space with nothing queued (the
+    /// buffer's size less quinn-proto's own overhead), taken before the
+    /// first offer.
+    empty_space: Option<usize>,
 }
 
 /// Bytes of the sender's datagram arena (see the driver's module
@@ -761,6 +805,7 @@ impl DgramTx {
             seq: 0,
             done: false,
             since_done: None,
+            empty_space: None,
         }
     }
 
@@ -777,13 +822,18 @@ impl DgramTx {
         if closing {
             return step;
         }
+        if self.empty_space.is_none() {
+            self.empty_space = Some(conn.datagrams().send_buffer_space());
+        }
         if !self.done && (stopping || self.limit.is_some_and(|l| self.seq >= l)) {
             self.done = true;
             self.since_done = Some(instant);
         }
         if self.done {
             // Close once the queued datagrams left (or after the grace).
-            let drained = conn.datagrams().send_buffer_space() >= DATAGRAM_QUEUE;
+            let drained = self
+                .empty_space
+                .is_none_or(|e| conn.datagrams().send_buffer_space() >= e);
             if drained
                 || self
                     .since_done
@@ -810,33 +860,47 @@ impl DgramTx {
             }
             Some(_) => {}
         }
-        let due = self.pacer.due(now);
-        if due == 0 {
-            return step;
-        }
         let stamp = now.duration_since(start).as_nanos() as u64;
-        for _ in 0..due {
+        let len = self.pattern.len();
+        // Everything due now, a pacer batch at a time (a sender behind
+        // its schedule catches up in one turn: the offers are the
+        // application's, whatever the connection makes of them).
+        loop {
+            let due = self.pacer.due(now);
+            if due == 0 {
+                break;
+            }
+            step.busy = true;
+            for _ in 0..due {
+                if self.limit.is_some_and(|l| self.seq >= l) {
+                    break;
+                }
+                // A full queue refuses without the datagram being made.
+                if conn.datagrams().send_buffer_space() < len {
+                    step.blocked += 1;
+                    continue;
+                }
+                if self.arena.capacity() < len {
+                    self.arena.reserve(DGRAM_ARENA);
+                }
+                self.arena.extend_from_slice(&self.pattern);
+                write_header(&mut self.arena[..HEADER_LEN], self.seq, stamp);
+                let d = self.arena.split().freeze();
+                match conn.datagrams().send(d, false) {
+                    Ok(()) => self.seq += 1,
+                    Err(SendDatagramError::Blocked(_)) => step.blocked += 1,
+                    Err(SendDatagramError::TooLarge) => step.too_large += 1,
+                    Err(e) => {
+                        step.failed = Some(format!("QUIC DATAGRAM: {e}"));
+                        return step;
+                    }
+                }
+            }
+            self.pacer.sent(due, now);
             if self.limit.is_some_and(|l| self.seq >= l) {
                 break;
             }
-            if self.arena.capacity() < self.pattern.len() {
-                self.arena.reserve(DGRAM_ARENA);
-            }
-            self.arena.extend_from_slice(&self.pattern);
-            write_header(&mut self.arena[..HEADER_LEN], self.seq, stamp);
-            let d = self.arena.split().freeze();
-            match conn.datagrams().send(d, false) {
-                Ok(()) => self.seq += 1,
-                Err(SendDatagramError::Blocked(_)) => step.blocked += 1,
-                Err(SendDatagramError::TooLarge) => step.too_large += 1,
-                Err(e) => {
-                    step.failed = Some(format!("QUIC DATAGRAM: {e}"));
-                    return step;
-                }
-            }
         }
-        self.pacer.sent(due, now);
-        step.busy = true;
         step
     }
 }
@@ -847,6 +911,8 @@ struct DgramRx {
     ready: bool,
     stats: RecvStats,
     bytes: u64,
+    /// Datagrams taken from the connection.
+    read: u64,
 }
 
 impl DgramRx {
@@ -858,6 +924,7 @@ impl DgramRx {
         self.ready = false;
         while let Some(d) = conn.datagrams().recv() {
             step.busy = true;
+            self.read += 1;
             self.bytes += d.len() as u64;
             if let Some((seq, send_ns)) = read_header(&d) {
                 self.stats.on_datagram(seq, send_ns, now.as_nanos());

@@ -90,8 +90,12 @@ impl TransportIo for Quic {
         None
     }
 
-    fn own_shared(&self) -> OwnShared {
-        OwnShared::Quic(QuicShared::default())
+    /// A flow with -b sends DATAGRAM frames: its `udp` counters are read
+    /// from the first interval on, so its totals carry them.
+    fn own_shared(&self, knobs: &Knobs) -> OwnShared {
+        let q = QuicShared::default();
+        q.set_datagrams(knobs.rate.is_some_and(|r| r > 0));
+        OwnShared::Quic(q)
     }
 
     fn read(&self, _socket: &FlowSocket, _role: FlowRole, shared: &FlowShared) -> Reading {
@@ -137,7 +141,7 @@ pub struct QuicShared {
     counts: [AtomicU64; COUNTS],
 }
 
-const COUNTS: usize = 16;
+const COUNTS: usize = 17;
 const NO_PACING: u64 = u64::MAX;
 
 impl QuicShared {
@@ -175,6 +179,7 @@ impl QuicShared {
             c.datagrams_too_large,
             c.stream_window,
             c.conn_window,
+            c.streams,
         ];
         for (slot, v) in self.counts.iter().zip(v) {
             slot.store(v, r);
@@ -212,6 +217,7 @@ impl QuicShared {
             datagrams_too_large: v[13],
             stream_window: v[14],
             conn_window: v[15],
+            streams: v[16],
         }
     }
 }
@@ -247,6 +253,7 @@ mod tests {
             datagrams_too_large: 14,
             stream_window: 15,
             conn_window: 16,
+            streams: 17,
         };
         sh.publish(&c);
         assert_eq!(sh.read(), c);
