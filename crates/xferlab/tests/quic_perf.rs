@@ -493,10 +493,16 @@ fn a_response_over_the_budget_is_cut_at_max_duration() {
     let err = v["error"]
         .as_str()
         .unwrap_or_else(|| panic!("not cut: {v}\n{}", out.describe()));
-    assert!(err.contains("--max-duration"), "{err}");
     let got = v["downloaded"].as_u64().unwrap();
     assert!(got > 0 && got <= 1_300_000, "{got} bytes for a 1 MB budget");
-    s.wait_for_log("cut at this server's --max-duration", 1);
+    s.wait_for_log("cut at this server's --max-duration of 1 s", 1);
+    // The close carries the reason. It is one packet, and a lost one
+    // leaves the client to its idle timeout (RFC 9000, 10.2): then the
+    // server's log is what says the cut happened.
+    if !err.contains("--max-duration") {
+        assert!(err.contains("Idle timeout"), "{err}");
+        eprintln!("the CONNECTION_CLOSE was lost on the way: {err}");
+    }
 }
 
 #[test]
