@@ -266,7 +266,7 @@ impl StreamArgs {
         self.port.unwrap_or(if self.iperf3_mode() {
             crate::iperf3::IPERF3_PORT
         } else if self.quic_perf {
-            crate::quicperf::PORT
+            xferlab_core::transport::quic::perf::PORT
         } else {
             DEFAULT_PORT
         })

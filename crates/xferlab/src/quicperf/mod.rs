@@ -14,10 +14,6 @@ pub mod server;
 
 use std::io;
 
-/// The port perf servers listen on by convention (quinn's perf_server and
-/// secnetperf default to it).
-pub const PORT: u16 = 4433;
-
 /// Why the perf port or a perf client cannot start: one line naming the
 /// cause and the fix.
 #[derive(Debug, thiserror::Error)]

@@ -22,6 +22,7 @@ pub enum Protocol {
     Iperf3,
     /// The QUIC performance protocol on `--quic-perf`'s port: a session
     /// is one connection.
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
     QuicPerf,
 }
 
@@ -207,6 +208,7 @@ impl ServerMetrics {
     }
 
     /// The QUIC perf port answered an unvalidated Initial with a Retry.
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
     pub fn quic_perf_retry(&self) {
         self.quic_perf_retries.inc();
     }

@@ -42,6 +42,10 @@ use crate::time::Time;
 /// The ALPN token of draft-banks-quic-performance-00.
 pub const ALPN: &[u8] = b"perf";
 
+/// The UDP port perf servers listen on by convention (quinn's
+/// perf_server and secnetperf default to it).
+pub const PORT: u16 = 4433;
+
 /// Bytes of the request header: the response size, u64 big-endian.
 pub const REQUEST_HEADER_LEN: usize = 8;
 
