@@ -158,28 +158,38 @@ fn series(text: &str, name: &str) -> Option<f64> {
 
 /// The aioquic peer, as a client: its one JSON line.
 fn peer_client(py: &str, addr: &str, upload: u64, download: u64, streams: u32) -> (Value, Output) {
+    peer_client_with(py, addr, upload, download, streams, &[])
+}
+
+/// As [`peer_client`], with more of the peer's flags (`--uni`).
+fn peer_client_with(
+    py: &str,
+    addr: &str,
+    upload: u64,
+    download: u64,
+    streams: u32,
+    extra: &[&str],
+) -> (Value, Output) {
     let (up, down, st) = (
         upload.to_string(),
         download.to_string(),
         streams.to_string(),
     );
-    let out = Proc::spawn_program(
-        py,
-        &[
-            PEER,
-            "--connect",
-            addr,
-            "--upload",
-            &up,
-            "--download",
-            &down,
-            "--streams",
-            &st,
-            "--timeout",
-            "20",
-        ],
-    )
-    .finish(Duration::from_secs(40));
+    let mut args = vec![
+        PEER,
+        "--connect",
+        addr,
+        "--upload",
+        &up,
+        "--download",
+        &down,
+        "--streams",
+        &st,
+        "--timeout",
+        "20",
+    ];
+    args.extend_from_slice(extra);
+    let out = Proc::spawn_program(py, &args).finish(Duration::from_secs(40));
     let line = out.stdout.lines().last().unwrap_or_default().to_string();
     let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
         panic!(
@@ -330,6 +340,23 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     assert_eq!(v["downloaded"], 8_000_000, "{v}");
     let down_s = v["seconds"].as_f64().unwrap();
     s.wait_for_log("sent 8000000 bytes", 1);
+    // The unidirectional variant: requests on client streams, answers on
+    // streams the server opens.
+    let (v, out) = peer_client_with(py, &s.addr(), 1_000_000, 2_000_000, 2, &["--uni"]);
+    assert!(
+        v.get("error").is_none(),
+        "uni failed: {v}\n{}",
+        out.describe()
+    );
+    assert_eq!(
+        (v["uploaded"].as_u64(), v["downloaded"].as_u64()),
+        (Some(2_000_000), Some(4_000_000)),
+        "{v}"
+    );
+    s.wait_for_log(
+        "received 2000000 bytes (1.91 MBytes), sent 4000000 bytes",
+        1,
+    );
     let log = s.log();
     assert!(log.contains("; ok"), "{log}");
     // Counted as the server's other sessions are, under their protocol.
@@ -337,19 +364,19 @@ fn aioquic_client_against_xferlab_server_both_ways_exact() {
     let got = |name: &str| series(&text, name).unwrap_or_else(|| panic!("no {name} in\n{text}"));
     assert_eq!(
         got("xferlab_sessions_served_total{protocol=\"quic_perf\"}"),
-        2.0
+        3.0
     );
     assert_eq!(
         got("xferlab_transferred_bytes_total{protocol=\"quic_perf\",direction=\"received\"}"),
-        6e6
-    );
-    assert_eq!(
-        got("xferlab_transferred_bytes_total{protocol=\"quic_perf\",direction=\"sent\"}"),
         8e6
     );
     assert_eq!(
+        got("xferlab_transferred_bytes_total{protocol=\"quic_perf\",direction=\"sent\"}"),
+        12e6
+    );
+    assert_eq!(
         got("xferlab_quic_perf_retries_total"),
-        2.0,
+        3.0,
         "one Retry per new connection"
     );
     eprintln!(

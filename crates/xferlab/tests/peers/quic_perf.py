@@ -14,9 +14,10 @@ Modes (each prints JSON lines on stdout):
   --listen HOST:PORT --cert PEM --key PEM [--retry]
       serve; prints {"listening": "HOST:PORT"} once bound, then one line
       per finished request stream: {"stream":..,"uploaded":..,"sent":..}
-  --connect HOST:PORT --upload N --download N [--streams K]
+  --connect HOST:PORT --upload N --download N [--streams K] [--uni]
       run K request streams on one connection (each uploads N and asks for
-      N back); prints {"uploaded":..,"downloaded":..,"seconds":..} or
+      N back; --uni: on unidirectional streams, answered on the server's);
+      prints {"uploaded":..,"downloaded":..,"seconds":..} or
       {"error": ..., "uploaded":..,"downloaded":..} (exit 1)
   --flood HOST:PORT --count N
       send N distinct client Initial packets (real ones, made by aioquic,
@@ -176,10 +177,17 @@ class PerfClient(QuicConnectionProtocol):
         self.finished = asyncio.get_event_loop().create_future()
         self.error = None
 
-    def start(self, streams, upload, download):
+    def start(self, streams, upload, download, uni=False):
+        # Unidirectional requests are answered on streams the server
+        # opens: counted in `answers`, each to hold `download` bytes.
+        self.uni = uni
+        self.answers = {}
+        self.asked = download
+        self.wanted = streams
         for _ in range(streams):
-            sid = self._quic.get_next_available_stream_id()
-            self.streams[sid] = [download, 0, False]
+            sid = self._quic.get_next_available_stream_id(is_unidirectional=uni)
+            if not uni:
+                self.streams[sid] = [download, 0, False]
             s = Sender(sid, upload, prefix=download.to_bytes(8, "big"))
             # aioquic makes the stream on its first write: the next
             # get_next_available_stream_id() then names another one.
@@ -216,8 +224,11 @@ class PerfClient(QuicConnectionProtocol):
             self.finished.set_result(None)
 
     def quic_event_received(self, event):
-        if isinstance(event, StreamDataReceived):
+        if isinstance(event, StreamDataReceived) and self.uni and event.stream_id % 4 == 3:
+            st = self.answers.setdefault(event.stream_id, [self.asked, 0, False])
+        elif isinstance(event, StreamDataReceived):
             st = self.streams.get(event.stream_id)
+        if isinstance(event, StreamDataReceived):
             if st is None:
                 return
             st[1] += len(event.data)
@@ -227,7 +238,10 @@ class PerfClient(QuicConnectionProtocol):
                 st[2] = True
                 if st[1] != st[0]:
                     self.fail(f"stream {event.stream_id}: FIN after {st[1]} of {st[0]} bytes")
-                if all(s[2] for s in self.streams.values()) and not self.finished.done():
+                done = all(s[2] for s in self.streams.values())
+                if self.uni:
+                    done = len(self.answers) == self.wanted and all(s[2] for s in self.answers.values())
+                if done and not self.finished.done():
                     self.finished.set_result(None)
         elif isinstance(event, StreamReset):
             self.fail(f"stream {event.stream_id} reset by the server (code {event.error_code})")
@@ -260,13 +274,15 @@ async def run_client(args):
             host, port, configuration=cfg, create_protocol=PerfClient, wait_connected=True
         ) as client:
             big_buffers(client._transport)
-            client.start(args.streams, args.upload, args.download)
+            client.start(args.streams, args.upload, args.download, uni=args.uni)
             try:
                 await asyncio.wait_for(client.finished, args.timeout)
             except asyncio.TimeoutError:
                 client.fail(f"no end of the responses within {args.timeout} s")
             result["uploaded"] = sum(s.written for s in client.senders)
-            result["downloaded"] = sum(s[1] for s in client.streams.values())
+            result["downloaded"] = sum(s[1] for s in client.streams.values()) + sum(
+                s[1] for s in client.answers.values()
+            )
             result["seconds"] = time.monotonic() - t0
             if client.error:
                 result["error"] = client.error
@@ -330,6 +346,7 @@ def main():
     p.add_argument("--upload", type=int, default=0)
     p.add_argument("--download", type=int, default=0)
     p.add_argument("--streams", type=int, default=1)
+    p.add_argument("--uni", action="store_true", help="client: requests on unidirectional streams")
     p.add_argument("--timeout", type=float, default=20.0)
     p.add_argument("--flood")
     p.add_argument("--count", type=int, default=100)
