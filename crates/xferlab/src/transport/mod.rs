@@ -406,6 +406,11 @@ mod tests {
                 Carrier::UsbBulk => {
                     assert!(io(*t).is_err_and(|e| e.to_string().contains("xferlab usb")))
                 }
+                // A build without the `quic` feature has no QUIC driver,
+                // and says so.
+                _ if cfg!(not(feature = "quic")) && *t == Transport::Quic => {
+                    assert!(io(*t).is_err_and(|e| e.to_string().contains("no driver for QUIC")))
+                }
                 _ => assert_eq!(found, 1, "{t:?}"),
             }
         }

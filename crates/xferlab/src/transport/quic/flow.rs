@@ -53,8 +53,13 @@ pub(super) const SOCKET_BUFFER: libc::c_int = 4 << 20;
 /// quinn-proto's own default (1.25 MB: 100 Mbit/s x 100 ms).
 const MIN_STREAM_WINDOW: u64 = 1_250_000;
 /// A handshake unanswered this long means no QUIC peer (quinn-proto
-/// resends its Initial with backoff in the meantime).
+/// resends its Initial with backoff in the meantime; its first resend
+/// is after 3 x the initial RTT of 333 ms, so 5 s holds three of them).
+#[cfg(not(test))]
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// The unit tests wait for it.
+#[cfg(test)]
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(600);
 /// A connection silent this long once established is dead.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A sender that stopped waits this long for the peer to take its last
@@ -409,9 +414,9 @@ impl<'a> Flow<'a> {
                 let text = e.to_string();
                 if text.contains("certificate") || text.contains("Certificate") {
                     return FlowEnd::Aborted(format!(
-                        "certificate not trusted: the QUIC server at {} presented one that {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
+                        "certificate not trusted: the QUIC server at {} presented one {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
                         self.peer,
-                        e.reason.trim_start_matches("invalid peer certificate: ")
+                        why_untrusted(&e.reason)
                     ));
                 }
             }
@@ -465,6 +470,23 @@ impl<'a> Flow<'a> {
             conn_window: self.windows.conn,
             streams: app.streams(),
         });
+    }
+}
+
+/// rustls' reason for refusing a certificate, in words
+/// ("invalid peer certificate: UnknownIssuer").
+fn why_untrusted(reason: &str) -> String {
+    let r = reason.trim_start_matches("invalid peer certificate: ");
+    if r.contains("UnknownIssuer") {
+        "that no CA in --quic-ca signed".into()
+    } else if r.contains("NotValidForName") || r.contains("not valid for name") {
+        format!("that does not carry the server's name (--quic-server-name, else its address): {r}")
+    } else if r.contains("Expired") {
+        "that has expired".into()
+    } else if r.contains("NotValidYet") {
+        "that is not valid yet".into()
+    } else {
+        format!("that does not verify ({r})")
     }
 }
 
@@ -931,5 +953,55 @@ impl DgramRx {
             }
         }
         step
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::flow::FlowShared;
+    use crate::transport::sizing::StreamSizes;
+    use xferlab_core::spec::Knobs;
+
+    /// A client flow whose peer's port is bound but speaks no QUIC (a
+    /// silent socket) ends after the handshake timeout with one line
+    /// naming the address and the timeout.
+    #[test]
+    fn an_unanswered_handshake_ends_the_flow_with_one_line() {
+        let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(silent.local_addr().unwrap()).unwrap();
+        let socket = FlowSocket::Datagram(sock);
+        let knobs = Knobs::default();
+        let io: &dyn crate::transport::TransportIo = &super::super::Quic;
+        let shared = FlowShared::of(io, &knobs);
+        let flags = SideFlags::default();
+        let started = Instant::now();
+        let out = run(FlowJob {
+            socket: &socket,
+            endpoint: Endpoint::Client,
+            role: FlowRole::Sender,
+            knobs: &knobs,
+            quota: None,
+            shared: &shared,
+            flags: &flags,
+            wire: Default::default(),
+            sizes: StreamSizes::for_flow(&knobs, None, false),
+        });
+        let FlowEnd::Aborted(why) = out.end else {
+            panic!("{:?}", out.end)
+        };
+        let peer = silent.local_addr().unwrap().to_string();
+        assert!(
+            why.contains("QUIC handshake") && why.contains(&peer) && why.contains("timed out"),
+            "{why}"
+        );
+        assert!(!why.contains('\n'), "{why}");
+        assert!(started.elapsed() >= HANDSHAKE_TIMEOUT, "ended early: {why}");
+        // The client tried: the silent socket got its Initial packets.
+        silent.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 2048];
+        let n = silent.recv(&mut buf).expect("no Initial arrived");
+        assert!(n >= 1200, "an Initial is padded to 1200 bytes, got {n}");
     }
 }

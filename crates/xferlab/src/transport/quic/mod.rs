@@ -17,6 +17,8 @@ mod flow;
 pub mod perf;
 pub mod tls;
 
+pub use error::QuicError;
+
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
