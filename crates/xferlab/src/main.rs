@@ -417,14 +417,11 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         .agent
         .then(|| agent::session::Agent::new(agent_policy(a), a.agent_max_orders));
     let bind = cfg.bind;
-    // The server end of QUIC flows presents --quic-cert too.
-    #[cfg(feature = "quic")]
-    a.quic_tls_files();
     let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
     };
-    let perf = match a.quic_perf.map(|port| quic_perf_port(a, bind, port)) {
+    let perf = match a.quic_perf.map(|port| quic_perf_port(bind, port)) {
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => return fail(&e, 1),
         None => None,
@@ -488,20 +485,18 @@ fn run_server(a: &ServerArgs) -> ExitCode {
 /// `server --quic-perf PORT`, bound (a port in use is said before the
 /// server says it listens).
 #[cfg(feature = "quic")]
-fn quic_perf_port(
-    a: &ServerArgs,
-    bind: Option<IpAddr>,
-    port: u16,
-) -> anyhow::Result<quicperf::server::PerfPort> {
+fn quic_perf_port(bind: Option<IpAddr>, port: u16) -> anyhow::Result<quicperf::server::PerfPort> {
+    // The certificate files `--quic-cert`/`--quic-key` named, recorded
+    // (and read) when the server started.
     Ok(quicperf::server::PerfPort::bind(
         bind,
         port,
-        &a.quic_tls_files(),
+        &transport::quic::tls::files(),
     )?)
 }
 
 #[cfg(not(feature = "quic"))]
-fn quic_perf_port(_a: &ServerArgs, _bind: Option<IpAddr>, _port: u16) -> anyhow::Result<NoPerf> {
+fn quic_perf_port(_bind: Option<IpAddr>, _port: u16) -> anyhow::Result<NoPerf> {
     anyhow::bail!("--quic-perf: this xferlab was built without QUIC (cargo feature quic)")
 }
 

@@ -34,14 +34,6 @@ pub struct ServerArgs {
     /// port can make this server send, within its budgets.
     #[arg(long, requires = "quic_perf")]
     pub quic_perf_unauthenticated: bool,
-    /// The certificate chain (PEM) the server's QUIC ends present (the
-    /// server end of `--quic` flows and the --quic-perf port), with
-    /// --quic-key; without both, a self-signed certificate made at start.
-    #[arg(long, value_name = "FILE", requires = "quic_key")]
-    pub quic_cert: Option<std::path::PathBuf>,
-    /// The private key (PEM) of --quic-cert.
-    #[arg(long, value_name = "FILE", requires = "quic_cert")]
-    pub quic_key: Option<std::path::PathBuf>,
     /// Listen on this address only (default: every IPv6 and IPv4 address).
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,
@@ -198,19 +190,4 @@ fn parse_cidr(s: &str) -> Result<crate::agent::order::Cidr, String> {
     s.parse().map_err(|_| {
         format!("'{s}' is not a network: use ADDRESS/PREFIX (10.0.0.0/8, fd00::/8) or an address")
     })
-}
-
-impl ServerArgs {
-    /// The QUIC certificate files of this server (`--quic-cert`,
-    /// `--quic-key`), recorded for the server end of its QUIC flows too.
-    #[cfg(feature = "quic")]
-    pub fn quic_tls_files(&self) -> crate::transport::quic::tls::TlsFiles {
-        let files = crate::transport::quic::tls::TlsFiles {
-            cert: self.quic_cert.clone(),
-            key: self.quic_key.clone(),
-            ..Default::default()
-        };
-        crate::transport::quic::tls::set_files(files.clone());
-        files
-    }
 }
