@@ -579,6 +579,12 @@ fn bad_input_is_one_line_each() {
         Duration::from_secs(10),
     );
     out.assert_one_line_failure(2, &["--quic-perf", "add --quic"]);
+    // Datagrams: the protocol has none.
+    let out = run(
+        &["stream", "--quic", "--quic-perf", "127.0.0.1", "-b", "10M"],
+        Duration::from_secs(10),
+    );
+    out.assert_one_line_failure(2, &["--quic-perf", "no datagrams", "-b"]);
     // Nobody answering on the port (a silent socket, as a firewall that
     // drops): the handshake times out, one line naming the address.
     let silent = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();

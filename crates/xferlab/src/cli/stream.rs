@@ -679,6 +679,26 @@ mod tests {
     }
 
     #[test]
+    fn quic_perf_is_a_knob_of_quic_flows() {
+        let s = parse(&["--quic", "--quic-perf", "-R", "--streams", "4"]).unwrap();
+        let q = s.knobs.own.quic.unwrap();
+        assert!(q.perf && q.streams == 4, "{q:?}");
+        let s = parse(&["--quic", "--quic-perf"]).unwrap();
+        assert!(s.knobs.own.quic.unwrap().perf);
+        // Plain --quic flows are xferlab's own.
+        assert!(!parse(&["--quic"])
+            .unwrap()
+            .knobs
+            .own
+            .quic
+            .is_some_and(|q| q.perf));
+        // The protocol has no datagrams.
+        assert!(parse(&["--quic", "--quic-perf", "-b", "10M"])
+            .unwrap_err()
+            .contains("no datagrams"));
+    }
+
+    #[test]
     fn dscp_names() {
         assert_eq!(parse_dscp("AF41"), Ok(34));
         assert_eq!(parse_dscp("cs1"), Ok(8));
