@@ -604,3 +604,32 @@ fn bad_input_is_one_line_each() {
     );
     out.assert_one_line_failure(1, &["handshake", &format!("127.0.0.1:{port}"), "timed out"]);
 }
+
+#[test]
+fn xferlab_client_and_server_agree_to_the_byte() {
+    // Needs no aioquic: both ends are xferlab's, so this runs where the
+    // interop tests are skipped. A timed upload over 2 connections x 2
+    // streams: what each connection's flow says it wrote is what the
+    // server says it read (the server reads every upload to its FIN
+    // before it answers, and the flow ends on that answer).
+    let s = PerfServer::start(&[]);
+    let v = perf_stream(&s.addr(), &["-t", "1", "-P", "2", "--streams", "2"], 1.0);
+    assert_eq!(v["status"], "ok", "{v}");
+    s.wait_for_log(": done: 2 requests", 2);
+    let log = s.log();
+    let mut server: Vec<u64> = log
+        .lines()
+        .filter_map(|l| l.split(", received ").nth(1))
+        .filter_map(|r| r.split(' ').next()?.parse().ok())
+        .collect();
+    let mut client: Vec<u64> = v["client"]["flows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["total"]["bytes_all"].as_u64().unwrap())
+        .collect();
+    server.sort_unstable();
+    client.sort_unstable();
+    assert!(client.iter().all(|&b| b > 0), "{client:?}");
+    assert_eq!(client, server, "{log}");
+}
