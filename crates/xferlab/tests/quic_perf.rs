@@ -633,3 +633,86 @@ fn xferlab_client_and_server_agree_to_the_byte() {
     assert!(client.iter().all(|&b| b > 0), "{client:?}");
     assert_eq!(client, server, "{log}");
 }
+
+/// A CA and a certificate it signed for 127.0.0.1 (openssl, in `dir`):
+/// (ca, cert, key).
+fn ca_and_cert(dir: &Path, ca_name: &str) -> (String, String, String) {
+    let p = |n: &str| dir.join(n).to_string_lossy().into_owned();
+    let run = |args: &[&str]| {
+        let ok = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(ok, "openssl {args:?} failed (apt-get install openssl)");
+    };
+    let ext = p("ext.cnf");
+    std::fs::write(&ext, "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
+    let (ca_key, ca, key, csr, cert) =
+        (p("ca.key"), p("ca.pem"), p("k.pem"), p("r.csr"), p("c.pem"));
+    let subj = format!("/CN={ca_name}");
+    let mut a = vec!["req", "-x509"];
+    a.extend_from_slice(&ec);
+    a.extend_from_slice(&[
+        "-keyout", &ca_key, "-out", &ca, "-days", "2", "-subj", &subj,
+    ]);
+    run(&a);
+    let mut r = vec!["req"];
+    r.extend_from_slice(&ec);
+    r.extend_from_slice(&["-keyout", &key, "-out", &csr, "-subj", "/CN=perf"]);
+    run(&r);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &cert,
+        "-days",
+        "2",
+        "-extfile",
+        &ext,
+    ]);
+    (ca, cert, key)
+}
+
+#[test]
+fn the_perf_port_presents_the_given_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    let (ca, cert, key) = ca_and_cert(&a, "ca-a");
+    let (other_ca, ..) = ca_and_cert(&b, "ca-b");
+    let s = PerfServer::start(&["--quic-cert", &cert, "--quic-key", &key]);
+    let v = perf_stream(&s.addr(), &["-n", "1M", "--quic-ca", &ca], 1.0);
+    assert_eq!(v["status"], "ok", "{v}");
+    let port = s.port.to_string();
+    let out = run(
+        &[
+            "stream",
+            "--quic",
+            "--quic-perf",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "-n",
+            "1M",
+            "--quic-ca",
+            &other_ca,
+        ],
+        Duration::from_secs(20),
+    );
+    out.assert_one_line_failure(1, &["certificate not trusted", "127.0.0.1", "--quic-ca"]);
+}
