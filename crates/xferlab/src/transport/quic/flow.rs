@@ -378,6 +378,11 @@ impl<'a> Flow<'a> {
 
     fn handshake_timeout(&self) -> String {
         match self.endpoint {
+            Endpoint::Client if self.perf => format!(
+                "QUIC handshake with {} timed out after {} s: no QUIC perf server answered there (check the host, the port and the firewall)",
+                self.peer,
+                HANDSHAKE_TIMEOUT.as_secs()
+            ),
             Endpoint::Client => format!(
                 "QUIC handshake with {} timed out after {} s: no QUIC server answered on that flow port",
                 self.peer,
