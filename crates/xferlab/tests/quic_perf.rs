@@ -716,3 +716,42 @@ fn the_perf_port_presents_the_given_certificate() {
     );
     out.assert_one_line_failure(1, &["certificate not trusted", "127.0.0.1", "--quic-ca"]);
 }
+
+#[test]
+fn handshakes_are_bounded_and_a_stalled_one_is_closed() {
+    let Some(py) = python("--max-handshakes and --preamble-timeout on --quic-perf") else {
+        return;
+    };
+    // Two handshakes at once, 1 s each at most. Three clients answer the
+    // Retry and fall silent mid-handshake: two are accepted and closed
+    // when their second runs out, the third is refused at once.
+    let s = PerfServer::start(&["--max-handshakes", "2", "--preamble-timeout", "1"]);
+    let out = Proc::spawn_program(
+        py,
+        &[PEER, "--stall", &s.addr(), "--count", "3", "--quiet", "2.5"],
+    )
+    .finish(Duration::from_secs(30));
+    let v: Value = serde_json::from_str(out.stdout.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("stall printed no JSON ({e})\n{}", out.describe()));
+    let codes: Vec<u64> = v["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["code"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("a stalled handshake was left open: {v}"))
+        })
+        .collect();
+    // CONNECTION_REFUSED (0x2) for one; the others closed by the server
+    // (an application close during the handshake reaches the client as
+    // APPLICATION_ERROR, 0xc, RFC 9000 10.2.3).
+    assert_eq!(codes.iter().filter(|&&c| c == 0x2).count(), 1, "{v}");
+    assert_eq!(codes.iter().filter(|&&c| c == 0xc).count(), 2, "{v}");
+    s.wait_for_log("handshake not complete within 1 s (--preamble-timeout)", 2);
+    s.wait_for_log("refused: server busy", 1);
+    assert!(s.log().contains("--max-handshakes limit"), "{}", s.log());
+    // Their places are given back: a real client is served.
+    let (c, out) = peer_client(py, &s.addr(), 0, 1000, 1);
+    assert!(c.get("error").is_none(), "{c}\n{}", out.describe());
+}

@@ -232,15 +232,24 @@ fn lost(reason: &quinn_proto::ConnectionError) -> End {
     }
 }
 
+/// What a live connection holds of the server: given back when it ends
+/// (closed by either end), not when its draining is over.
+struct Held<'a> {
+    _session: SessionSlot<'a>,
+    _grant: Option<RateGrant<'a>>,
+    _flows: ActiveFlows,
+}
+
 /// One connection and what it holds of the server.
 struct Conn<'a> {
     peer: SocketAddr,
     accepted: Instant,
     established: Option<Instant>,
+    /// Its place among the handshakes, until the handshake completes.
     handshake: Option<HandshakeSlot>,
-    _session: SessionSlot<'a>,
-    _grant: Option<RateGrant<'a>>,
-    _flows: ActiveFlows,
+    held: Option<Held<'a>>,
+    /// Its line is in the log (it ended).
+    logged: bool,
     pacer: Option<Pacer>,
     streams: HashMap<StreamId, PerfStream>,
     /// Unidirectional requests waiting for a stream of ours to answer on.
@@ -328,16 +337,23 @@ fn serve(
                         .then(|| c.accepted + shared.cfg.door.preamble_timeout),
                 )
                 .min();
-            wake = wake.min(next).or(next);
+            wake = [wake, next].into_iter().flatten().min();
+        }
+        // Sessions that ended (either end closed, or the connection was
+        // lost): logged, their places given back at once.
+        for c in conns.values_mut().filter(|c| c.end.is_some() && !c.logged) {
+            finish(shared, c, now);
         }
         let sent = driver.transmit(now)?;
-        // Sessions whose connection is gone (drained, or lost): logged
-        // before a new connection can take their handle.
+        // Connections gone from the driver (drained): forgotten before a
+        // new connection can take their handle.
         conns.retain(|&h, c| {
             if driver.connection(h).is_some() {
                 return true;
             }
-            finish(shared, c, now);
+            if !c.logged {
+                finish(shared, c, now);
+            }
             false
         });
         if !got && !sent {
@@ -422,9 +438,12 @@ fn admit<'a>(
             accepted: now,
             established: None,
             handshake: Some(handshake),
-            _session: session,
-            _grant: grant,
-            _flows: flows,
+            held: Some(Held {
+                _session: session,
+                _grant: grant,
+                _flows: flows,
+            }),
+            logged: false,
             pacer,
             streams: HashMap::new(),
             waiting_uni: Vec::new(),
@@ -648,8 +667,12 @@ fn pump(conn: &mut quinn_proto::Connection, c: &mut Conn<'_>, t: Time) -> Option
     }
 }
 
-/// A session's end: its line in the log, its bytes in the metrics.
-fn finish(shared: &Shared, c: &Conn<'_>, now: Instant) {
+/// A session's end: its line in the log, its bytes in the metrics, its
+/// places given back.
+fn finish(shared: &Shared, c: &mut Conn<'_>, now: Instant) {
+    c.logged = true;
+    c.handshake = None;
+    c.held = None;
     shared.metrics.moved(Protocol::QuicPerf, c.sent, c.uploaded);
     let secs = now.duration_since(c.accepted).as_secs_f64();
     let outcome = match &c.end {

@@ -19,6 +19,10 @@ Modes (each prints JSON lines on stdout):
       N back; --uni: on unidirectional streams, answered on the server's);
       prints {"uploaded":..,"downloaded":..,"seconds":..} or
       {"error": ..., "uploaded":..,"downloaded":..} (exit 1)
+  --stall HOST:PORT --count N
+      N connections that answer the Retry and then fall silent mid-
+      handshake; prints how each ended: {"connections": [{"code", "reason"}
+      or {"open": true}, ...]}
   --flood HOST:PORT --count N
       send N distinct client Initial packets (real ones, made by aioquic,
       each with new connection IDs) from one UDP socket without answering
@@ -336,6 +340,53 @@ def run_flood(args):
     return 0
 
 
+def run_stall(args):
+    """Opens `count` connections that answer the server's Retry and then
+    fall silent mid-handshake (they never send their Finished), each on a
+    socket of its own; after `quiet` seconds with nothing new, reports how
+    each ended: refused (CONNECTION_REFUSED, 0x2), closed by the server
+    (its code and reason) or still open."""
+    host, port = hostport(args.stall)
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=ALPN)
+    cfg.verify_mode = ssl.CERT_NONE
+    peers = []
+    for _ in range(args.count):
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM)
+        sock.connect((host, port))
+        sock.setblocking(False)
+        conn = QuicConnection(configuration=cfg)
+        conn.connect((host, port), now=time.monotonic())
+        for data, _ in conn.datagrams_to_send(now=time.monotonic()):
+            sock.send(data)
+        peers.append({"sock": sock, "conn": conn, "retried": False})
+    last = time.monotonic()
+    while time.monotonic() - last < args.quiet:
+        time.sleep(0.01)
+        for p in peers:
+            while True:
+                try:
+                    data = p["sock"].recv(65536)
+                except (BlockingIOError, ConnectionRefusedError):
+                    break
+                last = time.monotonic()
+                p["conn"].receive_datagram(data, (host, port), now=time.monotonic())
+                # Answer the Retry (the new Initial carries its token),
+                # then nothing: the handshake stalls.
+                if not p["retried"] and p["conn"]._retry_count:
+                    p["retried"] = True
+                    for out, _ in p["conn"].datagrams_to_send(now=time.monotonic()):
+                        p["sock"].send(out)
+    ends = []
+    for p in peers:
+        ev = p["conn"]._close_event
+        if ev is None:
+            ends.append({"open": True})
+        else:
+            ends.append({"code": ev.error_code, "reason": ev.reason_phrase})
+    emit({"connections": ends})
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--listen")
@@ -349,6 +400,7 @@ def main():
     p.add_argument("--uni", action="store_true", help="client: requests on unidirectional streams")
     p.add_argument("--timeout", type=float, default=20.0)
     p.add_argument("--flood")
+    p.add_argument("--stall", help="HOST:PORT: connections that fall silent mid-handshake")
     p.add_argument("--count", type=int, default=100)
     p.add_argument("--quiet", type=float, default=0.5, help="flood: stop after this long without a packet")
     args = p.parse_args()
@@ -362,7 +414,9 @@ def main():
         return asyncio.run(run_client(args))
     if args.flood:
         return run_flood(args)
-    p.error("one of --listen, --connect, --flood")
+    if args.stall:
+        return run_stall(args)
+    p.error("one of --listen, --connect, --flood, --stall")
 
 
 if __name__ == "__main__":
