@@ -31,9 +31,10 @@
 //!   request gets to what the budgets allow.
 //! * **Bounded per connection.** At most [`MAX_STREAMS`] request streams
 //!   of each direction at once (QUIC's stream limits, announced to the
-//!   client), receive windows of [`STREAM_WINDOW`] per stream and
-//!   [`CONN_WINDOW`] per connection; uploads are counted and dropped as
-//!   they arrive, responses are written from one static buffer.
+//!   client), receive windows sized from the port's socket buffer as a
+//!   QUIC flow's are, and [`CONN_WINDOW_STREAMS`] streams' worth per
+//!   connection; uploads are counted and dropped as they arrive,
+//!   responses are written from one static buffer.
 //!
 //! Every session ends with one line in the log (who, what, the outcome)
 //! and its bytes in the metrics under `protocol="quic_perf"`.
@@ -72,14 +73,14 @@ use super::QuicPerfError;
 /// once (QUIC's MAX_STREAMS, announced to the client): as many as an
 /// xferlab test has flows per direction.
 pub const MAX_STREAMS: u32 = 128;
-/// Receive window per request stream: what a client may have in flight
-/// on one upload before the server reads it. Uploads are read and
-/// dropped as they arrive, so the window is a bound, not a buffer kept
-/// full; 2 MiB carries 1.6 Gbit/s per stream at 10 ms of RTT.
-pub const STREAM_WINDOW: u32 = 2 << 20;
-/// Receive window per connection (all its streams): bounds what one
-/// connection can make the server buffer, at 8 streams' worth.
-pub const CONN_WINDOW: u32 = 16 << 20;
+/// The least receive window per request stream, whatever the socket
+/// was granted: quinn-proto's own default (1.25 MB: 100 Mbit/s x 100 ms),
+/// as the QUIC flows' (`transport::quic`).
+const MIN_STREAM_WINDOW: u64 = 1_250_000;
+/// A connection's receive window, in streams' windows: what one
+/// connection can make the server buffer (uploads are read and dropped
+/// as they arrive, so this bounds a burst, not a steady state).
+const CONN_WINDOW_STREAMS: u64 = 8;
 /// A connection with nothing moving for this long ends (QUIC's idle
 /// timeout, the smaller of both ends').
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -124,18 +125,22 @@ impl PerfPort {
             xferlab_core::result::FlowRole::Receiver,
             &TestSpec::default_stream().knobs,
         );
+        // A stream's window as a QUIC flow sizes it: the receive buffer
+        // the kernel granted (half of what it reports, the rest its
+        // bookkeeping) is what the loop holds while it is off the CPU.
+        let granted = socket2::SockRef::from(&sock)
+            .recv_buffer_size()
+            .map_or(0, |b| b as u64 / 2);
+        let stream_window = granted.max(MIN_STREAM_WINDOW);
+        let var = |v: u64| VarInt::from_u64(v).unwrap_or(VarInt::MAX);
         let mut server = ServerConfig::with_crypto(crypto);
         let mut transport = TransportConfig::default();
         transport
             .max_concurrent_bidi_streams(VarInt::from_u32(MAX_STREAMS))
             .max_concurrent_uni_streams(VarInt::from_u32(MAX_STREAMS))
-            .stream_receive_window(VarInt::from_u32(STREAM_WINDOW))
-            .receive_window(VarInt::from_u32(CONN_WINDOW))
-            .max_idle_timeout(Some(
-                IDLE_TIMEOUT
-                    .try_into()
-                    .expect("10 s is a valid idle timeout"),
-            ))
+            .stream_receive_window(var(stream_window))
+            .receive_window(var(stream_window.saturating_mul(CONN_WINDOW_STREAMS)))
+            .max_idle_timeout(IDLE_TIMEOUT.try_into().ok())
             // No DATAGRAM frames: the protocol has none.
             .datagram_receive_buffer_size(None);
         server.transport_config(Arc::new(transport));
