@@ -282,7 +282,10 @@ fn serve(
         sock,
         Arc::new(EndpointConfig::default()),
         Some(server),
-        crate::transport::quic::MAX_UDP_PAYLOAD,
+        // One port for every client, unconnected: no route's MTU to
+        // read (a flow's socket has one); quinn-proto's MTU discovery
+        // works up from 1200 bytes to this bound per connection.
+        crate::transport::quic::DEFAULT_UDP_PAYLOAD,
     )?;
     let mut conns: HashMap<ConnectionHandle, Conn<'_>> = HashMap::new();
     let epoch = Instant::now();
