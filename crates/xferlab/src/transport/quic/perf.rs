@@ -114,7 +114,9 @@ impl PerfClient {
         if step.failed.is_some() {
             return step;
         }
-        while self.reqs.len() < self.want as usize {
+        // Streams past the server's limit open as its earlier ones end
+        // (MAX_STREAMS credit); after the stop no new one starts.
+        while self.reqs.len() < self.want as usize && !stopping {
             let Some(id) = conn.streams().open(Dir::Bi) else {
                 break;
             };
@@ -162,7 +164,7 @@ impl PerfClient {
             }
             step.close = true;
         }
-        if self.reqs.len() == self.want as usize
+        if (self.reqs.len() == self.want as usize || stopping)
             && self.reqs.iter().all(|r| r.state.response_done())
         {
             step.close = true;
