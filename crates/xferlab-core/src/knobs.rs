@@ -213,6 +213,72 @@ pub struct OwnKnobs {
     /// stack.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dccp: Option<crate::dccp::knobs::DccpKnobs>,
+    /// QUIC's streams per connection (`--streams`); None: one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicKnobs>,
+}
+
+/// The congestion controllers QUIC's `-C` picks from (quinn-proto's).
+pub const CONGESTION_CONTROLLERS: &[&str] = &["cubic", "newreno", "bbr"];
+
+/// Most concurrent streams per QUIC connection (`--streams`).
+pub const MAX_QUIC_STREAMS: u32 = 1024;
+
+/// QUIC's own knobs (the model is `transport::quic`; they sit here,
+/// below it, as DCCP's sit in `dccp::knobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct QuicKnobs {
+    /// Concurrent unidirectional streams each flow's connection moves
+    /// its bytes on.
+    #[schemars(range(min = 1, max = 1024))]
+    pub streams: u32,
+    /// The flows speak the QUIC performance protocol
+    /// (draft-banks-quic-performance, ALPN `perf`) to a foreign perf
+    /// server (`stream --quic-perf`): bidirectional request streams,
+    /// no xferlab control connection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub perf: bool,
+}
+
+impl Default for QuicKnobs {
+    fn default() -> Self {
+        QuicKnobs {
+            streams: 1,
+            perf: false,
+        }
+    }
+}
+
+impl QuicKnobs {
+    pub fn check(&self) -> Result<(), QuicKnobError> {
+        if !(1..=MAX_QUIC_STREAMS).contains(&self.streams) {
+            return Err(QuicKnobError::Streams(self.streams));
+        }
+        Ok(())
+    }
+}
+
+/// What QUIC's model refuses.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QuicKnobError {
+    #[error("--streams must be between 1 and {MAX_QUIC_STREAMS} (got {0})")]
+    Streams(u32),
+    #[error("--quic-perf: the QUIC performance protocol moves bytes on streams and has no datagrams: leave -b out")]
+    PerfDatagrams,
+    #[error("-C/--congestion over QUIC is one of quinn-proto's controllers: cubic, newreno or bbr (got '{0}')")]
+    Congestion(String),
+    #[error(
+        "-l/--length: a QUIC DATAGRAM frame (with -b) carries {min} to {max} bytes (got {got})"
+    )]
+    DatagramLength { got: u64, min: u64, max: u64 },
+    #[error(
+        "--fq-rate caps QUIC streams; with -b (DATAGRAM frames) the rate is -b's: leave out one"
+    )]
+    PacingDatagrams,
+    #[error("-M, -N, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill, --rx-stamps, --gso and --dont-fragment do not apply to QUIC (--quic): QUIC paces and batches its own packets; leave them out")]
+    OtherOptions,
+    #[error("--streams is for QUIC: add --quic")]
+    WithoutQuic,
 }
 
 /// What a transport's model refuses in a test's knobs
@@ -237,4 +303,6 @@ pub enum KnobError {
     PacingOnMptcp,
     #[error(transparent)]
     Dccp(#[from] crate::dccp::knobs::KnobError),
+    #[error(transparent)]
+    Quic(#[from] QuicKnobError),
 }

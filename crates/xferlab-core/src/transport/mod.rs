@@ -39,6 +39,7 @@
 pub mod attach;
 pub mod dccp;
 pub mod mptcp;
+pub mod quic;
 pub mod tcp;
 pub mod udp;
 mod usb_bulk;
@@ -66,6 +67,8 @@ pub enum Transport {
     /// DCCP (RFC 4340) with CCID2 or CCID3: xferlab's own stack, over UDP
     /// (RFC 6773).
     Dccp,
+    /// QUIC (RFC 9000): streams, or DATAGRAM frames (RFC 9221) with -b.
+    Quic,
 }
 
 impl Transport {
@@ -76,6 +79,7 @@ impl Transport {
         Transport::UsbBulk,
         Transport::Mptcp,
         Transport::Dccp,
+        Transport::Quic,
     ];
 
     /// What this transport means to the model.
@@ -86,6 +90,7 @@ impl Transport {
             Transport::UsbBulk => &usb_bulk::UsbBulk,
             Transport::Mptcp => &mptcp::Mptcp,
             Transport::Dccp => &dccp::Dccp,
+            Transport::Quic => &quic::Quic,
         }
     }
 
@@ -167,6 +172,29 @@ pub trait TransportModel: Sync {
         false
     }
 
+    /// Whether a test's flows count datagrams (the `udp` section, and the
+    /// jitter and loss columns of the human output): by default, whether
+    /// the transport's carrier is datagrams; QUIC's only with `-b`
+    /// (DATAGRAM frames), not when it moves streams.
+    fn counts_datagrams(&self, _knobs: &Knobs) -> bool {
+        self.carrier() == Carrier::Datagrams
+    }
+
+    /// How the test's data moves, in a few words for the human output's
+    /// description of the test (after its flows and limit); None: as its
+    /// carrier moves it (datagrams of `-l` bytes at `-b`, or writes).
+    fn describe_data(&self, _knobs: &Knobs) -> Option<String> {
+        None
+    }
+
+    /// Whether `-C` names the transport's own congestion controller (a
+    /// userspace stack's: QUIC's), which the transport's model checks,
+    /// rather than the kernel's TCP_CONGESTION, which the sessions check
+    /// against the host's and set on every data socket.
+    fn own_congestion(&self) -> bool {
+        false
+    }
+
     /// The headline metrics an experiment reads from this transport's own
     /// result sections, as `experiment::metrics::METRICS` lists the
     /// shared ones (the model's docs hold their table).
@@ -215,6 +243,9 @@ pub fn check_owner(own: &OwnKnobs, transport: Transport) -> Result<(), KnobError
     if own.dccp.is_some() && transport != Transport::Dccp {
         return Err(dccp::KnobError::WithoutDccp.into());
     }
+    if own.quic.is_some() && transport != Transport::Quic {
+        return Err(quic::KnobError::WithoutQuic.into());
+    }
     Ok(())
 }
 
@@ -242,6 +273,7 @@ pub(crate) fn check_stream_knobs(k: &Knobs) -> Result<(), KnobError> {
 pub enum TransportCounters {
     Mptcp(mptcp::MptcpCounters),
     Dccp(dccp::DccpCounters),
+    Quic(quic::QuicCounters),
 }
 
 impl TransportCounters {
@@ -254,6 +286,9 @@ impl TransportCounters {
             }
             (Self::Dccp(now), Self::Dccp(before)) => {
                 Some(TransportSection::Dccp(now.sample(before)))
+            }
+            (Self::Quic(now), Self::Quic(before)) => {
+                Some(TransportSection::Quic(now.sample(before)))
             }
             _ => None,
         }
@@ -269,6 +304,7 @@ impl TransportCounters {
 pub enum TransportSection {
     Mptcp(mptcp::MptcpSample),
     Dccp(dccp::DccpSample),
+    Quic(quic::QuicSample),
 }
 
 impl TransportSection {
@@ -277,6 +313,7 @@ impl TransportSection {
         match self {
             Self::Mptcp(s) => s.describe(),
             Self::Dccp(s) => s.describe(),
+            Self::Quic(s) => s.describe(),
         }
     }
 
@@ -296,6 +333,7 @@ impl TransportSection {
             None => {}
             Some(Self::Mptcp(s)) => c.0 = mptcp::MptcpCells::of(s),
             Some(Self::Dccp(s)) => c.1 = dccp::DccpCells::of(s),
+            Some(Self::Quic(s)) => c.2 = quic::QuicCells::of(s),
         }
         c
     }
@@ -305,10 +343,14 @@ impl TransportSection {
 /// [`TransportSection`] variant in its order: a transport that adds a
 /// section adds its cells type here and its columns to
 /// [`SECTION_COLUMNS`].
-pub type SectionCells = (mptcp::MptcpCells, dccp::DccpCells);
+pub type SectionCells = (mptcp::MptcpCells, dccp::DccpCells, quic::QuicCells);
 
 /// The column names of [`SectionCells`], in order.
-pub const SECTION_COLUMNS: &[&[&str]] = &[mptcp::MptcpCells::COLUMNS, dccp::DccpCells::COLUMNS];
+pub const SECTION_COLUMNS: &[&[&str]] = &[
+    mptcp::MptcpCells::COLUMNS,
+    dccp::DccpCells::COLUMNS,
+    quic::QuicCells::COLUMNS,
+];
 
 #[cfg(test)]
 mod tests {
@@ -326,6 +368,7 @@ mod tests {
         let written = [
             serde_json::to_string(&cells.0).unwrap(),
             serde_json::to_string(&cells.1).unwrap(),
+            serde_json::to_string(&cells.2).unwrap(),
         ];
         assert_eq!(written.len(), SECTION_COLUMNS.len());
         for (w, columns) in written.iter().zip(SECTION_COLUMNS) {
@@ -362,6 +405,7 @@ mod tests {
             (Transport::UsbBulk, "\"usb_bulk\""),
             (Transport::Mptcp, "\"mptcp\""),
             (Transport::Dccp, "\"dccp\""),
+            (Transport::Quic, "\"quic\""),
         ] {
             assert_eq!(serde_json::to_string(&t).unwrap(), name);
         }

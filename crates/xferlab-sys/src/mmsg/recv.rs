@@ -4,6 +4,7 @@
 
 use std::io;
 use std::mem::zeroed;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsFd, AsRawFd};
 
 /// Room for SCM_TIMESTAMPNS, SO_RXQ_OVFL and UDP_GRO control messages
@@ -20,6 +21,9 @@ pub struct Received<'a> {
     /// The IP header's TOS / traffic class byte, where IP_RECVTOS or
     /// IPV6_RECVTCLASS asked for it (its low two bits are ECN).
     pub tos: Option<u8>,
+    /// The sender's address, from the message header (an unconnected
+    /// socket's datagrams come from many peers).
+    pub source: Option<SocketAddr>,
 }
 
 /// Receive buffers, control buffers and message headers, built once.
@@ -28,6 +32,8 @@ pub struct RecvBatch {
     bufs: Vec<u8>,
     ctrl: Vec<u8>,
     iovs: Vec<libc::iovec>,
+    /// Each message's sender address.
+    names: Vec<libc::sockaddr_storage>,
     msgs: Vec<libc::mmsghdr>,
 }
 
@@ -50,6 +56,8 @@ impl RecvBatch {
             bufs: vec![0u8; buf_len * n],
             ctrl: vec![0u8; CMSG_SPACE * n],
             iovs: vec![iov; n],
+            // SAFETY: an all-zero sockaddr_storage is valid (AF_UNSPEC).
+            names: vec![unsafe { zeroed() }; n],
             msgs: vec![m; n],
         }
     }
@@ -63,8 +71,11 @@ impl RecvBatch {
             iov.iov_base = bufs.wrapping_add(i * self.buf_len).cast();
         }
         let (iovs, ctrl) = (self.iovs.as_mut_ptr(), self.ctrl.as_mut_ptr());
+        let names = self.names.as_mut_ptr();
         for (i, m) in self.msgs.iter_mut().enumerate() {
             m.msg_hdr.msg_iov = iovs.wrapping_add(i);
+            m.msg_hdr.msg_name = names.wrapping_add(i).cast();
+            m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
             m.msg_hdr.msg_control = ctrl.wrapping_add(i * CMSG_SPACE).cast();
             m.msg_hdr.msg_controllen = CMSG_SPACE as _;
             m.msg_hdr.msg_flags = 0;
@@ -119,6 +130,7 @@ impl RecvBatch {
             drops: None,
             segment: None,
             tos: None,
+            source: sockaddr(&self.names[i], m.msg_hdr.msg_namelen),
         };
         // SAFETY: msg_control points at this message's CMSG_SPACE bytes of
         // `ctrl` and msg_controllen is at most that (the kernel shortens it
@@ -156,6 +168,34 @@ impl RecvBatch {
     }
 }
 
+/// The address the kernel wrote into a message's name (`len` bytes of
+/// it), if it is an IPv4 or IPv6 one.
+fn sockaddr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in,
+            // and sockaddr_storage is large and aligned enough for it.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                u16::from_be(a.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let a = unsafe { &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(a.sin6_addr.s6_addr),
+                u16::from_be(a.sin6_port),
+                a.sin6_flowinfo,
+                a.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +219,7 @@ mod tests {
                 let m = b.message(i);
                 assert!(m.stamp_ns.is_some());
                 assert_eq!((m.drops, m.segment), (None, None));
+                assert_eq!(m.source, Some(tx.local_addr().unwrap()));
                 got.push(m.data.to_vec());
             }
         }

@@ -159,7 +159,8 @@ pub fn run(
     reporter: &mut dyn Reporter,
     interrupts: &Interrupts,
 ) -> Result<Outcome, ClientError> {
-    if let Some(cc) = &cfg.spec.knobs.congestion {
+    let kernel_cc = !cfg.spec.transport.model().own_congestion();
+    if let Some(cc) = cfg.spec.knobs.congestion.as_ref().filter(|_| kernel_cc) {
         sockopt::check_congestion(cc)?;
     }
     crate::transport::io(cfg.spec.transport)?.check(&cfg.spec.knobs)?;

@@ -430,7 +430,8 @@ pub fn serve(
 fn admit(shared: &Shared, spec: &mut TestSpec) -> Result<(), AdmitError> {
     shared.place(spec)?;
     shared.budget_intervals(spec);
-    if let Some(cc) = &spec.knobs.congestion {
+    let kernel_cc = !spec.transport.model().own_congestion();
+    if let Some(cc) = spec.knobs.congestion.as_ref().filter(|_| kernel_cc) {
         sockopt::check_congestion(cc).map_err(AdmitError::Congestion)?;
     }
     Ok(())

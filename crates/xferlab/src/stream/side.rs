@@ -221,7 +221,7 @@ impl Side {
                 settings: c.settings,
                 sizes: c.sizes,
                 socket: Arc::new(c.socket),
-                shared: Arc::new(FlowShared::of(c.io)),
+                shared: Arc::new(FlowShared::of(c.io, &spec.knobs)),
                 meter: None,
                 thread: None,
                 slot: Arc::default(),

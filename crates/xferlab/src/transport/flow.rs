@@ -50,10 +50,10 @@ pub struct FlowShared {
 }
 
 impl FlowShared {
-    /// The slots of a flow over `io`'s transport.
-    pub fn of(io: &dyn super::TransportIo) -> Self {
+    /// The slots of a flow over `io`'s transport, for a test with `knobs`.
+    pub fn of(io: &dyn super::TransportIo, knobs: &xferlab_core::spec::Knobs) -> Self {
         FlowShared {
-            own: io.own_shared(),
+            own: io.own_shared(knobs),
             ..FlowShared::default()
         }
     }

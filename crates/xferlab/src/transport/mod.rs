@@ -48,6 +48,8 @@ pub mod dccp;
 mod error;
 pub mod flow;
 mod mptcp;
+#[cfg(feature = "quic")]
+pub mod quic;
 pub mod sizing;
 mod tcp;
 mod udp;
@@ -77,7 +79,14 @@ use sizing::StreamSizes;
 /// lists their flags. The server's ports listen with the first
 /// [`TransportIo::listener`] the kernel grants, so a transport whose
 /// listener also accepts plain TCP comes before TCP.
-pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp, &dccp::Dccp];
+pub const REGISTRY: &[&dyn TransportIo] = &[
+    &tcp::Tcp,
+    &udp::Udp,
+    &mptcp::Mptcp,
+    &dccp::Dccp,
+    #[cfg(feature = "quic")]
+    &quic::Quic,
+];
 
 /// The flags of the transports that have flags of their own, a field per
 /// such transport (its registration), flattened into every verb that runs
@@ -87,6 +96,9 @@ pub const REGISTRY: &[&dyn TransportIo] = &[&tcp::Tcp, &udp::Udp, &mptcp::Mptcp,
 pub struct OwnArgs {
     #[command(flatten)]
     pub dccp: dccp::args::DccpArgs,
+    #[cfg(feature = "quic")]
+    #[command(flatten)]
+    pub quic: quic::args::QuicArgs,
 }
 
 impl OwnArgs {
@@ -95,6 +107,10 @@ impl OwnArgs {
     pub fn knobs(&self) -> OwnKnobs {
         OwnKnobs {
             dccp: self.dccp.knobs(),
+            #[cfg(feature = "quic")]
+            quic: self.quic.knobs(),
+            #[cfg(not(feature = "quic"))]
+            quic: None,
         }
     }
 
@@ -117,6 +133,8 @@ pub enum OwnShared {
     #[default]
     None,
     Dccp(dccp::DccpShared),
+    #[cfg(feature = "quic")]
+    Quic(quic::QuicShared),
 }
 
 /// The driver of `t`, or why this binary cannot run it over sockets.
@@ -269,8 +287,10 @@ pub trait TransportIo: Sync {
     }
 
     /// The slot in [`FlowShared`] where this transport's flow threads
-    /// publish state of their own for [`TransportIo::read`].
-    fn own_shared(&self) -> OwnShared {
+    /// publish state of their own for [`TransportIo::read`], for a test
+    /// with `knobs` (what the flow publishes may depend on them: a QUIC
+    /// flow with -b counts datagrams, one without moves streams).
+    fn own_shared(&self, _knobs: &Knobs) -> OwnShared {
         OwnShared::None
     }
 
@@ -341,6 +361,18 @@ pub fn bind(
                 err,
             })?;
     }
+    // A transport with its own congestion controller (QUIC) takes -C
+    // itself; the kernel's TCP_CONGESTION means nothing on its socket.
+    let own_cc;
+    let knobs = if knobs.congestion.is_some() && t.model().own_congestion() {
+        own_cc = Knobs {
+            congestion: None,
+            ..knobs.clone()
+        };
+        &own_cc
+    } else {
+        knobs
+    };
     sockopt::apply(&sock, knobs, sockopt::SocketEnd::Accepted)?;
     if knobs.dont_fragment {
         sockopt::forbid_fragmentation(&sock, addr.is_ipv6())?;
@@ -373,6 +405,11 @@ mod tests {
             match t.carrier() {
                 Carrier::UsbBulk => {
                     assert!(io(*t).is_err_and(|e| e.to_string().contains("xferlab usb")))
+                }
+                // A build without the `quic` feature has no QUIC driver,
+                // and says so.
+                _ if cfg!(not(feature = "quic")) && *t == Transport::Quic => {
+                    assert!(io(*t).is_err_and(|e| e.to_string().contains("no driver for QUIC")))
                 }
                 _ => assert_eq!(found, 1, "{t:?}"),
             }

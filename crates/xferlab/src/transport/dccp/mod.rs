@@ -124,7 +124,7 @@ impl TransportIo for Dccp {
         None
     }
 
-    fn own_shared(&self) -> OwnShared {
+    fn own_shared(&self, _knobs: &Knobs) -> OwnShared {
         OwnShared::Dccp(DccpShared::default())
     }
 
@@ -137,7 +137,8 @@ impl TransportIo for Dccp {
             udp: Some(shared.udp.read()),
             transport: match &shared.own {
                 OwnShared::Dccp(d) => Some(TransportCounters::Dccp(d.read())),
-                OwnShared::None => None,
+                // Another transport's slot (never handed to a DCCP flow).
+                _ => None,
             },
             ..Reading::default()
         }
