@@ -232,11 +232,20 @@ pub struct QuicKnobs {
     /// its bytes on.
     #[schemars(range(min = 1, max = 1024))]
     pub streams: u32,
+    /// The flows speak the QUIC performance protocol
+    /// (draft-banks-quic-performance, ALPN `perf`) to a foreign perf
+    /// server (`stream --quic-perf`): bidirectional request streams,
+    /// no xferlab control connection.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub perf: bool,
 }
 
 impl Default for QuicKnobs {
     fn default() -> Self {
-        QuicKnobs { streams: 1 }
+        QuicKnobs {
+            streams: 1,
+            perf: false,
+        }
     }
 }
 
@@ -254,6 +263,8 @@ impl QuicKnobs {
 pub enum QuicKnobError {
     #[error("--streams must be between 1 and {MAX_QUIC_STREAMS} (got {0})")]
     Streams(u32),
+    #[error("--quic-perf: the QUIC performance protocol moves bytes on streams and has no datagrams: leave -b out")]
+    PerfDatagrams,
     #[error("-C/--congestion over QUIC is one of quinn-proto's controllers: cubic, newreno or bbr (got '{0}')")]
     Congestion(String),
     #[error(

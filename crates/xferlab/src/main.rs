@@ -30,6 +30,8 @@ mod model;
 mod net;
 mod output;
 mod patterns;
+#[cfg(feature = "quic")]
+mod quicperf;
 mod rr;
 mod series;
 mod server;
@@ -321,6 +323,14 @@ fn run_server(a: &ServerArgs) -> ExitCode {
             2,
         );
     }
+    // The perf protocol has no authentication: an authenticated server
+    // does not serve unauthenticated load unless told to.
+    if a.quic_perf.is_some() && a.auth_key.is_some() && !a.quic_perf_unauthenticated {
+        return fail(
+            "--quic-perf is not served beside --auth-key: the QUIC performance protocol has no authentication, so anyone reaching the port could make this server send; add --quic-perf-unauthenticated to serve it anyway",
+            2,
+        );
+    }
     if a.agent && a.auth_key.is_none() {
         return fail(
             "--agent needs --auth-key FILE: an agent runs tests for whoever holds a key, so it takes orders from key holders only",
@@ -406,9 +416,15 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     let agent = a
         .agent
         .then(|| agent::session::Agent::new(agent_policy(a), a.agent_max_orders));
+    let bind = cfg.bind;
     let mut server = match Server::bind(cfg) {
         Ok(s) => s,
         Err(e) => return fail(&e, 1),
+    };
+    let perf = match a.quic_perf.map(|port| quic_perf_port(bind, port)) {
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => return fail(&e, 1),
+        None => None,
     };
     let metrics = match a.metrics {
         Some(addr) => {
@@ -442,6 +458,17 @@ fn run_server(a: &ServerArgs) -> ExitCode {
         ),
         None => outln!("xferlab server listening on {addr} (control protocol v{VERSION})"),
     }
+    let perf_stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if let Some(p) = perf {
+        let line = format!(
+            "quic-perf listening on {} (UDP, draft-banks-quic-performance, ALPN perf)",
+            p.local_addr().map(|a| a.to_string()).unwrap_or_default()
+        );
+        if let Err(e) = p.spawn(server.shared(), perf_stop.clone()) {
+            return fail(format!("cannot start the --quic-perf thread: {e}"), 1);
+        }
+        outln!("{line}");
+    }
     if let Some(l) = agent_line {
         outln!("{l}");
     }
@@ -450,8 +477,45 @@ fn run_server(a: &ServerArgs) -> ExitCode {
     }
     io::stdout().flush().ok();
     server.run();
+    perf_stop.store(true, Ordering::Relaxed);
     drop(metrics);
     ExitCode::SUCCESS
+}
+
+/// `server --quic-perf PORT`, bound (a port in use is said before the
+/// server says it listens).
+#[cfg(feature = "quic")]
+fn quic_perf_port(bind: Option<IpAddr>, port: u16) -> anyhow::Result<quicperf::server::PerfPort> {
+    // The certificate files `--quic-cert`/`--quic-key` named, recorded
+    // (and read) when the server started.
+    Ok(quicperf::server::PerfPort::bind(
+        bind,
+        port,
+        &transport::quic::tls::files(),
+    )?)
+}
+
+#[cfg(not(feature = "quic"))]
+fn quic_perf_port(_bind: Option<IpAddr>, _port: u16) -> anyhow::Result<NoPerf> {
+    anyhow::bail!("--quic-perf: this xferlab was built without QUIC (cargo feature quic)")
+}
+
+/// Stands for the perf port in a build without QUIC (never made).
+#[cfg(not(feature = "quic"))]
+enum NoPerf {}
+
+#[cfg(not(feature = "quic"))]
+impl NoPerf {
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match *self {}
+    }
+    fn spawn(
+        self,
+        _: std::sync::Arc<session::Shared>,
+        _: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> io::Result<()> {
+        match self {}
+    }
 }
 
 /// What an agent order, and a probe, may do on this server: its
@@ -560,11 +624,48 @@ fn interrupted_or(code: u8) -> u8 {
     }
 }
 
+/// `stream --quic --quic-perf`: the test against a QUIC perf server.
+#[cfg(feature = "quic")]
+fn quic_perf_client(
+    cfg: &ClientConfig,
+    reporter: &mut dyn output::Reporter,
+) -> anyhow::Result<client::Outcome> {
+    quicperf::client::run(cfg, reporter, &INTERRUPTS).map_err(anyhow::Error::from)
+}
+
+#[cfg(not(feature = "quic"))]
+fn quic_perf_client(
+    _cfg: &ClientConfig,
+    _reporter: &mut dyn output::Reporter,
+) -> anyhow::Result<client::Outcome> {
+    anyhow::bail!("--quic-perf: this xferlab was built without QUIC (cargo feature quic)")
+}
+
+/// What `stream --quic-perf` needs besides a valid spec: QUIC, and a
+/// server (a perf server is never in-process).
+fn check_quic_perf(a: &StreamArgs, spec: &TestSpec) -> Result<(), String> {
+    if !a.quic_perf {
+        return Ok(());
+    }
+    if spec.transport != xferlab_core::spec::Transport::Quic {
+        return Err("--quic-perf speaks QUIC: add --quic".into());
+    }
+    if a.host_name().is_none() {
+        return Err(
+            "--quic-perf needs the server: xferlab stream --quic --quic-perf HOST[:PORT]".into(),
+        );
+    }
+    Ok(())
+}
+
 fn run_stream(a: &StreamArgs) -> ExitCode {
     let spec = match a.spec() {
         Ok(s) => s,
         Err(e) => return fail(&e, 2),
     };
+    if let Err(e) = check_quic_perf(a, &spec) {
+        return fail(&e, 2);
+    }
     let out = match open_output(a) {
         Ok(o) => o,
         Err(e) => return fail(&e, 2),
@@ -582,6 +683,8 @@ fn run_stream(a: &StreamArgs) -> ExitCode {
     let ran = if a.iperf3_mode() {
         iperf3::client::run(&cfg, a.get_server_output, reporter.as_mut(), &INTERRUPTS)
             .map_err(anyhow::Error::from)
+    } else if a.quic_perf {
+        quic_perf_client(&cfg, reporter.as_mut())
     } else {
         client::run(&cfg, patterns::client, reporter.as_mut(), &INTERRUPTS)
             .map_err(anyhow::Error::from)
@@ -610,6 +713,12 @@ fn run_rr(a: &RrArgs) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(&e, 2),
     };
+    if a.stream.quic_perf {
+        return fail(
+            "rr needs an xferlab server (the QUIC performance protocol has no transactions); use stream --quic --quic-perf for perf servers",
+            2,
+        );
+    }
     if a.stream.format() == output::Format::Iperf3Json {
         return fail(
             "--format iperf3-json is for stream tests; use json, jsonl, csv or human",
@@ -686,6 +795,12 @@ fn prepare_series(a: &StreamArgs, spec: TestSpec) -> Result<SeriesRun, ExitCode>
     if a.iperf3_mode() {
         return Err(fail(
             "cbr and sweep need an xferlab server (they read per-datagram counters iperf3 does not report); use stream --iperf3 for iperf3 servers",
+            2,
+        ));
+    }
+    if a.quic_perf {
+        return Err(fail(
+            "cbr and sweep need an xferlab server (the QUIC performance protocol has no datagrams); use stream --quic --quic-perf for perf servers",
             2,
         ));
     }

@@ -19,7 +19,7 @@ const BINARY: &[&[&str]] = &[
     &["driver"],
     &["session"],
     &["stream"],
-    &["rr", "iperf3", "usb"],
+    &["rr", "iperf3", "quicperf", "usb"],
     &["patterns"],
     &["agent"],
     &["server", "metrics"],

@@ -22,6 +22,11 @@
 //! | `quic_min_rtt_us` | us | least over sender flows of `total.quic.min_rtt_us` |
 //! | `quic_datagrams_refused` | count | Σ over sender flows of `total.quic.datagrams_blocked` + `datagrams_too_large` |
 
+/// The QUIC performance protocol (draft-banks-quic-performance) that
+/// `stream --quic-perf` and `server --quic-perf` speak with foreign
+/// peers.
+pub mod perf;
+
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -120,6 +125,9 @@ impl TransportModel for Quic {
         }
         if let Some(q) = &k.own.quic {
             q.check()?;
+            if q.perf && k.rate.is_some() {
+                return Err(KnobError::PerfDatagrams.into());
+            }
         }
         // -b makes a datagram flow: its datagrams must fit one QUIC
         // packet.

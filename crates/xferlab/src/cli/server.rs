@@ -17,6 +17,23 @@ pub struct ServerArgs {
     /// both protocols (recognised by a connection's first bytes).
     #[arg(long, default_value = "5201", value_parser = parse_port_or_off, value_name = "PORT|off")]
     pub iperf3_port: PortOrOff,
+    /// Serve the QUIC performance protocol (draft-banks-quic-performance,
+    /// ALPN `perf`) on this UDP port, to any perf client (quinn's
+    /// perf_client, secnetperf, picoquic's quicperf, `xferlab stream
+    /// --quic --quic-perf`). Off unless given. Each connection is a
+    /// session under this server's limits (--max-sessions,
+    /// --max-sessions-per-client, --max-handshakes[-per-client],
+    /// --preamble-timeout as the handshake timeout) and budgets
+    /// (--max-duration, --max-rate, --max-total-rate); addresses are
+    /// validated with a Retry before any state is kept. The protocol has
+    /// no authentication: refused beside --auth-key unless
+    /// --quic-perf-unauthenticated.
+    #[arg(long, value_name = "PORT")]
+    pub quic_perf: Option<u16>,
+    /// Serve --quic-perf beside --auth-key: anyone who reaches the UDP
+    /// port can make this server send, within its budgets.
+    #[arg(long, requires = "quic_perf")]
+    pub quic_perf_unauthenticated: bool,
     /// Listen on this address only (default: every IPv6 and IPv4 address).
     #[arg(short = 'B', long = "bind", value_name = "ADDR")]
     pub bind: Option<IpAddr>,

@@ -38,8 +38,8 @@ pub struct StreamArgs {
     /// is a stock iperf3 server (as --iperf3). Without it, an in-process
     /// server on loopback is used.
     pub host: Option<String>,
-    /// Server port, when HOST does not name one (default 5290, or 5201
-    /// with --iperf3).
+    /// Server port, when HOST does not name one (default 5290, 5201 with
+    /// --iperf3, 4433 with --quic-perf).
     #[arg(short, long)]
     pub port: Option<u16>,
     /// The server is a stock iperf3 server (3.x): speak iperf3's protocol.
@@ -49,6 +49,15 @@ pub struct StreamArgs {
     /// With --iperf3: fetch the iperf3 server's own output for the test.
     #[arg(long, requires = "iperf3")]
     pub get_server_output: bool,
+    /// The server speaks the QUIC performance protocol
+    /// (draft-banks-quic-performance, ALPN perf: quinn's perf_server,
+    /// secnetperf, picoquic's quicperf, `xferlab server --quic-perf`);
+    /// needs --quic and HOST (port 4433 unless given). Uploads, or with
+    /// -R downloads (with -t: asks for 2^64-1 bytes and stops reading at
+    /// the deadline); -P connections, --streams request streams on each.
+    /// Only this end is reported: the protocol has no results exchange.
+    #[arg(long, conflicts_with = "iperf3")]
+    pub quic_perf: bool,
 
     /// Measured seconds, after the warm-up (or 500ms, 2m).
     #[arg(short = 't', long = "time", value_parser = parse_seconds, allow_negative_numbers = true, value_name = "DURATION", conflicts_with = "bytes")]
@@ -256,6 +265,8 @@ impl StreamArgs {
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(if self.iperf3_mode() {
             crate::iperf3::IPERF3_PORT
+        } else if self.quic_perf {
+            xferlab_core::transport::quic::perf::PORT
         } else {
             DEFAULT_PORT
         })
@@ -411,6 +422,14 @@ impl StreamArgs {
             },
             ..TestSpec::default_stream()
         };
+        let mut spec = spec;
+        // `--quic-perf` is a knob of QUIC's flows (recorded in the spec,
+        // so the result says what it was measured against); without
+        // --quic the command line is refused before the test.
+        if self.quic_perf && spec.transport == Transport::Quic {
+            let q = spec.knobs.own.quic.get_or_insert_with(Default::default);
+            q.perf = true;
+        }
         spec.validate().map_err(|e| e.to_string())?;
         if let Some(cpu) = spec.affinity.client {
             crate::sys::affinity::check(cpu, "this machine").map_err(|e| e.to_string())?;
@@ -657,6 +676,26 @@ mod tests {
         let tcp = parse(&["-l", "64K"]).unwrap().knobs;
         assert_eq!((tcp.size, tcp.write_size), (64 << 10, Some(64 << 10)));
         assert_eq!(parse(&["-u"]).unwrap().knobs.write_size, None);
+    }
+
+    #[test]
+    fn quic_perf_is_a_knob_of_quic_flows() {
+        let s = parse(&["--quic", "--quic-perf", "-R", "--streams", "4"]).unwrap();
+        let q = s.knobs.own.quic.unwrap();
+        assert!(q.perf && q.streams == 4, "{q:?}");
+        let s = parse(&["--quic", "--quic-perf"]).unwrap();
+        assert!(s.knobs.own.quic.unwrap().perf);
+        // Plain --quic flows are xferlab's own.
+        assert!(!parse(&["--quic"])
+            .unwrap()
+            .knobs
+            .own
+            .quic
+            .is_some_and(|q| q.perf));
+        // The protocol has no datagrams.
+        assert!(parse(&["--quic", "--quic-perf", "-b", "10M"])
+            .unwrap_err()
+            .contains("no datagrams"));
     }
 
     #[test]

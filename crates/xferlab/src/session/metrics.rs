@@ -20,6 +20,10 @@ use xferlab_core::spec::TestSpec;
 pub enum Protocol {
     Xferlab,
     Iperf3,
+    /// The QUIC performance protocol on `--quic-perf`'s port: a session
+    /// is one connection.
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
+    QuicPerf,
 }
 
 /// Why a test was refused; each is a value of the `reason` label.
@@ -62,7 +66,7 @@ macro_rules! label_values {
 }
 
 label_values! {
-    Protocol { Xferlab => "xferlab", Iperf3 => "iperf3" }
+    Protocol { Xferlab => "xferlab", Iperf3 => "iperf3", QuicPerf => "quic_perf" }
     Reason {
         Busy => "busy",
         OverBudget => "over_budget",
@@ -101,6 +105,7 @@ pub struct ServerMetrics {
     active_flows: Gauge,
     auth_failures: Counter,
     orders: Family<OrderLabels, Counter>,
+    quic_perf_retries: Counter,
 }
 
 /// An agent order's origin (`controller`, or `probe` for /probe), its
@@ -157,6 +162,11 @@ impl ServerMetrics {
             self.auth_failures.clone(),
         );
         reg.register(
+            "quic_perf_retries",
+            "Retry packets the --quic-perf port sent to validate a new address (each instead of any connection state)",
+            self.quic_perf_retries.clone(),
+        );
+        reg.register(
             "agent_orders",
             "Agent orders, by origin (controller, probe), result (served, refused, failed) and refusal reason",
             self.orders.clone(),
@@ -173,11 +183,17 @@ impl ServerMetrics {
     /// A test was admitted: counts it, and holds its flows in the active
     /// gauge until the returned guard is dropped.
     pub fn served(&self, protocol: Protocol, spec: &TestSpec) -> ActiveFlows {
+        let rr = spec.pattern.rr().map_or(0, |r| i64::from(r.flows));
+        self.served_flows(protocol, spec.flows().len() as i64 + rr)
+    }
+
+    /// A session of `n` flows was admitted (a QUIC perf connection is
+    /// one): counts it, and holds its flows in the active gauge until the
+    /// returned guard is dropped.
+    pub fn served_flows(&self, protocol: Protocol, n: i64) -> ActiveFlows {
         self.served
             .get_or_create(&ProtocolLabels { protocol })
             .inc();
-        let rr = spec.pattern.rr().map_or(0, |r| i64::from(r.flows));
-        let n = spec.flows().len() as i64 + rr;
         self.active_flows.inc_by(n);
         ActiveFlows {
             gauge: self.active_flows.clone(),
@@ -189,6 +205,12 @@ impl ServerMetrics {
         self.refused
             .get_or_create(&RefusedLabels { protocol, reason })
             .inc();
+    }
+
+    /// The QUIC perf port answered an unvalidated Initial with a Retry.
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
+    pub fn quic_perf_retry(&self) {
+        self.quic_perf_retries.inc();
     }
 
     pub fn auth_failed(&self) {
@@ -210,6 +232,11 @@ impl ServerMetrics {
                 FlowRole::Receiver => received += f.total.bytes_all,
             }
         }
+        self.moved(protocol, sent, received);
+    }
+
+    /// Bytes a finished session moved on this side (stream payload).
+    pub fn moved(&self, protocol: Protocol, sent: u64, received: u64) {
         for (direction, n) in [(Direction::Sent, sent), (Direction::Received, received)] {
             self.bytes
                 .get_or_create(&BytesLabels {

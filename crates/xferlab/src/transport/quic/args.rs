@@ -47,7 +47,10 @@ impl QuicArgs {
             ca: self.quic_ca.clone(),
             server_name: self.quic_server_name.clone(),
         });
-        self.streams.map(|streams| QuicKnobs { streams })
+        self.streams.map(|streams| QuicKnobs {
+            streams,
+            ..QuicKnobs::default()
+        })
     }
 }
 

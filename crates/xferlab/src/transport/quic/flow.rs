@@ -36,6 +36,7 @@ use xferlab_core::result::{Endpoint, FlowEnd, FlowRole};
 use xferlab_core::transport::quic::QuicCounters;
 
 use super::driver::Driver;
+use super::perf::PerfClient;
 use super::tls;
 use super::QuicShared;
 use crate::sys::clock;
@@ -75,7 +76,7 @@ const DATAGRAM_QUEUE: usize = 1 << 20;
 /// The largest UDP payload the path MTU discovery may try where the
 /// kernel does not say the path's MTU (quinn-proto's default bound: a
 /// 1500-byte Ethernet MTU less IPv6 and UDP headers).
-const DEFAULT_UDP_PAYLOAD: u16 = 1452;
+pub(crate) const DEFAULT_UDP_PAYLOAD: u16 = 1452;
 
 /// The largest UDP payload the connection's MTU discovery may try: the
 /// route's MTU as the kernel has it for the connected socket (IP_MTU)
@@ -193,6 +194,9 @@ struct Flow<'a> {
     /// -b: DATAGRAM frames at this rate (bit/s) rather than streams.
     rate: Option<u64>,
     streams: u32,
+    /// The flow speaks the QUIC performance protocol to a foreign server
+    /// (`stream --quic-perf`: [`super::perf`]).
+    perf: bool,
     cc: &'static str,
     windows: Windows,
     shared: &'a QuicShared,
@@ -207,6 +211,7 @@ impl<'a> Flow<'a> {
             .map_err(|e| format!("a QUIC flow's socket has no peer: {e}"))?;
         let k = job.knobs;
         let streams = k.own.quic.unwrap_or_default().streams;
+        let perf = k.own.quic.is_some_and(|q| q.perf);
         let cc = xferlab_core::knobs::CONGESTION_CONTROLLERS
             .iter()
             .copied()
@@ -254,6 +259,7 @@ impl<'a> Flow<'a> {
             sender: job.role == FlowRole::Sender,
             rate: k.rate.filter(|&r| r > 0),
             streams,
+            perf,
             cc,
             windows,
             shared,
@@ -261,7 +267,12 @@ impl<'a> Flow<'a> {
             too_large: 0,
         };
         if job.endpoint == Endpoint::Client {
-            let crypto = tls::client(&files).map_err(|e| e.to_string())?;
+            let crypto = if perf {
+                tls::client_for(&files, xferlab_core::transport::quic::perf::ALPN)
+            } else {
+                tls::client(&files)
+            }
+            .map_err(|e| e.to_string())?;
             let mut c = ClientConfig::new(crypto);
             c.transport_config(transport);
             let name = tls::server_name(&files, peer.ip());
@@ -280,6 +291,7 @@ impl<'a> Flow<'a> {
         let start = Instant::now();
         let mut published = start;
         let mut app = match self.rate {
+            _ if self.perf => App::Perf(PerfClient::new(job, self.sender, self.streams)),
             None if self.sender => {
                 App::StreamTx(StreamTx::new(job, self.streams, self.windows.conn))
             }
@@ -404,6 +416,11 @@ impl<'a> Flow<'a> {
 
     fn handshake_timeout(&self) -> String {
         match self.endpoint {
+            Endpoint::Client if self.perf => format!(
+                "QUIC handshake with {} timed out after {} s: no QUIC perf server answered there (check the host, the port and the firewall)",
+                self.peer,
+                HANDSHAKE_TIMEOUT.as_secs()
+            ),
             Endpoint::Client => format!(
                 "QUIC handshake with {} timed out after {} s: no QUIC server answered on that flow port",
                 self.peer,
@@ -529,6 +546,8 @@ struct Step {
 }
 
 enum App {
+    /// `stream --quic-perf`'s client end (either direction).
+    Perf(PerfClient),
     StreamTx(StreamTx),
     StreamRx(StreamRx),
     DgramTx(DgramTx),
@@ -538,6 +557,7 @@ enum App {
 impl App {
     fn on_stream(&mut self, ev: StreamEvent) {
         match (self, ev) {
+            (App::Perf(p), ev) => p.on_stream(ev),
             (App::StreamTx(tx), StreamEvent::Writable { id }) => tx.unblock(id),
             (App::StreamTx(tx), StreamEvent::Finished { .. }) => tx.acked += 1,
             (App::StreamTx(tx), StreamEvent::Stopped { id, error_code }) => {
@@ -568,6 +588,19 @@ impl App {
         closing: bool,
     ) -> Step {
         match self {
+            App::Perf(p) if closing => {
+                let _ = p;
+                Step::default()
+            }
+            App::Perf(p) => {
+                let s = p.work(conn, stopping);
+                Step {
+                    busy: s.busy,
+                    close: s.close,
+                    failed: s.failed,
+                    ..Step::default()
+                }
+            }
             App::StreamTx(tx) => tx.work(conn, stopping, closing, now),
             App::StreamRx(rx) => rx.work(conn),
             App::DgramTx(tx) => tx.work(conn, clock_now, start, stopping, closing, now),
@@ -591,6 +624,7 @@ impl App {
     fn publish(&mut self, job: &FlowJob<'_>) {
         let sh = job.shared;
         match self {
+            App::Perf(p) => sh.bytes.store(p.bytes(), Ordering::Relaxed),
             App::StreamTx(tx) => sh.bytes.store(tx.written, Ordering::Relaxed),
             App::StreamRx(rx) => sh.bytes.store(rx.bytes, Ordering::Relaxed),
             App::DgramTx(tx) => {
@@ -617,6 +651,7 @@ impl App {
 
     fn bytes(&self) -> u64 {
         match self {
+            App::Perf(p) => p.bytes(),
             App::StreamTx(tx) => tx.written,
             App::StreamRx(rx) => rx.bytes,
             App::DgramTx(tx) => tx.seq * tx.pattern.len() as u64,

@@ -14,6 +14,7 @@ pub mod args;
 pub mod driver;
 mod error;
 mod flow;
+pub mod perf;
 pub mod tls;
 
 pub use error::QuicError;
@@ -33,6 +34,7 @@ use xferlab_core::transport::TransportCounters;
 use super::datagram::{set_int_opt, size_receive_buffer};
 use super::flow::{FlowOutcome, FlowShared};
 use super::{Flag, FlowJob, FlowSocket, OwnShared, SetupError, Transport, TransportIo};
+pub(crate) use flow::DEFAULT_UDP_PAYLOAD;
 
 pub struct Quic;
 

@@ -55,29 +55,26 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The server end's TLS: the given certificate, or the process's
-/// self-signed one, for ALPN `xferlab`.
+/// self-signed one.
 pub fn server(files: &TlsFiles) -> Result<Arc<QuicServerConfig>, QuicError> {
-    server_with_alpn(files, &[ALPN])
+    server_for(files, ALPN)
 }
 
-/// [`server`] for other application protocols (the QUIC performance
-/// protocol's `perf`, say): the ALPN values it accepts, in order.
-pub fn server_with_alpn(
-    files: &TlsFiles,
-    alpn: &[&[u8]],
-) -> Result<Arc<QuicServerConfig>, QuicError> {
+/// As [`server`], for another application protocol (`alpn`: the QUIC
+/// perf port's `perf`), with the same certificate.
+pub fn server_for(files: &TlsFiles, alpn: &[u8]) -> Result<Arc<QuicServerConfig>, QuicError> {
     let (chain, key) = match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => from_files(cert, key)?,
+        (Some(cert), Some(key)) => identity_from_files(cert, key)?,
         (None, None) => self_signed()?,
         _ => return Err(QuicError::CertWithoutKey),
     };
     server_config(chain, key, alpn).map_err(|e| QuicError::Tls(e.to_string()))
 }
 
-type CertAndKey = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+type Identity = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
 
-/// The process's self-signed certificate, made on first use.
-fn self_signed() -> Result<CertAndKey, QuicError> {
+/// The process's self-signed certificate, made once.
+fn self_signed() -> Result<Identity, QuicError> {
     static ONCE: OnceLock<Result<(CertificateDer<'static>, Vec<u8>), String>> = OnceLock::new();
     let (cert, key) = ONCE
         .get_or_init(|| {
@@ -90,7 +87,7 @@ fn self_signed() -> Result<CertAndKey, QuicError> {
     Ok((vec![cert], PrivateKeyDer::Pkcs8(key.into())))
 }
 
-fn from_files(cert: &Path, key: &Path) -> Result<CertAndKey, QuicError> {
+fn identity_from_files(cert: &Path, key: &Path) -> Result<Identity, QuicError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| QuicError::Pem {
@@ -116,30 +113,26 @@ fn from_files(cert: &Path, key: &Path) -> Result<CertAndKey, QuicError> {
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-    alpn: &[&[u8]],
+    alpn: &[u8],
 ) -> Result<Arc<QuicServerConfig>, rustls::Error> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    c.alpn_protocols = vec![alpn.to_vec()];
     c.max_early_data_size = 0;
     QuicServerConfig::try_from(c)
         .map(Arc::new)
         .map_err(|e| rustls::Error::General(e.to_string()))
 }
 
-/// The client's TLS: verifying against `files.ca`, or not at all; ALPN
-/// `xferlab`.
+/// The client's TLS: verifying against `files.ca`, or not at all.
 pub fn client(files: &TlsFiles) -> Result<Arc<QuicClientConfig>, QuicError> {
-    client_with_alpn(files, &[ALPN])
+    client_for(files, ALPN)
 }
 
-/// [`client`] offering other application protocols.
-pub fn client_with_alpn(
-    files: &TlsFiles,
-    alpn: &[&[u8]],
-) -> Result<Arc<QuicClientConfig>, QuicError> {
+/// As [`client`], for another application protocol (`alpn`).
+pub fn client_for(files: &TlsFiles, alpn: &[u8]) -> Result<Arc<QuicClientConfig>, QuicError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| QuicError::Tls(e.to_string()))?;
@@ -170,7 +163,7 @@ pub fn client_with_alpn(
             )))
             .with_no_client_auth(),
     };
-    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    c.alpn_protocols = vec![alpn.to_vec()];
     QuicClientConfig::try_from(c)
         .map(Arc::new)
         .map_err(|e| QuicError::Tls(e.to_string()))
