@@ -58,6 +58,8 @@ pub struct ServerPlan {
     /// connection pacing cannot hold CRR, whose connections each send
     /// one answer, and one UDP socket answers every flow).
     pub budget: Option<SharedRate>,
+    /// quic-rr and quic-crr: the congestion controller (`-C`).
+    pub congestion: Option<String>,
 }
 
 struct Conn {
@@ -466,7 +468,7 @@ fn serve_udp(
 /// leaving further requests in the socket's queue. False: drop the
 /// answer (its slot comes after the client stops waiting, or the test is
 /// aborted).
-fn wait_for_slot(budget: &SharedRate, bytes: u64, flags: &EngineFlags) -> bool {
+pub(super) fn wait_for_slot(budget: &SharedRate, bytes: u64, flags: &EngineFlags) -> bool {
     let at = match budget.reserve(bytes, clock::now()) {
         Slot::Now => return true,
         Slot::Drop => return false,
