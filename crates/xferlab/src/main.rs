@@ -242,6 +242,10 @@ fn fail(msg: impl std::fmt::Display, code: u8) -> ExitCode {
 }
 
 fn run_server(a: &ServerArgs) -> ExitCode {
+    #[cfg(feature = "quic")]
+    if let Err(e) = a.quic.apply() {
+        return fail(e.to_string(), 2);
+    }
     if !(a.max_duration.is_finite() && a.max_duration > 0.0) {
         return fail(
             format!(

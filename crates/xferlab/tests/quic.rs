@@ -343,7 +343,7 @@ fn a_given_certificate_verifies_against_its_ca_and_not_against_another() {
         ],
         deadline_for(1.0),
     );
-    let line = out.assert_one_line(&["certificate not trusted", "--quic-ca"]);
+    let line = out.assert_one_line(&["certificate not trusted", "no CA in --quic-ca signed"]);
     assert_ne!(out.code, Some(0), "{line}");
     // A name the certificate does not carry.
     let out = run(
@@ -363,8 +363,20 @@ fn a_given_certificate_verifies_against_its_ca_and_not_against_another() {
         ],
         deadline_for(1.0),
     );
-    out.assert_one_line(&["certificate not trusted"]);
+    out.assert_one_line(&[
+        "certificate not trusted",
+        "does not carry the server's name",
+    ]);
     assert_ne!(out.code, Some(0));
+    // A separate `xferlab server` presents the certificate it was given.
+    let srv = Server::start_with(&["--quic-cert", &cert, "--quic-key", &key]);
+    let v = quic_json(&srv, &["-n", "1M", "--quic-ca", &ca], 1.0);
+    assert_eq!(v["status"], "ok");
+    let out = srv.client(
+        &["--quic", "-n", "1M", "--quic-ca", &other_ca],
+        deadline_for(1.0),
+    );
+    out.assert_one_line(&["certificate not trusted", "127.0.0.1"]);
     // Without --quic-ca the client does not verify: a self-signed or any
     // other certificate is taken.
     let v = embedded_json(

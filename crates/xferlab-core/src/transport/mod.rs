@@ -172,6 +172,21 @@ pub trait TransportModel: Sync {
         false
     }
 
+    /// Whether a test's flows count datagrams (the `udp` section, and the
+    /// jitter and loss columns of the human output): by default, whether
+    /// the transport's carrier is datagrams; QUIC's only with `-b`
+    /// (DATAGRAM frames), not when it moves streams.
+    fn counts_datagrams(&self, _knobs: &Knobs) -> bool {
+        self.carrier() == Carrier::Datagrams
+    }
+
+    /// How the test's data moves, in a few words for the human output's
+    /// description of the test (after its flows and limit); None: as its
+    /// carrier moves it (datagrams of `-l` bytes at `-b`, or writes).
+    fn describe_data(&self, _knobs: &Knobs) -> Option<String> {
+        None
+    }
+
     /// Whether `-C` names the transport's own congestion controller (a
     /// userspace stack's: QUIC's), which the transport's model checks,
     /// rather than the kernel's TCP_CONGESTION, which the sessions check

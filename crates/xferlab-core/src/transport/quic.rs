@@ -86,6 +86,30 @@ impl TransportModel for Quic {
     fn own_congestion(&self) -> bool {
         true
     }
+
+    fn counts_datagrams(&self, knobs: &Knobs) -> bool {
+        knobs.rate.is_some_and(|r| r > 0)
+    }
+
+    fn describe_data(&self, k: &Knobs) -> Option<String> {
+        let cc = k.congestion.as_deref().unwrap_or("cubic");
+        Some(match k.rate.filter(|&r| r > 0) {
+            Some(r) => format!(
+                "{}-byte DATAGRAM frames at {} per flow, congestion control {cc}",
+                k.size,
+                RateUnit::AutoBits.format_rate(r as f64)
+            ),
+            None => {
+                let n = k.own.quic.unwrap_or_default().streams;
+                let streams = if n == 1 {
+                    "1 stream".into()
+                } else {
+                    format!("{n} streams")
+                };
+                format!("one connection per flow, {streams} on each, congestion control {cc}")
+            }
+        })
+    }
 }
 
 /// What a QUIC flow publishes at a boundary: the connection's state now

@@ -145,6 +145,10 @@ pub struct ServerArgs {
     /// Probes running at once; more are answered 503.
     #[arg(long, default_value_t = crate::metrics::probe::MAX_PROBES, value_name = "N")]
     pub max_probes: usize,
+    /// The certificate QUIC flows present (`--quic-cert`, `--quic-key`).
+    #[cfg(feature = "quic")]
+    #[command(flatten)]
+    pub quic: crate::transport::quic::args::QuicServerArgs,
 }
 
 /// A port, or `off` for none.

@@ -44,6 +44,8 @@ pub struct HumanReporter {
     unit: RateUnit,
     /// From the spec at start: picks the live table's columns.
     transport: Transport,
+    /// Whether its flows count datagrams (the jitter and loss columns).
+    datagrams: bool,
     /// Interval reports printed so far: the column header goes before the
     /// first, separators between later ones.
     intervals_shown: u64,
@@ -55,6 +57,7 @@ impl HumanReporter {
             out,
             unit,
             transport: Transport::Tcp,
+            datagrams: false,
             intervals_shown: 0,
         }
     }
@@ -66,7 +69,11 @@ impl HumanReporter {
         writeln!(
             self.out,
             "{}",
-            table.header(&titles(r.spec.transport, false))
+            table.header(&titles(
+                r.spec.transport,
+                r.spec.transport.model().counts_datagrams(&r.spec.knobs),
+                false,
+            ))
         )?;
         for dir in directions(r) {
             let sending = sending_side(r, dir);
@@ -185,6 +192,11 @@ impl HumanReporter {
 impl Reporter for HumanReporter {
     fn start(&mut self, info: &StartInfo<'_>) -> io::Result<()> {
         self.transport = info.spec.transport;
+        self.datagrams = info
+            .spec
+            .transport
+            .model()
+            .counts_datagrams(&info.spec.knobs);
         let embedded = if info.embedded {
             " (in-process server on loopback)"
         } else {
@@ -222,7 +234,11 @@ impl Reporter for HumanReporter {
         }
         let table = Table::new(self.unit, flows.iter().map(|f| f.direction));
         if self.intervals_shown == 0 {
-            writeln!(self.out, "{}", table.header(&titles(self.transport, true)))?;
+            writeln!(
+                self.out,
+                "{}",
+                table.header(&titles(self.transport, self.datagrams, true))
+            )?;
         } else if flows.len() > 1 {
             writeln!(self.out, "{SEPARATOR}")?;
         }
@@ -494,12 +510,12 @@ fn retr_cell(retransmits: Option<u64>) -> String {
 /// Titles of the columns after the bitrate: TCP's live rows show the
 /// gauges of [`tcp_cells`], its totals only [`retr_cell`]; UDP rows show
 /// [`udp_cells`] everywhere.
-fn titles(transport: Transport, live: bool) -> String {
+fn titles(transport: Transport, datagrams: bool, live: bool) -> String {
     let model = transport.model();
-    match (model.tcp_info(), model.carrier(), live) {
+    match (model.tcp_info(), datagrams, live) {
         (true, _, true) => format!("{:<RETR_W$}  {:<CWND_W$}  RTT", "Retr", "Cwnd"),
         (true, _, false) => "Retr".into(),
-        (false, Carrier::Datagrams, _) => {
+        (false, true, _) => {
             format!("{:<JITTER_W$}  Lost/Total Datagrams", "Jitter")
         }
         (false, _, _) => String::new(),
@@ -809,6 +825,11 @@ fn describe_stream(spec: &TestSpec) -> String {
     } else {
         String::new()
     };
+    if let Some(data) = spec.transport.model().describe_data(&spec.knobs) {
+        return format!(
+            "{pattern} over {transport}, {direction}, {flows} per direction, {limit}{omit}, {data}"
+        );
+    }
     if spec.transport.carrier() == Carrier::Datagrams {
         let k = &spec.knobs;
         let rate = k.rate.map_or("as fast as possible".to_string(), |r| {

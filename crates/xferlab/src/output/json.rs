@@ -463,7 +463,7 @@ mod tests {
             ),
             (
                 "unknown transport",
-                broken(&|d| d["spec"]["transport"] = json!("quic")),
+                broken(&|d| d["spec"]["transport"] = json!("sctp")),
             ),
         ];
         for (what, doc) in cases {

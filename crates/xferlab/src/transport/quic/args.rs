@@ -50,3 +50,32 @@ impl QuicArgs {
         self.streams.map(|streams| QuicKnobs { streams })
     }
 }
+
+/// `xferlab server`'s QUIC flags: the certificate its QUIC flows present.
+#[derive(Debug, Clone, Default, Args)]
+pub struct QuicServerArgs {
+    /// The certificate chain (PEM) this server's QUIC flows (--quic)
+    /// present, with --quic-key; without both, a self-signed certificate
+    /// made when the server starts.
+    #[arg(long, value_name = "FILE", requires = "quic_key")]
+    pub quic_cert: Option<PathBuf>,
+    /// The private key (PEM) of --quic-cert.
+    #[arg(long, value_name = "FILE", requires = "quic_cert")]
+    pub quic_key: Option<PathBuf>,
+}
+
+impl QuicServerArgs {
+    /// Records the files for this process's QUIC flows, reading them (or
+    /// making the self-signed certificate) now, so a bad file is one line
+    /// when the server starts rather than a failed handshake later.
+    pub fn apply(&self) -> Result<(), super::QuicError> {
+        let files = TlsFiles {
+            cert: self.quic_cert.clone(),
+            key: self.quic_key.clone(),
+            ..TlsFiles::default()
+        };
+        tls::server(&files)?;
+        tls::set_files(files);
+        Ok(())
+    }
+}

@@ -289,10 +289,17 @@ impl<'a> Driver<'a> {
         self.conns[h.0] = Some(conn);
     }
 
-    /// Takes every datagram queued on the socket. Ok(false) when there
-    /// was none.
+    /// Takes the datagrams queued on the socket, one receive call's worth
+    /// (up to [`RECV_MESSAGES`] GRO trains). Ok(false) when there was
+    /// none. One call per turn, not all that is queued: the turn's
+    /// transmit then sends the acknowledgements and window updates for
+    /// what came, so a receiver behind a fast sender does not hold them
+    /// back while it drains its socket (measured, loopback, debug build:
+    /// draining everything first held the receiver to 142 acknowledging
+    /// datagrams a second and the sender's RTT estimate at 12 ms).
     pub fn recv(&mut self, now: Instant) -> io::Result<bool> {
         let mut any = false;
+        #[allow(clippy::never_loop)]
         loop {
             let n = match self.rx.recv_queued(self.sock) {
                 Ok(n) => n,
@@ -309,9 +316,7 @@ impl<'a> Driver<'a> {
             for i in 0..n {
                 self.take(now, i, from);
             }
-            if n < self.rx.capacity() {
-                break;
-            }
+            break;
         }
         Ok(any)
     }

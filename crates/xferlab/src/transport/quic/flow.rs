@@ -402,9 +402,9 @@ impl<'a> Flow<'a> {
                 let text = e.to_string();
                 if text.contains("certificate") || text.contains("Certificate") {
                     return FlowEnd::Aborted(format!(
-                        "certificate not trusted: the QUIC server at {} presented one that {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
+                        "certificate not trusted: the QUIC server at {} presented one {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
                         self.peer,
-                        e.reason.trim_start_matches("invalid peer certificate: ")
+                        why_untrusted(&e.reason)
                     ));
                 }
             }
@@ -458,6 +458,23 @@ impl<'a> Flow<'a> {
             conn_window: self.windows.conn,
             streams: app.streams(),
         });
+    }
+}
+
+/// rustls' reason for refusing a certificate, in words
+/// ("invalid peer certificate: UnknownIssuer").
+fn why_untrusted(reason: &str) -> String {
+    let r = reason.trim_start_matches("invalid peer certificate: ");
+    if r.contains("UnknownIssuer") {
+        "that no CA in --quic-ca signed".into()
+    } else if r.contains("NotValidForName") || r.contains("not valid for name") {
+        format!("that does not carry the server's name (--quic-server-name, else its address): {r}")
+    } else if r.contains("Expired") {
+        "that has expired".into()
+    } else if r.contains("NotValidYet") {
+        "that is not valid yet".into()
+    } else {
+        format!("that does not verify ({r})")
     }
 }
 

@@ -16,6 +16,8 @@ mod error;
 mod flow;
 pub mod tls;
 
+pub use error::QuicError;
+
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
