@@ -476,6 +476,15 @@ fn check_rr(v: &Value, mode: &str, flows: usize) -> u64 {
         let n = u(&a["total"]["transactions_all"]);
         assert!(n > 0, "flow {} idle", a["id"]);
         assert_eq!(n, u(&b["total"]["transactions_all"]), "flow {}", a["id"]);
+        // The flow's `quic` section: a stream per transaction, over
+        // established connections with an RTT.
+        let q = &a["quic"];
+        assert_eq!(q["established"], true, "{q}");
+        assert_eq!(u(&q["streams"]), u(&a["total"]["requests"]), "{q}");
+        assert!(
+            f(&q["rtt_us"]) > 0.0 && u(&q["stream_frames_rx"]) >= n,
+            "{q}"
+        );
     }
     done
 }

@@ -61,6 +61,12 @@ pub struct RrFlowReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<LatencySummary>,
     pub end: FlowEnd,
+    /// Client, quic-rr and quic-crr: the transport's own section over
+    /// the whole test, under its name (`"quic": {...}`): the flow's
+    /// connection, or quic-crr's connections (their counts summed, the
+    /// state the last one's).
+    #[serde(flatten)]
+    pub transport: Option<crate::transport::TransportSection>,
 }
 
 /// The request/response group of one side.

@@ -30,7 +30,7 @@ use bytes::Bytes;
 use quinn_proto::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn_proto::{
     ClientConfig, ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, IdleTimeout,
-    ReadError, ServerConfig, StreamEvent, StreamId, TransportConfig, WriteError,
+    ReadError, ServerConfig, StreamEvent, StreamId, TransportConfig, VarInt, WriteError,
 };
 use xferlab_core::latency::LatencyRecorder;
 use xferlab_core::result::FlowEnd;
@@ -39,6 +39,8 @@ use xferlab_core::rr::wire::{decode_tcp_hello, encode_tcp_hello, TCP_HELLO_LEN};
 use xferlab_core::rr::RrMode;
 use xferlab_core::spec::{Knobs, Transport};
 use xferlab_core::time::Time;
+use xferlab_core::transport::quic::{QuicCounters, CONGESTION_CONTROLLERS};
+use xferlab_core::transport::{TransportCounters, TransportSection};
 
 use super::client_flow::{ClientPlan, DRAIN_TIMEOUT};
 use super::counters::FlowCounters;
@@ -77,11 +79,17 @@ const DONE: u32 = 0;
 const BAD_HELLO: u32 = 1;
 const BAD_REQUEST: u32 = 2;
 
+/// A stream's receive window (quinn-proto's default: 100 Mbit/s x 100
+/// ms); the connection's is that for every stream it may have open.
+const STREAM_WINDOW: u64 = 1_250_000;
+
 /// The transport parameters of both ends: `-C` picks the controller.
 fn transport_config(congestion: Option<&str>, depth: u32) -> Arc<TransportConfig> {
     let mut t = TransportConfig::default();
     t.max_concurrent_bidi_streams(depth.saturating_add(STREAM_CREDIT).into())
         .max_concurrent_uni_streams(0u32.into())
+        .stream_receive_window(STREAM_WINDOW.try_into().unwrap_or(VarInt::MAX))
+        .receive_window(conn_window(depth).try_into().unwrap_or(VarInt::MAX))
         .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .datagram_receive_buffer_size(None);
     match congestion {
@@ -90,6 +98,58 @@ fn transport_config(congestion: Option<&str>, depth: u32) -> Arc<TransportConfig
         _ => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
     };
     Arc::new(t)
+}
+
+fn conn_window(depth: u32) -> u64 {
+    STREAM_WINDOW.saturating_mul(u64::from(depth.saturating_add(STREAM_CREDIT)))
+}
+
+/// The name of `-C`'s controller as the `quic` section shows it.
+fn cc_name(congestion: Option<&str>) -> &'static str {
+    CONGESTION_CONTROLLERS
+        .iter()
+        .copied()
+        .find(|c| Some(*c) == congestion)
+        .unwrap_or("cubic")
+}
+
+/// Adds a connection's counters (read as the stream flows' are, from
+/// quinn-proto's statistics) to a flow's: counts summed over its
+/// connections, the state (RTT, window, MTU) the latest one's.
+fn add_counters(acc: &mut QuicCounters, conn: &quinn_proto::Connection, depth: u32, streams: u64) {
+    let s = conn.stats();
+    let m = conn.congestion_state().metrics();
+    acc.established |= !conn.is_handshaking();
+    acc.rtt = s.path.rtt;
+    acc.min_rtt = conn.min_rtt();
+    acc.cwnd = s.path.cwnd;
+    acc.pacing_rate = m.pacing_rate;
+    acc.mtu = s.path.current_mtu;
+    acc.sent_packets += s.path.sent_packets;
+    acc.lost_packets += s.path.lost_packets;
+    acc.lost_bytes += s.path.lost_bytes;
+    acc.congestion_events += s.path.congestion_events;
+    acc.udp_tx_datagrams += s.udp_tx.datagrams;
+    acc.udp_tx_bytes += s.udp_tx.bytes;
+    acc.udp_rx_datagrams += s.udp_rx.datagrams;
+    acc.udp_rx_bytes += s.udp_rx.bytes;
+    acc.stream_frames_tx += s.frame_tx.stream;
+    acc.stream_frames_rx += s.frame_rx.stream;
+    acc.stream_window = STREAM_WINDOW;
+    acc.conn_window = conn_window(depth);
+    acc.streams += streams;
+}
+
+/// A flow's `quic` section over the test, none before any handshake.
+fn section(acc: &QuicCounters) -> Option<TransportSection> {
+    if !acc.established {
+        return None;
+    }
+    let zero = QuicCounters {
+        cc: acc.cc,
+        ..QuicCounters::default()
+    };
+    TransportCounters::Quic(*acc).sample(&TransportCounters::Quic(zero))
 }
 
 fn lost_line(server: SocketAddr, reason: &ConnectionError) -> String {
@@ -124,6 +184,9 @@ struct Flow {
     opened: u64,
     connecting_since: (Time, Instant),
     txs: Vec<Tx>,
+    /// Counters of the flow's connections closed so far (and, at the
+    /// end, of its last).
+    quic: QuicCounters,
     stopping: bool,
     retry_at: Option<Time>,
     end: Option<(FlowEnd, Time)>,
@@ -162,6 +225,7 @@ pub fn run_client(
                 connect: None,
                 end: FlowEnd::Aborted(why.clone()),
                 end_at: now,
+                transport: None,
             })
             .collect()
     };
@@ -225,6 +289,10 @@ pub fn run_client(
             opened: 0,
             connecting_since: now0,
             txs: Vec::with_capacity(rr.depth as usize),
+            quic: QuicCounters {
+                cc: cc_name(plan.knobs.congestion.as_deref()),
+                ..QuicCounters::default()
+            },
             stopping: false,
             retry_at: None,
             end: None,
@@ -316,8 +384,9 @@ pub fn run_client(
     }
     // The closes go out before the thread ends.
     let now_i = Instant::now();
-    for f in &flows {
+    for f in &mut flows {
         if let Some(conn) = f.conn.and_then(|h| c.driver.connection(h)) {
+            add_counters(&mut f.quic, conn, rr.depth, f.opened);
             conn.close(now_i, DONE.into(), Bytes::new());
         }
     }
@@ -340,6 +409,7 @@ pub fn run_client(
                 connect: f.connect,
                 end: f.end.as_ref().map_or(FlowEnd::Completed, |e| e.0.clone()),
                 end_at: f.end.map_or(end, |e| e.1),
+                transport: section(&f.quic),
             }
         })
         .collect()
@@ -369,6 +439,7 @@ impl Client<'_> {
     fn close(&mut self, f: &mut Flow, now: Instant) {
         if let Some(h) = f.conn.take() {
             if let Some(conn) = self.driver.connection(h) {
+                add_counters(&mut f.quic, conn, self.plan.rr.depth, f.opened);
                 conn.close(now, DONE.into(), Bytes::new());
             }
             self.set_owner(h, None);
@@ -515,6 +586,9 @@ impl Client<'_> {
         let server = self.plan.server;
         let f = &mut flows[i];
         if let Some(h) = f.conn.take() {
+            if let Some(conn) = self.driver.connection(h) {
+                add_counters(&mut f.quic, conn, self.plan.rr.depth, f.opened);
+            }
             self.set_owner(h, None);
         }
         let established = std::mem::replace(&mut f.established, false);

@@ -264,6 +264,7 @@ fn result(id: u32, c: &Conn, end: FlowEnd, at: Time) -> FlowResult {
         connect: None,
         end,
         end_at: at,
+        transport: None,
     }
 }
 

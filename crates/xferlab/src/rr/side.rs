@@ -40,6 +40,8 @@ pub struct FlowResult {
     pub connect: Option<LatencyRecorder>,
     pub end: FlowEnd,
     pub end_at: Time,
+    /// The transport's own section over the test (QUIC's).
+    pub transport: Option<xferlab_core::transport::TransportSection>,
 }
 
 /// How often idle engine threads look at the stop and abort flags.
@@ -181,8 +183,8 @@ impl RrSide {
             let at = r.as_ref().map_or(now, |r| r.end_at);
             let t = at.duration_since(self.start).as_secs_f64();
             let (intervals, total) = m.finish(t, self.counters[id].reading());
-            let (local, remote, end, lat, con) = match r {
-                Some(r) => (r.local, r.remote, r.end, r.latency, r.connect),
+            let (local, remote, end, lat, con, transport) = match r {
+                Some(r) => (r.local, r.remote, r.end, r.latency, r.connect, r.transport),
                 None => (
                     self.default_local.clone(),
                     self.default_remote.clone(),
@@ -191,6 +193,7 @@ impl RrSide {
                     } else {
                         FlowEnd::Completed
                     },
+                    None,
                     None,
                     None,
                 ),
@@ -211,6 +214,7 @@ impl RrSide {
                 latency: lat.as_ref().and_then(LatencyRecorder::summary),
                 connect: con.as_ref().and_then(LatencyRecorder::summary),
                 end,
+                transport,
             });
         }
         let total = sum_totals(flows.iter().map(|f| &f.total));
