@@ -59,6 +59,7 @@ pub struct ServerPlan {
     /// one answer, and one UDP socket answers every flow).
     pub budget: Option<SharedRate>,
     /// quic-rr and quic-crr: the congestion controller (`-C`).
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
     pub congestion: Option<String>,
 }
 
