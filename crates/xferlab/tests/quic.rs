@@ -628,4 +628,19 @@ fn rr_mode_and_flag_combinations_quic_does_not_take_are_one_line_each() {
         all.extend_from_slice(args);
         run(&all, deadline_for(1.0)).assert_one_line_failure(2, needles);
     }
+    // A server certificate that does not verify: one line, in words.
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ca, ..)) = make_certs(dir.path(), "ca-rr") else {
+        eprintln!(
+            "SKIP (certificate part): openssl could not make test certificates (is it installed?)"
+        );
+        return;
+    };
+    for mode in ["quic-rr", "quic-crr"] {
+        run(
+            &["rr", "--mode", mode, "-t", "1", "--quic-ca", &ca],
+            deadline_for(1.0),
+        )
+        .assert_one_line_failure(1, &["certificate not trusted", "--quic-ca signed"]);
+    }
 }

@@ -153,6 +153,14 @@ fn section(acc: &QuicCounters) -> Option<TransportSection> {
 }
 
 fn lost_line(server: SocketAddr, reason: &ConnectionError) -> String {
+    if let ConnectionError::TransportError(e) = reason {
+        if e.reason.contains("certificate") {
+            return format!(
+                "certificate not trusted: the QUIC rr server at {server} presented one {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
+                crate::transport::quic::why_untrusted(&e.reason)
+            );
+        }
+    }
     format!("the QUIC connection with the rr server at {server} ended: {reason}")
 }
 

@@ -16,6 +16,9 @@ mod error;
 mod flow;
 pub mod tls;
 
+/// rr's QUIC flows word a refused certificate as the stream flows do.
+pub(crate) use flow::why_untrusted;
+
 pub use error::QuicError;
 
 use std::os::fd::AsFd;
