@@ -485,6 +485,22 @@ fn check_rr(v: &Value, mode: &str, flows: usize) -> u64 {
             f(&q["rtt_us"]) > 0.0 && u(&q["stream_frames_rx"]) >= n,
             "{q}"
         );
+        // Every interval carries the connection's state, as a stream
+        // flow's does; the packets sent over the intervals add up to
+        // at most the flow's.
+        let ivs = a["intervals"].as_array().unwrap();
+        assert!(!ivs.is_empty());
+        let mut sent = 0;
+        for iv in ivs {
+            let q = &iv["quic"];
+            assert!(q.is_object(), "an interval without its quic section: {iv}");
+            sent += u(&q["sent_packets"]);
+        }
+        assert!(
+            sent > 0 && sent <= u(&a["quic"]["sent_packets"]),
+            "{sent} {}",
+            a["quic"]
+        );
     }
     done
 }
@@ -573,7 +589,10 @@ fn quic_crr_pays_a_round_trip_more_than_quic_rr_for_its_handshake() {
             ],
             deadline_for(6.0),
         );
-        out.assert_success();
+        // A busy host may make the lab's timing miss its targets (one
+        // line on stderr, --allow-invalid): a fraction of a millisecond
+        // against the 10 ms round trip this test reads.
+        assert!(out.code == Some(0) && !out.timed_out, "{}", out.describe());
         let v = parse_json(&out);
         validate_schema(&v);
         assert_ok(&v);

@@ -9,7 +9,7 @@ use crate::interval::FlowEnd;
 use crate::latency::{LatencySummary, Percentile};
 
 /// Transactions of one flow (or all flows) over one interval.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrInterval {
     pub start_s: f64,
     pub end_s: f64,
@@ -22,6 +22,11 @@ pub struct RrInterval {
     /// Client: mean latency of the interval's transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_latency_us: Option<f64>,
+    /// A flow's interval, rr over QUIC (client): the transport's own
+    /// section under its name (`"quic": {...}`), as a stream flow's
+    /// interval has it.
+    #[serde(flatten)]
+    pub transport: Option<crate::transport::TransportSection>,
 }
 
 /// Transactions of one flow (or all flows) over the whole test.

@@ -90,6 +90,10 @@ impl ClientPattern for RrClient {
         let mut plan = self.plan.take().ok_or(PatternError::NotWelcomed)?;
         let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
         let mut side = RrSide::new(self.rr.mode, plan.wait, self.rr.flows, clock);
+        #[cfg(feature = "quic")]
+        if self.rr.mode.transport() == Transport::Quic {
+            side.track_quic();
+        }
         let mut background = None;
         if !self.background.is_empty() {
             let mut b = Side::prepare(

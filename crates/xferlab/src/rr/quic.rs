@@ -74,6 +74,9 @@ const MAX_CONNECTIONS: usize = 16 * 1024;
 /// How long the server serves after the client's stop while
 /// connections are still open.
 const LINGER: Duration = Duration::from_secs(3);
+/// How often a client thread publishes its flows' connection counters
+/// for the interval reader.
+const PUBLISH_EVERY: Duration = Duration::from_millis(10);
 /// Application error codes.
 const DONE: u32 = 0;
 const BAD_HELLO: u32 = 1;
@@ -328,8 +331,15 @@ pub fn run_client(
     }
     let mut drain_deadline: Option<Time> = None;
     let mut next_scan: Option<Time> = None;
+    let mut next_publish = Instant::now();
     loop {
         let now_i = Instant::now();
+        if now_i >= next_publish {
+            next_publish = now_i + PUBLISH_EVERY;
+            for f in &flows {
+                c.publish_quic(f);
+            }
+        }
         if let Err(e) = c.driver.recv(now_i) {
             c.end_all(&mut flows, &format!("rr flows' UDP socket: {e}"));
             break;
@@ -399,6 +409,9 @@ pub fn run_client(
         }
     }
     c.driver.transmit(now_i).ok();
+    for f in &flows {
+        c.publish_quic(f);
+    }
     let end = clock::now();
     let remote = plan.server.to_string();
     flows
@@ -426,6 +439,19 @@ pub fn run_client(
 impl Client<'_> {
     fn publish(&self, f: &Flow) {
         self.counters[f.id as usize].publish(&f.tracker.counts(), f.latency_n, f.latency_sum_ns);
+    }
+
+    /// Publishes flow `f`'s counters (its closed connections' and its
+    /// current one's) for the interval reader.
+    fn publish_quic(&mut self, f: &Flow) {
+        let Some(q) = self.counters[f.id as usize].quic.as_ref() else {
+            return;
+        };
+        let mut now = f.quic;
+        if let Some(conn) = f.conn.and_then(|h| self.driver.connection(h)) {
+            add_counters(&mut now, conn, self.plan.rr.depth, f.opened);
+        }
+        q.publish(&now);
     }
 
     fn end_all(&mut self, flows: &mut [Flow], why: &str) {

@@ -85,6 +85,19 @@ impl RrSide {
         }
     }
 
+    /// rr over QUIC, client: every flow gets a slot for its connection's
+    /// counters, read into its intervals' `quic` section. Before the
+    /// engine threads start.
+    #[cfg(feature = "quic")]
+    pub fn track_quic(&mut self) {
+        self.counters = (0..self.meters.len())
+            .map(|_| FlowCounters {
+                quic: Some(Default::default()),
+                ..FlowCounters::default()
+            })
+            .collect();
+    }
+
     /// Restarts the clock (the test starts now).
     pub fn set_start(&mut self, at: Time) {
         self.start = at;
@@ -123,7 +136,7 @@ impl RrSide {
         }
         sum_intervals(self.meters.iter().map(|m| m.intervals()))
             .last()
-            .copied()
+            .cloned()
             .filter(|_| self.clock.interval_s > 0.0)
     }
 

@@ -189,7 +189,7 @@ impl QuicShared {
         }
     }
 
-    fn read(&self) -> QuicCounters {
+    pub(crate) fn read(&self) -> QuicCounters {
         let r = Ordering::Relaxed;
         let v: [u64; COUNTS] = std::array::from_fn(|i| self.counts[i].load(r));
         QuicCounters {
