@@ -260,7 +260,11 @@ pub enum QuicKnobError {
         "-l/--length: a QUIC DATAGRAM frame (with -b) carries {min} to {max} bytes (got {got})"
     )]
     DatagramLength { got: u64, min: u64, max: u64 },
-    #[error("-M, -N, --fq-rate, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill, --rx-stamps, --gso and --dont-fragment do not apply to QUIC (--quic): QUIC paces and batches its own packets; leave them out")]
+    #[error(
+        "--fq-rate caps QUIC streams; with -b (DATAGRAM frames) the rate is -b's: leave out one"
+    )]
+    PacingDatagrams,
+    #[error("-M, -N, -Z, --skip-rx-copy, --rx-zerocopy, --read-size, --rcvlowat, --read-fill, --rx-stamps, --gso and --dont-fragment do not apply to QUIC (--quic): QUIC paces and batches its own packets; leave them out")]
     OtherOptions,
     #[error("--streams is for QUIC: add --quic")]
     WithoutQuic,

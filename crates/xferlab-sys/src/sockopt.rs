@@ -80,6 +80,10 @@ pub enum Get {
     MptcpSubflowAddrs,
     /// SOL_DCCP DCCP_SOCKOPT_CCID_TX_INFO: struct tfrc_tx_info.
     DccpCcidTxInfo,
+    /// IPPROTO_IP IP_MTU: a connected socket's path MTU (int).
+    IpMtu,
+    /// IPPROTO_IPV6 IPV6_MTU: the same for an IPv6 socket.
+    Ipv6Mtu,
 }
 
 impl Get {
@@ -91,6 +95,8 @@ impl Get {
             Get::MptcpTcpInfo => (SOL_MPTCP, MPTCP_TCPINFO),
             Get::MptcpSubflowAddrs => (SOL_MPTCP, MPTCP_SUBFLOW_ADDRS),
             Get::DccpCcidTxInfo => (libc::SOL_DCCP, libc::DCCP_SOCKOPT_CCID_TX_INFO),
+            Get::IpMtu => (libc::IPPROTO_IP, libc::IP_MTU),
+            Get::Ipv6Mtu => (libc::IPPROTO_IPV6, libc::IPV6_MTU),
         }
     }
 }

@@ -228,6 +228,25 @@ fn datagrams_the_connection_cannot_carry_are_counted_as_refused() {
     assert_eq!(arrived, got + u(&r["udp"]["host_drops"]), "{r}");
 }
 
+/// The server's --max-rate holds the QUIC streams it sends (-R) as it
+/// holds TCP's: its budget caps each sending flow (`--fq-rate` is the
+/// client's own way to the same cap).
+#[test]
+fn a_servers_rate_budget_caps_the_quic_streams_it_sends() {
+    let srv = Server::start_with(&["--max-rate", "40M"]);
+    let v = quic_json(&srv, &["-R", "-t", "2"], 2.0);
+    let rx = flows(&v, "client", "receiver");
+    let tx = flows(&v, "server", "sender");
+    check_pair(tx[0], rx[0], 1);
+    let bps = f(&rx[0]["total"]["bits_per_second"]);
+    // One write's burst above the rate at most (128 KiB in 2 s, or a
+    // calibrated write size).
+    assert!(
+        bps > 20e6 && bps < 46e6,
+        "{bps} bit/s under a 40 Mbit/s budget"
+    );
+}
+
 // ------------------------------------------------------------ TLS
 
 /// A CA and a server certificate it signed for 127.0.0.1, made with
@@ -408,6 +427,10 @@ fn tcp_only_flags_and_unknown_controllers_are_one_line_each() {
         ),
         (&["--streams", "0"][..], &["--streams", "1"][..]),
         (&["-b", "1M", "-l", "1401"][..], &["-l", "1400"][..]),
+        (
+            &["-b", "1M", "--fq-rate", "1M"][..],
+            &["--fq-rate", "-b"][..],
+        ),
     ] {
         let mut all = vec!["stream", "--quic", "-t", "1"];
         all.extend_from_slice(args);

@@ -62,9 +62,13 @@ impl TransportModel for Quic {
             }
             .into());
         }
+        // --fq-rate caps a stream sender (the server's budgets set it
+        // too); a datagram sender's rate is -b.
+        if k.max_pacing_rate.is_some() && k.rate.is_some() {
+            return Err(KnobError::PacingDatagrams.into());
+        }
         if k.mss.is_some()
             || k.nodelay
-            || k.max_pacing_rate.is_some()
             || k.send_mode != SendMode::Copy
             || k.recv_mode != RecvMode::Copy
             || k.read_size.is_some()

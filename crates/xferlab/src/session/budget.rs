@@ -15,7 +15,6 @@ use xferlab_core::spec::{FlowDirection, Pattern, TestSpec};
 use xferlab_core::units::RateUnit;
 
 use super::shared::lock;
-use crate::transport::Carrier;
 
 /// Budgets from the command line; None is no limit.
 #[derive(Debug, Clone, Copy, Default)]
@@ -120,7 +119,9 @@ impl Budgets {
         // flows, and an rr test's answers, by `knobs.max_pacing_rate`
         // (bytes/s per flow: SO_MAX_PACING_RATE, or the rr server's
         // shared rate for UDP and CRR answers).
-        let udp = spec.pattern == Pattern::Stream && spec.transport.carrier() == Carrier::Datagrams;
+        // (A transport's own say: QUIC's streams are paced like TCP's.)
+        let udp =
+            spec.pattern == Pattern::Stream && spec.transport.model().counts_datagrams(&spec.knobs);
         // What each flow asked for, bit/s (None: as fast as it can).
         let asked = if udp {
             spec.knobs.rate

@@ -55,28 +55,42 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The server end's TLS: the given certificate, or the process's
-/// self-signed one.
+/// self-signed one, for ALPN `xferlab`.
 pub fn server(files: &TlsFiles) -> Result<Arc<QuicServerConfig>, QuicError> {
-    match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => server_from_files(cert, key),
-        (None, None) => self_signed(),
-        _ => Err(QuicError::CertWithoutKey),
-    }
+    server_with_alpn(files, &[ALPN])
 }
 
-fn self_signed() -> Result<Arc<QuicServerConfig>, QuicError> {
-    static ONCE: OnceLock<Result<Arc<QuicServerConfig>, String>> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let ck = rcgen::generate_simple_self_signed(vec!["xferlab".to_string()])
-            .map_err(|e| e.to_string())?;
-        let key = PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        server_config(vec![ck.cert.der().clone()], key).map_err(|e| e.to_string())
-    })
-    .clone()
-    .map_err(QuicError::SelfSigned)
+/// [`server`] for other application protocols (the QUIC performance
+/// protocol's `perf`, say): the ALPN values it accepts, in order.
+pub fn server_with_alpn(
+    files: &TlsFiles,
+    alpn: &[&[u8]],
+) -> Result<Arc<QuicServerConfig>, QuicError> {
+    let (chain, key) = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => from_files(cert, key)?,
+        (None, None) => self_signed()?,
+        _ => return Err(QuicError::CertWithoutKey),
+    };
+    server_config(chain, key, alpn).map_err(|e| QuicError::Tls(e.to_string()))
 }
 
-fn server_from_files(cert: &Path, key: &Path) -> Result<Arc<QuicServerConfig>, QuicError> {
+type CertAndKey = (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>);
+
+/// The process's self-signed certificate, made on first use.
+fn self_signed() -> Result<CertAndKey, QuicError> {
+    static ONCE: OnceLock<Result<(CertificateDer<'static>, Vec<u8>), String>> = OnceLock::new();
+    let (cert, key) = ONCE
+        .get_or_init(|| {
+            let ck = rcgen::generate_simple_self_signed(vec!["xferlab".to_string()])
+                .map_err(|e| e.to_string())?;
+            Ok((ck.cert.der().clone(), ck.signing_key.serialize_der()))
+        })
+        .clone()
+        .map_err(QuicError::SelfSigned)?;
+    Ok((vec![cert], PrivateKeyDer::Pkcs8(key.into())))
+}
+
+fn from_files(cert: &Path, key: &Path) -> Result<CertAndKey, QuicError> {
     let chain = CertificateDer::pem_file_iter(cert)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| QuicError::Pem {
@@ -96,18 +110,19 @@ fn server_from_files(cert: &Path, key: &Path) -> Result<Arc<QuicServerConfig>, Q
         what: "private key",
         err: e.to_string(),
     })?;
-    server_config(chain, key).map_err(|e| QuicError::Tls(e.to_string()))
+    Ok((chain, key))
 }
 
 fn server_config(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
+    alpn: &[&[u8]],
 ) -> Result<Arc<QuicServerConfig>, rustls::Error> {
     let mut c = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_no_client_auth()
         .with_single_cert(chain, key)?;
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     c.max_early_data_size = 0;
     // No session tickets: every handshake is a full one (rr's quic-crr
     // pays one per transaction, as tcp-crr pays its SYN; nothing here
@@ -118,8 +133,17 @@ fn server_config(
         .map_err(|e| rustls::Error::General(e.to_string()))
 }
 
-/// The client's TLS: verifying against `files.ca`, or not at all.
+/// The client's TLS: verifying against `files.ca`, or not at all; ALPN
+/// `xferlab`.
 pub fn client(files: &TlsFiles) -> Result<Arc<QuicClientConfig>, QuicError> {
+    client_with_alpn(files, &[ALPN])
+}
+
+/// [`client`] offering other application protocols.
+pub fn client_with_alpn(
+    files: &TlsFiles,
+    alpn: &[&[u8]],
+) -> Result<Arc<QuicClientConfig>, QuicError> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| QuicError::Tls(e.to_string()))?;
@@ -150,7 +174,7 @@ pub fn client(files: &TlsFiles) -> Result<Arc<QuicClientConfig>, QuicError> {
             )))
             .with_no_client_auth(),
     };
-    c.alpn_protocols = vec![ALPN.to_vec()];
+    c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     QuicClientConfig::try_from(c)
         .map(Arc::new)
         .map_err(|e| QuicError::Tls(e.to_string()))
