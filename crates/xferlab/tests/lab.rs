@@ -288,6 +288,63 @@ fn bernoulli_loss_lands_in_the_binomial_interval() {
     eprintln!("lost {lost} of {sent} datagrams (interval [{lo:.1}, {hi:.1}])");
 }
 
+/// QUIC across a lossy link: the sender's `quic` section counts the
+/// packets the emulator dropped (no more than it dropped, and some), its
+/// controller reacts, the RTT is the link's, every byte still arrives
+/// (streams are reliable), and the sender's count follows the wire
+/// (it ends with the test, not seconds of buffered bytes later).
+#[test]
+fn quic_counts_a_lossy_links_drops_and_delivers_every_byte() {
+    let _turn = one_at_a_time();
+    let (v, out) = lab_json(
+        &[
+            "--loss",
+            "c2s:1%",
+            "--seed",
+            "7",
+            "--rate",
+            "100M",
+            "--delay",
+            "10ms",
+            "--allow-invalid",
+            "stream",
+            "--quic",
+            "-t",
+            "2",
+            "-J",
+        ],
+        2.0,
+    );
+    let flow = |side: &str| v[side]["flows"][0].clone();
+    let (tx, rx) = (flow("client"), flow("server"));
+    assert_eq!(tx["role"], "sender");
+    let q = &tx["total"]["quic"];
+    let lost = q["lost_packets"].as_u64().unwrap();
+    let dropped = v["lab"]["accuracy"]["c2s"]["counters"]["dropped_loss_packets"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        lost > 0 && lost <= dropped,
+        "lost {lost}, emulator dropped {dropped}\n{q}"
+    );
+    assert!(q["congestion_events"].as_u64().unwrap() > 0, "{q}");
+    assert!(q["min_rtt_us"].as_f64().unwrap() >= 20_000.0, "{q}");
+    assert_eq!(
+        q["mtu"], 1472,
+        "the link's MTU less IPv4 and UDP headers: {q}"
+    );
+    let sent = tx["total"]["bytes_all"].as_u64().unwrap();
+    assert!(sent > 0);
+    assert_eq!(
+        rx["total"]["bytes_all"].as_u64().unwrap(),
+        sent,
+        "{}",
+        out.describe()
+    );
+    let end = tx["total"]["end_s"].as_f64().unwrap();
+    assert!(end < 3.0, "the sender ended {end} s into a 2 s test");
+}
+
 #[test]
 fn ce_marks_one_in_twenty_reach_the_receiver_and_the_sender_reacts() {
     let _turn = one_at_a_time();

@@ -10,12 +10,25 @@
 //! from the connection's own state at the end of the interval (RTT,
 //! congestion window, pacing rate) and its counters over it (packets
 //! sent and lost, congestion events, UDP datagrams each way).
+//!
+//! Its headline metrics for experiments, from the sender flows' `quic`
+//! totals:
+//!
+//! | metric | unit | from |
+//! |---|---|---|
+//! | `quic_lost_packets` | count | Σ over sender flows of `total.quic.lost_packets` |
+//! | `quic_congestion_events` | count | Σ over sender flows of `total.quic.congestion_events` |
+//! | `quic_rtt_us` | us | mean over sender flows of `total.quic.rtt_us` (the smoothed RTT at the end) |
+//! | `quic_min_rtt_us` | us | least over sender flows of `total.quic.min_rtt_us` |
+//! | `quic_datagrams_refused` | count | Σ over sender flows of `total.quic.datagrams_blocked` + `datagrams_too_large` |
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Carrier, TransportModel};
+use crate::jsondoc::unit::{COUNT, US};
+use crate::jsondoc::{num, sender_flows, MetricInfo};
 use crate::knobs::limits::MIN_DATAGRAM;
 use crate::knobs::{self, Knobs, RecvMode, SendMode};
 pub use crate::knobs::{QuicKnobError as KnobError, QuicKnobs, CONGESTION_CONTROLLERS};
@@ -33,6 +46,62 @@ use crate::units::{format_bytes, Micros, RateUnit};
 pub const MAX_DATAGRAM_PAYLOAD: u64 = 1400;
 
 pub struct Quic;
+
+/// QUIC's metrics (the module docs hold the same list as a table; a test
+/// keeps them in step).
+pub const METRICS: &[MetricInfo] = &[
+    (
+        "quic_lost_packets",
+        COUNT,
+        "QUIC packets the senders declared lost",
+    ),
+    (
+        "quic_congestion_events",
+        COUNT,
+        "QUIC congestion events (window reductions) of the senders",
+    ),
+    (
+        "quic_rtt_us",
+        US,
+        "QUIC smoothed RTT at the end, mean over sender flows",
+    ),
+    (
+        "quic_min_rtt_us",
+        US,
+        "QUIC minimum RTT, least over sender flows",
+    ),
+    (
+        "quic_datagrams_refused",
+        COUNT,
+        "DATAGRAM frames the senders' connections refused",
+    ),
+];
+
+/// Reads [`METRICS`] from a result document's sender flows.
+fn measure(doc: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+    let totals: Vec<&serde_json::Value> = sender_flows(doc)
+        .filter_map(|f| f.get("total").and_then(|t| t.get("quic")))
+        .filter(|q| q.is_object())
+        .collect();
+    if totals.is_empty() {
+        return;
+    }
+    let sum = |k: &str| totals.iter().filter_map(|q| num(q, &[k])).sum::<f64>();
+    out("quic_lost_packets", sum("lost_packets"));
+    out("quic_congestion_events", sum("congestion_events"));
+    out("quic_rtt_us", sum("rtt_us") / totals.len() as f64);
+    if let Some(m) = totals
+        .iter()
+        .filter_map(|q| num(q, &["min_rtt_us"]))
+        .reduce(f64::min)
+    {
+        out("quic_min_rtt_us", m);
+    }
+    out(
+        "quic_datagrams_refused",
+        sum("datagrams_blocked") + sum("datagrams_too_large"),
+    );
+}
 
 impl TransportModel for Quic {
     fn label(&self) -> &'static str {
@@ -89,6 +158,14 @@ impl TransportModel for Quic {
 
     fn own_congestion(&self) -> bool {
         true
+    }
+
+    fn metrics(&self) -> &'static [MetricInfo] {
+        METRICS
+    }
+
+    fn measure(&self, doc: &serde_json::Value, out: &mut dyn FnMut(&'static str, f64)) {
+        measure(doc, out);
     }
 
     fn counts_datagrams(&self, knobs: &Knobs) -> bool {
@@ -431,6 +508,47 @@ mod tests {
         let s = fresh.sample(&QuicCounters::default());
         assert_eq!((s.pacing_bps, s.established), (0.0, false));
         assert!(s.describe().contains("handshaking"));
+    }
+
+    #[test]
+    fn metrics_come_from_the_senders_totals_and_have_their_rows() {
+        let doc = serde_json::json!({
+            "client": {"flows": [
+                {"role": "sender", "total": {"quic": {"lost_packets": 3, "congestion_events": 2,
+                    "rtt_us": 1000.0, "min_rtt_us": 40.0, "datagrams_blocked": 5, "datagrams_too_large": 1}}},
+                {"role": "receiver", "total": {"quic": {"lost_packets": 100}}}
+            ]},
+            "server": {"flows": [
+                {"role": "sender", "total": {"quic": {"lost_packets": 4, "congestion_events": 1,
+                    "rtt_us": 3000.0, "min_rtt_us": 30.0, "datagrams_blocked": 0, "datagrams_too_large": 0}}}
+            ]}
+        });
+        let mut got = std::collections::BTreeMap::new();
+        Quic.measure(&doc, &mut |k, v| {
+            got.insert(k, v);
+        });
+        assert_eq!(got["quic_lost_packets"], 7.0);
+        assert_eq!(got["quic_congestion_events"], 3.0);
+        assert_eq!(got["quic_rtt_us"], 2000.0);
+        assert_eq!(got["quic_min_rtt_us"], 30.0);
+        assert_eq!(got["quic_datagrams_refused"], 6.0);
+        assert_eq!(got.len(), METRICS.len());
+        // A document without QUIC gives nothing.
+        let mut none = 0;
+        Quic.measure(
+            &serde_json::json!({"client": {"flows": []}}),
+            &mut |_, _| none += 1,
+        );
+        assert_eq!(none, 0);
+        let source = include_str!("quic.rs");
+        for (name, unit, _) in METRICS {
+            assert!(
+                source
+                    .lines()
+                    .any(|l| l.starts_with(&format!("//! | `{name}` | {unit} |"))),
+                "{name} ({unit}) has no row in the module docs"
+            );
+        }
     }
 
     #[test]
