@@ -19,6 +19,8 @@ pub mod unit {
     pub const BOOL: &str = "bool";
     pub const BYTES: &str = "bytes";
     pub const SECONDS: &str = "s";
+    /// CPU seconds per gigabyte (1e9 bytes) moved.
+    pub const SECONDS_PER_GB: &str = "s/GB";
 }
 
 /// A metric a table lists: (name, unit, meaning).

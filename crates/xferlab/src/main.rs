@@ -228,13 +228,24 @@ fn why_nothing_moved(r: &xferlab_core::result::TestResult) -> Option<String> {
     if r.status != xferlab_core::result::Status::Failed {
         return None;
     }
+    let aborted = |end: &xferlab_core::result::FlowEnd| match end {
+        xferlab_core::result::FlowEnd::Aborted(why) => Some(why.clone()),
+        _ => None,
+    };
     r.client
         .flows
         .iter()
         .chain(r.server.iter().flat_map(|s| s.flows.iter()))
-        .find_map(|f| match &f.end {
-            xferlab_core::result::FlowEnd::Aborted(why) => Some(why.clone()),
-            _ => None,
+        .find_map(|f| aborted(&f.end))
+        // An rr test's request/response flows (rr over QUIC whose
+        // handshake was refused, say).
+        .or_else(|| {
+            r.client
+                .rr()
+                .into_iter()
+                .chain(r.server.as_ref().and_then(|s| s.rr()))
+                .flat_map(|rr| rr.flows.iter())
+                .find_map(|f| aborted(&f.end))
         })
 }
 
@@ -746,7 +757,10 @@ fn run_rr(a: &RrArgs) -> ExitCode {
             }
             store_result(&a.stream, &outcome.result, outcome.error.is_none());
             match (&outcome.error, outcome.interrupted) {
-                (None, _) => ExitCode::SUCCESS,
+                (None, _) => match why_nothing_moved(&outcome.result) {
+                    Some(why) => fail(&why, 1),
+                    None => ExitCode::SUCCESS,
+                },
                 (Some(e), true) => fail(e, 130),
                 (Some(e), false) => fail(e, 1),
             }

@@ -457,3 +457,232 @@ fn tcp_only_flags_and_unknown_controllers_are_one_line_each() {
     out.assert_one_line(&["/nonexistent.pem", "PEM"]);
     assert_ne!(out.code, Some(0));
 }
+
+// ------------------------------------------------------------ rr --quic
+
+/// `rr -J ARGS` against `srv`, which must succeed: its result.
+fn rr_quic_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
+    let port = srv.port.to_string();
+    let mut all = vec!["rr", "127.0.0.1", "-p", &port, "-J"];
+    all.extend_from_slice(args);
+    let out = run(&all, deadline_for(seconds));
+    out.assert_success();
+    let v = parse_json(&out);
+    validate_schema(&v);
+    assert_ok(&v);
+    assert_eq!(v["spec"]["transport"], "quic", "not over QUIC");
+    v
+}
+
+/// Every transaction completed on both ends, none failed (a request or
+/// response of any other size than -r/-s is refused and counted as
+/// failed by the client and dropped by the server: both exact here),
+/// client and server agree per flow.
+fn check_rr(v: &Value, mode: &str, flows: usize) -> u64 {
+    let c = &v["client"]["pattern"];
+    let s = &v["server"]["pattern"];
+    assert_eq!(c["mode"], mode);
+    let done = u(&c["total"]["transactions_all"]);
+    assert!(done > 20, "only {done} transactions: {}", c["total"]);
+    for k in ["failed", "timed_out", "late"] {
+        assert_eq!(u(&c["total"][k]), 0, "{k}: {}", c["total"]);
+    }
+    assert_eq!(u(&s["total"]["dropped"]), 0, "{}", s["total"]);
+    assert_eq!(u(&s["total"]["transactions_all"]), done);
+    let (cf, sf) = (
+        c["flows"].as_array().unwrap(),
+        s["flows"].as_array().unwrap(),
+    );
+    assert_eq!((cf.len(), sf.len()), (flows, flows));
+    for (a, b) in cf.iter().zip(sf) {
+        assert_eq!(a["end"]["kind"], "completed", "{}", a["end"]);
+        let n = u(&a["total"]["transactions_all"]);
+        assert!(n > 0, "flow {} idle", a["id"]);
+        assert_eq!(n, u(&b["total"]["transactions_all"]), "flow {}", a["id"]);
+        // The flow's `quic` section: a stream per transaction, over
+        // established connections with an RTT.
+        let q = &a["quic"];
+        assert_eq!(q["established"], true, "{q}");
+        assert_eq!(u(&q["streams"]), u(&a["total"]["requests"]), "{q}");
+        assert!(
+            f(&q["rtt_us"]) > 0.0 && u(&q["stream_frames_rx"]) >= n,
+            "{q}"
+        );
+        // Every interval carries the connection's state, as a stream
+        // flow's does; the packets sent over the intervals add up to
+        // at most the flow's.
+        let ivs = a["intervals"].as_array().unwrap();
+        assert!(!ivs.is_empty());
+        let mut sent = 0;
+        for iv in ivs {
+            let q = &iv["quic"];
+            assert!(q.is_object(), "an interval without its quic section: {iv}");
+            sent += u(&q["sent_packets"]);
+        }
+        assert!(
+            sent > 0 && sent <= u(&a["quic"]["sent_packets"]),
+            "{sent} {}",
+            a["quic"]
+        );
+    }
+    done
+}
+
+/// Both QUIC modes against a real server process, pipelined and
+/// multi-flow with multi-packet requests and responses; quic-crr records
+/// a handshake (connect time) for every transaction, and its transactions
+/// take longer than quic-rr's streams on one connection.
+#[test]
+fn rr_over_quic_streams_and_connections_answer_every_transaction_exactly() {
+    let srv = Server::start_with(&["--max-flows", "4"]);
+    let v = rr_quic_json(
+        &srv,
+        &[
+            "--quic", "-F", "3", "--depth", "4", "-r", "3000", "-s", "5000", "-t", "1",
+        ],
+        1.0,
+    );
+    check_rr(&v, "quic_rr", 3);
+    assert!(v["client"]["pattern"]["connect"].is_null());
+    let rr = rr_quic_json(&srv, &["--quic", "-t", "1"], 1.0);
+    let rr_done = check_rr(&rr, "quic_rr", 1);
+    let crr = rr_quic_json(
+        &srv,
+        &["--mode", "quic-crr", "-r", "100", "-s", "2000", "-t", "1"],
+        1.0,
+    );
+    let crr_done = check_rr(&crr, "quic_crr", 1);
+    let c = &crr["client"]["pattern"];
+    // A handshake per transaction: one connect time each (the one under
+    // way at the stop may have been recorded too).
+    let connects = u(&c["connect"]["count"]);
+    assert!(
+        (crr_done..=crr_done + 1).contains(&connects),
+        "{connects} handshakes for {crr_done} transactions"
+    );
+    let p50 = |v: &Value| f(&v["client"]["pattern"]["latency"]["p50_us"]);
+    assert!(
+        p50(&crr) > p50(&rr) && crr_done < rr_done,
+        "quic-crr p50 {} us ({crr_done} tx) vs quic-rr p50 {} us ({rr_done} tx)",
+        p50(&crr),
+        p50(&rr)
+    );
+    // The server's flow budget counts rr's QUIC flows as it counts TCP's.
+    let port = srv.port.to_string();
+    let out = run(
+        &[
+            "rr",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--quic",
+            "-F",
+            "8",
+            "-t",
+            "1",
+        ],
+        deadline_for(1.0),
+    );
+    out.assert_one_line_failure(1, &["8 flows", "--max-flows of 4"]);
+}
+
+/// Over the lab's 10 ms RTT link: a quic-rr transaction takes one round
+/// trip; a quic-crr one its handshake's round trip more (no 0-RTT, no
+/// resumption).
+#[test]
+fn quic_crr_pays_a_round_trip_more_than_quic_rr_for_its_handshake() {
+    let _turn = one_at_a_time();
+    assert!(
+        is_root(),
+        "this test runs `xferlab lab` (network namespaces): run it as root (CI does)"
+    );
+    let lab = |mode: &str| {
+        let out = run(
+            &[
+                "lab",
+                "--delay",
+                "5ms",
+                "--allow-invalid",
+                "rr",
+                "--mode",
+                mode,
+                "-t",
+                "1",
+                "-J",
+            ],
+            deadline_for(6.0),
+        );
+        // A busy host may make the lab's timing miss its targets (one
+        // line on stderr, --allow-invalid): a fraction of a millisecond
+        // against the 10 ms round trip this test reads.
+        assert!(out.code == Some(0) && !out.timed_out, "{}", out.describe());
+        let v = parse_json(&out);
+        validate_schema(&v);
+        assert_ok(&v);
+        v
+    };
+    let rr = lab("quic-rr");
+    let crr = lab("quic-crr");
+    let at = |v: &Value, k: &str| f(&v["summary"]["pattern"]["latency"][k]) / 1e3;
+    let rtt = 10.0;
+    assert!(
+        at(&rr, "min_us") >= rtt,
+        "quic-rr under one RTT: {}",
+        rr["summary"]
+    );
+    assert!(
+        at(&rr, "p50_us") < 1.5 * rtt,
+        "quic-rr p50 over 1.5 RTT: {}",
+        rr["summary"]
+    );
+    assert!(
+        at(&crr, "p50_us") >= at(&rr, "p50_us") + rtt,
+        "quic-crr p50 {} ms, quic-rr p50 {} ms: no handshake round trip",
+        at(&crr, "p50_us"),
+        at(&rr, "p50_us")
+    );
+    let connect = f(&crr["summary"]["pattern"]["connect"]["p50_us"]) / 1e3;
+    assert!(connect >= rtt, "a handshake under one RTT: {connect} ms");
+}
+
+#[test]
+fn rr_mode_and_flag_combinations_quic_does_not_take_are_one_line_each() {
+    for (args, needles) in [
+        (
+            &["--quic", "--mode", "udp-rr"][..],
+            &["udp-rr", "quic-rr", "quic-crr"][..],
+        ),
+        (
+            &["--mode", "quic-crr", "--depth", "2"][..],
+            &["--depth", "quic-crr"][..],
+        ),
+        (
+            &["--quic", "--background", "1"][..],
+            &["--background", "stream --quic"][..],
+        ),
+        (&["--quic", "-M", "1000"][..], &["do not apply to QUIC"][..]),
+        (
+            &["--quic", "-C", "vegas"][..],
+            &["cubic, newreno or bbr"][..],
+        ),
+    ] {
+        let mut all = vec!["rr", "-t", "1"];
+        all.extend_from_slice(args);
+        run(&all, deadline_for(1.0)).assert_one_line_failure(2, needles);
+    }
+    // A server certificate that does not verify: one line, in words.
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ca, ..)) = make_certs(dir.path(), "ca-rr") else {
+        eprintln!(
+            "SKIP (certificate part): openssl could not make test certificates (is it installed?)"
+        );
+        return;
+    };
+    for mode in ["quic-rr", "quic-crr"] {
+        run(
+            &["rr", "--mode", mode, "-t", "1", "--quic-ca", &ca],
+            deadline_for(1.0),
+        )
+        .assert_one_line_failure(1, &["certificate not trusted", "--quic-ca signed"]);
+    }
+}

@@ -39,6 +39,8 @@
 //! | `rtt_max_us` | us | largest `total.tcp.rtt_max_us` of the TCP sender flows |
 //! | `cpu_client_pct` | % | `client.cpu.percent` |
 //! | `cpu_server_pct` | % | `server.cpu.percent` (absent when the server's report is) |
+//! | `cpu_client_s_per_gb` | s/GB | `client.cpu` user + system seconds per 1e9 bytes delivered (Σ over `summary.directions` of the receiver's `bytes`, the sender's when null): what moving the data cost, comparable across rates and transports |
+//! | `cpu_server_s_per_gb` | s/GB | `server.cpu`, the same way |
 //! | `load_cpu_pct` | % | `--load`: mean over `load.workers` of `cpu_percent` (any schema) |
 //! | `usb_in_bps` | bit/s | `--usbmon` (any schema): `usbmon.host_in.total.bytes` (USB payload, framing included) over the result's measured seconds (the longest direction's); usbmon's own window (`mbytes_per_second`, which brackets the test) for other documents |
 //! | `usb_out_bps` | bit/s | `--usbmon`: `usbmon.host_out.total.bytes`, the same way |
@@ -175,6 +177,16 @@ pub const METRICS: &[MetricInfo] = &[
     ("rtt_max_us", US, "largest smoothed RTT of the TCP senders"),
     ("cpu_client_pct", PERCENT, "client CPU, % of one core"),
     ("cpu_server_pct", PERCENT, "server CPU, % of one core"),
+    (
+        "cpu_client_s_per_gb",
+        SECONDS_PER_GB,
+        "client CPU seconds per GB delivered",
+    ),
+    (
+        "cpu_server_s_per_gb",
+        SECONDS_PER_GB,
+        "server CPU seconds per GB delivered",
+    ),
     (
         "load_cpu_pct",
         PERCENT,
@@ -698,6 +710,7 @@ fn result_metrics(doc: &Value, out: &mut Out) {
     tcp_rtt_metrics(doc, out);
     out.push_opt("cpu_client_pct", num(doc, &["client", "cpu", "percent"]));
     out.push_opt("cpu_server_pct", num(doc, &["server", "cpu", "percent"]));
+    cpu_per_gb(doc, directions, out);
     if let Some(rr) = section(summary, "pattern", "rr") {
         rr_metrics(rr, out);
     }
@@ -710,6 +723,31 @@ fn result_metrics(doc: &Value, out: &mut Out) {
         .and_then(|c| section(c, "transport", "usb_bulk"))
     {
         usb_metrics(usb, out);
+    }
+}
+
+/// CPU seconds (user + system) per 1e9 bytes delivered, per side: none
+/// when nothing was delivered (a CPU cost per nothing says nothing).
+fn cpu_per_gb(doc: &Value, directions: &[Value], out: &mut Out) {
+    let bytes: f64 = directions
+        .iter()
+        .filter_map(|d| num(d, &["receiver", "bytes"]).or_else(|| num(d, &["sender", "bytes"])))
+        .sum();
+    if bytes <= 0.0 {
+        return;
+    }
+    for (side, name) in [
+        ("client", "cpu_client_s_per_gb"),
+        ("server", "cpu_server_s_per_gb"),
+    ] {
+        let cpu = doc.get(side).and_then(|s| s.get("cpu"));
+        let (Some(user), Some(system)) = (
+            cpu.and_then(|c| num(c, &["user_s"])),
+            cpu.and_then(|c| num(c, &["system_s"])),
+        ) else {
+            continue;
+        };
+        out.push(name, (user + system) / (bytes / 1e9));
     }
 }
 
@@ -1407,6 +1445,21 @@ mod tests {
         has(&m, "rtt_max_us", 2076.0);
         assert!(get(&m, "cpu_client_pct").unwrap() > 0.0);
         assert!(get(&m, "cpu_server_pct").is_some());
+        // CPU per GB: each side's user + system seconds over the bytes
+        // both directions' receivers got.
+        let doc = fixture("stream_tcp_bidir");
+        let bytes: f64 = doc["summary"]["directions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["receiver"]["bytes"].as_f64().unwrap())
+            .sum();
+        for side in ["client", "server"] {
+            let cpu = &doc[side]["cpu"];
+            let secs = cpu["user_s"].as_f64().unwrap() + cpu["system_s"].as_f64().unwrap();
+            assert!(secs > 0.0 && bytes > 1e9);
+            has(&m, &format!("cpu_{side}_s_per_gb"), secs / (bytes / 1e9));
+        }
         for absent in ["loss_fraction", "late", "tps", "lab_valid", "sustained"] {
             assert_eq!(get(&m, absent), None, "{absent}");
         }

@@ -4,6 +4,7 @@
 //! stream intervals of the background group) and once at the end.
 
 use crate::interval::IntervalClock;
+use crate::transport::TransportCounters;
 
 use super::report::{rate, RrInterval, RrTotal};
 use super::tracker::TxCounts;
@@ -14,7 +15,7 @@ const SLIVER: f64 = 0.1;
 const EPS: f64 = 1e-9;
 
 /// Cumulative counts of one flow at one moment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct TxReading {
     pub tx: TxCounts,
     /// Latencies recorded so far (client) and their sum.
@@ -22,6 +23,9 @@ pub struct TxReading {
     pub latency_sum_ns: u128,
     /// Server: requests deliberately left unanswered.
     pub dropped: u64,
+    /// The transport's own counters (rr over QUIC, client), for the
+    /// intervals' transport section.
+    pub transport: Option<TransportCounters>,
 }
 
 #[derive(Debug, Clone)]
@@ -70,11 +74,10 @@ impl TxMeter {
             }
         }
         if self.window.is_none() && t + EPS >= self.clock.omit_s {
-            self.window = Some((t, now));
+            self.window = Some((t, now.clone()));
         }
         self.last_t = t;
-        self.before_last = self.last;
-        self.last = now;
+        self.before_last = std::mem::replace(&mut self.last, now);
     }
 
     pub fn intervals(&self) -> &[RrInterval] {
@@ -96,7 +99,7 @@ impl TxMeter {
                 }
             }
         }
-        let (w_start, w) = self.window.unwrap_or((t, now));
+        let (w_start, w) = self.window.clone().unwrap_or((t, now.clone()));
         let transactions = now.tx.completed - w.tx.completed;
         let total = RrTotal {
             start_s: w_start,
@@ -127,6 +130,10 @@ fn interval(start: f64, end: f64, a: &TxReading, b: &TxReading, omitted: bool) -
         failed: b.tx.failed - a.tx.failed,
         mean_latency_us: (n > 0)
             .then(|| (b.latency_sum_ns - a.latency_sum_ns) as f64 / n as f64 / 1e3),
+        transport: b.transport.as_ref().and_then(|now| {
+            let zero = now.zero();
+            now.sample(a.transport.as_ref().or(zero.as_ref())?)
+        }),
     }
 }
 
@@ -144,6 +151,7 @@ mod tests {
             latency_n: completed,
             latency_sum_ns: u128::from(completed * lat_us * 1000),
             dropped: 0,
+            transport: None,
         }
     }
 

@@ -41,9 +41,26 @@ mod tests {
 
     #[test]
     fn defaults_are_valid_and_bad_values_name_their_flag() {
-        for mode in [RrMode::TcpRr, RrMode::TcpCrr, RrMode::UdpRr] {
+        for mode in [
+            RrMode::TcpRr,
+            RrMode::TcpCrr,
+            RrMode::UdpRr,
+            RrMode::QuicRr,
+            RrMode::QuicCrr,
+        ] {
             TestSpec::default_rr(mode).validate().unwrap();
         }
+        // QUIC's modes run over QUIC, and quic-crr, a connection per
+        // transaction, has one outstanding, as tcp-crr.
+        assert_eq!(RrMode::QuicRr.transport(), crate::spec::Transport::Quic);
+        let mut crr = TestSpec::default_rr(RrMode::QuicCrr);
+        if let Pattern::Rr(r) = &mut crr.pattern {
+            r.depth = 2;
+        }
+        assert!(crr.validate().unwrap_err().to_string().contains("quic-crr"));
+        let mut wrong = TestSpec::default_rr(RrMode::QuicRr);
+        wrong.transport = crate::spec::Transport::Tcp;
+        assert!(wrong.validate().is_err());
         let bad = |f: &dyn Fn(&mut RrSpec)| {
             let mut s = TestSpec::default_rr(RrMode::TcpRr);
             if let Pattern::Rr(rr) = &mut s.pattern {

@@ -9,7 +9,7 @@ use crate::interval::FlowEnd;
 use crate::latency::{LatencySummary, Percentile};
 
 /// Transactions of one flow (or all flows) over one interval.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrInterval {
     pub start_s: f64,
     pub end_s: f64,
@@ -22,6 +22,11 @@ pub struct RrInterval {
     /// Client: mean latency of the interval's transactions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mean_latency_us: Option<f64>,
+    /// A flow's interval, rr over QUIC (client): the transport's own
+    /// section under its name (`"quic": {...}`), as a stream flow's
+    /// interval has it.
+    #[serde(flatten)]
+    pub transport: Option<crate::transport::TransportSection>,
 }
 
 /// Transactions of one flow (or all flows) over the whole test.
@@ -61,6 +66,12 @@ pub struct RrFlowReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connect: Option<LatencySummary>,
     pub end: FlowEnd,
+    /// Client, quic-rr and quic-crr: the transport's own section over
+    /// the whole test, under its name (`"quic": {...}`): the flow's
+    /// connection, or quic-crr's connections (their counts summed, the
+    /// state the last one's).
+    #[serde(flatten)]
+    pub transport: Option<crate::transport::TransportSection>,
 }
 
 /// The request/response group of one side.

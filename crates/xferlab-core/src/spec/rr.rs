@@ -32,6 +32,13 @@ pub enum RrMode {
     TcpCrr,
     /// One datagram each way, with a sequence number and a timeout.
     UdpRr,
+    /// A long-lived QUIC connection per flow, a bidirectional stream per
+    /// transaction: open, request, FIN; response to FIN.
+    QuicRr,
+    /// A new QUIC connection per transaction (a full handshake each, no
+    /// resumption or 0-RTT, as TCP CRR pays its SYN), one stream on it,
+    /// then a close: the CRR analogue.
+    QuicCrr,
 }
 
 impl RrMode {
@@ -40,14 +47,30 @@ impl RrMode {
             RrMode::TcpRr => "tcp-rr",
             RrMode::TcpCrr => "tcp-crr",
             RrMode::UdpRr => "udp-rr",
+            RrMode::QuicRr => "quic-rr",
+            RrMode::QuicCrr => "quic-crr",
         }
     }
 
     pub fn transport(self) -> Transport {
         match self {
             RrMode::UdpRr => Transport::Udp,
-            _ => Transport::Tcp,
+            RrMode::QuicRr | RrMode::QuicCrr => Transport::Quic,
+            RrMode::TcpRr | RrMode::TcpCrr => Transport::Tcp,
         }
+    }
+
+    /// A connection per transaction (tcp-crr, quic-crr): one request
+    /// outstanding, a timeout, a connect time per transaction.
+    pub fn per_connection(self) -> bool {
+        matches!(self, RrMode::TcpCrr | RrMode::QuicCrr)
+    }
+
+    /// Transactions time out (`--timeout`): datagrams may be lost, and a
+    /// connection per transaction may never be answered; a long-lived
+    /// reliable connection delivers or fails as a whole.
+    pub fn times_out(self) -> bool {
+        !matches!(self, RrMode::TcpRr | RrMode::QuicRr)
     }
 }
 
@@ -183,7 +206,7 @@ impl RrSpec {
         if spec.parallel > MAX_BACKGROUND {
             return Err(RrSpecError::Background(spec.parallel));
         }
-        if self.mode == RrMode::TcpCrr && self.depth != 1 {
+        if self.mode.per_connection() && self.depth != 1 {
             return Err(RrSpecError::DepthOnCrr);
         }
         if self.drop_request == Some(0) {
@@ -223,7 +246,7 @@ pub enum RrSpecError {
     Timeout(f64),
     #[error("--background must be between 0 and {max} stream flows (got {0})", max = limits::MAX_BACKGROUND)]
     Background(u32),
-    #[error("--depth applies to tcp-rr and udp-rr; tcp-crr carries one transaction per connection (use -F for concurrency)")]
+    #[error("--depth applies to tcp-rr, udp-rr and quic-rr; tcp-crr and quic-crr carry one transaction per connection (use -F for concurrency)")]
     DepthOnCrr,
     #[error("--drop-request counts from 1 (the first request)")]
     DropRequestZero,

@@ -277,6 +277,20 @@ pub enum TransportCounters {
 }
 
 impl TransportCounters {
+    /// The reading of this transport before anything happened, for a
+    /// flow whose first reading comes after its start (rr over QUIC: the
+    /// connection opens with the test); None where a transport's first
+    /// reading is always taken at the start.
+    pub fn zero(&self) -> Option<TransportCounters> {
+        match self {
+            Self::Quic(q) => Some(Self::Quic(quic::QuicCounters {
+                cc: q.cc,
+                ..quic::QuicCounters::default()
+            })),
+            Self::Mptcp(_) | Self::Dccp(_) => None,
+        }
+    }
+
     /// The interval from `prev` to `self`, as the result shows it; None
     /// when the two readings cannot be compared.
     pub fn sample(&self, prev: &TransportCounters) -> Option<TransportSection> {

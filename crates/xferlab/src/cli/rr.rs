@@ -17,6 +17,14 @@ pub enum RrModeArg {
     TcpCrr,
     /// One datagram each way with a sequence number; lost ones time out.
     UdpRr,
+    /// Persistent QUIC connection per flow, a new bidirectional stream
+    /// per transaction (request, FIN; response to FIN). `--quic` with
+    /// tcp-rr picks it.
+    QuicRr,
+    /// New QUIC connection per transaction: a full handshake each (no
+    /// resumption, no 0-RTT), one stream, close. `--quic` with tcp-crr
+    /// picks it.
+    QuicCrr,
 }
 
 /// `--wait` values of `xferlab rr`.
@@ -131,23 +139,48 @@ impl RrArgs {
                 "{flag} is a stream option; see `xferlab rr --help`"
             ));
         }
-        if let Some(t) = a.transport.0 {
+        let quic = a.transport.0 == Some(Transport::Quic);
+        if let Some(t) = a.transport.0.filter(|_| !quic) {
             return Err(format!(
-                "{} is a stream option: rr runs over TCP, or UDP with --mode udp-rr",
+                "{} is a stream option: rr runs over TCP, UDP with --mode udp-rr, or QUIC with --quic",
                 TransportArg::name(t)
             ));
         }
         let int = |flag: &str, v: i64| {
             u32::try_from(v).map_err(|_| format!("{flag} must be a positive number (got {v})"))
         };
-        let mode = match self.mode {
-            RrModeArg::TcpRr => RrMode::TcpRr,
-            RrModeArg::TcpCrr => RrMode::TcpCrr,
-            RrModeArg::UdpRr => RrMode::UdpRr,
+        // --quic carries rr's two TCP modes over QUIC: a stream per
+        // transaction, or a connection per transaction.
+        let mode = match (self.mode, quic) {
+            (RrModeArg::TcpRr, false) => RrMode::TcpRr,
+            (RrModeArg::TcpCrr, false) => RrMode::TcpCrr,
+            (RrModeArg::UdpRr, false) => RrMode::UdpRr,
+            (RrModeArg::TcpRr | RrModeArg::QuicRr, _) => RrMode::QuicRr,
+            (RrModeArg::TcpCrr | RrModeArg::QuicCrr, _) => RrMode::QuicCrr,
+            (RrModeArg::UdpRr, true) => {
+                return Err(
+                    "--mode udp-rr carries bare datagrams; with --quic use --mode quic-rr (a stream per transaction) or quic-crr (a connection per transaction)"
+                        .into(),
+                )
+            }
         };
+        if mode.transport() == Transport::Quic && self.background > 0 {
+            return Err(
+                "--background runs TCP stream flows beside the rr flows; with quic-rr/quic-crr leave it out (run `xferlab stream --quic` for QUIC bulk flows)"
+                    .into(),
+            );
+        }
         let background = int("--background", self.background)?;
         let mut spec = a.spec_with(false, 10.0)?;
         spec.transport = mode.transport();
+        if quic {
+            // What --quic sets up for datagram flows (batches, GSO,
+            // receive stamps) is the stream pattern's; a QUIC rr
+            // endpoint batches on its own.
+            spec.knobs.batch = 1;
+            spec.knobs.gso = false;
+            spec.knobs.rx_stamps = None;
+        }
         spec.parallel = background;
         spec.pattern = Pattern::Rr(RrSpec {
             mode,

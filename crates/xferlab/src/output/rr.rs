@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use xferlab_core::latency::LatencySummary;
 use xferlab_core::result::TestResult;
 use xferlab_core::rr::report::{RrInterval, RrSideReport};
-use xferlab_core::rr::{RrMode, RrWait};
+use xferlab_core::rr::RrWait;
 use xferlab_core::spec::{Limit, TestSpec};
 
 /// Per-flow lines are printed for at most this many flows.
@@ -35,10 +35,10 @@ pub fn describe(spec: &TestSpec) -> String {
         rr.request_wire(),
         rr.response_wire(),
     );
-    if rr.mode != RrMode::TcpCrr {
+    if !rr.mode.per_connection() {
         write!(s, ", depth {}", rr.depth).ok();
     }
-    if rr.mode != RrMode::TcpRr {
+    if rr.mode.times_out() {
         write!(s, ", timeout {} ms", rr.timeout_s * 1e3).ok();
     }
     write!(s, ", {limit}{omit}").ok();

@@ -90,6 +90,10 @@ impl ClientPattern for RrClient {
         let mut plan = self.plan.take().ok_or(PatternError::NotWelcomed)?;
         let clock = IntervalClock::new(cfg.spec.interval_s, cfg.spec.omit_s);
         let mut side = RrSide::new(self.rr.mode, plan.wait, self.rr.flows, clock);
+        #[cfg(feature = "quic")]
+        if self.rr.mode.transport() == Transport::Quic {
+            side.track_quic();
+        }
         let mut background = None;
         if !self.background.is_empty() {
             let mut b = Side::prepare(
@@ -166,6 +170,12 @@ fn connect_rr(
             .resolve(&cfg.spec.affinity, net::canonical(to).ip().is_loopback()),
     };
     let mut conns = Vec::with_capacity(rr.flows as usize);
+    if rr.mode.transport() == Transport::Quic {
+        // The QUIC engine threads open their endpoints and connections
+        // themselves (a build without QUIC fails here).
+        crate::transport::io(Transport::Quic)?;
+        return Ok((plan, conns));
+    }
     for id in 0..rr.flows {
         let c = match rr.mode {
             RrMode::TcpRr => {
@@ -192,6 +202,7 @@ fn connect_rr(
                 ClientConn::Udp(s)
             }
             RrMode::TcpCrr => ClientConn::Crr,
+            RrMode::QuicRr | RrMode::QuicCrr => unreachable!("returned above"),
         };
         conns.push((id, c));
     }
@@ -209,11 +220,19 @@ fn spawn_engines(
     tx: &mpsc::Sender<Wake>,
 ) -> Result<(), PatternError> {
     let n = super::engine_threads(plan.rr.flows);
+    let quic = plan.rr.mode.transport() == Transport::Quic;
     let mut shares: Vec<Vec<(u32, ClientConn)>> = (0..n).map(|_| Vec::new()).collect();
     for (k, c) in conns.into_iter().enumerate() {
         shares[k % n].push(c);
     }
-    for (k, share) in shares.into_iter().enumerate() {
+    // QUIC: the flows' ids only, dealt the same way.
+    let mut ids: Vec<Vec<u32>> = (0..n).map(|_| Vec::new()).collect();
+    if quic {
+        for id in 0..plan.rr.flows {
+            ids[id as usize % n].push(id);
+        }
+    }
+    for (k, (share, ids)) in shares.into_iter().zip(ids).enumerate() {
         let (plan, counters, flags, tally, done) = (
             plan.clone(),
             side.counters.clone(),
@@ -227,7 +246,11 @@ fn spawn_engines(
                 crate::sys::affinity::pin_data_thread(cpu);
                 let cpu = tally.track();
                 let ended = flags.clone();
-                let out = client_flow::run(plan, share, counters, flags);
+                let out = if quic {
+                    super::quic_client(plan, ids, counters, flags)
+                } else {
+                    client_flow::run(plan, share, counters, flags)
+                };
                 drop(cpu);
                 ended
                     .ended

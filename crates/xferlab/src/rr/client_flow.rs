@@ -342,6 +342,7 @@ pub fn run(
                 connect: f.connect,
                 end: f.end.as_ref().map_or(FlowEnd::Completed, |e| e.0.clone()),
                 end_at: f.end.map_or(end, |e| e.1),
+                transport: None,
             }
         })
         .collect()
@@ -359,6 +360,7 @@ fn failed_all(flows: Vec<Flow>, why: &str) -> Vec<FlowResult> {
             connect: None,
             end: FlowEnd::Aborted(why.to_string()),
             end_at: now,
+            transport: None,
         })
         .collect()
 }

@@ -19,6 +19,10 @@ pub struct FlowCounters {
     pub latency_n: AtomicU64,
     pub latency_sum_ns: AtomicU64,
     pub dropped: AtomicU64,
+    /// rr over QUIC, client: the flow's connection state and counters,
+    /// published by its engine thread (a few times per interval).
+    #[cfg(feature = "quic")]
+    pub quic: Option<crate::transport::quic::QuicShared>,
 }
 
 impl FlowCounters {
@@ -46,6 +50,13 @@ impl FlowCounters {
             latency_n: self.latency_n.load(Relaxed),
             latency_sum_ns: u128::from(self.latency_sum_ns.load(Relaxed)),
             dropped: self.dropped.load(Relaxed),
+            #[cfg(feature = "quic")]
+            transport: self
+                .quic
+                .as_ref()
+                .map(|q| xferlab_core::transport::TransportCounters::Quic(q.read())),
+            #[cfg(not(feature = "quic"))]
+            transport: None,
         }
     }
 }

@@ -9,6 +9,8 @@ mod client_flow;
 mod counters;
 
 use xferlab_sys::poller;
+#[cfg(feature = "quic")]
+mod quic;
 mod server_engine;
 pub mod session;
 mod side;
@@ -43,4 +45,36 @@ pub fn raise_nofile_limit() -> u64 {
 pub fn engine_threads(flows: u32) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     cores.clamp(1, 4).min(flows.max(1) as usize)
+}
+
+/// A client engine thread of quic-rr/quic-crr ([`quic`]); a build
+/// without QUIC refused the test before any thread started.
+fn quic_client(
+    plan: std::sync::Arc<client_flow::ClientPlan>,
+    ids: Vec<u32>,
+    counters: std::sync::Arc<[counters::FlowCounters]>,
+    flags: std::sync::Arc<side::EngineFlags>,
+) -> Vec<side::FlowResult> {
+    #[cfg(feature = "quic")]
+    return quic::run_client(plan, ids, counters, flags);
+    #[cfg(not(feature = "quic"))]
+    {
+        let _ = (plan, ids, counters, flags);
+        Vec::new()
+    }
+}
+
+/// The server's engine thread of quic-rr/quic-crr ([`quic`]).
+fn quic_server(
+    plan: std::sync::Arc<server_engine::ServerPlan>,
+    counters: std::sync::Arc<[counters::FlowCounters]>,
+    flags: std::sync::Arc<side::EngineFlags>,
+) -> Vec<side::FlowResult> {
+    #[cfg(feature = "quic")]
+    return quic::run_server(plan, counters, flags);
+    #[cfg(not(feature = "quic"))]
+    {
+        let _ = (plan, counters, flags);
+        Vec::new()
+    }
 }

@@ -58,6 +58,9 @@ pub struct ServerPlan {
     /// connection pacing cannot hold CRR, whose connections each send
     /// one answer, and one UDP socket answers every flow).
     pub budget: Option<SharedRate>,
+    /// quic-rr and quic-crr: the congestion controller (`-C`).
+    #[cfg_attr(not(feature = "quic"), allow(dead_code))]
+    pub congestion: Option<String>,
 }
 
 struct Conn {
@@ -262,6 +265,7 @@ fn result(id: u32, c: &Conn, end: FlowEnd, at: Time) -> FlowResult {
         connect: None,
         end,
         end_at: at,
+        transport: None,
     }
 }
 
@@ -466,7 +470,7 @@ fn serve_udp(
 /// leaving further requests in the socket's queue. False: drop the
 /// answer (its slot comes after the client stops waiting, or the test is
 /// aborted).
-fn wait_for_slot(budget: &SharedRate, bytes: u64, flags: &EngineFlags) -> bool {
+pub(super) fn wait_for_slot(budget: &SharedRate, bytes: u64, flags: &EngineFlags) -> bool {
     let at = match budget.reserve(bytes, clock::now()) {
         Slot::Now => return true,
         Slot::Drop => return false,

@@ -92,9 +92,11 @@ impl SessionPattern for RrSession {
         );
         let notify_tx = env.tx.clone();
         let (pacing, budget) = answer_rate(spec, &rr);
+        let quic = rr.mode.transport() == Transport::Quic;
         let plan = Arc::new(ServerPlan {
             pacing,
             budget,
+            congestion: spec.knobs.congestion.clone(),
             wait,
             rr: rr.clone(),
             token: env.token,
@@ -107,7 +109,14 @@ impl SessionPattern for RrSession {
             }),
         });
         let pinned = spec.affinity.server;
-        for k in 0..super::engine_threads(rr.flows) {
+        // QUIC: one endpoint, one thread (a connection's state is one
+        // thread's).
+        let threads = if quic {
+            1
+        } else {
+            super::engine_threads(rr.flows)
+        };
+        for k in 0..threads {
             let (plan, counters, flags, tally, done) = (
                 plan.clone(),
                 rr_side.counters.clone(),
@@ -121,7 +130,11 @@ impl SessionPattern for RrSession {
                     crate::sys::affinity::pin_data_thread(pinned);
                     let cpu = tally.track();
                     let ended = flags.clone();
-                    let out = server_engine::run(plan, counters, flags);
+                    let out = if quic {
+                        super::quic_server(plan, counters, flags)
+                    } else {
+                        server_engine::run(plan, counters, flags)
+                    };
                     drop(cpu);
                     ended.ended.fetch_add(1, Ordering::Release);
                     done.send(Wake::FlowDone).ok();
@@ -224,7 +237,8 @@ fn answer_rate(spec: &TestSpec, rr: &RrSpec) -> (Option<u64>, Option<SharedRate>
     };
     match rr.mode {
         RrMode::TcpRr => (Some(per_flow), None),
-        RrMode::TcpCrr | RrMode::UdpRr => {
+        // quic-rr too: one endpoint answers every flow's streams.
+        RrMode::TcpCrr | RrMode::UdpRr | RrMode::QuicRr | RrMode::QuicCrr => {
             let bits = per_flow
                 .saturating_mul(8)
                 .saturating_mul(u64::from(rr.flows));
@@ -238,6 +252,17 @@ fn answer_rate(spec: &TestSpec, rr: &RrSpec) -> (Option<u64>, Option<SharedRate>
 /// Makes the session's rr socket.
 fn open_socket(spec: &TestSpec, rr: &RrSpec, bind: SocketAddr) -> Result<RrSocket, PatternError> {
     match rr.mode {
+        RrMode::QuicRr | RrMode::QuicCrr => {
+            // Fails here in a build without QUIC.
+            crate::transport::io(Transport::Quic)?;
+            let knobs = Knobs {
+                buffer: spec.knobs.buffer.or(Some(UDP_SERVER_BUFFER)),
+                tos: spec.knobs.tos,
+                ..Knobs::default()
+            };
+            let s = crate::transport::bind(Transport::Udp, bind, &knobs, false)?;
+            Ok(RrSocket::Udp(s))
+        }
         RrMode::UdpRr => {
             // One socket takes every flow's requests: give it room for a
             // burst from all of them (-w still decides when given).

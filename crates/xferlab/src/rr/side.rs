@@ -40,6 +40,8 @@ pub struct FlowResult {
     pub connect: Option<LatencyRecorder>,
     pub end: FlowEnd,
     pub end_at: Time,
+    /// The transport's own section over the test (QUIC's).
+    pub transport: Option<xferlab_core::transport::TransportSection>,
 }
 
 /// How often idle engine threads look at the stop and abort flags.
@@ -83,6 +85,19 @@ impl RrSide {
         }
     }
 
+    /// rr over QUIC, client: every flow gets a slot for its connection's
+    /// counters, read into its intervals' `quic` section. Before the
+    /// engine threads start.
+    #[cfg(feature = "quic")]
+    pub fn track_quic(&mut self) {
+        self.counters = (0..self.meters.len())
+            .map(|_| FlowCounters {
+                quic: Some(Default::default()),
+                ..FlowCounters::default()
+            })
+            .collect();
+    }
+
     /// Restarts the clock (the test starts now).
     pub fn set_start(&mut self, at: Time) {
         self.start = at;
@@ -121,7 +136,7 @@ impl RrSide {
         }
         sum_intervals(self.meters.iter().map(|m| m.intervals()))
             .last()
-            .copied()
+            .cloned()
             .filter(|_| self.clock.interval_s > 0.0)
     }
 
@@ -181,8 +196,8 @@ impl RrSide {
             let at = r.as_ref().map_or(now, |r| r.end_at);
             let t = at.duration_since(self.start).as_secs_f64();
             let (intervals, total) = m.finish(t, self.counters[id].reading());
-            let (local, remote, end, lat, con) = match r {
-                Some(r) => (r.local, r.remote, r.end, r.latency, r.connect),
+            let (local, remote, end, lat, con, transport) = match r {
+                Some(r) => (r.local, r.remote, r.end, r.latency, r.connect, r.transport),
                 None => (
                     self.default_local.clone(),
                     self.default_remote.clone(),
@@ -191,6 +206,7 @@ impl RrSide {
                     } else {
                         FlowEnd::Completed
                     },
+                    None,
                     None,
                     None,
                 ),
@@ -211,6 +227,7 @@ impl RrSide {
                 latency: lat.as_ref().and_then(LatencyRecorder::summary),
                 connect: con.as_ref().and_then(LatencyRecorder::summary),
                 end,
+                transport,
             });
         }
         let total = sum_totals(flows.iter().map(|f| &f.total));

@@ -519,7 +519,7 @@ impl<'a> Flow<'a> {
 
 /// rustls' reason for refusing a certificate, in words
 /// ("invalid peer certificate: UnknownIssuer").
-fn why_untrusted(reason: &str) -> String {
+pub(crate) fn why_untrusted(reason: &str) -> String {
     let r = reason.trim_start_matches("invalid peer certificate: ");
     if r.contains("UnknownIssuer") {
         "that no CA in --quic-ca signed".into()

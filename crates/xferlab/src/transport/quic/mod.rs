@@ -17,6 +17,9 @@ mod flow;
 pub mod perf;
 pub mod tls;
 
+/// rr's QUIC flows word a refused certificate as the stream flows do.
+pub(crate) use flow::why_untrusted;
+
 pub use error::QuicError;
 
 use std::os::fd::AsFd;
@@ -188,7 +191,7 @@ impl QuicShared {
         }
     }
 
-    fn read(&self) -> QuicCounters {
+    pub(crate) fn read(&self) -> QuicCounters {
         let r = Ordering::Relaxed;
         let v: [u64; COUNTS] = std::array::from_fn(|i| self.counts[i].load(r));
         QuicCounters {

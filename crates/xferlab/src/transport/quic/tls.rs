@@ -121,6 +121,10 @@ fn server_config(
         .with_single_cert(chain, key)?;
     c.alpn_protocols = vec![alpn.to_vec()];
     c.max_early_data_size = 0;
+    // No session tickets: every handshake is a full one (rr's quic-crr
+    // pays one per transaction, as tcp-crr pays its SYN; nothing here
+    // needs resumption).
+    c.send_tls13_tickets = 0;
     QuicServerConfig::try_from(c)
         .map(Arc::new)
         .map_err(|e| rustls::Error::General(e.to_string()))
