@@ -124,10 +124,6 @@ pub struct Driver<'a> {
     pub traffic: Traffic,
 }
 
-// Part of the API serves a server port with many connections (retry,
-// ignore, the handles), which the flows here, one connection each, do
-// not call.
-#[allow(dead_code)]
 impl<'a> Driver<'a> {
     /// A driver on `sock` (made non-blocking here), serving incoming
     /// connections with `server` where given; `max_udp_payload` is the
@@ -177,11 +173,15 @@ impl<'a> Driver<'a> {
     }
 
     /// The socket it runs on.
+    // For a caller with many connections on a port; no flow calls it.
+    #[allow(dead_code)]
     pub fn socket(&self) -> &UdpSocket {
         self.sock
     }
 
     /// The endpoint (its configuration, the connections it holds).
+    // For a caller with many connections on a port; no flow calls it.
+    #[allow(dead_code)]
     pub fn endpoint(&mut self) -> &mut Endpoint {
         &mut self.endpoint
     }
@@ -260,6 +260,8 @@ impl<'a> Driver<'a> {
     }
 
     /// Handles of the connections alive now.
+    // For a caller with many connections on a port; no flow calls it.
+    #[allow(dead_code)]
     pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
         self.conns
             .iter()
