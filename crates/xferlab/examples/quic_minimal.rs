@@ -10,10 +10,11 @@
 //! (bench/quic-stream passes them from xferlab's own result): the largest
 //! UDP payload (`--payload`), the stream and connection receive windows
 //! (`--window`) and the send window (twice the cwnd at most; here the
-//! window), CUBIC. So the difference to xferlab is its loop: batched
-//! receives and GSO trains, its pacing of writes, its bookkeeping.
+//! window), the sockets' buffers (`--buffer`), CUBIC. So the difference
+//! to xferlab is its loop: batched receives and GSO trains, its pacing of
+//! writes, its bookkeeping.
 //!
-//! `cargo run --release --example quic_minimal -- [-t SECS] [--payload BYTES] [--window BYTES]`
+//! `cargo run --release --example quic_minimal -- [-t SECS] [--payload BYTES] [--window BYTES] [--buffer BYTES]`
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ struct Args {
     secs: f64,
     payload: u16,
     window: u64,
+    buffer: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -42,6 +44,7 @@ fn args() -> Result<Args, String> {
         secs: 5.0,
         payload: 1452,
         window: 1_250_000,
+        buffer: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -51,7 +54,12 @@ fn args() -> Result<Args, String> {
             "-t" => a.secs = v.parse().map_err(|e| bad(&e))?,
             "--payload" => a.payload = v.parse().map_err(|e| bad(&e))?,
             "--window" => a.window = v.parse().map_err(|e| bad(&e))?,
-            _ => return Err(format!("unknown flag {flag} (-t, --payload, --window)")),
+            "--buffer" => a.buffer = v.parse().map_err(|e| bad(&e))?,
+            _ => {
+                return Err(format!(
+                    "unknown flag {flag} (-t, --payload, --window, --buffer)"
+                ))
+            }
         }
     }
     Ok(a)
@@ -80,8 +88,15 @@ struct End {
 }
 
 impl End {
-    fn new(server: Option<Arc<ServerConfig>>, payload: u16) -> End {
+    fn new(server: Option<Arc<ServerConfig>>, payload: u16, buffer: usize) -> End {
         let sock = UdpSocket::bind("127.0.0.1:0").expect("a loopback UDP socket");
+        if buffer > 0 {
+            // As xferlab sizes a flow's socket (SO_*BUF; the kernel caps
+            // them at net.core.*mem_max).
+            let s = socket2::SockRef::from(&sock);
+            s.set_recv_buffer_size(buffer).ok();
+            s.set_send_buffer_size(buffer).ok();
+        }
         let mut ep = EndpointConfig::default();
         ep.max_udp_payload_size(payload)
             .expect("a payload size of 1200..65527");
@@ -288,9 +303,9 @@ fn main() {
     let mut ccfg = ClientConfig::new(Arc::new(QuicClientConfig::try_from(ctls).unwrap()));
     ccfg.transport_config(transport(&a));
 
-    let s_end = End::new(Some(scfg.clone()), a.payload);
+    let s_end = End::new(Some(scfg.clone()), a.payload, a.buffer);
     let to = s_end.sock.local_addr().unwrap();
-    let c_end = End::new(None, a.payload);
+    let c_end = End::new(None, a.payload, a.buffer);
     let srv = std::thread::spawn(move || server(s_end, scfg));
     let secs = a.secs;
     let cli = std::thread::spawn(move || client(c_end, ccfg, to, secs));
