@@ -172,20 +172,6 @@ impl<'a> Driver<'a> {
         self.foreign = Some(f);
     }
 
-    /// The socket it runs on.
-    // For a caller with many connections on a port; no flow calls it.
-    #[allow(dead_code)]
-    pub fn socket(&self) -> &UdpSocket {
-        self.sock
-    }
-
-    /// The endpoint (its configuration, the connections it holds).
-    // For a caller with many connections on a port; no flow calls it.
-    #[allow(dead_code)]
-    pub fn endpoint(&mut self) -> &mut Endpoint {
-        &mut self.endpoint
-    }
-
     /// Opens a client connection to `remote`.
     pub fn connect(
         &mut self,
@@ -260,8 +246,7 @@ impl<'a> Driver<'a> {
     }
 
     /// Handles of the connections alive now.
-    // For a caller with many connections on a port; no flow calls it.
-    #[allow(dead_code)]
+    #[cfg(test)]
     pub fn handles(&self) -> impl Iterator<Item = ConnectionHandle> + '_ {
         self.conns
             .iter()
