@@ -122,6 +122,10 @@ struct Data {
     /// Of `runs`, those whose lab missed its targets but which the
     /// scenario keeps with `--allow-invalid` (the lab VM's, say).
     kept_invalid: usize,
+    /// Attempts the lab marked invalid that a later attempt of the same
+    /// run replaced (`--retry-invalid`): not in any number either, but
+    /// counted, so the report says how many runs the lab refused.
+    retried_invalid: usize,
     failed: Vec<RunRow>,
 }
 
@@ -186,6 +190,13 @@ impl Data {
             }
             runs[*i].push(RunData { metrics, doc });
         }
+        let retried_invalid = store
+            .all_runs(experiment)
+            .map_err(super::line)?
+            .iter()
+            .filter(|r| r.status == "invalid")
+            .count()
+            .saturating_sub(invalid.len());
         Ok((
             Data {
                 scenario,
@@ -193,6 +204,7 @@ impl Data {
                 runs,
                 invalid,
                 kept_invalid,
+                retried_invalid,
                 failed,
             },
             e.name,
@@ -200,8 +212,9 @@ impl Data {
         ))
     }
 
-    /// "40 valid runs, 2 invalid (left out), 1 failed", and a note when
-    /// valid runs include lab runs kept with `--allow-invalid`.
+    /// "40 valid runs, 2 invalid (left out), 1 failed", the invalid
+    /// attempts run again, and a note when valid runs include lab runs
+    /// kept with `--allow-invalid`.
     fn counts_text(&self) -> String {
         let valid: usize = self.runs.iter().map(Vec::len).sum();
         let mut t = format!(
@@ -209,6 +222,16 @@ impl Data {
             self.invalid.len(),
             self.failed.len()
         );
+        match self.retried_invalid {
+            0 => {}
+            1 => t.push_str("; 1 more attempt the lab marked invalid was run again (left out too)"),
+            n => {
+                let _ = write!(
+                    t,
+                    "; {n} more attempts the lab marked invalid were run again (left out too)"
+                );
+            }
+        }
         if self.kept_invalid > 0 {
             let _ = write!(
                 t,
@@ -968,6 +991,58 @@ fn commands_text(s: &Scenario, quote: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::experiment::store::tests::{metrics, run, TempDir};
+    use crate::experiment::store::{NewExperiment, NewPoint};
+
+    /// A run the lab refused and `--retry-invalid` ran again is in no
+    /// number, but the report counts it: a reader sees every run the lab
+    /// refused, not only those still invalid at the end.
+    #[test]
+    fn invalid_attempts_run_again_are_counted() {
+        let text = "title = \"t\"\ncommand = \"stream -t 1\"\nrepeat = 2\n";
+        let dir = TempDir::new("retried");
+        let store = Store::open(&dir.db()).unwrap();
+        let e = store
+            .create_experiment(&NewExperiment {
+                name: "t",
+                title: "t",
+                scale: "full",
+                scenario_path: "t.toml",
+                scenario_text: text,
+                scenario_hash: "0",
+                created_at: "",
+                xferlab_version: "0.1.0",
+            })
+            .unwrap();
+        let key = Scenario::parse(text, Scale::Full).unwrap().points()[0].key();
+        let p = store
+            .ensure_point(
+                e,
+                &NewPoint {
+                    idx: 0,
+                    key: &key,
+                    knobs_json: "{}",
+                    args_json: "[]",
+                },
+            )
+            .unwrap();
+        let m = metrics(1e9);
+        // Repeat 1: refused twice, then valid; repeat 2: refused, not run
+        // again.
+        for status in ["invalid", "invalid", "ok"] {
+            store
+                .insert_run(&run(Some(e), Some(p), Some(1), status, &m))
+                .unwrap();
+        }
+        store
+            .insert_run(&run(Some(e), Some(p), Some(2), "invalid", &m))
+            .unwrap();
+        let (d, _, _) = Data::load(&store, e).unwrap();
+        assert_eq!(
+            d.counts_text(),
+            "1 valid runs, 1 invalid (left out), 0 failed; 2 more attempts the lab marked invalid were run again (left out too)"
+        );
+    }
 
     #[test]
     fn display_units() {
