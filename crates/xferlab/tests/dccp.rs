@@ -23,20 +23,6 @@ fn dccp_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
     v
 }
 
-/// The flows of `side` (`client`/`server`) in `role`.
-fn flows<'a>(v: &'a Value, side: &str, role: &str) -> Vec<&'a Value> {
-    v[side]["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["role"] == role)
-        .collect()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
 /// A sender's and its receiver's totals agree on what DCCP carried: every
 /// data packet the receiving stack took is one the sender sent, and the
 /// datagram counters say the same.
@@ -61,8 +47,8 @@ fn check_flow_pair(tx: &Value, rx: &Value) {
 fn ccid2_stream_moves_checked_data_and_reports_cwnd_pipe_ssthresh_rtt() {
     let srv = Server::start();
     let v = dccp_json(&srv, &["--ccid", "2", "-t", "2", "-l", "1400"], 2.0);
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     assert_eq!((tx.len(), rx.len()), (1, 1));
     check_flow_pair(tx[0], rx[0]);
     let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
@@ -90,8 +76,8 @@ fn ccid2_stream_moves_checked_data_and_reports_cwnd_pipe_ssthresh_rtt() {
 fn ccid3_reverse_reports_x_p_and_the_inter_packet_interval() {
     let srv = Server::start();
     let v = dccp_json(&srv, &["--ccid", "3", "-R", "-t", "2"], 2.0);
-    let tx = flows(&v, "server", "sender");
-    let rx = flows(&v, "client", "receiver");
+    let tx = flows_in_role(&v, "server", "sender");
+    let rx = flows_in_role(&v, "client", "receiver");
     assert_eq!((tx.len(), rx.len()), (1, 1));
     check_flow_pair(tx[0], rx[0]);
     let last = tx[0]["intervals"].as_array().unwrap().last().unwrap();
@@ -137,7 +123,7 @@ fn reverse_human_summary_shows_the_servers_sending_ccid() {
 fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
     let srv = Server::start();
     let v = dccp_json(&srv, &["-n", "2M", "-l", "1000"], 10.0);
-    let tx = flows(&v, "client", "sender");
+    let tx = flows_in_role(&v, "client", "sender");
     // Whole datagrams, as for UDP: 2 MiB rounded up to 1000-byte ones.
     let datagrams = (2u64 << 20).div_ceil(1000);
     assert_eq!(u(&tx[0]["total"]["bytes_all"]), datagrams * 1000);
@@ -145,8 +131,8 @@ fn a_byte_count_is_sent_exactly_and_bidir_parallel_flows_each_connect() {
 
     let v = dccp_json(&srv, &["--bidir", "-P", "2", "-t", "1", "-b", "20M"], 1.0);
     for (tx_side, rx_side) in [("client", "server"), ("server", "client")] {
-        let tx = flows(&v, tx_side, "sender");
-        let rx = flows(&v, rx_side, "receiver");
+        let tx = flows_in_role(&v, tx_side, "sender");
+        let rx = flows_in_role(&v, rx_side, "receiver");
         assert_eq!((tx.len(), rx.len()), (2, 2));
         for t in &tx {
             let r = rx
@@ -174,8 +160,8 @@ fn gso_trains_and_gro_buffers_carry_checked_data_both_ways() {
     let plain = dccp_json(&srv, &["--no-gso", "-t", "0.5", "-l", "1400"], 0.5);
     assert_eq!(plain["spec"]["knobs"]["gso"], false, "{}", plain["spec"]);
     for (tx_side, rx_side) in [("client", "server"), ("server", "client")] {
-        let tx = flows(&v, tx_side, "sender");
-        let rx = flows(&v, rx_side, "receiver");
+        let tx = flows_in_role(&v, tx_side, "sender");
+        let rx = flows_in_role(&v, rx_side, "receiver");
         assert_eq!((tx.len(), rx.len()), (1, 1));
         check_flow_pair(tx[0], rx[0]);
         // More than a window's worth: the trains were cut and reassembled
@@ -205,7 +191,7 @@ fn the_result_records_the_buffers_the_flows_run_with() {
         args.extend_from_slice(extra);
         let v = dccp_json(&srv, &args, 0.5);
         for (side, role) in [("client", "sender"), ("server", "receiver")] {
-            let s = &flows(&v, side, role)[0]["socket"];
+            let s = &flows_in_role(&v, side, role)[0]["socket"];
             assert_eq!(u(&s["rcvbuf"]), 128 << 20, "{role} {extra:?}: {s}");
             assert_eq!(u(&s["sndbuf"]), 32 << 20, "{role} {extra:?}: {s}");
         }
@@ -238,8 +224,8 @@ fn safeudp_by_name_sends_at_the_offer_and_reports_a_clear_path() {
         ],
         2.0,
     );
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     check_flow_pair(tx[0], rx[0]);
     assert_eq!(v["spec"]["knobs"]["dccp"]["ccid"], 248, "{}", v["spec"]);
     assert_eq!(v["spec"]["knobs"]["dccp"]["on_congestion"], "step-down");
@@ -274,8 +260,8 @@ fn a_tiny_receive_buffer_is_end_host_congestion() {
         ],
         2.0,
     );
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     let host_drops = u(&rx[0]["total"]["udp"]["host_drops"]);
     assert!(host_drops > 100, "the receiver dropped only {host_drops}");
     let su = safeudp(&tx[0]["total"]);
@@ -524,8 +510,8 @@ fn ip_carrier_runs_ccid2_and_ccid3_as_ip_protocol_33() {
         (&results[1], 3, "server", "client"),
     ] {
         assert_eq!(v["spec"]["knobs"]["dccp"]["carrier"], "ip", "{}", v["spec"]);
-        let tx = flows(v, tx_side, "sender");
-        let rx = flows(v, rx_side, "receiver");
+        let tx = flows_in_role(v, tx_side, "sender");
+        let rx = flows_in_role(v, rx_side, "receiver");
         assert_eq!(tx.len(), rx.len());
         for t in &tx {
             let r = rx.iter().find(|r| r["id"] == t["id"]).unwrap();
@@ -533,7 +519,7 @@ fn ip_carrier_runs_ccid2_and_ccid3_as_ip_protocol_33() {
             assert_eq!(t["total"]["dccp"]["ccid"], ccid, "{}", t["total"]);
         }
     }
-    let last = flows(&results[1], "server", "sender")[0]["intervals"]
+    let last = flows_in_role(&results[1], "server", "sender")[0]["intervals"]
         .as_array()
         .unwrap()
         .last()
@@ -586,8 +572,8 @@ fn ip_carrier_runs_over_ipv6() {
     let v = parse_json(&out);
     assert_ok(&v);
     assert_eq!(v["spec"]["knobs"]["dccp"]["carrier"], "ip");
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     assert_eq!((tx.len(), rx.len()), (1, 1));
     check_flow_pair(tx[0], rx[0]);
     assert!(

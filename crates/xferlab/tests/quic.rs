@@ -22,20 +22,6 @@ fn quic_json(srv: &Server, args: &[&str], seconds: f64) -> Value {
     v
 }
 
-/// The flows of `side` (`client`/`server`) in `role`.
-fn flows<'a>(v: &'a Value, side: &str, role: &str) -> Vec<&'a Value> {
-    v[side]["flows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["role"] == role)
-        .collect()
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }
@@ -96,8 +82,8 @@ fn check_pair(tx: &Value, rx: &Value, streams: u64) {
 fn forward_stream_moves_every_byte_and_reports_rtt_cwnd_pacing() {
     let srv = Server::start();
     let v = quic_json(&srv, &["-t", "1.5"], 1.5);
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     assert_eq!((tx.len(), rx.len()), (1, 1));
     check_pair(tx[0], rx[0], 1);
     assert_eq!(tx[0]["intervals"][0]["quic"]["cc"], "cubic");
@@ -115,8 +101,8 @@ fn forward_stream_moves_every_byte_and_reports_rtt_cwnd_pacing() {
 fn reverse_parallel_connections_each_carry_every_stream() {
     let srv = Server::start();
     let v = quic_json(&srv, &["-R", "-P", "2", "--streams", "4", "-t", "1.5"], 1.5);
-    let tx = flows(&v, "server", "sender");
-    let rx = flows(&v, "client", "receiver");
+    let tx = flows_in_role(&v, "server", "sender");
+    let rx = flows_in_role(&v, "client", "receiver");
     assert_eq!((tx.len(), rx.len()), (2, 2));
     for t in &tx {
         let r = rx.iter().find(|r| r["id"] == t["id"]).unwrap();
@@ -129,12 +115,12 @@ fn bidir_moves_bytes_both_ways_on_their_own_connections() {
     let srv = Server::start();
     let v = quic_json(&srv, &["--bidir", "-t", "1.5"], 1.5);
     let c2s = (
-        flows(&v, "client", "sender"),
-        flows(&v, "server", "receiver"),
+        flows_in_role(&v, "client", "sender"),
+        flows_in_role(&v, "server", "receiver"),
     );
     let s2c = (
-        flows(&v, "server", "sender"),
-        flows(&v, "client", "receiver"),
+        flows_in_role(&v, "server", "sender"),
+        flows_in_role(&v, "client", "receiver"),
     );
     check_pair(c2s.0[0], c2s.1[0], 1);
     check_pair(s2c.0[0], s2c.1[0], 1);
@@ -145,8 +131,8 @@ fn a_byte_count_arrives_exactly_with_each_congestion_controller() {
     let srv = Server::start();
     for cc in ["cubic", "newreno", "bbr"] {
         let v = quic_json(&srv, &["-n", "3M", "--streams", "3", "-C", cc], 3.0);
-        let tx = flows(&v, "client", "sender");
-        let rx = flows(&v, "server", "receiver");
+        let tx = flows_in_role(&v, "client", "sender");
+        let rx = flows_in_role(&v, "server", "receiver");
         check_pair(tx[0], rx[0], 3);
         assert_eq!(u(&rx[0]["total"]["bytes_all"]), 3 << 20, "{cc}");
         let q = &tx[0]["total"]["quic"];
@@ -163,8 +149,8 @@ fn cbr_sends_datagram_frames_at_the_rate_and_the_receiver_counts_them() {
     // 1100-byte datagrams fit the 1200-byte packets a connection starts
     // with, so none is refused while the MTU discovery runs.
     let v = quic_json(&srv, &["-b", "20M", "-l", "1100", "-t", "1.5"], 1.5);
-    let tx = flows(&v, "client", "sender");
-    let rx = flows(&v, "server", "receiver");
+    let tx = flows_in_role(&v, "client", "sender");
+    let rx = flows_in_role(&v, "server", "receiver");
     let (t, r) = (&tx[0]["total"], &rx[0]["total"]);
     assert_eq!(tx[0]["end"]["kind"], "completed");
     assert_eq!(rx[0]["end"]["kind"], "completed");
@@ -210,10 +196,10 @@ fn datagrams_the_connection_cannot_carry_are_counted_as_refused() {
     // Far more than loopback QUIC carries from a debug build: the
     // congestion controller holds the queue full and refuses the rest.
     let v = quic_json(&srv, &["-b", "20G", "-l", "1100", "-t", "1"], 1.0);
-    let t = &flows(&v, "client", "sender")[0]["total"];
+    let t = &flows_in_role(&v, "client", "sender")[0]["total"];
     let q = &t["quic"];
     assert!(u(&q["datagrams_blocked"]) > 0, "nothing refused: {q}");
-    let r = &flows(&v, "server", "receiver")[0]["total"];
+    let r = &flows_in_role(&v, "server", "receiver")[0]["total"];
     // Refused datagrams take no sequence number: what the receiver
     // counts (got, lost, dropped in its own buffer) is only what was
     // sent.
@@ -235,8 +221,8 @@ fn datagrams_the_connection_cannot_carry_are_counted_as_refused() {
 fn a_servers_rate_budget_caps_the_quic_streams_it_sends() {
     let srv = Server::start_with(&["--max-rate", "40M"]);
     let v = quic_json(&srv, &["-R", "-t", "2"], 2.0);
-    let rx = flows(&v, "client", "receiver");
-    let tx = flows(&v, "server", "sender");
+    let rx = flows_in_role(&v, "client", "receiver");
+    let tx = flows_in_role(&v, "server", "sender");
     check_pair(tx[0], rx[0], 1);
     let bps = f(&rx[0]["total"]["bits_per_second"]);
     // One write's burst above the rate at most (128 KiB in 2 s, or a

@@ -23,10 +23,6 @@ fn rr_json(args: &[&str], seconds: f64) -> Value {
     v
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
-}
-
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
 }

@@ -1086,3 +1086,16 @@ pub fn ip(args: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The flows of `side` (`client`/`server`) in `role`.
+pub fn flows_in_role<'a>(v: &'a Value, side: &str, role: &str) -> Vec<&'a Value> {
+    flows(v, side)
+        .iter()
+        .filter(|f| f["role"] == role)
+        .collect()
+}
+
+/// A count in a JSON result.
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
