@@ -82,8 +82,9 @@ const MIN_STREAM_WINDOW: u64 = 1_250_000;
 /// as they arrive, so this bounds a burst, not a steady state).
 const CONN_WINDOW_STREAMS: u64 = 8;
 /// A connection with nothing moving for this long ends (QUIC's idle
-/// timeout, the smaller of both ends').
-pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// timeout, the smaller of both ends'): the one every xferlab QUIC
+/// connection has.
+use crate::transport::quic::IDLE_TIMEOUT;
 /// The pacer's burst: what a connection may send at once after a pause,
 /// as a time at its rate (at least one packet train).
 const PACER_BURST: Duration = Duration::from_millis(5);

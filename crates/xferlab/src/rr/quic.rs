@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quinn_proto::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
 use quinn_proto::{
     ClientConfig, ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, IdleTimeout,
     ReadError, ServerConfig, StreamEvent, StreamId, TransportConfig, VarInt, WriteError,
@@ -48,19 +47,15 @@ use super::server_engine::{wait_for_slot, RrSocket, ServerPlan};
 use super::side::{flow_digits, EngineFlags, FlowResult, FLAG_POLL};
 use crate::net::canonical;
 use crate::sys::clock;
+use crate::transport::quic;
 use crate::transport::quic::driver::Driver;
 use crate::transport::quic::tls;
 
-/// The largest UDP payload path MTU discovery may try (quinn-proto's
-/// default bound, as the stream flows').
-const MAX_UDP_PAYLOAD: u16 = 1452;
 /// Bidirectional streams a connection may have open beyond `--depth`:
 /// a stream's credit comes back only once the peer saw both its ends
 /// close, so a ping-pong flow with credit for exactly one stream would
 /// wait a round trip for MAX_STREAMS before each transaction.
 const STREAM_CREDIT: u32 = 100;
-/// A connection silent this long is dead.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// quic-rr: a flow's handshake unanswered this long means no QUIC server
 /// on the rr port (quinn-proto resends its Initial meanwhile).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -93,13 +88,9 @@ fn transport_config(congestion: Option<&str>, depth: u32) -> Arc<TransportConfig
         .max_concurrent_uni_streams(0u32.into())
         .stream_receive_window(STREAM_WINDOW.try_into().unwrap_or(VarInt::MAX))
         .receive_window(conn_window(depth).try_into().unwrap_or(VarInt::MAX))
-        .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
+        .max_idle_timeout(IdleTimeout::try_from(quic::IDLE_TIMEOUT).ok())
         .datagram_receive_buffer_size(None);
-    match congestion {
-        Some("newreno") => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
-        Some("bbr") => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
-        _ => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
-    };
+    t.congestion_controller_factory(quic::controller(congestion.unwrap_or("cubic")));
     Arc::new(t)
 }
 
@@ -160,7 +151,7 @@ fn lost_line(server: SocketAddr, reason: &ConnectionError) -> String {
         if e.reason.contains("certificate") {
             return format!(
                 "certificate not trusted: the QUIC rr server at {server} presented one {} (pass the CA that signed it with --quic-ca, or leave --quic-ca out to not verify)",
-                crate::transport::quic::why_untrusted(&e.reason)
+                quic::why_untrusted(&e.reason)
             );
         }
     }
@@ -268,7 +259,7 @@ pub fn run_client(
         &sock,
         Arc::new(EndpointConfig::default()),
         None,
-        MAX_UDP_PAYLOAD,
+        quic::DEFAULT_UDP_PAYLOAD,
     ) {
         Ok(d) => d,
         Err(e) => return fail(format!("the rr flows' QUIC endpoint: {e}")),
@@ -856,7 +847,7 @@ pub fn run_server(
         sock,
         Arc::new(EndpointConfig::default()),
         Some(server),
-        MAX_UDP_PAYLOAD,
+        quic::DEFAULT_UDP_PAYLOAD,
     ) {
         Ok(d) => d,
         Err(e) => {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use quinn_proto::congestion::{BbrConfig, CubicConfig, NewRenoConfig};
+use quinn_proto::congestion::{BbrConfig, ControllerFactory, CubicConfig, NewRenoConfig};
 use quinn_proto::{
     ClientConfig, ConnectionError, ConnectionHandle, Dir, EndpointConfig, Event, IdleTimeout,
     MtuDiscoveryConfig, ReadError, SendDatagramError, ServerConfig, StreamEvent, StreamId,
@@ -60,8 +60,9 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The unit tests wait for it.
 #[cfg(test)]
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_millis(600);
-/// A connection silent this long once established is dead.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection silent this long once established is dead (every QUIC
+/// connection xferlab makes or serves: flows, rr, the perf port).
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A sender that stopped waits this long for the peer to take its last
 /// bytes (and its queued datagrams to leave) before it closes anyway.
 const CLOSE_GRACE: Duration = Duration::from_secs(3);
@@ -176,12 +177,18 @@ fn transport_config(cc: &str, streams: u32, w: Windows, max_payload: u16) -> Tra
         .max_idle_timeout(IdleTimeout::try_from(IDLE_TIMEOUT).ok())
         .datagram_receive_buffer_size(Some(DATAGRAM_QUEUE))
         .datagram_send_buffer_size(DATAGRAM_QUEUE);
-    match cc {
-        "newreno" => t.congestion_controller_factory(Arc::new(NewRenoConfig::default())),
-        "bbr" => t.congestion_controller_factory(Arc::new(BbrConfig::default())),
-        _ => t.congestion_controller_factory(Arc::new(CubicConfig::default())),
-    };
+    t.congestion_controller_factory(controller(cc));
     t
+}
+
+/// quinn-proto's congestion controller for `-C NAME`: newreno, bbr, else
+/// cubic (the knobs' check has refused other names).
+pub(crate) fn controller(name: &str) -> Arc<dyn ControllerFactory + Send + Sync> {
+    match name {
+        "newreno" => Arc::new(NewRenoConfig::default()),
+        "bbr" => Arc::new(BbrConfig::default()),
+        _ => Arc::new(CubicConfig::default()),
+    }
 }
 
 struct Flow<'a> {

@@ -37,7 +37,7 @@ use xferlab_core::transport::TransportCounters;
 use super::datagram::{set_int_opt, size_receive_buffer};
 use super::flow::{FlowOutcome, FlowShared};
 use super::{Flag, FlowJob, FlowSocket, OwnShared, SetupError, Transport, TransportIo};
-pub(crate) use flow::DEFAULT_UDP_PAYLOAD;
+pub(crate) use flow::{controller, DEFAULT_UDP_PAYLOAD, IDLE_TIMEOUT};
 
 pub struct Quic;
 
